@@ -1,0 +1,342 @@
+package localcluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Pinned versions of the local control plane. Changing one rebuilds only that component.
+const (
+	KubernetesVersion = "v1.37.2"
+	StagingVersion    = "v0.37.2"
+	EtcdVersion       = "v3.7.3"
+	KwokVersion       = "v0.8.0"
+)
+
+// notServed lists staging modules that kubernetes replaces locally but the module proxy does not serve.
+var notServed = map[string]bool{
+	"k8s.io/sample-cli-plugin": true,
+	"k8s.io/sample-controller": true,
+}
+
+// component is one helper module built into one or more binaries.
+type component struct {
+	name     string
+	version  string
+	goMod    func(ctx context.Context) (string, error)
+	packages map[string]string // binary name -> main package
+	ldflags  string
+	// post runs after a successful build in the helper module's directory.
+	post func(ctx context.Context, dir string) error
+}
+
+// kwokStages are the stage files shipped in kwok's module that make fake nodes ready, keep their
+// leases fresh and move pods through their lifecycle.
+var kwokStages = []string{
+	"kustomize/stage/node/fast/node-initialize.yaml",
+	"kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+	"kustomize/stage/pod/fast/pod-ready.yaml",
+	"kustomize/stage/pod/fast/pod-complete.yaml",
+	"kustomize/stage/pod/fast/pod-delete.yaml",
+}
+
+func (b *Builder) stageDir() string { return filepath.Join(b.BinDir(), "kwok-stages") }
+
+// copyKwokStages copies the stage files out of the kwok module into the cache.
+func (b *Builder) copyKwokStages(ctx context.Context, dir string) error {
+	out, err := b.goCmd(ctx, dir, "list", "-m", "-json", "sigs.k8s.io/kwok").Output()
+	if err != nil {
+		return fmt.Errorf("locate kwok module: %w", err)
+	}
+	var info struct{ Dir string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		return fmt.Errorf("locate kwok module: %v", err)
+	}
+	if err := os.MkdirAll(b.stageDir(), 0o755); err != nil {
+		return err
+	}
+	for _, s := range kwokStages {
+		data, err := os.ReadFile(filepath.Join(info.Dir, s))
+		if err != nil {
+			return fmt.Errorf("read kwok stage: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(b.stageDir(), filepath.Base(s)), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Builder compiles the control-plane binaries from the Go module proxy into CacheDir.
+type Builder struct {
+	CacheDir string
+	Out      io.Writer
+	// GoBin is the go command; empty means "go" from PATH.
+	GoBin string
+}
+
+// BinDir is where the built binaries live.
+func (b *Builder) BinDir() string { return filepath.Join(b.CacheDir, "bin") }
+
+// Binary returns the path of a built binary.
+func (b *Builder) Binary(name string) string { return filepath.Join(b.BinDir(), name) }
+
+func (b *Builder) components() []component {
+	kubeLd := strings.Join([]string{
+		"-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
+		"-X k8s.io/component-base/version.gitMajor=1",
+		"-X k8s.io/component-base/version.gitMinor=37",
+		"-X k8s.io/component-base/version.gitTreeState=clean",
+		"-X k8s.io/client-go/pkg/version.gitVersion=" + KubernetesVersion,
+		"-X k8s.io/client-go/pkg/version.gitMajor=1",
+		"-X k8s.io/client-go/pkg/version.gitMinor=37",
+	}, " ")
+	return []component{
+		{
+			name: "etcd", version: EtcdVersion,
+			goMod: func(context.Context) (string, error) {
+				var sb strings.Builder
+				fmt.Fprintf(&sb, "module devicewarden.local/etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n\n", EtcdVersion)
+				for _, m := range []string{"api/v3", "client/pkg/v3", "client/v3", "pkg/v3"} {
+					fmt.Fprintf(&sb, "replace go.etcd.io/etcd/%s => go.etcd.io/etcd/%s %s\n", m, m, EtcdVersion)
+				}
+				return sb.String(), nil
+			},
+			packages: map[string]string{"etcd": "go.etcd.io/etcd/server/v3"},
+		},
+		{
+			name: "kwok", version: KwokVersion,
+			goMod: func(context.Context) (string, error) {
+				return fmt.Sprintf("module devicewarden.local/kwokbuild\n\ngo 1.26\n\nrequire sigs.k8s.io/kwok %s\n", KwokVersion), nil
+			},
+			packages: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+			post:     b.copyKwokStages,
+		},
+		{
+			name: "kubernetes", version: KubernetesVersion,
+			goMod:    b.kubernetesGoMod,
+			packages: map[string]string{"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver", "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler", "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
+			ldflags:  kubeLd,
+		},
+	}
+}
+
+var stagingReplace = regexp.MustCompile(`(?m)^\s*(k8s\.io/[a-z0-9-]+) => \./staging/`)
+
+// kubernetesGoMod requires k8s.io/kubernetes and replaces each of its ./staging modules with the published one.
+func (b *Builder) kubernetesGoMod(ctx context.Context) (string, error) {
+	out, err := b.goCmd(ctx, "", "list", "-m", "-json", "k8s.io/kubernetes@"+KubernetesVersion).Output()
+	if err != nil {
+		return "", fmt.Errorf("look up k8s.io/kubernetes %s: %w", KubernetesVersion, err)
+	}
+	var info struct{ GoMod string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return "", fmt.Errorf("parse module info: %w", err)
+	}
+	upstream, err := os.ReadFile(info.GoMod)
+	if err != nil {
+		return "", fmt.Errorf("read kubernetes go.mod: %w", err)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "module devicewarden.local/kubebuild\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\n", KubernetesVersion)
+	n := 0
+	for _, m := range stagingReplace.FindAllSubmatch(upstream, -1) {
+		mod := string(m[1])
+		if notServed[mod] {
+			continue
+		}
+		fmt.Fprintf(&sb, "replace %s => %s %s\n", mod, mod, StagingVersion)
+		n++
+	}
+	if n == 0 {
+		return "", fmt.Errorf("no staging replaces found in kubernetes go.mod")
+	}
+	return sb.String(), nil
+}
+
+func (b *Builder) goCmd(ctx context.Context, dir string, args ...string) *exec.Cmd {
+	gobin := b.GoBin
+	if gobin == "" {
+		gobin = "go"
+	}
+	cmd := exec.CommandContext(ctx, gobin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	return cmd
+}
+
+// stamp identifies a build; a binary is reused only when its stamp matches.
+func (c component) stamp() string {
+	st := c.name + "@" + c.version + " " + c.ldflags
+	if c.post != nil {
+		st += " +post"
+	}
+	return st
+}
+
+// Built reports whether every binary is present and built from the pinned versions.
+func (b *Builder) Built() bool {
+	for _, c := range b.components() {
+		if !b.upToDate(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *Builder) upToDate(c component) bool {
+	st, err := os.ReadFile(filepath.Join(b.BinDir(), "."+c.name+".stamp"))
+	if err != nil || string(st) != c.stamp() {
+		return false
+	}
+	for bin := range c.packages {
+		if _, err := os.Stat(b.Binary(bin)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Build compiles whatever is missing, printing progress to Out.
+func (b *Builder) Build(ctx context.Context) error {
+	if err := os.MkdirAll(b.BinDir(), 0o755); err != nil {
+		return fmt.Errorf("create cache dir: %w", err)
+	}
+	for _, c := range b.components() {
+		if b.upToDate(c) {
+			fmt.Fprintf(b.Out, "[build] %s %s: cached\n", c.name, c.version)
+			continue
+		}
+		if err := b.build(ctx, c); err != nil {
+			return fmt.Errorf("build %s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+func (b *Builder) build(ctx context.Context, c component) error {
+	start := time.Now()
+	dir := filepath.Join(b.CacheDir, "src", c.name+"-"+c.version)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	mod, err := c.goMod(ctx)
+	if err != nil {
+		return err
+	}
+	var tools strings.Builder
+	tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
+	for _, pkg := range c.packages {
+		fmt.Fprintf(&tools, "\t_ %q\n", pkg)
+	}
+	tools.WriteString(")\n")
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tools.go"), []byte(tools.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.Out, "[build] %s %s: resolving modules (first time only)\n", c.name, c.version)
+	if err := b.run(ctx, c.name, b.goCmd(ctx, dir, "mod", "tidy")); err != nil {
+		return fmt.Errorf("go mod tidy: %w", err)
+	}
+	for bin, pkg := range c.packages {
+		fmt.Fprintf(b.Out, "[build] %s %s: compiling %s (a cold build takes minutes)\n", c.name, c.version, bin)
+		args := []string{"build", "-v", "-o", b.Binary(bin) + ".tmp"}
+		if c.ldflags != "" {
+			args = append(args, "-ldflags", c.ldflags)
+		}
+		args = append(args, pkg)
+		if err := b.run(ctx, bin, b.goCmd(ctx, dir, args...)); err != nil {
+			return err
+		}
+		if err := os.Rename(b.Binary(bin)+".tmp", b.Binary(bin)); err != nil {
+			return err
+		}
+	}
+	if c.post != nil {
+		if err := c.post(ctx, dir); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(b.BinDir(), "."+c.name+".stamp"), []byte(c.stamp()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.Out, "[build] %s %s: done in %s\n", c.name, c.version, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// run executes a go command, turning its per-package output into a periodic progress line.
+func (b *Builder) run(ctx context.Context, label string, cmd *exec.Cmd) error {
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var count atomic.Int64
+	var tail bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "go: downloading"):
+				count.Add(1)
+			case strings.HasPrefix(line, "#") || strings.Contains(line, ": ") || strings.Contains(line, "error"):
+				tail.WriteString(line + "\n")
+			default:
+				count.Add(1)
+			}
+		}
+	}()
+	start := time.Now()
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			if err := cmd.Wait(); err != nil {
+				return fmt.Errorf("%w\n%s", err, lastLines(tail.String(), 30))
+			}
+			return nil
+		case <-tick.C:
+			fmt.Fprintf(b.Out, "[build] %s: %d packages/modules so far, %s elapsed\n", label, count.Load(), time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// DefaultCacheDir is $XDG_CACHE_HOME/devicewarden or ~/.cache/devicewarden.
+func DefaultCacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "devicewarden")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "devicewarden-cache")
+	}
+	return filepath.Join(home, ".cache", "devicewarden")
+}

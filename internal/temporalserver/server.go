@@ -1,0 +1,224 @@
+// Package temporalserver runs a single-process Temporal server backed by a SQLite file, with the Web UI.
+// It is DeviceWarden's default so that a laptop or CI needs no external services.
+package temporalserver
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/metrics"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	sqliteschema "go.temporal.io/server/schema/sqlite"
+	"go.temporal.io/server/temporal"
+)
+
+// Config describes the embedded server.
+type Config struct {
+	// DBPath is the SQLite file; it is created with its schema on first start and reused after.
+	DBPath string
+	// FrontendAddress is host:port for the gRPC frontend; port 0 picks a free one.
+	FrontendAddress string
+	// UIAddress is host:port for the Web UI; empty disables the UI, port 0 picks a free one.
+	UIAddress string
+	// Namespace is created on start if missing.
+	Namespace string
+	// LogFile receives the server's own logs; empty discards them.
+	LogFile string
+}
+
+// Server is a running embedded Temporal server.
+type Server struct {
+	srv          temporal.Server
+	ui           *uiServer
+	frontendAddr string
+	uiURL        string
+}
+
+// DynamicConfig is tuned for one process with one history shard. The defaults throttle the
+// queue processors to 20 polls/s, which caps signal bursts to one workflow at about 20/s.
+func DynamicConfig() dynamicconfig.StaticClient {
+	return dynamicconfig.StaticClient{
+		dynamicconfig.TransferProcessorMaxPollRPS.Key():       2000,
+		dynamicconfig.TransferProcessorMaxPollHostRPS.Key():   2000,
+		dynamicconfig.TimerProcessorMaxPollRPS.Key():          2000,
+		dynamicconfig.TimerProcessorMaxPollHostRPS.Key():      2000,
+		dynamicconfig.VisibilityProcessorMaxPollRPS.Key():     2000,
+		dynamicconfig.VisibilityProcessorMaxPollHostRPS.Key(): 2000,
+		dynamicconfig.OutboundProcessorMaxPollRPS.Key():       2000,
+		dynamicconfig.OutboundProcessorMaxPollHostRPS.Key():   2000,
+		// One matching partition: a single worker polls, so more partitions only add latency.
+		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  1,
+		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): 1,
+		// Search attributes registered at start must be usable at once.
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+	}
+}
+
+// Start creates (if needed) and starts the server. Stop must be called to release the file.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.DBPath), 0o755); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	feHost, fePort, err := resolveAddr(cfg.FrontendAddress)
+	if err != nil {
+		return nil, fmt.Errorf("frontend address: %w", err)
+	}
+	frontend := net.JoinHostPort(feHost, strconv.Itoa(fePort))
+	sqlCfg := &config.SQL{
+		PluginName:        sqliteplugin.PluginName,
+		DatabaseName:      cfg.DBPath,
+		ConnectAttributes: map[string]string{"mode": "rwc", "_journal_mode": "wal", "_synchronous": "normal"},
+	}
+	if _, err := os.Stat(cfg.DBPath); os.IsNotExist(err) {
+		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
+			return nil, fmt.Errorf("set up sqlite schema: %w", err)
+		}
+	}
+	nsCfg, err := sqliteschema.NewNamespaceConfig("active", cfg.Namespace, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("namespace config: %w", err)
+	}
+	if err := sqliteschema.CreateNamespaces(sqlCfg, nsCfg); err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", cfg.Namespace, err)
+	}
+
+	svcCfg, err := serverConfig(feHost, fePort, frontend, sqlCfg)
+	if err != nil {
+		return nil, err
+	}
+	var serverLogger log.Logger = log.NewNoopLogger()
+	if cfg.LogFile != "" {
+		serverLogger = log.NewZapLogger(log.BuildZapLogger(log.Config{Level: "warn", OutputFile: cfg.LogFile}))
+	}
+	srv, err := temporal.NewServer(
+		temporal.WithConfig(svcCfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithLogger(serverLogger),
+		temporal.WithDynamicConfigClient(DynamicConfig()),
+		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create temporal server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("start temporal server: %w", err)
+	}
+	s := &Server{srv: srv, frontendAddr: frontend}
+	if cfg.UIAddress != "" {
+		ui, err := startUI(cfg.UIAddress, frontend, cfg.Namespace)
+		if err != nil {
+			_ = srv.Stop()
+			return nil, fmt.Errorf("start web ui: %w", err)
+		}
+		s.ui, s.uiURL = ui, ui.url
+	}
+	return s, nil
+}
+
+// FrontendAddress is the host:port clients dial.
+func (s *Server) FrontendAddress() string { return s.frontendAddr }
+
+// UIURL is the Web UI address, empty when the UI is off.
+func (s *Server) UIURL() string { return s.uiURL }
+
+// Stop shuts down the UI and the server.
+func (s *Server) Stop() error {
+	if s.ui != nil {
+		s.ui.stop()
+	}
+	return s.srv.Stop()
+}
+
+func serverConfig(host string, fePort int, frontend string, sqlCfg *config.SQL) (*config.Config, error) {
+	svc := func(grpcPort int) (config.Service, error) {
+		var err error
+		if grpcPort == 0 {
+			if grpcPort, err = freePort(host); err != nil {
+				return config.Service{}, err
+			}
+		}
+		mPort, err := freePort(host)
+		if err != nil {
+			return config.Service{}, err
+		}
+		return config.Service{RPC: config.RPC{GRPCPort: grpcPort, MembershipPort: mPort, BindOnIP: host}}, nil
+	}
+	services := map[string]config.Service{}
+	for name, port := range map[string]int{"frontend": fePort, "history": 0, "matching": 0, "worker": 0} {
+		s, err := svc(port)
+		if err != nil {
+			return nil, fmt.Errorf("allocate port for %s: %w", name, err)
+		}
+		services[name] = s
+	}
+	return &config.Config{
+		Global: config.Global{
+			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: host},
+		},
+		Persistence: config.Persistence{
+			DefaultStore:     sqliteplugin.PluginName,
+			VisibilityStore:  sqliteplugin.PluginName,
+			NumHistoryShards: 1,
+			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+		},
+		ClusterMetadata: &cluster.Config{
+			EnableGlobalNamespace:    false,
+			FailoverVersionIncrement: 10,
+			MasterClusterName:        "active",
+			CurrentClusterName:       "active",
+			ClusterInformation: map[string]cluster.ClusterInformation{
+				"active": {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontend},
+			},
+		},
+		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
+		Services:            services,
+		Archival: config.Archival{
+			History:    config.HistoryArchival{State: "disabled"},
+			Visibility: config.VisibilityArchival{State: "disabled"},
+		},
+		NamespaceDefaults: config.NamespaceDefaults{Archival: config.ArchivalNamespaceDefaults{
+			History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
+			Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
+		}},
+		PublicClient: config.PublicClient{HostPort: frontend},
+	}, nil
+}
+
+func resolveAddr(addr string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", portStr, err)
+	}
+	if port == 0 {
+		if port, err = freePort(host); err != nil {
+			return "", 0, err
+		}
+	}
+	return host, port, nil
+}
+
+// freePort asks the kernel for an unused port. Another process may take it before it is bound;
+// tests accept that small window in exchange for parallel runs without fixed ports.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
