@@ -1,9 +1,11 @@
-// Package cli builds the devicewarden command tree.
+// Package cli builds the devicewarden command tree. Commands stay thin: parse flags, build
+// dependencies, call into internal packages.
 package cli
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -13,7 +15,7 @@ import (
 
 // Execute runs the command line and returns the process exit code.
 func Execute(ctx context.Context, args []string) int {
-	root := newRoot()
+	root := NewRoot()
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -22,18 +24,56 @@ func Execute(ctx context.Context, args []string) int {
 	return 0
 }
 
-func newRoot() *cobra.Command {
+// globals are flags every command has.
+type globals struct {
+	stateDir  string
+	logLevel  string
+	logFormat string
+	logger    *slog.Logger
+}
+
+// NewRoot builds the command tree.
+func NewRoot() *cobra.Command {
+	g := &globals{}
 	root := &cobra.Command{
 		Use:           "devicewarden",
 		Short:         "Durable, auditable remediation for unhealthy accelerator devices on Kubernetes",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return bindEnv(cmd)
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			logger, err := newLogger(g.logLevel, g.logFormat)
+			if err != nil {
+				return err
+			}
+			g.logger = logger
+			slog.SetDefault(logger)
+			return nil
 		},
 	}
-	root.AddCommand(newClusterCmd())
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.stateDir, "state-dir", ".devicewarden", "directory for local state: the embedded Temporal database and the local cluster")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g))
 	return root
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 // bindEnv lets every flag also be set by DEVICEWARDEN_<FLAG> (dashes become underscores).
@@ -48,7 +88,9 @@ func bindEnv(cmd *cobra.Command) error {
 		if v, ok := os.LookupEnv(name); ok {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Sprintf("%s=%q: %v", name, v, err))
+				return
 			}
+			f.Changed = true // so required-flag checks see it
 		}
 	}
 	cmd.Flags().VisitAll(visit)
@@ -62,4 +104,17 @@ func bindEnv(cmd *cobra.Command) error {
 // EnvName is the environment variable that sets a flag.
 func EnvName(flag string) string {
 	return "DEVICEWARDEN_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// logConfig logs a command's effective flags once at start; secrets are masked.
+func logConfig(logger *slog.Logger, cmd *cobra.Command) {
+	var attrs []any
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		v := f.Value.String()
+		if strings.Contains(f.Name, "key") && !strings.HasSuffix(f.Name, "key-file") && v != "" {
+			v = "(set)"
+		}
+		attrs = append(attrs, f.Name, v)
+	})
+	logger.Info("effective configuration", append([]any{"command", cmd.CommandPath()}, attrs...)...)
 }

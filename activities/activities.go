@@ -1,0 +1,126 @@
+// Package activities carries out DeviceWarden's side effects against Kubernetes.
+package activities
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+)
+
+// Labels and annotations DeviceWarden puts on the objects it owns.
+const (
+	TaintKey            = "devicewarden.io/quarantine"
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	ManagedBy           = "devicewarden"
+	LabelDriver         = "devicewarden.io/driver"
+	LabelPool           = "devicewarden.io/pool"
+	LabelDevice         = "devicewarden.io/device"
+	AnnotationDevice    = "devicewarden.io/device-id"
+	AnnotationReason    = "devicewarden.io/reason"
+	AnnotationActor     = "devicewarden.io/actor"
+	AnnotationWorkflow  = "devicewarden.io/workflow-id"
+	AnnotationExpiresAt = "devicewarden.io/expires-at"
+)
+
+// Activities holds the clients every activity uses. The worker builds it once.
+type Activities struct {
+	Kube kubernetes.Interface
+	// Metrics may be nil in unit tests.
+	Metrics *metrics.Metrics
+}
+
+func (a *Activities) count(result string) {
+	if a.Metrics != nil {
+		a.Metrics.Quarantines.WithLabelValues(result).Inc()
+	}
+}
+
+// QuarantineInput asks for a device to be tainted.
+type QuarantineInput struct {
+	Device     device.ID `json:"device"`
+	Reason     string    `json:"reason"`
+	Actor      string    `json:"actor"`
+	WorkflowID string    `json:"workflowID"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	// Effect is NoSchedule, NoExecute or None (dry run).
+	Effect resourcev1.DeviceTaintEffect `json:"effect"`
+}
+
+// QuarantineResult says which rule holds the quarantine and whether this call created it.
+type QuarantineResult struct {
+	RuleName string `json:"ruleName"`
+	Created  bool   `json:"created"`
+}
+
+// Quarantine creates the device's DeviceTaintRule, or finds the one that already exists.
+// The name is derived from the device, so retries and repeated signals never make a second rule.
+func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	name := in.Device.TaintRuleName()
+	rule := &resourcev1.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				LabelManagedBy: ManagedBy,
+				LabelDriver:    labelValue(in.Device.Driver),
+				LabelPool:      labelValue(in.Device.Pool),
+				LabelDevice:    labelValue(in.Device.Device),
+			},
+			Annotations: map[string]string{
+				AnnotationDevice:    in.Device.String(),
+				AnnotationReason:    in.Reason,
+				AnnotationActor:     in.Actor,
+				AnnotationWorkflow:  in.WorkflowID,
+				AnnotationExpiresAt: in.ExpiresAt.UTC().Format(time.RFC3339),
+			},
+		},
+		Spec: resourcev1.DeviceTaintRuleSpec{
+			DeviceSelector: &resourcev1.DeviceTaintSelector{
+				Driver: ptr.To(in.Device.Driver),
+				Pool:   ptr.To(in.Device.Pool),
+				Device: ptr.To(in.Device.Device),
+			},
+			Taint: resourcev1.DeviceTaint{Key: TaintKey, Value: "true", Effect: in.Effect},
+		},
+	}
+	_, err := a.Kube.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{})
+	if err == nil {
+		a.count("created")
+		return QuarantineResult{RuleName: name, Created: true}, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		a.count("error")
+		return QuarantineResult{}, fmt.Errorf("create device taint rule %s: %w", name, err)
+	}
+	existing, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		a.count("error")
+		return QuarantineResult{}, fmt.Errorf("get device taint rule %s: %w", name, err)
+	}
+	if existing.Annotations[AnnotationDevice] != in.Device.String() {
+		a.count("error")
+		return QuarantineResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("device taint rule %s belongs to %q, not %s", name, existing.Annotations[AnnotationDevice], in.Device),
+			"RuleNameCollision", nil)
+	}
+	a.count("existing")
+	return QuarantineResult{RuleName: name, Created: false}, nil
+}
+
+// labelValue keeps a value within the 63-character label limit; the full value is in an annotation.
+func labelValue(s string) string {
+	if len(s) > 63 {
+		return s[:63]
+	}
+	return s
+}

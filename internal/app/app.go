@@ -1,0 +1,202 @@
+// Package app wires DeviceWarden's parts together: Temporal (embedded or remote), the worker and the watcher.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
+	"github.com/devicewarden/devicewarden/internal/watcher"
+	"github.com/devicewarden/devicewarden/worker"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// TemporalOptions says which Temporal to use. An empty Address means the embedded server.
+type TemporalOptions struct {
+	Address   string
+	Namespace string
+	TLSCert   string
+	TLSKey    string
+	TLSCA     string
+	APIKey    string
+	// Embedded server settings, used only when Address is empty.
+	DBPath          string
+	FrontendAddress string
+	UIAddress       string
+}
+
+// Temporal is a connected client and, when embedded, the server behind it.
+type Temporal struct {
+	Client client.Client
+	Server *temporalserver.Server
+}
+
+// Close closes the client and stops an embedded server.
+func (t *Temporal) Close() {
+	t.Client.Close()
+	if t.Server != nil {
+		if err := t.Server.Stop(); err != nil {
+			slog.Warn("stop embedded temporal", "error", err)
+		}
+	}
+}
+
+// ConnectTemporal starts the embedded server when no address is given, dials it, and registers
+// DeviceWarden's search attributes.
+func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger) (*Temporal, error) {
+	t := &Temporal{}
+	addr := o.Address
+	if addr == "" {
+		srv, err := temporalserver.Start(temporalserver.Config{
+			DBPath: o.DBPath, FrontendAddress: o.FrontendAddress, UIAddress: o.UIAddress, Namespace: o.Namespace,
+			LogFile: filepath.Join(filepath.Dir(o.DBPath), "temporal-server.log"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		t.Server = srv
+		addr = srv.FrontendAddress()
+	}
+	copts := client.Options{HostPort: addr, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(logger.With("component", "temporal-sdk"))}
+	if o.TLSCert != "" || o.TLSCA != "" {
+		tlsCfg, err := clientTLS(o)
+		if err != nil {
+			t.stopServer()
+			return nil, err
+		}
+		copts.ConnectionOptions.TLS = tlsCfg
+	}
+	if o.APIKey != "" {
+		copts.Credentials = client.NewAPIKeyStaticCredentials(o.APIKey)
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dialCtx, copts)
+	if err != nil {
+		t.stopServer()
+		return nil, fmt.Errorf("dial temporal %s: %w", addr, err)
+	}
+	t.Client = c
+	if err := worker.RegisterSearchAttributes(ctx, c, o.Namespace); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Temporal) stopServer() {
+	if t.Server != nil {
+		_ = t.Server.Stop()
+	}
+}
+
+func clientTLS(o TemporalOptions) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("load temporal client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if o.TLSCA != "" {
+		pem, err := os.ReadFile(o.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("read temporal CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("temporal CA %s holds no certificate", o.TLSCA)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// KubeConfig loads a kubeconfig file, or the in-cluster config when path is empty.
+func KubeConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg, nil
+}
+
+// ControllerOptions configures the worker and the watcher.
+type ControllerOptions struct {
+	DryRun         bool
+	Workers        int
+	MetricsAddress string
+}
+
+// RunController runs the worker and the watcher until ctx ends.
+func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Client, o ControllerOptions, m *metrics.Metrics, logger *slog.Logger) error {
+	w := worker.New(tc, &activities.Activities{Kube: kube, Metrics: m})
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	defer w.Stop()
+	wt := watcher.New(watcher.Config{
+		Kube:     kube,
+		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun},
+		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers,
+	})
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return wt.Run(gctx) })
+	if o.MetricsAddress != "" {
+		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, m, logger) })
+	}
+	return g.Wait()
+}
+
+func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, logger *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

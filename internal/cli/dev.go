@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/sim"
+)
+
+func newDevCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var t temporalFlags
+	var ctl app.ControllerOptions
+	var cacheDir string
+	var simNodes, simDevices int
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything on one machine: local cluster (unless --kubeconfig), embedded Temporal + UI, worker and watcher",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx := c.Context()
+			logConfig(g.logger, c)
+			out := c.OutOrStdout()
+			topts, err := t.options(g)
+			if err != nil {
+				return err
+			}
+			if k.kubeconfig == "" {
+				dir := clusterDir(g)
+				if _, running, err := localcluster.Status(dir); err != nil {
+					return err
+				} else if running {
+					fmt.Fprintf(out, "using the running local cluster (%s)\n", dir)
+				} else {
+					cl, err := localcluster.Start(ctx, localcluster.Options{
+						Dir: dir, Builder: &localcluster.Builder{CacheDir: cacheDir, Out: out}, Out: out,
+					})
+					if err != nil {
+						return err
+					}
+					defer cl.Stop()
+				}
+				k.kubeconfig = localcluster.KubeconfigPath(dir)
+			}
+			kube, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			if simNodes > 0 {
+				names, err := sim.CreateNodes(ctx, kube, "gpu-node", simNodes, simDevices)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "simulated GPU nodes: %v (%d devices each)\n", names, simDevices)
+			}
+			tc, err := app.ConnectTemporal(ctx, topts, g.logger)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			kc, _ := filepath.Abs(k.kubeconfig)
+			fmt.Fprintf(out, "\nDeviceWarden is running.\n  kubeconfig:  %s\n", kc)
+			if tc.Server != nil {
+				fmt.Fprintf(out, "  Temporal:    %s (embedded, %s)\n", tc.Server.FrontendAddress(), topts.DBPath)
+				if u := tc.Server.UIURL(); u != "" {
+					fmt.Fprintf(out, "  Temporal UI: %s\n", u)
+				}
+			}
+			fmt.Fprintf(out, "  Try:         devicewarden sim workload demo --node gpu-node-0 --index 0\n"+
+				"               devicewarden sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
+				"  Ctrl-C stops everything.\n\n", sim.Driver)
+			return app.RunController(ctx, kube, tc.Client, ctl, metrics.New(), g.logger)
+		},
+	}
+	k.add(cmd)
+	t.add(cmd, true)
+	addControllerFlags(cmd, &ctl)
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.Flags().IntVar(&simNodes, "sim-nodes", 0, "create this many simulated GPU nodes on start")
+	cmd.Flags().IntVar(&simDevices, "sim-devices", 8, "devices per simulated node")
+	return cmd
+}
+
+func addControllerFlags(cmd *cobra.Command, o *app.ControllerOptions) {
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
+	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
+	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "127.0.0.1:9464", "address for /metrics and /healthz (empty disables)")
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var t temporalFlags
+	var ctl app.ControllerOptions
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the worker and the watcher against a cluster (in-cluster config by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			logConfig(g.logger, c)
+			topts, err := t.options(g)
+			if err != nil {
+				return err
+			}
+			kube, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			tc, err := app.ConnectTemporal(c.Context(), topts, g.logger)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			return app.RunController(c.Context(), kube, tc.Client, ctl, metrics.New(), g.logger)
+		},
+	}
+	k.add(cmd)
+	t.add(cmd, true)
+	addControllerFlags(cmd, &ctl)
+	return cmd
+}

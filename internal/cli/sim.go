@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/sim"
+)
+
+func newSimCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "sim", Short: "Simulate a DRA GPU driver and kubelet health reports on a local cluster"}
+	cmd.AddCommand(newSimNodesCmd(g), newSimWorkloadCmd(g), newSimHealthCmd(g))
+	return cmd
+}
+
+func newSimNodesCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var count, devices int
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "Create kwok GPU nodes, each publishing a ResourceSlice of simulated devices",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if count < 1 || devices < 1 || devices > 128 {
+				return fmt.Errorf("--count must be >= 1 and --devices between 1 and 128")
+			}
+			cs, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			names, err := sim.CreateNodes(c.Context(), cs, prefix, count, devices)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "%d nodes with %d devices each (driver %s): %v\n", len(names), devices, sim.Driver, names)
+			return nil
+		},
+	}
+	k.add(cmd)
+	cmd.Flags().IntVar(&count, "count", 3, "number of nodes")
+	cmd.Flags().IntVar(&devices, "devices", 8, "devices per node")
+	cmd.Flags().StringVar(&prefix, "prefix", "gpu-node", "node name prefix")
+	return cmd
+}
+
+func newSimWorkloadCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var w sim.Workload
+	var index int
+	cmd := &cobra.Command{
+		Use:   "workload NAME",
+		Short: "Run a pod that claims one simulated GPU (optionally a given node's gpu-<index>)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cs, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			w.Name = args[0]
+			if index >= 0 {
+				w.Index = &index
+			}
+			if err := sim.EnsureNamespace(c.Context(), cs, w.Namespace); err != nil {
+				return err
+			}
+			pod, err := w.Create(c.Context(), cs)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "pod %s/%s created\n", pod.Namespace, pod.Name)
+			return nil
+		},
+	}
+	k.add(cmd)
+	cmd.Flags().StringVar(&w.Namespace, "namespace", "default", "namespace")
+	cmd.Flags().StringVar(&w.Node, "node", "", "pin to this node's devices")
+	cmd.Flags().IntVar(&index, "index", -1, "pin to gpu-<index> (-1: any)")
+	cmd.Flags().BoolVar(&w.Template, "template", true, "use a ResourceClaimTemplate (false: a ResourceClaim)")
+	return cmd
+}
+
+func newSimHealthCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var devFlag, healthFlag, message string
+	cmd := &cobra.Command{
+		Use:   "health",
+		Short: "Write a device's health into every pod holding it, as kubelet would",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			id, err := device.ParseID(devFlag)
+			if err != nil {
+				return fmt.Errorf("--device: %w", err)
+			}
+			h, err := device.ParseHealth(healthFlag)
+			if err != nil {
+				return fmt.Errorf("--health: %w (want Healthy, Unhealthy or Unknown)", err)
+			}
+			cs, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			n, err := sim.SetHealth(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "device %s is %s in %s container status(es)\n", id, h, strconv.Itoa(n))
+			return nil
+		},
+	}
+	k.add(cmd)
+	cmd.Flags().StringVar(&devFlag, "device", "", "device as <driver>/<pool>/<device>")
+	cmd.Flags().StringVar(&healthFlag, "health", "", "Healthy, Unhealthy or Unknown")
+	cmd.Flags().StringVar(&message, "message", "", "driver message")
+	_ = cmd.MarkFlagRequired("device")
+	_ = cmd.MarkFlagRequired("health")
+	return cmd
+}

@@ -1,0 +1,70 @@
+// Package metrics defines DeviceWarden's Prometheus metrics. Each component gets the
+// collectors through a *Metrics so tests can use a fresh registry.
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics holds every collector.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// WatcherEvents counts informer events by kind (pod, claim) and action (add, update, delete).
+	WatcherEvents *prometheus.CounterVec
+	// WatcherReports counts device health reports extracted from pod status, by health.
+	WatcherReports *prometheus.CounterVec
+	// ResolutionFailures counts reports that could not be tied to a device, by reason.
+	ResolutionFailures *prometheus.CounterVec
+	// Deduplicated counts device updates dropped because nothing changed since the last signal.
+	Deduplicated prometheus.Counter
+	// Signals counts signal-with-start calls to Temporal by result (ok, error).
+	Signals *prometheus.CounterVec
+	// SignalSeconds is the latency of one signal-with-start call.
+	SignalSeconds prometheus.Histogram
+	// QueueDepth is the number of devices waiting to be signalled.
+	QueueDepth prometheus.Gauge
+	// Quarantines counts quarantine activity calls by result (created, existing, error).
+	Quarantines *prometheus.CounterVec
+}
+
+// New registers all collectors in a new registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		WatcherEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "events_total",
+			Help: "Informer events seen by the watcher.",
+		}, []string{"kind", "action"}),
+		WatcherReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "reports_total",
+			Help: "Device health reports read from pod status.",
+		}, []string{"health"}),
+		ResolutionFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "resolution_failures_total",
+			Help: "Health reports that could not be resolved to a device.",
+		}, []string{"reason"}),
+		Deduplicated: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "deduplicated_total",
+			Help: "Device updates not signalled because nothing changed.",
+		}),
+		Signals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "signals_total",
+			Help: "Signal-with-start calls to device workflows.",
+		}, []string{"result"}),
+		SignalSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "signal_seconds",
+			Help:    "Latency of one signal-with-start call.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "queue_depth",
+			Help: "Devices waiting to be signalled.",
+		}),
+		Quarantines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "activities", Name: "quarantines_total",
+			Help: "Quarantine activity calls.",
+		}, []string{"result"}),
+	}
+	m.Registry.MustRegister(m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated,
+		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
+	return m
+}

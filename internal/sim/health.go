@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// CDIDeviceID is the resourceID kubelet reports for a simulated device: like real GPU drivers, the
+// simulated driver has CDI device IDs, so the ID does not spell out driver/pool/device.
+func CDIDeviceID(id device.ID) string { return "k8s." + id.Driver + "/gpu=" + id.Pool + "-" + id.Device }
+
+// Target is one container entry that reports a device's health.
+type Target struct {
+	Namespace string
+	Pod       string
+	Container string
+	// EntryName is "claim:<podClaim>" or "claim:<podClaim>/<request>".
+	EntryName string
+}
+
+// Targets finds every pod container that holds the device, through the claims allocated it.
+func Targets(ctx context.Context, cs kubernetes.Interface, id device.ID) ([]Target, error) {
+	claims, err := cs.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list resource claims: %w", err)
+	}
+	var out []Target
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		requests := requestsHolding(c, id)
+		if len(requests) == 0 {
+			continue
+		}
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource != "pods" {
+				continue
+			}
+			pod, err := cs.CoreV1().Pods(c.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("get pod %s/%s: %w", c.Namespace, ref.Name, err)
+			}
+			out = append(out, podTargets(pod, c.Name, requests)...)
+		}
+	}
+	return out, nil
+}
+
+func requestsHolding(c *resourcev1.ResourceClaim, id device.ID) map[string]bool {
+	if c.Status.Allocation == nil {
+		return nil
+	}
+	reqs := map[string]bool{}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == id.Driver && r.Pool == id.Pool && r.Device == id.Device {
+			reqs[r.Request] = true
+		}
+	}
+	return reqs
+}
+
+// podTargets lists the containers of pod that use claim (by its ResourceClaim name).
+func podTargets(pod *corev1.Pod, claim string, requests map[string]bool) []Target {
+	var out []Target
+	for _, rc := range pod.Spec.ResourceClaims {
+		name := ""
+		if rc.ResourceClaimName != nil {
+			name = *rc.ResourceClaimName
+		}
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if s.Name == rc.Name && s.ResourceClaimName != nil {
+				name = *s.ResourceClaimName
+			}
+		}
+		if name != claim {
+			continue
+		}
+		for _, ctr := range pod.Spec.Containers {
+			for _, cc := range ctr.Resources.Claims {
+				if cc.Name != rc.Name || (cc.Request != "" && !requests[cc.Request]) {
+					continue
+				}
+				entry := "claim:" + cc.Name
+				if cc.Request != "" {
+					entry += "/" + cc.Request
+				}
+				out = append(out, Target{Namespace: pod.Namespace, Pod: pod.Name, Container: ctr.Name, EntryName: entry})
+			}
+		}
+	}
+	return out
+}
+
+// SetHealth writes the device's health into the status of every pod holding it, as kubelet does,
+// and returns how many containers it wrote.
+func SetHealth(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string) (int, error) {
+	targets, err := Targets(ctx, cs, id)
+	if err != nil {
+		return 0, err
+	}
+	if len(targets) == 0 {
+		return 0, fmt.Errorf("no running pod holds device %s", id)
+	}
+	for _, t := range targets {
+		if err := WriteHealth(ctx, cs, t, CDIDeviceID(id), health, message); err != nil {
+			return 0, err
+		}
+	}
+	return len(targets), nil
+}
+
+// WriteHealth sets one resource's health in one container's allocatedResourcesStatus, keeping every
+// other entry as it was.
+func WriteHealth(ctx context.Context, cs kubernetes.Interface, t Target, resourceID string, health corev1.ResourceHealthStatus, message string) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		pod, err := cs.CoreV1().Pods(t.Namespace).Get(ctx, t.Pod, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get pod %s/%s: %w", t.Namespace, t.Pod, err)
+		}
+		if !setEntry(pod, t, resourceID, health, message) {
+			return fmt.Errorf("pod %s/%s has no status for container %s yet", t.Namespace, t.Pod, t.Container)
+		}
+		_, err = cs.CoreV1().Pods(t.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func setEntry(pod *corev1.Pod, t Target, resourceID string, health corev1.ResourceHealthStatus, message string) bool {
+	var msg *string
+	if message != "" {
+		msg = &message
+	}
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		if cs.Name != t.Container {
+			continue
+		}
+		for j := range cs.AllocatedResourcesStatus {
+			rs := &cs.AllocatedResourcesStatus[j]
+			if string(rs.Name) != t.EntryName {
+				continue
+			}
+			for k := range rs.Resources {
+				if string(rs.Resources[k].ResourceID) == resourceID {
+					rs.Resources[k].Health, rs.Resources[k].Message = health, msg
+					return true
+				}
+			}
+			rs.Resources = append(rs.Resources, corev1.ResourceHealth{ResourceID: corev1.ResourceID(resourceID), Health: health, Message: msg})
+			return true
+		}
+		cs.AllocatedResourcesStatus = append(cs.AllocatedResourcesStatus, corev1.ResourceStatus{
+			Name:      corev1.ResourceName(t.EntryName),
+			Resources: []corev1.ResourceHealth{{ResourceID: corev1.ResourceID(resourceID), Health: health, Message: msg}},
+		})
+		return true
+	}
+	return false
+}

@@ -1,0 +1,122 @@
+// Package sim plays a DRA GPU driver and kubelet on a local cluster: it publishes devices on kwok
+// nodes and writes device health into pod status, so demos and tests can inject faults.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+)
+
+// Driver is the simulated DRA driver's name; it is also the DeviceClass name.
+const Driver = "gpu.sim.devicewarden.io"
+
+// Attribute names published on every simulated device (qualified by the driver's domain).
+const (
+	AttrIndex = "index"
+	AttrNode  = "node"
+	AttrModel = "model"
+)
+
+// LabelSimNode marks nodes the simulator created.
+const LabelSimNode = "sim.devicewarden.io/node"
+
+// EnsureDeviceClass creates the DeviceClass that selects every simulated GPU.
+func EnsureDeviceClass(ctx context.Context, cs kubernetes.Interface) error {
+	dc := &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: Driver},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", Driver)},
+		}}},
+	}
+	_, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create device class: %w", err)
+	}
+	return nil
+}
+
+// NodeName is the name of the i-th simulated node with the given prefix.
+func NodeName(prefix string, i int) string { return prefix + "-" + strconv.Itoa(i) }
+
+// CreateNodes creates count kwok nodes named <prefix>-<i>, each publishing one ResourceSlice with
+// devices gpu-0..gpu-(devices-1). Existing nodes and slices are left as they are.
+func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, count, devices int) ([]string, error) {
+	if err := EnsureDeviceClass(ctx, cs); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, count)
+	for i := 0; i < count; i++ {
+		name := NodeName(prefix, i)
+		if err := createNode(ctx, cs, name); err != nil {
+			return nil, err
+		}
+		if err := createSlice(ctx, cs, name, devices); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+func createNode(ctx context.Context, cs kubernetes.Interface, name string) error {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("1000"),
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{LabelSimNode: "true", "kubernetes.io/hostname": name, "type": "kwok"},
+			Annotations: map[string]string{localcluster.KwokNodeAnnotation: "fake"},
+		},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+	_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	return nil
+}
+
+func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devices int) error {
+	devs := make([]resourcev1.Device, 0, devices)
+	for i := 0; i < devices; i++ {
+		devs = append(devs, resourcev1.Device{
+			Name: "gpu-" + strconv.Itoa(i),
+			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				AttrIndex: {IntValue: ptr.To(int64(i))},
+				AttrNode:  {StringValue: ptr.To(node)},
+				AttrModel: {StringValue: ptr.To("sim-a100")},
+			},
+			Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
+				"memory": {Value: resource.MustParse("80Gi")},
+			},
+		})
+	}
+	slice := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + "gpu.sim"},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver:   Driver,
+			NodeName: ptr.To(node),
+			Pool:     resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			Devices:  devs,
+		},
+	}
+	_, err := cs.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create resource slice for %s: %w", node, err)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+// Package watcher reads device health from the cluster and signals one Temporal workflow per device.
+package watcher
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// MaxMessageLen is the longest driver message kept; the API cuts messages at this length too.
+const MaxMessageLen = 1024
+
+// Reasons a health report could not be resolved to a device. They are metric label values.
+const (
+	ReasonUnknownHealth     = "unknown_health"
+	ReasonNotClaim          = "device_plugin_resource"
+	ReasonClaimRefUnknown   = "claim_reference_unknown"
+	ReasonClaimNotGenerated = "claim_not_generated"
+	ReasonClaimNotFound     = "claim_not_found"
+	ReasonClaimNotAllocated = "claim_not_allocated"
+	ReasonRequestUnmatched  = "request_unmatched"
+	ReasonIDUnmatched       = "resource_id_unmatched"
+)
+
+// Report is one health value for one device from one container.
+type Report struct {
+	Device   device.ID
+	Node     string
+	Health   device.Health
+	Message  string
+	Reporter workflows.Reporter
+}
+
+// ResolveError explains why one health entry was not turned into a Report.
+type ResolveError struct {
+	Reason string
+	// Key names the entry: namespace/pod/container/name/resourceID.
+	Key string
+	// Claim is the namespace/name of the claim involved, when known; a later change to that
+	// claim may make the entry resolvable.
+	Claim string
+	Err   error
+}
+
+func (e ResolveError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Key, e.Reason, e.Err) }
+
+// ClaimGetter looks up a ResourceClaim in the informer cache.
+type ClaimGetter func(namespace, name string) (*resourcev1.ResourceClaim, bool)
+
+// Resolve turns a pod's allocatedResourcesStatus into per-device reports. The device is found
+// through the claim's allocation results, never by parsing the resourceID: kubelet may report a
+// CDI device ID there.
+func Resolve(pod *corev1.Pod, claims ClaimGetter) ([]Report, []ResolveError) {
+	var reports []Report
+	var errs []ResolveError
+	for _, cs := range pod.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, rh := range rs.Resources {
+				key := strings.Join([]string{pod.Namespace, pod.Name, cs.Name, string(rs.Name), string(rh.ResourceID)}, "/")
+				r, rerr := resolveOne(pod, cs.Name, string(rs.Name), rh, claims)
+				if rerr != nil {
+					rerr.Key = key
+					errs = append(errs, *rerr)
+					continue
+				}
+				reports = append(reports, r)
+			}
+		}
+	}
+	return reports, errs
+}
+
+func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealth, claims ClaimGetter) (Report, *ResolveError) {
+	health, err := device.ParseHealth(string(rh.Health))
+	if err != nil {
+		return Report{}, &ResolveError{Reason: ReasonUnknownHealth, Err: err}
+	}
+	ref, ok := strings.CutPrefix(name, "claim:")
+	if !ok {
+		return Report{}, &ResolveError{Reason: ReasonNotClaim, Err: fmt.Errorf("resource %q is not a DRA claim", name)}
+	}
+	podClaim, request, _ := strings.Cut(ref, "/")
+	claimName, rerr := claimNameFor(pod, podClaim)
+	if rerr != nil {
+		return Report{}, rerr
+	}
+	claimKey := pod.Namespace + "/" + claimName
+	claim, found := claims(pod.Namespace, claimName)
+	if !found {
+		return Report{}, &ResolveError{Reason: ReasonClaimNotFound, Claim: claimKey, Err: fmt.Errorf("claim %s not found", claimKey)}
+	}
+	if claim.Status.Allocation == nil {
+		return Report{}, &ResolveError{Reason: ReasonClaimNotAllocated, Claim: claimKey, Err: fmt.Errorf("claim %s has no allocation", claimKey)}
+	}
+	var candidates []resourcev1.DeviceRequestAllocationResult
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if request == "" || r.Request == request || strings.HasPrefix(r.Request, request+"/") {
+			candidates = append(candidates, r)
+		}
+	}
+	if len(candidates) == 0 {
+		return Report{}, &ResolveError{Reason: ReasonRequestUnmatched, Claim: claimKey, Err: fmt.Errorf("claim %s has no result for request %q", claimKey, request)}
+	}
+	chosen, ok := match(candidates, string(rh.ResourceID))
+	if !ok {
+		return Report{}, &ResolveError{Reason: ReasonIDUnmatched, Claim: claimKey,
+			Err: fmt.Errorf("resourceID %q matches none of the %d devices allocated to claim %s", rh.ResourceID, len(candidates), claimKey)}
+	}
+	msg := ""
+	if rh.Message != nil {
+		msg = *rh.Message
+		if len(msg) > MaxMessageLen {
+			msg = msg[:MaxMessageLen]
+		}
+	}
+	return Report{
+		Device:  device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
+		Node:    pod.Spec.NodeName,
+		Health:  health,
+		Message: msg,
+		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container,
+			Claim: claimName, Health: health},
+	}, nil
+}
+
+// match picks the allocated device a resourceID refers to. With a single candidate the ID's form
+// does not matter (it may be a CDI device ID). With several, only an exact match with a candidate's
+// canonical name is accepted: guessing would quarantine the wrong device.
+func match(candidates []resourcev1.DeviceRequestAllocationResult, resourceID string) (resourcev1.DeviceRequestAllocationResult, bool) {
+	if len(candidates) == 1 {
+		return candidates[0], true
+	}
+	for _, c := range candidates {
+		if c.Driver+"/"+c.Pool+"/"+c.Device == resourceID {
+			return c, true
+		}
+	}
+	return resourcev1.DeviceRequestAllocationResult{}, false
+}
+
+// claimNameFor maps a pod-level claim reference to the ResourceClaim's name, which for a
+// template is generated and recorded in the pod's status.
+func claimNameFor(pod *corev1.Pod, podClaim string) (string, *ResolveError) {
+	for _, rc := range pod.Spec.ResourceClaims {
+		if rc.Name != podClaim {
+			continue
+		}
+		if rc.ResourceClaimName != nil {
+			return *rc.ResourceClaimName, nil
+		}
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if s.Name == podClaim && s.ResourceClaimName != nil {
+				return *s.ResourceClaimName, nil
+			}
+		}
+		return "", &ResolveError{Reason: ReasonClaimNotGenerated, Err: fmt.Errorf("claim %q of pod %s/%s has no generated ResourceClaim yet", podClaim, pod.Namespace, pod.Name)}
+	}
+	return "", &ResolveError{Reason: ReasonClaimRefUnknown, Err: fmt.Errorf("pod %s/%s has no claim named %q", pod.Namespace, pod.Name, podClaim)}
+}
+
+// ClaimRefs lists the namespace/name of every ResourceClaim a pod uses, so that a claim change
+// can re-resolve the pods that depend on it.
+func ClaimRefs(pod *corev1.Pod) []string {
+	var out []string
+	for _, rc := range pod.Spec.ResourceClaims {
+		name, err := claimNameFor(pod, rc.Name)
+		if err == nil {
+			out = append(out, pod.Namespace+"/"+name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package watcher
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+const drv = "gpu.sim.devicewarden.io"
+
+func claimWith(name string, results ...resourcev1.DeviceRequestAllocationResult) *resourcev1.ResourceClaim {
+	return &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{
+			Devices: resourcev1.DeviceAllocationResult{Results: results}}},
+	}
+}
+
+func result(request, dev string) resourcev1.DeviceRequestAllocationResult {
+	return resourcev1.DeviceRequestAllocationResult{Request: request, Driver: drv, Pool: "node-1", Device: dev}
+}
+
+// podWith builds a pod using one template-generated claim "gpu" -> ResourceClaim "pod-gpu-abc".
+func podWith(entries ...corev1.ResourceStatus) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod", Namespace: "ns", ResourceVersion: "42"},
+		Spec: corev1.PodSpec{NodeName: "node-1", ResourceClaims: []corev1.PodResourceClaim{
+			{Name: "gpu", ResourceClaimTemplateName: ptr.To("tmpl")},
+			{Name: "direct", ResourceClaimName: ptr.To("direct-claim")},
+			{Name: "pending", ResourceClaimTemplateName: ptr.To("tmpl")},
+		}},
+		Status: corev1.PodStatus{
+			ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("pod-gpu-abc")}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "main", AllocatedResourcesStatus: entries}},
+		},
+	}
+}
+
+func healthEntry(name, id, health string, msg *string) corev1.ResourceStatus {
+	return corev1.ResourceStatus{Name: corev1.ResourceName(name), Resources: []corev1.ResourceHealth{
+		{ResourceID: corev1.ResourceID(id), Health: corev1.ResourceHealthStatus(health), Message: msg}}}
+}
+
+func TestResolve(t *testing.T) {
+	claims := map[string]*resourcev1.ResourceClaim{
+		"pod-gpu-abc":  claimWith("pod-gpu-abc", result("gpus", "gpu-3")),
+		"direct-claim": claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-2"), result("b/small", "gpu-5")),
+	}
+	get := func(ns, name string) (*resourcev1.ResourceClaim, bool) { c, ok := claims[name]; return c, ok }
+	long := strings.Repeat("x", 5000)
+	tests := []struct {
+		name       string
+		entry      corev1.ResourceStatus
+		wantDevice string
+		wantReason string
+	}{
+		{name: "template claim, CDI-style ID resolved through allocation", entry: healthEntry("claim:gpu", "k8s.gpu.sim.devicewarden.io/gpu=node-1-gpu-3", "Unhealthy", nil), wantDevice: "gpu-3"},
+		{name: "request named", entry: healthEntry("claim:gpu/gpus", "anything", "Unknown", nil), wantDevice: "gpu-3"},
+		{name: "several devices, exact canonical ID", entry: healthEntry("claim:direct/a", drv+"/node-1/gpu-2", "Unhealthy", nil), wantDevice: "gpu-2"},
+		{name: "subrequest of prioritized list", entry: healthEntry("claim:direct/b", "x", "Unhealthy", nil), wantDevice: "gpu-5"},
+		{name: "several devices, ID matches none", entry: healthEntry("claim:direct/a", "vendor/gpu=uuid-9", "Unhealthy", nil), wantReason: ReasonIDUnmatched},
+		{name: "malformed resourceID", entry: healthEntry("claim:direct/a", "///", "Unhealthy", nil), wantReason: ReasonIDUnmatched},
+		{name: "unknown health from an old client", entry: healthEntry("claim:gpu", "x", "Degraded", nil), wantReason: ReasonUnknownHealth},
+		{name: "empty health", entry: healthEntry("claim:gpu", "x", "", nil), wantReason: ReasonUnknownHealth},
+		{name: "device plugin resource", entry: healthEntry("example.com/gpu", "dev-1", "Unhealthy", nil), wantReason: ReasonNotClaim},
+		{name: "claim name not in pod", entry: healthEntry("claim:nope", "x", "Unhealthy", nil), wantReason: ReasonClaimRefUnknown},
+		{name: "template claim not generated yet", entry: healthEntry("claim:pending", "x", "Unhealthy", nil), wantReason: ReasonClaimNotGenerated},
+		{name: "request not in allocation", entry: healthEntry("claim:direct/zzz", "x", "Unhealthy", nil), wantReason: ReasonRequestUnmatched},
+		{name: "message over 1024 chars is cut", entry: healthEntry("claim:gpu", "x", "Unhealthy", &long), wantDevice: "gpu-3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reports, errs := Resolve(podWith(tt.entry), get)
+			if tt.wantReason != "" {
+				if len(errs) != 1 || errs[0].Reason != tt.wantReason || len(reports) != 0 {
+					t.Fatalf("got reports=%v errs=%v, want reason %s", reports, errs, tt.wantReason)
+				}
+				return
+			}
+			if len(errs) != 0 || len(reports) != 1 {
+				t.Fatalf("got reports=%v errs=%v", reports, errs)
+			}
+			r := reports[0]
+			if r.Device != (device.ID{Driver: drv, Pool: "node-1", Device: tt.wantDevice}) || r.Node != "node-1" {
+				t.Fatalf("resolved %+v", r)
+			}
+			if len(r.Message) > MaxMessageLen {
+				t.Fatalf("message kept %d chars", len(r.Message))
+			}
+		})
+	}
+}
+
+func TestResolveClaimGone(t *testing.T) {
+	none := func(string, string) (*resourcev1.ResourceClaim, bool) { return nil, false }
+	_, errs := Resolve(podWith(healthEntry("claim:gpu", "x", "Unhealthy", nil)), none)
+	if len(errs) != 1 || errs[0].Reason != ReasonClaimNotFound || errs[0].Claim != "ns/pod-gpu-abc" {
+		t.Fatalf("errs = %v", errs)
+	}
+}
+
+func TestStripKeepsWhatResolveReads(t *testing.T) {
+	pod := podWith(healthEntry("claim:gpu", "x", "Unhealthy", nil))
+	pod.Labels = map[string]string{"big": strings.Repeat("y", 1000)}
+	pod.Spec.Containers = []corev1.Container{{Name: "main", Image: "img"}}
+	stripped := stripPod(pod)
+	if stripped.Labels != nil || stripped.Spec.Containers != nil {
+		t.Fatal("strip kept unused fields")
+	}
+	get := func(ns, name string) (*resourcev1.ResourceClaim, bool) {
+		return stripClaim(claimWith("pod-gpu-abc", result("gpus", "gpu-3"))), true
+	}
+	reports, errs := Resolve(stripped, get)
+	if len(reports) != 1 || len(errs) != 0 {
+		t.Fatalf("stripped pod resolved to %v %v", reports, errs)
+	}
+}

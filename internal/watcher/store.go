@@ -1,0 +1,174 @@
+package watcher
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// store aggregates reports per device across every pod that holds it and remembers what was
+// last signalled, so unchanged devices cost Temporal nothing.
+type store struct {
+	mu      sync.Mutex
+	devices map[device.ID]*entry
+	// podDevices remembers which devices each pod reported, to retract them on change or delete.
+	podDevices map[string][]device.ID
+	// claimPods indexes pods by the claims they use (namespace/name -> pod keys).
+	claimPods map[string]map[string]struct{}
+}
+
+type entry struct {
+	reports map[string][]Report // by pod key
+	version uint64              // highest pod resourceVersion that touched this device
+	// signalled is what the device workflow last received; nil means no workflow was signalled.
+	signalled *workflows.Observation
+}
+
+func newStore() *store {
+	return &store{devices: map[device.ID]*entry{}, podDevices: map[string][]device.ID{}, claimPods: map[string]map[string]struct{}{}}
+}
+
+// setPod replaces a pod's reports and returns the devices whose aggregate may have changed.
+func (s *store) setPod(podKey string, version string, reports []Report, claims []string) []device.ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range claims {
+		if s.claimPods[c] == nil {
+			s.claimPods[c] = map[string]struct{}{}
+		}
+		s.claimPods[c][podKey] = struct{}{}
+	}
+	byDevice := map[device.ID][]Report{}
+	for _, r := range reports {
+		byDevice[r.Device] = append(byDevice[r.Device], r)
+	}
+	v, _ := strconv.ParseUint(version, 10, 64)
+	var changed []device.ID
+	for _, id := range s.podDevices[podKey] {
+		if _, still := byDevice[id]; !still {
+			if e := s.devices[id]; e != nil {
+				delete(e.reports, podKey)
+				e.version = max(e.version, v)
+				s.gc(id, e)
+			}
+			changed = append(changed, id)
+		}
+	}
+	ids := make([]device.ID, 0, len(byDevice))
+	for id, rs := range byDevice {
+		e := s.devices[id]
+		if e == nil {
+			e = &entry{reports: map[string][]Report{}}
+			s.devices[id] = e
+		}
+		e.reports[podKey] = rs
+		e.version = max(e.version, v)
+		ids = append(ids, id)
+		changed = append(changed, id)
+	}
+	if len(ids) == 0 {
+		delete(s.podDevices, podKey)
+	} else {
+		s.podDevices[podKey] = ids
+	}
+	return changed
+}
+
+// deletePod retracts a deleted pod's reports.
+func (s *store) deletePod(podKey, version string, claims []string) []device.ID {
+	changed := s.setPod(podKey, version, nil, nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range claims {
+		delete(s.claimPods[c], podKey)
+		if len(s.claimPods[c]) == 0 {
+			delete(s.claimPods, c)
+		}
+	}
+	return changed
+}
+
+// podsOfClaim lists the pods that use a claim.
+func (s *store) podsOfClaim(claim string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.claimPods[claim]))
+	for p := range s.claimPods[claim] {
+		out = append(out, p)
+	}
+	return out
+}
+
+// gc forgets a device that nobody reports and that has no workflow.
+func (s *store) gc(id device.ID, e *entry) {
+	if len(e.reports) == 0 && e.signalled == nil {
+		delete(s.devices, id)
+	}
+}
+
+// decision is what the worker should do for one device.
+type decision int
+
+const (
+	skipNothing   decision = iota // nothing known about the device
+	skipHealthy                   // healthy and no workflow: costs Temporal nothing
+	skipDuplicate                 // same health and message as last signalled
+	doSignal
+)
+
+// next computes the device's aggregate observation and whether it must be signalled.
+func (s *store) next(id device.ID, now time.Time) (workflows.Observation, decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.devices[id]
+	if e == nil || len(e.reports) == 0 {
+		return workflows.Observation{}, skipNothing
+	}
+	obs := aggregate(id, e, now)
+	switch {
+	case e.signalled == nil && obs.Health == device.Healthy:
+		return obs, skipHealthy
+	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message:
+		return obs, skipDuplicate
+	}
+	return obs, doSignal
+}
+
+// markSignalled records a delivered observation.
+func (s *store) markSignalled(obs workflows.Observation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.devices[obs.Device]; e != nil {
+		o := obs
+		e.signalled = &o
+	}
+}
+
+// aggregate: the worst current report wins; every reporter is listed, in a stable order.
+func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
+	obs := workflows.Observation{Device: id, Health: device.Healthy, StatusVersion: strconv.FormatUint(e.version, 10), ObservedAt: now}
+	worst := -1
+	pods := make([]string, 0, len(e.reports))
+	for p := range e.reports {
+		pods = append(pods, p)
+	}
+	slices.Sort(pods)
+	for _, p := range pods {
+		for _, r := range e.reports[p] {
+			obs.Reporters = append(obs.Reporters, r.Reporter)
+			if sev := r.Health.Severity(); sev > worst || (sev == worst && r.Message > obs.Message) {
+				worst = sev
+				obs.Health, obs.Message, obs.Node = r.Health, r.Message, r.Node
+			}
+		}
+	}
+	slices.SortFunc(obs.Reporters, func(a, b workflows.Reporter) int {
+		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim)
+	})
+	return obs
+}

@@ -1,0 +1,58 @@
+package watcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+func rep(dev string, h device.Health, pod string) Report {
+	return Report{Device: device.ID{Driver: drv, Pool: "node-1", Device: dev}, Node: "node-1", Health: h,
+		Reporter: workflows.Reporter{Namespace: "ns", Pod: pod, Container: "main", Claim: pod + "-claim", Health: h}}
+}
+
+func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
+	s := newStore()
+	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	now := time.Unix(1700000000, 0)
+
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil)
+	if _, d := s.next(id, now); d != skipHealthy {
+		t.Fatalf("healthy device with no workflow: decision %v, want skipHealthy", d)
+	}
+	// A second pod shares the device (consumable capacity) and reports it Unhealthy: worst wins.
+	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil)
+	obs, d := s.next(id, now)
+	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "11" || len(obs.Reporters) != 2 {
+		t.Fatalf("got %v %+v", d, obs)
+	}
+	s.markSignalled(obs)
+	// Same health again with a newer status version: nothing to signal.
+	s.setPod("ns/b", "12", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil)
+	if _, d := s.next(id, now); d != skipDuplicate {
+		t.Fatalf("decision %v, want skipDuplicate", d)
+	}
+	// The unhealthy pod goes away: the device is Healthy again and, having a workflow, is signalled.
+	s.deletePod("ns/b", "13", nil)
+	obs, d = s.next(id, now)
+	if d != doSignal || obs.Health != device.Healthy || obs.StatusVersion != "13" {
+		t.Fatalf("after delete: %v %+v", d, obs)
+	}
+}
+
+func TestStoreManyDevicesOnePod(t *testing.T) {
+	s := newStore()
+	var reports []Report
+	for i := 0; i < 5000; i++ {
+		reports = append(reports, rep("gpu-"+string(rune('a'+i%26))+time.Duration(i).String(), device.Unknown, "big"))
+	}
+	changed := s.setPod("ns/big", "5", reports, nil)
+	if len(changed) != 5000 {
+		t.Fatalf("changed %d devices", len(changed))
+	}
+	if changed := s.setPod("ns/big", "6", nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
+		t.Fatalf("retract left %d devices", len(s.devices))
+	}
+}

@@ -1,0 +1,39 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// TemporalSignaler signals a device's workflow, starting it on the device's first non-Healthy report.
+type TemporalSignaler struct {
+	Client    client.Client
+	TaskQueue string
+	DryRun    bool
+}
+
+// Signal uses signal-with-start on the device's business key, so a repeated report never starts a
+// second remediation while one runs.
+func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation) error {
+	id := obs.Device.WorkflowID()
+	opts := client.StartWorkflowOptions{
+		ID:        id,
+		TaskQueue: s.TaskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchDeviceID.ValueSet(obs.Device.String()),
+			workflows.SearchDeviceNode.ValueSet(obs.Node),
+			workflows.SearchDeviceDriver.ValueSet(obs.Device.Driver),
+			workflows.SearchDeviceState.ValueSet(workflows.StateHealthy),
+		),
+	}
+	in := workflows.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun}
+	if _, err := s.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalObservation, obs, opts, workflows.DeviceWorkflow, in); err != nil {
+		return fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	return nil
+}
