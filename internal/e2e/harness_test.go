@@ -1,0 +1,146 @@
+// Package e2e runs DeviceWarden against real parts: a local etcd + kube-apiserver + kube-scheduler +
+// kube-controller-manager + kwok, and the embedded Temporal server. Nothing here is mocked.
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+)
+
+// stack is one cluster and one Temporal server shared by the package's tests; each test uses its
+// own namespace and nodes.
+type stack struct {
+	kube     kubernetes.Interface
+	temporal client.Client
+	metrics  *metrics.Metrics
+	dir      string
+}
+
+var shared *stack
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("e2e: skipped in -short mode")
+		os.Exit(0)
+	}
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, err := os.MkdirTemp("", "devicewarden-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	s, stop, err := startStack(ctx, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start stack:", err)
+		dumpLogs(dir)
+		return 1
+	}
+	shared = s
+	code := m.Run()
+	if code != 0 {
+		dumpLogs(dir)
+	}
+	stop()
+	return code
+}
+
+func startStack(ctx context.Context, dir string) (*stack, func(), error) {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cl, err := localcluster.Start(ctx, localcluster.Options{
+		Dir:     filepath.Join(dir, "cluster"),
+		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr},
+		Out:     os.Stderr,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := app.KubeConfig(cl.Kubeconfig)
+	if err != nil {
+		cl.Stop()
+		return nil, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		cl.Stop()
+		return nil, nil, err
+	}
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{
+		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0",
+	}, logger)
+	if err != nil {
+		cl.Stop()
+		return nil, nil, err
+	}
+	m := metrics.New()
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := app.RunController(runCtx, kube, tc.Client, app.ControllerOptions{Workers: 8}, m, logger); err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+		}
+	}()
+	stop := func() {
+		cancel()
+		wg.Wait()
+		tc.Close()
+		cl.Stop()
+	}
+	return &stack{kube: kube, temporal: tc.Client, metrics: m, dir: dir}, stop, nil
+}
+
+// dumpLogs prints the tail of each control-plane log to help read a failure.
+func dumpLogs(dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "cluster", "logs", "*.log"))
+	logs = append(logs, filepath.Join(dir, "temporal", "temporal-server.log"))
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			continue
+		}
+		st, _ := f.Stat()
+		if st.Size() > 4000 {
+			_, _ = f.Seek(-4000, io.SeekEnd)
+		}
+		data, _ := io.ReadAll(f)
+		f.Close()
+		fmt.Fprintf(os.Stderr, "==== %s (tail)\n%s\n", l, data)
+	}
+}
+
+// eventually polls cond every 50 ms until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+}
