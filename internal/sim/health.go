@@ -124,7 +124,7 @@ func WriteHealth(ctx context.Context, cs kubernetes.Interface, t Target, resourc
 		if err != nil {
 			return fmt.Errorf("get pod %s/%s: %w", t.Namespace, t.Pod, err)
 		}
-		if !setEntry(pod, t, resourceID, health, message) {
+		if !SetEntry(pod, t, resourceID, health, message) {
 			return fmt.Errorf("pod %s/%s has no status for container %s yet", t.Namespace, t.Pod, t.Container)
 		}
 		_, err = cs.CoreV1().Pods(t.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
@@ -132,7 +132,8 @@ func WriteHealth(ctx context.Context, cs kubernetes.Interface, t Target, resourc
 	})
 }
 
-func setEntry(pod *corev1.Pod, t Target, resourceID string, health corev1.ResourceHealthStatus, message string) bool {
+// SetEntry sets one resource's health in a pod object (not yet written); false if the container has no status.
+func SetEntry(pod *corev1.Pod, t Target, resourceID string, health corev1.ResourceHealthStatus, message string) bool {
 	var msg *string
 	if message != "" {
 		msg = &message

@@ -1,0 +1,246 @@
+// Package bench measures DeviceWarden end to end on the real local stack and prints figures.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/sim"
+)
+
+// QuarantineOptions configures the detect -> quarantine benchmark.
+type QuarantineOptions struct {
+	Devices  int
+	CacheDir string
+	Out      io.Writer
+}
+
+// Quarantine starts a fresh cluster, embedded Temporal, worker and watcher; runs one pod per device;
+// then, one device at a time, writes Unhealthy into the pod's status and times how long until the
+// device's DeviceTaintRule is visible through a watch.
+func Quarantine(ctx context.Context, o QuarantineOptions) error {
+	dir, err := os.MkdirTemp("", "devicewarden-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := localcluster.Start(ctx, localcluster.Options{
+		Dir: filepath.Join(dir, "cluster"), Builder: &localcluster.Builder{CacheDir: o.CacheDir, Out: o.Out}, Out: o.Out})
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	cfg, err := app.KubeConfig(cl.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
+		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = app.RunController(runCtx, kube, tc.Client, app.ControllerOptions{Workers: 8}, metrics.New(), logger)
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	targets, err := setupPods(ctx, kube, o.Devices, o.Out)
+	if err != nil {
+		return err
+	}
+	seen, stopWatch, err := watchRules(ctx, kube)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
+	fmt.Fprintf(o.Out, "[bench] flipping %d devices Unhealthy, one at a time\n", len(targets))
+	var lat []time.Duration
+	starts := make([]time.Time, 0, len(targets))
+	for _, tg := range targets {
+		pod, err := kube.CoreV1().Pods(tg.t.Namespace).Get(ctx, tg.t.Pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !sim.SetEntry(pod, tg.t, sim.CDIDeviceID(tg.id), corev1.ResourceHealthStatusUnhealthy, "bench") {
+			return fmt.Errorf("pod %s has no container status", tg.t.Pod)
+		}
+		start := time.Now()
+		starts = append(starts, start)
+		if _, err := kube.CoreV1().Pods(tg.t.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("write status: %w", err)
+		}
+		select {
+		case at := <-seen(tg.id.TaintRuleName()):
+			lat = append(lat, at.Sub(start))
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("no DeviceTaintRule for %s after 30s", tg.id)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	printLatency(o.Out, "status write -> DeviceTaintRule visible", lat)
+	return breakdown(ctx, o.Out, tc.Client, targets, starts, lat)
+}
+
+// breakdown splits each device's latency at the workflow's own history events: until the
+// workflow started (watch + watcher + signal-with-start), until the quarantine activity started
+// (workflow task + dispatch), and the rest (activity + create + watch back).
+func breakdown(ctx context.Context, out io.Writer, tc client.Client, targets []benchTarget, starts []time.Time, lat []time.Duration) error {
+	var toStart, toActivity, rest []time.Duration
+	for i, tg := range targets {
+		var started, actStarted time.Time
+		it := tc.GetWorkflowHistory(ctx, tg.id.WorkflowID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				return fmt.Errorf("read history of %s: %w", tg.id, err)
+			}
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+				started = ev.GetEventTime().AsTime()
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+				if actStarted.IsZero() {
+					actStarted = ev.GetEventTime().AsTime()
+				}
+			}
+		}
+		if started.IsZero() || actStarted.IsZero() {
+			continue
+		}
+		toStart = append(toStart, started.Sub(starts[i]))
+		toActivity = append(toActivity, actStarted.Sub(started))
+		rest = append(rest, starts[i].Add(lat[i]).Sub(actStarted))
+	}
+	printLatency(out, "  status write -> workflow started (watch, watcher, signal-with-start)", toStart)
+	printLatency(out, "  workflow started -> quarantine activity started", toActivity)
+	printLatency(out, "  activity started -> rule seen by a watch", rest)
+	return nil
+}
+
+type benchTarget struct {
+	id device.ID
+	t  sim.Target
+}
+
+func setupPods(ctx context.Context, kube kubernetes.Interface, devices int, out io.Writer) ([]benchTarget, error) {
+	const perNode = 8
+	nodes, err := sim.CreateNodes(ctx, kube, "bench", (devices+perNode-1)/perNode, perNode)
+	if err != nil {
+		return nil, err
+	}
+	const ns = "bench"
+	if err := sim.EnsureNamespace(ctx, kube, ns); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "[bench] starting %d pods, one per device, on %d nodes\n", devices, len(nodes))
+	var targets []benchTarget
+	for i := 0; i < devices; i++ {
+		node, idx := nodes[i/perNode], i%perNode
+		name := fmt.Sprintf("job-%d", i)
+		if _, err := (sim.Workload{Namespace: ns, Name: name, Node: node, Index: ptr.To(idx)}).Create(ctx, kube); err != nil {
+			return nil, err
+		}
+		targets = append(targets, benchTarget{
+			id: device.ID{Driver: sim.Driver, Pool: node, Device: fmt.Sprintf("gpu-%d", idx)},
+			t:  sim.Target{Namespace: ns, Pod: name, Container: "main", EntryName: "claim:" + sim.PodClaimName},
+		})
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) > 0 {
+				running++
+			}
+		}
+		if running == devices {
+			return targets, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d pods running", running, devices)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// watchRules records when each DeviceTaintRule first appears; seen(name) yields that time.
+func watchRules(ctx context.Context, kube kubernetes.Interface) (func(string) <-chan time.Time, func(), error) {
+	w, err := kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch device taint rules: %w", err)
+	}
+	var mu sync.Mutex
+	chans := map[string]chan time.Time{}
+	get := func(name string) chan time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		if chans[name] == nil {
+			chans[name] = make(chan time.Time, 1)
+		}
+		return chans[name]
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added {
+				continue
+			}
+			if r, ok := ev.Object.(*resourcev1.DeviceTaintRule); ok {
+				select {
+				case get(r.Name) <- time.Now():
+				default:
+				}
+			}
+		}
+	}()
+	return func(name string) <-chan time.Time { return get(name) }, w.Stop, nil
+}
+
+func printLatency(out io.Writer, what string, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+	fmt.Fprintf(out, "%s over %d devices: p50 %s  p90 %s  p99 %s  max %s  mean %s\n",
+		what, len(s), ms(pct(0.50)), ms(pct(0.90)), ms(pct(0.99)), ms(s[len(s)-1]), ms(sum/time.Duration(len(s))))
+}

@@ -1,0 +1,130 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// recorder is a Signaler that records observations and can be told to fail.
+type recorder struct {
+	mu   sync.Mutex
+	got  []workflows.Observation
+	fail int // fail this many calls first
+}
+
+func (r *recorder) Signal(_ context.Context, obs workflows.Observation) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail > 0 {
+		r.fail--
+		return errors.New("temporal unavailable")
+	}
+	r.got = append(r.got, obs)
+	return nil
+}
+
+func (r *recorder) signals() []workflows.Observation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]workflows.Observation(nil), r.got...)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A narrow unit test of the event plumbing: the fake clientset stands in for the apiserver only
+// to feed the informers. The real apiserver path is proven in internal/e2e.
+func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
+	good := podWith(healthEntry("claim:gpu", "cdi-id", "Unhealthy", nil))
+	good.Name = "good"
+	oldClient := podWith(healthEntry("claim:gpu", "cdi-id", "Degraded", nil))
+	oldClient.Name = "old-client"
+	malformed := podWith(healthEntry("claim:direct/a", "not/a/device/id", "Unhealthy", nil))
+	malformed.Name = "malformed"
+	noClaim := podWith(healthEntry("claim:gpu", "cdi-id", "Unhealthy", nil))
+	noClaim.Name = "no-claim"
+	noClaim.Status.ResourceClaimStatuses[0].ResourceClaimName = ptrTo("deleted-claim")
+
+	kube := fake.NewSimpleClientset(good, oldClient, malformed, noClaim,
+		claimWith("pod-gpu-abc", result("gpus", "gpu-3")),
+		claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-2")))
+	rec := &recorder{fail: 2}
+	m := metrics.New()
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	// Temporal fails twice; the queue keeps the device and the signal still arrives once.
+	waitUntil(t, "signal", func() bool { return len(rec.signals()) == 1 })
+	got := rec.signals()[0]
+	if got.Device != (device.ID{Driver: drv, Pool: "node-1", Device: "gpu-3"}) || got.Health != device.Unhealthy {
+		t.Fatalf("signalled %+v", got)
+	}
+	for reason, want := range map[string]float64{ReasonUnknownHealth: 1, ReasonIDUnmatched: 1, ReasonClaimNotFound: 1} {
+		if n := testutil.ToFloat64(m.ResolutionFailures.WithLabelValues(reason)); n < want {
+			t.Errorf("resolution failures %s = %v, want >= %v", reason, n, want)
+		}
+	}
+	if n := testutil.ToFloat64(m.Signals.WithLabelValues("error")); n != 2 {
+		t.Errorf("signal errors = %v, want 2", n)
+	}
+
+	// The same report under a new resourceVersion is deduplicated, not signalled again.
+	good2 := good.DeepCopy()
+	good2.ResourceVersion = "43"
+	good2.Status.ContainerStatuses[0].Image = "changed-but-irrelevant"
+	if _, err := kube.CoreV1().Pods("ns").UpdateStatus(ctx, good2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "dedup", func() bool { return testutil.ToFloat64(m.Deduplicated) >= 1 })
+	if n := len(rec.signals()); n != 1 {
+		t.Fatalf("%d signals after a duplicate", n)
+	}
+
+	// A pod holding thousands of devices is handled, not fatal.
+	big := podWith()
+	big.Name = "big"
+	var entries []corev1.ResourceStatus
+	for i := 0; i < 2000; i++ {
+		entries = append(entries, healthEntry("claim:direct/a", strings.Repeat("z", 10)+string(rune('a'+i%26)), "Unknown", nil))
+	}
+	big.Status.ContainerStatuses[0].AllocatedResourcesStatus = entries
+	if _, err := kube.CoreV1().Pods("ns").Create(ctx, big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "big pod counted", func() bool {
+		return testutil.ToFloat64(m.ResolutionFailures.WithLabelValues(ReasonIDUnmatched)) >= 2001
+	})
+}
+
+func ptrTo(s string) *string { return &s }
