@@ -33,10 +33,10 @@ var SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "D
 
 // Reporter says which pod, container and claim reported a health value.
 type Reporter struct {
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	Container string `json:"container"`
-	Claim     string `json:"claim"`
+	Namespace string        `json:"namespace"`
+	Pod       string        `json:"pod"`
+	Container string        `json:"container"`
+	Claim     string        `json:"claim"`
 	Health    device.Health `json:"health"`
 }
 
@@ -48,8 +48,8 @@ type Observation struct {
 	// Message is the driver's message of the worst report, if any.
 	Message string `json:"message,omitempty"`
 	// StatusVersion is the resourceVersion of the Pod status that carried the report.
-	StatusVersion string    `json:"statusVersion"`
-	ObservedAt    time.Time `json:"observedAt"`
+	StatusVersion string     `json:"statusVersion"`
+	ObservedAt    time.Time  `json:"observedAt"`
 	Reporters     []Reporter `json:"reporters,omitempty"`
 }
 

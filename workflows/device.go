@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"time"
 
-	resourcev1 "k8s.io/api/resource/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"

@@ -15,7 +15,9 @@ import (
 
 // CDIDeviceID is the resourceID kubelet reports for a simulated device: like real GPU drivers, the
 // simulated driver has CDI device IDs, so the ID does not spell out driver/pool/device.
-func CDIDeviceID(id device.ID) string { return "k8s." + id.Driver + "/gpu=" + id.Pool + "-" + id.Device }
+func CDIDeviceID(id device.ID) string {
+	return "k8s." + id.Driver + "/gpu=" + id.Pool + "-" + id.Device
+}
 
 // Target is one container entry that reports a device's health.
 type Target struct {

@@ -76,8 +76,8 @@ func Start(cfg Config) (*Server, error) {
 	}
 	frontend := net.JoinHostPort(feHost, strconv.Itoa(fePort))
 	sqlCfg := &config.SQL{
-		PluginName:        sqliteplugin.PluginName,
-		DatabaseName:      cfg.DBPath,
+		PluginName:   sqliteplugin.PluginName,
+		DatabaseName: cfg.DBPath,
 		// WAL with synchronous=NORMAL: commits do not fsync; a power cut may lose the last few
 		// transactions but never corrupts the file. Each workflow step is several commits, so
 		// this is the difference between ~20 ms and a few ms per step. Production Temporal

@@ -8,6 +8,8 @@ import (
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
+var benchNow = time.Unix(1700000000, 0)
+
 func rep(dev string, h device.Health, pod string) Report {
 	return Report{Device: device.ID{Driver: drv, Pool: "node-1", Device: dev}, Node: "node-1", Health: h,
 		Reporter: workflows.Reporter{Namespace: "ns", Pod: pod, Container: "main", Claim: pod + "-claim", Health: h}}

@@ -1,0 +1,44 @@
+# DeviceWarden. A new user needs two targets: `make dev` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/devicewarden
+# Packages with unit tests; the e2e package runs separately against the real stack.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v /internal/e2e)
+
+.PHONY: dev test test-unit test-e2e check fmt vet bench build control-plane clean
+
+build: ## Build the devicewarden binary
+	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
+	@mkdir -p bin
+	$(GO) build -o $(BIN) ./cmd/devicewarden
+
+control-plane: build ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok into the cache
+	@$(BIN) cluster build
+
+dev: control-plane ## Local cluster + embedded Temporal + UI + worker + watcher, with 3 simulated GPU nodes
+	$(BIN) dev --sim-nodes 3 --sim-devices 8
+
+test: test-unit test-e2e ## All tests
+
+test-unit: ## Unit, workflow (time-skipping) and replay tests, with the race detector
+	@echo "==> unit tests (race detector; a cold build takes minutes)"
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+test-e2e: control-plane ## Integration tests on a real local cluster and the embedded Temporal server
+	@echo "==> integration tests on the real local stack"
+	$(GO) test -count=1 -timeout 30m -v ./internal/e2e/
+
+check: fmt vet test ## gofmt, go vet and every test
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+bench: build control-plane ## Benchmarks against the real local stack; figures go in BENCHMARKS.md
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/
+	$(BIN) bench quarantine --devices 200 --log-level warn
+
+clean:
+	rm -rf bin

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	root := NewRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestBadInputGetsAClearError(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantErr string
+	}{
+		{name: "device without pool", args: []string{"sim", "health", "--device", "gpu.sim.devicewarden.io/gpu-0", "--health", "Unhealthy"}, wantErr: "--device"},
+		{name: "unknown health value", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Degraded"}, wantErr: "--health"},
+		{name: "missing required flag", args: []string{"sim", "health", "--device", "d/p/gpu-0"}, wantErr: "health"},
+		{name: "bad log level", args: []string{"--log-level", "loud", "cluster", "status"}, wantErr: "--log-level"},
+		{name: "bad integer from env", env: map[string]string{"DEVICEWARDEN_COUNT": "many"}, args: []string{"sim", "nodes"}, wantErr: "DEVICEWARDEN_COUNT"},
+		{name: "bad bool from env", env: map[string]string{"DEVICEWARDEN_DRY_RUN": "perhaps"}, args: []string{"run"}, wantErr: "DEVICEWARDEN_DRY_RUN"},
+		{name: "tls cert without key", args: []string{"run", "--temporal-address", "x:7233", "--temporal-tls-cert", "c.pem"}, wantErr: "go together"},
+		{name: "tls for the embedded server", args: []string{"run", "--temporal-api-key", "k"}, wantErr: "--temporal-address"},
+		{name: "nodes out of range", args: []string{"sim", "nodes", "--devices", "0"}, wantErr: "--devices"},
+		{name: "unknown flag", args: []string{"dev", "--frobnicate"}, wantErr: "unknown flag"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := run(t, tt.env, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error = %v, want one mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestEnvironmentSetsFlagsAndTheCommandLineWins(t *testing.T) {
+	t.Setenv("DEVICEWARDEN_STATE_DIR", t.TempDir())
+	out, err := run(t, nil, "cluster", "status")
+	if err != nil || !strings.Contains(out, "stopped") {
+		t.Fatalf("status from env state dir: %q %v", out, err)
+	}
+	if EnvName("temporal-tls-ca") != "DEVICEWARDEN_TEMPORAL_TLS_CA" {
+		t.Fatal(EnvName("temporal-tls-ca"))
+	}
+	t.Setenv("DEVICEWARDEN_LOG_LEVEL", "loud")
+	if _, err := run(t, nil, "--log-level", "warn", "cluster", "status"); err != nil {
+		t.Fatalf("flag should win over a bad env value: %v", err)
+	}
+}
