@@ -16,6 +16,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Labels and annotations DeviceWarden puts on the objects it owns.
@@ -38,6 +39,13 @@ type Activities struct {
 	Kube kubernetes.Interface
 	// Metrics may be nil in unit tests.
 	Metrics *metrics.Metrics
+	// Breaker answers permit requests; BreakerConfig is the cap sent with each one.
+	Breaker       BreakerClient
+	BreakerConfig policy.BreakerConfig
+	// Alerter may be nil: alerts are then only logged and counted.
+	Alerter Alerter
+
+	devices deviceCount
 }
 
 func (a *Activities) count(result string) {
@@ -63,8 +71,9 @@ type QuarantineResult struct {
 	Created  bool   `json:"created"`
 }
 
-// Quarantine creates the device's DeviceTaintRule, or finds the one that already exists.
-// The name is derived from the device, so retries and repeated signals never make a second rule.
+// Quarantine creates the device's DeviceTaintRule, or brings the existing one up to date (a
+// restriction upgraded to a quarantine changes reason and effect). The name is derived from the
+// device, so retries and repeated signals never make a second rule.
 func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
 	name := in.Device.TaintRuleName()
 	rule := &resourcev1.DeviceTaintRule{
@@ -112,6 +121,19 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		return QuarantineResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("device taint rule %s belongs to %q, not %s", name, existing.Annotations[AnnotationDevice], in.Device),
 			"RuleNameCollision", nil)
+	}
+	if existing.Spec.Taint.Effect != in.Effect || existing.Annotations[AnnotationReason] != in.Reason {
+		updated := existing.DeepCopy()
+		updated.Spec.Taint = rule.Spec.Taint
+		for k, v := range rule.Annotations {
+			updated.Annotations[k] = v
+		}
+		if _, err := a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			a.count("error")
+			return QuarantineResult{}, fmt.Errorf("update device taint rule %s: %w", name, err)
+		}
+		a.count("updated")
+		return QuarantineResult{RuleName: name}, nil
 	}
 	a.count("existing")
 	return QuarantineResult{RuleName: name, Created: false}, nil

@@ -21,6 +21,7 @@ func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
 		MaxConcurrentWorkflowTaskExecutionSize: 64,
 	})
 	w.RegisterWorkflow(workflows.DeviceWorkflow)
+	w.RegisterWorkflow(workflows.BreakerWorkflow)
 	w.RegisterActivity(acts)
 	return w
 }

@@ -1,24 +1,41 @@
 // Package workflows holds DeviceWarden's deterministic orchestration. Nothing here does I/O:
-// every side effect is an activity in package activities.
+// every side effect is an activity in package activities, and every decision is made by the pure
+// state machines in internal/policy.
 package workflows
 
 import (
-	"time"
-
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// Task queue, signal, query and search attribute names. Operators and the Temporal CLI use these.
+// Task queue, workflow, signal, query and update names. Operators and the Temporal CLI use these.
 const (
 	TaskQueue = "devicewarden"
 
 	// SignalObservation delivers a health Observation from the watcher.
 	SignalObservation = "observation"
-	// QueryState returns the DeviceState.
+	// Operator signals to a device workflow; the payload is a policy.Command (kind may be omitted).
+	SignalForceQuarantine = string(policy.CmdForceQuarantine)
+	SignalExtend          = string(policy.CmdExtend)
+	SignalPause           = string(policy.CmdPause)
+	SignalResume          = string(policy.CmdResume)
+	SignalReleaseApproval = string(policy.CmdReleaseApproval)
+	// QueryState returns a device's policy.DeviceState, or the breaker's policy.BreakerState.
 	QueryState = "state"
+
+	// BreakerWorkflowID is the one circuit-breaker workflow of a namespace.
+	BreakerWorkflowID = "devicewarden-breaker"
+	// UpdateAcquire asks the breaker for a permit (policy.PermitRequest -> policy.PermitResult).
+	UpdateAcquire = "acquire"
+	// Breaker signals: resume re-arms an open breaker, pause opens it by hand (payload BreakerSignal).
+	SignalBreakerResume = "resume"
+	SignalBreakerPause  = "pause"
 )
+
+// OperatorSignals are the device workflow's operator signals.
+var OperatorSignals = []string{SignalForceQuarantine, SignalExtend, SignalPause, SignalResume, SignalReleaseApproval}
 
 // Search attributes (Keyword) the device workflow sets; registered at start.
 var (
@@ -31,73 +48,32 @@ var (
 // SearchAttributeNames lists every custom search attribute, for registration.
 var SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState"}
 
-// Reporter says which pod, container and claim reported a health value.
-type Reporter struct {
-	Namespace string        `json:"namespace"`
-	Pod       string        `json:"pod"`
-	Container string        `json:"container"`
-	Claim     string        `json:"claim"`
-	Health    device.Health `json:"health"`
-}
-
-// Observation is one aggregated health report for one device.
-type Observation struct {
-	Device device.ID     `json:"device"`
-	Node   string        `json:"node"`
-	Health device.Health `json:"health"`
-	// Message is the driver's message of the worst report, if any.
-	Message string `json:"message,omitempty"`
-	// StatusVersion is the resourceVersion of the Pod status that carried the report.
-	StatusVersion string     `json:"statusVersion"`
-	ObservedAt    time.Time  `json:"observedAt"`
-	Reporters     []Reporter `json:"reporters,omitempty"`
-}
+// The state model lives in internal/policy; these names keep the workflow API in one place.
+type (
+	Observation = policy.Observation
+	Reporter    = policy.Reporter
+	DeviceState = policy.DeviceState
+	Command     = policy.Command
+)
 
 // DeviceInput starts a device workflow.
 type DeviceInput struct {
-	Device device.ID `json:"device"`
-	Node   string    `json:"node"`
-	// DryRun makes quarantine rules use effect None (preview only).
+	Device device.ID     `json:"device"`
+	Node   string        `json:"node"`
+	Policy policy.Policy `json:"policy"`
+	// DryRun makes every taint use effect None (preview only).
 	DryRun bool `json:"dryRun,omitempty"`
 	// State carries the state across continue-as-new.
-	State *DeviceState `json:"state,omitempty"`
+	State *policy.DeviceState `json:"state,omitempty"`
 }
 
-// Device states.
-const (
-	StateHealthy     = "Healthy"
-	StateQuarantined = "Quarantined"
-)
-
-// QuarantineRecord is the auditable record of a quarantine.
-type QuarantineRecord struct {
-	RuleName  string    `json:"ruleName"`
-	Reason    string    `json:"reason"`
-	Actor     string    `json:"actor"`
-	CreatedAt time.Time `json:"createdAt"`
-	ExpiresAt time.Time `json:"expiresAt"`
+// BreakerInput starts (or continues) the breaker workflow.
+type BreakerInput struct {
+	State *policy.BreakerState `json:"state,omitempty"`
 }
 
-// Transition records a state change and why.
-type Transition struct {
-	From   string    `json:"from"`
-	To     string    `json:"to"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
-
-// DeviceState is what the `state` query returns.
-type DeviceState struct {
-	Device        device.ID         `json:"device"`
-	Node          string            `json:"node"`
-	State         string            `json:"state"`
-	Health        device.Health     `json:"health"`
-	Message       string            `json:"message,omitempty"`
-	StatusVersion string            `json:"statusVersion,omitempty"`
-	ObservedAt    time.Time         `json:"observedAt"`
-	Reporters     []Reporter        `json:"reporters,omitempty"`
-	Quarantine    *QuarantineRecord `json:"quarantine,omitempty"`
-	Transitions   []Transition      `json:"transitions,omitempty"`
-	// Ignored counts observations dropped as duplicates or older than the last one.
-	Ignored int `json:"ignored"`
+// BreakerSignal is the payload of the breaker's resume and pause signals.
+type BreakerSignal struct {
+	Actor  string `json:"actor"`
+	Reason string `json:"reason,omitempty"`
 }

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -10,44 +9,111 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/activities"
-	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Actor is recorded on decisions DeviceWarden makes by itself.
-const Actor = "devicewarden"
-
-// QuarantineLease is how long an automatic quarantine lasts before it must be re-evaluated.
-const QuarantineLease = 24 * time.Hour
+const Actor = policy.Actor
 
 var a *activities.Activities
 
 // DeviceWorkflow is the long-lived entity workflow for one device (ID "device/<driver>/<pool>/<device>").
-// It receives observations by signal and turns them into quarantine decisions.
+// Observations and operator commands arrive as signals; a timer wakes it for the next deadline
+// (tolerance end, staleness, breaker retry, lease expiry). internal/policy decides; this executes.
 func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	st := in.State
 	if st == nil {
-		st = &DeviceState{Device: in.Device, Node: in.Node, State: StateHealthy, Health: device.Healthy}
+		if in.Policy.Name == "" {
+			in.Policy = policy.Default()
+		}
+		st = policy.NewState(in.Device, in.Node, in.Policy, in.DryRun)
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (DeviceState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:    200 * time.Millisecond,
-			BackoffCoefficient: 2,
-			MaximumInterval:    30 * time.Second,
+			InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+			NonRetryableErrorTypes: []string{"RuleNameCollision"},
 		},
 	})
 	obsCh := workflow.GetSignalChannel(ctx, SignalObservation)
+	cmdChs := make([]workflow.ReceiveChannel, len(OperatorSignals))
+	for i, name := range OperatorSignals {
+		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
+	}
+	pending := func() bool {
+		n := obsCh.Len()
+		for _, c := range cmdChs {
+			n += c.Len()
+		}
+		return n > 0
+	}
+	var timer workflow.Future
+	var timerAt time.Time
+	var cancelTimer workflow.CancelFunc
+	lastState := st.State
 	for {
-		var obs Observation
-		obsCh.Receive(ctx, &obs)
-		if err := handleObservation(ctx, in, st, obs); err != nil {
+		// Keep one timer for the next deadline; replace it only when the deadline moves.
+		if next := st.NextDeadline(); !next.Equal(timerAt) {
+			if cancelTimer != nil {
+				cancelTimer()
+			}
+			timer, timerAt, cancelTimer = nil, next, nil
+			if !next.IsZero() {
+				tctx, cancel := workflow.WithCancel(ctx)
+				timer, cancelTimer = workflow.NewTimer(tctx, max(0, next.Sub(workflow.Now(ctx)))), cancel
+			}
+		}
+		var acts []policy.Action
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(obsCh, func(c workflow.ReceiveChannel, _ bool) {
+			var o policy.Observation
+			c.Receive(ctx, &o)
+			acts = st.Observe(o, workflow.Now(ctx))
+		})
+		for i, c := range cmdChs {
+			kind := policy.CommandKind(OperatorSignals[i])
+			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {
+				var cmd policy.Command
+				c.Receive(ctx, &cmd)
+				cmd.Kind = kind
+				acts = st.Command(cmd, workflow.Now(ctx))
+			})
+		}
+		if timer != nil {
+			sel.AddFuture(timer, func(f workflow.Future) {
+				timer, timerAt = nil, time.Time{}
+				if f.Get(ctx, nil) == nil { // a cancelled timer is not a deadline
+					acts = st.Tick(workflow.Now(ctx))
+				}
+			})
+		}
+		canceled := false
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { canceled = true })
+		sel.Select(ctx)
+		if canceled {
+			// An operator cancelled the workflow: stop deciding; rules already created stay.
+			return ctx.Err()
+		}
+		if err := execute(actx, st, acts); err != nil {
 			return err
 		}
-		// Drain what is already buffered before continuing as new, so no signal is lost.
-		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() && obsCh.Len() == 0 {
+		if st.State != lastState {
+			lastState = st.State
+			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceState.ValueSet(string(st.State))); err != nil {
+				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
+			}
+		}
+		if pending() {
+			continue
+		}
+		if st.Idle() {
+			// Healthy and held by no pod: nothing to watch. A later report starts a new run.
+			return nil
+		}
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			next := in
 			next.State = st
 			return workflow.NewContinueAsNewError(ctx, DeviceWorkflow, next)
@@ -55,62 +121,44 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	}
 }
 
-func handleObservation(ctx workflow.Context, in DeviceInput, st *DeviceState, obs Observation) error {
-	if !newer(obs, st) {
-		st.Ignored++
-		return nil
+// execute carries out the actions in order. Automatic taints first ask the circuit breaker; a
+// denied or failed permit holds the action for a later retry instead of failing the workflow.
+func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action) error {
+	wfID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	for _, act := range acts {
+		switch act.Kind {
+		case policy.ActAlert:
+			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+				StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
+			in := activities.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: wfID}
+			if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+			}
+		case policy.ActTaint:
+			if act.Automatic {
+				var permit policy.PermitResult
+				err := workflow.ExecuteActivity(ctx, a.AcquirePermit, activities.PermitInput{Device: st.Device, Action: act.To}).Get(ctx, &permit)
+				if err != nil {
+					st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
+					continue
+				}
+				if !permit.Granted {
+					st.Hold(act, permit.Reason, workflow.Now(ctx))
+					continue
+				}
+			}
+			now := workflow.Now(ctx)
+			qin := activities.QuarantineInput{
+				Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: wfID,
+				ExpiresAt: now.Add(st.Policy.QuarantineLease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
+			}
+			var res activities.QuarantineResult
+			if err := workflow.ExecuteActivity(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
+				st.Hold(act, "taint failed: "+err.Error(), now)
+				continue
+			}
+			st.Applied(act, res.RuleName, workflow.Now(ctx))
+		}
 	}
-	st.Health, st.Message, st.StatusVersion, st.ObservedAt, st.Reporters = obs.Health, obs.Message, obs.StatusVersion, obs.ObservedAt, obs.Reporters
-	if obs.Node != "" {
-		st.Node = obs.Node
-	}
-	if obs.Health != device.Unhealthy || st.State == StateQuarantined {
-		return nil
-	}
-	now := workflow.Now(ctx)
-	reason := "device reported Unhealthy"
-	if obs.Message != "" {
-		reason += ": " + obs.Message
-	}
-	effect := resourcev1.DeviceTaintEffectNoSchedule
-	if in.DryRun {
-		effect = resourcev1.DeviceTaintEffectNone
-	}
-	qin := activities.QuarantineInput{
-		Device: st.Device, Reason: reason, Actor: Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-		ExpiresAt: now.Add(QuarantineLease), Effect: effect,
-	}
-	var res activities.QuarantineResult
-	if err := workflow.ExecuteActivity(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
-		return fmt.Errorf("quarantine %s: %w", st.Device, err)
-	}
-	st.Quarantine = &QuarantineRecord{RuleName: res.RuleName, Reason: reason, Actor: Actor, CreatedAt: now, ExpiresAt: qin.ExpiresAt}
-	transition(ctx, st, StateQuarantined, reason)
 	return nil
-}
-
-func transition(ctx workflow.Context, st *DeviceState, to, reason string) {
-	st.Transitions = append(st.Transitions, Transition{From: st.State, To: to, Reason: reason, At: workflow.Now(ctx)})
-	st.State = to
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceState.ValueSet(to)); err != nil {
-		workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
-	}
-}
-
-// newer reports whether obs should change the state: not a duplicate, not older than what was seen.
-// Pod resourceVersions are compared as numbers when both are numeric (etcd revisions); otherwise
-// the observation time decides.
-func newer(obs Observation, st *DeviceState) bool {
-	if st.StatusVersion == "" {
-		return true
-	}
-	if obs.StatusVersion == st.StatusVersion {
-		return false
-	}
-	nv, err1 := strconv.ParseUint(obs.StatusVersion, 10, 64)
-	ov, err2 := strconv.ParseUint(st.StatusVersion, 10, 64)
-	if err1 == nil && err2 == nil {
-		return nv > ov
-	}
-	return obs.ObservedAt.After(st.ObservedAt)
 }

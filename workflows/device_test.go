@@ -2,85 +2,206 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 var gpu0 = device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: "gpu-0"}
 
-func obs(h device.Health, version string) Observation {
-	return Observation{Device: gpu0, Node: "node-1", Health: h, StatusVersion: version, ObservedAt: time.Unix(1700000000, 0)}
+// event is a signal delivered at a time offset from the workflow's start.
+type event struct {
+	at     time.Duration
+	obs    *device.Health
+	ver    string
+	idle   bool
+	signal string
+	cmd    policy.Command
 }
 
-// run starts the workflow, delivers the signals one by one, then queries the state.
-func run(t *testing.T, signals ...Observation) (DeviceState, *testsuite.TestWorkflowEnvironment) {
-	t.Helper()
+func ob(at time.Duration, h device.Health, ver string) event {
+	return event{at: at, obs: &h, ver: ver}
+}
+
+type harness struct {
+	env        *testsuite.TestWorkflowEnvironment
+	quarantine []activities.QuarantineInput
+	denyFirst  int // AcquirePermit denies this many requests first
+	permits    int
+}
+
+func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
-	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
+	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst}
+	h.env.RegisterActivity(&activities.Activities{})
+	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+			h.quarantine = append(h.quarantine, in)
 			return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true}, nil
 		})
-	var got DeviceState
-	for i, o := range signals {
-		o := o
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalObservation, o) }, time.Duration(i+1)*time.Second)
+	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+			h.permits++
+			if h.denyFirst > 0 {
+				h.denyFirst--
+				return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
+			}
+			return policy.PermitResult{Granted: true}, nil
+		})
+	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+	return h
+}
+
+// run delivers the events, queries the state at `end`, then cancels the workflow.
+func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.DeviceState {
+	t.Helper()
+	for _, e := range events {
+		e := e
+		h.env.RegisterDelayedCallback(func() {
+			if e.obs != nil {
+				o := policy.Observation{Device: gpu0, Node: "node-1", Health: *e.obs, StatusVersion: e.ver, ObservedAt: time.Unix(1700000000, 0),
+					Reporters: []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: *e.obs}}}
+				if e.idle {
+					o.Reporters = nil
+				}
+				h.env.SignalWorkflow(SignalObservation, o)
+				return
+			}
+			h.env.SignalWorkflow(e.signal, e.cmd)
+		}, e.at)
 	}
-	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryState)
+	var got policy.DeviceState
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryState)
 		if err != nil {
 			t.Fatalf("query: %v", err)
 		}
 		if err := v.Get(&got); err != nil {
 			t.Fatalf("decode state: %v", err)
 		}
-		env.CancelWorkflow()
-	}, time.Duration(len(signals)+1)*time.Second)
-	env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1"})
-	return got, env
+		h.env.CancelWorkflow()
+	}, end)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	return got
 }
 
-func TestDeviceWorkflow(t *testing.T) {
+func TestDeviceWorkflowTransitions(t *testing.T) {
 	tests := []struct {
 		name        string
-		signals     []Observation
-		wantState   string
-		wantCalls   int
+		denyFirst   int
+		end         time.Duration
+		events      []event
+		wantState   policy.State
+		wantEffects []string
 		wantIgnored int
 	}{
-		{name: "healthy stays healthy", signals: []Observation{obs(device.Healthy, "10")}, wantState: StateHealthy},
-		{name: "unhealthy quarantines", signals: []Observation{obs(device.Unhealthy, "10")}, wantState: StateQuarantined, wantCalls: 1},
-		{name: "duplicate unhealthy quarantines once", signals: []Observation{obs(device.Unhealthy, "10"), obs(device.Unhealthy, "10")}, wantState: StateQuarantined, wantCalls: 1, wantIgnored: 1},
-		{name: "repeated unhealthy with new version quarantines once", signals: []Observation{obs(device.Unhealthy, "10"), obs(device.Unhealthy, "11")}, wantState: StateQuarantined, wantCalls: 1},
-		{name: "older unhealthy after healthy is ignored", signals: []Observation{obs(device.Healthy, "20"), obs(device.Unhealthy, "19")}, wantState: StateHealthy, wantIgnored: 1},
-		{name: "unknown does not quarantine", signals: []Observation{obs(device.Unknown, "10")}, wantState: StateHealthy},
+		{name: "unhealthy quarantines", end: time.Minute, events: []event{ob(time.Second, device.Unhealthy, "10")},
+			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+		{name: "unknown then healthy inside the window: no taint", end: 12 * time.Minute,
+			events:    []event{ob(time.Second, device.Unknown, "10"), ob(4*time.Minute, device.Healthy, "11"), ob(5*time.Minute, device.Healthy, "11")},
+			wantState: policy.Healthy, wantIgnored: 1},
+		{name: "unknown past the window: NoSchedule, no eviction", end: 6 * time.Minute,
+			events:    []event{ob(time.Second, device.Unknown, "10")},
+			wantState: policy.Restricted, wantEffects: []string{"NoSchedule"}},
+		{name: "duplicate and out-of-order events change nothing", end: time.Minute,
+			events:    []event{ob(time.Second, device.Unhealthy, "10"), ob(2*time.Second, device.Unhealthy, "10"), ob(3*time.Second, device.Healthy, "9")},
+			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}, wantIgnored: 2},
+		// Healthy at 1m goes stale at 11m; as the second Unknown episode its window is 10m (backoff).
+		{name: "stale healthy becomes unknown, then restricted", end: 22 * time.Minute,
+			events:    []event{ob(time.Second, device.Unknown, "10"), ob(time.Minute, device.Healthy, "11")},
+			wantState: policy.Restricted, wantEffects: []string{"NoSchedule"}},
+		{name: "breaker denies, the action waits, then goes through", denyFirst: 1, end: 2 * time.Minute,
+			events:    []event{ob(time.Second, device.Unhealthy, "10")},
+			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+		{name: "breaker keeps denying: nothing is tainted", denyFirst: 1000, end: 10 * time.Minute,
+			events:    []event{ob(time.Second, device.Unhealthy, "10")},
+			wantState: policy.Healthy},
+		{name: "force-quarantine by a person skips the breaker", denyFirst: 1000, end: time.Minute,
+			events:    []event{{at: time.Second, signal: SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}}},
+			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+		{name: "paused device acts only after resume", end: time.Hour,
+			events: []event{{at: time.Second, signal: SignalPause, cmd: policy.Command{Actor: "alice"}},
+				ob(2*time.Second, device.Unhealthy, "10"), {at: 30 * time.Minute, signal: SignalResume, cmd: policy.Command{Actor: "alice"}}},
+			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, env := run(t, tt.signals...)
+			h := newHarness(tt.denyFirst)
+			got := h.run(t, tt.end, tt.events...)
 			if got.State != tt.wantState {
-				t.Fatalf("state = %s, want %s", got.State, tt.wantState)
+				t.Fatalf("state = %s, want %s; transitions %+v; held %q", got.State, tt.wantState, got.Transitions, got.HeldReason)
 			}
-			env.AssertNumberOfCalls(t, "Quarantine", tt.wantCalls)
+			if len(h.quarantine) != len(tt.wantEffects) {
+				t.Fatalf("quarantine calls = %+v, want effects %v", h.quarantine, tt.wantEffects)
+			}
+			for i, q := range h.quarantine {
+				if string(q.Effect) != tt.wantEffects[i] {
+					t.Fatalf("effect %d = %s, want %s", i, q.Effect, tt.wantEffects[i])
+				}
+			}
 			if got.Ignored != tt.wantIgnored {
 				t.Fatalf("ignored = %d, want %d", got.Ignored, tt.wantIgnored)
 			}
-			if tt.wantState == StateQuarantined {
-				q := got.Quarantine
-				if q == nil || q.Actor != Actor || q.RuleName != gpu0.TaintRuleName() || !q.ExpiresAt.After(q.CreatedAt) {
-					t.Fatalf("bad quarantine record %+v", q)
-				}
-				if len(got.Transitions) != 1 || got.Transitions[0].To != StateQuarantined {
-					t.Fatalf("transitions = %+v", got.Transitions)
-				}
-			}
 		})
+	}
+}
+
+func TestDeviceWorkflowForceQuarantineRecordsActor(t *testing.T) {
+	h := newHarness(0)
+	got := h.run(t, time.Minute, event{at: time.Second, signal: SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}},
+		event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: 48 * time.Hour}})
+	if got.Quarantine == nil || got.Quarantine.Actor != "bob" || h.quarantine[0].Actor != "bob" {
+		t.Fatalf("quarantine %+v", got.Quarantine)
+	}
+	if d := got.Quarantine.ExpiresAt.Sub(got.Quarantine.CreatedAt); d != 72*time.Hour {
+		t.Fatalf("lease after extend = %s, want 72h", d)
+	}
+}
+
+func TestDeviceWorkflowEndsWhenIdle(t *testing.T) {
+	h := newHarness(0)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Health: device.Unknown, StatusVersion: "5",
+			Reporters: []policy.Reporter{{Pod: "p"}}})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Health: device.Healthy, StatusVersion: "6"})
+	}, time.Minute)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	if !h.env.IsWorkflowCompleted() || h.env.GetWorkflowError() != nil {
+		t.Fatalf("completed=%v err=%v", h.env.IsWorkflowCompleted(), h.env.GetWorkflowError())
+	}
+}
+
+func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
+	h := newHarness(0)
+	h.env.SetContinueAsNewSuggested(true)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Health: device.Unhealthy, StatusVersion: "7",
+			Reporters: []policy.Reporter{{Pod: "p"}}})
+	}, time.Second)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	var can *workflow.ContinueAsNewError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("want continue-as-new, got %v", err)
+	}
+	var next DeviceInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.State == nil || next.State.State != policy.Quarantined || next.State.StatusVersion != "7" || next.State.Quarantine == nil {
+		t.Fatalf("state not carried: %+v", next.State)
+	}
+	if next.Device != gpu0 || next.Policy.Name != "default" {
+		t.Fatalf("input not carried: %+v", next)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 	"github.com/devicewarden/devicewarden/worker"
@@ -157,19 +158,35 @@ type ControllerOptions struct {
 	DryRun         bool
 	Workers        int
 	MetricsAddress string
+	// Policies picks each device's policy; nil means the default policy everywhere.
+	Policies *policy.Set
+	// Breaker caps automatic actions; the zero value means policy.DefaultBreaker().
+	Breaker policy.BreakerConfig
+	// HeartbeatInterval is how often an unchanged device with a workflow is re-signalled.
+	HeartbeatInterval time.Duration
 }
 
 // RunController runs the worker and the watcher until ctx ends.
 func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Client, o ControllerOptions, m *metrics.Metrics, logger *slog.Logger) error {
-	w := worker.New(tc, &activities.Activities{Kube: kube, Metrics: m})
+	if o.Policies == nil {
+		o.Policies = policy.DefaultSet()
+	}
+	if o.Breaker.Window == 0 {
+		o.Breaker = policy.DefaultBreaker()
+	}
+	if err := o.Breaker.Validate(); err != nil {
+		return err
+	}
+	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker}
+	w := worker.New(tc, acts)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	defer w.Stop()
 	wt := watcher.New(watcher.Config{
 		Kube:     kube,
-		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun},
-		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers,
+		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
+		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 	})
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return wt.Run(gctx) })

@@ -16,6 +16,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
 )
@@ -122,7 +123,7 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != workflows.StateQuarantined || st.Quarantine == nil || len(st.Reporters) != 1 {
+		if st.State != policy.Quarantined || st.Quarantine == nil || len(st.Reporters) != 1 {
 			return fmt.Errorf("state %+v", st)
 		}
 		return nil

@@ -24,6 +24,12 @@ type Metrics struct {
 	QueueDepth prometheus.Gauge
 	// Quarantines counts quarantine activity calls by result (created, existing, error).
 	Quarantines *prometheus.CounterVec
+	// Permits counts circuit-breaker answers by result (granted, denied).
+	Permits *prometheus.CounterVec
+	// BreakerTrips counts how often the circuit breaker opened.
+	BreakerTrips prometheus.Counter
+	// Alerts counts alerts by level.
+	Alerts *prometheus.CounterVec
 }
 
 // New registers all collectors in a new registry.
@@ -63,8 +69,20 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "activities", Name: "quarantines_total",
 			Help: "Quarantine activity calls.",
 		}, []string{"result"}),
+		Permits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "breaker", Name: "permits_total",
+			Help: "Circuit-breaker answers to automatic actions.",
+		}, []string{"result"}),
+		BreakerTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "breaker", Name: "trips_total",
+			Help: "Times the circuit breaker opened.",
+		}),
+		Alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "activities", Name: "alerts_total",
+			Help: "Alerts raised, by level.",
+		}, []string{"level"}),
 	}
-	m.Registry.MustRegister(m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated,
+	m.Registry.MustRegister(m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
 	return m
 }

@@ -34,7 +34,7 @@ func BenchmarkStoreUpdate(b *testing.B) {
 	for b.Loop() {
 		k := i % len(reports)
 		ids := s.setPod(fmt.Sprintf("ns/p%d", k), "7", reports[k], nil)
-		s.next(ids[0], benchNow)
+		s.next(ids[0], benchNow, 0)
 		i++
 	}
 }

@@ -29,8 +29,9 @@ const (
 
 // Report is one health value for one device from one container.
 type Report struct {
-	Device   device.ID
-	Node     string
+	Device      device.ID
+	DeviceClass string
+	Node        string
 	Health   device.Health
 	Message  string
 	Reporter workflows.Reporter
@@ -119,8 +120,9 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 		}
 	}
 	return Report{
-		Device:  device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
-		Node:    pod.Spec.NodeName,
+		Device:      device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
+		DeviceClass: requestClass(claim, chosen.Request),
+		Node:        pod.Spec.NodeName,
 		Health:  health,
 		Message: msg,
 		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container,
@@ -141,6 +143,25 @@ func match(candidates []resourcev1.DeviceRequestAllocationResult, resourceID str
 		}
 	}
 	return resourcev1.DeviceRequestAllocationResult{}, false
+}
+
+// requestClass is the DeviceClass a result's request (or prioritized-list subrequest) asked for.
+func requestClass(claim *resourcev1.ResourceClaim, request string) string {
+	top, sub, _ := strings.Cut(request, "/")
+	for _, r := range claim.Spec.Devices.Requests {
+		if r.Name != top {
+			continue
+		}
+		if r.Exactly != nil {
+			return r.Exactly.DeviceClassName
+		}
+		for _, s := range r.FirstAvailable {
+			if s.Name == sub {
+				return s.DeviceClassName
+			}
+		}
+	}
+	return ""
 }
 
 // claimNameFor maps a pod-level claim reference to the ResourceClaim's name, which for a

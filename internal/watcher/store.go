@@ -26,7 +26,8 @@ type entry struct {
 	reports map[string][]Report // by pod key
 	version uint64              // highest pod resourceVersion that touched this device
 	// signalled is what the device workflow last received; nil means no workflow was signalled.
-	signalled *workflows.Observation
+	signalled   *workflows.Observation
+	signalledAt time.Time
 }
 
 func newStore() *store {
@@ -121,31 +122,46 @@ const (
 	doSignal
 )
 
-// next computes the device's aggregate observation and whether it must be signalled.
-func (s *store) next(id device.ID, now time.Time) (workflows.Observation, decision) {
+// next computes the device's aggregate observation and whether it must be signalled. A device
+// with a workflow is re-signalled unchanged once per heartbeat interval, so the workflow can tell
+// a current Healthy from a stale one.
+func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (workflows.Observation, decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[id]
-	if e == nil || len(e.reports) == 0 {
+	if e == nil {
 		return workflows.Observation{}, skipNothing
+	}
+	if len(e.reports) == 0 {
+		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
+		if e.signalled == nil || len(e.signalled.Reporters) == 0 {
+			return workflows.Observation{}, skipNothing
+		}
+		return workflows.Observation{Device: id, Node: e.signalled.Node, Health: device.Healthy,
+			StatusVersion: strconv.FormatUint(e.version, 10), ObservedAt: now}, doSignal
 	}
 	obs := aggregate(id, e, now)
 	switch {
 	case e.signalled == nil && obs.Health == device.Healthy:
 		return obs, skipHealthy
-	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message:
+	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message &&
+		len(e.signalled.Reporters) > 0:
+		if heartbeat > 0 && now.Sub(e.signalledAt) >= heartbeat {
+			// Same content and version as last time: the workflow treats it as a heartbeat.
+			return *e.signalled, doSignal
+		}
 		return obs, skipDuplicate
 	}
 	return obs, doSignal
 }
 
 // markSignalled records a delivered observation.
-func (s *store) markSignalled(obs workflows.Observation) {
+func (s *store) markSignalled(obs workflows.Observation, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
 		o := obs
-		e.signalled = &o
+		e.signalled, e.signalledAt = &o, now
 	}
 }
 
@@ -163,7 +179,7 @@ func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
 			obs.Reporters = append(obs.Reporters, r.Reporter)
 			if sev := r.Health.Severity(); sev > worst || (sev == worst && r.Message > obs.Message) {
 				worst = sev
-				obs.Health, obs.Message, obs.Node = r.Health, r.Message, r.Node
+				obs.Health, obs.Message, obs.Node, obs.DeviceClass = r.Health, r.Message, r.Node, r.DeviceClass
 			}
 		}
 	}

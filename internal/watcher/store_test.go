@@ -21,24 +21,24 @@ func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 
 	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil)
-	if _, d := s.next(id, now); d != skipHealthy {
+	if _, d := s.next(id, now, 0); d != skipHealthy {
 		t.Fatalf("healthy device with no workflow: decision %v, want skipHealthy", d)
 	}
 	// A second pod shares the device (consumable capacity) and reports it Unhealthy: worst wins.
 	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil)
-	obs, d := s.next(id, now)
+	obs, d := s.next(id, now, 0)
 	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "11" || len(obs.Reporters) != 2 {
 		t.Fatalf("got %v %+v", d, obs)
 	}
-	s.markSignalled(obs)
+	s.markSignalled(obs, now)
 	// Same health again with a newer status version: nothing to signal.
 	s.setPod("ns/b", "12", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil)
-	if _, d := s.next(id, now); d != skipDuplicate {
+	if _, d := s.next(id, now, 0); d != skipDuplicate {
 		t.Fatalf("decision %v, want skipDuplicate", d)
 	}
 	// The unhealthy pod goes away: the device is Healthy again and, having a workflow, is signalled.
 	s.deletePod("ns/b", "13", nil)
-	obs, d = s.next(id, now)
+	obs, d = s.next(id, now, 0)
 	if d != doSignal || obs.Health != device.Healthy || obs.StatusVersion != "13" {
 		t.Fatalf("after delete: %v %+v", d, obs)
 	}
@@ -56,5 +56,34 @@ func TestStoreManyDevicesOnePod(t *testing.T) {
 	}
 	if changed := s.setPod("ns/big", "6", nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
 		t.Fatalf("retract left %d devices", len(s.devices))
+	}
+}
+
+func TestStoreHeartbeatAndIdle(t *testing.T) {
+	s := newStore()
+	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	now := time.Unix(1700000000, 0)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil)
+	obs, d := s.next(id, now, time.Minute)
+	if d != doSignal {
+		t.Fatalf("first: %v", d)
+	}
+	s.markSignalled(obs, now)
+	if _, d := s.next(id, now.Add(30*time.Second), time.Minute); d != skipDuplicate {
+		t.Fatalf("before heartbeat: %v", d)
+	}
+	hb, d := s.next(id, now.Add(time.Minute), time.Minute)
+	if d != doSignal || hb.StatusVersion != obs.StatusVersion || hb.Health != obs.Health {
+		t.Fatalf("heartbeat: %v %+v", d, hb)
+	}
+	// The pod goes away: the workflow hears once that nobody holds the device.
+	s.deletePod("ns/a", "11", nil)
+	idle, d := s.next(id, now.Add(2*time.Minute), time.Minute)
+	if d != doSignal || len(idle.Reporters) != 0 || idle.StatusVersion != "11" {
+		t.Fatalf("idle: %v %+v", d, idle)
+	}
+	s.markSignalled(idle, now.Add(2*time.Minute))
+	if _, d := s.next(id, now.Add(10*time.Minute), time.Minute); d != skipNothing {
+		t.Fatalf("after idle: %v", d)
 	}
 }

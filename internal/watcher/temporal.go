@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -15,6 +16,8 @@ type TemporalSignaler struct {
 	Client    client.Client
 	TaskQueue string
 	DryRun    bool
+	// Policies picks the policy a new device workflow starts with.
+	Policies *policy.Set
 }
 
 // Signal uses signal-with-start on the device's business key, so a repeated report never starts a
@@ -28,10 +31,10 @@ func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation
 			workflows.SearchDeviceID.ValueSet(obs.Device.String()),
 			workflows.SearchDeviceNode.ValueSet(obs.Node),
 			workflows.SearchDeviceDriver.ValueSet(obs.Device.Driver),
-			workflows.SearchDeviceState.ValueSet(workflows.StateHealthy),
+			workflows.SearchDeviceState.ValueSet(string(policy.Healthy)),
 		),
 	}
-	in := workflows.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun}
+	in := workflows.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun, Policy: s.Policies.For(obs.DeviceClass, obs.Device.Driver)}
 	if _, err := s.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalObservation, obs, opts, workflows.DeviceWorkflow, in); err != nil {
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
 	}

@@ -40,6 +40,17 @@ func stripPod(p *corev1.Pod) *corev1.Pod {
 
 func stripClaim(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
 	out := &resourcev1.ResourceClaim{ObjectMeta: meta(c.ObjectMeta)}
+	// Keep only request names and classes: the class selects the device's policy.
+	for _, r := range c.Spec.Devices.Requests {
+		kept := resourcev1.DeviceRequest{Name: r.Name}
+		if r.Exactly != nil {
+			kept.Exactly = &resourcev1.ExactDeviceRequest{DeviceClassName: r.Exactly.DeviceClassName}
+		}
+		for _, s := range r.FirstAvailable {
+			kept.FirstAvailable = append(kept.FirstAvailable, resourcev1.DeviceSubRequest{Name: s.Name, DeviceClassName: s.DeviceClassName})
+		}
+		out.Spec.Devices.Requests = append(out.Spec.Devices.Requests, kept)
+	}
 	if a := c.Status.Allocation; a != nil {
 		out.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: a.Devices.Results}}
 	}

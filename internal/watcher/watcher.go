@@ -32,6 +32,9 @@ type Config struct {
 	Logger   *slog.Logger
 	// Workers is how many devices are signalled in parallel.
 	Workers int
+	// HeartbeatInterval is how often an unchanged device that has a workflow is re-signalled
+	// (default 2m, well inside the default 10m heartbeat limit). Zero means the default.
+	HeartbeatInterval time.Duration
 	// Clock returns the current time; tests may replace it.
 	Clock func() time.Time
 }
@@ -55,6 +58,9 @@ func New(cfg Config) *Watcher {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 2 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -194,7 +200,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	defer w.queue.Done(id)
 	w.cfg.Metrics.QueueDepth.Set(float64(w.queue.Len()))
-	obs, d := w.store.next(id, w.cfg.Clock())
+	obs, d := w.store.next(id, w.cfg.Clock(), w.cfg.HeartbeatInterval)
 	if d != doSignal {
 		if d == skipDuplicate {
 			w.cfg.Metrics.Deduplicated.Inc()
@@ -214,8 +220,12 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		return true
 	}
 	w.cfg.Metrics.Signals.WithLabelValues("ok").Inc()
-	w.store.markSignalled(obs)
+	w.store.markSignalled(obs, w.cfg.Clock())
 	w.queue.Forget(id)
+	if len(obs.Reporters) > 0 {
+		// Come back for the next heartbeat; an earlier change re-queues the device anyway.
+		w.queue.AddAfter(id, w.cfg.HeartbeatInterval)
+	}
 	return true
 }
 

@@ -1,0 +1,44 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// AlertInput is one alert about a device or the fleet.
+type AlertInput struct {
+	// Device is empty for fleet-wide alerts (the circuit breaker).
+	Device     device.ID `json:"device"`
+	Level      string    `json:"level"`
+	Text       string    `json:"text"`
+	WorkflowID string    `json:"workflowID"`
+}
+
+// Alerter delivers alerts to people (Slack, a pager). Nil means log only.
+type Alerter interface {
+	Alert(ctx context.Context, in AlertInput) error
+}
+
+// Alert logs the alert and hands it to the configured Alerter.
+func (a *Activities) Alert(ctx context.Context, in AlertInput) error {
+	slog.Default().Log(ctx, alertLevel(in.Level), "alert", "device", in.Device.String(), "level", in.Level, "text", in.Text, "workflow", in.WorkflowID)
+	if a.Metrics != nil {
+		a.Metrics.Alerts.WithLabelValues(in.Level).Inc()
+	}
+	if a.Alerter == nil {
+		return nil
+	}
+	return a.Alerter.Alert(ctx, in)
+}
+
+func alertLevel(level string) slog.Level {
+	switch level {
+	case "critical":
+		return slog.LevelError
+	case "warning":
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}

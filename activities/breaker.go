@@ -1,0 +1,79 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// BreakerClient asks the fleet-wide circuit breaker for a permit. The worker package implements
+// it with update-with-start on the breaker workflow.
+type BreakerClient interface {
+	Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error)
+}
+
+// PermitInput asks for permission to take one automatic action on a device.
+type PermitInput struct {
+	Device device.ID    `json:"device"`
+	Action policy.State `json:"action"`
+}
+
+// AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
+func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.PermitResult, error) {
+	known, err := a.knownDevices(ctx)
+	if err != nil {
+		return policy.PermitResult{}, err
+	}
+	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig})
+	if err != nil {
+		return policy.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", in.Device, err)
+	}
+	if a.Metrics != nil {
+		result := "granted"
+		if !res.Granted {
+			result = "denied"
+		}
+		a.Metrics.Permits.WithLabelValues(result).Inc()
+		if res.Tripped {
+			a.Metrics.BreakerTrips.Inc()
+		}
+	}
+	return res, nil
+}
+
+// deviceCount caches the number of devices published in ResourceSlices: the breaker's percentage
+// cap needs the fleet size, and counting on every request would list every slice.
+type deviceCount struct {
+	mu  sync.Mutex
+	n   int
+	at  time.Time
+	ttl time.Duration
+}
+
+func (a *Activities) knownDevices(ctx context.Context) (int, error) {
+	c := &a.devices
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ttl == 0 {
+		c.ttl = 30 * time.Second
+	}
+	if !c.at.IsZero() && time.Since(c.at) < c.ttl {
+		return c.n, nil
+	}
+	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, fmt.Errorf("count devices in resource slices: %w", err)
+	}
+	n := 0
+	for _, s := range slices.Items {
+		n += len(s.Spec.Devices)
+	}
+	c.n, c.at = n, time.Now()
+	return n, nil
+}

@@ -1,0 +1,122 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// BreakerConfig caps automatic actions across the whole fleet.
+type BreakerConfig struct {
+	// Window is the sliding window the cap counts over.
+	Window time.Duration `json:"window"`
+	// MaxCount is the most devices that may be tainted automatically within Window.
+	MaxCount int `json:"maxCount"`
+	// MaxPercent caps the same count as a percentage of known devices (0 disables it). A
+	// percentage never allows fewer than one action, so a small fleet can still act.
+	MaxPercent float64 `json:"maxPercent"`
+}
+
+// DefaultBreaker is the cap used when no flags are given.
+func DefaultBreaker() BreakerConfig {
+	return BreakerConfig{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10}
+}
+
+// Validate checks the configuration.
+func (c BreakerConfig) Validate() error {
+	if c.Window <= 0 || c.MaxCount < 1 || c.MaxPercent < 0 || c.MaxPercent > 100 {
+		return fmt.Errorf("breaker: window must be positive, max count >= 1, max percent within 0..100 (got %s, %d, %g)", c.Window, c.MaxCount, c.MaxPercent)
+	}
+	return nil
+}
+
+// PermitRequest asks the breaker for one automatic action.
+type PermitRequest struct {
+	Device       device.ID     `json:"device"`
+	Action       State         `json:"action"`
+	KnownDevices int           `json:"knownDevices"`
+	Config       BreakerConfig `json:"config"`
+}
+
+// PermitResult is the breaker's answer.
+type PermitResult struct {
+	Granted bool   `json:"granted"`
+	Reason  string `json:"reason,omitempty"`
+	// Tripped is true only for the request that opened the breaker, so exactly one alert goes out.
+	Tripped bool `json:"tripped,omitempty"`
+}
+
+// Grant is one automatic action the breaker allowed.
+type Grant struct {
+	Device string    `json:"device"`
+	Action State     `json:"action"`
+	At     time.Time `json:"at"`
+}
+
+// BreakerState is the fleet-wide circuit breaker; one workflow owns it, so concurrent device
+// workflows are answered one at a time and cannot race past the cap.
+type BreakerState struct {
+	Config    BreakerConfig `json:"config"`
+	Open      bool          `json:"open"`
+	Reason    string        `json:"reason,omitempty"`
+	OpenedAt  time.Time     `json:"openedAt,omitempty"`
+	Grants    []Grant       `json:"grants,omitempty"`
+	Denied    int           `json:"denied"`
+	ResumedBy string        `json:"resumedBy,omitempty"`
+	ResumedAt time.Time     `json:"resumedAt,omitempty"`
+}
+
+// Limit is how many actions the window allows for a fleet of known devices.
+func (c BreakerConfig) Limit(known int) int {
+	limit := c.MaxCount
+	if c.MaxPercent > 0 && known > 0 {
+		limit = min(limit, max(1, int(c.MaxPercent*float64(known)/100)))
+	}
+	return limit
+}
+
+// Acquire grants or denies one automatic action.
+func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
+	if req.Config.Window > 0 {
+		b.Config = req.Config
+	}
+	cutoff := now.Add(-b.Config.Window)
+	kept := b.Grants[:0]
+	for _, g := range b.Grants {
+		if g.At.After(cutoff) {
+			kept = append(kept, g)
+		}
+	}
+	b.Grants = kept
+	key := req.Device.String()
+	for _, g := range b.Grants {
+		if g.Device == key && g.Action == req.Action {
+			return PermitResult{Granted: true, Reason: "already granted in this window"}
+		}
+	}
+	if b.Open {
+		b.Denied++
+		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
+	}
+	limit := b.Config.Limit(req.KnownDevices)
+	if len(b.Grants) >= limit {
+		b.Open, b.OpenedAt, b.Denied = true, now, b.Denied+1
+		b.Reason = fmt.Sprintf("%d automatic actions within %s reached the cap of %d (max %d, %g%% of %d known devices); an operator must resume",
+			len(b.Grants), b.Config.Window, limit, b.Config.MaxCount, b.Config.MaxPercent, req.KnownDevices)
+		return PermitResult{Reason: "circuit breaker open: " + b.Reason, Tripped: true}
+	}
+	b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
+	return PermitResult{Granted: true}
+}
+
+// Resume re-arms the breaker and starts a fresh window.
+func (b *BreakerState) Resume(actor string, now time.Time) {
+	b.Open, b.Reason, b.OpenedAt, b.Grants = false, "", time.Time{}, nil
+	b.ResumedBy, b.ResumedAt = actor, now
+}
+
+// Trip opens the breaker by hand.
+func (b *BreakerState) Trip(actor, reason string, now time.Time) {
+	b.Open, b.OpenedAt, b.Reason = true, now, fmt.Sprintf("paused by %s: %s", actor, reason)
+}

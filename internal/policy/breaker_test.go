@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+func req(i int, known int, cfg BreakerConfig) PermitRequest {
+	return PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: Quarantined, KnownDevices: known, Config: cfg}
+}
+
+func TestBreakerCapsAndHoldsUntilResume(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
+	var b BreakerState
+	granted, tripped := 0, 0
+	for i := 0; i < 20; i++ {
+		r := b.Acquire(req(i, 100, cfg), t0)
+		if r.Granted {
+			granted++
+		}
+		if r.Tripped {
+			tripped++
+		}
+	}
+	if granted != 5 || tripped != 1 || !b.Open || b.Denied != 15 {
+		t.Fatalf("granted %d tripped %d open %v denied %d", granted, tripped, b.Open, b.Denied)
+	}
+	// A device already granted is not counted twice (an activity retry).
+	if r := b.Acquire(req(0, 100, cfg), t0.Add(time.Minute)); !r.Granted {
+		t.Fatal("retry of a granted request was denied")
+	}
+	// The window passing does not close it: only an operator does.
+	if r := b.Acquire(req(30, 100, cfg), t0.Add(time.Hour)); r.Granted {
+		t.Fatal("breaker closed by itself")
+	}
+	b.Resume("alice", t0.Add(2*time.Hour))
+	if r := b.Acquire(req(40, 100, cfg), t0.Add(2*time.Hour)); !r.Granted || b.Open {
+		t.Fatalf("after resume: %+v", r)
+	}
+}
+
+func TestBreakerSlidingWindowAndPercent(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 100, MaxPercent: 10}
+	if got := cfg.Limit(40); got != 4 {
+		t.Fatalf("limit(40) = %d, want 4 (10%%)", got)
+	}
+	if got := cfg.Limit(3); got != 1 {
+		t.Fatalf("limit(3) = %d, want at least 1", got)
+	}
+	var b BreakerState
+	for i := 0; i < 4; i++ {
+		if r := b.Acquire(req(i, 40, cfg), t0.Add(time.Duration(i)*time.Minute)); !r.Granted {
+			t.Fatalf("grant %d denied", i)
+		}
+	}
+	// 10m30s after the first grant only that one has left the window: exactly one more fits.
+	if r := b.Acquire(req(10, 40, cfg), t0.Add(10*time.Minute+30*time.Second)); !r.Granted {
+		t.Fatalf("sliding window did not slide: %+v", r)
+	}
+	if r := b.Acquire(req(11, 40, cfg), t0.Add(10*time.Minute+30*time.Second)); r.Granted || !b.Open {
+		t.Fatal("cap not enforced")
+	}
+}

@@ -1,0 +1,276 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// Actor is recorded on decisions DeviceWarden makes by itself.
+const Actor = "devicewarden"
+
+// BreakerRetry is how long an action the circuit breaker withheld waits before asking again.
+const BreakerRetry = 30 * time.Second
+
+// maxTransitions bounds the audit trail kept in state; Temporal's history keeps every event.
+const maxTransitions = 100
+
+// CommandKind names an operator command.
+type CommandKind string
+
+// Operator commands, sent as signals of the same names.
+const (
+	CmdForceQuarantine CommandKind = "force-quarantine"
+	CmdExtend          CommandKind = "extend"
+	CmdPause           CommandKind = "pause"
+	CmdResume          CommandKind = "resume"
+	CmdReleaseApproval CommandKind = "release-approval"
+)
+
+// Command is an operator's instruction for one device.
+type Command struct {
+	Kind   CommandKind `json:"kind"`
+	Actor  string      `json:"actor"`
+	Reason string      `json:"reason,omitempty"`
+	// Duration is how much longer an `extend` keeps the quarantine (default: one lease).
+	Duration time.Duration `json:"duration,omitempty"`
+}
+
+// NewState is the state of a device that has just been seen.
+func NewState(id device.ID, node string, p Policy, dryRun bool) *DeviceState {
+	return &DeviceState{Device: id, Node: node, Policy: p, DryRun: dryRun, State: Healthy, Health: device.Healthy}
+}
+
+// Observe takes a report from the watcher and returns what to do.
+func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
+	if !st.newer(obs) {
+		st.Ignored++
+		if obs.StatusVersion == st.StatusVersion && obs.Health == st.Health && obs.Message == st.Message {
+			// A heartbeat: the same report is still current.
+			st.LastHeard = now
+			if st.Stale {
+				st.Stale = false
+				return st.evaluate(obs.Health, now, "fresh report after staleness")
+			}
+		}
+		return nil
+	}
+	st.Health, st.Message, st.StatusVersion, st.ObservedAt, st.Reporters = obs.Health, obs.Message, obs.StatusVersion, obs.ObservedAt, obs.Reporters
+	st.LastHeard, st.Stale = now, false
+	if obs.Node != "" {
+		st.Node = obs.Node
+	}
+	if len(obs.Reporters) == 0 {
+		// No pod holds the device: there is nothing to suspect, and nothing to judge staleness by.
+		if st.State == Suspect {
+			st.transition(Healthy, "no pod holds the device any more", Actor, now)
+			st.ToleranceUntil = time.Time{}
+		}
+		return nil
+	}
+	reason := "device reported " + string(obs.Health)
+	if obs.Message != "" {
+		reason += ": " + obs.Message
+	}
+	return st.evaluate(obs.Health, now, reason)
+}
+
+func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) []Action {
+	switch h {
+	case device.Unhealthy:
+		if st.State == Quarantined || (st.Held != nil && st.Held.To == Quarantined) {
+			return nil
+		}
+		acts := st.automatic(Action{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true})
+		return append(acts, Action{Kind: ActAlert, Level: "critical", Reason: reason})
+	case device.Unknown:
+		if st.State != Healthy {
+			return nil
+		}
+		st.UnknownEpisodes++
+		window := st.Policy.ToleranceWindow
+		for i := 1; i < st.UnknownEpisodes && window < st.Policy.BackoffCap; i++ {
+			window *= 2
+		}
+		window = min(window, st.Policy.BackoffCap)
+		st.ToleranceUntil = now.Add(window)
+		st.transition(Suspect, fmt.Sprintf("%s; tolerating for %s (episode %d)", reason, window, st.UnknownEpisodes), Actor, now)
+		return []Action{{Kind: ActAlert, Level: "warning", Reason: fmt.Sprintf("%s; new allocations restricted at %s unless it reports Healthy", reason, st.ToleranceUntil.UTC().Format(time.RFC3339))}}
+	default: // Healthy
+		if st.Held != nil && st.Held.To == Restricted {
+			st.clearHeld()
+		}
+		if st.State == Suspect {
+			st.ToleranceUntil = time.Time{}
+			st.transition(Healthy, "Healthy inside the tolerance window", Actor, now)
+			return []Action{{Kind: ActAlert, Level: "info", Reason: "device reported Healthy again before the tolerance window ended"}}
+		}
+		return nil
+	}
+}
+
+// Tick is called when NextDeadline passes.
+func (st *DeviceState) Tick(now time.Time) []Action {
+	var acts []Action
+	if s := st.staleAt(); !s.IsZero() && !now.Before(s) {
+		st.Stale = true
+		age := now.Sub(st.LastHeard).Round(time.Second)
+		st.Health, st.Message = device.Unknown, fmt.Sprintf("no report for %s: a stale Healthy is not proof", age)
+		acts = append(acts, st.evaluate(device.Unknown, now, "Healthy report went stale ("+age.String()+" old)")...)
+	}
+	if st.State == Suspect && !st.Paused && !st.ToleranceUntil.IsZero() && !now.Before(st.ToleranceUntil) && (st.Held == nil) {
+		reason := fmt.Sprintf("Unknown for the whole tolerance window (until %s) without a Healthy report", st.ToleranceUntil.UTC().Format(time.RFC3339))
+		acts = append(acts, st.automatic(Action{Kind: ActTaint, To: Restricted, Effect: st.effect(EffectNoSchedule), Reason: reason, Actor: Actor, Automatic: true})...)
+	}
+	if st.Held != nil && !st.Paused && !st.RetryAt.IsZero() && !now.Before(st.RetryAt) {
+		a := *st.Held
+		st.clearHeld()
+		acts = append(acts, a)
+	}
+	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
+		// Never a silent release: the lease is renewed and the expiry is audited and alerted.
+		q.ExpiresAt = now.Add(st.Policy.QuarantineLease)
+		reason := fmt.Sprintf("quarantine lease expired; re-evaluated with last report %s; kept until %s", st.Health, q.ExpiresAt.UTC().Format(time.RFC3339))
+		st.transition(st.State, reason, Actor, now)
+		acts = append(acts, Action{Kind: ActAlert, Level: "warning", Reason: reason})
+	}
+	return acts
+}
+
+// Command applies an operator command.
+func (st *DeviceState) Command(c Command, now time.Time) []Action {
+	actor := c.Actor
+	if actor == "" {
+		actor = "operator"
+	}
+	switch c.Kind {
+	case CmdForceQuarantine:
+		if st.State == Quarantined {
+			return nil
+		}
+		reason := "forced by " + actor
+		if c.Reason != "" {
+			reason += ": " + c.Reason
+		}
+		return []Action{{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: reason, Actor: actor}}
+	case CmdExtend:
+		if st.Quarantine == nil {
+			return nil
+		}
+		d := c.Duration
+		if d <= 0 {
+			d = st.Policy.QuarantineLease
+		}
+		st.Quarantine.ExpiresAt = st.Quarantine.ExpiresAt.Add(d)
+		st.transition(st.State, fmt.Sprintf("quarantine extended by %s to %s", d, st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339)), actor, now)
+	case CmdPause:
+		st.Paused = true
+		st.transition(st.State, "automatic actions paused", actor, now)
+	case CmdResume:
+		st.Paused = false
+		st.transition(st.State, "automatic actions resumed", actor, now)
+		if st.Held != nil {
+			a := *st.Held
+			st.clearHeld()
+			return st.automatic(a)
+		}
+		return st.Tick(now)
+	case CmdReleaseApproval:
+		st.transition(st.State, "release approved", actor, now)
+	}
+	return nil
+}
+
+// Applied records a taint that the activity carried out.
+func (st *DeviceState) Applied(a Action, rule string, now time.Time) {
+	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
+		CreatedAt: now, ExpiresAt: now.Add(st.Policy.QuarantineLease)}
+	st.ToleranceUntil = time.Time{}
+	st.clearHeld()
+	st.transition(a.To, a.Reason, a.Actor, now)
+}
+
+// Hold records that the circuit breaker withheld an automatic action.
+func (st *DeviceState) Hold(a Action, reason string, now time.Time) {
+	st.Held, st.HeldReason, st.RetryAt = &a, reason, now.Add(BreakerRetry)
+}
+
+// NextDeadline is the earliest time Tick must run; zero means none.
+func (st *DeviceState) NextDeadline() time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	consider(st.staleAt())
+	if !st.Paused {
+		if st.State == Suspect && st.Held == nil {
+			consider(st.ToleranceUntil)
+		}
+		if st.Held != nil {
+			consider(st.RetryAt)
+		}
+	}
+	if st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted) {
+		consider(st.Quarantine.ExpiresAt)
+	}
+	return next
+}
+
+// Idle reports a Healthy device that no pod holds and that waits for nothing: its workflow may end.
+func (st *DeviceState) Idle() bool {
+	return st.State == Healthy && len(st.Reporters) == 0 && st.Held == nil && !st.Paused
+}
+
+// staleAt is when the current Healthy report goes stale; zero when staleness does not apply.
+func (st *DeviceState) staleAt() time.Time {
+	if st.Health != device.Healthy || st.Stale || len(st.Reporters) == 0 || st.LastHeard.IsZero() || st.State != Healthy {
+		return time.Time{}
+	}
+	return st.LastHeard.Add(st.Policy.HeartbeatLimit)
+}
+
+func (st *DeviceState) automatic(a Action) []Action {
+	if st.Paused {
+		st.Held, st.HeldReason, st.RetryAt = &a, "automatic actions paused for this device", time.Time{}
+		return nil
+	}
+	return []Action{a}
+}
+
+func (st *DeviceState) clearHeld() { st.Held, st.HeldReason, st.RetryAt = nil, "", time.Time{} }
+
+func (st *DeviceState) effect(e string) string {
+	if st.DryRun {
+		return EffectNone
+	}
+	return e
+}
+
+func (st *DeviceState) transition(to State, reason, actor string, now time.Time) {
+	st.Transitions = append(st.Transitions, Transition{From: st.State, To: to, Reason: reason, Actor: actor, At: now})
+	if len(st.Transitions) > maxTransitions {
+		st.Transitions = st.Transitions[len(st.Transitions)-maxTransitions:]
+	}
+	st.State = to
+}
+
+// newer reports whether obs is newer than the current report. Pod resourceVersions are compared as
+// numbers when both are numeric (etcd revisions); otherwise the observation time decides.
+func (st *DeviceState) newer(obs Observation) bool {
+	if st.StatusVersion == "" {
+		return true
+	}
+	if obs.StatusVersion == st.StatusVersion {
+		return false
+	}
+	nv, err1 := strconv.ParseUint(obs.StatusVersion, 10, 64)
+	ov, err2 := strconv.ParseUint(st.StatusVersion, 10, 64)
+	if err1 == nil && err2 == nil {
+		return nv > ov
+	}
+	return obs.ObservedAt.After(st.ObservedAt)
+}

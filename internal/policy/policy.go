@@ -1,0 +1,256 @@
+// Package policy holds the per-device-class remediation policy and its YAML file.
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Effects a quarantine taint may have.
+const (
+	EffectNoSchedule = "NoSchedule"
+	EffectNoExecute  = "NoExecute"
+	EffectNone       = "None"
+)
+
+// Policy is what one device's workflow follows. It is a snapshot passed into the workflow, so a
+// changed file affects newly started devices, never a decision already in flight.
+type Policy struct {
+	// Name says which entry of the policy file matched ("default" when none did).
+	Name string `json:"name"`
+	// ToleranceWindow is how long Unknown is tolerated before new allocations are restricted.
+	ToleranceWindow time.Duration `json:"toleranceWindow"`
+	// BackoffCap bounds the tolerance window, which doubles with each repeated Unknown episode.
+	BackoffCap time.Duration `json:"backoffCap"`
+	// HeartbeatLimit is the age after which a Healthy report is no longer proof: it becomes Unknown.
+	HeartbeatLimit time.Duration `json:"heartbeatLimit"`
+	// StabilityWindow is how long a recovered device must stay Healthy before release.
+	StabilityWindow time.Duration `json:"stabilityWindow"`
+	// QuarantineLease is how long a quarantine lasts before it must be re-evaluated.
+	QuarantineLease time.Duration `json:"quarantineLease"`
+	// TaintEffect for Unhealthy devices: NoSchedule (default) or NoExecute. Unknown never evicts.
+	TaintEffect string `json:"taintEffect"`
+	// ApprovalRequired makes release wait for a person's approval.
+	ApprovalRequired bool `json:"approvalRequired"`
+	// EscalationThreshold is how many failed devices on one node escalate to a node-level decision.
+	EscalationThreshold int `json:"escalationThreshold"`
+}
+
+// Default applies when no policy file entry matches.
+func Default() Policy {
+	return Policy{
+		Name:                "default",
+		ToleranceWindow:     5 * time.Minute,
+		BackoffCap:          time.Hour,
+		HeartbeatLimit:      10 * time.Minute,
+		StabilityWindow:     30 * time.Minute,
+		QuarantineLease:     24 * time.Hour,
+		TaintEffect:         EffectNoSchedule,
+		ApprovalRequired:    false,
+		EscalationThreshold: 4,
+	}
+}
+
+// Match selects devices by DeviceClass or by driver; an empty field matches anything.
+type Match struct {
+	DeviceClass string `yaml:"deviceClass"`
+	Driver      string `yaml:"driver"`
+}
+
+// entry is one policy in the file: a match plus the fields it overrides.
+type entry struct {
+	Name                string    `yaml:"name"`
+	Match               Match     `yaml:"match"`
+	ToleranceWindow     *Duration `yaml:"toleranceWindow"`
+	BackoffCap          *Duration `yaml:"backoffCap"`
+	HeartbeatLimit      *Duration `yaml:"heartbeatLimit"`
+	StabilityWindow     *Duration `yaml:"stabilityWindow"`
+	QuarantineLease     *Duration `yaml:"quarantineLease"`
+	TaintEffect         *string   `yaml:"taintEffect"`
+	ApprovalRequired    *bool     `yaml:"approvalRequired"`
+	EscalationThreshold *int      `yaml:"escalationThreshold"`
+	line                int
+}
+
+type file struct {
+	Default  entry   `yaml:"default"`
+	Policies []entry `yaml:"policies"`
+}
+
+// Set is a loaded policy file.
+type Set struct {
+	def      Policy
+	policies []entry
+}
+
+// DefaultSet is the set used when no file is given: the default policy for every device.
+func DefaultSet() *Set { return &Set{def: Default()} }
+
+// Duration is a time.Duration written as "5m", "1h30m".
+type Duration struct{ time.Duration }
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (use e.g. 90s, 5m, 1h)", n.Line, s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// LoadFile reads a policy file; the error names the file and the line.
+func LoadFile(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy file: %w", err)
+	}
+	s, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Parse reads policy YAML. Unknown fields, bad durations, bad effects and out-of-range values are
+// errors with their line number, so a typo can never silently fall back to acting on everything.
+func Parse(data []byte) (*Set, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	var f file
+	if root.Kind != 0 {
+		strict := yaml.NewDecoder(bytes.NewReader(data))
+		strict.KnownFields(true)
+		if err := strict.Decode(&f); err != nil {
+			return nil, err
+		}
+		annotateLines(&root, &f)
+	}
+	def, err := f.Default.apply(Default(), "default")
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{def: def}
+	names := map[string]int{}
+	for i, e := range f.Policies {
+		if e.Name == "" {
+			return nil, fmt.Errorf("line %d: policy %d has no name", e.line, i+1)
+		}
+		if prev, dup := names[e.Name]; dup {
+			return nil, fmt.Errorf("line %d: policy name %q already used at line %d", e.line, e.Name, prev)
+		}
+		names[e.Name] = e.line
+		if e.Match.DeviceClass == "" && e.Match.Driver == "" {
+			return nil, fmt.Errorf("line %d: policy %q matches nothing: set match.deviceClass or match.driver", e.line, e.Name)
+		}
+		if _, err := e.apply(def, e.Name); err != nil {
+			return nil, err
+		}
+		s.policies = append(s.policies, e)
+	}
+	return s, nil
+}
+
+// annotateLines records each policy entry's line for error messages.
+func annotateLines(root *yaml.Node, f *file) {
+	if len(root.Content) == 0 {
+		return
+	}
+	m := root.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		switch m.Content[i].Value {
+		case "default":
+			f.Default.line = m.Content[i+1].Line
+		case "policies":
+			for j, item := range m.Content[i+1].Content {
+				if j < len(f.Policies) {
+					f.Policies[j].line = item.Line
+				}
+			}
+		}
+	}
+}
+
+func (e entry) apply(base Policy, name string) (Policy, error) {
+	p := base
+	p.Name = name
+	set := func(dst *time.Duration, src *Duration) {
+		if src != nil {
+			*dst = src.Duration
+		}
+	}
+	set(&p.ToleranceWindow, e.ToleranceWindow)
+	set(&p.BackoffCap, e.BackoffCap)
+	set(&p.HeartbeatLimit, e.HeartbeatLimit)
+	set(&p.StabilityWindow, e.StabilityWindow)
+	set(&p.QuarantineLease, e.QuarantineLease)
+	if e.TaintEffect != nil {
+		p.TaintEffect = *e.TaintEffect
+	}
+	if e.ApprovalRequired != nil {
+		p.ApprovalRequired = *e.ApprovalRequired
+	}
+	if e.EscalationThreshold != nil {
+		p.EscalationThreshold = *e.EscalationThreshold
+	}
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
+	}
+	return p, nil
+}
+
+// Validate checks ranges and enumerations.
+func (p Policy) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"toleranceWindow", p.ToleranceWindow}, {"backoffCap", p.BackoffCap}, {"heartbeatLimit", p.HeartbeatLimit},
+		{"stabilityWindow", p.StabilityWindow}, {"quarantineLease", p.QuarantineLease}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %s", d.name, d.v)
+		}
+	}
+	if p.BackoffCap < p.ToleranceWindow {
+		return fmt.Errorf("backoffCap (%s) must be at least toleranceWindow (%s)", p.BackoffCap, p.ToleranceWindow)
+	}
+	switch p.TaintEffect {
+	case EffectNoSchedule, EffectNoExecute:
+	default:
+		return fmt.Errorf("taintEffect %q: want NoSchedule or NoExecute", p.TaintEffect)
+	}
+	if p.EscalationThreshold < 1 {
+		return fmt.Errorf("escalationThreshold must be >= 1, got %d", p.EscalationThreshold)
+	}
+	return nil
+}
+
+// For returns the policy of a device: the first entry whose match fits, else the default.
+// DeviceClass is preferred over driver when both entries exist, because it is the narrower key.
+func (s *Set) For(deviceClass, driver string) Policy {
+	for _, byClass := range []bool{true, false} {
+		for _, e := range s.policies {
+			if byClass && e.Match.DeviceClass != "" && e.Match.DeviceClass == deviceClass && (e.Match.Driver == "" || e.Match.Driver == driver) {
+				p, _ := e.apply(s.def, e.Name)
+				return p
+			}
+			if !byClass && e.Match.DeviceClass == "" && e.Match.Driver == driver {
+				p, _ := e.apply(s.def, e.Name)
+				return p
+			}
+		}
+	}
+	return s.def
+}

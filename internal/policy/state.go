@@ -1,0 +1,116 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// State is where a device stands in its remediation.
+type State string
+
+// Device states. Suspect and Restricted come from Unknown; Quarantined from Unhealthy or a person.
+const (
+	Healthy     State = "Healthy"
+	Suspect     State = "Suspect"
+	Restricted  State = "Restricted"
+	Quarantined State = "Quarantined"
+	Recovering  State = "Recovering"
+	Released    State = "Released"
+)
+
+// Reporter says which pod, container and claim reported a health value.
+type Reporter struct {
+	Namespace string        `json:"namespace"`
+	Pod       string        `json:"pod"`
+	Container string        `json:"container"`
+	Claim     string        `json:"claim"`
+	Health    device.Health `json:"health"`
+}
+
+// Observation is one aggregated health report for one device, sent by the watcher.
+type Observation struct {
+	Device device.ID     `json:"device"`
+	Node   string        `json:"node"`
+	Health device.Health `json:"health"`
+	// DeviceClass is the class the device was requested through, when known.
+	DeviceClass string `json:"deviceClass,omitempty"`
+	// Message is the driver's message of the worst report, if any.
+	Message string `json:"message,omitempty"`
+	// StatusVersion is the resourceVersion of the newest Pod status that carried the reports.
+	StatusVersion string    `json:"statusVersion"`
+	ObservedAt    time.Time `json:"observedAt"`
+	// Reporters is empty when no pod holds the device any more.
+	Reporters []Reporter `json:"reporters,omitempty"`
+}
+
+// QuarantineRecord is the auditable record of a quarantine or restriction.
+type QuarantineRecord struct {
+	RuleName  string    `json:"ruleName"`
+	Effect    string    `json:"effect"`
+	Reason    string    `json:"reason"`
+	Actor     string    `json:"actor"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Transition records a state change and why.
+type Transition struct {
+	From   State     `json:"from"`
+	To     State     `json:"to"`
+	Reason string    `json:"reason"`
+	Actor  string    `json:"actor"`
+	At     time.Time `json:"at"`
+}
+
+// DeviceState is everything the device workflow knows; the `state` query returns it.
+type DeviceState struct {
+	Device        device.ID     `json:"device"`
+	Node          string        `json:"node"`
+	Policy        Policy        `json:"policy"`
+	DryRun        bool          `json:"dryRun,omitempty"`
+	State         State         `json:"state"`
+	Health        device.Health `json:"health"`
+	Message       string        `json:"message,omitempty"`
+	StatusVersion string        `json:"statusVersion,omitempty"`
+	ObservedAt    time.Time     `json:"observedAt"`
+	Reporters     []Reporter    `json:"reporters,omitempty"`
+	// LastHeard is when the watcher last confirmed the current report (heartbeats included).
+	LastHeard time.Time `json:"lastHeard"`
+	// Stale is set when a Healthy report outlived the heartbeat limit.
+	Stale bool `json:"stale,omitempty"`
+	// UnknownEpisodes counts Unknown episodes; each one doubles the tolerance window up to the cap.
+	UnknownEpisodes int               `json:"unknownEpisodes"`
+	ToleranceUntil  time.Time         `json:"toleranceUntil,omitempty"`
+	Quarantine      *QuarantineRecord `json:"quarantine,omitempty"`
+	// Held is an automatic action the circuit breaker withheld; it is retried at RetryAt.
+	Held       *Action   `json:"held,omitempty"`
+	HeldReason string    `json:"heldReason,omitempty"`
+	RetryAt    time.Time `json:"retryAt,omitempty"`
+	// Paused stops automatic actions for this device until an operator resumes it.
+	Paused      bool         `json:"paused,omitempty"`
+	Transitions []Transition `json:"transitions,omitempty"`
+	// Ignored counts observations dropped as duplicates or older than the last one.
+	Ignored int `json:"ignored"`
+}
+
+// ActionKind is what an Action asks the workflow to do.
+type ActionKind string
+
+// Action kinds.
+const (
+	ActTaint ActionKind = "taint"
+	ActAlert ActionKind = "alert"
+)
+
+// Action is one side effect the workflow must carry out. A taint's transition is applied only
+// after the activity succeeded (see Applied), so a failed or withheld taint changes nothing.
+type Action struct {
+	Kind      ActionKind `json:"kind"`
+	To        State      `json:"to,omitempty"`
+	Effect    string     `json:"effect,omitempty"`
+	Reason    string     `json:"reason"`
+	Actor     string     `json:"actor,omitempty"`
+	Automatic bool       `json:"automatic,omitempty"`
+	Level     string     `json:"level,omitempty"`
+}

@@ -1,0 +1,41 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// BreakerClient reaches the breaker workflow with update-with-start, so the first permit request
+// also starts the breaker, and every request is answered by the one running instance.
+type BreakerClient struct {
+	Client client.Client
+}
+
+// Acquire asks the breaker for a permit and waits for its answer.
+func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflows.BreakerWorkflowID,
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.BreakerWorkflow, workflows.BreakerInput{})
+	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: workflows.UpdateAcquire, Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return policy.PermitResult{}, fmt.Errorf("update-with-start breaker: %w", err)
+	}
+	var res policy.PermitResult
+	if err := h.Get(ctx, &res); err != nil {
+		return policy.PermitResult{}, fmt.Errorf("breaker answer: %w", err)
+	}
+	return res, nil
+}

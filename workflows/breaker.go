@@ -1,0 +1,79 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// BreakerWorkflow owns the fleet-wide circuit breaker (ID BreakerWorkflowID). Device workflows ask
+// it for permits through the `acquire` update; a workflow runs one handler at a time, so no two
+// devices can slip past the cap together. Once open it stays open until a `resume` signal.
+func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
+	st := in.State
+	if st == nil {
+		st = &policy.BreakerState{Config: policy.DefaultBreaker()}
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
+		return fmt.Errorf("register query: %w", err)
+	}
+	var alerts []activities.AlertInput
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAcquire,
+		func(ctx workflow.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+			res := st.Acquire(req, workflow.Now(ctx))
+			if res.Tripped {
+				alerts = append(alerts, activities.AlertInput{Level: "critical", Text: "circuit breaker open: " + st.Reason, WorkflowID: BreakerWorkflowID})
+			}
+			return res, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req policy.PermitRequest) error {
+			if !req.Device.Valid() {
+				return fmt.Errorf("invalid device %q", req.Device.String())
+			}
+			return nil
+		}})
+	if err != nil {
+		return fmt.Errorf("register update: %w", err)
+	}
+	resumeCh := workflow.GetSignalChannel(ctx, SignalBreakerResume)
+	pauseCh := workflow.GetSignalChannel(ctx, SignalBreakerPause)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
+	for {
+		if err := workflow.Await(ctx, func() bool {
+			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+		}); err != nil {
+			return err
+		}
+		for resumeCh.Len() > 0 {
+			var s BreakerSignal
+			resumeCh.Receive(ctx, &s)
+			st.Resume(s.Actor, workflow.Now(ctx))
+			alerts = append(alerts, activities.AlertInput{Level: "info", Text: "circuit breaker resumed by " + s.Actor, WorkflowID: BreakerWorkflowID})
+		}
+		for pauseCh.Len() > 0 {
+			var s BreakerSignal
+			pauseCh.Receive(ctx, &s)
+			st.Trip(s.Actor, s.Reason, workflow.Now(ctx))
+			alerts = append(alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
+		}
+		for len(alerts) > 0 {
+			al := alerts[0]
+			alerts = alerts[1:]
+			if err := workflow.ExecuteActivity(actx, a.Alert, al).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+			}
+		}
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return err
+			}
+			return workflow.NewContinueAsNewError(ctx, BreakerWorkflow, BreakerInput{State: st})
+		}
+	}
+}
