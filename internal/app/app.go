@@ -77,11 +77,26 @@ func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger
 		t.Server = srv
 		addr = srv.FrontendAddress()
 	}
-	copts := client.Options{HostPort: addr, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(logger.With("component", "temporal-sdk"))}
+	o.Address = addr
+	c, err := Dial(ctx, o, logger)
+	if err != nil {
+		t.stopServer()
+		return nil, err
+	}
+	t.Client = c
+	if err := worker.RegisterSearchAttributes(ctx, c, o.Namespace); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Dial connects to the Temporal frontend at o.Address.
+func Dial(ctx context.Context, o TemporalOptions, logger *slog.Logger) (client.Client, error) {
+	copts := client.Options{HostPort: o.Address, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(logger.With("component", "temporal-sdk"))}
 	if o.TLSCert != "" || o.TLSCA != "" {
 		tlsCfg, err := clientTLS(o)
 		if err != nil {
-			t.stopServer()
 			return nil, err
 		}
 		copts.ConnectionOptions.TLS = tlsCfg
@@ -93,15 +108,9 @@ func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger
 	defer cancel()
 	c, err := client.DialContext(dialCtx, copts)
 	if err != nil {
-		t.stopServer()
-		return nil, fmt.Errorf("dial temporal %s: %w", addr, err)
+		return nil, fmt.Errorf("dial temporal %s: %w", o.Address, err)
 	}
-	t.Client = c
-	if err := worker.RegisterSearchAttributes(ctx, c, o.Namespace); err != nil {
-		t.Close()
-		return nil, err
-	}
-	return t, nil
+	return c, nil
 }
 
 func (t *Temporal) stopServer() {

@@ -3,19 +3,21 @@ package cli
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
 func newDevCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var t temporalFlags
-	var ctl app.ControllerOptions
+	var ctl controllerFlags
 	var cacheDir string
 	var simNodes, simDevices int
 	cmd := &cobra.Command{
@@ -27,6 +29,10 @@ func newDevCmd(g *globals) *cobra.Command {
 			logConfig(g.logger, c)
 			out := c.OutOrStdout()
 			topts, err := t.options(g)
+			if err != nil {
+				return err
+			}
+			copts, err := ctl.load()
 			if err != nil {
 				return err
 			}
@@ -74,7 +80,7 @@ func newDevCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(out, "  Try:         devicewarden sim workload demo --node gpu-node-0 --index 0\n"+
 				"               devicewarden sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
 				"  Ctrl-C stops everything.\n\n", sim.Driver)
-			return app.RunController(ctx, kube, tc.Client, ctl, metrics.New(), g.logger)
+			return app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
 		},
 	}
 	k.add(cmd)
@@ -86,16 +92,49 @@ func newDevCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func addControllerFlags(cmd *cobra.Command, o *app.ControllerOptions) {
+// controllerFlags are the worker's and watcher's flags; load turns them into options.
+type controllerFlags struct {
+	o          app.ControllerOptions
+	policyFile string
+}
+
+func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
+	o := &f.o
+	def := policy.DefaultBreaker()
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
 	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
 	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "127.0.0.1:9464", "address for /metrics and /healthz (empty disables)")
+	cmd.Flags().StringVar(&f.policyFile, "policy", "", "policy file (YAML) keyed by DeviceClass or driver; empty uses the default policy")
+	cmd.Flags().DurationVar(&o.Breaker.Window, "breaker-window", def.Window, "circuit breaker: sliding window for the cap")
+	cmd.Flags().IntVar(&o.Breaker.MaxCount, "breaker-max-count", def.MaxCount, "circuit breaker: most devices tainted automatically per window")
+	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
+	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
+}
+
+// load validates the flags and reads the policy file; a broken file stops the start.
+func (f *controllerFlags) load() (app.ControllerOptions, error) {
+	o := f.o
+	if err := o.Breaker.Validate(); err != nil {
+		return o, err
+	}
+	if o.HeartbeatInterval <= 0 {
+		return o, fmt.Errorf("--heartbeat-interval must be positive")
+	}
+	o.Policies = policy.DefaultSet()
+	if f.policyFile != "" {
+		set, err := policy.LoadFile(f.policyFile)
+		if err != nil {
+			return o, err
+		}
+		o.Policies = set
+	}
+	return o, nil
 }
 
 func newRunCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var t temporalFlags
-	var ctl app.ControllerOptions
+	var ctl controllerFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the worker and the watcher against a cluster (in-cluster config by default)",
@@ -103,6 +142,10 @@ func newRunCmd(g *globals) *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error {
 			logConfig(g.logger, c)
 			topts, err := t.options(g)
+			if err != nil {
+				return err
+			}
+			copts, err := ctl.load()
 			if err != nil {
 				return err
 			}
@@ -115,7 +158,7 @@ func newRunCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
-			return app.RunController(c.Context(), kube, tc.Client, ctl, metrics.New(), g.logger)
+			return app.RunController(c.Context(), kube, tc.Client, copts, metrics.New(), g.logger)
 		},
 	}
 	k.add(cmd)

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -19,6 +21,22 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	return out.String(), err
+}
+
+var brokenPolicy string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	brokenPolicy = filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(brokenPolicy, []byte("policies:\n  - name: a\n    match: {driver: d}\n    toleranceWindow: soon\n"), 0o644); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 func TestBadInputGetsAClearError(t *testing.T) {
@@ -38,6 +56,13 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "tls for the embedded server", args: []string{"run", "--temporal-api-key", "k"}, wantErr: "--temporal-address"},
 		{name: "nodes out of range", args: []string{"sim", "nodes", "--devices", "0"}, wantErr: "--devices"},
 		{name: "unknown flag", args: []string{"dev", "--frobnicate"}, wantErr: "unknown flag"},
+		{name: "broken policy file", args: []string{"run", "--policy", brokenPolicy}, wantErr: "line 4"},
+		{name: "missing policy file", args: []string{"run", "--policy", "/nonexistent/policy.yaml"}, wantErr: "read policy file"},
+		{name: "breaker cap of zero", args: []string{"run", "--breaker-max-count", "0"}, wantErr: "breaker"},
+		{name: "unknown operator signal", args: []string{"device", "signal", "d/p/gpu-0", "reboot", "--actor", "x"}, wantErr: "want one of"},
+		{name: "operator signal without actor", args: []string{"device", "signal", "d/p/gpu-0", "pause"}, wantErr: "--actor"},
+		{name: "breaker resume without actor", args: []string{"breaker", "resume"}, wantErr: "--actor"},
+		{name: "show a malformed device", args: []string{"device", "show", "gpu-0"}, wantErr: "driver"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

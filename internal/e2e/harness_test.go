@@ -29,6 +29,8 @@ type stack struct {
 	temporal client.Client
 	metrics  *metrics.Metrics
 	dir      string
+	// frontend is the embedded Temporal's address, for CLI commands under test.
+	frontend string
 }
 
 var shared *stack
@@ -51,7 +53,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	s, stop, err := startStack(ctx, dir)
+	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
 		dumpLogs(dir)
@@ -66,7 +68,7 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-func startStack(ctx context.Context, dir string) (*stack, func(), error) {
+func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*stack, func(), error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		Dir:     filepath.Join(dir, "cluster"),
@@ -99,7 +101,7 @@ func startStack(ctx context.Context, dir string) (*stack, func(), error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := app.RunController(runCtx, kube, tc.Client, app.ControllerOptions{Workers: 8}, m, logger); err != nil {
+		if err := app.RunController(runCtx, kube, tc.Client, opts, m, logger); err != nil {
 			fmt.Fprintln(os.Stderr, "controller:", err)
 		}
 	}()
@@ -109,7 +111,7 @@ func startStack(ctx context.Context, dir string) (*stack, func(), error) {
 		tc.Close()
 		cl.Stop()
 	}
-	return &stack{kube: kube, temporal: tc.Client, metrics: m, dir: dir}, stop, nil
+	return &stack{kube: kube, temporal: tc.Client, metrics: m, dir: dir, frontend: tc.Server.FrontendAddress()}, stop, nil
 }
 
 // dumpLogs prints the tail of each control-plane log to help read a failure.

@@ -32,9 +32,9 @@ type Report struct {
 	Device      device.ID
 	DeviceClass string
 	Node        string
-	Health   device.Health
-	Message  string
-	Reporter workflows.Reporter
+	Health      device.Health
+	Message     string
+	Reporter    workflows.Reporter
 }
 
 // ResolveError explains why one health entry was not turned into a Report.
@@ -123,8 +123,8 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 		Device:      device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
 		DeviceClass: requestClass(claim, chosen.Request),
 		Node:        pod.Spec.NodeName,
-		Health:  health,
-		Message: msg,
+		Health:      health,
+		Message:     msg,
 		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container,
 			Claim: claimName, Health: health},
 	}, nil

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/cli"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// TestBreakerCapsAStorm: 20 devices turn Unhealthy at once with a cap of 5. Exactly 5 are
+// quarantined, the breaker opens, and the reason is visible through the query and `device list`.
+func TestBreakerCapsAStorm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, stop, err := startStack(ctx, t.TempDir(), app.ControllerOptions{Workers: 8,
+		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	nodes, err := sim.CreateNodes(ctx, s.kube, "storm", 3, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, n = "storm", 20
+	if err := sim.EnsureNamespace(ctx, s.kube, ns); err != nil {
+		t.Fatal(err)
+	}
+	var ids []device.ID
+	for i := 0; i < n; i++ {
+		node, idx := nodes[i/8], i%8
+		w := sim.Workload{Namespace: ns, Name: fmt.Sprintf("job-%d", i), Node: node, Index: ptr.To(idx)}
+		if _, err := w.Create(ctx, s.kube); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, device.ID{Driver: sim.Driver, Pool: node, Device: fmt.Sprintf("gpu-%d", idx)})
+	}
+	eventually(t, 2*time.Minute, "all pods running", func() error {
+		pods, err := s.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) > 0 {
+				running++
+			}
+		}
+		if running != n {
+			return fmt.Errorf("%d of %d running", running, n)
+		}
+		return nil
+	})
+
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// Every device workflow has decided: 5 quarantined, 15 holding their action.
+	eventually(t, 60*time.Second, "all 20 devices decided", func() error {
+		quarantined, held := 0, 0
+		for _, id := range ids {
+			v, err := s.temporal.QueryWorkflow(ctx, id.WorkflowID(), "", workflows.QueryState)
+			if err != nil {
+				return err
+			}
+			var st policy.DeviceState
+			if err := v.Get(&st); err != nil {
+				return err
+			}
+			switch {
+			case st.State == policy.Quarantined:
+				quarantined++
+			case st.Held != nil && strings.Contains(st.HeldReason, "circuit breaker open"):
+				held++
+			}
+		}
+		if quarantined+held != n {
+			return fmt.Errorf("%d quarantined, %d held", quarantined, held)
+		}
+		if quarantined != 5 {
+			t.Fatalf("%d devices quarantined with a cap of 5", quarantined)
+		}
+		return nil
+	})
+	rules, err := s.kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: activities.LabelManagedBy + "=" + activities.ManagedBy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules.Items) != 5 {
+		t.Fatalf("%d DeviceTaintRules, want exactly 5", len(rules.Items))
+	}
+
+	v, err := s.temporal.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var br policy.BreakerState
+	if err := v.Get(&br); err != nil {
+		t.Fatal(err)
+	}
+	if !br.Open || !strings.Contains(br.Reason, "cap of 5") || len(br.Grants) != 5 {
+		t.Fatalf("breaker %+v", br)
+	}
+	if trips := testutil.ToFloat64(s.metrics.BreakerTrips); trips != 1 {
+		t.Fatalf("breaker trips metric = %v", trips)
+	}
+
+	// The same picture through the CLI, read from Temporal visibility.
+	eventually(t, 10*time.Second, "device list shows 5 quarantined", func() error {
+		root := cli.NewRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs([]string{"device", "list", "--state", "Quarantined", "--temporal-address", s.frontend, "--log-level", "warn"})
+		if err := root.ExecuteContext(ctx); err != nil {
+			return err
+		}
+		if got := strings.Count(out.String(), "Quarantined"); got != 5 {
+			return fmt.Errorf("%d quarantined rows:\n%s", got, out.String())
+		}
+		return nil
+	})
+}
