@@ -131,6 +131,8 @@ func TestBreakerCapsAStorm(t *testing.T) {
 	if !br.Open || !strings.Contains(br.Reason, "cap of 5") || len(br.Grants) != 5 {
 		t.Fatalf("breaker %+v", br)
 	}
+	recordHistory(t, ctx, s.temporal, workflows.BreakerWorkflowID, "breaker_storm.json")
+	recordHistory(t, ctx, s.temporal, ids[0].WorkflowID(), "device_storm.json")
 	if trips := testutil.ToFloat64(s.metrics.BreakerTrips); trips != 1 {
 		t.Fatalf("breaker trips metric = %v", trips)
 	}

@@ -178,6 +178,7 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 		if len(st.Transitions) != 1 {
 			t.Fatalf("transitions = %+v", st.Transitions)
 		}
+		recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_quarantine.json")
 	})
 
 	t.Run("the scheduler no longer allocates the quarantined device", func(t *testing.T) {
