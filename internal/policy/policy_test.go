@@ -81,3 +81,13 @@ func TestBrokenFilesAreRejectedWithTheLine(t *testing.T) {
 		})
 	}
 }
+
+func TestShippedExampleParses(t *testing.T) {
+	s, err := LoadFile("../../deploy/examples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.For("gpu.sim.devicewarden.io", "gpu.sim.devicewarden.io"); p.Name != "training-gpus" || !p.ApprovalRequired {
+		t.Fatalf("example policy = %+v", p)
+	}
+}
