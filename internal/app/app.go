@@ -18,7 +18,10 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -173,6 +176,19 @@ type ControllerOptions struct {
 	Breaker policy.BreakerConfig
 	// HeartbeatInterval is how often an unchanged device with a workflow is re-signalled.
 	HeartbeatInterval time.Duration
+	// LeaderElection, when set, runs the watcher only while this replica holds the Lease.
+	LeaderElection *LeaderElection
+}
+
+// LeaderElection configures the watcher's Lease. Workers run on every replica; only the leader
+// watches and signals, so two replicas never double-signal.
+type LeaderElection struct {
+	Namespace     string
+	Name          string
+	Identity      string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 }
 
 // RunController runs the worker and the watcher until ctx ends.
@@ -198,7 +214,11 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 	})
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return wt.Run(gctx) })
+	if o.LeaderElection == nil {
+		g.Go(func() error { return wt.Run(gctx) })
+	} else {
+		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, wt.Run, logger) })
+	}
 	if o.MetricsAddress != "" {
 		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, m, logger) })
 	}
@@ -225,4 +245,39 @@ func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, logger *
 		return err
 	}
 	return nil
+}
+
+// runAsLeader runs fn while this replica holds the Lease. Losing the Lease is an error: the process
+// exits and restarts rather than risk two watchers signalling at once.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection, fn func(context.Context) error, logger *slog.Logger) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	var runErr error
+	led := false
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true,
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				led = true
+				logger.Info("leading: watcher starts", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
+				runErr = fn(ctx)
+			},
+			OnStoppedLeading: func() { logger.Info("stopped leading", "identity", le.Identity) },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	elector.Run(ctx)
+	if ctx.Err() != nil {
+		return runErr
+	}
+	if led {
+		return fmt.Errorf("lost the %s/%s lease: %v", le.Namespace, le.Name, runErr)
+	}
+	return runErr
 }

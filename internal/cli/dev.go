@@ -2,7 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -94,8 +96,10 @@ func newDevCmd(g *globals) *cobra.Command {
 
 // controllerFlags are the worker's and watcher's flags; load turns them into options.
 type controllerFlags struct {
-	o          app.ControllerOptions
-	policyFile string
+	o           app.ControllerOptions
+	policyFile  string
+	leaderElect bool
+	le          app.LeaderElection
 }
 
 func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
@@ -109,6 +113,14 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().IntVar(&o.Breaker.MaxCount, "breaker-max-count", def.MaxCount, "circuit breaker: most devices tainted automatically per window")
 	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
 	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
+	host, _ := os.Hostname()
+	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run the watcher only while holding a coordination.k8s.io Lease (for several replicas)")
+	cmd.Flags().StringVar(&f.le.Namespace, "leader-elect-namespace", "default", "namespace of the leader Lease")
+	cmd.Flags().StringVar(&f.le.Name, "leader-elect-name", "devicewarden-watcher", "name of the leader Lease")
+	cmd.Flags().StringVar(&f.le.Identity, "leader-elect-identity", host+"-"+strconv.Itoa(os.Getpid()), "this replica's identity in the Lease")
+	cmd.Flags().DurationVar(&f.le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease is valid without renewal")
+	cmd.Flags().DurationVar(&f.le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
+	cmd.Flags().DurationVar(&f.le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
 }
 
 // load validates the flags and reads the policy file; a broken file stops the start.
@@ -119,6 +131,13 @@ func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	}
 	if o.HeartbeatInterval <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval must be positive")
+	}
+	if f.leaderElect {
+		if !(f.le.RetryPeriod < f.le.RenewDeadline && f.le.RenewDeadline < f.le.LeaseDuration) {
+			return o, fmt.Errorf("leader election: want retry period < renew deadline < lease duration")
+		}
+		le := f.le
+		o.LeaderElection = &le
 	}
 	o.Policies = policy.DefaultSet()
 	if f.policyFile != "" {

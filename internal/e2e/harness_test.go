@@ -69,7 +69,17 @@ func runMain(m *testing.M) int {
 }
 
 func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*stack, func(), error) {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, stopInfra, err := startInfra(ctx, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, stopCtl := s.controller(opts)
+	s.metrics = m
+	return s, func() { stopCtl(); stopInfra() }, nil
+}
+
+// startInfra starts the cluster and the embedded Temporal server, without a controller.
+func startInfra(ctx context.Context, dir string) (*stack, func(), error) {
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		Dir:     filepath.Join(dir, "cluster"),
 		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr},
@@ -90,28 +100,33 @@ func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*s
 	}
 	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{
 		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0",
-	}, logger)
+	}, testLogger)
 	if err != nil {
 		cl.Stop()
 		return nil, nil, err
 	}
+	stop := func() {
+		tc.Close()
+		cl.Stop()
+	}
+	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress()}, stop, nil
+}
+
+var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// controller runs a worker and a watcher against the stack until stop is called.
+func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()) {
 	m := metrics.New()
-	runCtx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := app.RunController(runCtx, kube, tc.Client, opts, m, logger); err != nil {
+		if err := app.RunController(ctx, s.kube, s.temporal, opts, m, testLogger); err != nil {
 			fmt.Fprintln(os.Stderr, "controller:", err)
 		}
 	}()
-	stop := func() {
-		cancel()
-		wg.Wait()
-		tc.Close()
-		cl.Stop()
-	}
-	return &stack{kube: kube, temporal: tc.Client, metrics: m, dir: dir, frontend: tc.Server.FrontendAddress()}, stop, nil
+	return m, func() { cancel(); wg.Wait() }
 }
 
 // dumpLogs prints the tail of each control-plane log to help read a failure.

@@ -28,6 +28,9 @@ type entry struct {
 	// signalled is what the device workflow last received; nil means no workflow was signalled.
 	signalled   *workflows.Observation
 	signalledAt time.Time
+	// seeded marks a device whose workflow was running when the watcher started: whatever the
+	// cluster says now is sent once, so nothing that changed while the watcher was down is missed.
+	seeded bool
 }
 
 func newStore() *store {
@@ -94,6 +97,20 @@ func (s *store) deletePod(podKey, version string, claims []string) []device.ID {
 	return changed
 }
 
+// seed marks devices that have running workflows.
+func (s *store) seed(ids []device.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		e := s.devices[id]
+		if e == nil {
+			e = &entry{reports: map[string][]Report{}}
+			s.devices[id] = e
+		}
+		e.seeded = true
+	}
+}
+
 // podsOfClaim lists the pods that use a claim.
 func (s *store) podsOfClaim(claim string) []string {
 	s.mu.Lock()
@@ -134,14 +151,23 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 	}
 	if len(e.reports) == 0 {
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
-		if e.signalled == nil || len(e.signalled.Reporters) == 0 {
+		if !e.seeded && (e.signalled == nil || len(e.signalled.Reporters) == 0) {
 			return workflows.Observation{}, skipNothing
 		}
-		return workflows.Observation{Device: id, Node: e.signalled.Node, Health: device.Healthy,
-			StatusVersion: strconv.FormatUint(e.version, 10), ObservedAt: now}, doSignal
+		node := ""
+		if e.signalled != nil {
+			node = e.signalled.Node
+		}
+		version := "" // unknown after a restart: the workflow then orders by observation time
+		if e.version > 0 {
+			version = strconv.FormatUint(e.version, 10)
+		}
+		return workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}, doSignal
 	}
 	obs := aggregate(id, e, now)
 	switch {
+	case e.seeded:
+		return obs, doSignal
 	case e.signalled == nil && obs.Health == device.Healthy:
 		return obs, skipHealthy
 	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message &&
@@ -161,7 +187,7 @@ func (s *store) markSignalled(obs workflows.Observation, now time.Time) {
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
 		o := obs
-		e.signalled, e.signalledAt = &o, now
+		e.signalled, e.signalledAt, e.seeded = &o, now, false
 	}
 }
 

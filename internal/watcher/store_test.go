@@ -87,3 +87,26 @@ func TestStoreHeartbeatAndIdle(t *testing.T) {
 		t.Fatalf("after idle: %v", d)
 	}
 }
+
+func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
+	s := newStore()
+	now := time.Unix(1700000000, 0)
+	healthy := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	gone := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-9"}
+	s.seed([]device.ID{healthy, gone})
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil)
+	// A Healthy device would normally cost nothing, but its workflow is running: tell it once.
+	obs, d := s.next(healthy, now, 0)
+	if d != doSignal || obs.Health != device.Healthy {
+		t.Fatalf("seeded healthy: %v %+v", d, obs)
+	}
+	s.markSignalled(obs, now)
+	if _, d := s.next(healthy, now, 0); d != skipDuplicate {
+		t.Fatalf("second time: %v", d)
+	}
+	// A device nobody holds any more: its workflow hears that nobody reports it.
+	obs, d = s.next(gone, now, 0)
+	if d != doSignal || len(obs.Reporters) != 0 {
+		t.Fatalf("seeded idle: %v %+v", d, obs)
+	}
+}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
@@ -39,4 +43,28 @@ func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
 	}
 	return nil
+}
+
+// RunningDevices lists the devices whose workflows are running, from visibility.
+func (s *TemporalSignaler) RunningDevices(ctx context.Context) ([]device.ID, error) {
+	var ids []device.ID
+	var token []byte
+	for {
+		resp, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'Running'", NextPageToken: token, PageSize: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetExecutions() {
+			var v string
+			if p, ok := e.GetSearchAttributes().GetIndexedFields()["DeviceID"]; ok && converter.GetDefaultDataConverter().FromPayload(p, &v) == nil {
+				if id, err := device.ParseID(v); err == nil {
+					ids = append(ids, id)
+				}
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return ids, nil
+		}
+	}
 }

@@ -22,6 +22,9 @@ import (
 // Signaler delivers an observation to the device's workflow, starting it if needed.
 type Signaler interface {
 	Signal(ctx context.Context, obs workflows.Observation) error
+	// RunningDevices lists devices whose workflows are running, so a restarted watcher re-sends
+	// their current state once.
+	RunningDevices(ctx context.Context) ([]device.ID, error)
 }
 
 // Config configures a Watcher.
@@ -100,7 +103,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), w.pods.HasSynced, w.claims.HasSynced) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
 	}
-	w.cfg.Logger.Info("watcher caches synced", "workers", w.cfg.Workers)
+	running, err := w.cfg.Signaler.RunningDevices(ctx)
+	if err != nil {
+		return fmt.Errorf("list running device workflows: %w", err)
+	}
+	w.store.seed(running)
+	for _, id := range running {
+		w.enqueue(id)
+	}
+	w.cfg.Logger.Info("watcher caches synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	var wg sync.WaitGroup
 	for i := 0; i < w.cfg.Workers; i++ {
 		wg.Add(1)

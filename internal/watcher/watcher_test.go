@@ -25,6 +25,8 @@ type recorder struct {
 	mu   sync.Mutex
 	got  []workflows.Observation
 	fail int // fail this many calls first
+	// running are devices whose workflows run when the watcher starts.
+	running []device.ID
 }
 
 func (r *recorder) Signal(_ context.Context, obs workflows.Observation) error {
@@ -37,6 +39,8 @@ func (r *recorder) Signal(_ context.Context, obs workflows.Observation) error {
 	r.got = append(r.got, obs)
 	return nil
 }
+
+func (r *recorder) RunningDevices(context.Context) ([]device.ID, error) { return r.running, nil }
 
 func (r *recorder) signals() []workflows.Observation {
 	r.mu.Lock()

@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.temporal.io/api/workflowservice/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// devicePods runs one pod per device on fresh nodes and returns the devices.
+func devicePods(t *testing.T, ctx context.Context, kube kubernetes.Interface, prefix string, n int) []device.ID {
+	t.Helper()
+	nodes, err := sim.CreateNodes(ctx, kube, prefix, (n+7)/8, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.EnsureNamespace(ctx, kube, prefix); err != nil {
+		t.Fatal(err)
+	}
+	var ids []device.ID
+	for i := 0; i < n; i++ {
+		node, idx := nodes[i/8], i%8
+		if _, err := (sim.Workload{Namespace: prefix, Name: fmt.Sprintf("job-%d", i), Node: node, Index: ptr.To(idx)}).Create(ctx, kube); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, device.ID{Driver: sim.Driver, Pool: node, Device: fmt.Sprintf("gpu-%d", idx)})
+	}
+	eventually(t, 2*time.Minute, "pods running", func() error {
+		pods, err := kube.CoreV1().Pods(prefix).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) > 0 {
+				running++
+			}
+		}
+		if running != n {
+			return fmt.Errorf("%d of %d running", running, n)
+		}
+		return nil
+	})
+	return ids
+}
+
+func setHealth(t *testing.T, ctx context.Context, kube kubernetes.Interface, ids []device.ID, h corev1.ResourceHealthStatus) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := sim.SetHealth(ctx, kube, id, h, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func stateOf(ctx context.Context, s *stack, id device.ID) (policy.DeviceState, error) {
+	var st policy.DeviceState
+	v, err := s.temporal.QueryWorkflow(ctx, id.WorkflowID(), "", workflows.QueryState)
+	if err != nil {
+		return st, err
+	}
+	return st, v.Get(&st)
+}
+
+func runs(ctx context.Context, s *stack, id device.ID) (int64, error) {
+	resp, err := s.temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default", Query: fmt.Sprintf("WorkflowId = %q", id.WorkflowID())})
+	return resp.GetCount(), err
+}
+
+// TestRestartMidStorm kills the watcher in the middle of a storm of Unknown reports, changes more
+// devices while it is down, restarts it, and checks that every device was seen exactly once.
+func TestRestartMidStorm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	_, stop1 := s.controller(app.ControllerOptions{Workers: 8})
+	ids := devicePods(t, ctx, s.kube, "restart", 24)
+	setHealth(t, ctx, s.kube, ids[:12], corev1.ResourceHealthStatusUnknown)
+	eventually(t, 30*time.Second, "first 12 devices suspect", func() error {
+		for _, id := range ids[:12] {
+			if st, err := stateOf(ctx, s, id); err != nil || st.State != policy.Suspect {
+				return fmt.Errorf("%s: %v %s", id, err, st.State)
+			}
+		}
+		return nil
+	})
+	stop1() // the watcher (and worker) die mid-storm
+
+	setHealth(t, ctx, s.kube, ids[12:], corev1.ResourceHealthStatusUnknown) // missed while down
+	setHealth(t, ctx, s.kube, ids[:4], corev1.ResourceHealthStatusHealthy)  // recovered while down
+	_, stop2 := s.controller(app.ControllerOptions{Workers: 8})
+	defer stop2()
+
+	eventually(t, 60*time.Second, "every device decided after the restart", func() error {
+		for i, id := range ids {
+			st, err := stateOf(ctx, s, id)
+			if err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			want, transitions := policy.Suspect, 1
+			if i < 4 {
+				want, transitions = policy.Healthy, 2
+			}
+			if st.State != want || len(st.Transitions) != transitions {
+				return fmt.Errorf("%s: state %s with %d transitions, want %s with %d", id, st.State, len(st.Transitions), want, transitions)
+			}
+		}
+		return nil
+	})
+	for _, id := range ids {
+		if n, err := runs(ctx, s, id); err != nil || n != 1 {
+			t.Fatalf("%s: %d workflow runs (%v), want 1", id, n, err)
+		}
+	}
+}
+
+// TestLeaderElection runs two replicas: only the Lease holder watches; when it stops, the other
+// takes over.
+func TestLeaderElection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	opts := func(id string) app.ControllerOptions {
+		// The default breaker allows 10% of 16 devices (one action); this test is about leadership.
+		return app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}, LeaderElection: &app.LeaderElection{Namespace: "default", Name: "devicewarden-watcher",
+			Identity: id, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}}
+	}
+	holder := func() string {
+		l, err := s.kube.CoordinationV1().Leases("default").Get(ctx, "devicewarden-watcher", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	mA, stopA := s.controller(opts("replica-a"))
+	eventually(t, 30*time.Second, "replica-a leads", func() error {
+		if h := holder(); h != "replica-a" {
+			return fmt.Errorf("holder %q", h)
+		}
+		return nil
+	})
+	mB, stopB := s.controller(opts("replica-b"))
+	defer stopB()
+	ids := devicePods(t, ctx, s.kube, "leader", 2)
+
+	setHealth(t, ctx, s.kube, ids[:1], corev1.ResourceHealthStatusUnhealthy)
+	eventually(t, 30*time.Second, "first device quarantined", func() error {
+		_, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[0].TaintRuleName(), metav1.GetOptions{})
+		return err
+	})
+	if ok := testutil.ToFloat64(mA.Signals.WithLabelValues("ok")); ok < 1 {
+		t.Fatalf("leader signalled %v times", ok)
+	}
+	if events := testutil.CollectAndCount(mB.WatcherEvents); events != 0 {
+		t.Fatalf("the follower watched: %d event series", events)
+	}
+
+	stopA()
+	eventually(t, 30*time.Second, "replica-b takes over", func() error {
+		if h := holder(); h != "replica-b" {
+			return fmt.Errorf("holder %q", h)
+		}
+		return nil
+	})
+	setHealth(t, ctx, s.kube, ids[1:], corev1.ResourceHealthStatusUnhealthy)
+	eventually(t, 30*time.Second, "second device quarantined by the new leader", func() error {
+		_, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[1].TaintRuleName(), metav1.GetOptions{})
+		return err
+	})
+	if ok := testutil.ToFloat64(mB.Signals.WithLabelValues("ok")); ok < 1 {
+		t.Fatalf("new leader signalled %v times", ok)
+	}
+}
