@@ -162,6 +162,9 @@ func KubeConfig(path string) (*rest.Config, error) {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 200, 400
+	// Protobuf is several times cheaper to decode than JSON for pods, which dominate the watcher.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	return cfg, nil
 }
 

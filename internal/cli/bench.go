@@ -26,6 +26,35 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	}
 	q.Flags().IntVar(&o.Devices, "devices", 64, "devices to flip Unhealthy (one pod each)")
 	q.Flags().StringVar(&o.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	cmd.AddCommand(q)
+	var w bench.WatcherOptions
+	wb := &cobra.Command{
+		Use:   "watcher",
+		Short: "Watcher at fleet scale: load pods with device health into a real apiserver, then a storm of status updates",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if w.Pods < 1 || w.DevicesPerPod < 1 || w.Updates < 1 || w.Concurrency < 1 {
+				return fmt.Errorf("--pods, --devices-per-pod, --updates and --concurrency must be >= 1")
+			}
+			w.Out = c.OutOrStdout()
+			return bench.Watcher(c.Context(), w)
+		},
+	}
+	wb.Flags().IntVar(&w.Pods, "pods", 10000, "pods to load")
+	wb.Flags().IntVar(&w.DevicesPerPod, "devices-per-pod", 8, "device health entries per pod")
+	wb.Flags().IntVar(&w.Updates, "updates", 20000, "status updates in the storm (half change health, half do not)")
+	wb.Flags().IntVar(&w.Concurrency, "concurrency", 32, "parallel writers")
+	wb.Flags().StringVar(&w.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var kubeconfig string
+	child := &cobra.Command{
+		Use:    "watcher-child",
+		Hidden: true,
+		Short:  "Internal: the watcher process measured by `bench watcher`",
+		Args:   cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return bench.WatcherChild(c.Context(), kubeconfig, c.OutOrStdout())
+		},
+	}
+	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
+	cmd.AddCommand(q, wb, child)
 	return cmd
 }

@@ -28,6 +28,9 @@ type Options struct {
 	Out io.Writer
 	// Detach lets the processes outlive this one (for `cluster up`); otherwise they die with it.
 	Detach bool
+	// APIServerOnly starts etcd and kube-apiserver alone: for load benchmarks whose synthetic
+	// pods no scheduler, controller or kwok should touch.
+	APIServerOnly bool
 }
 
 // State is persisted in Dir so that `cluster status|down` and other processes can find a running cluster.
@@ -136,6 +139,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return httpOK(client, c.Server+"/readyz")
 	}); err != nil {
 		return nil, fmt.Errorf("kube-apiserver not ready: %w (see %s)", err, c.logPath("kube-apiserver"))
+	}
+	if opts.APIServerOnly {
+		if err := c.saveState(); err != nil {
+			return nil, err
+		}
+		ok = true
+		return c, nil
 	}
 	fmt.Fprintln(opts.Out, "[cluster] starting kube-scheduler, kube-controller-manager, kwok")
 	common := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"}

@@ -16,6 +16,8 @@ type Metrics struct {
 	ResolutionFailures *prometheus.CounterVec
 	// Deduplicated counts device updates dropped because nothing changed since the last signal.
 	Deduplicated prometheus.Counter
+	// SkippedHealthy counts Healthy device updates not sent because the device has no workflow.
+	SkippedHealthy prometheus.Counter
 	// Signals counts signal-with-start calls to Temporal by result (ok, error).
 	Signals *prometheus.CounterVec
 	// SignalSeconds is the latency of one signal-with-start call.
@@ -52,6 +54,10 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "watcher", Name: "deduplicated_total",
 			Help: "Device updates not signalled because nothing changed.",
 		}),
+		SkippedHealthy: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "skipped_healthy_total",
+			Help: "Healthy device updates not signalled because the device has no workflow.",
+		}),
 		Signals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "watcher", Name: "signals_total",
 			Help: "Signal-with-start calls to device workflows.",
@@ -82,7 +88,7 @@ func New() *Metrics {
 			Help: "Alerts raised, by level.",
 		}, []string{"level"}),
 	}
-	m.Registry.MustRegister(m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated,
+	m.Registry.MustRegister(m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
 	return m
 }

@@ -62,10 +62,9 @@ func Resolve(pod *corev1.Pod, claims ClaimGetter) ([]Report, []ResolveError) {
 	for _, cs := range pod.Status.ContainerStatuses {
 		for _, rs := range cs.AllocatedResourcesStatus {
 			for _, rh := range rs.Resources {
-				key := strings.Join([]string{pod.Namespace, pod.Name, cs.Name, string(rs.Name), string(rh.ResourceID)}, "/")
 				r, rerr := resolveOne(pod, cs.Name, string(rs.Name), rh, claims)
 				if rerr != nil {
-					rerr.Key = key
+					rerr.Key = strings.Join([]string{pod.Namespace, pod.Name, cs.Name, string(rs.Name), string(rh.ResourceID)}, "/")
 					errs = append(errs, *rerr)
 					continue
 				}

@@ -70,9 +70,13 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 			e = &entry{reports: map[string][]Report{}}
 			s.devices[id] = e
 		}
+		ids = append(ids, id)
+		if sameReports(e.reports[podKey], rs) {
+			// An unrelated status change (readiness, restarts): nothing for this device.
+			continue
+		}
 		e.reports[podKey] = rs
 		e.version = max(e.version, v)
-		ids = append(ids, id)
 		changed = append(changed, id)
 	}
 	if len(ids) == 0 {
@@ -81,6 +85,18 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 		s.podDevices[podKey] = ids
 	}
 	return changed
+}
+
+func sameReports(a, b []Report) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // deletePod retracts a deleted pod's reports.

@@ -127,6 +127,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
+// WaitForSync blocks until the informer caches have synced (or ctx ends).
+func (w *Watcher) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), w.pods.HasSynced, w.claims.HasSynced)
+}
+
 func (w *Watcher) claimGetter(namespace, name string) (*resourcev1.ResourceClaim, bool) {
 	obj, ok, err := w.claims.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
@@ -213,8 +218,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	w.cfg.Metrics.QueueDepth.Set(float64(w.queue.Len()))
 	obs, d := w.store.next(id, w.cfg.Clock(), w.cfg.HeartbeatInterval)
 	if d != doSignal {
-		if d == skipDuplicate {
+		switch d {
+		case skipDuplicate:
 			w.cfg.Metrics.Deduplicated.Inc()
+		case skipHealthy:
+			w.cfg.Metrics.SkippedHealthy.Inc()
 		}
 		w.queue.Forget(id)
 		return true

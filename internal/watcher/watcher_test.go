@@ -103,16 +103,25 @@ func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
 		t.Errorf("signal errors = %v, want 2", n)
 	}
 
-	// The same report under a new resourceVersion is deduplicated, not signalled again.
+	// The same report under a new resourceVersion (an unrelated status change) does not even
+	// reach the queue; a real change right after it is signalled, and nothing else is.
 	good2 := good.DeepCopy()
-	good2.ResourceVersion = "43"
-	good2.Status.ContainerStatuses[0].Image = "changed-but-irrelevant"
+	good2.Status.ContainerStatuses[0].RestartCount = 3
 	if _, err := kube.CoreV1().Pods("ns").UpdateStatus(ctx, good2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "dedup", func() bool { return testutil.ToFloat64(m.Deduplicated) >= 1 })
-	if n := len(rec.signals()); n != 1 {
-		t.Fatalf("%d signals after a duplicate", n)
+	good3 := good2.DeepCopy()
+	good3.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources[0].Health = "Unknown"
+	if _, err := kube.CoreV1().Pods("ns").UpdateStatus(ctx, good3, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "second signal", func() bool { return len(rec.signals()) >= 2 })
+	time.Sleep(100 * time.Millisecond)
+	if got := rec.signals(); len(got) != 2 || got[1].Health != device.Unknown {
+		t.Fatalf("signals after an unrelated update and a real change: %+v", got)
+	}
+	if n := testutil.ToFloat64(m.Deduplicated); n != 0 {
+		t.Fatalf("unchanged device went through the queue (%v duplicates)", n)
 	}
 
 	// A pod holding thousands of devices is handled, not fatal.
