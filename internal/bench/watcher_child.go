@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -71,6 +73,15 @@ func WatcherChild(ctx context.Context, kubeconfig string, out io.Writer) error {
 	go func() {
 		if w.WaitForSync(ctx) {
 			synced.Store(true)
+			// For investigation: DEVICEWARDEN_BENCH_HEAPPROFILE=<file> writes a heap profile 1 s after sync.
+			if path := os.Getenv("DEVICEWARDEN_BENCH_HEAPPROFILE"); path != "" {
+				time.Sleep(time.Second)
+				runtime.GC()
+				if f, err := os.Create(path); err == nil {
+					_ = pprof.WriteHeapProfile(f)
+					f.Close()
+				}
+			}
 		}
 	}()
 	enc := json.NewEncoder(out)
