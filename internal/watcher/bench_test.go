@@ -4,16 +4,14 @@ import (
 	"fmt"
 	"testing"
 
-	resourcev1 "k8s.io/api/resource/v1"
-
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
 // BenchmarkResolve measures turning one pod's status into device reports.
 func BenchmarkResolve(b *testing.B) {
 	pod := podWith(healthEntry("claim:gpu", "k8s.gpu.sim.devicewarden.io/gpu=node-1-gpu-3", "Unhealthy", nil))
-	claim := claimWith("pod-gpu-abc", result("gpus", "gpu-3"))
-	get := func(string, string) (*resourcev1.ResourceClaim, bool) { return claim, true }
+	claim := compactClaim(claimWith("pod-gpu-abc", result("gpus", "gpu-3")), nil)
+	get := func(string, string) (*Claim, bool) { return claim, true }
 	b.ReportAllocs()
 	for b.Loop() {
 		if r, _ := Resolve(pod, get); len(r) != 1 {
@@ -33,7 +31,7 @@ func BenchmarkStoreUpdate(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		k := i % len(reports)
-		ids := s.setPod(fmt.Sprintf("ns/p%d", k), "7", reports[k], nil)
+		ids := s.setPod(fmt.Sprintf("ns/p%d", k), "7", reports[k], nil, nil)
 		s.next(ids[0], benchNow, 0)
 		i++
 	}

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -50,8 +49,8 @@ type ResolveError struct {
 
 func (e ResolveError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Key, e.Reason, e.Err) }
 
-// ClaimGetter looks up a ResourceClaim in the informer cache.
-type ClaimGetter func(namespace, name string) (*resourcev1.ResourceClaim, bool)
+// ClaimGetter looks up a claim's compact form.
+type ClaimGetter func(namespace, name string) (*Claim, bool)
 
 // Resolve turns a pod's allocatedResourcesStatus into per-device reports. The device is found
 // through the claim's allocation results, never by parsing the resourceID: kubelet may report a
@@ -94,11 +93,11 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 	if !found {
 		return Report{}, &ResolveError{Reason: ReasonClaimNotFound, Claim: claimKey, Err: fmt.Errorf("claim %s not found", claimKey)}
 	}
-	if claim.Status.Allocation == nil {
+	if !claim.Allocated {
 		return Report{}, &ResolveError{Reason: ReasonClaimNotAllocated, Claim: claimKey, Err: fmt.Errorf("claim %s has no allocation", claimKey)}
 	}
-	var candidates []resourcev1.DeviceRequestAllocationResult
-	for _, r := range claim.Status.Allocation.Devices.Results {
+	var candidates []AllocatedDevice
+	for _, r := range claim.Results {
 		if request == "" || r.Request == request || strings.HasPrefix(r.Request, request+"/") {
 			candidates = append(candidates, r)
 		}
@@ -120,7 +119,7 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 	}
 	return Report{
 		Device:      device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
-		DeviceClass: requestClass(claim, chosen.Request),
+		DeviceClass: claim.class(chosen.Request),
 		Node:        pod.Spec.NodeName,
 		Health:      health,
 		Message:     msg,
@@ -132,7 +131,7 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 // match picks the allocated device a resourceID refers to. With a single candidate the ID's form
 // does not matter (it may be a CDI device ID). With several, only an exact match with a candidate's
 // canonical name is accepted: guessing would quarantine the wrong device.
-func match(candidates []resourcev1.DeviceRequestAllocationResult, resourceID string) (resourcev1.DeviceRequestAllocationResult, bool) {
+func match(candidates []AllocatedDevice, resourceID string) (AllocatedDevice, bool) {
 	if len(candidates) == 1 {
 		return candidates[0], true
 	}
@@ -141,26 +140,7 @@ func match(candidates []resourcev1.DeviceRequestAllocationResult, resourceID str
 			return c, true
 		}
 	}
-	return resourcev1.DeviceRequestAllocationResult{}, false
-}
-
-// requestClass is the DeviceClass a result's request (or prioritized-list subrequest) asked for.
-func requestClass(claim *resourcev1.ResourceClaim, request string) string {
-	top, sub, _ := strings.Cut(request, "/")
-	for _, r := range claim.Spec.Devices.Requests {
-		if r.Name != top {
-			continue
-		}
-		if r.Exactly != nil {
-			return r.Exactly.DeviceClassName
-		}
-		for _, s := range r.FirstAvailable {
-			if s.Name == sub {
-				return s.DeviceClassName
-			}
-		}
-	}
-	return ""
+	return AllocatedDevice{}, false
 }
 
 // claimNameFor maps a pod-level claim reference to the ResourceClaim's name, which for a

@@ -52,7 +52,13 @@ func TestResolve(t *testing.T) {
 		"pod-gpu-abc":  claimWith("pod-gpu-abc", result("gpus", "gpu-3")),
 		"direct-claim": claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-2"), result("b/small", "gpu-5")),
 	}
-	get := func(ns, name string) (*resourcev1.ResourceClaim, bool) { c, ok := claims[name]; return c, ok }
+	get := func(ns, name string) (*Claim, bool) {
+		c, ok := claims[name]
+		if !ok {
+			return nil, false
+		}
+		return compactClaim(c, nil), true
+	}
 	long := strings.Repeat("x", 5000)
 	tests := []struct {
 		name       string
@@ -98,7 +104,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestResolveClaimGone(t *testing.T) {
-	none := func(string, string) (*resourcev1.ResourceClaim, bool) { return nil, false }
+	none := func(string, string) (*Claim, bool) { return nil, false }
 	_, errs := Resolve(podWith(healthEntry("claim:gpu", "x", "Unhealthy", nil)), none)
 	if len(errs) != 1 || errs[0].Reason != ReasonClaimNotFound || errs[0].Claim != "ns/pod-gpu-abc" {
 		t.Fatalf("errs = %v", errs)
@@ -113,8 +119,8 @@ func TestStripKeepsWhatResolveReads(t *testing.T) {
 	if stripped.Labels != nil || stripped.Spec.Containers != nil {
 		t.Fatal("strip kept unused fields")
 	}
-	get := func(ns, name string) (*resourcev1.ResourceClaim, bool) {
-		return stripClaim(claimWith("pod-gpu-abc", result("gpus", "gpu-3"))), true
+	get := func(ns, name string) (*Claim, bool) {
+		return compactClaim(claimWith("pod-gpu-abc", result("gpus", "gpu-3")), &interner{}), true
 	}
 	reports, errs := Resolve(stripped, get)
 	if len(reports) != 1 || len(errs) != 0 {

@@ -2,6 +2,8 @@ package watcher
 
 import (
 	"slices"
+
+	corev1 "k8s.io/api/core/v1"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,14 +14,19 @@ import (
 )
 
 // store aggregates reports per device across every pod that holds it and remembers what was
-// last signalled, so unchanged devices cost Temporal nothing.
+// last signalled, so unchanged devices cost Temporal nothing. It holds only devices that reported
+// something other than Healthy or that have a workflow, and only the pods reporting them.
 type store struct {
 	mu      sync.Mutex
 	devices map[device.ID]*entry
 	// podDevices remembers which devices each pod reported, to retract them on change or delete.
 	podDevices map[string][]device.ID
-	// claimPods indexes pods by the claims they use (namespace/name -> pod keys).
+	// pods are the tracked pods (stripped), for re-resolution when one of their claims changes.
+	pods map[string]*corev1.Pod
+	// claimPods indexes tracked pods by the claims they use (namespace/name -> pod keys).
 	claimPods map[string]map[string]struct{}
+	// seen collects tracked pods seen during a relist; nil when not relisting.
+	seen map[string]struct{}
 }
 
 type entry struct {
@@ -34,19 +41,15 @@ type entry struct {
 }
 
 func newStore() *store {
-	return &store{devices: map[device.ID]*entry{}, podDevices: map[string][]device.ID{}, claimPods: map[string]map[string]struct{}{}}
+	return &store{devices: map[device.ID]*entry{}, podDevices: map[string][]device.ID{},
+		pods: map[string]*corev1.Pod{}, claimPods: map[string]map[string]struct{}{}}
 }
 
-// setPod replaces a pod's reports and returns the devices whose aggregate may have changed.
-func (s *store) setPod(podKey string, version string, reports []Report, claims []string) []device.ID {
+// setPod replaces a pod's reports and returns the devices whose reports changed. keep is the
+// stripped pod to track, or nil to stop tracking it.
+func (s *store) setPod(podKey string, version string, reports []Report, claims []string, keep *corev1.Pod) []device.ID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range claims {
-		if s.claimPods[c] == nil {
-			s.claimPods[c] = map[string]struct{}{}
-		}
-		s.claimPods[c][podKey] = struct{}{}
-	}
 	byDevice := map[device.ID][]Report{}
 	for _, r := range reports {
 		byDevice[r.Device] = append(byDevice[r.Device], r)
@@ -84,6 +87,16 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 	} else {
 		s.podDevices[podKey] = ids
 	}
+	s.untrack(podKey)
+	if keep != nil {
+		s.pods[podKey] = keep
+		for _, c := range claims {
+			if s.claimPods[c] == nil {
+				s.claimPods[c] = map[string]struct{}{}
+			}
+			s.claimPods[c][podKey] = struct{}{}
+		}
+	}
 	return changed
 }
 
@@ -99,18 +112,115 @@ func sameReports(a, b []Report) bool {
 	return true
 }
 
-// deletePod retracts a deleted pod's reports.
-func (s *store) deletePod(podKey, version string, claims []string) []device.ID {
-	changed := s.setPod(podKey, version, nil, nil)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range claims {
+// untrack forgets a pod's stripped copy and claim index entries (callers hold mu).
+func (s *store) untrack(podKey string) {
+	pod := s.pods[podKey]
+	if pod == nil {
+		return
+	}
+	delete(s.pods, podKey)
+	for _, c := range ClaimRefs(pod) {
 		delete(s.claimPods[c], podKey)
 		if len(s.claimPods[c]) == 0 {
 			delete(s.claimPods, c)
 		}
 	}
-	return changed
+}
+
+// deletePod retracts a deleted pod's reports.
+func (s *store) deletePod(podKey, version string) []device.ID {
+	return s.setPod(podKey, version, nil, nil, nil)
+}
+
+// tracked reports whether the store holds a pod.
+func (s *store) tracked(podKey string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pods[podKey]
+	return ok
+}
+
+// followsAny reports whether any of the devices has an entry.
+func (s *store) followsAny(devs []AllocatedDevice) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range devs {
+		if _, ok := s.devices[device.ID{Driver: d.Driver, Pool: d.Pool, Device: d.Device}]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops a device that is Healthy and was never signalled, and any pod left with nothing.
+func (s *store) forget(id device.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.devices[id]
+	if e == nil || e.signalled != nil || e.seeded {
+		return
+	}
+	for _, rs := range e.reports {
+		for _, r := range rs {
+			if r.Health != device.Healthy {
+				return
+			}
+		}
+	}
+	delete(s.devices, id)
+	for podKey := range e.reports {
+		left := slices.DeleteFunc(s.podDevices[podKey], func(d device.ID) bool { return d == id })
+		if len(left) == 0 {
+			delete(s.podDevices, podKey)
+			s.untrack(podKey)
+		} else {
+			s.podDevices[podKey] = left
+		}
+	}
+}
+
+// podsOfClaim lists the tracked pods that use a claim.
+func (s *store) podsOfClaim(claim string) []*corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(s.claimPods[claim]))
+	for p := range s.claimPods[claim] {
+		out = append(out, s.pods[p])
+	}
+	return out
+}
+
+func (s *store) relistBegin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = map[string]struct{}{}
+}
+
+func (s *store) markSeen(podKey string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen != nil {
+		s.seen[podKey] = struct{}{}
+	}
+}
+
+// relistEnd returns tracked pods a relist did not return: they were deleted meanwhile.
+func (s *store) relistEnd() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []string
+	for k := range s.podDevices {
+		if _, ok := s.seen[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	for k := range s.pods {
+		if _, ok := s.seen[k]; !ok && s.podDevices[k] == nil {
+			gone = append(gone, k)
+		}
+	}
+	s.seen = nil
+	return gone
 }
 
 // seed marks devices that have running workflows.
@@ -125,17 +235,6 @@ func (s *store) seed(ids []device.ID) {
 		}
 		e.seeded = true
 	}
-}
-
-// podsOfClaim lists the pods that use a claim.
-func (s *store) podsOfClaim(claim string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.claimPods[claim]))
-	for p := range s.claimPods[claim] {
-		out = append(out, p)
-	}
-	return out
 }
 
 // gc forgets a device that nobody reports and that has no workflow.

@@ -20,24 +20,24 @@ func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	now := time.Unix(1700000000, 0)
 
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
 	if _, d := s.next(id, now, 0); d != skipHealthy {
 		t.Fatalf("healthy device with no workflow: decision %v, want skipHealthy", d)
 	}
 	// A second pod shares the device (consumable capacity) and reports it Unhealthy: worst wins.
-	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil)
+	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
 	obs, d := s.next(id, now, 0)
 	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "11" || len(obs.Reporters) != 2 {
 		t.Fatalf("got %v %+v", d, obs)
 	}
 	s.markSignalled(obs, now)
 	// Same health again with a newer status version: nothing to signal.
-	s.setPod("ns/b", "12", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil)
+	s.setPod("ns/b", "12", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
 	if _, d := s.next(id, now, 0); d != skipDuplicate {
 		t.Fatalf("decision %v, want skipDuplicate", d)
 	}
 	// The unhealthy pod goes away: the device is Healthy again and, having a workflow, is signalled.
-	s.deletePod("ns/b", "13", nil)
+	s.deletePod("ns/b", "13")
 	obs, d = s.next(id, now, 0)
 	if d != doSignal || obs.Health != device.Healthy || obs.StatusVersion != "13" {
 		t.Fatalf("after delete: %v %+v", d, obs)
@@ -50,11 +50,11 @@ func TestStoreManyDevicesOnePod(t *testing.T) {
 	for i := 0; i < 5000; i++ {
 		reports = append(reports, rep("gpu-"+string(rune('a'+i%26))+time.Duration(i).String(), device.Unknown, "big"))
 	}
-	changed := s.setPod("ns/big", "5", reports, nil)
+	changed := s.setPod("ns/big", "5", reports, nil, nil)
 	if len(changed) != 5000 {
 		t.Fatalf("changed %d devices", len(changed))
 	}
-	if changed := s.setPod("ns/big", "6", nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
+	if changed := s.setPod("ns/big", "6", nil, nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
 		t.Fatalf("retract left %d devices", len(s.devices))
 	}
 }
@@ -63,7 +63,7 @@ func TestStoreHeartbeatAndIdle(t *testing.T) {
 	s := newStore()
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	now := time.Unix(1700000000, 0)
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
 	obs, d := s.next(id, now, time.Minute)
 	if d != doSignal {
 		t.Fatalf("first: %v", d)
@@ -77,7 +77,7 @@ func TestStoreHeartbeatAndIdle(t *testing.T) {
 		t.Fatalf("heartbeat: %v %+v", d, hb)
 	}
 	// The pod goes away: the workflow hears once that nobody holds the device.
-	s.deletePod("ns/a", "11", nil)
+	s.deletePod("ns/a", "11")
 	idle, d := s.next(id, now.Add(2*time.Minute), time.Minute)
 	if d != doSignal || len(idle.Reporters) != 0 || idle.StatusVersion != "11" {
 		t.Fatalf("idle: %v %+v", d, idle)
@@ -94,7 +94,7 @@ func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
 	healthy := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	gone := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-9"}
 	s.seed([]device.ID{healthy, gone})
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
 	// A Healthy device would normally cost nothing, but its workflow is running: tell it once.
 	obs, d := s.next(healthy, now, 0)
 	if d != doSignal || obs.Health != device.Healthy {

@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/client-go/informers"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -42,16 +45,20 @@ type Config struct {
 	Clock func() time.Time
 }
 
-// Watcher turns pod health reports into device workflow signals.
+// Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
+// pods that report only Healthy devices without workflows are looked at and forgotten, so a
+// healthy fleet costs neither Temporal calls nor memory.
 type Watcher struct {
-	cfg     Config
-	store   *store
-	queue   workqueue.TypedRateLimitingInterface[device.ID]
-	pods    cache.SharedIndexInformer
-	claims  cache.SharedIndexInformer
-	factory informers.SharedInformerFactory
+	cfg    Config
+	store  *store
+	claims *claimIndex
+	queue  workqueue.TypedRateLimitingInterface[device.ID]
 	// logged remembers resolution failures already logged, so a broken pod logs once per key.
 	logged sync.Map
+	// podMu serialises pod handling between the pod source and claim-driven re-resolution.
+	podMu sync.Mutex
+	// synced is closed once claims and pods have been listed.
+	synced chan struct{}
 }
 
 // New builds a watcher; Run starts it.
@@ -68,41 +75,21 @@ func New(cfg Config) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Watcher{
-		cfg:   cfg,
-		store: newStore(),
+	return &Watcher{
+		cfg:    cfg,
+		store:  newStore(),
+		claims: newClaimIndex(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[device.ID](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[device.ID]{Name: "devicewarden-devices"}),
+		synced: make(chan struct{}),
 	}
-	w.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithTransform(strip))
-	w.pods = w.factory.Core().V1().Pods().Informer()
-	w.claims = w.factory.Resource().V1().ResourceClaims().Informer()
-	return w
 }
 
-// Run watches until ctx ends. It returns an error if the caches cannot sync.
+// Run watches until ctx ends. Devices whose workflows are already running are learned first, so
+// that after a restart their pods are looked at even when they report Healthy.
 func (w *Watcher) Run(ctx context.Context) error {
 	defer w.queue.ShutDown()
-	if _, err := w.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.onPod(o, "add") },
-		UpdateFunc: func(_, o any) { w.onPod(o, "update") },
-		DeleteFunc: w.onPodDelete,
-	}); err != nil {
-		return fmt.Errorf("add pod handler: %w", err)
-	}
-	if _, err := w.claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.onClaim(o, "add") },
-		UpdateFunc: func(_, o any) { w.onClaim(o, "update") },
-		DeleteFunc: func(o any) { w.onClaim(o, "delete") },
-	}); err != nil {
-		return fmt.Errorf("add claim handler: %w", err)
-	}
-	w.factory.Start(ctx.Done())
-	defer w.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), w.pods.HasSynced, w.claims.HasSynced) {
-		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
-	}
 	running, err := w.cfg.Signaler.RunningDevices(ctx)
 	if err != nil {
 		return fmt.Errorf("list running device workflows: %w", err)
@@ -111,8 +98,25 @@ func (w *Watcher) Run(ctx context.Context) error {
 	for _, id := range running {
 		w.enqueue(id)
 	}
-	w.cfg.Logger.Info("watcher caches synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	claimsSynced, podsSynced := make(chan struct{}), make(chan struct{})
+	wg.Add(1)
+	go func() { defer wg.Done(); w.claimSource().run(ctx, claimsSynced) }()
+	select {
+	case <-claimsSynced:
+	case <-ctx.Done():
+		return nil
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); w.podSource().run(ctx, podsSynced) }()
+	select {
+	case <-podsSynced:
+	case <-ctx.Done():
+		return nil
+	}
+	close(w.synced)
+	w.cfg.Logger.Info("watcher synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	for i := 0; i < w.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {
@@ -123,36 +127,126 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	w.queue.ShutDown()
-	wg.Wait()
 	return nil
 }
 
-// WaitForSync blocks until the informer caches have synced (or ctx ends).
+// WaitForSync blocks until claims and pods have been listed once (or ctx ends).
 func (w *Watcher) WaitForSync(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), w.pods.HasSynced, w.claims.HasSynced)
-}
-
-func (w *Watcher) claimGetter(namespace, name string) (*resourcev1.ResourceClaim, bool) {
-	obj, ok, err := w.claims.GetIndexer().GetByKey(namespace + "/" + name)
-	if err != nil || !ok {
-		return nil, false
+	select {
+	case <-w.synced:
+		return true
+	case <-ctx.Done():
+		return false
 	}
-	c, ok := obj.(*resourcev1.ResourceClaim)
-	return c, ok
 }
 
-func (w *Watcher) onPod(obj any, action string) {
+func (w *Watcher) claimSource() *source {
+	api := w.cfg.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll)
+	return &source{
+		name: "resourceclaims", logger: w.cfg.Logger,
+		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
+			l, err := api.List(ctx, o)
+			if err != nil {
+				return nil, "", "", err
+			}
+			items := make([]runtime.Object, len(l.Items))
+			for i := range l.Items {
+				items[i] = &l.Items[i]
+			}
+			return items, l.ResourceVersion, l.Continue, nil
+		},
+		watch:       api.Watch,
+		relistBegin: w.claims.relistBegin,
+		relistEnd: func() {
+			for _, key := range w.claims.relistEnd() {
+				w.reresolve(key)
+			}
+		},
+		upsert: func(o runtime.Object, action string) { w.onClaim(o, action) },
+		remove: func(o runtime.Object) { w.onClaim(o, "delete") },
+	}
+}
+
+func (w *Watcher) podSource() *source {
+	api := w.cfg.Kube.CoreV1().Pods(metav1.NamespaceAll)
+	// Only bound pods can carry health reports.
+	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
+	return &source{
+		name: "pods", logger: w.cfg.Logger,
+		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
+			o.FieldSelector = bound
+			l, err := api.List(ctx, o)
+			if err != nil {
+				return nil, "", "", err
+			}
+			items := make([]runtime.Object, len(l.Items))
+			for i := range l.Items {
+				items[i] = &l.Items[i]
+			}
+			return items, l.ResourceVersion, l.Continue, nil
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = bound
+			return api.Watch(ctx, o)
+		},
+		relistBegin: w.store.relistBegin,
+		relistEnd: func() {
+			for _, key := range w.store.relistEnd() {
+				w.podMu.Lock()
+				ids := w.store.deletePod(key, "")
+				w.podMu.Unlock()
+				w.enqueueAll(ids)
+			}
+		},
+		upsert: func(o runtime.Object, action string) { w.onPod(o, action) },
+		remove: w.onPodDelete,
+	}
+}
+
+func (w *Watcher) onPod(obj runtime.Object, action string) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		w.cfg.Metrics.ResolutionFailures.WithLabelValues("unexpected_object").Inc()
 		return
 	}
 	w.cfg.Metrics.WatcherEvents.WithLabelValues("pod", action).Inc()
-	w.handlePod(pod)
+	w.store.markSeen(podKey(pod))
+	if !w.relevant(pod) {
+		return
+	}
+	w.podMu.Lock()
+	ids := w.handlePod(pod)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
 }
 
-func (w *Watcher) handlePod(pod *corev1.Pod) {
-	reports, errs := Resolve(pod, w.claimGetter)
+// relevant says whether a pod needs a look: it reports something other than Healthy, it is
+// already tracked, or one of its claims holds a device the watcher follows.
+func (w *Watcher) relevant(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, rh := range rs.Resources {
+				if rh.Health != corev1.ResourceHealthStatusHealthy {
+					return true
+				}
+			}
+		}
+	}
+	if w.store.tracked(podKey(pod)) {
+		return true
+	}
+	for _, ref := range ClaimRefs(pod) {
+		ns, name, _ := strings.Cut(ref, "/")
+		if c, ok := w.claims.get(ns, name); ok && w.store.followsAny(c.Results) {
+			return true
+		}
+	}
+	return false
+}
+
+// handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
+func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
+	reports, errs := Resolve(pod, w.claims.get)
 	for _, r := range reports {
 		w.cfg.Metrics.WatcherReports.WithLabelValues(string(r.Health)).Inc()
 	}
@@ -162,45 +256,59 @@ func (w *Watcher) handlePod(pod *corev1.Pod) {
 			w.cfg.Logger.Warn("health report not resolved", "key", e.Key, "reason", e.Reason, "error", e.Err)
 		}
 	}
-	for _, id := range w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod)) {
-		w.enqueue(id)
+	// Keep the pod while it reports anything, or while a claim it uses is unresolved: a later
+	// claim change re-resolves it.
+	var keep *corev1.Pod
+	if len(reports) > 0 || len(errs) > 0 {
+		keep = stripPod(pod)
 	}
+	return w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod), keep)
 }
 
-func (w *Watcher) onPodDelete(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
+func (w *Watcher) onPodDelete(obj runtime.Object) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		w.cfg.Metrics.ResolutionFailures.WithLabelValues("unexpected_object").Inc()
 		return
 	}
 	w.cfg.Metrics.WatcherEvents.WithLabelValues("pod", "delete").Inc()
-	for _, id := range w.store.deletePod(podKey(pod), pod.ResourceVersion, ClaimRefs(pod)) {
-		w.enqueue(id)
-	}
+	w.podMu.Lock()
+	ids := w.store.deletePod(podKey(pod), pod.ResourceVersion)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
 }
 
-// onClaim re-resolves the pods of a claim: a pod's report may arrive before its claim's allocation.
-func (w *Watcher) onClaim(obj any, action string) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
+// onClaim records the claim and re-resolves the tracked pods that use it: a pod's report may
+// arrive before its claim's allocation.
+func (w *Watcher) onClaim(obj runtime.Object, action string) {
 	claim, ok := obj.(*resourcev1.ResourceClaim)
 	if !ok {
 		w.cfg.Metrics.ResolutionFailures.WithLabelValues("unexpected_object").Inc()
 		return
 	}
 	w.cfg.Metrics.WatcherEvents.WithLabelValues("claim", action).Inc()
-	for _, key := range w.store.podsOfClaim(claim.Namespace + "/" + claim.Name) {
-		obj, exists, err := w.pods.GetIndexer().GetByKey(key)
-		if err != nil || !exists {
-			continue
-		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			w.handlePod(pod)
-		}
+	var key string
+	if action == "delete" {
+		key = w.claims.delete(claim)
+	} else {
+		key = w.claims.put(claim)
+	}
+	w.reresolve(key)
+}
+
+func (w *Watcher) reresolve(claimKey string) {
+	w.podMu.Lock()
+	var ids []device.ID
+	for _, pod := range w.store.podsOfClaim(claimKey) {
+		ids = append(ids, w.handlePod(pod)...)
+	}
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+}
+
+func (w *Watcher) enqueueAll(ids []device.ID) {
+	for _, id := range ids {
+		w.enqueue(id)
 	}
 }
 
@@ -222,7 +330,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		case skipDuplicate:
 			w.cfg.Metrics.Deduplicated.Inc()
 		case skipHealthy:
+			// Healthy and never signalled: forget it, so a healthy fleet holds no memory.
 			w.cfg.Metrics.SkippedHealthy.Inc()
+			w.podMu.Lock()
+			w.store.forget(id)
+			w.podMu.Unlock()
 		}
 		w.queue.Forget(id)
 		return true

@@ -1,0 +1,138 @@
+package watcher
+
+import (
+	"sync"
+
+	resourcev1 "k8s.io/api/resource/v1"
+)
+
+// Claim is all the watcher keeps of a ResourceClaim: which devices it was allocated, and the
+// DeviceClass of each request (which selects the device's policy).
+type Claim struct {
+	Allocated bool
+	Results   []AllocatedDevice
+	Classes   []RequestClass
+}
+
+// AllocatedDevice is one allocation result.
+type AllocatedDevice struct {
+	// Request is "<request>" or "<request>/<subrequest>".
+	Request, Driver, Pool, Device string
+}
+
+// RequestClass names the DeviceClass of a request ("<request>" or "<request>/<subrequest>").
+type RequestClass struct {
+	Request, Class string
+}
+
+// interner makes repeated names (drivers, pools, device names, request names) share one string.
+type interner struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (in *interner) get(s string) string {
+	if in == nil {
+		return s
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.m == nil {
+		in.m = map[string]string{}
+	}
+	if v, ok := in.m[s]; ok {
+		return v
+	}
+	in.m[s] = s
+	return s
+}
+
+// compactClaim keeps the allocation results and request classes of a claim.
+func compactClaim(c *resourcev1.ResourceClaim, in *interner) *Claim {
+	out := &Claim{}
+	for _, r := range c.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			out.Classes = append(out.Classes, RequestClass{Request: in.get(r.Name), Class: in.get(r.Exactly.DeviceClassName)})
+		}
+		for _, s := range r.FirstAvailable {
+			out.Classes = append(out.Classes, RequestClass{Request: in.get(r.Name + "/" + s.Name), Class: in.get(s.DeviceClassName)})
+		}
+	}
+	if a := c.Status.Allocation; a != nil {
+		out.Allocated = true
+		out.Results = make([]AllocatedDevice, 0, len(a.Devices.Results))
+		for _, r := range a.Devices.Results {
+			out.Results = append(out.Results, AllocatedDevice{Request: in.get(r.Request), Driver: in.get(r.Driver), Pool: in.get(r.Pool), Device: in.get(r.Device)})
+		}
+	}
+	return out
+}
+
+// class returns the DeviceClass of a result's request.
+func (c *Claim) class(request string) string {
+	for _, rc := range c.Classes {
+		if rc.Request == request {
+			return rc.Class
+		}
+	}
+	return ""
+}
+
+// claimIndex holds the compact form of every ResourceClaim, keyed by namespace/name.
+type claimIndex struct {
+	mu     sync.RWMutex
+	claims map[string]*Claim
+	// seen collects keys during a relist, to sweep claims that were deleted meanwhile.
+	seen   map[string]struct{}
+	intern interner
+}
+
+func newClaimIndex() *claimIndex { return &claimIndex{claims: map[string]*Claim{}} }
+
+func (x *claimIndex) get(namespace, name string) (*Claim, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	c, ok := x.claims[namespace+"/"+name]
+	return c, ok
+}
+
+func (x *claimIndex) put(c *resourcev1.ResourceClaim) string {
+	key := c.Namespace + "/" + c.Name
+	compact := compactClaim(c, &x.intern)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.claims[key] = compact
+	if x.seen != nil {
+		x.seen[key] = struct{}{}
+	}
+	return key
+}
+
+func (x *claimIndex) delete(c *resourcev1.ResourceClaim) string {
+	key := c.Namespace + "/" + c.Name
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.claims, key)
+	return key
+}
+
+func (x *claimIndex) relistBegin() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.seen = map[string]struct{}{}
+}
+
+// relistEnd drops claims the list did not return and reports their keys.
+func (x *claimIndex) relistEnd() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var gone []string
+	for k := range x.claims {
+		if _, ok := x.seen[k]; !ok {
+			delete(x.claims, k)
+			gone = append(gone, k)
+		}
+	}
+	x.seen = nil
+	return gone
+}
