@@ -4,6 +4,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -44,6 +45,8 @@ type Activities struct {
 	BreakerConfig policy.BreakerConfig
 	// Alerter may be nil: alerts are then only logged and counted.
 	Alerter Alerter
+	// Nodes receives device failures for node-level escalation; nil disables it.
+	Nodes NodeReporter
 
 	devices deviceCount
 }
@@ -76,6 +79,10 @@ type QuarantineResult struct {
 // device, so retries and repeated signals never make a second rule.
 func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
 	name := in.Device.TaintRuleName()
+	if in.Effect == resourcev1.DeviceTaintEffectNone {
+		// Dry run: the rule only previews; Kubernetes reports what it would affect in its status.
+		slog.Default().InfoContext(ctx, "dry run: would quarantine", "device", in.Device.String(), "rule", name, "reason", in.Reason, "actor", in.Actor)
+	}
 	rule := &resourcev1.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name,

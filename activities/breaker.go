@@ -77,3 +77,20 @@ func (a *Activities) knownDevices(ctx context.Context) (int, error) {
 	c.n, c.at = n, time.Now()
 	return n, nil
 }
+
+// NodeReporter delivers device failures to a node's workflow (signal-with-start).
+type NodeReporter interface {
+	DeviceFailed(ctx context.Context, f policy.NodeFailure) error
+}
+
+// ReportNodeFailure tells the device's node that the device was quarantined or restricted, so that
+// enough failures on one node escalate to a node-level decision.
+func (a *Activities) ReportNodeFailure(ctx context.Context, f policy.NodeFailure) error {
+	if a.Nodes == nil || f.Node == "" {
+		return nil
+	}
+	if err := a.Nodes.DeviceFailed(ctx, f); err != nil {
+		return fmt.Errorf("report failure of %s to node %s: %w", f.Device, f.Node, err)
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -38,4 +39,19 @@ func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (
 		return policy.PermitResult{}, fmt.Errorf("breaker answer: %w", err)
 	}
 	return res, nil
+}
+
+// NodeClient reaches nodes' workflows with signal-with-start.
+type NodeClient struct {
+	Client client.Client
+}
+
+// DeviceFailed signals the node's workflow, starting it if needed.
+func (n *NodeClient) DeviceFailed(ctx context.Context, f policy.NodeFailure) error {
+	id := workflows.NodeWorkflowID(f.Node)
+	_, err := n.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalDeviceFailed, f,
+		client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue,
+			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchDeviceNode.ValueSet(f.Node))},
+		workflows.NodeWorkflow, workflows.NodeInput{Node: f.Node})
+	return err
 }

@@ -22,6 +22,7 @@ func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
 	})
 	w.RegisterWorkflow(workflows.DeviceWorkflow)
 	w.RegisterWorkflow(workflows.BreakerWorkflow)
+	w.RegisterWorkflow(workflows.NodeWorkflow)
 	w.RegisterActivity(acts)
 	return w
 }

@@ -32,6 +32,10 @@ const (
 	// Breaker signals: resume re-arms an open breaker, pause opens it by hand (payload BreakerSignal).
 	SignalBreakerResume = "resume"
 	SignalBreakerPause  = "pause"
+
+	// SignalDeviceFailed tells a node's workflow that one of its devices was tainted
+	// (payload policy.NodeFailure).
+	SignalDeviceFailed = "device-failed"
 )
 
 // OperatorSignals are the device workflow's operator signals.
@@ -76,4 +80,10 @@ type BreakerInput struct {
 type BreakerSignal struct {
 	Actor  string `json:"actor"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// NodeInput starts (or continues) a node's workflow.
+type NodeInput struct {
+	Node  string            `json:"node"`
+	State *policy.NodeState `json:"state,omitempty"`
 }

@@ -81,3 +81,33 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 		t.Fatalf("alerts = %d, want 2", alerts)
 	}
 }
+
+func TestNodeWorkflowEscalatesAtThreshold(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	var texts []string
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AlertInput) error {
+		texts = append(texts, in.Text)
+		return nil
+	})
+	for i := 0; i < 5; i++ {
+		f := policy.NodeFailure{Node: "node-1", Device: fmt.Sprint("d/node-1/gpu-", i), State: policy.Quarantined, Threshold: 4}
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDeviceFailed, f) }, time.Duration(i+1)*time.Minute)
+	}
+	var st policy.NodeState
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryState)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Get(&st); err != nil {
+			t.Fatal(err)
+		}
+		env.CancelWorkflow()
+	}, time.Hour)
+	env.ExecuteWorkflow(NodeWorkflow, NodeInput{Node: "node-1"})
+	if !st.Escalated || len(st.Failed) != 5 || len(texts) != 1 {
+		t.Fatalf("state %+v alerts %v", st, texts)
+	}
+}

@@ -158,6 +158,13 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 				continue
 			}
 			st.Applied(act, res.RuleName, workflow.Now(ctx))
+			// Workflows started before node escalation existed must replay without this activity.
+			if workflow.GetVersion(ctx, "node-escalation", workflow.DefaultVersion, 1) >= 1 {
+				f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
+				if err := workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f).Get(ctx, nil); err != nil {
+					workflow.GetLogger(ctx).Warn("node escalation not reported", "error", err)
+				}
+			}
 		}
 	}
 	return nil

@@ -37,6 +37,8 @@ type harness struct {
 	quarantine []activities.QuarantineInput
 	denyFirst  int // AcquirePermit denies this many requests first
 	permits    int
+	// nodeReports are the failures reported to the node's workflow.
+	nodeReports []policy.NodeFailure
 }
 
 func newHarness(denyFirst int) *harness {
@@ -58,6 +60,11 @@ func newHarness(denyFirst int) *harness {
 			return policy.PermitResult{Granted: true}, nil
 		})
 	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+	h.env.OnActivity("ReportNodeFailure", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, f policy.NodeFailure) error {
+			h.nodeReports = append(h.nodeReports, f)
+			return nil
+		})
 	return h
 }
 
@@ -150,6 +157,14 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 			}
 			if got.Ignored != tt.wantIgnored {
 				t.Fatalf("ignored = %d, want %d", got.Ignored, tt.wantIgnored)
+			}
+			if len(h.nodeReports) != len(tt.wantEffects) {
+				t.Fatalf("node reports = %+v, want one per taint", h.nodeReports)
+			}
+			for _, f := range h.nodeReports {
+				if f.Node != "node-1" || f.Threshold != policy.Default().EscalationThreshold {
+					t.Fatalf("node report %+v", f)
+				}
 			}
 		})
 	}

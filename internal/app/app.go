@@ -205,7 +205,8 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if err := o.Breaker.Validate(); err != nil {
 		return err
 	}
-	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker}
+	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
+		Nodes: &worker.NodeClient{Client: tc}}
 	w := worker.New(tc, acts)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)

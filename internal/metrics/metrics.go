@@ -30,6 +30,8 @@ type Metrics struct {
 	Permits *prometheus.CounterVec
 	// BreakerTrips counts how often the circuit breaker opened.
 	BreakerTrips prometheus.Counter
+	// NodeOutages counts node-level outage decisions (a node Lease that expired).
+	NodeOutages prometheus.Counter
 	// Alerts counts alerts by level.
 	Alerts *prometheus.CounterVec
 }
@@ -83,12 +85,16 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "breaker", Name: "trips_total",
 			Help: "Times the circuit breaker opened.",
 		}),
+		NodeOutages: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "node_outages_total",
+			Help: "Node-level outage decisions: node Leases that expired.",
+		}),
 		Alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "activities", Name: "alerts_total",
 			Help: "Alerts raised, by level.",
 		}, []string{"level"}),
 	}
-	m.Registry.MustRegister(m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
+	m.Registry.MustRegister(m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
 	return m
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/devicewarden/devicewarden/internal/device"
 )
 
 // Claim is all the watcher keeps of a ResourceClaim: which devices it was allocated, and the
@@ -135,4 +137,19 @@ func (x *claimIndex) relistEnd() []string {
 	}
 	x.seen = nil
 	return gone
+}
+
+// holding returns the key of a claim allocated the device, or "" (a rare scan: only when a
+// device disappears from its ResourceSlice).
+func (x *claimIndex) holding(id device.ID) string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for key, c := range x.claims {
+		for _, r := range c.Results {
+			if r.Driver == id.Driver && r.Pool == id.Pool && r.Device == id.Device {
+				return key
+			}
+		}
+	}
+	return ""
 }

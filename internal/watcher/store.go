@@ -27,6 +27,8 @@ type store struct {
 	claimPods map[string]map[string]struct{}
 	// seen collects tracked pods seen during a relist; nil when not relisting.
 	seen map[string]struct{}
+	// outages holds nodes whose Lease expired, with the reason.
+	outages map[string]string
 }
 
 type entry struct {
@@ -42,7 +44,41 @@ type entry struct {
 
 func newStore() *store {
 	return &store{devices: map[device.ID]*entry{}, podDevices: map[string][]device.ID{},
-		pods: map[string]*corev1.Pod{}, claimPods: map[string]map[string]struct{}{}}
+		pods: map[string]*corev1.Pod{}, claimPods: map[string]map[string]struct{}{}, outages: map[string]string{}}
+}
+
+// setOutage records (msg != "") or clears (msg == "") a node outage and returns the followed
+// devices on that node, whose aggregate changes with it.
+func (s *store) setOutage(node, msg string) []device.ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if msg == "" {
+		delete(s.outages, node)
+	} else {
+		s.outages[node] = msg
+	}
+	var ids []device.ID
+	for id, e := range s.devices {
+		if e.node() == node {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// node is where the device was last reported.
+func (e *entry) node() string {
+	for _, rs := range e.reports {
+		for _, r := range rs {
+			if r.Node != "" {
+				return r.Node
+			}
+		}
+	}
+	if e.signalled != nil {
+		return e.signalled.Node
+	}
+	return ""
 }
 
 // setPod replaces a pod's reports and returns the devices whose reports changed. keep is the
@@ -280,6 +316,10 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 		return workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}, doSignal
 	}
 	obs := aggregate(id, e, now)
+	if msg, down := s.outages[obs.Node]; down && obs.Health == device.Healthy {
+		// The node stopped heartbeating: its last Healthy reports are not current.
+		obs.Health, obs.Message = device.Unknown, msg
+	}
 	switch {
 	case e.seeded:
 		return obs, doSignal

@@ -41,6 +41,8 @@ type Config struct {
 	// HeartbeatInterval is how often an unchanged device that has a workflow is re-signalled
 	// (default 2m, well inside the default 10m heartbeat limit). Zero means the default.
 	HeartbeatInterval time.Duration
+	// LeaseCheckInterval is how often node Leases are checked for expiry (default 2s).
+	LeaseCheckInterval time.Duration
 	// Clock returns the current time; tests may replace it.
 	Clock func() time.Time
 }
@@ -52,6 +54,8 @@ type Watcher struct {
 	cfg    Config
 	store  *store
 	claims *claimIndex
+	leases *nodeLeases
+	slices *sliceIndex
 	queue  workqueue.TypedRateLimitingInterface[device.ID]
 	// logged remembers resolution failures already logged, so a broken pod logs once per key.
 	logged sync.Map
@@ -59,6 +63,8 @@ type Watcher struct {
 	podMu sync.Mutex
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
+	// ctx is Run's context, for the few calls made outside the sources.
+	ctx context.Context
 }
 
 // New builds a watcher; Run starts it.
@@ -75,20 +81,27 @@ func New(cfg Config) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LeaseCheckInterval <= 0 {
+		cfg.LeaseCheckInterval = 2 * time.Second
+	}
 	return &Watcher{
 		cfg:    cfg,
 		store:  newStore(),
 		claims: newClaimIndex(),
+		leases: newNodeLeases(),
+		slices: newSliceIndex(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[device.ID](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[device.ID]{Name: "devicewarden-devices"}),
 		synced: make(chan struct{}),
+		ctx:    context.Background(),
 	}
 }
 
 // Run watches until ctx ends. Devices whose workflows are already running are learned first, so
 // that after a restart their pods are looked at even when they report Healthy.
 func (w *Watcher) Run(ctx context.Context) error {
+	w.ctx = ctx
 	defer w.queue.ShutDown()
 	running, err := w.cfg.Signaler.RunningDevices(ctx)
 	if err != nil {
@@ -115,6 +128,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	leasesSynced, slicesSynced := make(chan struct{}), make(chan struct{})
+	wg.Add(3)
+	go func() { defer wg.Done(); w.leaseSource().run(ctx, leasesSynced) }()
+	go func() { defer wg.Done(); w.sliceSource().run(ctx, slicesSynced) }()
+	go func() { defer wg.Done(); w.checkLeases(ctx, w.cfg.LeaseCheckInterval) }()
 	close(w.synced)
 	w.cfg.Logger.Info("watcher synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	for i := 0; i < w.cfg.Workers; i++ {

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// TestNodeOutage: when a node's Lease expires, the devices DeviceWarden follows there become
+// Suspect together with the outage as the reason; its other devices get no workflow each.
+func TestNodeOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s := &stack{kube: shared.kube, temporal: shared.temporal}
+	ids := devicePods(t, ctx, s.kube, "outage", 2)
+	followed, other := ids[0], ids[1]
+	node := followed.Pool
+
+	// Give one device a workflow: an Unknown blip that recovers.
+	setHealth(t, ctx, s.kube, ids[:1], corev1.ResourceHealthStatusUnknown)
+	eventually(t, 30*time.Second, "followed device suspect", func() error {
+		if st, err := stateOf(ctx, s, followed); err != nil || st.State != policy.Suspect {
+			return fmt.Errorf("%v %s", err, st.State)
+		}
+		return nil
+	})
+	setHealth(t, ctx, s.kube, ids[:1], corev1.ResourceHealthStatusHealthy)
+	eventually(t, 30*time.Second, "followed device healthy again", func() error {
+		if st, err := stateOf(ctx, s, followed); err != nil || st.State != policy.Healthy {
+			return fmt.Errorf("%v %s", err, st.State)
+		}
+		return nil
+	})
+
+	// The node stops heartbeating: kwok no longer manages it, and its Lease ages.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, localcluster.KwokNodeAnnotation)
+	if _, err := s.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "lease aged", func() error {
+		l, err := s.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Minute)}
+		_, err = s.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+
+	eventually(t, 30*time.Second, "followed device suspect because of the outage", func() error {
+		st, err := stateOf(ctx, s, followed)
+		if err != nil {
+			return err
+		}
+		if st.State != policy.Suspect || !strings.Contains(st.Message, "outage") {
+			return fmt.Errorf("state %s message %q", st.State, st.Message)
+		}
+		return nil
+	})
+	if n, err := runs(ctx, s, other); err != nil || n != 0 {
+		t.Fatalf("a healthy device on the dead node got %d workflows (%v)", n, err)
+	}
+	if n := testutil.ToFloat64(shared.metrics.NodeOutages); n < 1 {
+		t.Fatalf("node outages metric = %v", n)
+	}
+}
+
+// TestDeviceGoneFromSlice: a device that disappears from its pool's ResourceSlice while allocated
+// becomes Suspect; when the driver publishes it again the Suspect state clears.
+func TestDeviceGoneFromSlice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := &stack{kube: shared.kube, temporal: shared.temporal}
+	ids := devicePods(t, ctx, s.kube, "vanish", 1)
+	id := ids[0]
+	sliceName := id.Pool + "-gpu.sim"
+	edit := func(keep func(name string) bool, all []resourcev1.Device) {
+		t.Helper()
+		eventually(t, 10*time.Second, "slice updated", func() error {
+			sl, err := s.kube.ResourceV1().ResourceSlices().Get(ctx, sliceName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			var devs []resourcev1.Device
+			for _, d := range all {
+				if keep(d.Name) {
+					devs = append(devs, d)
+				}
+			}
+			sl.Spec.Devices = devs
+			_, err = s.kube.ResourceV1().ResourceSlices().Update(ctx, sl, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	orig, err := s.kube.ResourceV1().ResourceSlices().Get(ctx, sliceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(func(n string) bool { return n != id.Device }, orig.Spec.Devices)
+	eventually(t, 30*time.Second, "device suspect after leaving its slice", func() error {
+		st, err := stateOf(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		if st.State != policy.Suspect || !strings.Contains(st.Message, "disappeared from its ResourceSlice") {
+			return fmt.Errorf("state %s message %q", st.State, st.Message)
+		}
+		return nil
+	})
+	edit(func(string) bool { return true }, orig.Spec.Devices)
+	eventually(t, 30*time.Second, "device healthy once published again", func() error {
+		st, err := stateOf(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		if st.State != policy.Healthy {
+			return fmt.Errorf("state %s", st.State)
+		}
+		return nil
+	})
+}

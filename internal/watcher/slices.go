@@ -1,0 +1,202 @@
+package watcher
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// poolKey names a driver's pool.
+type poolKey struct{ driver, pool string }
+
+// sliceIndex remembers which devices each pool publishes, across all of the pool's slices, so a
+// device that disappears while allocated can be reported Unknown: its driver no longer vouches for it.
+type sliceIndex struct {
+	mu     sync.Mutex
+	slices map[string]sliceInfo // slice name -> what it published
+	pools  map[poolKey]map[string]int
+	intern interner
+	seen   map[string]struct{}
+}
+
+type sliceInfo struct {
+	pool    poolKey
+	node    string
+	devices []string
+}
+
+func newSliceIndex() *sliceIndex {
+	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}}
+}
+
+// set records a slice (nil devices: deleted) and returns the devices of its pool that disappeared
+// and those that came back.
+func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, node string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old, had := x.slices[name]
+	var pk poolKey
+	if info != nil {
+		pk, node = info.pool, info.node
+	} else if had {
+		pk, node = old.pool, old.node
+	} else {
+		return nil, nil, ""
+	}
+	counts := x.pools[pk]
+	if counts == nil {
+		counts = map[string]int{}
+		x.pools[pk] = counts
+	}
+	if had {
+		for _, d := range old.devices {
+			if counts[d]--; counts[d] == 0 {
+				delete(counts, d)
+				gone = append(gone, device.ID{Driver: pk.driver, Pool: pk.pool, Device: d})
+			}
+		}
+	}
+	if info != nil {
+		for _, d := range info.devices {
+			counts[d]++
+		}
+		x.slices[name] = *info
+		if x.seen != nil {
+			x.seen[name] = struct{}{}
+		}
+	} else {
+		delete(x.slices, name)
+	}
+	// A device removed from one slice and present in another (or re-added) is not gone.
+	gone = slices.DeleteFunc(gone, func(id device.ID) bool { return counts[id.Device] > 0 })
+	if had && info != nil {
+		for _, d := range info.devices {
+			if !slices.Contains(old.devices, d) {
+				back = append(back, device.ID{Driver: pk.driver, Pool: pk.pool, Device: d})
+			}
+		}
+	}
+	if len(counts) == 0 {
+		delete(x.pools, pk)
+	}
+	return gone, back, node
+}
+
+func (w *Watcher) sliceSource() *source {
+	api := w.cfg.Kube.ResourceV1().ResourceSlices()
+	upsert := func(o runtime.Object, action string) {
+		s, ok := o.(*resourcev1.ResourceSlice)
+		if !ok {
+			return
+		}
+		w.cfg.Metrics.WatcherEvents.WithLabelValues("slice", action).Inc()
+		info := &sliceInfo{pool: poolKey{w.slices.intern.get(s.Spec.Driver), w.slices.intern.get(s.Spec.Pool.Name)}}
+		if s.Spec.NodeName != nil {
+			info.node = *s.Spec.NodeName
+		}
+		for _, d := range s.Spec.Devices {
+			info.devices = append(info.devices, w.slices.intern.get(d.Name))
+		}
+		w.sliceChanged(s.Name, info)
+	}
+	return &source{
+		name: "resourceslices", logger: w.cfg.Logger,
+		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
+			l, err := api.List(ctx, o)
+			if err != nil {
+				return nil, "", "", err
+			}
+			items := make([]runtime.Object, len(l.Items))
+			for i := range l.Items {
+				items[i] = &l.Items[i]
+			}
+			return items, l.ResourceVersion, l.Continue, nil
+		},
+		watch: api.Watch,
+		relistBegin: func() {
+			w.slices.mu.Lock()
+			w.slices.seen = map[string]struct{}{}
+			w.slices.mu.Unlock()
+		},
+		relistEnd: func() {
+			w.slices.mu.Lock()
+			var gone []string
+			for name := range w.slices.slices {
+				if _, ok := w.slices.seen[name]; !ok {
+					gone = append(gone, name)
+				}
+			}
+			w.slices.seen = nil
+			w.slices.mu.Unlock()
+			for _, name := range gone {
+				w.sliceChanged(name, nil)
+			}
+		},
+		upsert: upsert,
+		remove: func(o runtime.Object) {
+			if s, ok := o.(*resourcev1.ResourceSlice); ok {
+				w.cfg.Metrics.WatcherEvents.WithLabelValues("slice", "delete").Inc()
+				w.sliceChanged(s.Name, nil)
+			}
+		},
+	}
+}
+
+// sliceChanged reports devices that vanished while allocated as Unknown, and withdraws that
+// report when they are published again.
+func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
+	gone, back, node := w.slices.set(name, info)
+	for _, id := range gone {
+		claim := w.claims.holding(id)
+		if claim == "" {
+			continue // not allocated: nothing runs on it, nothing to say
+		}
+		w.podMu.Lock()
+		ids := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
+			Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
+			Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil)
+		w.podMu.Unlock()
+		w.enqueueAll(ids)
+		go w.adoptHolders(claim)
+	}
+	for _, id := range back {
+		w.podMu.Lock()
+		ids := w.store.setPod(unpublishedKey(id), "", nil, nil, nil)
+		w.podMu.Unlock()
+		w.enqueueAll(ids)
+	}
+}
+
+// unpublishedKey is the reporter key under which the watcher itself reports a vanished device.
+func unpublishedKey(id device.ID) string { return "resourceslice:" + id.String() }
+
+// adoptHolders reads the pods a claim is reserved for and looks at them now: the device gained an
+// entry without them, and their Healthy reports were not kept. A rare path, so plain GETs do.
+func (w *Watcher) adoptHolders(claimKey string) {
+	ctx := w.ctx
+	ns, name, _ := strings.Cut(claimKey, "/")
+	c, err := w.cfg.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.cfg.Logger.Warn("read claim to adopt its pods", "claim", claimKey, "error", err)
+		return
+	}
+	for _, ref := range c.Status.ReservedFor {
+		if ref.Resource != "pods" {
+			continue
+		}
+		pod, err := w.cfg.Kube.CoreV1().Pods(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			w.cfg.Logger.Warn("read pod to adopt it", "pod", ns+"/"+ref.Name, "error", err)
+			continue
+		}
+		w.onPod(pod, "adopt")
+	}
+}

@@ -1,0 +1,43 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// NodeWorkflowID is the business key of a node's workflow.
+func NodeWorkflowID(node string) string { return "node/" + node }
+
+// NodeWorkflow (ID "node/<name>") collects device failures on one node and escalates once when a
+// policy threshold of them failed. It records and alerts; it never cordons or drains.
+func NodeWorkflow(ctx workflow.Context, in NodeInput) error {
+	st := in.State
+	if st == nil {
+		st = &policy.NodeState{Node: in.Node}
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.NodeState, error) { return *st, nil }); err != nil {
+		return fmt.Errorf("register query: %w", err)
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
+	ch := workflow.GetSignalChannel(ctx, SignalDeviceFailed)
+	for {
+		var f policy.NodeFailure
+		ch.Receive(ctx, &f)
+		for _, act := range st.Fail(f, workflow.Now(ctx)) {
+			in := activities.AlertInput{Level: act.Level, Text: act.Reason, WorkflowID: NodeWorkflowID(st.Node)}
+			if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+			}
+		}
+		if ch.Len() == 0 && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return workflow.NewContinueAsNewError(ctx, NodeWorkflow, NodeInput{Node: st.Node, State: st})
+		}
+	}
+}
