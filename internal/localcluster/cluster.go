@@ -159,7 +159,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	kwokArgs := []string{"--kubeconfig=" + c.Kubeconfig, "--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake"}
+		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
+		// Without this kwok keeps no node Leases at all; real kubelets always do.
+		"--node-lease-duration-seconds=40"}
 	for _, s := range kwokStages {
 		kwokArgs = append(kwokArgs, "--config="+filepath.Join(b.stageDir(), filepath.Base(s)))
 	}

@@ -265,7 +265,9 @@ func (st *DeviceState) newer(obs Observation) bool {
 		return true
 	}
 	if obs.StatusVersion == st.StatusVersion {
-		return false
+		// The same pod status with different content can only be something the watcher derived
+		// (a node outage, a device gone from its ResourceSlice): order it by observation time.
+		return (obs.Health != st.Health || obs.Message != st.Message) && obs.ObservedAt.After(st.ObservedAt)
 	}
 	nv, err1 := strconv.ParseUint(obs.StatusVersion, 10, 64)
 	ov, err2 := strconv.ParseUint(st.StatusVersion, 10, 64)

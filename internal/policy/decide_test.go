@@ -169,6 +169,9 @@ func TestDecide(t *testing.T) {
 		{name: "a quarantined device reporting healthy stays quarantined until released", steps: []step{
 			{obs: h(device.Unhealthy), version: 1}, {at: time.Minute, obs: h(device.Healthy), version: 2}},
 			wantState: Quarantined, wantTaints: []string{EffectNoSchedule}},
+		{name: "same version, new content later in time (a node outage) is taken", steps: []step{
+			{obs: h(device.Healthy), version: 7}, {at: time.Minute, obs: h(device.Unknown), version: 7}},
+			wantState: Suspect},
 		{name: "suspect device released by its pods returns to healthy", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: time.Minute, obs: h(device.Unknown), version: 2, idle: true}},
 			wantState: Healthy},
