@@ -25,6 +25,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -70,7 +71,9 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = app.RunController(runCtx, kube, tc.Client, app.ControllerOptions{Workers: 8}, metrics.New(), logger)
+		// Every device is flipped on purpose: the breaker must not cap what is being measured.
+		opts := app.ControllerOptions{Workers: 8, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20}}
+		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
