@@ -78,6 +78,13 @@ type QuarantineResult struct {
 // restriction upgraded to a quarantine changes reason and effect). The name is derived from the
 // device, so retries and repeated signals never make a second rule.
 func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	if in.Device.DevicePlugin() {
+		// No API taints a single device-plugin device; kubelet already withholds a device its plugin
+		// reports Unhealthy. The quarantine is the workflow's record and alert.
+		slog.Default().InfoContext(ctx, "device-plugin device: quarantine recorded without a DeviceTaintRule", "device", in.Device.String(), "reason", in.Reason)
+		a.count("recorded")
+		return QuarantineResult{}, nil
+	}
 	name := in.Device.TaintRuleName()
 	if in.Effect == resourcev1.DeviceTaintEffectNone {
 		// Dry run: the rule only previews; Kubernetes reports what it would affect in its status.

@@ -63,6 +63,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "operator signal without actor", args: []string{"device", "signal", "d/p/gpu-0", "pause"}, wantErr: "--actor"},
 		{name: "breaker resume without actor", args: []string{"breaker", "resume"}, wantErr: "--actor"},
 		{name: "show a malformed device", args: []string{"device", "show", "gpu-0"}, wantErr: "driver"},
+		{name: "device-plugin health without a pod", args: []string{"sim", "health", "--device", "example.com/fpga/node-1/fpga-0", "--health", "Unhealthy"}, wantErr: "--pod"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

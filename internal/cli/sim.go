@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -81,12 +82,13 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&w.Node, "node", "", "pin to this node's devices")
 	cmd.Flags().IntVar(&index, "index", -1, "pin to gpu-<index> (-1: any)")
 	cmd.Flags().BoolVar(&w.Template, "template", true, "use a ResourceClaimTemplate (false: a ResourceClaim)")
+	cmd.Flags().BoolVar(&w.DevicePlugin, "device-plugin", false, "request a device-plugin device ("+sim.PluginResource+") instead of a DRA claim")
 	return cmd
 }
 
 func newSimHealthCmd(g *globals) *cobra.Command {
 	var k kubeFlags
-	var devFlag, healthFlag, message string
+	var devFlag, healthFlag, message, podFlag string
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Write a device's health into every pod holding it, as kubelet would",
@@ -99,6 +101,21 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			h, err := device.ParseHealth(healthFlag)
 			if err != nil {
 				return fmt.Errorf("--health: %w (want Healthy, Unhealthy or Unknown)", err)
+			}
+			if id.DevicePlugin() {
+				ns, pod, ok := strings.Cut(podFlag, "/")
+				if !ok || ns == "" || pod == "" {
+					return fmt.Errorf("--pod <namespace>/<name> is required for a device-plugin device: only kubelet knows which pod got %s", id.Device)
+				}
+				cs, err := k.client(g)
+				if err != nil {
+					return err
+				}
+				if err := sim.SetPluginHealth(c.Context(), cs, ns, pod, id.Device, corev1.ResourceHealthStatus(h), message); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "device-plugin device %s is %s in pod %s\n", id, h, podFlag)
+				return nil
 			}
 			cs, err := k.client(g)
 			if err != nil {
@@ -116,6 +133,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&devFlag, "device", "", "device as <driver>/<pool>/<device>")
 	cmd.Flags().StringVar(&healthFlag, "health", "", "Healthy, Unhealthy or Unknown")
 	cmd.Flags().StringVar(&message, "message", "", "driver message")
+	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")
 	return cmd

@@ -8,7 +8,9 @@ import (
 	"strings"
 )
 
-// ID identifies a DRA device as the scheduler does: driver, pool and device name.
+// ID identifies a device. For DRA it is what the scheduler uses: driver, pool and device name.
+// For a device-plugin device, Driver is the extended resource name (which always contains a "/"),
+// Pool the node and Device the plugin's device ID.
 type ID struct {
 	Driver string `json:"driver"`
 	Pool   string `json:"pool"`
@@ -18,25 +20,27 @@ type ID struct {
 // String is the canonical "<driver>/<pool>/<device>" form.
 func (id ID) String() string { return id.Driver + "/" + id.Pool + "/" + id.Device }
 
-// Valid reports whether all three parts are set and none contains a slash.
+// Valid reports whether all three parts are set; only a device-plugin resource name (the driver
+// part) may contain a slash.
 func (id ID) Valid() bool {
-	for _, p := range []string{id.Driver, id.Pool, id.Device} {
-		if p == "" || strings.Contains(p, "/") {
-			return false
-		}
-	}
-	return true
+	return id.Driver != "" && id.Pool != "" && id.Device != "" &&
+		!strings.Contains(id.Pool, "/") && !strings.Contains(id.Device, "/") && strings.Count(id.Driver, "/") <= 1
 }
 
-// ParseID parses the canonical form typed by a person (CLI flags). Health reports from kubelet
-// are never parsed this way: they are resolved through the claim's allocation.
+// DevicePlugin reports whether the device is a device-plugin device (an extended resource).
+func (id ID) DevicePlugin() bool { return strings.Contains(id.Driver, "/") }
+
+// ParseID parses the canonical form typed by a person (CLI flags): <driver>/<pool>/<device>, or
+// <resource-domain>/<resource>/<node>/<device-id> for a device-plugin device. Health reports from
+// kubelet are never parsed this way: they are resolved through the claim's allocation.
 func ParseID(s string) (ID, error) {
 	parts := strings.Split(s, "/")
-	if len(parts) != 3 {
-		return ID{}, fmt.Errorf("device %q: want <driver>/<pool>/<device>", s)
+	if len(parts) != 3 && len(parts) != 4 {
+		return ID{}, fmt.Errorf("device %q: want <driver>/<pool>/<device> or <domain>/<resource>/<node>/<device-id>", s)
 	}
-	id := ID{Driver: parts[0], Pool: parts[1], Device: parts[2]}
-	if !id.Valid() {
+	n := len(parts)
+	id := ID{Driver: strings.Join(parts[:n-2], "/"), Pool: parts[n-2], Device: parts[n-1]}
+	if !id.Valid() || parts[0] == "" {
 		return ID{}, fmt.Errorf("device %q: driver, pool and device must all be non-empty", s)
 	}
 	return id, nil

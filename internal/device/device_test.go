@@ -13,7 +13,9 @@ func TestParseID(t *testing.T) {
 	}{
 		{in: "gpu.sim.devicewarden.io/node-1/gpu-0", want: ID{"gpu.sim.devicewarden.io", "node-1", "gpu-0"}},
 		{in: "gpu.sim.devicewarden.io/node-1", wantErr: true},
-		{in: "a/b/c/d", wantErr: true},
+		{in: "example.com/fpga/node-1/fpga-3", want: ID{"example.com/fpga", "node-1", "fpga-3"}},
+		{in: "a/b/c/d/e", wantErr: true},
+		{in: "/fpga/node-1/fpga-3", wantErr: true},
 		{in: "a//c", wantErr: true},
 		{in: "", wantErr: true},
 	}
@@ -58,5 +60,18 @@ func TestParseHealth(t *testing.T) {
 	}
 	if !(Unhealthy.Severity() > Unknown.Severity() && Unknown.Severity() > Healthy.Severity()) {
 		t.Fatal("severity order wrong")
+	}
+}
+
+func TestDevicePluginIdentity(t *testing.T) {
+	dp := ID{Driver: "example.com/fpga", Pool: "node-1", Device: "fpga-3"}
+	if !dp.Valid() || !dp.DevicePlugin() || dp.WorkflowID() != "device/example.com/fpga/node-1/fpga-3" {
+		t.Fatalf("%+v valid=%v dp=%v wf=%s", dp, dp.Valid(), dp.DevicePlugin(), dp.WorkflowID())
+	}
+	if back, err := ParseID(dp.String()); err != nil || back != dp {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	if (ID{Driver: "gpu.example.com", Pool: "p", Device: "d"}).DevicePlugin() {
+		t.Fatal("a DRA driver is not a device plugin")
 	}
 }

@@ -14,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
 // TestNodeOutage: when a node's Lease expires, the devices DeviceWarden follows there become
@@ -128,6 +130,37 @@ func TestDeviceGoneFromSlice(t *testing.T) {
 		}
 		if st.State != policy.Healthy {
 			return fmt.Errorf("state %s", st.State)
+		}
+		return nil
+	})
+}
+
+// TestDevicePluginDevice: a device-plugin health report (extended resource name + device ID on the
+// node) starts the device's workflow and quarantines it as a record; no DeviceTaintRule can exist.
+func TestDevicePluginDevice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := &stack{kube: shared.kube, temporal: shared.temporal}
+	nodes, err := sim.CreateNodes(ctx, s.kube, "dp", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "deviceplugin"
+	if err := sim.EnsureNamespace(ctx, s.kube, ns); err != nil {
+		t.Fatal(err)
+	}
+	runningPod(t, ctx, s.kube, sim.Workload{Namespace: ns, Name: "fpga-job", Node: nodes[0], DevicePlugin: true})
+	if err := sim.SetPluginHealth(ctx, s.kube, ns, "fpga-job", "fpga-2", corev1.ResourceHealthStatusUnhealthy, "PCIe link down"); err != nil {
+		t.Fatal(err)
+	}
+	id := device.ID{Driver: sim.PluginResource, Pool: nodes[0], Device: "fpga-2"}
+	eventually(t, 30*time.Second, "device-plugin device quarantined", func() error {
+		st, err := stateOf(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		if st.State != policy.Quarantined || st.Quarantine == nil || st.Quarantine.RuleName != "" || len(st.Reporters) != 1 {
+			return fmt.Errorf("state %+v", st)
 		}
 		return nil
 	})

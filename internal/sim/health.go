@@ -167,3 +167,9 @@ func SetEntry(pod *corev1.Pod, t Target, resourceID string, health corev1.Resour
 	}
 	return false
 }
+
+// SetPluginHealth writes a device-plugin device's health into a pod's status as kubelet does: the
+// entry is named after the extended resource and the resource ID is the plugin's device ID.
+func SetPluginHealth(ctx context.Context, cs kubernetes.Interface, namespace, pod, deviceID string, health corev1.ResourceHealthStatus, message string) error {
+	return WriteHealth(ctx, cs, Target{Namespace: namespace, Pod: pod, Container: "main", EntryName: PluginResource}, deviceID, health, message)
+}

@@ -28,6 +28,12 @@ const (
 	AttrModel = "model"
 )
 
+// PluginResource is the extended resource a simulated device plugin advertises on every sim node.
+const PluginResource = "fpga.sim.devicewarden.io/fpga"
+
+// PluginDevices is how many device-plugin devices each sim node has.
+const PluginDevices = 4
+
 // LabelSimNode marks nodes the simulator created.
 const LabelSimNode = "sim.devicewarden.io/node"
 
@@ -74,6 +80,7 @@ func createNode(ctx context.Context, cs kubernetes.Interface, name string) error
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("512Gi"),
 		corev1.ResourcePods:   resource.MustParse("1000"),
+		PluginResource:        *resource.NewQuantity(PluginDevices, resource.DecimalSI),
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -22,6 +23,8 @@ type Workload struct {
 	// Template makes the claim come from a ResourceClaimTemplate (as Jobs do) instead of a
 	// ResourceClaim created up front.
 	Template bool
+	// DevicePlugin requests one PluginResource (a device-plugin device) instead of a DRA claim.
+	DevicePlugin bool
 }
 
 // PodClaimName is the pod-level name of the workload's claim; RequestName its request.
@@ -60,6 +63,9 @@ func (w Workload) claimSpec() resourcev1.ResourceClaimSpec {
 
 // Create makes the claim (or template) and the pod.
 func (w Workload) Create(ctx context.Context, cs kubernetes.Interface) (*corev1.Pod, error) {
+	if w.DevicePlugin {
+		return w.createPluginPod(ctx, cs)
+	}
 	podClaim := corev1.PodResourceClaim{Name: PodClaimName}
 	meta := metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace}
 	if w.Template {
@@ -86,6 +92,27 @@ func (w Workload) Create(ctx context.Context, cs kubernetes.Interface) (*corev1.
 			}},
 			NodeSelector: map[string]string{LabelSimNode: "true"},
 		},
+	}
+	created, err := cs.CoreV1().Pods(w.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s: %w", w.Name, err)
+	}
+	return created, nil
+}
+
+func (w Workload) createPluginPod(ctx context.Context, cs kubernetes.Interface) (*corev1.Pod, error) {
+	one := corev1.ResourceList{PluginResource: *resource.NewQuantity(1, resource.DecimalSI)}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "main", Image: "registry.invalid/sim-fpga:1",
+				Resources: corev1.ResourceRequirements{Requests: one, Limits: one}}},
+			NodeSelector: map[string]string{LabelSimNode: "true"},
+		},
+	}
+	if w.Node != "" {
+		pod.Spec.NodeSelector["kubernetes.io/hostname"] = w.Node
 	}
 	created, err := cs.CoreV1().Pods(w.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {

@@ -17,7 +17,7 @@ const MaxMessageLen = 1024
 // Reasons a health report could not be resolved to a device. They are metric label values.
 const (
 	ReasonUnknownHealth     = "unknown_health"
-	ReasonNotClaim          = "device_plugin_resource"
+	ReasonNotClaim          = "device_plugin_malformed"
 	ReasonClaimRefUnknown   = "claim_reference_unknown"
 	ReasonClaimNotGenerated = "claim_not_generated"
 	ReasonClaimNotFound     = "claim_not_found"
@@ -81,7 +81,7 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 	}
 	ref, ok := strings.CutPrefix(name, "claim:")
 	if !ok {
-		return Report{}, &ResolveError{Reason: ReasonNotClaim, Err: fmt.Errorf("resource %q is not a DRA claim", name)}
+		return resolveDevicePlugin(pod, container, name, rh, health)
 	}
 	podClaim, request, _ := strings.Cut(ref, "/")
 	claimName, rerr := claimNameFor(pod, podClaim)
@@ -110,13 +110,7 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 		return Report{}, &ResolveError{Reason: ReasonIDUnmatched, Claim: claimKey,
 			Err: fmt.Errorf("resourceID %q matches none of the %d devices allocated to claim %s", rh.ResourceID, len(candidates), claimKey)}
 	}
-	msg := ""
-	if rh.Message != nil {
-		msg = *rh.Message
-		if len(msg) > MaxMessageLen {
-			msg = msg[:MaxMessageLen]
-		}
-	}
+	msg := message(rh)
 	return Report{
 		Device:      device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
 		DeviceClass: claim.class(chosen.Request),
@@ -126,6 +120,27 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container,
 			Claim: claimName, Health: health},
 	}, nil
+}
+
+// resolveDevicePlugin: a device-plugin report names the extended resource; the device is the
+// plugin's device ID on the pod's node.
+func resolveDevicePlugin(pod *corev1.Pod, container, resource string, rh corev1.ResourceHealth, health device.Health) (Report, *ResolveError) {
+	id := device.ID{Driver: resource, Pool: pod.Spec.NodeName, Device: string(rh.ResourceID)}
+	if !id.Valid() || !id.DevicePlugin() {
+		return Report{}, &ResolveError{Reason: ReasonNotClaim, Err: fmt.Errorf("device-plugin report %q on node %q with device ID %q is not a valid device", resource, pod.Spec.NodeName, rh.ResourceID)}
+	}
+	return Report{Device: id, Node: pod.Spec.NodeName, Health: health, Message: message(rh),
+		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Health: health}}, nil
+}
+
+func message(rh corev1.ResourceHealth) string {
+	if rh.Message == nil {
+		return ""
+	}
+	if len(*rh.Message) > MaxMessageLen {
+		return (*rh.Message)[:MaxMessageLen]
+	}
+	return *rh.Message
 }
 
 // match picks the allocated device a resourceID refers to. With a single candidate the ID's form

@@ -65,6 +65,7 @@ func TestResolve(t *testing.T) {
 		entry      corev1.ResourceStatus
 		wantDevice string
 		wantReason string
+		wantDP     string
 	}{
 		{name: "template claim, CDI-style ID resolved through allocation", entry: healthEntry("claim:gpu", "k8s.gpu.sim.devicewarden.io/gpu=node-1-gpu-3", "Unhealthy", nil), wantDevice: "gpu-3"},
 		{name: "request named", entry: healthEntry("claim:gpu/gpus", "anything", "Unknown", nil), wantDevice: "gpu-3"},
@@ -74,7 +75,8 @@ func TestResolve(t *testing.T) {
 		{name: "malformed resourceID", entry: healthEntry("claim:direct/a", "///", "Unhealthy", nil), wantReason: ReasonIDUnmatched},
 		{name: "unknown health from an old client", entry: healthEntry("claim:gpu", "x", "Degraded", nil), wantReason: ReasonUnknownHealth},
 		{name: "empty health", entry: healthEntry("claim:gpu", "x", "", nil), wantReason: ReasonUnknownHealth},
-		{name: "device plugin resource", entry: healthEntry("example.com/gpu", "dev-1", "Unhealthy", nil), wantReason: ReasonNotClaim},
+		{name: "device plugin resource: node + resource + device ID", entry: healthEntry("example.com/gpu", "dev-1", "Unhealthy", nil), wantDP: "example.com/gpu/node-1/dev-1"},
+		{name: "device plugin with a malformed device ID", entry: healthEntry("example.com/gpu", "a/b", "Unhealthy", nil), wantReason: ReasonNotClaim},
 		{name: "claim name not in pod", entry: healthEntry("claim:nope", "x", "Unhealthy", nil), wantReason: ReasonClaimRefUnknown},
 		{name: "template claim not generated yet", entry: healthEntry("claim:pending", "x", "Unhealthy", nil), wantReason: ReasonClaimNotGenerated},
 		{name: "request not in allocation", entry: healthEntry("claim:direct/zzz", "x", "Unhealthy", nil), wantReason: ReasonRequestUnmatched},
@@ -93,6 +95,12 @@ func TestResolve(t *testing.T) {
 				t.Fatalf("got reports=%v errs=%v", reports, errs)
 			}
 			r := reports[0]
+			if tt.wantDP != "" {
+				if r.Device.String() != tt.wantDP || !r.Device.DevicePlugin() {
+					t.Fatalf("device-plugin device %+v", r.Device)
+				}
+				return
+			}
 			if r.Device != (device.ID{Driver: drv, Pool: "node-1", Device: tt.wantDevice}) || r.Node != "node-1" {
 				t.Fatalf("resolved %+v", r)
 			}
