@@ -165,3 +165,48 @@ func TestDevicePluginDevice(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClaimDeviceCondition: a driver's Ready=False condition in the claim's status.devices[] makes
+// the device Suspect; when it turns True the device is Healthy again.
+func TestClaimDeviceCondition(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := &stack{kube: shared.kube, temporal: shared.temporal}
+	ids := devicePods(t, ctx, s.kube, "cond", 1)
+	id := ids[0]
+	setCond := func(status metav1.ConditionStatus) {
+		t.Helper()
+		eventually(t, 10*time.Second, "claim status written", func() error {
+			c, err := s.kube.ResourceV1().ResourceClaims("cond").Get(ctx, "job-0", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			c.Status.Devices = []resourcev1.AllocatedDeviceStatus{{Driver: id.Driver, Pool: id.Pool, Device: id.Device,
+				Conditions: []metav1.Condition{{Type: "Ready", Status: status, Reason: "LinkTraining", Message: "link not trained", LastTransitionTime: metav1.Now()}}}}
+			_, err = s.kube.ResourceV1().ResourceClaims("cond").UpdateStatus(ctx, c, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	setCond(metav1.ConditionFalse)
+	eventually(t, 30*time.Second, "device suspect from its claim condition", func() error {
+		st, err := stateOf(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		if st.State != policy.Suspect || !strings.Contains(st.Message, "Ready=False") {
+			return fmt.Errorf("state %s message %q", st.State, st.Message)
+		}
+		return nil
+	})
+	setCond(metav1.ConditionTrue)
+	eventually(t, 30*time.Second, "device healthy once the condition clears", func() error {
+		st, err := stateOf(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		if st.State != policy.Healthy {
+			return fmt.Errorf("state %s message %q", st.State, st.Message)
+		}
+		return nil
+	})
+}

@@ -1,9 +1,11 @@
 package watcher
 
 import (
+	"fmt"
 	"sync"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -14,6 +16,40 @@ type Claim struct {
 	Allocated bool
 	Results   []AllocatedDevice
 	Classes   []RequestClass
+	// Troubled are devices whose driver set a Healthy or Ready condition that is not True.
+	Troubled []DeviceCondition
+}
+
+// DeviceCondition is a driver's per-device condition in status.devices[], as health.
+type DeviceCondition struct {
+	Device  device.ID
+	Health  device.Health
+	Message string
+}
+
+// conditionHealth maps a driver's device conditions to health: Healthy=False is Unhealthy;
+// Ready=False, or either condition Unknown, is Unknown. Other condition types say nothing here.
+func conditionHealth(conds []metav1.Condition) (device.Health, string) {
+	health, msg := device.Healthy, ""
+	for _, c := range conds {
+		if c.Type != "Healthy" && c.Type != "Ready" {
+			continue
+		}
+		var h device.Health
+		switch {
+		case c.Status == metav1.ConditionTrue:
+			continue
+		case c.Type == "Healthy" && c.Status == metav1.ConditionFalse:
+			h = device.Unhealthy
+		default:
+			h = device.Unknown
+		}
+		if h.Severity() > health.Severity() {
+			health = h
+			msg = fmt.Sprintf("claim device condition %s=%s: %s %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return health, msg
 }
 
 // AllocatedDevice is one allocation result.
@@ -60,6 +96,12 @@ func compactClaim(c *resourcev1.ResourceClaim, in *interner) *Claim {
 			out.Classes = append(out.Classes, RequestClass{Request: in.get(r.Name + "/" + s.Name), Class: in.get(s.DeviceClassName)})
 		}
 	}
+	for _, d := range c.Status.Devices {
+		if h, msg := conditionHealth(d.Conditions); h != device.Healthy {
+			out.Troubled = append(out.Troubled, DeviceCondition{
+				Device: device.ID{Driver: in.get(d.Driver), Pool: in.get(d.Pool), Device: in.get(d.Device)}, Health: h, Message: msg})
+		}
+	}
 	if a := c.Status.Allocation; a != nil {
 		out.Allocated = true
 		out.Results = make([]AllocatedDevice, 0, len(a.Devices.Results))
@@ -98,7 +140,7 @@ func (x *claimIndex) get(namespace, name string) (*Claim, bool) {
 	return c, ok
 }
 
-func (x *claimIndex) put(c *resourcev1.ResourceClaim) string {
+func (x *claimIndex) put(c *resourcev1.ResourceClaim) (string, *Claim) {
 	key := c.Namespace + "/" + c.Name
 	compact := compactClaim(c, &x.intern)
 	x.mu.Lock()
@@ -107,7 +149,7 @@ func (x *claimIndex) put(c *resourcev1.ResourceClaim) string {
 	if x.seen != nil {
 		x.seen[key] = struct{}{}
 	}
-	return key
+	return key, compact
 }
 
 func (x *claimIndex) delete(c *resourcev1.ResourceClaim) string {

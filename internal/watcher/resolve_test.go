@@ -135,3 +135,16 @@ func TestStripKeepsWhatResolveReads(t *testing.T) {
 		t.Fatalf("stripped pod resolved to %v %v", reports, errs)
 	}
 }
+
+func TestClaimDeviceConditions(t *testing.T) {
+	c := claimWith("c", result("gpus", "gpu-3"), result("gpus", "gpu-4"), result("gpus", "gpu-5"))
+	c.Status.Devices = []resourcev1.AllocatedDeviceStatus{
+		{Driver: drv, Pool: "node-1", Device: "gpu-3", Conditions: []metav1.Condition{{Type: "Healthy", Status: metav1.ConditionFalse, Reason: "ECC"}}},
+		{Driver: drv, Pool: "node-1", Device: "gpu-4", Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NotConfigured"}}},
+		{Driver: drv, Pool: "node-1", Device: "gpu-5", Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}, {Type: "Configured", Status: metav1.ConditionFalse}}},
+	}
+	got := compactClaim(c, nil).Troubled
+	if len(got) != 2 || got[0].Health != device.Unhealthy || got[1].Health != device.Unknown || !strings.Contains(got[0].Message, "ECC") {
+		t.Fatalf("troubled = %+v", got)
+	}
+}

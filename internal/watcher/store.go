@@ -168,6 +168,14 @@ func (s *store) deletePod(podKey, version string) []device.ID {
 	return s.setPod(podKey, version, nil, nil, nil)
 }
 
+// hasReporter reports whether a reporter key (a pod, or a source of the watcher's own) has reports.
+func (s *store) hasReporter(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.podDevices[key]
+	return ok
+}
+
 // tracked reports whether the store holds a pod.
 func (s *store) tracked(podKey string) bool {
 	s.mu.Lock()

@@ -306,13 +306,40 @@ func (w *Watcher) onClaim(obj runtime.Object, action string) {
 	}
 	w.cfg.Metrics.WatcherEvents.WithLabelValues("claim", action).Inc()
 	var key string
+	var compact *Claim
 	if action == "delete" {
 		key = w.claims.delete(claim)
 	} else {
-		key = w.claims.put(claim)
+		key, compact = w.claims.put(claim)
 	}
 	w.reresolve(key)
+	w.claimConditions(key, claim.ResourceVersion, compact)
 }
+
+// claimConditions reports the devices a driver marked in the claim's status.devices[] conditions,
+// under a reporter of its own, and withdraws the report when the condition clears.
+func (w *Watcher) claimConditions(key, version string, c *Claim) {
+	var reports []Report
+	if c != nil {
+		for _, d := range c.Troubled {
+			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message,
+				Reporter: workflows.Reporter{Claim: key, Health: d.Health}})
+		}
+	}
+	w.podMu.Lock()
+	if len(reports) == 0 && !w.store.hasReporter(claimConditionKey(key)) {
+		w.podMu.Unlock()
+		return
+	}
+	ids := w.store.setPod(claimConditionKey(key), version, reports, nil, nil)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+	if len(reports) > 0 && len(ids) > 0 {
+		go w.adoptHolders(key)
+	}
+}
+
+func claimConditionKey(claim string) string { return "claimcondition:" + claim }
 
 func (w *Watcher) reresolve(claimKey string) {
 	w.podMu.Lock()
