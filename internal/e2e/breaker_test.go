@@ -12,12 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/cli"
-	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -34,39 +32,8 @@ func TestBreakerCapsAStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	nodes, err := sim.CreateNodes(ctx, s.kube, "storm", 3, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ns, n = "storm", 20
-	if err := sim.EnsureNamespace(ctx, s.kube, ns); err != nil {
-		t.Fatal(err)
-	}
-	var ids []device.ID
-	for i := 0; i < n; i++ {
-		node, idx := nodes[i/8], i%8
-		w := sim.Workload{Namespace: ns, Name: fmt.Sprintf("job-%d", i), Node: node, Index: ptr.To(idx)}
-		if _, err := w.Create(ctx, s.kube); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, device.ID{Driver: sim.Driver, Pool: node, Device: fmt.Sprintf("gpu-%d", idx)})
-	}
-	eventually(t, 2*time.Minute, "all pods running", func() error {
-		pods, err := s.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) > 0 {
-				running++
-			}
-		}
-		if running != n {
-			return fmt.Errorf("%d of %d running", running, n)
-		}
-		return nil
-	})
+	const n = 20
+	ids := devicePods(t, ctx, s.kube, "storm", n)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

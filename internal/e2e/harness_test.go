@@ -20,6 +20,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // stack is one cluster and one Temporal server shared by the package's tests; each test uses its
@@ -53,7 +54,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8})
+	// The breaker has its own test and stack; here a cap of 10% of a few dozen devices would let
+	// one test's quarantine hold back another's.
+	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8,
+		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 1000}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
 		dumpLogs(dir)

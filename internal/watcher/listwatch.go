@@ -115,6 +115,25 @@ func (s *source) watchFrom(ctx context.Context, rv string) (string, error) {
 	}
 }
 
+// pages adapts a typed List call (pods, claims, ...) to a source's list function.
+func pages[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context, metav1.ListOptions) ([]runtime.Object, string, string, error) {
+	return func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
+		l, err := list(ctx, o)
+		if err != nil {
+			return nil, "", "", err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return nil, "", "", err
+		}
+		acc, err := meta.ListAccessor(l)
+		if err != nil {
+			return nil, "", "", err
+		}
+		return items, acc.GetResourceVersion(), acc.GetContinue(), nil
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():

@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -86,17 +85,7 @@ func (w *Watcher) leaseSource() *source {
 	api := w.cfg.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	return &source{
 		name: "node leases", logger: w.cfg.Logger,
-		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
-			l, err := api.List(ctx, o)
-			if err != nil {
-				return nil, "", "", err
-			}
-			items := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				items[i] = &l.Items[i]
-			}
-			return items, l.ResourceVersion, l.Continue, nil
-		},
+		list:  pages(api.List),
 		watch: api.Watch,
 		relistBegin: func() {
 			w.leases.mu.Lock()

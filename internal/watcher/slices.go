@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -109,17 +108,7 @@ func (w *Watcher) sliceSource() *source {
 	}
 	return &source{
 		name: "resourceslices", logger: w.cfg.Logger,
-		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
-			l, err := api.List(ctx, o)
-			if err != nil {
-				return nil, "", "", err
-			}
-			items := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				items[i] = &l.Items[i]
-			}
-			return items, l.ResourceVersion, l.Continue, nil
-		},
+		list:  pages(api.List),
 		watch: api.Watch,
 		relistBegin: func() {
 			w.slices.mu.Lock()

@@ -162,17 +162,7 @@ func (w *Watcher) claimSource() *source {
 	api := w.cfg.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll)
 	return &source{
 		name: "resourceclaims", logger: w.cfg.Logger,
-		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
-			l, err := api.List(ctx, o)
-			if err != nil {
-				return nil, "", "", err
-			}
-			items := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				items[i] = &l.Items[i]
-			}
-			return items, l.ResourceVersion, l.Continue, nil
-		},
+		list:        pages(api.List),
 		watch:       api.Watch,
 		relistBegin: w.claims.relistBegin,
 		relistEnd: func() {
@@ -191,18 +181,10 @@ func (w *Watcher) podSource() *source {
 	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
 	return &source{
 		name: "pods", logger: w.cfg.Logger,
-		list: func(ctx context.Context, o metav1.ListOptions) ([]runtime.Object, string, string, error) {
+		list: pages(func(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
 			o.FieldSelector = bound
-			l, err := api.List(ctx, o)
-			if err != nil {
-				return nil, "", "", err
-			}
-			items := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				items[i] = &l.Items[i]
-			}
-			return items, l.ResourceVersion, l.Continue, nil
-		},
+			return api.List(ctx, o)
+		}),
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = bound
 			return api.Watch(ctx, o)
