@@ -259,16 +259,18 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElecti
 		Client:     kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 	}
-	var runErr error
-	led := false
+	// The elector runs OnStartedLeading in its own goroutine and does not wait for it; it cancels
+	// that goroutine's context when Run returns, so waiting for fn afterwards is bounded.
+	started := make(chan struct{})
+	done := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lock, ReleaseOnCancel: true,
 		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				led = true
+				close(started)
 				logger.Info("leading: watcher starts", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
-				runErr = fn(ctx)
+				done <- fn(ctx)
 			},
 			OnStoppedLeading: func() { logger.Info("stopped leading", "identity", le.Identity) },
 		},
@@ -277,11 +279,14 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElecti
 		return fmt.Errorf("leader election: %w", err)
 	}
 	elector.Run(ctx)
+	select {
+	case <-started:
+	default:
+		return nil // never led: ctx ended while waiting for the Lease
+	}
+	runErr := <-done
 	if ctx.Err() != nil {
 		return runErr
 	}
-	if led {
-		return fmt.Errorf("lost the %s/%s lease: %v", le.Namespace, le.Name, runErr)
-	}
-	return runErr
+	return fmt.Errorf("lost the %s/%s lease: %v", le.Namespace, le.Name, runErr)
 }

@@ -46,6 +46,8 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// Alerts are logged by the activities through the default logger; in tests they are noise.
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir, err := os.MkdirTemp("", "devicewarden-e2e-")
