@@ -23,7 +23,11 @@ type Alerter interface {
 
 // Alert logs the alert and hands it to the configured Alerter.
 func (a *Activities) Alert(ctx context.Context, in AlertInput) error {
-	slog.Default().Log(ctx, alertLevel(in.Level), "alert", "device", in.Device.String(), "level", in.Level, "text", in.Text, "workflow", in.WorkflowID)
+	attrs := []any{"level", in.Level, "text", in.Text, "workflow", in.WorkflowID}
+	if in.Device.Valid() { // fleet-wide alerts (the breaker, a node) name no device
+		attrs = append(attrs, "device", in.Device.String())
+	}
+	slog.Default().Log(ctx, alertLevel(in.Level), "alert", attrs...)
 	if a.Metrics != nil {
 		a.Metrics.Alerts.WithLabelValues(in.Level).Inc()
 	}

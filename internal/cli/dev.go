@@ -79,9 +79,11 @@ func newDevCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(out, "  Temporal UI: %s\n", u)
 				}
 			}
-			fmt.Fprintf(out, "  Try:         devicewarden sim workload demo --node gpu-node-0 --index 0\n"+
-				"               devicewarden sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
-				"  Ctrl-C stops everything.\n\n", sim.Driver)
+			self := os.Args[0]
+			fmt.Fprintf(out, "  Try:         %s sim workload demo --node gpu-node-0 --index 0\n"+
+				"               %s sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
+				"               %s device list\n"+
+				"  Ctrl-C stops everything.\n\n", self, self, sim.Driver, self)
 			return app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
 		},
 	}
