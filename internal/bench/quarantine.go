@@ -115,38 +115,29 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 	return breakdown(ctx, o.Out, tc.Client, targets, starts, lat)
 }
 
-// breakdown splits each device's latency at the workflow's own history events: until the
-// workflow started (watch + watcher + signal-with-start), until the quarantine activity started
-// (workflow task + dispatch), and the rest (activity + create + watch back).
+// breakdown splits each device's latency at the workflow's own start event: before it, the
+// watch, the watcher and signal-with-start; after it, the workflow deciding, the breaker permit
+// (an update on the breaker workflow), the quarantine (local activities) and the rule's watch event.
 func breakdown(ctx context.Context, out io.Writer, tc client.Client, targets []benchTarget, starts []time.Time, lat []time.Duration) error {
-	var toStart, toActivity, rest []time.Duration
+	var toStart, rest []time.Duration
 	for i, tg := range targets {
-		var started, actStarted time.Time
 		it := tc.GetWorkflowHistory(ctx, tg.id.WorkflowID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				return fmt.Errorf("read history of %s: %w", tg.id, err)
-			}
-			switch ev.GetEventType() {
-			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-				started = ev.GetEventTime().AsTime()
-			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-				if actStarted.IsZero() {
-					actStarted = ev.GetEventTime().AsTime()
-				}
-			}
-		}
-		if started.IsZero() || actStarted.IsZero() {
+		if !it.HasNext() {
 			continue
 		}
+		ev, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("read history of %s: %w", tg.id, err)
+		}
+		if ev.GetEventType() != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED {
+			continue
+		}
+		started := ev.GetEventTime().AsTime()
 		toStart = append(toStart, started.Sub(starts[i]))
-		toActivity = append(toActivity, actStarted.Sub(started))
-		rest = append(rest, starts[i].Add(lat[i]).Sub(actStarted))
+		rest = append(rest, starts[i].Add(lat[i]).Sub(started))
 	}
 	printLatency(out, "  status write -> workflow started (watch, watcher, signal-with-start)", toStart)
-	printLatency(out, "  workflow started -> quarantine activity started", toActivity)
-	printLatency(out, "  activity started -> rule seen by a watch", rest)
+	printLatency(out, "  workflow started -> rule seen (decision, breaker permit, quarantine, watch)", rest)
 	return nil
 }
 
