@@ -10,7 +10,9 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /internal/e2e)
 build: ## Build the devicewarden binary
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
 	@mkdir -p bin
-	$(GO) build -o $(BIN) ./cmd/devicewarden
+	@set -o pipefail; $(GO) build -v -o $(BIN) ./cmd/devicewarden 2>&1 | \
+		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
+	@echo "==> $(BIN) ready"
 
 control-plane: build ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok into the cache
 	@$(BIN) cluster build
