@@ -22,13 +22,24 @@ import (
 type clientFlags struct{ o app.TemporalOptions }
 
 func (f *clientFlags) add(cmd *cobra.Command) {
-	fl := cmd.PersistentFlags()
-	fl.StringVar(&f.o.Address, "temporal-address", "127.0.0.1:7233", "host:port of the Temporal frontend")
-	fl.StringVar(&f.o.Namespace, "temporal-namespace", "default", "Temporal namespace")
-	fl.StringVar(&f.o.TLSCert, "temporal-tls-cert", "", "client certificate file for Temporal mTLS")
-	fl.StringVar(&f.o.TLSKey, "temporal-tls-key", "", "client key file for Temporal mTLS")
-	fl.StringVar(&f.o.TLSCA, "temporal-tls-ca", "", "CA file that signed the Temporal server certificate")
-	fl.StringVar(&f.o.APIKey, "temporal-api-key", "", "API key for Temporal")
+	addConnFlags(cmd.PersistentFlags(), &f.o, "127.0.0.1:7233", "host:port of the Temporal frontend (default: the server devicewarden dev embeds)")
+}
+
+// queryJSON runs a workflow's `state` query and prints the answer as JSON.
+func (f *clientFlags) queryJSON(c *cobra.Command, g *globals, workflowID string, into any) error {
+	tc, err := f.dial(c, g)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	v, err := tc.QueryWorkflow(c.Context(), workflowID, "", workflows.QueryState)
+	if err != nil {
+		return fmt.Errorf("query %s: %w", workflowID, err)
+	}
+	if err := v.Get(into); err != nil {
+		return err
+	}
+	return printJSON(c.OutOrStdout(), into)
 }
 
 func (f *clientFlags) dial(c *cobra.Command, g *globals) (client.Client, error) {
@@ -63,20 +74,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tc, err := cf.dial(c, g)
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
-			v, err := tc.QueryWorkflow(c.Context(), id.WorkflowID(), "", workflows.QueryState)
-			if err != nil {
-				return fmt.Errorf("query %s: %w", id.WorkflowID(), err)
-			}
-			var st policy.DeviceState
-			if err := v.Get(&st); err != nil {
-				return err
-			}
-			return printJSON(c.OutOrStdout(), st)
+			return cf.queryJSON(c, g, id.WorkflowID(), &policy.DeviceState{})
 		},
 	}
 	var actor, reason string
@@ -164,20 +162,7 @@ func newBreakerCmd(g *globals) *cobra.Command {
 	status := &cobra.Command{
 		Use: "status", Short: "Print the breaker's state as JSON", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			tc, err := cf.dial(c, g)
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
-			v, err := tc.QueryWorkflow(c.Context(), workflows.BreakerWorkflowID, "", workflows.QueryState)
-			if err != nil {
-				return fmt.Errorf("query breaker: %w", err)
-			}
-			var st policy.BreakerState
-			if err := v.Get(&st); err != nil {
-				return err
-			}
-			return printJSON(c.OutOrStdout(), st)
+			return cf.queryJSON(c, g, workflows.BreakerWorkflowID, &policy.BreakerState{})
 		},
 	}
 	send := func(name string) *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
@@ -42,16 +43,21 @@ type temporalFlags struct{ o app.TemporalOptions }
 
 func (t *temporalFlags) add(cmd *cobra.Command, embedded bool) {
 	f := cmd.Flags()
-	f.StringVar(&t.o.Address, "temporal-address", "", "host:port of an existing Temporal frontend; empty runs the embedded server")
-	f.StringVar(&t.o.Namespace, "temporal-namespace", "default", "Temporal namespace")
-	f.StringVar(&t.o.TLSCert, "temporal-tls-cert", "", "client certificate file for Temporal mTLS")
-	f.StringVar(&t.o.TLSKey, "temporal-tls-key", "", "client key file for Temporal mTLS")
-	f.StringVar(&t.o.TLSCA, "temporal-tls-ca", "", "CA file that signed the Temporal server certificate")
-	f.StringVar(&t.o.APIKey, "temporal-api-key", "", "API key for Temporal Cloud or a server that accepts API keys")
+	addConnFlags(f, &t.o, "", "host:port of an existing Temporal frontend; empty runs the embedded server")
 	if embedded {
 		f.StringVar(&t.o.FrontendAddress, "temporal-listen", "127.0.0.1:7233", "embedded server: frontend listen address")
 		f.StringVar(&t.o.UIAddress, "ui-listen", "127.0.0.1:8233", "embedded server: Web UI listen address (empty disables the UI)")
 	}
+}
+
+// addConnFlags adds the flags that say how to reach a Temporal frontend.
+func addConnFlags(f *pflag.FlagSet, o *app.TemporalOptions, defaultAddress, addressHelp string) {
+	f.StringVar(&o.Address, "temporal-address", defaultAddress, addressHelp)
+	f.StringVar(&o.Namespace, "temporal-namespace", "default", "Temporal namespace")
+	f.StringVar(&o.TLSCert, "temporal-tls-cert", "", "client certificate file for Temporal mTLS")
+	f.StringVar(&o.TLSKey, "temporal-tls-key", "", "client key file for Temporal mTLS")
+	f.StringVar(&o.TLSCA, "temporal-tls-ca", "", "CA file that signed the Temporal server certificate")
+	f.StringVar(&o.APIKey, "temporal-api-key", "", "API key for Temporal Cloud or a server that accepts API keys")
 }
 
 func (t *temporalFlags) options(g *globals) (app.TemporalOptions, error) {
