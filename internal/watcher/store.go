@@ -254,7 +254,7 @@ func (s *store) relistEnd() []string {
 	defer s.mu.Unlock()
 	var gone []string
 	for k := range s.podDevices {
-		if _, ok := s.seen[k]; !ok {
+		if _, ok := s.seen[k]; !ok && isPodKey(k) {
 			gone = append(gone, k)
 		}
 	}
@@ -266,6 +266,10 @@ func (s *store) relistEnd() []string {
 	s.seen = nil
 	return gone
 }
+
+// isPodKey tells a pod's key (namespace/name) from a reporter of the watcher's own
+// ("resourceslice:...", "claimcondition:..."): namespaces and pod names never contain a colon.
+func isPodKey(k string) bool { return !strings.Contains(k, ":") }
 
 // seed marks devices that have running workflows.
 func (s *store) seed(ids []device.ID) {

@@ -110,3 +110,16 @@ func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
 		t.Fatalf("seeded idle: %v %+v", d, obs)
 	}
 }
+
+func TestRelistSweepsOnlyVanishedPods(t *testing.T) {
+	s := newStore()
+	gone := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-7"}
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
+	s.setPod("ns/b", "10", []Report{rep("gpu-1", device.Unknown, "b")}, nil, nil)
+	s.setPod(unpublishedKey(gone), "11", []Report{{Device: gone, Health: device.Unknown}}, nil, nil)
+	s.relistBegin()
+	s.markSeen("ns/a")
+	if got := s.relistEnd(); len(got) != 1 || got[0] != "ns/b" {
+		t.Fatalf("swept %v, want only ns/b", got)
+	}
+}
