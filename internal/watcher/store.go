@@ -353,6 +353,11 @@ func (s *store) markSignalled(obs workflows.Observation, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
+		if len(obs.Reporters) == 0 && len(e.reports) == 0 {
+			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep.
+			delete(s.devices, obs.Device)
+			return
+		}
 		o := obs
 		e.signalled, e.signalledAt, e.seeded = &o, now, false
 	}

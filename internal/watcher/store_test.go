@@ -123,3 +123,21 @@ func TestRelistSweepsOnlyVanishedPods(t *testing.T) {
 		t.Fatalf("swept %v, want only ns/b", got)
 	}
 }
+
+func TestStoreForgetsDeviceAfterIdleSignal(t *testing.T) {
+	s := newStore()
+	now := time.Unix(1700000000, 0)
+	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
+	obs, _ := s.next(id, now, 0)
+	s.markSignalled(obs, now)
+	s.deletePod("ns/a", "11")
+	idle, d := s.next(id, now, 0)
+	if d != doSignal {
+		t.Fatalf("idle: %v", d)
+	}
+	s.markSignalled(idle, now)
+	if len(s.devices) != 0 {
+		t.Fatalf("%d devices kept after the idle signal", len(s.devices))
+	}
+}
