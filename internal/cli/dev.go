@@ -51,7 +51,11 @@ func newDevCmd(g *globals) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					defer cl.Stop()
+					defer func() {
+						start := time.Now()
+						_ = cl.Stop()
+						g.logger.Info("local cluster stopped", "took", time.Since(start).Round(time.Millisecond))
+					}()
 				}
 				k.kubeconfig = localcluster.KubeconfigPath(dir)
 			}
@@ -70,7 +74,11 @@ func newDevCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer tc.Close()
+			defer func() {
+				start := time.Now()
+				tc.Close()
+				g.logger.Info("temporal stopped", "took", time.Since(start).Round(time.Millisecond))
+			}()
 			kc, _ := filepath.Abs(k.kubeconfig)
 			fmt.Fprintf(out, "\nDeviceWarden is running.\n  kubeconfig:  %s\n", kc)
 			if tc.Server != nil {
@@ -84,7 +92,9 @@ func newDevCmd(g *globals) *cobra.Command {
 				"               %s sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
 				"               %s device list\n"+
 				"  Ctrl-C stops everything.\n\n", self, self, sim.Driver, self)
-			return app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
+			err = app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
+			g.logger.Info("worker and watcher stopped")
+			return err
 		},
 	}
 	k.add(cmd)

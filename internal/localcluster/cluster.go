@@ -245,14 +245,15 @@ func (c *Cluster) Stop() error {
 	return stopPIDs(pids)
 }
 
+// stopPIDs stops processes one at a time, last started first: the apiserver must drain while etcd
+// is still up, or it hangs retrying etcd until it is killed.
 func stopPIDs(pids []int) error {
 	for i := len(pids) - 1; i >= 0; i-- {
-		_ = syscall.Kill(pids[i], syscall.SIGTERM)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, pid := range pids {
+		pid := pids[i]
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(10 * time.Second)
 		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 		if alive(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
