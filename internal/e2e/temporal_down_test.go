@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
+)
+
+// TestTemporalDown: the Temporal server stops while devices turn Unhealthy; the watcher keeps their
+// latest state, retries, and once the server is back on the same file every device is quarantined.
+func TestTemporalDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(dir, "cluster"),
+		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: testWriter{t}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	cfg, err := app.KubeConfig(cl.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	topts := app.TemporalOptions{Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: addr}
+	tc, err := app.ConnectTemporal(ctx, topts, testLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Client.Close()
+	s := &stack{kube: kube, temporal: tc.Client}
+	// A cap of 10% of these 8 devices would hold all but one; this test is about Temporal.
+	m, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
+	defer stopCtl()
+	ids := devicePods(t, ctx, kube, "tdown", 3)
+	ruleFor := func(i int) error {
+		_, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[i].TaintRuleName(), metav1.GetOptions{})
+		return err
+	}
+
+	setHealth(t, ctx, kube, ids[:1], corev1.ResourceHealthStatusUnhealthy)
+	eventually(t, 30*time.Second, "first device quarantined", func() error { return ruleFor(0) })
+
+	if err := tc.Server.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	setHealth(t, ctx, kube, ids[1:], corev1.ResourceHealthStatusUnhealthy)
+	eventually(t, 30*time.Second, "signals fail while Temporal is down", func() error {
+		if n := testutil.ToFloat64(m.Signals.WithLabelValues("error")); n < 1 {
+			return fmt.Errorf("%v signal errors", n)
+		}
+		return nil
+	})
+	srv, err := temporalserver.Start(temporalserver.Config{DBPath: topts.DBPath, FrontendAddress: addr, Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	eventually(t, 90*time.Second, "devices flipped while Temporal was down are quarantined", func() error {
+		for i := 1; i < len(ids); i++ {
+			if err := ruleFor(i); err != nil {
+				st, qerr := stateOf(ctx, s, ids[i])
+				return fmt.Errorf("%v; signals ok=%v err=%v; state %s held %q (query: %v)", err,
+					testutil.ToFloat64(m.Signals.WithLabelValues("ok")), testutil.ToFloat64(m.Signals.WithLabelValues("error")),
+					st.State, st.HeldReason, qerr)
+			}
+		}
+		return nil
+	})
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
