@@ -21,6 +21,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
 // stack is one cluster and one Temporal server shared by the package's tests; each test uses its
@@ -32,6 +33,8 @@ type stack struct {
 	dir      string
 	// frontend is the embedded Temporal's address, for CLI commands under test.
 	frontend string
+	// server is the embedded Temporal server, for tests that stop it.
+	server *temporalserver.Server
 }
 
 var shared *stack
@@ -75,7 +78,7 @@ func runMain(m *testing.M) int {
 }
 
 func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*stack, func(), error) {
-	s, stopInfra, err := startInfra(ctx, dir)
+	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,8 +87,9 @@ func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*s
 	return s, func() { stopCtl(); stopInfra() }, nil
 }
 
-// startInfra starts the cluster and the embedded Temporal server, without a controller.
-func startInfra(ctx context.Context, dir string) (*stack, func(), error) {
+// startInfra starts the cluster and the embedded Temporal server (frontend on address), without a
+// controller.
+func startInfra(ctx context.Context, dir, address string) (*stack, func(), error) {
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		Dir:     filepath.Join(dir, "cluster"),
 		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr},
@@ -105,7 +109,7 @@ func startInfra(ctx context.Context, dir string) (*stack, func(), error) {
 		return nil, nil, err
 	}
 	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{
-		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0",
+		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: address,
 	}, testLogger)
 	if err != nil {
 		cl.Stop()
@@ -115,7 +119,7 @@ func startInfra(ctx context.Context, dir string) (*stack, func(), error) {
 		tc.Close()
 		cl.Stop()
 	}
-	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress()}, stop, nil
+	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress(), server: tc.Server}, stop, nil
 }
 
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -85,7 +85,7 @@ func runs(ctx context.Context, s *stack, id device.ID) (int64, error) {
 func TestRestartMidStorm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, stopInfra, err := startInfra(ctx, t.TempDir())
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestRestartMidStorm(t *testing.T) {
 func TestLeaderElection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, stopInfra, err := startInfra(ctx, t.TempDir())
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
@@ -25,33 +23,19 @@ func TestTemporalDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(dir, "cluster"),
-		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: testWriter{t}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	cfg, err := app.KubeConfig(cl.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A fixed port, so the restarted server is found where the clients expect it.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	topts := app.TemporalOptions{Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: addr}
-	tc, err := app.ConnectTemporal(ctx, topts, testLogger)
+	s, stopInfra, err := startInfra(ctx, dir, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tc.Client.Close()
-	s := &stack{kube: kube, temporal: tc.Client}
+	defer stopInfra()
+	kube := s.kube
 	// A cap of 10% of these 8 devices would hold all but one; this test is about Temporal.
 	m, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
 	defer stopCtl()
@@ -64,7 +48,7 @@ func TestTemporalDown(t *testing.T) {
 	setHealth(t, ctx, kube, ids[:1], corev1.ResourceHealthStatusUnhealthy)
 	eventually(t, 30*time.Second, "first device quarantined", func() error { return ruleFor(0) })
 
-	if err := tc.Server.Stop(); err != nil {
+	if err := s.server.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	setHealth(t, ctx, kube, ids[1:], corev1.ResourceHealthStatusUnhealthy)
@@ -74,7 +58,7 @@ func TestTemporalDown(t *testing.T) {
 		}
 		return nil
 	})
-	srv, err := temporalserver.Start(temporalserver.Config{DBPath: topts.DBPath, FrontendAddress: addr, Namespace: "default"})
+	srv, err := temporalserver.Start(temporalserver.Config{DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: addr, Namespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +74,4 @@ func TestTemporalDown(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// testWriter sends progress lines to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
 }
