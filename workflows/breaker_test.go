@@ -60,16 +60,7 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 		env.UpdateWorkflow(UpdateAcquire, "after", after.callbacks(), req)
 	}, time.Hour+time.Second)
 	var st policy.BreakerState
-	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryState)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v.Get(&st); err != nil {
-			t.Fatal(err)
-		}
-		env.CancelWorkflow()
-	}, 2*time.Hour)
+	queryThenCancel(t, env, 2*time.Hour, &st)
 	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
 	if before.granted != 5 || before.denied != 15 {
 		t.Fatalf("granted %d denied %d, want 5 and 15", before.granted, before.denied)
@@ -96,16 +87,7 @@ func TestNodeWorkflowEscalatesAtThreshold(t *testing.T) {
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDeviceFailed, f) }, time.Duration(i+1)*time.Minute)
 	}
 	var st policy.NodeState
-	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryState)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v.Get(&st); err != nil {
-			t.Fatal(err)
-		}
-		env.CancelWorkflow()
-	}, time.Hour)
+	queryThenCancel(t, env, time.Hour, &st)
 	env.ExecuteWorkflow(NodeWorkflow, NodeInput{Node: "node-1"})
 	if !st.Escalated || len(st.Failed) != 5 || len(texts) != 1 {
 		t.Fatalf("state %+v alerts %v", st, texts)

@@ -87,16 +87,7 @@ func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.D
 		}, e.at)
 	}
 	var got policy.DeviceState
-	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(QueryState)
-		if err != nil {
-			t.Fatalf("query: %v", err)
-		}
-		if err := v.Get(&got); err != nil {
-			t.Fatalf("decode state: %v", err)
-		}
-		h.env.CancelWorkflow()
-	}, end)
+	queryThenCancel(t, h.env, end, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	return got
 }
@@ -219,4 +210,20 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 	if next.Device != gpu0 || next.Policy.Name != "default" {
 		t.Fatalf("input not carried: %+v", next)
 	}
+}
+
+// queryThenCancel queries the workflow's `state` into `into` at `at`, then cancels it so that
+// ExecuteWorkflow returns.
+func queryThenCancel(t *testing.T, env *testsuite.TestWorkflowEnvironment, at time.Duration, into any) {
+	t.Helper()
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryState)
+		if err != nil {
+			t.Fatalf("query: %v", err)
+		}
+		if err := v.Get(into); err != nil {
+			t.Fatalf("decode state: %v", err)
+		}
+		env.CancelWorkflow()
+	}, at)
 }
