@@ -23,7 +23,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -46,20 +45,11 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 	}
 	defer os.RemoveAll(dir)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := localcluster.Start(ctx, localcluster.Options{
-		Dir: filepath.Join(dir, "cluster"), Builder: &localcluster.Builder{CacheDir: o.CacheDir, Out: o.Out}, Out: o.Out})
+	cl, kube, err := startCluster(ctx, dir, o.CacheDir, o.Out, false, 200, 400)
 	if err != nil {
 		return err
 	}
 	defer cl.Stop()
-	cfg, err := app.KubeConfig(cl.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
 		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,9 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -47,21 +44,11 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(dir, "cluster"),
-		Builder: &localcluster.Builder{CacheDir: o.CacheDir, Out: o.Out}, Out: o.Out, APIServerOnly: true})
+	cl, kube, err := startCluster(ctx, dir, o.CacheDir, o.Out, true, 5000, 5000)
 	if err != nil {
 		return err
 	}
 	defer cl.Stop()
-	cfg, err := app.KubeConfig(cl.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 5000, 5000
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	start := time.Now()
 	pods, err := loadFleet(ctx, kube, o)
 	if err != nil {
