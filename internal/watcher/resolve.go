@@ -16,14 +16,14 @@ const MaxMessageLen = 1024
 
 // Reasons a health report could not be resolved to a device. They are metric label values.
 const (
-	ReasonUnknownHealth     = "unknown_health"
-	ReasonNotClaim          = "device_plugin_malformed"
-	ReasonClaimRefUnknown   = "claim_reference_unknown"
-	ReasonClaimNotGenerated = "claim_not_generated"
-	ReasonClaimNotFound     = "claim_not_found"
-	ReasonClaimNotAllocated = "claim_not_allocated"
-	ReasonRequestUnmatched  = "request_unmatched"
-	ReasonIDUnmatched       = "resource_id_unmatched"
+	ReasonUnknownHealth         = "unknown_health"
+	ReasonDevicePluginMalformed = "device_plugin_malformed"
+	ReasonClaimRefUnknown       = "claim_reference_unknown"
+	ReasonClaimNotGenerated     = "claim_not_generated"
+	ReasonClaimNotFound         = "claim_not_found"
+	ReasonClaimNotAllocated     = "claim_not_allocated"
+	ReasonRequestUnmatched      = "request_unmatched"
+	ReasonIDUnmatched           = "resource_id_unmatched"
 )
 
 // Report is one health value for one device from one container.
@@ -127,7 +127,7 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 func resolveDevicePlugin(pod *corev1.Pod, container, resource string, rh corev1.ResourceHealth, health device.Health) (Report, *ResolveError) {
 	id := device.ID{Driver: resource, Pool: pod.Spec.NodeName, Device: string(rh.ResourceID)}
 	if !id.Valid() || !id.DevicePlugin() {
-		return Report{}, &ResolveError{Reason: ReasonNotClaim, Err: fmt.Errorf("device-plugin report %q on node %q with device ID %q is not a valid device", resource, pod.Spec.NodeName, rh.ResourceID)}
+		return Report{}, &ResolveError{Reason: ReasonDevicePluginMalformed, Err: fmt.Errorf("device-plugin report %q on node %q with device ID %q is not a valid device", resource, pod.Spec.NodeName, rh.ResourceID)}
 	}
 	return Report{Device: id, Node: pod.Spec.NodeName, Health: health, Message: message(rh),
 		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Health: health}}, nil

@@ -76,7 +76,7 @@ func TestResolve(t *testing.T) {
 		{name: "unknown health from an old client", entry: healthEntry("claim:gpu", "x", "Degraded", nil), wantReason: ReasonUnknownHealth},
 		{name: "empty health", entry: healthEntry("claim:gpu", "x", "", nil), wantReason: ReasonUnknownHealth},
 		{name: "device plugin resource: node + resource + device ID", entry: healthEntry("example.com/gpu", "dev-1", "Unhealthy", nil), wantDP: "example.com/gpu/node-1/dev-1"},
-		{name: "device plugin with a malformed device ID", entry: healthEntry("example.com/gpu", "a/b", "Unhealthy", nil), wantReason: ReasonNotClaim},
+		{name: "device plugin with a malformed device ID", entry: healthEntry("example.com/gpu", "a/b", "Unhealthy", nil), wantReason: ReasonDevicePluginMalformed},
 		{name: "claim name not in pod", entry: healthEntry("claim:nope", "x", "Unhealthy", nil), wantReason: ReasonClaimRefUnknown},
 		{name: "template claim not generated yet", entry: healthEntry("claim:pending", "x", "Unhealthy", nil), wantReason: ReasonClaimNotGenerated},
 		{name: "request not in allocation", entry: healthEntry("claim:direct/zzz", "x", "Unhealthy", nil), wantReason: ReasonRequestUnmatched},
