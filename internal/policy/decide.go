@@ -17,27 +17,6 @@ const BreakerRetry = 30 * time.Second
 // maxTransitions bounds the audit trail kept in state; Temporal's history keeps every event.
 const maxTransitions = 100
 
-// CommandKind names an operator command.
-type CommandKind string
-
-// Operator commands, sent as signals of the same names.
-const (
-	CmdForceQuarantine CommandKind = "force-quarantine"
-	CmdExtend          CommandKind = "extend"
-	CmdPause           CommandKind = "pause"
-	CmdResume          CommandKind = "resume"
-	CmdReleaseApproval CommandKind = "release-approval"
-)
-
-// Command is an operator's instruction for one device.
-type Command struct {
-	Kind   CommandKind `json:"kind"`
-	Actor  string      `json:"actor"`
-	Reason string      `json:"reason,omitempty"`
-	// Duration is how much longer an `extend` keeps the quarantine (default: one lease).
-	Duration time.Duration `json:"duration,omitempty"`
-}
-
 // NewState is the state of a device that has just been seen.
 func NewState(id device.ID, node string, p Policy, dryRun bool) *DeviceState {
 	return &DeviceState{Device: id, Node: node, Policy: p, DryRun: dryRun, State: Healthy, Health: device.Healthy}
@@ -74,7 +53,29 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 	if obs.Message != "" {
 		reason += ": " + obs.Message
 	}
+	if st.ReleasePath {
+		if acts, done := st.observeFenced(obs, reason, now); done {
+			return acts
+		}
+	}
 	return st.evaluate(obs.Health, now, reason)
+}
+
+// observeFenced handles a report about a device that is quarantined, restricted or under review;
+// done is false when the usual evaluation applies.
+func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Time) ([]Action, bool) {
+	switch {
+	case st.State == Recovering && obs.Health != device.Healthy:
+		return st.reviewFailed(reason+" during the recovery review", true, Actor, now), true
+	case st.State == Quarantined && obs.Health == device.Unhealthy:
+		// Still failed: make sure the fence is still there (someone may have removed it).
+		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Quarantined), Reason: reason}}, true
+	case st.State == Quarantined && obs.Health == device.Healthy && obs.Source.FromDriver() && !st.Paused:
+		return st.startReview("driver reports the device healthy ("+string(obs.Source)+")", Actor, now), true
+	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused:
+		return st.startReview("reported Healthy again by the Pods using it", Actor, now), true
+	}
+	return nil, false
 }
 
 func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) []Action {
@@ -84,20 +85,20 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 			return nil
 		}
 		acts := st.automatic(Action{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true})
-		return append(acts, Action{Kind: ActAlert, Level: "critical", Reason: reason})
+		return append(acts, Action{Kind: ActAlert, Level: LevelCritical, Reason: reason})
 	case device.Unknown:
-		if st.State != Healthy {
+		if !st.inService() {
 			return nil
 		}
 		st.UnknownEpisodes++
-		window := st.Policy.ToleranceWindow
-		for i := 1; i < st.UnknownEpisodes && window < st.Policy.BackoffCap; i++ {
+		window := st.Policy.ToleranceWindow.D()
+		for i := 1; i < st.UnknownEpisodes && window < st.Policy.BackoffCap.D(); i++ {
 			window *= 2
 		}
-		window = min(window, st.Policy.BackoffCap)
+		window = min(window, st.Policy.BackoffCap.D())
 		st.ToleranceUntil = now.Add(window)
 		st.transition(Suspect, fmt.Sprintf("%s; tolerating for %s (episode %d)", reason, window, st.UnknownEpisodes), Actor, now)
-		return []Action{{Kind: ActAlert, Level: "warning", Reason: fmt.Sprintf("%s; new allocations restricted at %s unless it reports Healthy", reason, st.ToleranceUntil.UTC().Format(time.RFC3339))}}
+		return []Action{{Kind: ActAlert, Level: LevelWarning, Reason: fmt.Sprintf("%s; new allocations restricted at %s unless it reports Healthy", reason, st.ToleranceUntil.UTC().Format(time.RFC3339))}}
 	default: // Healthy
 		if st.Held != nil && st.Held.To == Restricted {
 			st.clearHeld()
@@ -105,7 +106,7 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 		if st.State == Suspect {
 			st.ToleranceUntil = time.Time{}
 			st.transition(Healthy, "Healthy inside the tolerance window", Actor, now)
-			return []Action{{Kind: ActAlert, Level: "info", Reason: "device reported Healthy again before the tolerance window ended"}}
+			return []Action{{Kind: ActAlert, Level: LevelInfo, Reason: "device reported Healthy again before the tolerance window ended"}}
 		}
 		return nil
 	}
@@ -129,65 +130,39 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 		st.clearHeld()
 		acts = append(acts, a)
 	}
+	if r := st.Review; r != nil && st.State == Recovering && !r.Until.IsZero() && !now.Before(r.Until) {
+		switch r.Stage {
+		case StageStability:
+			acts = append(acts, st.stabilityDone(now)...)
+		case StageApproval:
+			acts = append(acts, st.reviewFailed(fmt.Sprintf("no approval within %s", st.Policy.ApprovalTimeout.D()), false, Actor, now)...)
+		}
+	}
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
+		if st.ReleasePath && st.State == Quarantined && !st.Paused {
+			return append(acts, st.startReview("quarantine lease ended", Actor, now)...)
+		}
 		// Never a silent release: the lease is renewed and the expiry is audited and alerted.
-		q.ExpiresAt = now.Add(st.Policy.QuarantineLease)
+		q.ExpiresAt = now.Add(st.Policy.QuarantineLease.D())
 		reason := fmt.Sprintf("quarantine lease expired; re-evaluated with last report %s; kept until %s", st.Health, q.ExpiresAt.UTC().Format(time.RFC3339))
 		st.transition(st.State, reason, Actor, now)
-		acts = append(acts, Action{Kind: ActAlert, Level: "warning", Reason: reason})
+		acts = append(acts, Action{Kind: ActAlert, Level: LevelWarning, Reason: reason})
+		if st.ReleasePath {
+			acts = append(acts, Action{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor})
+		}
 	}
 	return acts
 }
 
-// Command applies an operator command.
-func (st *DeviceState) Command(c Command, now time.Time) []Action {
-	actor := c.Actor
-	if actor == "" {
-		actor = "operator"
-	}
-	switch c.Kind {
-	case CmdForceQuarantine:
-		if st.State == Quarantined {
-			return nil
-		}
-		reason := "forced by " + actor
-		if c.Reason != "" {
-			reason += ": " + c.Reason
-		}
-		return []Action{{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: reason, Actor: actor}}
-	case CmdExtend:
-		if st.Quarantine == nil {
-			return nil
-		}
-		d := c.Duration
-		if d <= 0 {
-			d = st.Policy.QuarantineLease
-		}
-		st.Quarantine.ExpiresAt = st.Quarantine.ExpiresAt.Add(d)
-		st.transition(st.State, fmt.Sprintf("quarantine extended by %s to %s", d, st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339)), actor, now)
-	case CmdPause:
-		st.Paused = true
-		st.transition(st.State, "automatic actions paused", actor, now)
-	case CmdResume:
-		st.Paused = false
-		st.transition(st.State, "automatic actions resumed", actor, now)
-		if st.Held != nil {
-			a := *st.Held
-			st.clearHeld()
-			return st.automatic(a)
-		}
-		return st.Tick(now)
-	case CmdReleaseApproval:
-		st.transition(st.State, "release approved", actor, now)
-	}
-	return nil
-}
-
 // Applied records a taint that the activity carried out.
 func (st *DeviceState) Applied(a Action, rule string, now time.Time) {
+	lease := st.Policy.QuarantineLease.D()
+	if st.ReleasePath {
+		lease = st.interval()
+	}
 	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
-		CreatedAt: now, ExpiresAt: now.Add(st.Policy.QuarantineLease)}
-	st.ToleranceUntil = time.Time{}
+		CreatedAt: now, ExpiresAt: now.Add(lease)}
+	st.ToleranceUntil, st.TaintFailures, st.Review = time.Time{}, 0, nil
 	st.clearHeld()
 	st.transition(a.To, a.Reason, a.Actor, now)
 }
@@ -217,20 +192,23 @@ func (st *DeviceState) NextDeadline() time.Time {
 	if st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted) {
 		consider(st.Quarantine.ExpiresAt)
 	}
+	if st.Review != nil && st.State == Recovering {
+		consider(st.Review.Until)
+	}
 	return next
 }
 
 // Idle reports a Healthy device that no pod holds and that waits for nothing: its workflow may end.
 func (st *DeviceState) Idle() bool {
-	return st.State == Healthy && len(st.Reporters) == 0 && st.Held == nil && !st.Paused
+	return st.inService() && len(st.Reporters) == 0 && st.Held == nil && !st.Paused
 }
 
 // staleAt is when the current Healthy report goes stale; zero when staleness does not apply.
 func (st *DeviceState) staleAt() time.Time {
-	if st.Health != device.Healthy || st.Stale || len(st.Reporters) == 0 || st.LastHeard.IsZero() || st.State != Healthy {
+	if st.Health != device.Healthy || st.Stale || len(st.Reporters) == 0 || st.LastHeard.IsZero() || !st.inService() {
 		return time.Time{}
 	}
-	return st.LastHeard.Add(st.Policy.HeartbeatLimit)
+	return st.LastHeard.Add(st.Policy.HeartbeatLimit.D())
 }
 
 func (st *DeviceState) automatic(a Action) []Action {
@@ -243,8 +221,13 @@ func (st *DeviceState) automatic(a Action) []Action {
 
 func (st *DeviceState) clearHeld() { st.Held, st.HeldReason, st.RetryAt = nil, "", time.Time{} }
 
+// inService reports a device that is in use as usual: healthy, or released after a quarantine.
+func (st *DeviceState) inService() bool { return st.State == Healthy || st.State == Released }
+
+// effect is the taint effect to ask for. Runs on the release path leave dry run to the worker
+// (read per decision); older runs froze it in their state.
 func (st *DeviceState) effect(e string) string {
-	if st.DryRun {
+	if st.DryRun && !st.ReleasePath {
 		return EffectNone
 	}
 	return e

@@ -151,7 +151,7 @@ func TestDecide(t *testing.T) {
 				}
 			}},
 		{name: "extend moves the expiry", steps: []step{
-			{obs: h(device.Unhealthy), version: 1}, {cmd: &Command{Kind: CmdExtend, Actor: "bob", Duration: 48 * time.Hour}}},
+			{obs: h(device.Unhealthy), version: 1}, {cmd: &Command{Kind: CmdExtend, Actor: "bob", Duration: JSONDuration(48 * time.Hour)}}},
 			wantState: Quarantined, wantTaints: []string{EffectNoSchedule},
 			check: func(t *testing.T, st *DeviceState, _ []Action) {
 				if !st.Quarantine.ExpiresAt.Equal(t0.Add(72 * time.Hour)) {

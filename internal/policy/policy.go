@@ -25,19 +25,32 @@ type Policy struct {
 	// Name says which entry of the policy file matched ("default" when none did).
 	Name string `json:"name"`
 	// ToleranceWindow is how long Unknown is tolerated before new allocations are restricted.
-	ToleranceWindow time.Duration `json:"toleranceWindow"`
+	ToleranceWindow JSONDuration `json:"toleranceWindow"`
 	// BackoffCap bounds the tolerance window, which doubles with each repeated Unknown episode.
-	BackoffCap time.Duration `json:"backoffCap"`
+	BackoffCap JSONDuration `json:"backoffCap"`
 	// HeartbeatLimit is the age after which a Healthy report is no longer proof: it becomes Unknown.
-	HeartbeatLimit time.Duration `json:"heartbeatLimit"`
-	// StabilityWindow is how long a recovered device must stay Healthy before release.
-	StabilityWindow time.Duration `json:"stabilityWindow"`
-	// QuarantineLease is how long a quarantine lasts before it must be re-evaluated.
-	QuarantineLease time.Duration `json:"quarantineLease"`
+	HeartbeatLimit JSONDuration `json:"heartbeatLimit"`
+	// StabilityWindow is how long a recovered device must stay Healthy on probation before release.
+	StabilityWindow JSONDuration `json:"stabilityWindow"`
+	// QuarantineLease is how long a quarantine lasts before its recovery review starts.
+	QuarantineLease JSONDuration `json:"quarantineLease"`
 	// TaintEffect for Unhealthy devices: NoSchedule (default) or NoExecute. Unknown never evicts.
 	TaintEffect string `json:"taintEffect"`
 	// ApprovalRequired makes release wait for a person's approval.
 	ApprovalRequired bool `json:"approvalRequired"`
+	// ApprovalTimeout is how long a release waits for that approval; the device stays quarantined after it.
+	ApprovalTimeout JSONDuration `json:"approvalTimeout,omitempty"`
+	// ProbeRestricted makes a restricted device (Unknown for a whole window) pass the probe too before
+	// probation; when false it goes straight to probation and canary.
+	ProbeRestricted bool `json:"probeRestricted,omitempty"`
+	// Probe is the check a quarantined device must pass before probation; Canary the job it runs on probation.
+	Probe  Check `json:"probe,omitempty"`
+	Canary Check `json:"canary,omitempty"`
+	// Identity names the device attributes (of the device's driver) that single out one device, so a
+	// probe can be pinned to it. Filled from the policy file's drivers section.
+	Identity []string `json:"identity,omitempty"`
+	// SlackChannel receives this policy's notifications and approval requests ("" = none).
+	SlackChannel string `json:"slackChannel,omitempty"`
 	// EscalationThreshold is how many failed devices on one node escalate to a node-level decision.
 	EscalationThreshold int `json:"escalationThreshold"`
 }
@@ -46,14 +59,61 @@ type Policy struct {
 func Default() Policy {
 	return Policy{
 		Name:                "default",
-		ToleranceWindow:     5 * time.Minute,
-		BackoffCap:          time.Hour,
-		HeartbeatLimit:      10 * time.Minute,
-		StabilityWindow:     30 * time.Minute,
-		QuarantineLease:     24 * time.Hour,
+		ToleranceWindow:     JSONDuration(5 * time.Minute),
+		BackoffCap:          JSONDuration(time.Hour),
+		HeartbeatLimit:      JSONDuration(10 * time.Minute),
+		StabilityWindow:     JSONDuration(30 * time.Minute),
+		QuarantineLease:     JSONDuration(24 * time.Hour),
 		TaintEffect:         EffectNoSchedule,
 		ApprovalRequired:    false,
+		ApprovalTimeout:     JSONDuration(24 * time.Hour),
+		ProbeRestricted:     true,
+		Probe:               Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(5 * time.Minute)},
+		Canary:              Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(10 * time.Minute), Namespace: DefaultCanaryNamespace},
 		EscalationThreshold: 4,
+	}
+}
+
+// DefaultCheckImage runs the default probe and canary: they prove only that the device can be
+// allocated, prepared by its driver and reported Healthy. Real fleets set a diagnostic image.
+const DefaultCheckImage = "busybox:1.37"
+
+// DefaultCanaryNamespace is where canary Pods run unless the policy names another.
+const DefaultCanaryNamespace = "devicewarden-canary"
+
+// Check is a Pod DeviceWarden runs on exactly one device: the probe (tolerating the quarantine
+// taint) or the canary (tolerating the probation taint).
+type Check struct {
+	Image   string       `json:"image,omitempty"`
+	Command []string     `json:"command,omitempty"`
+	Timeout JSONDuration `json:"timeout,omitempty"`
+	// Namespace of the Pod ("" = the worker's namespace).
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// checkEntry is a Check in the policy file; unset fields keep the default's.
+type checkEntry struct {
+	Image     *string   `yaml:"image"`
+	Command   []string  `yaml:"command"`
+	Timeout   *Duration `yaml:"timeout"`
+	Namespace *string   `yaml:"namespace"`
+}
+
+func (c *checkEntry) apply(dst *Check) {
+	if c == nil {
+		return
+	}
+	if c.Image != nil {
+		dst.Image = *c.Image
+	}
+	if c.Command != nil {
+		dst.Command = c.Command
+	}
+	if c.Timeout != nil {
+		dst.Timeout = JSONDuration(c.Timeout.Duration)
+	}
+	if c.Namespace != nil {
+		dst.Namespace = *c.Namespace
 	}
 }
 
@@ -65,32 +125,58 @@ type Match struct {
 
 // entry is one policy in the file: a match plus the fields it overrides.
 type entry struct {
-	Name                string    `yaml:"name"`
-	Match               Match     `yaml:"match"`
-	ToleranceWindow     *Duration `yaml:"toleranceWindow"`
-	BackoffCap          *Duration `yaml:"backoffCap"`
-	HeartbeatLimit      *Duration `yaml:"heartbeatLimit"`
-	StabilityWindow     *Duration `yaml:"stabilityWindow"`
-	QuarantineLease     *Duration `yaml:"quarantineLease"`
-	TaintEffect         *string   `yaml:"taintEffect"`
-	ApprovalRequired    *bool     `yaml:"approvalRequired"`
-	EscalationThreshold *int      `yaml:"escalationThreshold"`
+	Name                string      `yaml:"name"`
+	Match               Match       `yaml:"match"`
+	ToleranceWindow     *Duration   `yaml:"toleranceWindow"`
+	BackoffCap          *Duration   `yaml:"backoffCap"`
+	HeartbeatLimit      *Duration   `yaml:"heartbeatLimit"`
+	StabilityWindow     *Duration   `yaml:"stabilityWindow"`
+	QuarantineLease     *Duration   `yaml:"quarantineLease"`
+	TaintEffect         *string     `yaml:"taintEffect"`
+	ApprovalRequired    *bool       `yaml:"approvalRequired"`
+	ApprovalTimeout     *Duration   `yaml:"approvalTimeout"`
+	ProbeRestricted     *bool       `yaml:"probeRestricted"`
+	Probe               *checkEntry `yaml:"probe"`
+	Canary              *checkEntry `yaml:"canary"`
+	SlackChannel        *string     `yaml:"slackChannel"`
+	EscalationThreshold *int        `yaml:"escalationThreshold"`
 	line                int
 }
 
+// driverEntry describes one driver: the attributes that single out one of its devices.
+type driverEntry struct {
+	Identity []string `yaml:"identity"`
+}
+
 type file struct {
-	Default  entry   `yaml:"default"`
-	Policies []entry `yaml:"policies"`
+	Default  entry                  `yaml:"default"`
+	Policies []entry                `yaml:"policies"`
+	Drivers  map[string]driverEntry `yaml:"drivers"`
 }
 
 // Set is a loaded policy file.
 type Set struct {
 	def      Policy
 	policies []entry
+	identity map[string][]string
 }
 
 // DefaultSet is the set used when no file is given: the default policy for every device.
 func DefaultSet() *Set { return &Set{def: Default()} }
+
+// WithIdentity returns a copy of the set that knows how to single out one device of driver (used
+// for the simulated driver when no policy file names it).
+func (s *Set) WithIdentity(driver string, attrs ...string) *Set {
+	out := *s
+	out.identity = map[string][]string{}
+	for k, v := range s.identity {
+		out.identity[k] = v
+	}
+	if _, ok := out.identity[driver]; !ok {
+		out.identity[driver] = attrs
+	}
+	return &out
+}
 
 // Duration is a time.Duration written as "5m", "1h30m".
 type Duration struct{ time.Duration }
@@ -143,7 +229,13 @@ func Parse(data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{def: def}
+	s := &Set{def: def, identity: map[string][]string{}}
+	for drv, d := range f.Drivers {
+		if len(d.Identity) == 0 {
+			return nil, fmt.Errorf("drivers.%s: identity lists no attribute: without one a probe could land on a neighbouring device", drv)
+		}
+		s.identity[drv] = d.Identity
+	}
 	names := map[string]int{}
 	for i, e := range f.Policies {
 		if e.Name == "" {
@@ -158,6 +250,9 @@ func Parse(data []byte) (*Set, error) {
 		}
 		if _, err := e.apply(def, e.Name); err != nil {
 			return nil, err
+		}
+		if e.Match.Driver != "" && len(s.identity[e.Match.Driver]) == 0 {
+			return nil, fmt.Errorf("line %d: policy %q: driver %s has no identity attributes: add drivers.%s.identity (e.g. a UUID attribute) so probes run on exactly one device", e.line, e.Name, e.Match.Driver, e.Match.Driver)
 		}
 		s.policies = append(s.policies, e)
 	}
@@ -187,9 +282,9 @@ func annotateLines(root *yaml.Node, f *file) {
 func (e entry) apply(base Policy, name string) (Policy, error) {
 	p := base
 	p.Name = name
-	set := func(dst *time.Duration, src *Duration) {
+	set := func(dst *JSONDuration, src *Duration) {
 		if src != nil {
-			*dst = src.Duration
+			*dst = JSONDuration(src.Duration)
 		}
 	}
 	set(&p.ToleranceWindow, e.ToleranceWindow)
@@ -202,6 +297,17 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	}
 	if e.ApprovalRequired != nil {
 		p.ApprovalRequired = *e.ApprovalRequired
+	}
+	set(&p.ApprovalTimeout, e.ApprovalTimeout)
+	if e.ProbeRestricted != nil {
+		p.ProbeRestricted = *e.ProbeRestricted
+	}
+	p.Probe.Command = append([]string(nil), p.Probe.Command...)
+	p.Canary.Command = append([]string(nil), p.Canary.Command...)
+	e.Probe.apply(&p.Probe)
+	e.Canary.apply(&p.Canary)
+	if e.SlackChannel != nil {
+		p.SlackChannel = *e.SlackChannel
 	}
 	if e.EscalationThreshold != nil {
 		p.EscalationThreshold = *e.EscalationThreshold
@@ -216,11 +322,20 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 func (p Policy) Validate() error {
 	for _, d := range []struct {
 		name string
-		v    time.Duration
+		v    JSONDuration
 	}{{"toleranceWindow", p.ToleranceWindow}, {"backoffCap", p.BackoffCap}, {"heartbeatLimit", p.HeartbeatLimit},
-		{"stabilityWindow", p.StabilityWindow}, {"quarantineLease", p.QuarantineLease}} {
+		{"stabilityWindow", p.StabilityWindow}, {"quarantineLease", p.QuarantineLease}, {"approvalTimeout", p.ApprovalTimeout},
+		{"probe.timeout", p.Probe.Timeout}, {"canary.timeout", p.Canary.Timeout}} {
 		if d.v <= 0 {
-			return fmt.Errorf("%s must be positive, got %s", d.name, d.v)
+			return fmt.Errorf("%s must be positive, got %s", d.name, d.v.D())
+		}
+	}
+	for _, c := range []struct {
+		name string
+		c    Check
+	}{{"probe", p.Probe}, {"canary", p.Canary}} {
+		if c.c.Image == "" {
+			return fmt.Errorf("%s.image must be set", c.name)
 		}
 	}
 	if p.BackoffCap < p.ToleranceWindow {
@@ -240,6 +355,12 @@ func (p Policy) Validate() error {
 // For returns the policy of a device: the first entry whose match fits, else the default.
 // DeviceClass is preferred over driver when both entries exist, because it is the narrower key.
 func (s *Set) For(deviceClass, driver string) Policy {
+	p := s.match(deviceClass, driver)
+	p.Identity = s.identity[driver]
+	return p
+}
+
+func (s *Set) match(deviceClass, driver string) Policy {
 	for _, byClass := range []bool{true, false} {
 		for _, e := range s.policies {
 			if byClass && e.Match.DeviceClass != "" && e.Match.DeviceClass == deviceClass && (e.Match.Driver == "" || e.Match.Driver == driver) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,15 @@ policies:
   - name: nics
     match: {driver: nic.example.com}
     taintEffect: NoExecute
+    probe: {image: diag:1, command: [diag, --full], timeout: 2m}
+    canary: {namespace: canaries}
+    slackChannel: "#nics"
+drivers:
+  nic.example.com: {identity: [serial]}
 `
+
+// drivers names identity attributes for the drivers the broken-file cases use.
+const drivers = "drivers:\n  d: {identity: [uuid]}\n  e: {identity: [uuid]}\n"
 
 func TestParseAndMatch(t *testing.T) {
 	s, err := Parse([]byte(good))
@@ -36,15 +45,30 @@ func TestParseAndMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		p := s.For(tt.class, tt.driver)
-		if p.Name != tt.wantName || p.ToleranceWindow != tt.wantTolerance {
-			t.Errorf("For(%s, %s) = %s/%s, want %s/%s", tt.class, tt.driver, p.Name, p.ToleranceWindow, tt.wantName, tt.wantTolerance)
+		if p.Name != tt.wantName || p.ToleranceWindow.D() != tt.wantTolerance {
+			t.Errorf("For(%s, %s) = %s/%s, want %s/%s", tt.class, tt.driver, p.Name, p.ToleranceWindow.D(), tt.wantName, tt.wantTolerance)
 		}
 	}
 	if p := s.For("gpu.example.com", "x"); !p.ApprovalRequired || p.HeartbeatLimit != Default().HeartbeatLimit {
 		t.Errorf("overrides not layered on the default: %+v", p)
 	}
-	if p := s.For("", "nic.example.com"); p.TaintEffect != EffectNoExecute {
+	p := s.For("", "nic.example.com")
+	if p.TaintEffect != EffectNoExecute {
 		t.Errorf("effect = %s", p.TaintEffect)
+	}
+	wantProbe := Check{Image: "diag:1", Command: []string{"diag", "--full"}, Timeout: JSONDuration(2 * time.Minute)}
+	if !reflect.DeepEqual(p.Probe, wantProbe) || p.Canary.Namespace != "canaries" || p.Canary.Image != DefaultCheckImage ||
+		p.SlackChannel != "#nics" || !reflect.DeepEqual(p.Identity, []string{"serial"}) {
+		t.Errorf("probe/canary/identity not read: %+v", p)
+	}
+	if p := s.For("gpu.example.com", "gpu.example.com"); p.Identity != nil || p.Probe.Image != DefaultCheckImage {
+		t.Errorf("a driver the file does not name has identity %v, probe %+v", p.Identity, p.Probe)
+	}
+	if p := s.WithIdentity("gpu.example.com", "node", "index").For("gpu.example.com", "gpu.example.com"); !reflect.DeepEqual(p.Identity, []string{"node", "index"}) {
+		t.Errorf("WithIdentity: %v", p.Identity)
+	}
+	if p := s.WithIdentity("nic.example.com", "other").For("", "nic.example.com"); !reflect.DeepEqual(p.Identity, []string{"serial"}) {
+		t.Errorf("WithIdentity overrode the file's identity: %v", p.Identity)
 	}
 }
 
@@ -53,7 +77,7 @@ func TestEmptyFileIsTheDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.For("x", "y") != Default() {
+	if !reflect.DeepEqual(s.For("x", "y"), Default()) {
 		t.Fatal("empty file is not the default policy")
 	}
 }
@@ -67,7 +91,13 @@ func TestBrokenFilesAreRejectedWithTheLine(t *testing.T) {
 		{"bad effect", "policies:\n  - name: a\n    match: {driver: d}\n    taintEffect: Evict\n", "line 2"},
 		{"matches nothing", "policies:\n  - name: a\n", "line 2"},
 		{"no name", "policies:\n  - match: {driver: d}\n", "line 2"},
-		{"duplicate name", "policies:\n  - name: a\n    match: {driver: d}\n  - name: a\n    match: {driver: e}\n", "line 4"},
+		{"duplicate name", "policies:\n  - name: a\n    match: {driver: d}\n  - name: a\n    match: {driver: e}\n" + drivers, "line 4"},
+		{"driver without identity", "policies:\n  - name: a\n    match: {driver: x}\n" + drivers, "drivers.x.identity"},
+		{"empty identity", "drivers:\n  d: {identity: []}\n", "identity lists no attribute"},
+		{"bad probe timeout", "default:\n  probe: {timeout: never}\n", "line 2"},
+		{"zero canary timeout", "default:\n  canary: {timeout: 0s}\n", "canary.timeout"},
+		{"empty probe image", "default:\n  probe: {image: \"\"}\n", "probe.image"},
+		{"unknown probe field", "default:\n  probe: {imgae: x}\n", "line 2"},
 		{"cap below window", "default:\n  toleranceWindow: 2h\n", "backoffCap"},
 		{"negative", "default:\n  heartbeatLimit: -1m\n", "heartbeatLimit"},
 		{"not yaml", "policies: [\n", "line"},

@@ -37,12 +37,30 @@ type Observation struct {
 	DeviceClass string `json:"deviceClass,omitempty"`
 	// Message is the driver's message of the worst report, if any.
 	Message string `json:"message,omitempty"`
+	// Source says where the report came from (SourcePodStatus when empty). Only the driver's own
+	// word (a claim condition, a device re-published in its slice) may start a quarantined
+	// device's recovery review; a bare Healthy from a Pod never does.
+	Source Source `json:"source,omitempty"`
 	// StatusVersion is the resourceVersion of the newest Pod status that carried the reports.
 	StatusVersion string    `json:"statusVersion"`
 	ObservedAt    time.Time `json:"observedAt"`
 	// Reporters is empty when no pod holds the device any more.
 	Reporters []Reporter `json:"reporters,omitempty"`
 }
+
+// Source is where an observation came from.
+type Source string
+
+// Observation sources. The watcher sets them; an empty source is a Pod status report.
+const (
+	SourcePodStatus      Source = ""
+	SourceClaimCondition Source = "claim-condition"
+	SourceSlice          Source = "resource-slice"
+	SourceNodeLease      Source = "node-lease"
+)
+
+// FromDriver reports whether the driver itself said so (not a Pod's status).
+func (s Source) FromDriver() bool { return s == SourceClaimCondition || s == SourceSlice }
 
 // QuarantineRecord is the auditable record of a quarantine or restriction.
 type QuarantineRecord struct {
@@ -52,6 +70,12 @@ type QuarantineRecord struct {
 	Actor     string    `json:"actor"`
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// Reviews counts recovery reviews started for this quarantine.
+	Reviews int `json:"reviews,omitempty"`
+	// Closed* say who ended the quarantine, why and when.
+	ClosedAt    time.Time `json:"closedAt,omitempty"`
+	ClosedBy    string    `json:"closedBy,omitempty"`
+	CloseReason string    `json:"closeReason,omitempty"`
 }
 
 // Transition records a state change and why.
@@ -88,7 +112,24 @@ type DeviceState struct {
 	HeldReason string    `json:"heldReason,omitempty"`
 	RetryAt    time.Time `json:"retryAt,omitempty"`
 	// Paused stops automatic actions for this device until an operator resumes it.
-	Paused      bool         `json:"paused,omitempty"`
+	Paused bool `json:"paused,omitempty"`
+	// ReleasePath is set by workflows that run the recovery review (probe, canary, probation,
+	// release); runs recorded before it keep the old renew-only behaviour on replay.
+	ReleasePath bool `json:"releasePath,omitempty"`
+	// Review is the recovery review in progress (state Recovering).
+	Review *Review `json:"review,omitempty"`
+	// ReviewInterval is how long the next quarantine lasts before its review; it doubles after
+	// every failed review (up to MaxReviewInterval) and resets on release.
+	ReviewInterval JSONDuration `json:"reviewInterval,omitempty"`
+	// LastProbe is the newest probe outcome; a failed one blocks `release` until a probe passes.
+	LastProbe *StepResult `json:"lastProbe,omitempty"`
+	// Closed keeps the newest closed quarantine records.
+	Closed []QuarantineRecord `json:"closed,omitempty"`
+	// TaintFailures counts consecutive failed taint attempts (alerted, not retried silently).
+	TaintFailures int `json:"taintFailures,omitempty"`
+	// Dropped counts operator signals that did not decode or were refused; LastDropped says why.
+	Dropped     int          `json:"dropped,omitempty"`
+	LastDropped string       `json:"lastDropped,omitempty"`
 	Transitions []Transition `json:"transitions,omitempty"`
 	// Ignored counts observations dropped as duplicates or older than the last one.
 	Ignored int `json:"ignored"`
@@ -101,6 +142,30 @@ type ActionKind string
 const (
 	ActTaint ActionKind = "taint"
 	ActAlert ActionKind = "alert"
+	// ActInspectRule reads the device's DeviceTaintRule; the answer goes to RuleSeen.
+	ActInspectRule ActionKind = "inspect-rule"
+	// ActRefreshRule rewrites the rule's taint key, effect or expiry without a state change.
+	ActRefreshRule ActionKind = "refresh-rule"
+	// ActProbe and ActCanary run a check Pod on the device; the answer goes to CheckDone.
+	ActProbe  ActionKind = "probe"
+	ActCanary ActionKind = "canary"
+	// ActRequestApproval asks people (Slack) to approve the release.
+	ActRequestApproval ActionKind = "request-approval"
+	// ActRelease deletes the device's rule; success goes to ReleaseDone.
+	ActRelease ActionKind = "release"
+)
+
+// Alert levels.
+const (
+	LevelInfo     = "info"
+	LevelWarning  = "warning"
+	LevelCritical = "critical"
+)
+
+// Taint keys: the quarantine fence, and probation (only canaries tolerate it).
+const (
+	TaintQuarantine = "devicewarden.io/quarantine"
+	TaintProbation  = "devicewarden.io/probation"
 )
 
 // Action is one side effect the workflow must carry out. A taint's transition is applied only
@@ -113,4 +178,10 @@ type Action struct {
 	Actor     string     `json:"actor,omitempty"`
 	Automatic bool       `json:"automatic,omitempty"`
 	Level     string     `json:"level,omitempty"`
+	// Key is the taint key for taint and refresh actions ("" = the quarantine key).
+	Key string `json:"key,omitempty"`
+	// ExpiresAt is the expiry written on the rule by refresh actions.
+	ExpiresAt time.Time `json:"expiresAt,omitempty"`
+	// Check is the probe or canary to run.
+	Check *Check `json:"check,omitempty"`
 }

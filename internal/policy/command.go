@@ -1,0 +1,189 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// CommandKind names an operator command.
+type CommandKind string
+
+// Operator commands: Temporal updates (validated, answered) and signals of the same names.
+const (
+	CmdForceQuarantine CommandKind = "force-quarantine"
+	CmdRelease         CommandKind = "release"
+	CmdExtend          CommandKind = "extend"
+	CmdPause           CommandKind = "pause"
+	CmdResume          CommandKind = "resume"
+	CmdApprove         CommandKind = "approve"
+	CmdReject          CommandKind = "reject"
+	// CmdReleaseApproval is the older name of approve, kept for signals sent by existing tools.
+	CmdReleaseApproval CommandKind = "release-approval"
+)
+
+// Commands lists every operator command.
+var Commands = []CommandKind{CmdForceQuarantine, CmdRelease, CmdExtend, CmdPause, CmdResume, CmdApprove, CmdReject, CmdReleaseApproval}
+
+// maxExtend bounds one `extend`.
+const maxExtend = 365 * 24 * time.Hour
+
+// maxReason bounds a command's reason, like the API bounds a health message.
+const maxReason = 1024
+
+// Command is an operator's instruction for one device.
+type Command struct {
+	Kind   CommandKind `json:"kind"`
+	Actor  string      `json:"actor"`
+	Reason string      `json:"reason,omitempty"`
+	// Duration is how much longer an `extend` keeps the quarantine, e.g. "48h" (default: one lease).
+	Duration JSONDuration `json:"duration,omitempty"`
+}
+
+// CommandResult is a command's answer: the device's state after it and what happened.
+type CommandResult struct {
+	State   State  `json:"state"`
+	Message string `json:"message"`
+}
+
+// Validate refuses a command that is malformed or makes no sense in the device's state; a refused
+// command changes nothing (an update's validator leaves no trace in history).
+func (st *DeviceState) Validate(c Command) error {
+	known := false
+	for _, k := range Commands {
+		known = known || k == c.Kind
+	}
+	switch {
+	case !known:
+		return fmt.Errorf("unknown command %q", c.Kind)
+	case c.Actor == "":
+		return fmt.Errorf("%s: actor is required: every operator action is audited", c.Kind)
+	case len(c.Reason) > maxReason:
+		return fmt.Errorf("%s: reason is %d characters, at most %d", c.Kind, len(c.Reason), maxReason)
+	case c.Duration < 0 || c.Duration.D() > maxExtend:
+		return fmt.Errorf("%s: duration %s out of range (0 to %s)", c.Kind, c.Duration.D(), maxExtend)
+	case c.Duration != 0 && c.Kind != CmdExtend:
+		return fmt.Errorf("%s takes no duration", c.Kind)
+	}
+	switch c.Kind {
+	case CmdForceQuarantine:
+		if st.State == Quarantined {
+			return fmt.Errorf("force-quarantine: already quarantined (%s)", st.Quarantine.Reason)
+		}
+	case CmdRelease:
+		if st.State == Recovering {
+			return fmt.Errorf("release: a recovery review is already running (stage %s)", st.Review.Stage)
+		}
+		if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted) {
+			return fmt.Errorf("release: device is %s, not quarantined or restricted", st.State)
+		}
+		if p := st.LastProbe; p != nil && !p.Passed {
+			return fmt.Errorf("release: refused while the last probe failed (%s, %s); the next review at %s probes again",
+				p.At.UTC().Format(time.RFC3339), p.Reason, st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+	case CmdExtend:
+		if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted) {
+			return fmt.Errorf("extend: device is %s, not quarantined or restricted", st.State)
+		}
+	case CmdPause:
+		if st.Paused {
+			return fmt.Errorf("pause: automatic actions are already paused")
+		}
+	case CmdResume:
+		if !st.Paused {
+			return fmt.Errorf("resume: automatic actions are not paused")
+		}
+	case CmdApprove, CmdReleaseApproval, CmdReject:
+		if st.Review == nil || st.Review.Stage != StageApproval {
+			return fmt.Errorf("%s: no release is waiting for approval (device is %s)", c.Kind, st.State)
+		}
+	}
+	return nil
+}
+
+// Command applies an operator command.
+func (st *DeviceState) Command(c Command, now time.Time) []Action {
+	actor := c.Actor
+	if actor == "" {
+		actor = "operator"
+	}
+	if !st.ReleasePath {
+		return st.legacyCommand(c, actor, now)
+	}
+	switch c.Kind {
+	case CmdForceQuarantine:
+		if st.State == Recovering {
+			return st.reviewFailed("forced by "+actor+reasonSuffix(c.Reason), false, actor, now)
+		}
+	case CmdRelease:
+		return st.startReview("release requested by "+actor+reasonSuffix(c.Reason), actor, now)
+	case CmdExtend:
+		if st.legacyCommand(c, actor, now); st.Quarantine == nil {
+			return nil
+		}
+		return []Action{{Kind: ActRefreshRule, Key: st.ruleKey(), Effect: st.wantEffect(st.stateBeforeReview()), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}
+	case CmdApprove, CmdReleaseApproval:
+		if st.Review == nil || st.Review.Stage != StageApproval {
+			return nil
+		}
+		st.Review.Stage, st.Review.ApprovedBy = StageRelease, actor
+		st.transition(st.State, "release approved by "+actor, actor, now)
+		return []Action{{Kind: ActRelease, Reason: st.reviewSummary(), Actor: actor}}
+	case CmdReject:
+		if st.Review == nil || st.Review.Stage != StageApproval {
+			return nil
+		}
+		return st.reviewFailed("release rejected by "+actor+reasonSuffix(c.Reason), false, actor, now)
+	}
+	return st.legacyCommand(c, actor, now)
+}
+
+// legacyCommand is the command handling of runs recorded before the release path (and pause/resume).
+func (st *DeviceState) legacyCommand(c Command, actor string, now time.Time) []Action {
+	switch c.Kind {
+	case CmdForceQuarantine:
+		if st.State == Quarantined {
+			return nil
+		}
+		return []Action{{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: "forced by " + actor + reasonSuffix(c.Reason), Actor: actor}}
+	case CmdExtend:
+		if st.Quarantine == nil {
+			return nil
+		}
+		d := c.Duration.D()
+		if d <= 0 {
+			d = st.Policy.QuarantineLease.D()
+		}
+		st.Quarantine.ExpiresAt = st.Quarantine.ExpiresAt.Add(d)
+		st.transition(st.State, fmt.Sprintf("quarantine extended by %s to %s", d, st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339)), actor, now)
+	case CmdPause:
+		st.Paused = true
+		st.transition(st.State, "automatic actions paused", actor, now)
+	case CmdResume:
+		st.Paused = false
+		st.transition(st.State, "automatic actions resumed", actor, now)
+		if st.Held != nil {
+			a := *st.Held
+			st.clearHeld()
+			return st.automatic(a)
+		}
+		return st.Tick(now)
+	case CmdReleaseApproval:
+		st.transition(st.State, "release approved", actor, now)
+	}
+	return nil
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}
+
+// ruleKey is the taint key the device's rule carries now.
+func (st *DeviceState) ruleKey() string {
+	if st.Review != nil && (st.Review.Stage != StageProbe && st.Review.Stage != StageProbation) {
+		return TaintProbation
+	}
+	return TaintQuarantine
+}

@@ -1,0 +1,292 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Stage is where a recovery review stands.
+type Stage string
+
+// Review stages, in order: probe -> probation taint -> canary -> stability window -> approval -> release.
+const (
+	StageProbe     Stage = "Probe"
+	StageProbation Stage = "Probation"
+	StageCanary    Stage = "Canary"
+	StageStability Stage = "Stability"
+	StageApproval  Stage = "Approval"
+	StageRelease   Stage = "Release"
+)
+
+// MaxReviewInterval caps the doubling of the review interval after failed reviews.
+const MaxReviewInterval = 30 * 24 * time.Hour
+
+// maxClosed bounds the closed quarantine records kept in state.
+const maxClosed = 20
+
+// StepResult is the outcome of a probe or canary.
+type StepResult struct {
+	Passed bool      `json:"passed"`
+	Reason string    `json:"reason"`
+	Pod    string    `json:"pod,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Review is a quarantined or restricted device's way back: probe, probation with a canary, a
+// stability window and, when the policy asks, a person's approval.
+type Review struct {
+	// From is the state the device returns to if the review fails.
+	From      State     `json:"from"`
+	Trigger   string    `json:"trigger"`
+	Actor     string    `json:"actor"`
+	StartedAt time.Time `json:"startedAt"`
+	Stage     Stage     `json:"stage"`
+	// ProbeSkipped is set for a restriction whose policy skips the probe.
+	ProbeSkipped bool        `json:"probeSkipped,omitempty"`
+	Probe        *StepResult `json:"probe,omitempty"`
+	Canary       *StepResult `json:"canary,omitempty"`
+	// Until ends the stability window (StageStability) or the wait for approval (StageApproval).
+	Until      time.Time `json:"until,omitempty"`
+	ApprovedBy string    `json:"approvedBy,omitempty"`
+}
+
+// RuleInfo is what InspectRule found of the device's DeviceTaintRule.
+type RuleInfo struct {
+	Name     string `json:"name"`
+	Present  bool   `json:"present"`
+	Deleting bool   `json:"deleting,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Effect   string `json:"effect,omitempty"`
+	// WantEffect is the effect the rule should have now (None while the worker runs with --dry-run).
+	WantEffect string `json:"wantEffect,omitempty"`
+	// Actor is the last writer named in the rule's managedFields ("" when unknown).
+	Actor string `json:"actor,omitempty"`
+}
+
+// InForce reports whether the rule still fences the device.
+func (r RuleInfo) InForce() bool {
+	return r.Present && !r.Deleting && (r.Key == TaintQuarantine || r.Key == TaintProbation)
+}
+
+func (st *DeviceState) interval() time.Duration {
+	if st.ReviewInterval > 0 {
+		return st.ReviewInterval.D()
+	}
+	return st.Policy.QuarantineLease.D()
+}
+
+// fenced reports a state in which the device's rule must be in force.
+func (st *DeviceState) fenced() bool {
+	return st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted || st.State == Recovering)
+}
+
+// wantEffect is the effect the rule of a quarantine or restriction should carry.
+func (st *DeviceState) wantEffect(s State) string {
+	if s == Restricted {
+		return EffectNoSchedule
+	}
+	return st.effect(st.Policy.TaintEffect)
+}
+
+// startReview begins the way back for a quarantined or restricted device.
+func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Action {
+	if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted) {
+		return nil
+	}
+	st.Quarantine.Reviews++
+	r := &Review{From: st.State, Trigger: trigger, Actor: actor, StartedAt: now, Stage: StageProbe}
+	st.Review = r
+	st.transition(Recovering, "recovery review started: "+trigger, actor, now)
+	if r.From == Restricted && !st.Policy.ProbeRestricted {
+		r.ProbeSkipped = true
+		return st.toProbation()
+	}
+	probe := st.Policy.Probe
+	return []Action{{Kind: ActProbe, Check: &probe, Reason: trigger, Actor: actor}}
+}
+
+func (st *DeviceState) toProbation() []Action {
+	st.Review.Stage = StageProbation
+	return []Action{{Kind: ActRefreshRule, Key: TaintProbation, Effect: EffectNoSchedule, ExpiresAt: st.Quarantine.ExpiresAt,
+		Reason: "probation: only canaries may use the device", Actor: Actor}}
+}
+
+// CheckDone takes the outcome of a probe or canary.
+func (st *DeviceState) CheckDone(kind ActionKind, res StepResult, now time.Time) []Action {
+	r := st.Review
+	if kind == ActProbe {
+		st.LastProbe = &res
+	}
+	switch {
+	case r == nil || st.State != Recovering:
+		return nil // the review already ended (a report or a command came first)
+	case kind == ActProbe && r.Stage == StageProbe:
+		r.Probe = &res
+		if !res.Passed {
+			return st.reviewFailed("probe failed: "+res.Reason, true, Actor, now)
+		}
+		return st.toProbation()
+	case kind == ActCanary && r.Stage == StageCanary:
+		r.Canary = &res
+		if !res.Passed {
+			return st.reviewFailed("canary failed: "+res.Reason, true, Actor, now)
+		}
+		r.Stage, r.Until = StageStability, now.Add(st.Policy.StabilityWindow.D())
+		if !r.Until.After(now) {
+			return st.stabilityDone(now)
+		}
+	}
+	return nil
+}
+
+// RuleRefreshed takes the outcome of a refresh action. missing means the rule was not there.
+func (st *DeviceState) RuleRefreshed(a Action, effect string, failure string, now time.Time) []Action {
+	if failure != "" {
+		if st.Review != nil && st.Review.Stage == StageProbation && a.Key == TaintProbation {
+			return st.reviewFailed("probation taint not applied: "+failure, false, Actor, now)
+		}
+		return []Action{{Kind: ActAlert, Level: LevelWarning, Reason: "rule not updated: " + failure}}
+	}
+	if st.Quarantine != nil && effect != "" {
+		st.Quarantine.Effect = effect
+	}
+	if st.Review != nil && st.Review.Stage == StageProbation && a.Key == TaintProbation {
+		st.Review.Stage = StageCanary
+		canary := st.Policy.Canary
+		return []Action{{Kind: ActCanary, Check: &canary, Reason: "canary on probation", Actor: Actor}}
+	}
+	return nil
+}
+
+func (st *DeviceState) stabilityDone(now time.Time) []Action {
+	r := st.Review
+	if st.Policy.ApprovalRequired {
+		r.Stage, r.Until = StageApproval, now.Add(st.Policy.ApprovalTimeout.D())
+		return []Action{{Kind: ActRequestApproval, Reason: st.reviewSummary(), Actor: Actor}}
+	}
+	r.Stage, r.Until = StageRelease, time.Time{}
+	return []Action{{Kind: ActRelease, Reason: st.reviewSummary(), Actor: Actor}}
+}
+
+func (st *DeviceState) reviewSummary() string {
+	r := st.Review
+	s := "probe "
+	switch {
+	case r.ProbeSkipped:
+		s += "skipped (restriction)"
+	case r.Probe != nil:
+		s += "passed (" + r.Probe.Reason + ")"
+	}
+	if r.Canary != nil {
+		s += ", canary passed (" + r.Canary.Reason + ")"
+	}
+	return fmt.Sprintf("%s, stable on probation for %s", s, st.Policy.StabilityWindow.D())
+}
+
+// reviewFailed sends the device back to where it came from with a longer next interval.
+func (st *DeviceState) reviewFailed(reason string, double bool, actor string, now time.Time) []Action {
+	from := Quarantined
+	if st.Review != nil {
+		from = st.Review.From
+	}
+	if double {
+		st.ReviewInterval = JSONDuration(min(2*st.interval(), max(MaxReviewInterval, st.Policy.QuarantineLease.D())))
+	}
+	st.Review = nil
+	if st.Quarantine == nil {
+		st.transition(from, reason, actor, now)
+		return nil
+	}
+	st.Quarantine.ExpiresAt = now.Add(st.interval())
+	reason = fmt.Sprintf("%s; quarantine kept until %s", reason, st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339))
+	st.transition(from, reason, actor, now)
+	return []Action{
+		{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(from), ExpiresAt: st.Quarantine.ExpiresAt, Reason: reason, Actor: actor},
+		{Kind: ActAlert, Level: LevelWarning, Reason: reason},
+	}
+}
+
+// ReleaseDone closes the quarantine after the rule was deleted.
+func (st *DeviceState) ReleaseDone(now time.Time) []Action {
+	r, q := st.Review, st.Quarantine
+	if r == nil || q == nil {
+		return nil
+	}
+	by := r.Actor
+	if r.ApprovedBy != "" {
+		by = r.ApprovedBy
+	}
+	reason := fmt.Sprintf("released after %s (%s)", st.reviewSummary(), r.Trigger)
+	st.closeRecord(by, reason, now)
+	st.ReviewInterval = 0
+	st.transition(Released, reason, by, now)
+	return []Action{{Kind: ActAlert, Level: LevelInfo, Reason: reason}}
+}
+
+// FirstReviewPassed reports whether the quarantine being released passed its first review: the
+// device was probably never broken (it counts toward the false-quarantine rate).
+func (st *DeviceState) FirstReviewPassed() bool {
+	return st.Quarantine != nil && st.Quarantine.Reviews == 1 && st.Review != nil && !st.Review.ProbeSkipped
+}
+
+func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
+	q := *st.Quarantine
+	q.ClosedAt, q.ClosedBy, q.CloseReason = now, by, reason
+	st.Closed = append(st.Closed, q)
+	if len(st.Closed) > maxClosed {
+		st.Closed = st.Closed[len(st.Closed)-maxClosed:]
+	}
+	st.Quarantine, st.Review = nil, nil
+}
+
+// RuleSeen reconciles the workflow with the device's rule in the cluster: a rule someone else
+// deleted or edited is an operator release, and the device follows it.
+func (st *DeviceState) RuleSeen(info RuleInfo, now time.Time) []Action {
+	if !st.fenced() {
+		return nil
+	}
+	if !info.InForce() {
+		actor := info.Actor
+		if actor == "" {
+			actor = "unknown"
+		}
+		what := "deleted"
+		switch {
+		case info.Deleting:
+			what = "being deleted"
+		case info.Present:
+			what = fmt.Sprintf("edited (taint key %q)", info.Key)
+		}
+		reason := fmt.Sprintf("DeviceTaintRule %s %s outside DeviceWarden: recorded as an operator release", info.Name, what)
+		st.closeRecord(actor, reason, now)
+		st.transition(Released, reason, actor, now)
+		acts := []Action{{Kind: ActAlert, Level: LevelWarning, Reason: reason}}
+		if st.Health != "" && st.Health.Severity() > 0 && len(st.Reporters) > 0 {
+			acts = append(acts, st.evaluate(st.Health, now, "device still reported "+string(st.Health)+" after its rule was removed")...)
+		}
+		return acts
+	}
+	if info.WantEffect != "" && info.Effect != info.WantEffect {
+		return []Action{{Kind: ActRefreshRule, Key: info.Key, Effect: st.wantEffect(st.stateBeforeReview()), ExpiresAt: st.Quarantine.ExpiresAt,
+			Reason: fmt.Sprintf("rule effect %s, want %s", info.Effect, info.WantEffect), Actor: Actor}}
+	}
+	return nil
+}
+
+func (st *DeviceState) stateBeforeReview() State {
+	if st.Review != nil {
+		return st.Review.From
+	}
+	return st.State
+}
+
+// TaintFailed holds a taint that the activity could not carry out; it alerts on the first failure
+// and every tenth, so a taint that keeps failing is seen rather than retried silently.
+func (st *DeviceState) TaintFailed(a Action, reason string, now time.Time) []Action {
+	st.Hold(a, "taint failed: "+reason, now)
+	st.TaintFailures++
+	if st.TaintFailures == 1 || st.TaintFailures%10 == 0 {
+		return []Action{{Kind: ActAlert, Level: LevelCritical, Reason: fmt.Sprintf("taint to %s failed %d time(s), retrying every %s: %s", a.To, st.TaintFailures, BreakerRetry, reason)}}
+	}
+	return nil
+}

@@ -1,0 +1,425 @@
+package policy
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// quarantined returns a release-path state quarantined at t0 (Unhealthy, version 1).
+func quarantined(p Policy) *DeviceState {
+	st := NewState(dev, "node-1", p, false)
+	st.ReleasePath = true
+	for _, a := range st.Observe(obs(device.Unhealthy, 1, ""), t0) {
+		if a.Kind == ActTaint {
+			st.Applied(a, dev.TaintRuleName(), t0)
+		}
+	}
+	return st
+}
+
+func obs(hl device.Health, version int, src Source) Observation {
+	return Observation{Device: dev, Node: "node-1", Health: hl, StatusVersion: strconv.Itoa(version), ObservedAt: t0, Source: src,
+		Reporters: []Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: hl}}}
+}
+
+func kinds(acts []Action) []ActionKind {
+	var out []ActionKind
+	for _, a := range acts {
+		out = append(out, a.Kind)
+	}
+	return out
+}
+
+func wantKinds(t *testing.T, step string, acts []Action, want ...ActionKind) {
+	t.Helper()
+	got := kinds(acts)
+	if len(got) != len(want) {
+		t.Fatalf("%s: actions %v, want %v", step, got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: actions %v, want %v", step, got, want)
+		}
+	}
+}
+
+func pass(at time.Time) StepResult { return StepResult{Passed: true, Reason: "exit 0", At: at} }
+
+// review drives a quarantined device from its lease end through probe, probation and canary to the
+// start of the stability window, checking each step's actions.
+func review(t *testing.T, st *DeviceState) time.Time {
+	t.Helper()
+	at := t0.Add(24 * time.Hour)
+	if got := st.NextDeadline(); !got.Equal(at) {
+		t.Fatalf("review deadline %s, want %s", got, at)
+	}
+	acts := st.Tick(at)
+	wantKinds(t, "lease end", acts, ActProbe)
+	if st.State != Recovering || st.Review.Stage != StageProbe || acts[0].Check.Image != st.Policy.Probe.Image || st.Quarantine.Reviews != 1 {
+		t.Fatalf("after lease end: %s %+v", st.State, st.Review)
+	}
+	acts = st.CheckDone(ActProbe, pass(at), at)
+	wantKinds(t, "probe passed", acts, ActRefreshRule)
+	if acts[0].Key != TaintProbation || acts[0].Effect != EffectNoSchedule || st.Review.Stage != StageProbation {
+		t.Fatalf("probation action %+v, stage %s", acts[0], st.Review.Stage)
+	}
+	acts = st.RuleRefreshed(acts[0], EffectNoSchedule, "", at)
+	wantKinds(t, "probation applied", acts, ActCanary)
+	if acts[0].Check.Namespace != DefaultCanaryNamespace || st.Review.Stage != StageCanary {
+		t.Fatalf("canary action %+v", acts[0])
+	}
+	wantKinds(t, "canary passed", st.CheckDone(ActCanary, pass(at), at))
+	if st.Review.Stage != StageStability || !st.Review.Until.Equal(at.Add(30*time.Minute)) || !st.NextDeadline().Equal(st.Review.Until) {
+		t.Fatalf("stability: %+v, next %s", st.Review, st.NextDeadline())
+	}
+	return st.Review.Until
+}
+
+func TestReleaseAfterProbeCanaryAndWindow(t *testing.T) {
+	st := quarantined(Default())
+	end := review(t, st)
+	wantKinds(t, "window not over", st.Tick(end.Add(-time.Second)))
+	acts := st.Tick(end)
+	wantKinds(t, "window over", acts, ActRelease)
+	if !st.FirstReviewPassed() {
+		t.Fatal("a first review that passed is not counted as a false quarantine")
+	}
+	acts = st.ReleaseDone(end)
+	wantKinds(t, "released", acts, ActAlert)
+	if st.State != Released || st.Quarantine != nil || st.Review != nil || len(st.Closed) != 1 || st.ReviewInterval != 0 {
+		t.Fatalf("after release: %+v", st)
+	}
+	c := st.Closed[0]
+	if c.ClosedBy != Actor || !c.ClosedAt.Equal(end) || !strings.Contains(c.CloseReason, "quarantine lease ended") || !strings.Contains(c.CloseReason, "canary passed") {
+		t.Fatalf("closed record %+v", c)
+	}
+	// Released is in service: a new Unhealthy report quarantines again, an Unknown is suspected.
+	if acts := st.Observe(obs(device.Unhealthy, 5, ""), end.Add(time.Minute)); len(acts) == 0 || acts[0].Kind != ActTaint {
+		t.Fatalf("Unhealthy after release: %v", kinds(acts))
+	}
+	st2 := quarantined(Default())
+	review(t, st2)
+	st2.Tick(end)
+	st2.ReleaseDone(end)
+	st2.Observe(obs(device.Unknown, 6, ""), end)
+	if st2.State != Suspect {
+		t.Fatalf("Unknown after release: %s", st2.State)
+	}
+}
+
+func TestFailedProbeKeepsQuarantineAndBlocksRelease(t *testing.T) {
+	st := quarantined(Default())
+	at := t0.Add(24 * time.Hour)
+	st.Tick(at)
+	acts := st.CheckDone(ActProbe, StepResult{Reason: "pod failed: XID 79", At: at}, at)
+	wantKinds(t, "probe failed", acts, ActRefreshRule, ActAlert)
+	if st.State != Quarantined || st.Review != nil || st.ReviewInterval.D() != 48*time.Hour || !st.Quarantine.ExpiresAt.Equal(at.Add(48*time.Hour)) {
+		t.Fatalf("after failed probe: state %s interval %s expiry %s", st.State, st.ReviewInterval, st.Quarantine.ExpiresAt)
+	}
+	if acts[0].Key != TaintQuarantine || !acts[0].ExpiresAt.Equal(st.Quarantine.ExpiresAt) {
+		t.Fatalf("refresh %+v", acts[0])
+	}
+	err := st.Validate(Command{Kind: CmdRelease, Actor: "alice"})
+	if err == nil || !strings.Contains(err.Error(), "last probe failed") || !strings.Contains(err.Error(), "XID 79") {
+		t.Fatalf("release after a failed probe: %v", err)
+	}
+	// The next review doubles again when it fails; a passing probe unblocks release.
+	at2 := st.Quarantine.ExpiresAt
+	st.Tick(at2)
+	st.CheckDone(ActProbe, StepResult{Reason: "still broken", At: at2}, at2)
+	if st.ReviewInterval.D() != 96*time.Hour {
+		t.Fatalf("interval after two failures %s", st.ReviewInterval)
+	}
+	at3 := st.Quarantine.ExpiresAt
+	st.Tick(at3)
+	st.CheckDone(ActProbe, pass(at3), at3)
+	st.Command(Command{Kind: CmdForceQuarantine, Actor: "bob"}, at3)
+	if st.State != Quarantined || st.Validate(Command{Kind: CmdRelease, Actor: "alice"}) != nil {
+		t.Fatalf("after a passing probe release is still refused: %v", st.Validate(Command{Kind: CmdRelease, Actor: "alice"}))
+	}
+}
+
+func TestReviewIntervalIsCapped(t *testing.T) {
+	st := quarantined(Default())
+	for i := 0; i < 12; i++ {
+		at := st.Quarantine.ExpiresAt
+		st.Tick(at)
+		st.CheckDone(ActProbe, StepResult{Reason: "broken", At: at}, at)
+	}
+	if st.ReviewInterval.D() != MaxReviewInterval {
+		t.Fatalf("interval %s, want the cap %s", st.ReviewInterval, MaxReviewInterval)
+	}
+}
+
+func TestCanaryFailureAndReportsDuringReviewGoBack(t *testing.T) {
+	st := quarantined(Default())
+	at := t0.Add(24 * time.Hour)
+	st.Tick(at)
+	acts := st.CheckDone(ActProbe, pass(at), at)
+	st.RuleRefreshed(acts[0], EffectNoSchedule, "", at)
+	acts = st.CheckDone(ActCanary, StepResult{Reason: "canary pod failed", At: at}, at)
+	wantKinds(t, "canary failed", acts, ActRefreshRule, ActAlert)
+	if st.State != Quarantined || acts[0].Key != TaintQuarantine || acts[0].Effect != EffectNoSchedule || !strings.Contains(st.Transitions[len(st.Transitions)-1].Reason, "canary failed") {
+		t.Fatalf("after failed canary: %s %+v", st.State, acts[0])
+	}
+	for _, h := range []device.Health{device.Unhealthy, device.Unknown} {
+		st := quarantined(Default())
+		end := review(t, st)
+		acts := st.Observe(obs(h, 3, ""), end.Add(-time.Minute))
+		wantKinds(t, string(h)+" on probation", acts, ActRefreshRule, ActAlert)
+		if st.State != Quarantined || st.ReviewInterval.D() != 48*time.Hour {
+			t.Fatalf("%s on probation: %s, interval %s", h, st.State, st.ReviewInterval)
+		}
+		// The stale canary outcome of an ended review changes nothing.
+		if acts := st.CheckDone(ActCanary, pass(end), end); acts != nil || st.State != Quarantined {
+			t.Fatal("an outcome after the review ended was applied")
+		}
+	}
+}
+
+func TestApprovalRequired(t *testing.T) {
+	p := Default()
+	p.ApprovalRequired = true
+	st := quarantined(p)
+	end := review(t, st)
+	acts := st.Tick(end)
+	wantKinds(t, "window over", acts, ActRequestApproval)
+	if st.Review.Stage != StageApproval || !st.Review.Until.Equal(end.Add(24*time.Hour)) || !strings.Contains(acts[0].Reason, "canary passed") {
+		t.Fatalf("approval: %+v %+v", st.Review, acts[0])
+	}
+	if err := st.Validate(Command{Kind: CmdApprove, Actor: "U123"}); err != nil {
+		t.Fatal(err)
+	}
+	acts = st.Command(Command{Kind: CmdApprove, Actor: "U123"}, end.Add(time.Hour))
+	wantKinds(t, "approved", acts, ActRelease)
+	st.ReleaseDone(end.Add(time.Hour))
+	if st.State != Released || st.Closed[0].ClosedBy != "U123" {
+		t.Fatalf("approved release closed by %q", st.Closed[0].ClosedBy)
+	}
+
+	st = quarantined(p)
+	end = review(t, st)
+	st.Tick(end)
+	wantKinds(t, "rejected", st.Command(Command{Kind: CmdReject, Actor: "U9", Reason: "wait for vendor"}, end), ActRefreshRule, ActAlert)
+	if st.State != Quarantined || st.ReviewInterval != 0 || !strings.Contains(st.Transitions[len(st.Transitions)-1].Reason, "wait for vendor") {
+		t.Fatalf("rejected: %s interval %s", st.State, st.ReviewInterval)
+	}
+
+	st = quarantined(p)
+	end = review(t, st)
+	st.Tick(end)
+	wantKinds(t, "approval timeout", st.Tick(end.Add(24*time.Hour)), ActRefreshRule, ActAlert)
+	if st.State != Quarantined || st.Validate(Command{Kind: CmdApprove, Actor: "U1"}) == nil {
+		t.Fatalf("after approval timeout: %s", st.State)
+	}
+}
+
+func TestHowRecoveryStarts(t *testing.T) {
+	st := quarantined(Default())
+	if acts := st.Observe(obs(device.Healthy, 2, ""), t0.Add(time.Minute)); acts != nil || st.State != Quarantined {
+		t.Fatalf("a bare Healthy report started a review: %v", kinds(acts))
+	}
+	acts := st.Observe(obs(device.Healthy, 3, SourceClaimCondition), t0.Add(2*time.Minute))
+	wantKinds(t, "driver healthy", acts, ActProbe)
+	if !strings.Contains(st.Review.Trigger, "claim-condition") {
+		t.Fatalf("trigger %q", st.Review.Trigger)
+	}
+
+	st = quarantined(Default())
+	wantKinds(t, "release", st.Command(Command{Kind: CmdRelease, Actor: "alice", Reason: "card reseated"}, t0), ActProbe)
+	if st.Review.Actor != "alice" || !strings.Contains(st.Review.Trigger, "card reseated") {
+		t.Fatalf("release review %+v", st.Review)
+	}
+	if err := st.Validate(Command{Kind: CmdRelease, Actor: "alice"}); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("second release: %v", err)
+	}
+
+	// Paused: the lease end renews instead of reviewing.
+	st = quarantined(Default())
+	st.Command(Command{Kind: CmdPause, Actor: "alice"}, t0)
+	acts = st.Tick(t0.Add(24 * time.Hour))
+	wantKinds(t, "paused lease end", acts, ActAlert, ActRefreshRule)
+	if st.State != Quarantined || !st.Quarantine.ExpiresAt.Equal(t0.Add(48*time.Hour)) {
+		t.Fatalf("paused: %s until %s", st.State, st.Quarantine.ExpiresAt)
+	}
+}
+
+func restricted(p Policy) *DeviceState {
+	st := NewState(dev, "node-1", p, false)
+	st.ReleasePath = true
+	st.Observe(obs(device.Unknown, 1, ""), t0)
+	for _, a := range st.Tick(t0.Add(5 * time.Minute)) {
+		if a.Kind == ActTaint {
+			st.Applied(a, dev.TaintRuleName(), t0.Add(5*time.Minute))
+		}
+	}
+	return st
+}
+
+func TestRestrictedDeviceRecoversOnHealthy(t *testing.T) {
+	st := restricted(Default())
+	if st.State != Restricted {
+		t.Fatalf("state %s", st.State)
+	}
+	wantKinds(t, "healthy again", st.Observe(obs(device.Healthy, 2, ""), t0.Add(10*time.Minute)), ActProbe)
+	if st.Review.From != Restricted {
+		t.Fatalf("review from %s", st.Review.From)
+	}
+	// A failed probe returns it to Restricted, with the NoSchedule effect of a restriction.
+	acts := st.CheckDone(ActProbe, StepResult{Reason: "no", At: t0}, t0.Add(11*time.Minute))
+	if st.State != Restricted || acts[0].Effect != EffectNoSchedule {
+		t.Fatalf("after failed probe: %s %+v", st.State, acts[0])
+	}
+
+	p := Default()
+	p.ProbeRestricted = false
+	p.TaintEffect = EffectNoExecute
+	st = restricted(p)
+	acts = st.Observe(obs(device.Healthy, 2, ""), t0.Add(10*time.Minute))
+	wantKinds(t, "probe skipped", acts, ActRefreshRule)
+	if !st.Review.ProbeSkipped || acts[0].Key != TaintProbation {
+		t.Fatalf("skip probe: %+v", st.Review)
+	}
+	if st.FirstReviewPassed() {
+		t.Fatal("a review without a probe counts toward false quarantines")
+	}
+}
+
+func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
+	st := quarantined(Default())
+	acts := st.Observe(obs(device.Unhealthy, 2, ""), t0.Add(time.Hour))
+	wantKinds(t, "Unhealthy while quarantined", acts, ActInspectRule)
+	acts = st.RuleSeen(RuleInfo{Name: "r", Present: false}, t0.Add(time.Hour))
+	wantKinds(t, "rule gone, still Unhealthy", acts, ActAlert, ActTaint, ActAlert)
+	if st.State != Released || st.Closed[0].ClosedBy != "unknown" || !strings.Contains(st.Closed[0].CloseReason, "deleted outside") {
+		t.Fatalf("after rule deleted: %s %+v", st.State, st.Closed)
+	}
+	st.Applied(acts[1], "r", t0.Add(time.Hour))
+	if st.State != Quarantined {
+		t.Fatalf("not quarantined again: %s", st.State)
+	}
+
+	for _, info := range []RuleInfo{{Name: "r", Present: true, Deleting: true, Key: TaintQuarantine, Actor: "kubectl"},
+		{Name: "r", Present: true, Key: "other", Actor: "kubectl"}} {
+		st := quarantined(Default())
+		st.Health = device.Healthy // last report healthy: no new taint
+		acts := st.RuleSeen(info, t0)
+		wantKinds(t, "rule "+info.Key, acts, ActAlert)
+		if st.State != Released || st.Closed[0].ClosedBy != "kubectl" {
+			t.Fatalf("rule %+v: %s %+v", info, st.State, st.Closed)
+		}
+	}
+
+	st = quarantined(Default())
+	wantKinds(t, "rule in force", st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: EffectNoSchedule, WantEffect: EffectNoSchedule}, t0))
+	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: EffectNone, WantEffect: EffectNoSchedule}, t0)
+	wantKinds(t, "dry run turned off", acts, ActRefreshRule)
+	if acts[0].Effect != EffectNoSchedule || acts[0].Key != TaintQuarantine {
+		t.Fatalf("refresh %+v", acts[0])
+	}
+	if st.State != Quarantined {
+		t.Fatalf("state %s", st.State)
+	}
+	// Not fenced: nothing to reconcile.
+	st = NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	if acts := st.RuleSeen(RuleInfo{Name: "r"}, t0); acts != nil || st.State != Healthy {
+		t.Fatal("a healthy device reconciled a rule")
+	}
+}
+
+func TestTaintFailuresAlert(t *testing.T) {
+	st := NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	act := st.Observe(obs(device.Unhealthy, 1, ""), t0)[0]
+	alerts := 0
+	for i := 1; i <= 20; i++ {
+		acts := st.TaintFailed(act, "forbidden", t0)
+		alerts += len(acts)
+		if i == 1 && (len(acts) != 1 || acts[0].Level != LevelCritical || !strings.Contains(acts[0].Reason, "forbidden")) {
+			t.Fatalf("first failure: %+v", acts)
+		}
+	}
+	if alerts != 3 || st.Held == nil || !st.RetryAt.Equal(t0.Add(BreakerRetry)) {
+		t.Fatalf("20 failures gave %d alerts (want 3: 1st, 10th, 20th), held %v", alerts, st.Held)
+	}
+	st.Applied(act, "r", t0)
+	if st.TaintFailures != 0 {
+		t.Fatal("failures not reset by a taint that worked")
+	}
+}
+
+func TestValidateCommands(t *testing.T) {
+	q := quarantined(Default())
+	fresh := NewState(dev, "node-1", Default(), false)
+	fresh.ReleasePath = true
+	paused := quarantined(Default())
+	paused.Command(Command{Kind: CmdPause, Actor: "a"}, t0)
+	tests := []struct {
+		name string
+		st   *DeviceState
+		cmd  Command
+		want string // "" = accepted
+	}{
+		{"unknown kind", q, Command{Kind: "reboot", Actor: "a"}, "unknown command"},
+		{"no actor", q, Command{Kind: CmdExtend}, "actor is required"},
+		{"long reason", q, Command{Kind: CmdExtend, Actor: "a", Reason: strings.Repeat("x", 1025)}, "at most 1024"},
+		{"negative duration", q, Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(-time.Hour)}, "out of range"},
+		{"huge duration", q, Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(400 * 24 * time.Hour)}, "out of range"},
+		{"duration on pause", q, Command{Kind: CmdPause, Actor: "a", Duration: JSONDuration(time.Hour)}, "takes no duration"},
+		{"extend healthy", fresh, Command{Kind: CmdExtend, Actor: "a"}, "not quarantined"},
+		{"release healthy", fresh, Command{Kind: CmdRelease, Actor: "a"}, "not quarantined"},
+		{"approve nothing", q, Command{Kind: CmdApprove, Actor: "a"}, "no release is waiting"},
+		{"reject nothing", q, Command{Kind: CmdReject, Actor: "a"}, "no release is waiting"},
+		{"force twice", q, Command{Kind: CmdForceQuarantine, Actor: "a"}, "already quarantined"},
+		{"pause twice", paused, Command{Kind: CmdPause, Actor: "a"}, "already paused"},
+		{"resume unpaused", q, Command{Kind: CmdResume, Actor: "a"}, "not paused"},
+		{"extend ok", q, Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(48 * time.Hour)}, ""},
+		{"release ok", q, Command{Kind: CmdRelease, Actor: "a"}, ""},
+		{"force fresh ok", fresh, Command{Kind: CmdForceQuarantine, Actor: "a", Reason: "silent data corruption"}, ""},
+		{"resume ok", paused, Command{Kind: CmdResume, Actor: "a"}, ""},
+	}
+	for _, tt := range tests {
+		err := tt.st.Validate(tt.cmd)
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: Validate = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestExtendRewritesTheRuleExpiry(t *testing.T) {
+	st := quarantined(Default())
+	acts := st.Command(Command{Kind: CmdExtend, Actor: "bob", Duration: JSONDuration(48 * time.Hour)}, t0)
+	wantKinds(t, "extend", acts, ActRefreshRule)
+	if !acts[0].ExpiresAt.Equal(t0.Add(72*time.Hour)) || !st.Quarantine.ExpiresAt.Equal(t0.Add(72*time.Hour)) || acts[0].Key != TaintQuarantine {
+		t.Fatalf("extend: %+v", acts[0])
+	}
+}
+
+func TestJSONDuration(t *testing.T) {
+	var c Command
+	for in, want := range map[string]time.Duration{`{"duration":"48h"}`: 48 * time.Hour, `{"duration":172800000000000}`: 48 * time.Hour, `{"duration":""}`: 0, `{}`: 0} {
+		c = Command{}
+		if err := json.Unmarshal([]byte(in), &c); err != nil || c.Duration.D() != want {
+			t.Errorf("%s -> %s, %v", in, c.Duration, err)
+		}
+	}
+	for _, in := range []string{`{"duration":[1]}`, `{"duration":"soon"}`, `{"duration":true}`} {
+		if err := json.Unmarshal([]byte(in), &c); err == nil {
+			t.Errorf("%s decoded", in)
+		}
+	}
+	b, _ := json.Marshal(Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(48 * time.Hour)})
+	if !strings.Contains(string(b), `"duration":"48h0m0s"`) {
+		t.Errorf("marshal: %s", b)
+	}
+	b, _ = json.Marshal(Default())
+	if !strings.Contains(string(b), `"quarantineLease":"24h0m0s"`) {
+		t.Errorf("policy marshal: %s", b)
+	}
+}
