@@ -14,6 +14,8 @@ type AlertInput struct {
 	Level      string    `json:"level"`
 	Text       string    `json:"text"`
 	WorkflowID string    `json:"workflowID"`
+	// Channel is the policy's Slack channel ("" = the Alerter's default).
+	Channel string `json:"channel,omitempty"`
 }
 
 // Alerter delivers alerts to people (Slack, a pager). Nil means log only.

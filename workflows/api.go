@@ -16,11 +16,16 @@ const (
 
 	// SignalObservation delivers a health Observation from the watcher.
 	SignalObservation = "observation"
-	// Operator signals to a device workflow; the payload is a policy.Command (kind may be omitted).
+	// Operator commands to a device workflow, as updates (validated and answered with a
+	// policy.CommandResult) and as signals of the same names (fire-and-forget; a payload that does
+	// not decode is recorded and dropped). The payload is a policy.Command (kind may be omitted).
 	SignalForceQuarantine = string(policy.CmdForceQuarantine)
+	SignalRelease         = string(policy.CmdRelease)
 	SignalExtend          = string(policy.CmdExtend)
 	SignalPause           = string(policy.CmdPause)
 	SignalResume          = string(policy.CmdResume)
+	SignalApprove         = string(policy.CmdApprove)
+	SignalReject          = string(policy.CmdReject)
 	SignalReleaseApproval = string(policy.CmdReleaseApproval)
 	// QueryState returns a device's policy.DeviceState, or the breaker's policy.BreakerState.
 	QueryState = "state"
@@ -39,7 +44,8 @@ const (
 )
 
 // OperatorSignals are the device workflow's operator signals.
-var OperatorSignals = []string{SignalForceQuarantine, SignalExtend, SignalPause, SignalResume, SignalReleaseApproval}
+var OperatorSignals = []string{SignalForceQuarantine, SignalExtend, SignalPause, SignalResume, SignalReleaseApproval,
+	SignalRelease, SignalApprove, SignalReject}
 
 // Search attributes (Keyword) the device workflow sets; registered at start.
 var (

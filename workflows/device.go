@@ -1,12 +1,11 @@
 package workflows
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -17,9 +16,16 @@ const Actor = policy.Actor
 
 var a *activities.Activities
 
+// commandRequest is an operator update waiting for the main loop to apply it.
+type commandRequest struct {
+	cmd   policy.Command
+	reply workflow.Settable
+}
+
 // DeviceWorkflow is the long-lived entity workflow for one device (ID "device/<driver>/<pool>/<device>").
-// Observations and operator commands arrive as signals; a timer wakes it for the next deadline
-// (tolerance end, staleness, breaker retry, lease expiry). internal/policy decides; this executes.
+// Observations arrive as signals; operator commands as validated updates (or signals); a timer
+// wakes it for the next deadline (tolerance end, staleness, breaker retry, review, lease end).
+// internal/policy decides; this executes, one decision at a time.
 func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	st := in.State
 	if st == nil {
@@ -28,45 +34,37 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		}
 		st = policy.NewState(in.Device, in.Node, in.Policy, in.DryRun)
 	}
+	// Runs recorded before the release path replay without it.
+	if workflow.GetVersion(ctx, "release-path", workflow.DefaultVersion, 1) >= 1 {
+		st.ReleasePath = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-			NonRetryableErrorTypes: []string{"RuleNameCollision"},
-		},
-	})
+	updates := workflow.NewBufferedChannel(ctx, 64)
+	if st.ReleasePath {
+		if err := registerUpdates(ctx, st, updates); err != nil {
+			return err
+		}
+	}
 	obsCh := workflow.GetSignalChannel(ctx, SignalObservation)
 	cmdChs := make([]workflow.ReceiveChannel, len(OperatorSignals))
 	for i, name := range OperatorSignals {
 		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
 	}
 	pending := func() bool {
-		n := obsCh.Len()
+		n := obsCh.Len() + updates.Len()
 		for _, c := range cmdChs {
 			n += c.Len()
 		}
 		return n > 0
 	}
-	var timer workflow.Future
-	var timerAt time.Time
-	var cancelTimer workflow.CancelFunc
-	lastState := st.State
+	var tm deadlineTimer
+	lastState, lastSummary := st.State, ""
 	for {
-		// Keep one timer for the next deadline; replace it only when the deadline moves.
-		if next := st.NextDeadline(); !next.Equal(timerAt) {
-			if cancelTimer != nil {
-				cancelTimer()
-			}
-			timer, timerAt, cancelTimer = nil, next, nil
-			if !next.IsZero() {
-				tctx, cancel := workflow.WithCancel(ctx)
-				timer, cancelTimer = workflow.NewTimer(tctx, max(0, next.Sub(workflow.Now(ctx)))), cancel
-			}
-		}
+		tm.reset(ctx, st.NextDeadline())
 		var acts []policy.Action
+		var answer *commandRequest
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(obsCh, func(c workflow.ReceiveChannel, _ bool) {
 			var o policy.Observation
@@ -76,15 +74,18 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		for i, c := range cmdChs {
 			kind := policy.CommandKind(OperatorSignals[i])
 			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {
-				var cmd policy.Command
-				c.Receive(ctx, &cmd)
-				cmd.Kind = kind
-				acts = st.Command(cmd, workflow.Now(ctx))
+				acts = receiveCommand(ctx, c, kind, st)
 			})
 		}
-		if timer != nil {
-			sel.AddFuture(timer, func(f workflow.Future) {
-				timer, timerAt = nil, time.Time{}
+		sel.AddReceive(updates, func(c workflow.ReceiveChannel, _ bool) {
+			var req *commandRequest
+			c.Receive(ctx, &req)
+			answer = req
+			acts = st.Command(req.cmd, workflow.Now(ctx))
+		})
+		if tm.future != nil {
+			sel.AddFuture(tm.future, func(f workflow.Future) {
+				tm.fired()
 				if f.Get(ctx, nil) == nil { // a cancelled timer is not a deadline
 					acts = st.Tick(workflow.Now(ctx))
 				}
@@ -97,8 +98,11 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			// An operator cancelled the workflow: stop deciding; rules already created stay.
 			return ctx.Err()
 		}
-		if err := execute(actx, st, acts); err != nil {
+		if err := execute(ctx, st, acts); err != nil {
 			return err
+		}
+		if answer != nil {
+			answer.reply.SetValue(policy.CommandResult{State: st.State, Message: lastReason(st)})
 		}
 		if st.State != lastState {
 			lastState = st.State
@@ -106,14 +110,24 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
+		if s := st.Summary(); st.ReleasePath && s != lastSummary {
+			lastSummary = s
+			workflow.SetCurrentDetails(ctx, s)
+		}
 		if pending() {
 			continue
 		}
-		if st.Idle() {
-			// Healthy and held by no pod: nothing to watch. A later report starts a new run.
-			return nil
-		}
-		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if st.Idle() || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return err
+			}
+			if pending() {
+				continue
+			}
+			if st.Idle() {
+				// In service and held by no pod: nothing to watch. A later report starts a new run.
+				return nil
+			}
 			next := in
 			next.State = st
 			return workflow.NewContinueAsNewError(ctx, DeviceWorkflow, next)
@@ -121,65 +135,82 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	}
 }
 
-// execute carries out the actions in order. Automatic taints first ask the circuit breaker; a
-// denied or failed permit holds the action for a later retry instead of failing the workflow.
-func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action) error {
-	wfID := workflow.GetInfo(ctx).WorkflowExecution.ID
-	for _, act := range acts {
-		switch act.Kind {
-		case policy.ActAlert:
-			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
-			in := activities.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: wfID}
-			if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
-				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
-			}
-		case policy.ActTaint:
-			// Permit and quarantine are short calls: as local activities they skip two task
-			// dispatches (measured: see BENCHMARKS.md). Older runs replay the regular path.
-			run := workflow.ExecuteActivity
-			if workflow.GetVersion(ctx, "local-taint", workflow.DefaultVersion, 1) >= 1 {
-				run = executeLocal
-			}
-			if act.Automatic {
-				var permit policy.PermitResult
-				err := run(ctx, a.AcquirePermit, activities.PermitInput{Device: st.Device, Action: act.To}).Get(ctx, &permit)
-				if err != nil {
-					st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
-					continue
-				}
-				if !permit.Granted {
-					st.Hold(act, permit.Reason, workflow.Now(ctx))
-					continue
-				}
-			}
-			now := workflow.Now(ctx)
-			qin := activities.QuarantineInput{
-				Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: wfID,
-				ExpiresAt: now.Add(st.Policy.QuarantineLease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
-			}
-			var res activities.QuarantineResult
-			if err := run(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
-				st.Hold(act, "taint failed: "+err.Error(), now)
-				continue
-			}
-			st.Applied(act, res.RuleName, workflow.Now(ctx))
-			// Workflows started before node escalation existed must replay without this activity.
-			if workflow.GetVersion(ctx, "node-escalation", workflow.DefaultVersion, 1) >= 1 {
-				f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
-				if err := workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f).Get(ctx, nil); err != nil {
-					workflow.GetLogger(ctx).Warn("node escalation not reported", "error", err)
-				}
-			}
+// deadlineTimer keeps one timer for the next deadline and replaces it only when the deadline moves.
+type deadlineTimer struct {
+	future workflow.Future
+	at     time.Time
+	cancel workflow.CancelFunc
+}
+
+func (t *deadlineTimer) reset(ctx workflow.Context, next time.Time) {
+	if next.Equal(t.at) {
+		return
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+	t.future, t.at, t.cancel = nil, next, nil
+	if !next.IsZero() {
+		tctx, cancel := workflow.WithCancel(ctx)
+		t.future, t.cancel = workflow.NewTimer(tctx, max(0, next.Sub(workflow.Now(ctx)))), cancel
+	}
+}
+
+func (t *deadlineTimer) fired() { t.future, t.at = nil, time.Time{} }
+
+func lastReason(st *policy.DeviceState) string {
+	if n := len(st.Transitions); n > 0 {
+		return st.Transitions[n-1].Reason
+	}
+	return ""
+}
+
+// registerUpdates makes every operator command an update: the validator refuses what makes no
+// sense (leaving no trace in history), the handler hands the command to the main loop and
+// answers with the state it led to.
+func registerUpdates(ctx workflow.Context, st *policy.DeviceState, updates workflow.Channel) error {
+	for _, kind := range policy.Commands {
+		kind := kind
+		err := workflow.SetUpdateHandlerWithOptions(ctx, string(kind),
+			func(ctx workflow.Context, cmd policy.Command) (policy.CommandResult, error) {
+				cmd.Kind = kind
+				f, set := workflow.NewFuture(ctx)
+				updates.Send(ctx, &commandRequest{cmd: cmd, reply: set})
+				var res policy.CommandResult
+				err := f.Get(ctx, &res)
+				return res, err
+			},
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, cmd policy.Command) error {
+				cmd.Kind = kind
+				return st.Validate(cmd)
+			}})
+		if err != nil {
+			return fmt.Errorf("register update %s: %w", kind, err)
 		}
 	}
 	return nil
 }
 
-// executeLocal runs an activity as a local activity with the same timeout and retry policy.
-func executeLocal(ctx workflow.Context, activity any, args ...any) workflow.Future {
-	ao := workflow.GetActivityOptions(ctx)
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: ao.StartToCloseTimeout, RetryPolicy: ao.RetryPolicy})
-	return workflow.ExecuteLocalActivity(lctx, activity, args...)
+// receiveCommand takes an operator signal. It decodes the payload itself, so one that does not
+// decode (or that the device's state refuses) is recorded and dropped instead of wedging the loop.
+func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind policy.CommandKind, st *policy.DeviceState) []policy.Action {
+	var raw json.RawMessage
+	c.Receive(ctx, &raw)
+	var cmd policy.Command
+	if len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &cmd); err != nil {
+			st.Dropped, st.LastDropped = st.Dropped+1, fmt.Sprintf("%s signal dropped: payload does not decode: %v", kind, err)
+			workflow.GetLogger(ctx).Warn("operator signal dropped", "signal", kind, "error", err)
+			return nil
+		}
+	}
+	cmd.Kind = kind
+	if st.ReleasePath {
+		if err := st.Validate(cmd); err != nil {
+			st.Dropped, st.LastDropped = st.Dropped+1, "signal refused: "+err.Error()
+			workflow.GetLogger(ctx).Warn("operator signal refused", "signal", kind, "error", err)
+			return nil
+		}
+	}
+	return st.Command(cmd, workflow.Now(ctx))
 }

@@ -39,6 +39,14 @@ type harness struct {
 	permits    int
 	// nodeReports are the failures reported to the node's workflow.
 	nodeReports []policy.NodeFailure
+	// rule is what InspectRule answers; checks are the outcomes RunCheck returns in order
+	// (a pass once they run out); ran, refreshed, released and approvals record the calls.
+	rule      policy.RuleInfo
+	checks    []policy.StepResult
+	ran       []activities.CheckInput
+	refreshed []activities.QuarantineInput
+	released  []activities.ReleaseInput
+	approvals []activities.ApprovalRequest
 }
 
 func newHarness(denyFirst int) *harness {
@@ -60,6 +68,34 @@ func newHarness(denyFirst int) *harness {
 			return policy.PermitResult{Granted: true}, nil
 		})
 	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
+	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) { return h.rule, nil })
+	h.env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+			h.refreshed = append(h.refreshed, in)
+			return activities.RefreshResult{Effect: string(in.Effect)}, nil
+		})
+	h.env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CheckInput) (policy.StepResult, error) {
+			h.ran = append(h.ran, in)
+			if len(h.checks) == 0 {
+				return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
+			}
+			r := h.checks[0]
+			h.checks = h.checks[1:]
+			return r, nil
+		})
+	h.env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ReleaseInput) error {
+			h.released = append(h.released, in)
+			return nil
+		})
+	h.env.OnActivity("RequestApproval", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ApprovalRequest) error {
+			h.approvals = append(h.approvals, in)
+			return nil
+		})
 	h.env.OnActivity("ReportNodeFailure", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, f policy.NodeFailure) error {
 			h.nodeReports = append(h.nodeReports, f)
@@ -164,7 +200,7 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 func TestDeviceWorkflowForceQuarantineRecordsActor(t *testing.T) {
 	h := newHarness(0)
 	got := h.run(t, time.Minute, event{at: time.Second, signal: SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}},
-		event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: 48 * time.Hour}})
+		event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}})
 	if got.Quarantine == nil || got.Quarantine.Actor != "bob" || h.quarantine[0].Actor != "bob" {
 		t.Fatalf("quarantine %+v", got.Quarantine)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +28,14 @@ func (f *clientFlags) add(cmd *cobra.Command) {
 
 // queryJSON runs a workflow's `state` query and prints the answer as JSON.
 func (f *clientFlags) queryJSON(c *cobra.Command, g *globals, workflowID string, into any) error {
+	if err := f.query(c, g, workflowID, into); err != nil {
+		return err
+	}
+	return printJSON(c.OutOrStdout(), into)
+}
+
+// query runs a workflow's `state` query.
+func (f *clientFlags) query(c *cobra.Command, g *globals, workflowID string, into any) error {
 	tc, err := f.dial(c, g)
 	if err != nil {
 		return err
@@ -36,10 +45,7 @@ func (f *clientFlags) queryJSON(c *cobra.Command, g *globals, workflowID string,
 	if err != nil {
 		return fmt.Errorf("query %s: %w", workflowID, err)
 	}
-	if err := v.Get(into); err != nil {
-		return err
-	}
-	return printJSON(c.OutOrStdout(), into)
+	return v.Get(into)
 }
 
 func (f *clientFlags) dial(c *cobra.Command, g *globals) (client.Client, error) {
@@ -65,23 +71,35 @@ func newDeviceCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&state, "state", "", "only devices in this state (Healthy, Suspect, Restricted, Quarantined, ...)")
+	var output string
 	show := &cobra.Command{
 		Use:   "show DRIVER/POOL/DEVICE",
-		Short: "Print a device's full state (the workflow's `state` query) as JSON",
+		Short: "Print what a person needs about a device: state, reason, actor, expiry, reports, transitions, what happens next",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			id, err := device.ParseID(args[0])
 			if err != nil {
 				return err
 			}
-			return cf.queryJSON(c, g, id.WorkflowID(), &policy.DeviceState{})
+			if output != "text" && output != "json" {
+				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			var st policy.DeviceState
+			if output == "json" {
+				return cf.queryJSON(c, g, id.WorkflowID(), &st)
+			}
+			if err := cf.query(c, g, id.WorkflowID(), &st); err != nil {
+				return err
+			}
+			return printDevice(c.OutOrStdout(), &st)
 		},
 	}
-	var actor, reason string
+	show.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	var actor, reason, policyFile string
 	var dur time.Duration
 	signal := &cobra.Command{
-		Use:   "signal DRIVER/POOL/DEVICE force-quarantine|extend|pause|resume|release-approval",
-		Short: "Send an operator signal to a device's workflow",
+		Use:   "signal DRIVER/POOL/DEVICE " + strings.Join(workflows.OperatorSignals, "|"),
+		Short: "Send an operator signal (fire-and-forget; prefer the commands, which answer)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			id, err := device.ParseID(args[0])
@@ -99,7 +117,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
-			cmd := policy.Command{Actor: actor, Reason: reason, Duration: dur}
+			cmd := policy.Command{Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
 			if err := tc.SignalWorkflow(c.Context(), id.WorkflowID(), "", args[1], cmd); err != nil {
 				return fmt.Errorf("signal %s: %w", id.WorkflowID(), err)
 			}
@@ -109,8 +127,69 @@ func newDeviceCmd(g *globals) *cobra.Command {
 	}
 	signal.Flags().StringVar(&actor, "actor", "", "who is acting (recorded in the audit trail)")
 	signal.Flags().StringVar(&reason, "reason", "", "why")
-	signal.Flags().DurationVar(&dur, "duration", 0, "for extend: how much longer (default: one lease)")
+	signal.Flags().DurationVar(&dur, "duration", 0, "for extend: how much longer, e.g. 48h (default: one lease)")
 	cmd.AddCommand(list, show, signal)
+	for _, k := range []struct {
+		kind  policy.CommandKind
+		use   string
+		short string
+	}{
+		{policy.CmdForceQuarantine, "quarantine", "Quarantine a device now (starts its workflow if it has none, e.g. a suspected silent data corruption)"},
+		{policy.CmdRelease, "release", "Start the device's recovery review now: probe, probation with a canary, stability window (refused while the last probe failed)"},
+		{policy.CmdExtend, "extend", "Keep a quarantine longer (--duration, default one lease)"},
+		{policy.CmdPause, "pause", "Stop automatic actions for the device"},
+		{policy.CmdResume, "resume", "Resume automatic actions for the device"},
+		{policy.CmdApprove, "approve", "Approve a release that waits for approval"},
+		{policy.CmdReject, "reject", "Reject a release that waits for approval (the device stays quarantined)"},
+	} {
+		k := k
+		sub := &cobra.Command{
+			Use: k.use + " DRIVER/POOL/DEVICE", Short: k.short, Args: cobra.ExactArgs(1),
+			RunE: func(c *cobra.Command, args []string) error {
+				id, err := device.ParseID(args[0])
+				if err != nil {
+					return err
+				}
+				if actor == "" {
+					return fmt.Errorf("--actor is required: every operator action is audited")
+				}
+				if dur != 0 && k.kind != policy.CmdExtend {
+					return fmt.Errorf("--duration is only for extend")
+				}
+				cmd := policy.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
+				tc, err := cf.dial(c, g)
+				if err != nil {
+					return err
+				}
+				defer tc.Close()
+				var start *workflows.DeviceInput
+				if k.kind == policy.CmdForceQuarantine {
+					pol := policy.DefaultSet()
+					if policyFile != "" {
+						if pol, err = policy.LoadFile(policyFile); err != nil {
+							return err
+						}
+					}
+					start = &workflows.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
+				}
+				res, err := workflows.SendCommand(c.Context(), tc, id, cmd, start)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "%s: %s (%s)\n", id, res.State, res.Message)
+				return nil
+			},
+		}
+		sub.Flags().StringVar(&actor, "actor", "", "who is acting (recorded in the audit trail)")
+		sub.Flags().StringVar(&reason, "reason", "", "why")
+		if k.kind == policy.CmdExtend {
+			sub.Flags().DurationVar(&dur, "duration", 0, "how much longer, e.g. 48h (default: one lease)")
+		}
+		if k.kind == policy.CmdForceQuarantine {
+			sub.Flags().StringVar(&policyFile, "policy", "", "policy file for a device that has no workflow yet (default: built-in policy)")
+		}
+		cmd.AddCommand(sub)
+	}
 	return cmd
 }
 

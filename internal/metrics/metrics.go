@@ -34,6 +34,16 @@ type Metrics struct {
 	NodeOutages prometheus.Counter
 	// Alerts counts alerts by level.
 	Alerts *prometheus.CounterVec
+	// Releases counts devices returned to service by result (released).
+	Releases *prometheus.CounterVec
+	// QuarantineSeconds is how long released devices spent fenced.
+	QuarantineSeconds prometheus.Histogram
+	// FalseQuarantines counts releases whose first probe and canary passed.
+	FalseQuarantines prometheus.Counter
+	// Checks counts probe and canary runs by kind and result (passed, failed).
+	Checks *prometheus.CounterVec
+	// Notifications counts Slack messages by result (sent, failed).
+	Notifications *prometheus.CounterVec
 }
 
 // New registers all collectors in a new registry.
@@ -93,8 +103,29 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "activities", Name: "alerts_total",
 			Help: "Alerts raised, by level.",
 		}, []string{"level"}),
+		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "release", Name: "releases_total",
+			Help: "Devices returned to service after a recovery review.",
+		}, []string{"result"}),
+		QuarantineSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "devicewarden", Subsystem: "release", Name: "quarantine_seconds",
+			Help:    "Time released devices spent quarantined or restricted.",
+			Buckets: prometheus.ExponentialBuckets(60, 4, 10),
+		}),
+		FalseQuarantines: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "release", Name: "false_quarantines_total",
+			Help: "Releases whose first probe and canary passed: the device was probably never broken.",
+		}),
+		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "release", Name: "checks_total",
+			Help: "Probe and canary Pods run on quarantined devices.",
+		}, []string{"kind", "result"}),
+		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "slack", Name: "notifications_total",
+			Help: "Slack notifications and approval requests.",
+		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
+	m.Registry.MustRegister(m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
 	return m
 }

@@ -41,6 +41,9 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 	if obs.Node != "" {
 		st.Node = obs.Node
 	}
+	if obs.DeviceClass != "" {
+		st.DeviceClass = obs.DeviceClass
+	}
 	if len(obs.Reporters) == 0 {
 		// No pod holds the device: there is nothing to suspect, and nothing to judge staleness by.
 		if st.State == Suspect {

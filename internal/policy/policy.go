@@ -68,7 +68,7 @@ func Default() Policy {
 		ApprovalRequired:    false,
 		ApprovalTimeout:     JSONDuration(24 * time.Hour),
 		ProbeRestricted:     true,
-		Probe:               Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(5 * time.Minute)},
+		Probe:               Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(5 * time.Minute), Namespace: DefaultProbeNamespace},
 		Canary:              Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(10 * time.Minute), Namespace: DefaultCanaryNamespace},
 		EscalationThreshold: 4,
 	}
@@ -78,8 +78,11 @@ func Default() Policy {
 // allocated, prepared by its driver and reported Healthy. Real fleets set a diagnostic image.
 const DefaultCheckImage = "busybox:1.37"
 
-// DefaultCanaryNamespace is where canary Pods run unless the policy names another.
-const DefaultCanaryNamespace = "devicewarden-canary"
+// Namespaces where probe and canary Pods run unless the policy names others.
+const (
+	DefaultProbeNamespace  = "devicewarden-probes"
+	DefaultCanaryNamespace = "devicewarden-canary"
+)
 
 // Check is a Pod DeviceWarden runs on exactly one device: the probe (tolerating the quarantine
 // taint) or the canary (tolerating the probation taint).
@@ -87,16 +90,19 @@ type Check struct {
 	Image   string       `json:"image,omitempty"`
 	Command []string     `json:"command,omitempty"`
 	Timeout JSONDuration `json:"timeout,omitempty"`
-	// Namespace of the Pod ("" = the worker's namespace).
+	// Namespace of the Pod.
 	Namespace string `json:"namespace,omitempty"`
+	// DeviceClass the check's claim requests (default: the class the device was last requested through).
+	DeviceClass string `json:"deviceClass,omitempty"`
 }
 
 // checkEntry is a Check in the policy file; unset fields keep the default's.
 type checkEntry struct {
-	Image     *string   `yaml:"image"`
-	Command   []string  `yaml:"command"`
-	Timeout   *Duration `yaml:"timeout"`
-	Namespace *string   `yaml:"namespace"`
+	Image       *string   `yaml:"image"`
+	Command     []string  `yaml:"command"`
+	Timeout     *Duration `yaml:"timeout"`
+	Namespace   *string   `yaml:"namespace"`
+	DeviceClass *string   `yaml:"deviceClass"`
 }
 
 func (c *checkEntry) apply(dst *Check) {
@@ -114,6 +120,9 @@ func (c *checkEntry) apply(dst *Check) {
 	}
 	if c.Namespace != nil {
 		dst.Namespace = *c.Namespace
+	}
+	if c.DeviceClass != nil {
+		dst.DeviceClass = *c.DeviceClass
 	}
 }
 
@@ -334,8 +343,8 @@ func (p Policy) Validate() error {
 		name string
 		c    Check
 	}{{"probe", p.Probe}, {"canary", p.Canary}} {
-		if c.c.Image == "" {
-			return fmt.Errorf("%s.image must be set", c.name)
+		if c.c.Image == "" || c.c.Namespace == "" {
+			return fmt.Errorf("%s.image and %s.namespace must be set", c.name, c.name)
 		}
 	}
 	if p.BackoffCap < p.ToleranceWindow {

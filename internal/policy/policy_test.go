@@ -56,7 +56,7 @@ func TestParseAndMatch(t *testing.T) {
 	if p.TaintEffect != EffectNoExecute {
 		t.Errorf("effect = %s", p.TaintEffect)
 	}
-	wantProbe := Check{Image: "diag:1", Command: []string{"diag", "--full"}, Timeout: JSONDuration(2 * time.Minute)}
+	wantProbe := Check{Image: "diag:1", Command: []string{"diag", "--full"}, Timeout: JSONDuration(2 * time.Minute), Namespace: DefaultProbeNamespace}
 	if !reflect.DeepEqual(p.Probe, wantProbe) || p.Canary.Namespace != "canaries" || p.Canary.Image != DefaultCheckImage ||
 		p.SlackChannel != "#nics" || !reflect.DeepEqual(p.Identity, []string{"serial"}) {
 		t.Errorf("probe/canary/identity not read: %+v", p)

@@ -290,3 +290,11 @@ func (st *DeviceState) TaintFailed(a Action, reason string, now time.Time) []Act
 	}
 	return nil
 }
+
+// ReleaseFailed keeps the device fenced when its rule could not be deleted.
+func (st *DeviceState) ReleaseFailed(reason string, now time.Time) []Action {
+	if st.Review == nil {
+		return nil
+	}
+	return st.reviewFailed("release failed: "+reason, false, Actor, now)
+}

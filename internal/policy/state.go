@@ -89,9 +89,11 @@ type Transition struct {
 
 // DeviceState is everything the device workflow knows; the `state` query returns it.
 type DeviceState struct {
-	Device        device.ID     `json:"device"`
-	Node          string        `json:"node"`
-	Policy        Policy        `json:"policy"`
+	Device device.ID `json:"device"`
+	Node   string    `json:"node"`
+	Policy Policy    `json:"policy"`
+	// DeviceClass is the class the device was last requested through (probes request it too).
+	DeviceClass   string        `json:"deviceClass,omitempty"`
 	DryRun        bool          `json:"dryRun,omitempty"`
 	State         State         `json:"state"`
 	Health        device.Health `json:"health"`

@@ -8,7 +8,6 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -29,14 +28,9 @@ type TemporalSignaler struct {
 func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation) error {
 	id := obs.Device.WorkflowID()
 	opts := client.StartWorkflowOptions{
-		ID:        id,
-		TaskQueue: s.TaskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.SearchDeviceID.ValueSet(obs.Device.String()),
-			workflows.SearchDeviceNode.ValueSet(obs.Node),
-			workflows.SearchDeviceDriver.ValueSet(obs.Device.Driver),
-			workflows.SearchDeviceState.ValueSet(string(policy.Healthy)),
-		),
+		ID:                    id,
+		TaskQueue:             s.TaskQueue,
+		TypedSearchAttributes: workflows.DeviceSearchAttributes(obs.Device, obs.Node),
 	}
 	in := workflows.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun, Policy: s.Policies.For(obs.DeviceClass, obs.Device.Driver)}
 	if _, err := s.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalObservation, obs, opts, workflows.DeviceWorkflow, in); err != nil {

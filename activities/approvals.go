@@ -1,0 +1,45 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// ApprovalRequest asks people to approve a device's release.
+type ApprovalRequest struct {
+	Device     device.ID `json:"device"`
+	Node       string    `json:"node"`
+	Reason     string    `json:"reason"`
+	Summary    string    `json:"summary"`
+	WorkflowID string    `json:"workflowID"`
+	// Channel is the policy's Slack channel.
+	Channel string             `json:"channel,omitempty"`
+	Probe   *policy.StepResult `json:"probe,omitempty"`
+	Canary  *policy.StepResult `json:"canary,omitempty"`
+}
+
+// Approver posts approval requests where people can answer them (Slack buttons).
+type Approver interface {
+	RequestApproval(ctx context.Context, in ApprovalRequest) error
+}
+
+// RequestApproval posts the request; without an Approver the release waits for the CLI.
+func (a *Activities) RequestApproval(ctx context.Context, in ApprovalRequest) error {
+	slog.Default().InfoContext(ctx, "release waits for approval", "device", in.Device.String(), "workflow", in.WorkflowID,
+		"how", "devicewarden device approve|reject "+in.Device.String()+" --actor <you>")
+	if a.Approvals == nil || in.Channel == "" {
+		return nil
+	}
+	err := a.Approvals.RequestApproval(ctx, in)
+	if a.Metrics != nil {
+		result := "sent"
+		if err != nil {
+			result = "failed"
+		}
+		a.Metrics.Notifications.WithLabelValues(result).Inc()
+	}
+	return err
+}

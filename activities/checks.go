@@ -1,0 +1,328 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// Labels on probe and canary Pods.
+const (
+	LabelRole   = "devicewarden.io/role"
+	LabelReview = "devicewarden.io/review"
+	// ErrNoIdentity is the non-retryable error type of a device that cannot be singled out.
+	ErrNoIdentity = "NoDeviceIdentity"
+)
+
+// CheckInput runs a probe or canary Pod on exactly one device.
+type CheckInput struct {
+	Device device.ID `json:"device"`
+	// Kind is policy.ActProbe or policy.ActCanary.
+	Kind        policy.ActionKind `json:"kind"`
+	Check       policy.Check      `json:"check"`
+	DeviceClass string            `json:"deviceClass"`
+	// Identity names the attributes that single out the device (policy, per driver).
+	Identity []string `json:"identity"`
+	// Review numbers the quarantine's review: a retried activity adopts its own Pod, and removes
+	// anything older.
+	Review     int    `json:"review"`
+	WorkflowID string `json:"workflowID"`
+}
+
+// CheckName is the deterministic name of a device's probe or canary Pod and claim.
+func CheckName(kind policy.ActionKind, id device.ID) string {
+	sum := sha256.Sum256([]byte(id.String()))
+	return "devicewarden-" + string(kind) + "-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// RunCheck runs the check Pod and waits for its outcome. The Pod's own claim can be allocated only
+// the device (its identifying attributes, on its node) and tolerates the taint of the stage. Pod and
+// claim are deleted afterwards, and by the next attempt when a worker died in between.
+func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepResult, error) {
+	name := CheckName(in.Kind, in.Device)
+	ns := in.Check.Namespace
+	fail := func(format string, args ...any) (policy.StepResult, error) {
+		a.countCheck(in.Kind, false)
+		return policy.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now()}, nil
+	}
+	if in.Device.DevicePlugin() {
+		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
+	}
+	sel, node, err := a.pinDevice(ctx, in)
+	if err != nil {
+		return policy.StepResult{}, err
+	}
+	if sel == "" {
+		return fail("device %s is not published in its pool", in.Device)
+	}
+	if err := a.ensureNamespace(ctx, ns); err != nil {
+		return policy.StepResult{}, err
+	}
+	if err := a.clearStale(ctx, ns, name, in.Review); err != nil {
+		return policy.StepResult{}, err
+	}
+	defer a.deleteCheck(ns, name)
+	if err := a.createCheck(ctx, in, ns, name, sel, node); err != nil {
+		return policy.StepResult{}, err
+	}
+	poll := a.CheckPoll
+	if poll <= 0 {
+		poll = 250 * time.Millisecond
+	}
+	deadline := time.Now().Add(in.Check.Timeout.D())
+	for {
+		activity.RecordHeartbeat(ctx, name)
+		pod, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return policy.StepResult{}, fmt.Errorf("get %s pod %s/%s: %w", in.Kind, ns, name, err)
+		}
+		if res, done := checkOutcome(pod); done {
+			a.countCheck(in.Kind, res.Passed)
+			res.Pod, res.At = ns+"/"+name, time.Now()
+			return res, nil
+		}
+		if time.Now().After(deadline) {
+			return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
+		}
+		select {
+		case <-ctx.Done():
+			return policy.StepResult{}, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+func (a *Activities) countCheck(kind policy.ActionKind, passed bool) {
+	if a.Metrics == nil {
+		return
+	}
+	result := "failed"
+	if passed {
+		result = "passed"
+	}
+	a.Metrics.Checks.WithLabelValues(string(kind), result).Inc()
+}
+
+// checkOutcome reads a finished Pod: it passes when it succeeded and its own device reports, if
+// any, are all Healthy.
+func checkOutcome(pod *corev1.Pod) (policy.StepResult, bool) {
+	var unhealthy []string
+	for _, cs := range pod.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, r := range rs.Resources {
+				if r.Health != corev1.ResourceHealthStatusHealthy {
+					msg := string(r.ResourceID) + " " + string(r.Health)
+					if r.Message != nil {
+						msg += ": " + *r.Message
+					}
+					unhealthy = append(unhealthy, msg)
+				}
+			}
+		}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		if len(unhealthy) > 0 {
+			return policy.StepResult{Reason: "exited 0 but its device reported " + strings.Join(unhealthy, "; ")}, true
+		}
+		return policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, true
+	case corev1.PodFailed:
+		reason := "failed"
+		for _, cs := range pod.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil {
+				reason = fmt.Sprintf("exit code %d %s %s", t.ExitCode, t.Reason, t.Message)
+			}
+		}
+		if len(unhealthy) > 0 {
+			reason += "; device reported " + strings.Join(unhealthy, "; ")
+		}
+		return policy.StepResult{Reason: strings.TrimSpace(reason)}, true
+	}
+	return policy.StepResult{}, false
+}
+
+func scheduling(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue && c.Message != "" {
+			return ": " + c.Message
+		}
+	}
+	return ""
+}
+
+// pinDevice builds the CEL selector that matches only the device, from its published attributes,
+// and returns its node. An empty selector means the device is not published.
+func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, error) {
+	if len(in.Identity) == 0 {
+		return "", "", temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("no identity attributes for driver %s: name them in the policy file (drivers.%s.identity) so a probe cannot land on a neighbour", in.Device.Driver, in.Device.Driver),
+			ErrNoIdentity, nil)
+	}
+	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + in.Device.Driver})
+	if err != nil {
+		return "", "", fmt.Errorf("list resource slices of %s: %w", in.Device.Driver, err)
+	}
+	var found *resourcev1.Device
+	var node string
+	var gen int64 = -1
+	for i := range slices.Items {
+		s := &slices.Items[i]
+		if s.Spec.Pool.Name != in.Device.Pool || s.Spec.Pool.Generation < gen {
+			continue
+		}
+		for j := range s.Spec.Devices {
+			if s.Spec.Devices[j].Name == in.Device.Device {
+				found, gen, node = &s.Spec.Devices[j], s.Spec.Pool.Generation, ptr.Deref(s.Spec.NodeName, "")
+			}
+		}
+	}
+	if found == nil {
+		return "", "", nil
+	}
+	expr := []string{fmt.Sprintf("device.driver == %q", in.Device.Driver)}
+	for _, name := range in.Identity {
+		e, err := attrExpr(in.Device.Driver, name, found.Attributes)
+		if err != nil {
+			return "", "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
+		}
+		expr = append(expr, e)
+	}
+	return strings.Join(expr, " && "), node, nil
+}
+
+// attrExpr is the CEL comparison of one identifying attribute with the device's value.
+func attrExpr(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) (string, error) {
+	domain, short := driver, name
+	if d, n, ok := strings.Cut(name, "/"); ok {
+		domain, short = d, n
+	}
+	v, ok := attrs[resourcev1.QualifiedName(name)]
+	if !ok && domain == driver {
+		v, ok = attrs[resourcev1.QualifiedName(driver+"/"+short)]
+	}
+	if !ok {
+		return "", fmt.Errorf("has no attribute %q to identify it", name)
+	}
+	ref := fmt.Sprintf("device.attributes[%q].%s", domain, short)
+	switch {
+	case v.StringValue != nil:
+		return fmt.Sprintf("%s == %q", ref, *v.StringValue), nil
+	case v.IntValue != nil:
+		return ref + " == " + strconv.FormatInt(*v.IntValue, 10), nil
+	case v.BoolValue != nil:
+		return ref + " == " + strconv.FormatBool(*v.BoolValue), nil
+	case v.VersionValue != nil:
+		return fmt.Sprintf("%s.compareTo(semver(%q)) == 0", ref, *v.VersionValue), nil
+	}
+	return "", fmt.Errorf("attribute %q has no value", name)
+}
+
+func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
+	_, err := a.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{LabelManagedBy: ManagedBy}}}, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	return nil
+}
+
+// clearStale removes a check Pod and claim left by an earlier review (a worker that died before
+// cleaning up) and waits until they are gone. The current review's own Pod is kept and adopted.
+func (a *Activities) clearStale(ctx context.Context, ns, name string, review int) error {
+	pod, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	if pod.Labels[LabelReview] == strconv.Itoa(review) && pod.DeletionTimestamp == nil {
+		return nil
+	}
+	a.deleteCheck(ns, name)
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		activity.RecordHeartbeat(ctx, "clearing "+name)
+		_, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = a.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}
+		return false, nil
+	})
+}
+
+func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string) error {
+	labels := map[string]string{LabelManagedBy: ManagedBy, LabelRole: string(in.Kind), LabelReview: strconv.Itoa(in.Review),
+		LabelDevice: labelValue(in.Device.Device)}
+	annotations := map[string]string{AnnotationDevice: in.Device.String(), AnnotationWorkflow: in.WorkflowID}
+	tolerate := policy.TaintQuarantine
+	if in.Kind == policy.ActCanary {
+		tolerate = policy.TaintProbation
+	}
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "device",
+			Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: in.DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+				Selectors:   []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: sel}}},
+				Tolerations: []resourcev1.DeviceToleration{{Key: tolerate, Operator: resourcev1.DeviceTolerationOpExists}},
+			},
+		}}}},
+	}
+	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "device", ResourceClaimName: ptr.To(name)}},
+			Containers: []corev1.Container{{
+				Name: string(in.Kind), Image: in.Check.Image, Command: in.Check.Command,
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "device"}}},
+			}},
+			// Nodes may be tainted while their devices are reviewed; the check must still run there.
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}
+	if node != "" {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	}
+	if _, err := a.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %s pod %s/%s: %w", in.Kind, ns, name, err)
+	}
+	return nil
+}
+
+// deleteCheck removes a check Pod and its claim; it runs even when the activity's context ended.
+func (a *Activities) deleteCheck(ns, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}
+	if err := a.Kube.CoreV1().Pods(ns).Delete(ctx, name, opts); err != nil && !apierrors.IsNotFound(err) {
+		slog.Default().Warn("delete check pod failed", "pod", ns+"/"+name, "error", err)
+	}
+	if err := a.Kube.ResourceV1().ResourceClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		slog.Default().Warn("delete check claim failed", "claim", ns+"/"+name, "error", err)
+	}
+}

@@ -1,0 +1,317 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// ErrRuleNameCollision is the non-retryable error type of a rule name that belongs to another device.
+const ErrRuleNameCollision = "RuleNameCollision"
+
+// QuarantineInput asks for a device to be tainted.
+type QuarantineInput struct {
+	Device     device.ID `json:"device"`
+	Reason     string    `json:"reason"`
+	Actor      string    `json:"actor"`
+	WorkflowID string    `json:"workflowID"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	// Effect is NoSchedule, NoExecute or None; the worker's --dry-run turns it into None.
+	Effect resourcev1.DeviceTaintEffect `json:"effect"`
+	// Key is the taint key (default the quarantine key; probation while on probation).
+	Key string `json:"key,omitempty"`
+}
+
+// QuarantineResult says which rule holds the quarantine and whether this call created it.
+type QuarantineResult struct {
+	RuleName string `json:"ruleName"`
+	Created  bool   `json:"created"`
+	// Effect is the effect the rule carries now.
+	Effect string `json:"effect,omitempty"`
+}
+
+func (a *Activities) effect(e resourcev1.DeviceTaintEffect) resourcev1.DeviceTaintEffect {
+	if a.DryRun {
+		return resourcev1.DeviceTaintEffectNone
+	}
+	return e
+}
+
+func (in QuarantineInput) key() string {
+	if in.Key == "" {
+		return policy.TaintQuarantine
+	}
+	return in.Key
+}
+
+// rule is the DeviceTaintRule the input asks for.
+func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
+	return &resourcev1.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: in.Device.TaintRuleName(),
+			Labels: map[string]string{
+				LabelManagedBy: ManagedBy,
+				LabelDriver:    labelValue(in.Device.Driver),
+				LabelPool:      labelValue(in.Device.Pool),
+				LabelDevice:    labelValue(in.Device.Device),
+			},
+			Annotations: map[string]string{
+				AnnotationDevice:    in.Device.String(),
+				AnnotationReason:    in.Reason,
+				AnnotationActor:     in.Actor,
+				AnnotationWorkflow:  in.WorkflowID,
+				AnnotationExpiresAt: in.ExpiresAt.UTC().Format(time.RFC3339),
+			},
+		},
+		Spec: resourcev1.DeviceTaintRuleSpec{
+			DeviceSelector: &resourcev1.DeviceTaintSelector{
+				Driver: ptr.To(in.Device.Driver),
+				Pool:   ptr.To(in.Device.Pool),
+				Device: ptr.To(in.Device.Device),
+			},
+			Taint: resourcev1.DeviceTaint{Key: in.key(), Value: "true", Effect: a.effect(in.Effect)},
+		},
+	}
+}
+
+// Quarantine creates the device's DeviceTaintRule, or brings the existing one up to date (a
+// restriction upgraded to a quarantine changes reason and effect). The name is derived from the
+// device, so retries and repeated signals never make a second rule. A rule that is being deleted is
+// not in force: the call fails (and is retried) until it is gone, then creates a new one.
+func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	if in.Device.DevicePlugin() {
+		// No API taints a single device-plugin device; kubelet already withholds a device its plugin
+		// reports Unhealthy. The quarantine is the workflow's record and alert.
+		slog.Default().InfoContext(ctx, "device-plugin device: quarantine recorded without a DeviceTaintRule", "device", in.Device.String(), "reason", in.Reason)
+		a.count("recorded")
+		return QuarantineResult{}, nil
+	}
+	rule := a.rule(in)
+	name := rule.Name
+	if rule.Spec.Taint.Effect == resourcev1.DeviceTaintEffectNone {
+		// Dry run: the rule only previews; Kubernetes reports what it would affect in its status.
+		slog.Default().InfoContext(ctx, "dry run: would quarantine", "device", in.Device.String(), "rule", name, "reason", in.Reason, "actor", in.Actor)
+	}
+	rules := a.Kube.ResourceV1().DeviceTaintRules()
+	_, err := rules.Create(ctx, rule, metav1.CreateOptions{FieldManager: FieldManager})
+	if err == nil {
+		a.count("created")
+		return QuarantineResult{RuleName: name, Created: true, Effect: string(rule.Spec.Taint.Effect)}, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		a.count("error")
+		return QuarantineResult{}, fmt.Errorf("create device taint rule %s: %w", name, err)
+	}
+	var res QuarantineResult
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		existing, err := a.ownRule(ctx, in.Device)
+		if err != nil {
+			return err
+		}
+		if existing.DeletionTimestamp != nil {
+			return fmt.Errorf("device taint rule %s is being deleted; a new one is created once it is gone", name)
+		}
+		res = QuarantineResult{RuleName: name, Effect: string(rule.Spec.Taint.Effect)}
+		if existing.Spec.Taint.Key == rule.Spec.Taint.Key && existing.Spec.Taint.Effect == rule.Spec.Taint.Effect &&
+			existing.Annotations[AnnotationReason] == in.Reason && existing.Annotations[AnnotationExpiresAt] == rule.Annotations[AnnotationExpiresAt] {
+			a.count("existing")
+			return nil
+		}
+		updated := existing.DeepCopy()
+		updated.Spec.Taint = rule.Spec.Taint
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		for k, v := range rule.Annotations {
+			updated.Annotations[k] = v
+		}
+		_, err = rules.Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		if err == nil {
+			a.count("updated")
+		}
+		return err
+	})
+	if err != nil {
+		a.count("error")
+		var app *temporal.ApplicationError
+		if errors.As(err, &app) {
+			return QuarantineResult{}, err
+		}
+		return QuarantineResult{}, fmt.Errorf("update device taint rule %s: %w", name, err)
+	}
+	return res, nil
+}
+
+// ownRule gets the device's rule and checks that it is the device's (not a hash collision).
+func (a *Activities) ownRule(ctx context.Context, id device.ID) (*resourcev1.DeviceTaintRule, error) {
+	name := id.TaintRuleName()
+	existing, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get device taint rule %s: %w", name, err)
+	}
+	if existing.Annotations[AnnotationDevice] != id.String() {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("device taint rule %s belongs to %q, not %s", name, existing.Annotations[AnnotationDevice], id),
+			ErrRuleNameCollision, nil)
+	}
+	return existing, nil
+}
+
+// InspectInput asks for the state of a device's rule; Effect is what the policy wants.
+type InspectInput struct {
+	Device device.ID `json:"device"`
+	Effect string    `json:"effect"`
+}
+
+// InspectRule reads the device's rule so the workflow can tell whether its fence still stands.
+func (a *Activities) InspectRule(ctx context.Context, in InspectInput) (policy.RuleInfo, error) {
+	info := policy.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}
+	if in.Device.DevicePlugin() {
+		// Nothing to inspect: a device-plugin quarantine is a record only.
+		info.Present, info.Key, info.Effect = true, policy.TaintQuarantine, info.WantEffect
+		return info, nil
+	}
+	r, err := a.ownRule(ctx, in.Device)
+	if apierrors.IsNotFound(err) {
+		return info, nil
+	}
+	if err != nil {
+		return info, err
+	}
+	info.Present, info.Deleting = true, r.DeletionTimestamp != nil
+	info.Key, info.Effect = r.Spec.Taint.Key, string(r.Spec.Taint.Effect)
+	info.Actor = lastOtherWriter(r.ManagedFields)
+	return info, nil
+}
+
+// lastOtherWriter is the newest field manager of an object that is not DeviceWarden.
+func lastOtherWriter(fields []metav1.ManagedFieldsEntry) string {
+	var who string
+	var at time.Time
+	for _, f := range fields {
+		if f.Manager == FieldManager || f.Time == nil {
+			continue
+		}
+		if who == "" || !f.Time.Time.Before(at) {
+			who, at = f.Manager, f.Time.Time
+		}
+	}
+	return who
+}
+
+// RefreshResult says what the rule carries after a refresh; Missing means there was no rule.
+type RefreshResult struct {
+	Missing bool   `json:"missing,omitempty"`
+	Effect  string `json:"effect,omitempty"`
+}
+
+// RefreshRule rewrites an existing rule's taint key, effect, reason and expiry. It never creates
+// one: a rule that is gone was removed by someone, which the workflow records instead.
+func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (RefreshResult, error) {
+	if in.Device.DevicePlugin() {
+		return RefreshResult{Effect: string(a.effect(in.Effect))}, nil
+	}
+	want := a.rule(in)
+	var res RefreshResult
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		r, err := a.ownRule(ctx, in.Device)
+		if apierrors.IsNotFound(err) {
+			res.Missing = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r.DeletionTimestamp != nil {
+			res.Missing = true
+			return nil
+		}
+		updated := r.DeepCopy()
+		updated.Spec.Taint = want.Spec.Taint
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		for k, v := range want.Annotations {
+			if v != "" {
+				updated.Annotations[k] = v
+			}
+		}
+		res.Effect = string(want.Spec.Taint.Effect)
+		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+	if err != nil {
+		return RefreshResult{}, fmt.Errorf("refresh device taint rule %s: %w", want.Name, err)
+	}
+	return res, nil
+}
+
+// ReleaseInput asks for a device's rule to be deleted at the end of a successful review.
+type ReleaseInput struct {
+	Device device.ID `json:"device"`
+	Reason string    `json:"reason"`
+	Actor  string    `json:"actor"`
+	// QuarantinedAt is when the quarantine began (for the time-in-quarantine metric).
+	QuarantinedAt time.Time `json:"quarantinedAt"`
+	// FirstReviewPassed counts the release toward the false-quarantine rate.
+	FirstReviewPassed bool `json:"firstReviewPassed,omitempty"`
+}
+
+// ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
+func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
+	if !in.Device.DevicePlugin() {
+		r, err := a.ownRule(ctx, in.Device)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			err = a.Kube.ResourceV1().DeviceTaintRules().Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete device taint rule %s: %w", r.Name, err)
+			}
+		}
+	}
+	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
+	if m := a.Metrics; m != nil {
+		m.Releases.WithLabelValues("released").Inc()
+		if !in.QuarantinedAt.IsZero() {
+			m.QuarantineSeconds.Observe(time.Since(in.QuarantinedAt).Seconds())
+		}
+		if in.FirstReviewPassed {
+			m.FalseQuarantines.Inc()
+		}
+	}
+	return nil
+}
+
+// labelValue turns any name into a valid label value: at most 63 characters of [A-Za-z0-9-_.],
+// starting and ending with a letter or digit. The full value is in an annotation.
+func labelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return strings.TrimFunc(string(b), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	})
+}

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// printDevice writes the device's state for a person: the summary line first, then the record,
+// the last reports and the recent transitions.
+func printDevice(out io.Writer, st *policy.DeviceState) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "Device:\t%s\n", st.Device)
+	fmt.Fprintf(w, "Node:\t%s\n", st.Node)
+	fmt.Fprintf(w, "State:\t%s\n", st.Summary())
+	fmt.Fprintf(w, "Policy:\t%s (lease %s, stability %s, approval required %t)\n", st.Policy.Name, st.Policy.QuarantineLease, st.Policy.StabilityWindow, st.Policy.ApprovalRequired)
+	fmt.Fprintf(w, "Last report:\t%s %s (status version %s, %s)\n", st.Health, st.Message, st.StatusVersion, ts(st.ObservedAt))
+	if q := st.Quarantine; q != nil {
+		fmt.Fprintf(w, "Quarantine:\trule %s, effect %s, by %s at %s, expires %s, reviews %d\n", q.RuleName, q.Effect, q.Actor, ts(q.CreatedAt), ts(q.ExpiresAt), q.Reviews)
+		fmt.Fprintf(w, "Reason:\t%s\n", q.Reason)
+	}
+	if r := st.Review; r != nil {
+		fmt.Fprintf(w, "Review:\tstage %s since %s (%s)\n", r.Stage, ts(r.StartedAt), r.Trigger)
+	}
+	if p := st.LastProbe; p != nil {
+		fmt.Fprintf(w, "Last probe:\tpassed=%t %s (%s)\n", p.Passed, p.Reason, ts(p.At))
+	}
+	for _, rep := range st.Reporters {
+		fmt.Fprintf(w, "Reported by:\t%s/%s container %s claim %s: %s\n", rep.Namespace, rep.Pod, rep.Container, rep.Claim, rep.Health)
+	}
+	for _, c := range st.Closed {
+		fmt.Fprintf(w, "Closed:\t%s by %s: %s\n", ts(c.ClosedAt), c.ClosedBy, c.CloseReason)
+	}
+	if st.Dropped > 0 {
+		fmt.Fprintf(w, "Dropped commands:\t%d (last: %s)\n", st.Dropped, st.LastDropped)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Recent transitions:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	from := max(0, len(st.Transitions)-10)
+	for _, t := range st.Transitions[from:] {
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", ts(t.At), t.From, t.To, t.Actor, t.Reason)
+	}
+	return tw.Flush()
+}

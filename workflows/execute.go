@@ -1,0 +1,184 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// activityOptions are the defaults for the device workflow's short Kubernetes calls.
+func activityOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+			NonRetryableErrorTypes: []string{activities.ErrRuleNameCollision},
+		},
+	})
+}
+
+// execute carries out the actions in order; an action's outcome may add more (a probe that passed
+// moves on to probation). Automatic taints first ask the circuit breaker; a denied or failed
+// permit holds the action for a later retry instead of failing the workflow.
+func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action) error {
+	actx := activityOptions(ctx)
+	for len(acts) > 0 {
+		act := acts[0]
+		acts = acts[1:]
+		switch act.Kind {
+		case policy.ActAlert:
+			alert(ctx, st, act)
+		case policy.ActTaint:
+			acts = append(acts, taint(actx, st, act)...)
+		case policy.ActInspectRule:
+			var info policy.RuleInfo
+			in := activities.InspectInput{Device: st.Device, Effect: act.Effect}
+			if err := executeLocal(actx, a.InspectRule, in).Get(ctx, &info); err != nil {
+				workflow.GetLogger(ctx).Warn("rule not inspected", "error", err)
+				continue
+			}
+			acts = append(acts, st.RuleSeen(info, workflow.Now(ctx))...)
+		case policy.ActRefreshRule:
+			acts = append(acts, refresh(actx, st, act)...)
+		case policy.ActProbe, policy.ActCanary:
+			acts = append(acts, check(ctx, st, act)...)
+		case policy.ActRequestApproval:
+			req := activities.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
+				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
+			if r := st.Review; r != nil {
+				req.Probe, req.Canary = r.Probe, r.Canary
+			}
+			if err := workflow.ExecuteActivity(notifyOptions(ctx), a.RequestApproval, req).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)
+			}
+		case policy.ActRelease:
+			in := activities.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
+				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed()}
+			if err := workflow.ExecuteActivity(actx, a.ReleaseRule, in).Get(ctx, nil); err != nil {
+				acts = append(acts, st.ReleaseFailed(err.Error(), workflow.Now(ctx))...)
+				continue
+			}
+			acts = append(acts, st.ReleaseDone(workflow.Now(ctx))...)
+		}
+	}
+	return nil
+}
+
+func notifyOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
+}
+
+func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
+	in := activities.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	if st.ReleasePath {
+		in.Channel = st.Policy.SlackChannel
+	}
+	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+	}
+}
+
+func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+	// Permit and quarantine are short calls: as local activities they skip two task
+	// dispatches (measured: see BENCHMARKS.md). Older runs replay the regular path.
+	run := workflow.ExecuteActivity
+	if workflow.GetVersion(ctx, "local-taint", workflow.DefaultVersion, 1) >= 1 {
+		run = executeLocal
+	}
+	if act.Automatic {
+		var permit policy.PermitResult
+		err := run(ctx, a.AcquirePermit, activities.PermitInput{Device: st.Device, Action: act.To}).Get(ctx, &permit)
+		if err != nil {
+			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
+			return nil
+		}
+		if !permit.Granted {
+			st.Hold(act, permit.Reason, workflow.Now(ctx))
+			return nil
+		}
+	}
+	now := workflow.Now(ctx)
+	lease := st.Policy.QuarantineLease.D()
+	if st.ReviewInterval > 0 && st.ReleasePath {
+		lease = st.ReviewInterval.D()
+	}
+	qin := activities.QuarantineInput{
+		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
+		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
+	}
+	var res activities.QuarantineResult
+	if err := run(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
+		if st.ReleasePath {
+			return st.TaintFailed(act, err.Error(), now)
+		}
+		st.Hold(act, "taint failed: "+err.Error(), now)
+		return nil
+	}
+	if st.ReleasePath && res.Effect != "" {
+		act.Effect = res.Effect
+	}
+	st.Applied(act, res.RuleName, workflow.Now(ctx))
+	// Workflows started before node escalation existed must replay without this activity.
+	if workflow.GetVersion(ctx, "node-escalation", workflow.DefaultVersion, 1) >= 1 {
+		f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
+		if err := workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f).Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("node escalation not reported", "error", err)
+		}
+	}
+	return nil
+}
+
+func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+	in := activities.QuarantineInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor, Key: act.Key,
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect)}
+	if st.Quarantine != nil && act.Reason != st.Quarantine.Reason {
+		in.Reason = st.Quarantine.Reason // the rule keeps the quarantine's reason; the step is in history
+	}
+	var res activities.RefreshResult
+	if err := executeLocal(ctx, a.RefreshRule, in).Get(ctx, &res); err != nil {
+		return st.RuleRefreshed(act, "", err.Error(), workflow.Now(ctx))
+	}
+	if res.Missing {
+		return st.RuleSeen(policy.RuleInfo{Name: st.Device.TaintRuleName()}, workflow.Now(ctx))
+	}
+	return st.RuleRefreshed(act, res.Effect, "", workflow.Now(ctx))
+}
+
+// check runs a probe or canary Pod; an activity that fails outright is a failed check.
+func check(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+	c := *act.Check
+	class := c.DeviceClass
+	if class == "" {
+		class = st.DeviceClass
+	}
+	in := activities.CheckInput{Device: st.Device, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	if st.Quarantine != nil {
+		in.Review = st.Quarantine.Reviews
+	}
+	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3,
+			NonRetryableErrorTypes: []string{activities.ErrNoIdentity}},
+	})
+	var res policy.StepResult
+	if err := workflow.ExecuteActivity(cctx, a.RunCheck, in).Get(ctx, &res); err != nil {
+		res = policy.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
+	}
+	return st.CheckDone(act.Kind, res, workflow.Now(ctx))
+}
+
+// executeLocal runs an activity as a local activity with the same timeout and retry policy.
+func executeLocal(ctx workflow.Context, activity any, args ...any) workflow.Future {
+	ao := workflow.GetActivityOptions(ctx)
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: ao.StartToCloseTimeout, RetryPolicy: ao.RetryPolicy})
+	return workflow.ExecuteLocalActivity(lctx, activity, args...)
+}
