@@ -181,6 +181,11 @@ type ControllerOptions struct {
 	HeartbeatInterval time.Duration
 	// LeaderElection, when set, runs the watcher only while this replica holds the Lease.
 	LeaderElection *LeaderElection
+	// Alerter and Approvals deliver notifications and approval requests (Slack); nil logs only.
+	Alerter   activities.Alerter
+	Approvals activities.Approver
+	// Extra runs beside the worker and watcher until ctx ends (the simulator's kubelet in dev).
+	Extra []func(context.Context) error
 }
 
 // LeaderElection configures the watcher's Lease. Workers run on every replica; only the leader
@@ -206,7 +211,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		return err
 	}
 	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
-		Nodes: &worker.NodeClient{Client: tc}}
+		Nodes: &worker.NodeClient{Client: tc}, DryRun: o.DryRun, Alerter: o.Alerter, Approvals: o.Approvals}
 	w := worker.New(tc, acts)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
@@ -225,6 +230,9 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	}
 	if o.MetricsAddress != "" {
 		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, m, logger) })
+	}
+	for _, fn := range o.Extra {
+		g.Go(func() error { return fn(gctx) })
 	}
 	return g.Wait()
 }

@@ -92,6 +92,9 @@ func newDevCmd(g *globals) *cobra.Command {
 				"               %s sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
 				"               %s device list\n"+
 				"  Ctrl-C stops everything.\n\n", self, self, sim.Driver, self)
+			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
+			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex)
+			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)
 			err = app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
 			g.logger.Info("worker and watcher stopped")
 			return err

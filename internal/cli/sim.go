@@ -91,7 +91,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	var devFlag, healthFlag, message, podFlag string
 	cmd := &cobra.Command{
 		Use:   "health",
-		Short: "Write a device's health into every pod holding it, as kubelet would",
+		Short: "Set a device's fault state in the simulated driver and write its health into every pod holding it, as kubelet would",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			id, err := device.ParseID(devFlag)
@@ -120,6 +120,19 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			cs, err := k.client(g)
 			if err != nil {
 				return err
+			}
+			// The driver keeps the fault: Pods that run on the device later (probes, canaries) fail
+			// until it is reported Healthy again.
+			if err := sim.SetFault(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message); err != nil {
+				return err
+			}
+			targets, err := sim.Targets(c.Context(), cs, id)
+			if err != nil {
+				return err
+			}
+			if len(targets) == 0 {
+				fmt.Fprintf(c.OutOrStdout(), "device %s is %s (no pod holds it; Pods that run on it later see this)\n", id, h)
+				return nil
 			}
 			n, err := sim.SetHealth(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message)
 			if err != nil {

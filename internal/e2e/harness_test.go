@@ -21,6 +21,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
@@ -38,6 +39,20 @@ type stack struct {
 }
 
 var shared *stack
+
+// releaseClass is a DeviceClass of the simulated GPUs whose policy reviews quarantines within
+// seconds, so the release path can be watched end to end; every other device keeps the default.
+const releaseClass = "release.gpu.sim.devicewarden.io"
+
+const testPolicy = `
+policies:
+  - name: release-test
+    match: {deviceClass: ` + releaseClass + `}
+    quarantineLease: 6s
+    stabilityWindow: 2s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+`
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -61,7 +76,12 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	// The breaker has its own test and stack; here a cap of 10% of a few dozen devices would let
 	// one test's quarantine hold back another's.
-	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8,
+	pols, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test policy:", err)
+		return 1
+	}
+	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8, Policies: pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex),
 		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 1000}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
@@ -127,6 +147,8 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 // controller runs a worker and a watcher against the stack until stop is called.
 func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()) {
 	m := metrics.New()
+	// The simulated driver and kubelet complete probe and canary Pods by the devices' fault state.
+	opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -39,8 +39,14 @@ const LabelSimNode = "sim.devicewarden.io/node"
 
 // EnsureDeviceClass creates the DeviceClass that selects every simulated GPU.
 func EnsureDeviceClass(ctx context.Context, cs kubernetes.Interface) error {
+	return EnsureClass(ctx, cs, Driver)
+}
+
+// EnsureClass creates a DeviceClass of the given name that selects every simulated GPU (a policy
+// file can then give devices requested through it a policy of their own).
+func EnsureClass(ctx context.Context, cs kubernetes.Interface, name string) error {
 	dc := &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: Driver},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
 			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", Driver)},
 		}}},

@@ -25,6 +25,8 @@ type Workload struct {
 	Template bool
 	// DevicePlugin requests one PluginResource (a device-plugin device) instead of a DRA claim.
 	DevicePlugin bool
+	// DeviceClass to request (default Driver, the class of every simulated GPU); see EnsureClass.
+	DeviceClass string
 }
 
 // PodClaimName is the pod-level name of the workload's claim; RequestName its request.
@@ -43,7 +45,11 @@ func EnsureNamespace(ctx context.Context, cs kubernetes.Interface, name string) 
 }
 
 func (w Workload) claimSpec() resourcev1.ResourceClaimSpec {
-	req := &resourcev1.ExactDeviceRequest{DeviceClassName: Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
+	class := w.DeviceClass
+	if class == "" {
+		class = Driver
+	}
+	req := &resourcev1.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
 	expr := ""
 	attr := fmt.Sprintf("device.attributes[%q]", Driver)
 	if w.Node != "" {

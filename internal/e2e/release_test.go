@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// recorder keeps what a watch saw, for assertions about the order of events.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.events); n == 0 || r.events[n-1] != s {
+		r.events = append(r.events, s)
+	}
+}
+
+func (r *recorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+// watchInto records every event of w through fn until ctx ends.
+func watchInto(ctx context.Context, w watch.Interface, fn func(watch.Event)) {
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				fn(ev)
+			}
+		}
+	}()
+}
+
+func waitState(t *testing.T, ctx context.Context, id device.ID, timeout time.Duration, ok func(policy.DeviceState) bool) policy.DeviceState {
+	t.Helper()
+	var st policy.DeviceState
+	eventually(t, timeout, "state of "+id.String(), func() error {
+		var err error
+		if st, err = queryState(ctx, id.WorkflowID()); err != nil {
+			return err
+		}
+		if !ok(st) {
+			return fmt.Errorf("state %s, review %+v, last transition %v", st.State, st.Review, last(st))
+		}
+		return nil
+	})
+	return st
+}
+
+func last(st policy.DeviceState) any {
+	if n := len(st.Transitions); n > 0 {
+		return st.Transitions[n-1]
+	}
+	return nil
+}
+
+// TestReleasePath: Unhealthy -> quarantined; while the device is still broken its lease review's
+// probe fails (quarantine kept, expiry extended, release refused); once fixed in the simulator the
+// next review probes exactly that device, puts it on probation, runs the canary, waits the
+// stability window and deletes the rule, closing the record.
+func TestReleasePath(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	if err := sim.EnsureClass(ctx, kube, releaseClass); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreateNodes(ctx, kube, "rel", 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := "release", nodes[0]
+	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-2"}
+	rule := bad.TaintRuleName()
+
+	// What the cluster shows while it happens: the rule's taint keys, probe and canary Pods and
+	// the devices their claims were allocated.
+	var keys, pods, allocs recorder
+	rw, err := kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchInto(ctx, rw, func(ev watch.Event) {
+		if r, ok := ev.Object.(*resourcev1.DeviceTaintRule); ok {
+			if ev.Type == watch.Deleted {
+				keys.add("deleted")
+			} else {
+				keys.add(r.Spec.Taint.Key)
+			}
+		}
+	})
+	maxPods := 0
+	for _, checkNS := range []string{policy.DefaultProbeNamespace, policy.DefaultCanaryNamespace} {
+		if err := sim.EnsureNamespace(ctx, kube, checkNS); err != nil {
+			t.Fatal(err)
+		}
+		pw, err := kube.CoreV1().Pods(checkNS).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := map[string]bool{}
+		var mu sync.Mutex
+		watchInto(ctx, pw, func(ev watch.Event) {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ev.Type == watch.Deleted {
+				delete(live, p.Name)
+			} else {
+				live[p.Name] = true
+				pods.add(p.Labels[activities.LabelRole] + " " + string(p.Status.Phase))
+			}
+			maxPods = max(maxPods, len(live))
+		})
+		cw, err := kube.ResourceV1().ResourceClaims(checkNS).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchInto(ctx, cw, func(ev watch.Event) {
+			if c, ok := ev.Object.(*resourcev1.ResourceClaim); ok && c.Status.Allocation != nil {
+				for _, r := range c.Status.Allocation.Devices.Results {
+					allocs.add(c.Labels[activities.LabelRole] + " " + r.Pool + "/" + r.Device)
+				}
+			}
+		})
+	}
+
+	runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: node, Index: ptr.To(2), Template: true, DeviceClass: releaseClass})
+	if err := sim.SetFault(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, bad, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	// The job leaves the device (migration is another workflow's work), freeing it for probes.
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, "trainer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	st := waitState(t, ctx, bad, time.Minute, func(st policy.DeviceState) bool { return st.LastProbe != nil })
+	if st.State != policy.Quarantined || st.LastProbe.Passed || !strings.Contains(st.LastProbe.Reason, "XID 79") {
+		t.Fatalf("probe on a broken device: state %s, probe %+v", st.State, st.LastProbe)
+	}
+	if st.ReviewInterval.D() != 12*time.Second || st.Quarantine == nil {
+		t.Fatalf("review interval %s after a failed probe, want 12s", st.ReviewInterval)
+	}
+	_, err = workflows.SendCommand(ctx, shared.temporal, bad, policy.Command{Kind: policy.CmdRelease, Actor: "alice"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "last probe failed") {
+		t.Fatalf("release after a failed probe: %v", err)
+	}
+	r, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, rule, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339); r.Annotations[activities.AnnotationExpiresAt] != want {
+		t.Fatalf("rule expiry %s, want the extended %s", r.Annotations[activities.AnnotationExpiresAt], want)
+	}
+
+	// The device is fixed; the next review passes.
+	if err := sim.SetFault(ctx, kube, bad, corev1.ResourceHealthStatusHealthy, ""); err != nil {
+		t.Fatal(err)
+	}
+	st = waitState(t, ctx, bad, time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	if len(st.Closed) != 1 || st.Closed[0].ClosedBy != policy.Actor || !strings.Contains(st.Closed[0].CloseReason, "canary passed") {
+		t.Fatalf("closed record %+v", st.Closed)
+	}
+	eventually(t, 10*time.Second, "rule gone", func() error {
+		if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, rule, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("rule still there (%v)", err)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, "probe and canary pods cleaned up", func() error {
+		for _, checkNS := range []string{policy.DefaultProbeNamespace, policy.DefaultCanaryNamespace} {
+			pl, err := kube.CoreV1().Pods(checkNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			cl, err := kube.ResourceV1().ResourceClaims(checkNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(pl.Items)+len(cl.Items) > 0 {
+				return fmt.Errorf("%s: %d pods, %d claims left", checkNS, len(pl.Items), len(cl.Items))
+			}
+		}
+		return nil
+	})
+	if got, want := strings.Join(keys.all(), ","), policy.TaintQuarantine+","+policy.TaintProbation+",deleted"; got != want {
+		t.Fatalf("rule taint keys over time %s, want %s", got, want)
+	}
+	want := "probe " + node + "/gpu-2"
+	for _, a := range allocs.all() {
+		if !strings.HasSuffix(a, node+"/gpu-2") {
+			t.Fatalf("a check Pod was allocated another device: %v", allocs.all())
+		}
+	}
+	if got := allocs.all(); len(got) != 2 || got[0] != want || got[1] != "canary "+node+"/gpu-2" {
+		t.Fatalf("check allocations %v, want probes then a canary, all on %s/gpu-2", got, node)
+	}
+	if maxPods > 1 {
+		t.Fatalf("%d check pods at once", maxPods)
+	}
+	t.Logf("check pods: %v", pods.all())
+}

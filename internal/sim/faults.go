@@ -1,0 +1,83 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// AnnotationFaults holds the simulated driver's fault state on the pool's ResourceSlice: a JSON
+// object from device name to "<health>: <message>". A faulty device fails every Pod that runs on
+// it (the probe and canary included) until `sim health --health Healthy` fixes it.
+const AnnotationFaults = "sim.devicewarden.io/faults"
+
+// Fault is a device's simulated fault.
+type Fault struct {
+	Health  corev1.ResourceHealthStatus `json:"health"`
+	Message string                      `json:"message,omitempty"`
+}
+
+// SetFault records the device's fault state (Healthy clears it) on its pool's slice.
+func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		s, err := poolSlice(ctx, cs, id)
+		if err != nil {
+			return err
+		}
+		faults := readFaults(s)
+		if health == corev1.ResourceHealthStatusHealthy {
+			delete(faults, id.Device)
+		} else {
+			faults[id.Device] = Fault{Health: health, Message: message}
+		}
+		data, err := json.Marshal(faults)
+		if err != nil {
+			return err
+		}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[AnnotationFaults] = string(data)
+		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// Faults returns the fault state of every device of a pool.
+func Faults(ctx context.Context, cs kubernetes.Interface, id device.ID) (map[string]Fault, error) {
+	s, err := poolSlice(ctx, cs, id)
+	if err != nil {
+		return nil, err
+	}
+	return readFaults(s), nil
+}
+
+func readFaults(s *resourcev1.ResourceSlice) map[string]Fault {
+	faults := map[string]Fault{}
+	if v := s.Annotations[AnnotationFaults]; v != "" {
+		_ = json.Unmarshal([]byte(v), &faults) // a hand-edited annotation that does not parse means no faults
+	}
+	return faults
+}
+
+// poolSlice finds the slice that publishes the device's pool.
+func poolSlice(ctx context.Context, cs kubernetes.Interface, id device.ID) (*resourcev1.ResourceSlice, error) {
+	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + id.Driver})
+	if err != nil {
+		return nil, fmt.Errorf("list resource slices: %w", err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.Pool.Name == id.Pool {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no resource slice publishes pool %s of driver %s", id.Pool, id.Driver)
+}

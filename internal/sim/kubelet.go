@@ -1,0 +1,180 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// Kubelet plays the part of kubelet and the driver for Pods that run to completion on simulated
+// nodes (restartPolicy Never, not owned by a Job, which kwok completes): once such a Pod runs, it
+// fails when one of its devices is faulty (and reports that device's health as kubelet would) and
+// succeeds otherwise. This is how probes and canaries find out whether a device was fixed.
+type Kubelet struct {
+	Kube kubernetes.Interface
+	// Poll is how often running Pods are looked at (default 100 ms).
+	Poll   time.Duration
+	Logger *slog.Logger
+}
+
+// Run completes Pods until ctx ends.
+func (k *Kubelet) Run(ctx context.Context) error {
+	poll := k.Poll
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	logger := k.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		pods, err := k.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("status.phase", string(corev1.PodRunning)).String()})
+		if err == nil {
+			for i := range pods.Items {
+				if err := k.complete(ctx, &pods.Items[i]); err != nil && ctx.Err() == nil {
+					logger.Warn("sim kubelet: pod not completed", "pod", pods.Items[i].Namespace+"/"+pods.Items[i].Name, "error", err)
+				}
+			}
+		} else if ctx.Err() == nil {
+			logger.Warn("sim kubelet: list pods failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func runsToCompletion(pod *corev1.Pod) bool {
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || pod.DeletionTimestamp != nil || len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, o := range pod.OwnerReferences {
+		if o.Kind == "Job" {
+			return false
+		}
+	}
+	return true
+}
+
+// complete finishes one running Pod according to the fault state of its devices.
+func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod) error {
+	if !runsToCompletion(pod) {
+		return nil
+	}
+	devs, err := k.podDevices(ctx, pod)
+	if err != nil {
+		return err
+	}
+	type report struct {
+		entry string
+		id    device.ID
+		fault *Fault
+	}
+	var reports []report
+	failed := ""
+	for entry, ids := range devs {
+		for _, id := range ids {
+			faults, err := Faults(ctx, k.Kube, id)
+			if err != nil {
+				return err
+			}
+			r := report{entry: entry, id: id}
+			if f, ok := faults[id.Device]; ok {
+				r.fault = &f
+				failed = fmt.Sprintf("device %s %s: %s", id, f.Health, f.Message)
+			}
+			reports = append(reports, r)
+		}
+	}
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur, err := k.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.Status.Phase != corev1.PodRunning {
+			return nil
+		}
+		exit, reason, phase := int32(0), "Completed", corev1.PodSucceeded
+		if failed != "" {
+			exit, reason, phase = 1, "Error", corev1.PodFailed
+		}
+		now := metav1.Now()
+		cur.Status.Phase = phase
+		for i := range cur.Status.ContainerStatuses {
+			cs := &cur.Status.ContainerStatuses[i]
+			cs.Ready, cs.Started = false, ptrFalse()
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: reason, Message: failed, FinishedAt: now}}
+		}
+		for _, r := range reports {
+			health, msg := corev1.ResourceHealthStatusHealthy, ""
+			if r.fault != nil {
+				health, msg = r.fault.Health, r.fault.Message
+			}
+			for _, c := range cur.Spec.Containers {
+				SetEntry(cur, Target{Namespace: cur.Namespace, Pod: cur.Name, Container: c.Name, EntryName: r.entry}, CDIDeviceID(r.id), health, msg)
+			}
+		}
+		for i := range cur.Status.Conditions {
+			if cur.Status.Conditions[i].Type == corev1.PodReady || cur.Status.Conditions[i].Type == corev1.ContainersReady {
+				cur.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+		_, err = k.Kube.CoreV1().Pods(cur.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func ptrFalse() *bool { f := false; return &f }
+
+// podDevices maps each "claim:<name>" status entry of the pod to the devices allocated to it.
+func (k *Kubelet) podDevices(ctx context.Context, pod *corev1.Pod) (map[string][]device.ID, error) {
+	out := map[string][]device.ID{}
+	for _, rc := range pod.Spec.ResourceClaims {
+		name := ""
+		if rc.ResourceClaimName != nil {
+			name = *rc.ResourceClaimName
+		}
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if s.Name == rc.Name && s.ResourceClaimName != nil {
+				name = *s.ResourceClaimName
+			}
+		}
+		if name == "" {
+			continue
+		}
+		claim, err := k.Kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("get claim %s/%s: %w", pod.Namespace, name, err)
+		}
+		out["claim:"+rc.Name] = allocated(claim)
+	}
+	return out, nil
+}
+
+func allocated(c *resourcev1.ResourceClaim) []device.ID {
+	if c.Status.Allocation == nil {
+		return nil
+	}
+	var ids []device.ID
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == Driver {
+			ids = append(ids, device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device})
+		}
+	}
+	return ids
+}
