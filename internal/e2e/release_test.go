@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/activities"
@@ -235,4 +236,195 @@ func TestReleasePath(t *testing.T) {
 		t.Fatalf("%d check pods at once", maxPods)
 	}
 	t.Logf("check pods: %v", pods.all())
+}
+
+// TestRuleDeletedByHandThenUnhealthyAgain is the regression: a rule someone deletes is recorded
+// as an operator release, and the device's next Unhealthy report creates a rule again.
+func TestRuleDeletedByHandThenUnhealthyAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	nodes, err := sim.CreateNodes(ctx, kube, "byhand", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := "byhand", nodes[0]
+	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
+	runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: node, Index: ptr.To(0), Template: true})
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
+		t.Fatal(err)
+	}
+	var first *resourcev1.DeviceTaintRule
+	eventually(t, 30*time.Second, "first rule", func() error {
+		first, err = kube.ResourceV1().DeviceTaintRules().Get(ctx, bad.TaintRuleName(), metav1.GetOptions{})
+		return err
+	})
+	if err := kube.ResourceV1().DeviceTaintRules().Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48 again"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a new rule after the report", func() error {
+		r, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, bad.TaintRuleName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if r.UID == first.UID {
+			return fmt.Errorf("still the first rule")
+		}
+		return nil
+	})
+	st := waitState(t, ctx, bad, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined && len(st.Closed) == 1 })
+	if c := st.Closed[0]; !strings.Contains(c.CloseReason, "deleted outside DeviceWarden") || c.ClosedBy == "" {
+		t.Fatalf("closed record %+v", c)
+	}
+	var released bool
+	for _, tr := range st.Transitions {
+		released = released || tr.To == policy.Released
+	}
+	if !released {
+		t.Fatalf("no Released transition: %+v", st.Transitions)
+	}
+}
+
+// TestOperatorCommands: force-quarantine of a device without a workflow starts one and taints it;
+// a malformed extend signal (a payload that does not decode, as a typo in a CLI's JSON gives) is
+// dropped and the workflow still acts on the next report.
+func TestOperatorCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	nodes, err := sim.CreateNodes(ctx, kube, "ops", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdc := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-1"}
+	res, err := workflows.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice", Reason: "silent data corruption"},
+		&workflows.DeviceInput{Device: sdc, Policy: policy.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != policy.Quarantined {
+		t.Fatalf("force-quarantine answered %+v", res)
+	}
+	r, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, sdc.TaintRuleName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Annotations[activities.AnnotationActor] != "alice" {
+		t.Fatalf("rule actor %q", r.Annotations[activities.AnnotationActor])
+	}
+	if _, err := workflows.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice"}, nil); err == nil ||
+		!strings.Contains(err.Error(), "already quarantined") {
+		t.Fatalf("second force-quarantine: %v", err)
+	}
+
+	// A device suspected (Unknown) gets a malformed extend, then an Unhealthy report.
+	ns, node := "ops", nodes[0]
+	dev := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
+	runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: node, Index: ptr.To(0), Template: true})
+	if _, err := sim.SetHealth(ctx, kube, dev, corev1.ResourceHealthStatusUnknown, "driver restarting"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, dev, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	if err := shared.temporal.SignalWorkflow(ctx, dev.WorkflowID(), "", workflows.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, dev, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "rule after the malformed signal", func() error {
+		_, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, dev.TaintRuleName(), metav1.GetOptions{})
+		return err
+	})
+	st := waitState(t, ctx, dev, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	if st.Dropped != 1 || !strings.Contains(st.LastDropped, "does not decode") {
+		t.Fatalf("dropped %d %q", st.Dropped, st.LastDropped)
+	}
+}
+
+// TestRuleActivitiesOnTheRealAPIServer: dry run read per call, expiry written by a refresh, a
+// rule being deleted is not in force, and label values stay valid for names the API allows.
+func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kube := shared.kube
+	// A legal pool name with a slash whose 63-character cut ends in '-' (the label needs mending).
+	id := device.ID{Driver: sim.Driver, Pool: "rack-1/" + strings.Repeat("b", 55) + "-c", Device: "gpu-dry"}
+	dry := &activities.Activities{Kube: kube, DryRun: true}
+	in := activities.QuarantineInput{Device: id, Reason: "test", Actor: policy.Actor, Effect: resourcev1.DeviceTaintEffectNoSchedule,
+		ExpiresAt: time.Now().Add(time.Hour)}
+	res, err := dry.Quarantine(ctx, in)
+	if err != nil {
+		t.Fatalf("a pool name with slashes and a 63-character cut: %v", err)
+	}
+	if res.Effect != string(resourcev1.DeviceTaintEffectNone) {
+		t.Fatalf("dry run created effect %s", res.Effect)
+	}
+	real := &activities.Activities{Kube: kube}
+	info, err := real.InspectRule(ctx, activities.InspectInput{Device: id, Effect: string(resourcev1.DeviceTaintEffectNoSchedule)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.InForce() || info.Effect != "None" || info.WantEffect != "NoSchedule" {
+		t.Fatalf("inspect after dry run: %+v", info)
+	}
+	later := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+	in.ExpiresAt = later
+	rr, err := real.RefreshRule(ctx, in)
+	if err != nil || rr.Missing || rr.Effect != "NoSchedule" {
+		t.Fatalf("refresh: %+v %v", rr, err)
+	}
+	r, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule || r.Annotations[activities.AnnotationExpiresAt] != later.Format(time.RFC3339) {
+		t.Fatalf("rule after refresh: %s %v", r.Spec.Taint.Effect, r.Annotations)
+	}
+	// A finalizer keeps the deleted rule around: it is not in force, and a quarantine waits.
+	setFinalizers(t, ctx, r.Name, "test.devicewarden.io/hold")
+	if err := kube.ResourceV1().DeviceTaintRules().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	info, err = real.InspectRule(ctx, activities.InspectInput{Device: id, Effect: "NoSchedule"})
+	if err != nil || info.InForce() || !info.Deleting {
+		t.Fatalf("inspect while deleting: %+v %v", info, err)
+	}
+	if _, err := real.Quarantine(ctx, in); err == nil || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("quarantine over a rule being deleted: %v", err)
+	}
+	if rr, err := real.RefreshRule(ctx, in); err != nil || !rr.Missing {
+		t.Fatalf("refresh of a rule being deleted: %+v %v", rr, err)
+	}
+	setFinalizers(t, ctx, r.Name)
+	eventually(t, 10*time.Second, "rule gone", func() error {
+		if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, r.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	if res, err := real.Quarantine(ctx, in); err != nil || !res.Created {
+		t.Fatalf("quarantine once the old rule is gone: %+v %v", res, err)
+	}
+	if err := real.ReleaseRule(ctx, activities.ReleaseInput{Device: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setFinalizers(t *testing.T, ctx context.Context, name string, finalizers ...string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		r, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		r.Finalizers = finalizers
+		_, err = shared.kube.ResourceV1().DeviceTaintRules().Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
