@@ -33,13 +33,5 @@ func (a *Activities) RequestApproval(ctx context.Context, in ApprovalRequest) er
 	if a.Approvals == nil || in.Channel == "" {
 		return nil
 	}
-	err := a.Approvals.RequestApproval(ctx, in)
-	if a.Metrics != nil {
-		result := "sent"
-		if err != nil {
-			result = "failed"
-		}
-		a.Metrics.Notifications.WithLabelValues(result).Inc()
-	}
-	return err
+	return a.Approvals.RequestApproval(ctx, in)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/slackapp"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 	"github.com/devicewarden/devicewarden/worker"
@@ -181,9 +182,8 @@ type ControllerOptions struct {
 	HeartbeatInterval time.Duration
 	// LeaderElection, when set, runs the watcher only while this replica holds the Lease.
 	LeaderElection *LeaderElection
-	// Alerter and Approvals deliver notifications and approval requests (Slack); nil logs only.
-	Alerter   activities.Alerter
-	Approvals activities.Approver
+	// Slack posts notifications and approval requests; nil logs them only.
+	Slack *slackapp.Notifier
 	// Extra runs beside the worker and watcher until ctx ends (the simulator's kubelet in dev).
 	Extra []func(context.Context) error
 }
@@ -211,7 +211,11 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		return err
 	}
 	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
-		Nodes: &worker.NodeClient{Client: tc}, DryRun: o.DryRun, Alerter: o.Alerter, Approvals: o.Approvals}
+		Nodes: &worker.NodeClient{Client: tc}, DryRun: o.DryRun}
+	if o.Slack != nil {
+		o.Slack.Metrics = m
+		acts.Alerter, acts.Approvals = o.Slack, o.Slack
+	}
 	w := worker.New(tc, acts)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)

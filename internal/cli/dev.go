@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -92,6 +93,17 @@ func newDevCmd(g *globals) *cobra.Command {
 				"               %s sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
 				"               %s device list\n"+
 				"  Ctrl-C stops everything.\n\n", self, self, sim.Driver, self)
+			if tc.Server != nil && ctl.slack.uiURL == "" {
+				ctl.slack.uiURL = tc.Server.UIURL()
+			}
+			copts.Slack = ctl.slack.notifier(topts.Namespace)
+			approvals, err := ctl.slack.approvalsServer(tc.Client, g.logger)
+			if err != nil {
+				return err
+			}
+			if approvals != nil {
+				copts.Extra = append(copts.Extra, func(ctx context.Context) error { return serveApprovals(ctx, ctl.slack.listen, approvals, g.logger) })
+			}
 			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
 			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex)
 			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)
@@ -103,6 +115,7 @@ func newDevCmd(g *globals) *cobra.Command {
 	k.add(cmd)
 	t.add(cmd, true)
 	addControllerFlags(cmd, &ctl)
+	ctl.slack.addApprovals(cmd, "127.0.0.1:8090")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.Flags().IntVar(&simNodes, "sim-nodes", 0, "create this many simulated GPU nodes on start")
 	cmd.Flags().IntVar(&simDevices, "sim-devices", 8, "devices per simulated node")
@@ -112,6 +125,7 @@ func newDevCmd(g *globals) *cobra.Command {
 // controllerFlags are the worker's and watcher's flags; load turns them into options.
 type controllerFlags struct {
 	o           app.ControllerOptions
+	slack       slackFlags
 	policyFile  string
 	leaderElect bool
 	le          app.LeaderElection
@@ -119,6 +133,7 @@ type controllerFlags struct {
 
 func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	o := &f.o
+	f.slack.addNotify(cmd)
 	def := policy.DefaultBreaker()
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
 	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
@@ -192,6 +207,7 @@ func newRunCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
+			copts.Slack = ctl.slack.notifier(topts.Namespace)
 			return app.RunController(c.Context(), kube, tc.Client, copts, metrics.New(), g.logger)
 		},
 	}

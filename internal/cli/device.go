@@ -157,11 +157,6 @@ func newDeviceCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--duration is only for extend")
 				}
 				cmd := policy.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
-				tc, err := cf.dial(c, g)
-				if err != nil {
-					return err
-				}
-				defer tc.Close()
 				var start *workflows.DeviceInput
 				if k.kind == policy.CmdForceQuarantine {
 					pol := policy.DefaultSet()
@@ -172,6 +167,11 @@ func newDeviceCmd(g *globals) *cobra.Command {
 					}
 					start = &workflows.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
 				}
+				tc, err := cf.dial(c, g)
+				if err != nil {
+					return err
+				}
+				defer tc.Close()
 				res, err := workflows.SendCommand(c.Context(), tc, id, cmd, start)
 				if err != nil {
 					return err

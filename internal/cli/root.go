@@ -57,7 +57,7 @@ func NewRoot() *cobra.Command {
 	pf.StringVar(&g.stateDir, "state-dir", ".devicewarden", "directory for local state: the embedded Temporal database and the local cluster")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g))
+	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g), newApprovalsCmd(g))
 	return root
 }
 
@@ -111,7 +111,8 @@ func logConfig(logger *slog.Logger, cmd *cobra.Command) {
 	var attrs []any
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		v := f.Value.String()
-		if strings.Contains(f.Name, "key") && !strings.HasSuffix(f.Name, "key-file") && v != "" {
+		secret := strings.Contains(f.Name, "key") || strings.Contains(f.Name, "token") || strings.Contains(f.Name, "secret")
+		if secret && !strings.HasSuffix(f.Name, "key-file") && v != "" {
 			v = "(set)"
 		}
 		attrs = append(attrs, f.Name, v)

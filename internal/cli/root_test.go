@@ -63,6 +63,14 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "operator signal without actor", args: []string{"device", "signal", "d/p/gpu-0", "pause"}, wantErr: "--actor"},
 		{name: "breaker resume without actor", args: []string{"breaker", "resume"}, wantErr: "--actor"},
 		{name: "show a malformed device", args: []string{"device", "show", "gpu-0"}, wantErr: "driver"},
+		{name: "approvals without a signing secret", args: []string{"approvals", "--slack-approvers", "U1"}, wantErr: "--slack-signing-secret"},
+		{name: "approvals without approvers", args: []string{"approvals", "--slack-signing-secret", "s"}, wantErr: "nobody may approve"},
+		{name: "quarantine without actor", args: []string{"device", "quarantine", "d/p/gpu-0"}, wantErr: "--actor"},
+		{name: "release of a malformed device", args: []string{"device", "release", "gpu-0", "--actor", "a"}, wantErr: "driver"},
+		{name: "duration on release", args: []string{"device", "release", "d/p/gpu-0", "--actor", "a", "--duration", "1h"}, wantErr: "unknown flag"},
+		{name: "bad extend duration", args: []string{"device", "extend", "d/p/gpu-0", "--actor", "a", "--duration", "2 days"}, wantErr: "duration"},
+		{name: "show as yaml", args: []string{"device", "show", "d/p/gpu-0", "-o", "yaml"}, wantErr: "want text or json"},
+		{name: "quarantine with a broken policy file", args: []string{"device", "quarantine", "d/p/gpu-0", "--actor", "a", "--policy", brokenPolicy}, wantErr: "line 4"},
 		{name: "device-plugin health without a pod", args: []string{"sim", "health", "--device", "example.com/fpga/node-1/fpga-0", "--health", "Unhealthy"}, wantErr: "--pod"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,205 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// Decider delivers an operator command to a device's workflow and returns its answer
+// (workflows.SendCommand over a Temporal client).
+type Decider interface {
+	Decide(ctx context.Context, id device.ID, cmd policy.Command) (policy.CommandResult, error)
+}
+
+// Server serves Slack's interactivity endpoint for approval buttons.
+type Server struct {
+	SigningSecret string
+	Client        *slack.Client
+	Decider       Decider
+	// AllowedUsers are Slack user IDs that may approve; AllowedGroup a user group ID whose members may.
+	AllowedUsers []string
+	AllowedGroup string
+	Logger       *slog.Logger
+	// Now is the clock (a seam for tests).
+	Now func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]time.Time
+	wg   sync.WaitGroup
+}
+
+// maxBody bounds an interactivity request; Slack's payloads are a few kilobytes.
+const maxBody = 1 << 20
+
+// replayWindow is how long a request signature is remembered; Slack's own check rejects
+// timestamps older than five minutes, so nothing older can be replayed.
+const replayWindow = 10 * time.Minute
+
+// ServeHTTP verifies the request, answers at once (Slack wants an answer within 3 s) and delivers
+// the decision in the background, then updates the message with the outcome.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil || len(body) > maxBody {
+		http.Error(w, "request body unreadable or too large", http.StatusBadRequest)
+		return
+	}
+	if err := s.verify(r.Header, body); err != nil {
+		s.logger().Warn("slack request refused", "reason", err, "remote", r.RemoteAddr)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	cb, err := parse(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	act := cb.ActionCallback.BlockActions[0]
+	kind := map[string]policy.CommandKind{ActionApprove: policy.CmdApprove, ActionReject: policy.CmdReject}[act.ActionID]
+	id, err := device.ParseID(act.Value)
+	if kind == "" || err != nil {
+		http.Error(w, "not a DeviceWarden approval button", http.StatusBadRequest)
+		return
+	}
+	if !s.allowed(r.Context(), cb.User.ID) {
+		s.logger().Warn("approval refused: approver not on the allow-list", "user", cb.User.ID, "name", cb.User.Name, "device", id.String(), "decision", kind)
+		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false,
+			"text": fmt.Sprintf("You are not allowed to %s releases; this attempt was recorded.", kind)})
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	cmd := policy.Command{Kind: kind, Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.deliver(id, cmd, cb.Channel.ID, cb.Container.MessageTs)
+	}()
+}
+
+// Wait returns when decisions being delivered are done (for shutdown and tests).
+func (s *Server) Wait() { s.wg.Wait() }
+
+func (s *Server) deliver(id device.ID, cmd policy.Command, channel, ts string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := s.Decider.Decide(ctx, id, cmd)
+	outcome := fmt.Sprintf("%s: %s by <@%s> -> %s (%s)", id, cmd.Kind, cmd.Actor[len("slack:"):], res.State, res.Message)
+	if err != nil {
+		outcome = fmt.Sprintf("%s: %s by <@%s> refused: %v", id, cmd.Kind, cmd.Actor[len("slack:"):], err)
+	}
+	s.logger().Info("slack decision", "device", id.String(), "decision", cmd.Kind, "actor", cmd.Actor, "error", err)
+	if s.Client == nil || channel == "" || ts == "" {
+		return
+	}
+	md := slack.NewTextBlockObject(slack.MarkdownType, outcome, false, false)
+	if _, _, _, err := s.Client.UpdateMessageContext(ctx, channel, ts, slack.MsgOptionText(outcome, false),
+		slack.MsgOptionBlocks(slack.NewSectionBlock(md, nil, nil))); err != nil {
+		s.logger().Warn("slack message not updated", "error", err)
+	}
+}
+
+// verify checks the signing secret, the timestamp (at most 5 minutes off) and that the exact
+// request was not seen before.
+func (s *Server) verify(h http.Header, body []byte) error {
+	if s.SigningSecret == "" {
+		return errors.New("no signing secret configured")
+	}
+	v, err := slack.NewSecretsVerifier(h, s.SigningSecret)
+	if err != nil {
+		return fmt.Errorf("signature check: %w", err)
+	}
+	if _, err := v.Write(body); err != nil {
+		return err
+	}
+	if err := v.Ensure(); err != nil {
+		return fmt.Errorf("signature check: %w", err)
+	}
+	sig := h.Get("X-Slack-Signature")
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]time.Time{}
+	}
+	for k, at := range s.seen {
+		if now.Sub(at) > replayWindow {
+			delete(s.seen, k)
+		}
+	}
+	if _, dup := s.seen[sig]; dup {
+		return errors.New("replayed request")
+	}
+	s.seen[sig] = now
+	return nil
+}
+
+func (s *Server) allowed(ctx context.Context, user string) bool {
+	if slices.Contains(s.AllowedUsers, user) {
+		return true
+	}
+	if s.AllowedGroup == "" || s.Client == nil {
+		return false
+	}
+	members, err := s.Client.GetUserGroupMembersContext(ctx, s.AllowedGroup)
+	if err != nil {
+		s.logger().Warn("user group not read; approval refused", "group", s.AllowedGroup, "error", err)
+		return false
+	}
+	return slices.Contains(members, user)
+}
+
+func parse(body []byte) (slack.InteractionCallback, error) {
+	var cb slack.InteractionCallback
+	vals, err := url.ParseQuery(string(body))
+	if err != nil {
+		return cb, err
+	}
+	payload := vals.Get("payload")
+	if payload == "" {
+		return cb, errors.New("no payload")
+	}
+	if err := json.Unmarshal([]byte(payload), &cb); err != nil {
+		return cb, fmt.Errorf("payload: %w", err)
+	}
+	return cb, nil
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
