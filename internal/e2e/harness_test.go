@@ -36,6 +36,8 @@ type stack struct {
 	frontend string
 	// server is the embedded Temporal server, for tests that stop it.
 	server *temporalserver.Server
+	// noKubelet leaves check Pods running (a test that stops the worker mid-probe).
+	noKubelet bool
 }
 
 var shared *stack
@@ -44,8 +46,26 @@ var shared *stack
 // seconds, so the release path can be watched end to end; every other device keeps the default.
 const releaseClass = "release.gpu.sim.devicewarden.io"
 
+// approvalClass devices need a person's approval before release.
+const approvalClass = "approval.gpu.sim.devicewarden.io"
+
+// testPolicies is the policy set of the test controllers.
+func testPolicies() (*policy.Set, error) {
+	pols, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		return nil, err
+	}
+	return pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex), nil
+}
+
 const testPolicy = `
 policies:
+  - name: approval-test
+    match: {deviceClass: ` + approvalClass + `}
+    quarantineLease: 3s
+    stabilityWindow: 1s
+    approvalRequired: true
+    approvalTimeout: 5m
   - name: release-test
     match: {deviceClass: ` + releaseClass + `}
     quarantineLease: 6s
@@ -76,12 +96,12 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	// The breaker has its own test and stack; here a cap of 10% of a few dozen devices would let
 	// one test's quarantine hold back another's.
-	pols, err := policy.Parse([]byte(testPolicy))
+	pols, err := testPolicies()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test policy:", err)
 		return 1
 	}
-	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8, Policies: pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex),
+	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8, Policies: pols,
 		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 1000}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
@@ -148,7 +168,9 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()) {
 	m := metrics.New()
 	// The simulated driver and kubelet complete probe and canary Pods by the devices' fault state.
-	opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run)
+	if !s.noKubelet {
+		opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -61,12 +61,12 @@ func watchInto(ctx context.Context, w watch.Interface, fn func(watch.Event)) {
 	}()
 }
 
-func waitState(t *testing.T, ctx context.Context, id device.ID, timeout time.Duration, ok func(policy.DeviceState) bool) policy.DeviceState {
+func waitState(t *testing.T, ctx context.Context, s *stack, id device.ID, timeout time.Duration, ok func(policy.DeviceState) bool) policy.DeviceState {
 	t.Helper()
 	var st policy.DeviceState
 	eventually(t, timeout, "state of "+id.String(), func() error {
 		var err error
-		if st, err = queryState(ctx, id.WorkflowID()); err != nil {
+		if st, err = stateOf(ctx, s, id); err != nil {
 			return err
 		}
 		if !ok(st) {
@@ -165,13 +165,13 @@ func TestReleasePath(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, bad, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	waitState(t, ctx, shared, bad, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
 	// The job leaves the device (migration is another workflow's work), freeing it for probes.
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, "trainer", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	st := waitState(t, ctx, bad, time.Minute, func(st policy.DeviceState) bool { return st.LastProbe != nil })
+	st := waitState(t, ctx, shared, bad, time.Minute, func(st policy.DeviceState) bool { return st.LastProbe != nil })
 	if st.State != policy.Quarantined || st.LastProbe.Passed || !strings.Contains(st.LastProbe.Reason, "XID 79") {
 		t.Fatalf("probe on a broken device: state %s, probe %+v", st.State, st.LastProbe)
 	}
@@ -194,7 +194,7 @@ func TestReleasePath(t *testing.T) {
 	if err := sim.SetFault(ctx, kube, bad, corev1.ResourceHealthStatusHealthy, ""); err != nil {
 		t.Fatal(err)
 	}
-	st = waitState(t, ctx, bad, time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	st = waitState(t, ctx, shared, bad, time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
 	if len(st.Closed) != 1 || st.Closed[0].ClosedBy != policy.Actor || !strings.Contains(st.Closed[0].CloseReason, "canary passed") {
 		t.Fatalf("closed record %+v", st.Closed)
 	}
@@ -275,7 +275,7 @@ func TestRuleDeletedByHandThenUnhealthyAgain(t *testing.T) {
 		}
 		return nil
 	})
-	st := waitState(t, ctx, bad, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined && len(st.Closed) == 1 })
+	st := waitState(t, ctx, shared, bad, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined && len(st.Closed) == 1 })
 	if c := st.Closed[0]; !strings.Contains(c.CloseReason, "deleted outside DeviceWarden") || c.ClosedBy == "" {
 		t.Fatalf("closed record %+v", c)
 	}
@@ -327,7 +327,7 @@ func TestOperatorCommands(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, dev, corev1.ResourceHealthStatusUnknown, "driver restarting"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, dev, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	waitState(t, ctx, shared, dev, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
 	if err := shared.temporal.SignalWorkflow(ctx, dev.WorkflowID(), "", workflows.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestOperatorCommands(t *testing.T) {
 		_, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, dev.TaintRuleName(), metav1.GetOptions{})
 		return err
 	})
-	st := waitState(t, ctx, dev, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	st := waitState(t, ctx, shared, dev, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
 	if st.Dropped != 1 || !strings.Contains(st.LastDropped, "does not decode") {
 		t.Fatalf("dropped %d %q", st.Dropped, st.LastDropped)
 	}

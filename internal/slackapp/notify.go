@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -41,7 +42,8 @@ type Notifier struct {
 
 // NewClient is a Web API client; apiURL overrides Slack's address (a proxy, or a test server).
 func NewClient(token, apiURL string) *slack.Client {
-	var opts []slack.Option
+	// A Slack that hangs must not hold a remediation: every call gives up after 5 s.
+	opts := []slack.Option{slack.OptionHTTPClient(&http.Client{Timeout: 5 * time.Second})}
 	if apiURL != "" {
 		if !strings.HasSuffix(apiURL, "/") {
 			apiURL += "/"

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/internal/slackapp"
+)
+
+// freedQuarantine quarantines a device of the given class and frees it (its Pod leaves), so that
+// its review's probe and canary can run.
+func freedQuarantine(t *testing.T, ctx context.Context, s *stack, prefix, class string) device.ID {
+	t.Helper()
+	if err := sim.EnsureClass(ctx, s.kube, class); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreateNodes(ctx, s.kube, prefix, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-1"}
+	runningPod(t, ctx, s.kube, sim.Workload{Namespace: prefix, Name: "trainer", Node: nodes[0], Index: ptr.To(1), Template: true, DeviceClass: class})
+	if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 63"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "quarantined", func() error {
+		_, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{})
+		return err
+	})
+	if err := s.kube.CoreV1().Pods(prefix).Delete(ctx, "trainer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestSlackApproval: a device whose policy needs approval waits after probe, canary and window;
+// an Approve button press, signed as Slack signs it, reaches the real workflow through the
+// approvals endpoint and releases the device.
+func TestSlackApproval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := freedQuarantine(t, ctx, shared, "approve", approvalClass)
+	st := waitState(t, ctx, shared, id, time.Minute, func(st policy.DeviceState) bool {
+		return st.Review != nil && st.Review.Stage == policy.StageApproval
+	})
+	if _, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("rule gone before approval: %v", err)
+	}
+	if !strings.Contains(st.Summary(), "waiting for approval") {
+		t.Fatalf("summary %q", st.Summary())
+	}
+	srv := &slackapp.Server{SigningSecret: "e2e-secret", Decider: slackapp.TemporalDecider{Client: shared.temporal}, AllowedUsers: []string{"UOPS"}}
+	press := func(user string) int {
+		payload, _ := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": user, "name": user},
+			"actions": []map[string]string{{"block_id": "devicewarden-approval", "action_id": slackapp.ActionApprove, "value": id.String(), "type": "button"}}})
+		body := url.Values{"payload": {string(payload)}}.Encode()
+		stamp := strconv.FormatInt(time.Now().Unix(), 10)
+		mac := hmac.New(sha256.New, []byte("e2e-secret"))
+		mac.Write([]byte("v0:" + stamp + ":" + body))
+		r := httptest.NewRequest(http.MethodPost, "/slack/interactivity", strings.NewReader(body))
+		r.Header.Set("X-Slack-Request-Timestamp", stamp)
+		r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		srv.Wait()
+		return w.Code
+	}
+	if code := press("USTRANGER"); code != http.StatusOK {
+		t.Fatalf("stranger: %d", code)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != policy.Recovering {
+		t.Fatalf("a stranger's approval changed the device: %s %v", st.State, err)
+	}
+	if code := press("UOPS"); code != http.StatusOK {
+		t.Fatalf("approver: %d", code)
+	}
+	st = waitState(t, ctx, shared, id, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	if st.Closed[0].ClosedBy != "slack:UOPS" {
+		t.Fatalf("closed by %q", st.Closed[0].ClosedBy)
+	}
+}
+
+// TestWorkerStoppedMidProbe: the worker stops while the probe Pod runs; the probe Pod is cleaned
+// up, the restarted worker probes again, and there is never more than one probe Pod.
+func TestWorkerStoppedMidProbe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	pols, err := testPolicies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := app.ControllerOptions{Workers: 4, Policies: pols}
+	s.noKubelet = true // the probe Pod keeps running until the worker is gone
+	_, stop1 := s.controller(opts)
+	id := freedQuarantine(t, ctx, s, "midprobe", releaseClass)
+	probeNS := policy.DefaultProbeNamespace
+	eventually(t, time.Minute, "probe pod running", func() error {
+		pods, err := s.kube.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("probe pods %v (%v)", len(pods.Items), err)
+		}
+		return nil
+	})
+	stop1()
+	eventually(t, 30*time.Second, "probe pod cleaned up after the worker stopped", func() error {
+		pods, err := s.kube.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 0 {
+			return fmt.Errorf("%d probe pods left (%v)", len(pods.Items), err)
+		}
+		return nil
+	})
+	s.noKubelet = false
+	_, stop2 := s.controller(opts)
+	defer stop2()
+	st := waitState(t, ctx, s, id, 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	// One review, whose probe outcome was recorded once (by the restarted worker).
+	reviews := 0
+	for _, tr := range st.Transitions {
+		if tr.To == policy.Recovering && tr.From != policy.Recovering {
+			reviews++
+		}
+	}
+	if len(st.Closed) != 1 || reviews != 1 || st.LastProbe == nil || !st.LastProbe.Passed {
+		t.Fatalf("closed %d, reviews %d, probe %+v; transitions %+v", len(st.Closed), reviews, st.LastProbe, st.Transitions)
+	}
+	pods, err := s.kube.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 0 {
+		t.Fatalf("probe pods left: %d (%v)", len(pods.Items), err)
+	}
+}
