@@ -44,6 +44,22 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	wb.Flags().IntVar(&w.Updates, "updates", 20000, "status updates in the storm (half change health, half do not)")
 	wb.Flags().IntVar(&w.Concurrency, "concurrency", 32, "parallel writers")
 	wb.Flags().StringVar(&w.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var r bench.ReleaseOptions
+	rel := &cobra.Command{
+		Use:   "release",
+		Short: "Recovery review cost: device fixed + release until its rule is deleted (zero stability window), then many at once",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if r.Devices < 1 || r.Sequential < 0 {
+				return fmt.Errorf("--devices must be >= 1 and --sequential >= 0")
+			}
+			r.Out = c.OutOrStdout()
+			return bench.Release(c.Context(), r)
+		},
+	}
+	rel.Flags().IntVar(&r.Devices, "devices", 120, "devices to quarantine and release")
+	rel.Flags().IntVar(&r.Sequential, "sequential", 20, "of those, released one at a time for latency; the rest at once")
+	rel.Flags().StringVar(&r.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	var kubeconfig string
 	child := &cobra.Command{
 		Use:    "watcher-child",
@@ -55,6 +71,6 @@ func newBenchCmd(_ *globals) *cobra.Command {
 		},
 	}
 	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
-	cmd.AddCommand(q, wb, child)
+	cmd.AddCommand(q, wb, rel, child)
 	return cmd
 }

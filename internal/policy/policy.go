@@ -333,7 +333,7 @@ func (p Policy) Validate() error {
 		name string
 		v    JSONDuration
 	}{{"toleranceWindow", p.ToleranceWindow}, {"backoffCap", p.BackoffCap}, {"heartbeatLimit", p.HeartbeatLimit},
-		{"stabilityWindow", p.StabilityWindow}, {"quarantineLease", p.QuarantineLease}, {"approvalTimeout", p.ApprovalTimeout},
+		{"quarantineLease", p.QuarantineLease}, {"approvalTimeout", p.ApprovalTimeout},
 		{"probe.timeout", p.Probe.Timeout}, {"canary.timeout", p.Canary.Timeout}} {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be positive, got %s", d.name, d.v.D())
@@ -346,6 +346,9 @@ func (p Policy) Validate() error {
 		if c.c.Image == "" || c.c.Namespace == "" {
 			return fmt.Errorf("%s.image and %s.namespace must be set", c.name, c.name)
 		}
+	}
+	if p.StabilityWindow < 0 {
+		return fmt.Errorf("stabilityWindow must not be negative, got %s", p.StabilityWindow)
 	}
 	if p.BackoffCap < p.ToleranceWindow {
 		return fmt.Errorf("backoffCap (%s) must be at least toleranceWindow (%s)", p.BackoffCap, p.ToleranceWindow)

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// ReleaseOptions configures the release benchmark.
+type ReleaseOptions struct {
+	Devices int
+	// Sequential devices are released one at a time for the latency figures; the rest at once.
+	Sequential int
+	CacheDir   string
+	Out        io.Writer
+}
+
+// Release measures the recovery review's own cost on a fresh stack: devices are quarantined and
+// freed, then fixed in the simulator and released by an operator `release`; with a zero stability
+// window the time until the rule is deleted is probe + probation + canary + release. First one
+// device at a time (latency), then all the others at once (releases per second).
+func Release(ctx context.Context, o ReleaseOptions) error {
+	dir, err := os.MkdirTemp("", "devicewarden-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, kube, err := startCluster(ctx, dir, o.CacheDir, o.Out, false, 200, 400)
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
+		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	pols, err := policy.Parse([]byte("default:\n  stabilityWindow: 0s\n"))
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		opts := app.ControllerOptions{Workers: 8, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20},
+			Policies: pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex),
+			Extra:    []func(context.Context) error{(&sim.Kubelet{Kube: kube, Logger: logger}).Run}}
+		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	targets, err := setupPods(ctx, kube, o.Devices, o.Out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "[bench] quarantining %d devices, then freeing them\n", len(targets))
+	for _, tg := range targets {
+		if err := sim.SetFault(ctx, kube, tg.id, corev1.ResourceHealthStatusUnhealthy, "bench"); err != nil {
+			return err
+		}
+		if err := sim.WriteHealth(ctx, kube, tg.t, sim.CDIDeviceID(tg.id), corev1.ResourceHealthStatusUnhealthy, "bench"); err != nil {
+			return err
+		}
+	}
+	if err := waitRules(ctx, kube, len(targets)); err != nil {
+		return err
+	}
+	if err := kube.CoreV1().Pods("bench").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	if err := waitFreed(ctx, kube); err != nil {
+		return err
+	}
+	deleted, stop, err := watchRuleDeletions(ctx, kube)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	release := func(tg benchTarget) error {
+		if err := sim.SetFault(ctx, kube, tg.id, corev1.ResourceHealthStatusHealthy, ""); err != nil {
+			return err
+		}
+		_, err := workflows.SendCommand(ctx, tc.Client, tg.id, policy.Command{Kind: policy.CmdRelease, Actor: "bench"}, nil)
+		return err
+	}
+	seq := min(o.Sequential, len(targets))
+	fmt.Fprintf(o.Out, "[bench] releasing %d devices one at a time\n", seq)
+	var lat []time.Duration
+	for _, tg := range targets[:seq] {
+		start := time.Now()
+		if err := release(tg); err != nil {
+			return err
+		}
+		select {
+		case at := <-deleted(tg.id.TaintRuleName()):
+			lat = append(lat, at.Sub(start))
+		case <-time.After(2 * time.Minute):
+			return fmt.Errorf("%s not released after 2m", tg.id)
+		}
+	}
+	printLatency(o.Out, "device fixed + release -> rule deleted (probe, probation, canary, zero window)", lat)
+	rest := targets[seq:]
+	if len(rest) == 0 {
+		return nil
+	}
+	fmt.Fprintf(o.Out, "[bench] releasing %d devices at once\n", len(rest))
+	start := time.Now()
+	errs := make(chan error, len(rest))
+	for _, tg := range rest {
+		go func() { errs <- release(tg) }()
+	}
+	for range rest {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	var all []time.Duration
+	for _, tg := range rest {
+		select {
+		case at := <-deleted(tg.id.TaintRuleName()):
+			all = append(all, at.Sub(start))
+		case <-time.After(5 * time.Minute):
+			return fmt.Errorf("%s not released after 5m", tg.id)
+		}
+	}
+	elapsed := time.Since(start)
+	printLatency(o.Out, "  time to release, all at once", all)
+	fmt.Fprintf(o.Out, "%d devices reviewed at once: all released in %s: %.1f releases/s\n", len(rest), elapsed.Round(time.Millisecond), float64(len(rest))/elapsed.Seconds())
+	return nil
+}
+
+func waitRules(ctx context.Context, kube kubernetes.Interface, n int) error {
+	return waitUntil(ctx, 2*time.Minute, func() (bool, error) {
+		rules, err := kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+		return err == nil && len(rules.Items) >= n, err
+	})
+}
+
+func waitFreed(ctx context.Context, kube kubernetes.Interface) error {
+	return waitUntil(ctx, 3*time.Minute, func() (bool, error) {
+		claims, err := kube.ResourceV1().ResourceClaims("bench").List(ctx, metav1.ListOptions{})
+		return err == nil && len(claims.Items) == 0, err
+	})
+}
+
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// watchRuleDeletions records when each DeviceTaintRule is deleted; deleted(name) yields that time.
+func watchRuleDeletions(ctx context.Context, kube kubernetes.Interface) (func(string) <-chan time.Time, func(), error) {
+	w, err := kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch device taint rules: %w", err)
+	}
+	var mu sync.Mutex
+	chans := map[string]chan time.Time{}
+	get := func(name string) chan time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		if chans[name] == nil {
+			chans[name] = make(chan time.Time, 1)
+		}
+		return chans[name]
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if r, ok := ev.Object.(*resourcev1.DeviceTaintRule); ok && ev.Type == watch.Deleted {
+				select {
+				case get(r.Name) <- time.Now():
+				default:
+				}
+			}
+		}
+	}()
+	return func(name string) <-chan time.Time { return get(name) }, w.Stop, nil
+}
