@@ -41,6 +41,7 @@ vet:
 bench: build control-plane ## Benchmarks against the real local stack; figures go in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/
 	$(BIN) bench quarantine --devices 200 --log-level warn
+	$(BIN) bench release --devices 120 --sequential 20 --log-level error
 	$(BIN) bench watcher --pods 10000 --updates 20000 --log-level warn
 
 clean:

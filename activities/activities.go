@@ -43,7 +43,7 @@ type Activities struct {
 	DryRun bool
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
 	Approvals Approver
-	// CheckPoll is how often a probe or canary Pod is looked at (default 250 ms).
+	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
 
 	devices deviceCount

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -82,29 +83,73 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepRe
 	if err := a.createCheck(ctx, in, ns, name, sel, node); err != nil {
 		return policy.StepResult{}, err
 	}
-	poll := a.CheckPoll
-	if poll <= 0 {
-		poll = 250 * time.Millisecond
-	}
 	deadline := time.Now().Add(in.Check.Timeout.D())
+	pod, err := a.awaitPod(ctx, ns, name, deadline)
+	if err != nil {
+		return policy.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, name, err)
+	}
+	res, done := checkOutcome(pod)
+	if !done {
+		return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
+	}
+	a.countCheck(in.Kind, res.Passed)
+	res.Pod, res.At = ns+"/"+name, time.Now()
+	return res, nil
+}
+
+// awaitPod watches the Pod until it finishes or the deadline passes, heartbeating meanwhile, and
+// returns its last state. A watch that ends early is resumed from the Pod's newest version.
+func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline time.Time) (*corev1.Pod, error) {
+	beat := a.CheckPoll
+	if beat <= 0 {
+		beat = 5 * time.Second
+	}
+	pods := a.Kube.CoreV1().Pods(ns)
 	for {
 		activity.RecordHeartbeat(ctx, name)
-		pod, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return policy.StepResult{}, fmt.Errorf("get %s pod %s/%s: %w", in.Kind, ns, name, err)
+			return nil, err
 		}
-		if res, done := checkOutcome(pod); done {
-			a.countCheck(in.Kind, res.Passed)
-			res.Pod, res.At = ns+"/"+name, time.Now()
-			return res, nil
+		if _, done := checkOutcome(pod); done || !time.Now().Before(deadline) {
+			return pod, nil
 		}
-		if time.Now().After(deadline) {
-			return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: pod.ResourceVersion})
+		if err != nil {
+			return nil, err
 		}
-		select {
-		case <-ctx.Done():
-			return policy.StepResult{}, ctx.Err()
-		case <-time.After(poll):
+		done := func() bool {
+			defer w.Stop()
+			ticker := time.NewTicker(beat)
+			defer ticker.Stop()
+			until := time.NewTimer(time.Until(deadline))
+			defer until.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return true
+				case <-until.C:
+					return true
+				case <-ticker.C:
+					activity.RecordHeartbeat(ctx, name)
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						return false
+					}
+					if p, isPod := ev.Object.(*corev1.Pod); isPod {
+						if _, finished := checkOutcome(p); finished || ev.Type == watch.Deleted {
+							return true
+						}
+					}
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if done {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			return p, err
 		}
 	}
 }

@@ -51,15 +51,6 @@ func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health
 	})
 }
 
-// Faults returns the fault state of every device of a pool.
-func Faults(ctx context.Context, cs kubernetes.Interface, id device.ID) (map[string]Fault, error) {
-	s, err := poolSlice(ctx, cs, id)
-	if err != nil {
-		return nil, err
-	}
-	return readFaults(s), nil
-}
-
 func readFaults(s *resourcev1.ResourceSlice) map[string]Fault {
 	faults := map[string]Fault{}
 	if v := s.Annotations[AnnotationFaults]; v != "" {

@@ -43,12 +43,22 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		pods, err := k.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("status.phase", string(corev1.PodRunning)).String()})
 		if err == nil {
+			var faults faultState
 			for i := range pods.Items {
-				if err := k.complete(ctx, &pods.Items[i]); err != nil && ctx.Err() == nil {
+				if !runsToCompletion(&pods.Items[i]) {
+					continue
+				}
+				if faults == nil {
+					if faults, err = k.faults(ctx); err != nil {
+						break
+					}
+				}
+				if err := k.complete(ctx, &pods.Items[i], faults); err != nil && ctx.Err() == nil {
 					logger.Warn("sim kubelet: pod not completed", "pod", pods.Items[i].Namespace+"/"+pods.Items[i].Name, "error", err)
 				}
 			}
-		} else if ctx.Err() == nil {
+		}
+		if err != nil && ctx.Err() == nil {
 			logger.Warn("sim kubelet: list pods failed", "error", err)
 		}
 		select {
@@ -71,11 +81,23 @@ func runsToCompletion(pod *corev1.Pod) bool {
 	return true
 }
 
-// complete finishes one running Pod according to the fault state of its devices.
-func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod) error {
-	if !runsToCompletion(pod) {
-		return nil
+// faultState is every pool's faults, read once per pass: pool -> device -> fault.
+type faultState map[string]map[string]Fault
+
+func (k *Kubelet) faults(ctx context.Context) (faultState, error) {
+	list, err := k.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + Driver})
+	if err != nil {
+		return nil, fmt.Errorf("list resource slices: %w", err)
 	}
+	out := faultState{}
+	for i := range list.Items {
+		out[list.Items[i].Spec.Pool.Name] = readFaults(&list.Items[i])
+	}
+	return out, nil
+}
+
+// complete finishes one running Pod according to the fault state of its devices.
+func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultState) error {
 	devs, err := k.podDevices(ctx, pod)
 	if err != nil {
 		return err
@@ -89,12 +111,8 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod) error {
 	failed := ""
 	for entry, ids := range devs {
 		for _, id := range ids {
-			faults, err := Faults(ctx, k.Kube, id)
-			if err != nil {
-				return err
-			}
 			r := report{entry: entry, id: id}
-			if f, ok := faults[id.Device]; ok {
+			if f, ok := state[id.Pool][id.Device]; ok {
 				r.fault = &f
 				failed = fmt.Sprintf("device %s %s: %s", id, f.Health, f.Message)
 			}
