@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	sdkpb "go.temporal.io/api/sdk/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -68,6 +69,21 @@ func TestSlackApproval(t *testing.T) {
 	if !strings.Contains(st.Summary(), "waiting for approval") {
 		t.Fatalf("summary %q", st.Summary())
 	}
+	// The Temporal UI shows the same line: the workflow's current details.
+	eventually(t, 5*time.Second, "current details in the workflow metadata", func() error {
+		v, err := shared.temporal.QueryWorkflow(ctx, id.WorkflowID(), "", "__temporal_workflow_metadata")
+		if err != nil {
+			return err
+		}
+		var md sdkpb.WorkflowMetadata
+		if err := v.Get(&md); err != nil {
+			return err
+		}
+		if !strings.Contains(md.GetCurrentDetails(), "waiting for approval until") {
+			return fmt.Errorf("current details %q", md.GetCurrentDetails())
+		}
+		return nil
+	})
 	srv := &slackapp.Server{SigningSecret: "e2e-secret", Decider: slackapp.TemporalDecider{Client: shared.temporal}, AllowedUsers: []string{"UOPS"}}
 	press := func(user string) int {
 		payload, _ := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": user, "name": user},
@@ -98,6 +114,7 @@ func TestSlackApproval(t *testing.T) {
 	if st.Closed[0].ClosedBy != "slack:UOPS" {
 		t.Fatalf("closed by %q", st.Closed[0].ClosedBy)
 	}
+	recordHistory(t, ctx, shared.temporal, id.WorkflowID(), "device_approval.json")
 }
 
 // TestWorkerStoppedMidProbe: the worker stops while the probe Pod runs; the probe Pod is cleaned
@@ -151,5 +168,48 @@ func TestWorkerStoppedMidProbe(t *testing.T) {
 	pods, err := s.kube.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 0 {
 		t.Fatalf("probe pods left: %d (%v)", len(pods.Items), err)
+	}
+}
+
+// TestDryRunTurnedOff: with --dry-run the rule only previews (effect None); restarted without it,
+// the controller turns the still-failed device's rule into a real one.
+func TestDryRunTurnedOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	_, stop1 := s.controller(app.ControllerOptions{Workers: 4, DryRun: true})
+	nodes, err := sim.CreateNodes(ctx, s.kube, "dry", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-0"}
+	runningPod(t, ctx, s.kube, sim.Workload{Namespace: "dry", Name: "trainer", Node: nodes[0], Index: ptr.To(0), Template: true})
+	if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	effect := func(want string) func() error {
+		return func() error {
+			r, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if string(r.Spec.Taint.Effect) != want {
+				return fmt.Errorf("effect %s, want %s", r.Spec.Taint.Effect, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, 30*time.Second, "preview rule", effect("None"))
+	stop1()
+	_, stop2 := s.controller(app.ControllerOptions{Workers: 4})
+	defer stop2()
+	eventually(t, 30*time.Second, "real rule after dry run is off", effect("NoSchedule"))
+	st := waitState(t, ctx, s, id, 10*time.Second, func(st policy.DeviceState) bool { return st.Quarantine != nil && st.Quarantine.Effect == "NoSchedule" })
+	if st.State != policy.Quarantined || len(st.Closed) != 0 {
+		t.Fatalf("state %s, closed %+v", st.State, st.Closed)
 	}
 }

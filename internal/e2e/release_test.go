@@ -236,6 +236,7 @@ func TestReleasePath(t *testing.T) {
 		t.Fatalf("%d check pods at once", maxPods)
 	}
 	t.Logf("check pods: %v", pods.all())
+	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_release.json")
 }
 
 // TestRuleDeletedByHandThenUnhealthyAgain is the regression: a rule someone deletes is recorded
@@ -286,6 +287,7 @@ func TestRuleDeletedByHandThenUnhealthyAgain(t *testing.T) {
 	if !released {
 		t.Fatalf("no Released transition: %+v", st.Transitions)
 	}
+	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_rule_deleted.json")
 }
 
 // TestOperatorCommands: force-quarantine of a device without a workflow starts one and taints it;
@@ -342,6 +344,13 @@ func TestOperatorCommands(t *testing.T) {
 	if st.Dropped != 1 || !strings.Contains(st.LastDropped, "does not decode") {
 		t.Fatalf("dropped %d %q", st.Dropped, st.LastDropped)
 	}
+	recordHistory(t, ctx, shared.temporal, dev.WorkflowID(), "device_malformed_signal.json")
+	// Extend, then query: the update's answer and the rule's expiry agree.
+	res, err = workflows.SendCommand(ctx, shared.temporal, dev, policy.Command{Kind: policy.CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}, nil)
+	if err != nil || res.State != policy.Quarantined || !strings.Contains(res.Message, "extended by 48h0m0s") {
+		t.Fatalf("extend: %+v %v", res, err)
+	}
+	recordHistory(t, ctx, shared.temporal, sdc.WorkflowID(), "device_force.json")
 }
 
 // TestRuleActivitiesOnTheRealAPIServer: dry run read per call, expiry written by a refresh, a

@@ -33,6 +33,11 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 				st.Stale = false
 				return st.evaluate(obs.Health, now, "fresh report after staleness")
 			}
+			if st.ReleasePath && st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted) {
+				// Every heartbeat re-reads the fence: a rule removed by hand, or a dry run switched
+				// off, is seen within one heartbeat interval.
+				return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(st.State), Reason: "heartbeat"}}
+			}
 		}
 		return nil
 	}
@@ -142,7 +147,9 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 		}
 	}
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
-		if st.ReleasePath && st.State == Quarantined && !st.Paused {
+		// A restriction whose Pods are gone gets the same review; one still in use recovers when
+		// its Pods report Healthy again.
+		if st.ReleasePath && !st.Paused && (st.State == Quarantined || len(st.Reporters) == 0) {
 			return append(acts, st.startReview("quarantine lease ended", Actor, now)...)
 		}
 		// Never a silent release: the lease is renewed and the expiry is audited and alerted.

@@ -41,10 +41,12 @@ type Review struct {
 	Actor     string    `json:"actor"`
 	StartedAt time.Time `json:"startedAt"`
 	Stage     Stage     `json:"stage"`
-	// ProbeSkipped is set for a restriction whose policy skips the probe.
-	ProbeSkipped bool        `json:"probeSkipped,omitempty"`
-	Probe        *StepResult `json:"probe,omitempty"`
-	Canary       *StepResult `json:"canary,omitempty"`
+	// ProbeSkipped is set for a restriction whose policy skips the probe; CanarySkipped (and
+	// ProbeSkipped) for a restricted device still in use, whose own Pods report it Healthy.
+	ProbeSkipped  bool        `json:"probeSkipped,omitempty"`
+	CanarySkipped bool        `json:"canarySkipped,omitempty"`
+	Probe         *StepResult `json:"probe,omitempty"`
+	Canary        *StepResult `json:"canary,omitempty"`
 	// Until ends the stability window (StageStability) or the wait for approval (StageApproval).
 	Until      time.Time `json:"until,omitempty"`
 	ApprovedBy string    `json:"approvedBy,omitempty"`
@@ -97,6 +99,12 @@ func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Actio
 	r := &Review{From: st.State, Trigger: trigger, Actor: actor, StartedAt: now, Stage: StageProbe}
 	st.Review = r
 	st.transition(Recovering, "recovery review started: "+trigger, actor, now)
+	if r.From == Restricted && len(st.Reporters) > 0 {
+		// Still in use: a probe or canary cannot get the device, and its own Pods' Healthy
+		// reports are the evidence. Probation keeps new work off it through the window.
+		r.ProbeSkipped, r.CanarySkipped = true, true
+		return st.toProbation()
+	}
 	if r.From == Restricted && !st.Policy.ProbeRestricted {
 		r.ProbeSkipped = true
 		return st.toProbation()
@@ -131,10 +139,17 @@ func (st *DeviceState) CheckDone(kind ActionKind, res StepResult, now time.Time)
 		if !res.Passed {
 			return st.reviewFailed("canary failed: "+res.Reason, true, Actor, now)
 		}
-		r.Stage, r.Until = StageStability, now.Add(st.Policy.StabilityWindow.D())
-		if !r.Until.After(now) {
-			return st.stabilityDone(now)
-		}
+		return st.startWindow(now)
+	}
+	return nil
+}
+
+// startWindow begins the stability window on probation (or ends it at once when it is zero).
+func (st *DeviceState) startWindow(now time.Time) []Action {
+	r := st.Review
+	r.Stage, r.Until = StageStability, now.Add(st.Policy.StabilityWindow.D())
+	if !r.Until.After(now) {
+		return st.stabilityDone(now)
 	}
 	return nil
 }
@@ -151,6 +166,9 @@ func (st *DeviceState) RuleRefreshed(a Action, effect string, failure string, no
 		st.Quarantine.Effect = effect
 	}
 	if st.Review != nil && st.Review.Stage == StageProbation && a.Key == TaintProbation {
+		if st.Review.CanarySkipped {
+			return st.startWindow(now)
+		}
 		st.Review.Stage = StageCanary
 		canary := st.Policy.Canary
 		return []Action{{Kind: ActCanary, Check: &canary, Reason: "canary on probation", Actor: Actor}}
@@ -172,6 +190,8 @@ func (st *DeviceState) reviewSummary() string {
 	r := st.Review
 	s := "probe "
 	switch {
+	case r.CanarySkipped:
+		s = "probe and canary skipped (still in use, its Pods report Healthy)"
 	case r.ProbeSkipped:
 		s += "skipped (restriction)"
 	case r.Probe != nil:

@@ -262,32 +262,76 @@ func restricted(p Policy) *DeviceState {
 }
 
 func TestRestrictedDeviceRecoversOnHealthy(t *testing.T) {
+	// Still in use: its own Pods' Healthy reports are the evidence; probe and canary are skipped
+	// (they could not get the device), probation keeps new work off it through the window.
 	st := restricted(Default())
 	if st.State != Restricted {
 		t.Fatalf("state %s", st.State)
 	}
-	wantKinds(t, "healthy again", st.Observe(obs(device.Healthy, 2, ""), t0.Add(10*time.Minute)), ActProbe)
-	if st.Review.From != Restricted {
-		t.Fatalf("review from %s", st.Review.From)
+	at := t0.Add(10 * time.Minute)
+	acts := st.Observe(obs(device.Healthy, 2, ""), at)
+	wantKinds(t, "healthy again", acts, ActRefreshRule)
+	if st.Review.From != Restricted || !st.Review.ProbeSkipped || !st.Review.CanarySkipped || acts[0].Key != TaintProbation {
+		t.Fatalf("review %+v", st.Review)
 	}
-	// A failed probe returns it to Restricted, with the NoSchedule effect of a restriction.
-	acts := st.CheckDone(ActProbe, StepResult{Reason: "no", At: t0}, t0.Add(11*time.Minute))
-	if st.State != Restricted || acts[0].Effect != EffectNoSchedule {
-		t.Fatalf("after failed probe: %s %+v", st.State, acts[0])
+	wantKinds(t, "probation applied", st.RuleRefreshed(acts[0], EffectNoSchedule, "", at))
+	if st.Review.Stage != StageStability {
+		t.Fatalf("stage %s", st.Review.Stage)
 	}
-
-	p := Default()
-	p.ProbeRestricted = false
-	p.TaintEffect = EffectNoExecute
-	st = restricted(p)
-	acts = st.Observe(obs(device.Healthy, 2, ""), t0.Add(10*time.Minute))
-	wantKinds(t, "probe skipped", acts, ActRefreshRule)
-	if !st.Review.ProbeSkipped || acts[0].Key != TaintProbation {
-		t.Fatalf("skip probe: %+v", st.Review)
-	}
+	wantKinds(t, "window over", st.Tick(at.Add(30*time.Minute)), ActRelease)
 	if st.FirstReviewPassed() {
 		t.Fatal("a review without a probe counts toward false quarantines")
 	}
+	st.ReleaseDone(at.Add(30 * time.Minute))
+	if st.State != Released || !strings.Contains(st.Closed[0].CloseReason, "its Pods report Healthy") {
+		t.Fatalf("released: %s %+v", st.State, st.Closed)
+	}
+
+	// An Unknown report on probation sends it back to Restricted, with a restriction's effect.
+	st = restricted(Default())
+	st.Observe(obs(device.Healthy, 2, ""), at)
+	acts = st.Observe(obs(device.Unknown, 3, ""), at.Add(time.Minute))
+	if st.State != Restricted || acts[0].Effect != EffectNoSchedule || acts[0].Key != TaintQuarantine {
+		t.Fatalf("Unknown on probation: %s %+v", st.State, acts)
+	}
+}
+
+func TestFreedRestrictionIsReviewedAtLeaseEnd(t *testing.T) {
+	p := Default()
+	p.TaintEffect = EffectNoExecute
+	st := restricted(p)
+	st.Observe(Observation{Device: dev, Node: "node-1", Health: device.Unknown, StatusVersion: "2", ObservedAt: t0}, t0.Add(6*time.Minute))
+	end := st.Quarantine.ExpiresAt
+	wantKinds(t, "lease end, device free", st.Tick(end), ActProbe)
+	acts := st.CheckDone(ActProbe, StepResult{Reason: "no", At: end}, end)
+	if st.State != Restricted || acts[0].Effect != EffectNoSchedule {
+		t.Fatalf("failed probe of a restriction: %s %+v", st.State, acts[0])
+	}
+
+	p.ProbeRestricted = false
+	st = restricted(p)
+	st.Observe(Observation{Device: dev, Node: "node-1", Health: device.Unknown, StatusVersion: "2", ObservedAt: t0}, t0.Add(6*time.Minute))
+	acts = st.Tick(st.Quarantine.ExpiresAt)
+	wantKinds(t, "probe skipped", acts, ActRefreshRule)
+	wantKinds(t, "canary still runs", st.RuleRefreshed(acts[0], EffectNoSchedule, "", st.Quarantine.ExpiresAt), ActCanary)
+
+	// Still in use and still Unknown at lease end: renewed, alerted, the rule's expiry rewritten.
+	st = restricted(Default())
+	acts = st.Tick(st.Quarantine.ExpiresAt)
+	wantKinds(t, "in use at lease end", acts, ActAlert, ActRefreshRule)
+	if st.State != Restricted {
+		t.Fatalf("state %s", st.State)
+	}
+}
+
+func TestHeartbeatRereadsTheFence(t *testing.T) {
+	st := quarantined(Default())
+	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0.Add(2*time.Minute))
+	wantKinds(t, "heartbeat while quarantined", acts, ActInspectRule)
+	st = NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	st.Observe(obs(device.Healthy, 1, ""), t0)
+	wantKinds(t, "heartbeat while healthy", st.Observe(obs(device.Healthy, 1, ""), t0.Add(2*time.Minute)))
 }
 
 func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
