@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
@@ -53,9 +51,10 @@ func CheckName(kind policy.ActionKind, id device.ID) string {
 	return "devicewarden-" + string(kind) + "-" + hex.EncodeToString(sum[:])[:16]
 }
 
-// RunCheck runs the check Pod and waits for its outcome. The Pod's own claim can be allocated only
-// the device (its identifying attributes, on its node) and tolerates the taint of the stage. Pod and
-// claim are deleted afterwards, and by the next attempt when a worker died in between.
+// RunCheck runs the check and waits for its outcome: the probe is a Pod, the canary a Job (one
+// Pod, no retries), as a workload would run. Its own claim can be allocated only the device (its
+// identifying attributes, on its node) and tolerates the taint of the stage. Everything is deleted
+// afterwards, and by the next attempt when a worker died in between.
 func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepResult, error) {
 	name := CheckName(in.Kind, in.Device)
 	ns := in.Check.Namespace
@@ -76,7 +75,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepRe
 	if err := a.ensureNamespace(ctx, ns); err != nil {
 		return policy.StepResult{}, err
 	}
-	if err := a.clearStale(ctx, ns, name, in.Review); err != nil {
+	if err := a.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
 		return policy.StepResult{}, err
 	}
 	defer a.deleteCheck(ns, name)
@@ -84,16 +83,23 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepRe
 		return policy.StepResult{}, err
 	}
 	deadline := time.Now().Add(in.Check.Timeout.D())
-	pod, err := a.awaitPod(ctx, ns, name, deadline)
+	podName, err := a.checkPod(ctx, ns, name, deadline)
 	if err != nil {
-		return policy.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, name, err)
+		return policy.StepResult{}, fmt.Errorf("find %s pod of %s/%s: %w", in.Kind, ns, name, err)
+	}
+	if podName == "" {
+		return fail("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
+	}
+	pod, err := a.awaitPod(ctx, ns, podName, deadline)
+	if err != nil {
+		return policy.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, podName, err)
 	}
 	res, done := checkOutcome(pod)
 	if !done {
 		return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
 	}
 	a.countCheck(in.Kind, res.Passed)
-	res.Pod, res.At = ns+"/"+name, time.Now()
+	res.Pod, res.At = ns+"/"+podName, time.Now()
 	return res, nil
 }
 
@@ -286,88 +292,4 @@ func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
 	return nil
-}
-
-// clearStale removes a check Pod and claim left by an earlier review (a worker that died before
-// cleaning up) and waits until they are gone. The current review's own Pod is kept and adopted.
-func (a *Activities) clearStale(ctx context.Context, ns, name string, review int) error {
-	pod, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
-	}
-	if pod.Labels[LabelReview] == strconv.Itoa(review) && pod.DeletionTimestamp == nil {
-		return nil
-	}
-	a.deleteCheck(ns, name)
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		activity.RecordHeartbeat(ctx, "clearing "+name)
-		_, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = a.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}
-		return false, nil
-	})
-}
-
-func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string) error {
-	labels := map[string]string{LabelManagedBy: ManagedBy, LabelRole: string(in.Kind), LabelReview: strconv.Itoa(in.Review),
-		LabelDevice: labelValue(in.Device.Device)}
-	annotations := map[string]string{AnnotationDevice: in.Device.String(), AnnotationWorkflow: in.WorkflowID}
-	tolerate := policy.TaintQuarantine
-	if in.Kind == policy.ActCanary {
-		tolerate = policy.TaintProbation
-	}
-	claim := &resourcev1.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
-		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-			Name: "device",
-			Exactly: &resourcev1.ExactDeviceRequest{
-				DeviceClassName: in.DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-				Selectors:   []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: sel}}},
-				Tolerations: []resourcev1.DeviceToleration{{Key: tolerate, Operator: resourcev1.DeviceTolerationOpExists}},
-			},
-		}}}},
-	}
-	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To(int64(0)),
-			ResourceClaims:                []corev1.PodResourceClaim{{Name: "device", ResourceClaimName: ptr.To(name)}},
-			Containers: []corev1.Container{{
-				Name: string(in.Kind), Image: in.Check.Image, Command: in.Check.Command,
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "device"}}},
-			}},
-			// Nodes may be tainted while their devices are reviewed; the check must still run there.
-			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-		},
-	}
-	if node != "" {
-		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
-	}
-	if _, err := a.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s pod %s/%s: %w", in.Kind, ns, name, err)
-	}
-	return nil
-}
-
-// deleteCheck removes a check Pod and its claim; it runs even when the activity's context ended.
-func (a *Activities) deleteCheck(ns, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	opts := metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}
-	if err := a.Kube.CoreV1().Pods(ns).Delete(ctx, name, opts); err != nil && !apierrors.IsNotFound(err) {
-		slog.Default().Warn("delete check pod failed", "pod", ns+"/"+name, "error", err)
-	}
-	if err := a.Kube.ResourceV1().ResourceClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		slog.Default().Warn("delete check claim failed", "claim", ns+"/"+name, "error", err)
-	}
 }

@@ -141,7 +141,11 @@ func TestReleasePath(t *testing.T) {
 				delete(live, p.Name)
 			} else {
 				live[p.Name] = true
-				pods.add(p.Labels[activities.LabelRole] + " " + string(p.Status.Phase))
+				owner := "Pod"
+				if len(p.OwnerReferences) > 0 {
+					owner = p.OwnerReferences[0].Kind
+				}
+				pods.add(p.Labels[activities.LabelRole] + " " + owner + " " + string(p.Status.Phase))
 			}
 			maxPods = max(maxPods, len(live))
 		})
@@ -235,7 +239,11 @@ func TestReleasePath(t *testing.T) {
 	if maxPods > 1 {
 		t.Fatalf("%d check pods at once", maxPods)
 	}
-	t.Logf("check pods: %v", pods.all())
+	// The probe is a bare Pod; the canary runs as a Job, as workloads do.
+	if got := strings.Join(pods.all(), ","); !strings.Contains(got, "probe Pod Failed") || !strings.Contains(got, "probe Pod Succeeded") ||
+		!strings.Contains(got, "canary Job Succeeded") || strings.Contains(got, "canary Pod") {
+		t.Fatalf("check pods over time: %s", got)
+	}
 	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_release.json")
 }
 

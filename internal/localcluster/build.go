@@ -47,8 +47,9 @@ var kwokStages = []string{
 	"kustomize/stage/node/fast/node-initialize.yaml",
 	"kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
 	"kustomize/stage/pod/fast/pod-ready.yaml",
-	"kustomize/stage/pod/fast/pod-complete.yaml",
 	"kustomize/stage/pod/fast/pod-delete.yaml",
+	// No pod-complete stage: it would finish every Job's Pods at once whatever their devices; the
+	// simulator's kubelet (internal/sim) completes run-to-completion Pods by their devices' faults.
 }
 
 func (b *Builder) stageDir() string { return filepath.Join(b.BinDir(), "kwok-stages") }

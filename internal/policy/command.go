@@ -120,7 +120,7 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 		if st.legacyCommand(c, actor, now); st.Quarantine == nil {
 			return nil
 		}
-		return []Action{{Kind: ActRefreshRule, Key: st.ruleKey(), Effect: st.wantEffect(st.stateBeforeReview()), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}
+		return []Action{{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}
 	case CmdApprove, CmdReleaseApproval:
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return nil
@@ -178,12 +178,4 @@ func reasonSuffix(r string) string {
 		return ""
 	}
 	return ": " + r
-}
-
-// ruleKey is the taint key the device's rule carries now.
-func (st *DeviceState) ruleKey() string {
-	if st.Review != nil && (st.Review.Stage != StageProbe && st.Review.Stage != StageProbation) {
-		return TaintProbation
-	}
-	return TaintQuarantine
 }

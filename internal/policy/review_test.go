@@ -467,3 +467,150 @@ func TestJSONDuration(t *testing.T) {
 		t.Errorf("policy marshal: %s", b)
 	}
 }
+
+func TestCommandsOnRestrictionsAndReviews(t *testing.T) {
+	r := restricted(Default())
+	for _, c := range []Command{{Kind: CmdRelease, Actor: "a"}, {Kind: CmdExtend, Actor: "a"}} {
+		if err := r.Validate(c); err != nil {
+			t.Errorf("%s on a restriction: %v", c.Kind, err)
+		}
+	}
+	acts := r.Command(Command{Kind: CmdExtend, Actor: "a"}, t0.Add(10*time.Minute))
+	if want := t0.Add(5*time.Minute + 48*time.Hour); !r.Quarantine.ExpiresAt.Equal(want) || acts[0].Effect != EffectNoSchedule {
+		t.Fatalf("extend without duration: expiry %s, want %s (one more lease); %+v", r.Quarantine.ExpiresAt, want, acts)
+	}
+	q := quarantined(Default())
+	q.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
+	if err := q.Validate(Command{Kind: CmdExtend, Actor: "a"}); err == nil || !strings.Contains(err.Error(), "not quarantined") {
+		t.Fatalf("extend during a review: %v", err)
+	}
+	// Force-quarantine during a review ends it.
+	if err := q.Validate(Command{Kind: CmdForceQuarantine, Actor: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	acts = q.Command(Command{Kind: CmdForceQuarantine, Actor: "b", Reason: "still flaky"}, t0.Add(time.Minute))
+	wantKinds(t, "force during review", acts, ActRefreshRule, ActAlert)
+	if q.State != Quarantined || q.Review != nil || !strings.Contains(q.Transitions[len(q.Transitions)-1].Reason, "forced by b: still flaky") {
+		t.Fatalf("after force during review: %s %+v", q.State, q.Transitions[len(q.Transitions)-1])
+	}
+}
+
+func TestRuleSeenDuringReviewAndRestriction(t *testing.T) {
+	st := quarantined(Default())
+	st.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
+	st.Health = device.Healthy
+	wantKinds(t, "rule gone during review", st.RuleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
+	if st.State != Released || st.Review != nil {
+		t.Fatalf("state %s", st.State)
+	}
+	// A restriction whose rule vanished, still Unknown: suspected again, not tainted at once.
+	r := restricted(Default())
+	acts := r.RuleSeen(RuleInfo{Name: "r"}, t0.Add(time.Hour))
+	wantKinds(t, "restriction's rule gone", acts, ActAlert, ActAlert)
+	if r.State != Suspect {
+		t.Fatalf("state %s", r.State)
+	}
+	// Rule gone, device Unhealthy but no Pod reports it any more: released, nothing to taint.
+	q := quarantined(Default())
+	q.Reporters = nil
+	wantKinds(t, "rule gone, device idle", q.RuleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
+}
+
+func TestRefreshKeepsTheRecordTrue(t *testing.T) {
+	st := quarantined(Default())
+	st.Quarantine.Effect = EffectNone
+	st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, EffectNoSchedule, "", t0)
+	if st.Quarantine.Effect != EffectNoSchedule {
+		t.Fatalf("effect %s after a refresh", st.Quarantine.Effect)
+	}
+	st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "", t0)
+	if st.Quarantine.Effect != EffectNoSchedule {
+		t.Fatal("a refresh that reported no effect blanked the record")
+	}
+	acts := st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "conflict", t0)
+	wantKinds(t, "refresh failed outside a review", acts, ActAlert)
+	// The probation taint failing ends the review, without doubling the interval.
+	st.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
+	probation := st.CheckDone(ActProbe, pass(t0), t0)[0]
+	acts = st.RuleRefreshed(probation, "", "forbidden", t0)
+	if st.State != Quarantined || st.ReviewInterval != 0 || len(acts) != 2 {
+		t.Fatalf("probation failed: %s %s %v", st.State, st.ReviewInterval, kinds(acts))
+	}
+}
+
+func TestClosedRecordsAreBounded(t *testing.T) {
+	st := quarantined(Default())
+	for i := 0; i < maxClosed+5; i++ {
+		st.RuleSeen(RuleInfo{Name: "r", Actor: strconv.Itoa(i)}, t0)
+		st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "again"}, "r", t0)
+	}
+	if len(st.Closed) != maxClosed || st.Closed[maxClosed-1].ClosedBy != strconv.Itoa(maxClosed+4) || st.Closed[0].ClosedBy != "5" {
+		t.Fatalf("%d closed, last by %s", len(st.Closed), st.Closed[len(st.Closed)-1].ClosedBy)
+	}
+}
+
+func TestHeartbeatOnARestriction(t *testing.T) {
+	r := restricted(Default())
+	wantKinds(t, "heartbeat while restricted", r.Observe(obs(device.Unknown, 1, ""), t0.Add(time.Hour)), ActInspectRule)
+}
+
+func TestObservationKeepsClassAndNode(t *testing.T) {
+	st := NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	o := obs(device.Unknown, 1, "")
+	o.DeviceClass = "gpu.example.com"
+	st.Observe(o, t0)
+	o2 := obs(device.Unknown, 2, "")
+	o2.Node = ""
+	st.Observe(o2, t0)
+	if st.DeviceClass != "gpu.example.com" || st.Node != "node-1" {
+		t.Fatalf("class %q node %q", st.DeviceClass, st.Node)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	st := quarantined(Default())
+	if s := st.Summary(); !strings.HasPrefix(s, "Quarantined since 2026-11-29T12:00:00Z (device reported Unhealthy, by devicewarden)") ||
+		!strings.Contains(s, "next: recovery review (probe, canary, probation) at 2026-11-30T12:00:00Z") {
+		t.Fatalf("quarantined: %s", s)
+	}
+	st.Command(Command{Kind: CmdRelease, Actor: "alice"}, t0)
+	if s := st.Summary(); !strings.Contains(s, "Recovering since") || !strings.Contains(s, "next: probe running") {
+		t.Fatalf("probe: %s", s)
+	}
+	acts := st.CheckDone(ActProbe, pass(t0), t0)
+	if s := st.Next(); s != "canary running on probation" {
+		t.Fatalf("probation: %s", s)
+	}
+	st.RuleRefreshed(acts[0], EffectNoSchedule, "", t0)
+	st.CheckDone(ActCanary, pass(t0), t0)
+	if s := st.Next(); s != "release at 2026-11-29T12:30:00Z if nothing is reported" {
+		t.Fatalf("window: %s", s)
+	}
+	p := Default()
+	p.ApprovalRequired = true
+	a := quarantined(p)
+	end := review(t, a)
+	a.Tick(end)
+	if s := a.Next(); !strings.HasPrefix(s, "waiting for approval until 2026-12-01T12:30:00Z") {
+		t.Fatalf("approval: %s", s)
+	}
+	paused := quarantined(Default())
+	paused.Command(Command{Kind: CmdPause, Actor: "a"}, t0)
+	if s := paused.Summary(); !strings.Contains(s, "automatic actions paused") || !strings.Contains(s, "next: lease renewed at") {
+		t.Fatalf("paused: %s", s)
+	}
+	sus := NewState(dev, "node-1", Default(), false)
+	sus.Observe(obs(device.Unknown, 1, ""), t0)
+	if s := sus.Next(); s != "restrict at 2026-11-29T12:05:00Z unless it reports Healthy" {
+		t.Fatalf("suspect: %s", s)
+	}
+	held := NewState(dev, "node-1", Default(), false)
+	held.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
+	if s := held.Next(); s != "retry Quarantined at 2026-11-29T12:00:30Z (circuit breaker open)" {
+		t.Fatalf("held: %s", s)
+	}
+	if s := NewState(dev, "n", Default(), false).Summary(); s != "Healthy; next: nothing until the device reports trouble" {
+		t.Fatalf("fresh: %s", s)
+	}
+}

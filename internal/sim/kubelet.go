@@ -16,10 +16,10 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
-// Kubelet plays the part of kubelet and the driver for Pods that run to completion on simulated
-// nodes (restartPolicy Never, not owned by a Job, which kwok completes): once such a Pod runs, it
-// fails when one of its devices is faulty (and reports that device's health as kubelet would) and
-// succeeds otherwise. This is how probes and canaries find out whether a device was fixed.
+// Kubelet plays the part of kubelet and the driver for Pods that run to completion (restartPolicy
+// Never or OnFailure, as Jobs' Pods): once such a Pod runs, it fails when one of its devices is
+// faulty (and reports that device's health as kubelet would) and succeeds otherwise. This is how
+// probes and canaries find out whether a device was fixed.
 type Kubelet struct {
 	Kube kubernetes.Interface
 	// Poll is how often running Pods are looked at (default 100 ms).
@@ -70,15 +70,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 }
 
 func runsToCompletion(pod *corev1.Pod) bool {
-	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || pod.DeletionTimestamp != nil || len(pod.Status.ContainerStatuses) == 0 {
-		return false
-	}
-	for _, o := range pod.OwnerReferences {
-		if o.Kind == "Job" {
-			return false
-		}
-	}
-	return true
+	return pod.Spec.RestartPolicy != corev1.RestartPolicyAlways && pod.DeletionTimestamp == nil && len(pod.Status.ContainerStatuses) > 0
 }
 
 // faultState is every pool's faults, read once per pass: pool -> device -> fault.
