@@ -3,12 +3,19 @@ package bench
 import (
 	"context"
 	"io"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
+	"go.temporal.io/sdk/client"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // startCluster starts a fresh local cluster under dir and returns an admin client with the given rate limits.
@@ -28,4 +35,52 @@ func startCluster(ctx context.Context, dir, cacheDir string, out io.Writer, apiS
 	}
 	_ = cl.Stop()
 	return nil, nil, err
+}
+
+// stack is a fresh cluster, embedded Temporal and controller for one benchmark.
+type stack struct {
+	kube kubernetes.Interface
+	tc   client.Client
+	stop func()
+}
+
+// startStack starts a cluster, the embedded Temporal server and a controller with opts (its
+// breaker made permissive: every device is flipped on purpose, the cap must not shape what is
+// measured). build, when set, adds to the options once the cluster's client exists.
+func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.ControllerOptions, build func(kubernetes.Interface, *app.ControllerOptions)) (*stack, error) {
+	dir, err := os.MkdirTemp("", "devicewarden-bench-")
+	if err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, kube, err := startCluster(ctx, dir, cacheDir, out, false, 200, 400)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
+		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
+	if err != nil {
+		_ = cl.Stop()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	opts.Workers, opts.Breaker = 8, policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20}
+	if build != nil {
+		build(kube, &opts)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
+	}()
+	return &stack{kube: kube, tc: tc.Client, stop: func() {
+		cancel()
+		wg.Wait()
+		tc.Close()
+		_ = cl.Stop()
+		os.RemoveAll(dir)
+	}}, nil
 }

@@ -5,9 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -23,8 +20,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/metrics"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -39,34 +34,12 @@ type QuarantineOptions struct {
 // then, one device at a time, writes Unhealthy into the pod's status and times how long until the
 // device's DeviceTaintRule is visible through a watch.
 func Quarantine(ctx context.Context, o QuarantineOptions) error {
-	dir, err := os.MkdirTemp("", "devicewarden-bench-")
+	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{}, nil)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, kube, err := startCluster(ctx, dir, o.CacheDir, o.Out, false, 200, 400)
-	if err != nil {
-		return err
-	}
-	defer cl.Stop()
-	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
-		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		// Every device is flipped on purpose: the breaker must not cap what is being measured.
-		opts := app.ControllerOptions{Workers: 8, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20}}
-		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
-	}()
-	defer func() { cancel(); wg.Wait() }()
-
+	defer st.stop()
+	kube, tc := st.kube, st.tc
 	targets, err := setupPods(ctx, kube, o.Devices, o.Out)
 	if err != nil {
 		return err
@@ -102,7 +75,7 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 		}
 	}
 	printLatency(o.Out, "status write -> DeviceTaintRule visible", lat)
-	return breakdown(ctx, o.Out, tc.Client, targets, starts, lat)
+	return breakdown(ctx, o.Out, tc, targets, starts, lat)
 }
 
 // breakdown splits each device's latency at the workflow's own start event: before it, the

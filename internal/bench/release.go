@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -37,39 +33,19 @@ type ReleaseOptions struct {
 // window the time until the rule is deleted is probe + probation + canary + release. First one
 // device at a time (latency), then all the others at once (releases per second).
 func Release(ctx context.Context, o ReleaseOptions) error {
-	dir, err := os.MkdirTemp("", "devicewarden-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, kube, err := startCluster(ctx, dir, o.CacheDir, o.Out, false, 200, 400)
-	if err != nil {
-		return err
-	}
-	defer cl.Stop()
-	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
-		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
 	pols, err := policy.Parse([]byte("default:\n  stabilityWindow: 0s\n"))
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		opts := app.ControllerOptions{Workers: 8, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20},
-			Policies: pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex),
-			Extra:    []func(context.Context) error{(&sim.Kubelet{Kube: kube, Logger: logger}).Run}}
-		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
-	}()
-	defer func() { cancel(); wg.Wait() }()
-
+	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex)},
+		func(kube kubernetes.Interface, opts *app.ControllerOptions) {
+			opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: kube}).Run)
+		})
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	kube, tc := st.kube, st.tc
 	targets, err := setupPods(ctx, kube, o.Devices, o.Out)
 	if err != nil {
 		return err
@@ -104,7 +80,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 		return sim.SetFault(ctx, kube, tg.id, corev1.ResourceHealthStatusHealthy, "")
 	}
 	release := func(tg benchTarget) error {
-		_, err := workflows.SendCommand(ctx, tc.Client, tg.id, policy.Command{Kind: policy.CmdRelease, Actor: "bench"}, nil)
+		_, err := workflows.SendCommand(ctx, tc, tg.id, policy.Command{Kind: policy.CmdRelease, Actor: "bench"}, nil)
 		return err
 	}
 	seq := min(o.Sequential, len(targets))

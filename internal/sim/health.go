@@ -68,20 +68,25 @@ func requestsHolding(c *resourcev1.ResourceClaim, id device.ID) map[string]bool 
 	return reqs
 }
 
+// claimName is the ResourceClaim a pod-level claim refers to: named, or generated from a template
+// and recorded in the pod's status ("" until then).
+func claimName(pod *corev1.Pod, rc corev1.PodResourceClaim) string {
+	if rc.ResourceClaimName != nil {
+		return *rc.ResourceClaimName
+	}
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.Name == rc.Name && s.ResourceClaimName != nil {
+			return *s.ResourceClaimName
+		}
+	}
+	return ""
+}
+
 // podTargets lists the containers of pod that use claim (by its ResourceClaim name).
 func podTargets(pod *corev1.Pod, claim string, requests map[string]bool) []Target {
 	var out []Target
 	for _, rc := range pod.Spec.ResourceClaims {
-		name := ""
-		if rc.ResourceClaimName != nil {
-			name = *rc.ResourceClaimName
-		}
-		for _, s := range pod.Status.ResourceClaimStatuses {
-			if s.Name == rc.Name && s.ResourceClaimName != nil {
-				name = *s.ResourceClaimName
-			}
-		}
-		if name != claim {
+		if claimName(pod, rc) != claim {
 			continue
 		}
 		for _, ctr := range pod.Spec.Containers {

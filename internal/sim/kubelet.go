@@ -155,15 +155,7 @@ func ptrFalse() *bool { f := false; return &f }
 func (k *Kubelet) podDevices(ctx context.Context, pod *corev1.Pod) (map[string][]device.ID, error) {
 	out := map[string][]device.ID{}
 	for _, rc := range pod.Spec.ResourceClaims {
-		name := ""
-		if rc.ResourceClaimName != nil {
-			name = *rc.ResourceClaimName
-		}
-		for _, s := range pod.Status.ResourceClaimStatuses {
-			if s.Name == rc.Name && s.ResourceClaimName != nil {
-				name = *s.ResourceClaimName
-			}
-		}
+		name := claimName(pod, rc)
 		if name == "" {
 			continue
 		}
