@@ -225,6 +225,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Kube:     kube,
 		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
+		Policies: o.Policies, Alerter: acts.Alerter,
 	})
 	g, gctx := errgroup.WithContext(ctx)
 	if o.LeaderElection == nil {

@@ -63,6 +63,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "operator signal without actor", args: []string{"device", "signal", "d/p/gpu-0", "pause"}, wantErr: "--actor"},
 		{name: "breaker resume without actor", args: []string{"breaker", "resume"}, wantErr: "--actor"},
 		{name: "show a malformed device", args: []string{"device", "show", "gpu-0"}, wantErr: "driver"},
+		{name: "unknown CDI style", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Unhealthy", "--cdi", "uuid4"}, wantErr: "--cdi"},
 		{name: "approvals without a signing secret", args: []string{"approvals", "--slack-approvers", "U1"}, wantErr: "--slack-signing-secret"},
 		{name: "approvals without approvers", args: []string{"approvals", "--slack-signing-secret", "s"}, wantErr: "nobody may approve"},
 		{name: "quarantine without actor", args: []string{"device", "quarantine", "d/p/gpu-0"}, wantErr: "--actor"},

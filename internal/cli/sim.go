@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -83,12 +84,13 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&index, "index", -1, "pin to gpu-<index> (-1: any)")
 	cmd.Flags().BoolVar(&w.Template, "template", true, "use a ResourceClaimTemplate (false: a ResourceClaim)")
 	cmd.Flags().BoolVar(&w.DevicePlugin, "device-plugin", false, "request a device-plugin device ("+sim.PluginResource+") instead of a DRA claim")
+	cmd.Flags().IntVar(&w.Count, "count", 1, "devices in the claim (e.g. 8 for a training Pod)")
 	return cmd
 }
 
 func newSimHealthCmd(g *globals) *cobra.Command {
 	var k kubeFlags
-	var devFlag, healthFlag, message, podFlag string
+	var devFlag, healthFlag, message, podFlag, cdi string
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Set a device's fault state in the simulated driver and write its health into every pod holding it, as kubelet would",
@@ -101,6 +103,9 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			h, err := device.ParseHealth(healthFlag)
 			if err != nil {
 				return fmt.Errorf("--health: %w (want Healthy, Unhealthy or Unknown)", err)
+			}
+			if !slices.Contains(sim.CDIStyles, sim.CDIStyle(cdi)) {
+				return fmt.Errorf("--cdi %q: want one of %v", cdi, sim.CDIStyles)
 			}
 			if id.DevicePlugin() {
 				ns, pod, ok := strings.Cut(podFlag, "/")
@@ -134,7 +139,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(c.OutOrStdout(), "device %s is %s (no pod holds it; Pods that run on it later see this)\n", id, h)
 				return nil
 			}
-			n, err := sim.SetHealth(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message)
+			n, err := sim.SetHealthStyle(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message, sim.CDIStyle(cdi))
 			if err != nil {
 				return err
 			}
@@ -146,6 +151,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&devFlag, "device", "", "device as <driver>/<pool>/<device>")
 	cmd.Flags().StringVar(&healthFlag, "health", "", "Healthy, Unhealthy or Unknown")
 	cmd.Flags().StringVar(&message, "message", "", "driver message")
+	cmd.Flags().StringVar(&cdi, "cdi", string(sim.CDIClaimDevice), "how the resourceID names the device (claim-device, device, canonical, opaque), as different drivers do")
 	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")

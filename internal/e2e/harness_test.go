@@ -46,6 +46,9 @@ var shared *stack
 // seconds, so the release path can be watched end to end; every other device keeps the default.
 const releaseClass = "release.gpu.sim.devicewarden.io"
 
+// ambiguousClass devices are all quarantined when a report could be any of them.
+const ambiguousClass = "ambiguous.gpu.sim.devicewarden.io"
+
 // approvalClass devices need a person's approval before release.
 const approvalClass = "approval.gpu.sim.devicewarden.io"
 
@@ -55,11 +58,14 @@ func testPolicies() (*policy.Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex), nil
+	return pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, policy.CDIClaimDevice), nil
 }
 
 const testPolicy = `
 policies:
+  - name: ambiguous-test
+    match: {deviceClass: ` + ambiguousClass + `}
+    ambiguous: quarantine-candidates
   - name: approval-test
     match: {deviceClass: ` + approvalClass + `}
     quarantineLease: 3s

@@ -40,6 +40,9 @@ type Metrics struct {
 	QuarantineSeconds prometheus.Histogram
 	// FalseQuarantines counts releases whose first probe and canary passed.
 	FalseQuarantines prometheus.Counter
+	// AmbiguousReports counts health reports that could be any of several devices, by the
+	// policy's action (alert, quarantine-candidates).
+	AmbiguousReports *prometheus.CounterVec
 	// Checks counts probe and canary runs by kind and result (passed, failed).
 	Checks *prometheus.CounterVec
 	// Notifications counts Slack messages by result (sent, failed).
@@ -116,6 +119,10 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "release", Name: "false_quarantines_total",
 			Help: "Releases whose first probe and canary passed: the device was probably never broken.",
 		}),
+		AmbiguousReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "ambiguous_reports_total",
+			Help: "Health reports that could be any of several devices of a claim, by the policy's action.",
+		}, []string{"action"}),
 		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "release", Name: "checks_total",
 			Help: "Probe and canary Pods run on quarantined devices.",
@@ -125,7 +132,7 @@ func New() *Metrics {
 			Help: "Slack notifications and approval requests.",
 		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
+	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
 	return m
 }

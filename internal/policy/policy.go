@@ -51,6 +51,10 @@ type Policy struct {
 	Identity []string `json:"identity,omitempty"`
 	// SlackChannel receives this policy's notifications and approval requests ("" = none).
 	SlackChannel string `json:"slackChannel,omitempty"`
+	// Ambiguous says what a health report that could be any of several devices of a claim does:
+	// AmbiguousAlert (default: an alert and an Event, nothing tainted) or AmbiguousQuarantine (every
+	// candidate is treated as reported).
+	Ambiguous string `json:"ambiguous,omitempty"`
 	// EscalationThreshold is how many failed devices on one node escalate to a node-level decision.
 	EscalationThreshold int `json:"escalationThreshold"`
 }
@@ -71,8 +75,24 @@ func Default() Policy {
 		Probe:               Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(5 * time.Minute), Namespace: DefaultProbeNamespace},
 		Canary:              Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(10 * time.Minute), Namespace: DefaultCanaryNamespace},
 		EscalationThreshold: 4,
+		Ambiguous:           AmbiguousAlert,
 	}
 }
+
+// What an ambiguous health report does.
+const (
+	AmbiguousAlert      = "alert"
+	AmbiguousQuarantine = "quarantine-candidates"
+)
+
+// CDI styles: how a driver names its devices in the CDI device IDs kubelet reports as resourceIDs
+// (the part after "="), so a report from a multi-device claim can be pinned to exactly one device.
+const (
+	// CDIDevice: the name is the device's name in its pool.
+	CDIDevice = "device"
+	// CDIClaimDevice: the name is "<claim-uid>-<device>".
+	CDIClaimDevice = "claim-device"
+)
 
 // DefaultCheckImage runs the default probe and canary: they prove only that the device can be
 // allocated, prepared by its driver and reported Healthy. Real fleets set a diagnostic image.
@@ -148,13 +168,16 @@ type entry struct {
 	Probe               *checkEntry `yaml:"probe"`
 	Canary              *checkEntry `yaml:"canary"`
 	SlackChannel        *string     `yaml:"slackChannel"`
+	Ambiguous           *string     `yaml:"ambiguous"`
 	EscalationThreshold *int        `yaml:"escalationThreshold"`
 	line                int
 }
 
-// driverEntry describes one driver: the attributes that single out one of its devices.
+// driverEntry describes one driver: the attributes that single out one of its devices, and how
+// its CDI device IDs name devices.
 type driverEntry struct {
 	Identity []string `yaml:"identity"`
+	CDI      string   `yaml:"cdi"`
 }
 
 type file struct {
@@ -168,7 +191,26 @@ type Set struct {
 	def      Policy
 	policies []entry
 	identity map[string][]string
+	cdi      map[string]string
 }
+
+// WithCDI returns a copy of the set that knows how driver names devices in CDI device IDs, unless
+// the file already says.
+func (s *Set) WithCDI(driver, style string) *Set {
+	out := *s
+	out.cdi = map[string]string{}
+	for k, v := range s.cdi {
+		out.cdi[k] = v
+	}
+	if out.cdi[driver] == "" {
+		out.cdi[driver] = style
+	}
+	return &out
+}
+
+// CDIStyle is how the driver's CDI device IDs name devices ("" = not known: only canonical
+// <driver>/<pool>/<device> IDs identify a device of a multi-device claim).
+func (s *Set) CDIStyle(driver string) string { return s.cdi[driver] }
 
 // DefaultSet is the set used when no file is given: the default policy for every device.
 func DefaultSet() *Set { return &Set{def: Default()} }
@@ -238,12 +280,18 @@ func Parse(data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{def: def, identity: map[string][]string{}}
+	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string]string{}}
 	for drv, d := range f.Drivers {
 		if len(d.Identity) == 0 {
 			return nil, fmt.Errorf("drivers.%s: identity lists no attribute: without one a probe could land on a neighbouring device", drv)
 		}
 		s.identity[drv] = d.Identity
+		switch d.CDI {
+		case "", CDIDevice, CDIClaimDevice:
+			s.cdi[drv] = d.CDI
+		default:
+			return nil, fmt.Errorf("drivers.%s.cdi %q: want %s or %s", drv, d.CDI, CDIDevice, CDIClaimDevice)
+		}
 	}
 	names := map[string]int{}
 	for i, e := range f.Policies {
@@ -318,6 +366,9 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	if e.SlackChannel != nil {
 		p.SlackChannel = *e.SlackChannel
 	}
+	if e.Ambiguous != nil {
+		p.Ambiguous = *e.Ambiguous
+	}
 	if e.EscalationThreshold != nil {
 		p.EscalationThreshold = *e.EscalationThreshold
 	}
@@ -357,6 +408,11 @@ func (p Policy) Validate() error {
 	case EffectNoSchedule, EffectNoExecute:
 	default:
 		return fmt.Errorf("taintEffect %q: want NoSchedule or NoExecute", p.TaintEffect)
+	}
+	switch p.Ambiguous {
+	case AmbiguousAlert, AmbiguousQuarantine:
+	default:
+		return fmt.Errorf("ambiguous %q: want %s or %s", p.Ambiguous, AmbiguousAlert, AmbiguousQuarantine)
 	}
 	if p.EscalationThreshold < 1 {
 		return fmt.Errorf("escalationThreshold must be >= 1, got %d", p.EscalationThreshold)

@@ -121,3 +121,49 @@ func TestShippedExampleParses(t *testing.T) {
 		t.Fatalf("example policy = %+v", p)
 	}
 }
+
+func TestBoundaryValuesAreAccepted(t *testing.T) {
+	for _, y := range []string{
+		"default:\n  stabilityWindow: 0s\n",                   // no window: release right after the canary
+		"default:\n  toleranceWindow: 1h\n  backoffCap: 1h\n", // a cap equal to the window: no backoff
+		"default:\n  escalationThreshold: 1\n",                // escalate on the first failed device
+		"default:\n  probe: {timeout: 1s}\n  canary: {timeout: 1s}\n",
+	} {
+		if _, err := Parse([]byte(y)); err != nil {
+			t.Errorf("%q: %v", y, err)
+		}
+	}
+	if _, err := Parse([]byte("default:\n  stabilityWindow: -1s\n")); err == nil || !strings.Contains(err.Error(), "stabilityWindow") {
+		t.Errorf("negative stability window: %v", err)
+	}
+	if _, err := Parse([]byte("default:\n  escalationThreshold: 0\n")); err == nil || !strings.Contains(err.Error(), "escalationThreshold") {
+		t.Errorf("escalation threshold 0: %v", err)
+	}
+}
+
+func TestDriversCDIAndAmbiguous(t *testing.T) {
+	s, err := Parse([]byte("default:\n  ambiguous: quarantine-candidates\ndrivers:\n  a.example.com: {identity: [uuid], cdi: claim-device}\n  b.example.com: {identity: [uuid], cdi: device}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CDIStyle("a.example.com") != CDIClaimDevice || s.CDIStyle("b.example.com") != CDIDevice || s.CDIStyle("c.example.com") != "" {
+		t.Fatalf("styles %q %q", s.CDIStyle("a.example.com"), s.CDIStyle("b.example.com"))
+	}
+	if s.For("", "x").Ambiguous != AmbiguousQuarantine || Default().Ambiguous != AmbiguousAlert {
+		t.Fatal("ambiguous not read")
+	}
+	if w := s.WithCDI("a.example.com", CDIDevice).WithCDI("c.example.com", CDIDevice); w.CDIStyle("a.example.com") != CDIClaimDevice || w.CDIStyle("c.example.com") != CDIDevice {
+		t.Fatal("WithCDI overrode the file or did not add")
+	}
+	if s.CDIStyle("c.example.com") != "" {
+		t.Fatal("WithCDI changed the original set")
+	}
+	for y, want := range map[string]string{
+		"drivers:\n  a.example.com: {identity: [uuid], cdi: uuid}\n": "drivers.a.example.com.cdi",
+		"default:\n  ambiguous: guess\n":                             "ambiguous",
+	} {
+		if _, err := Parse([]byte(y)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v", y, err)
+		}
+	}
+}

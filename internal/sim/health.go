@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,10 +15,45 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
-// CDIDeviceID is the resourceID kubelet reports for a simulated device: like real GPU drivers, the
-// simulated driver has CDI device IDs, so the ID does not spell out driver/pool/device.
+// CDIDeviceID is a resourceID kubelet could report for a simulated device in a single-device
+// claim: a CDI device ID that does not spell out driver/pool/device (any form resolves there).
 func CDIDeviceID(id device.ID) string {
 	return "k8s." + id.Driver + "/gpu=" + id.Pool + "-" + id.Device
+}
+
+// CDIStyle is how the simulated driver names its devices in the CDI device IDs kubelet reports as
+// resourceIDs, as real drivers do in their own ways.
+type CDIStyle string
+
+// CDI styles of the simulated driver.
+const (
+	// CDIClaimDevice: k8s.<driver>/gpu=<claim-uid>-<device> (the default; declare it in the policy
+	// file as drivers.<driver>.cdi: claim-device).
+	CDIClaimDevice CDIStyle = "claim-device"
+	// CDIDevice: k8s.<driver>/gpu=<device> (cdi: device).
+	CDIDevice CDIStyle = "device"
+	// CDICanonical: <driver>/<pool>/<device>, which needs no declaration.
+	CDICanonical CDIStyle = "canonical"
+	// CDIOpaque: k8s.<driver>/gpu=<hash>: nothing ties it to one device of a multi-device claim.
+	CDIOpaque CDIStyle = "opaque"
+)
+
+// CDIStyles lists the styles, for flags.
+var CDIStyles = []CDIStyle{CDIClaimDevice, CDIDevice, CDICanonical, CDIOpaque}
+
+// ResourceID is the resourceID kubelet reports for the device of a claim in the given style.
+func ResourceID(style CDIStyle, id device.ID, claimUID string) string {
+	prefix := "k8s." + id.Driver + "/gpu="
+	switch style {
+	case CDIDevice:
+		return prefix + id.Device
+	case CDICanonical:
+		return id.String()
+	case CDIOpaque:
+		sum := sha256.Sum256([]byte(claimUID + id.String()))
+		return prefix + hex.EncodeToString(sum[:8])
+	}
+	return prefix + claimUID + "-" + id.Device
 }
 
 // Target is one container entry that reports a device's health.
@@ -26,6 +63,8 @@ type Target struct {
 	Container string
 	// EntryName is "claim:<podClaim>" or "claim:<podClaim>/<request>".
 	EntryName string
+	// ClaimUID is the UID of the claim the device was allocated through.
+	ClaimUID string
 }
 
 // Targets finds every pod container that holds the device, through the claims allocated it.
@@ -49,7 +88,10 @@ func Targets(ctx context.Context, cs kubernetes.Interface, id device.ID) ([]Targ
 			if err != nil {
 				return nil, fmt.Errorf("get pod %s/%s: %w", c.Namespace, ref.Name, err)
 			}
-			out = append(out, podTargets(pod, c.Name, requests)...)
+			for _, t := range podTargets(pod, c.Name, requests) {
+				t.ClaimUID = string(c.UID)
+				out = append(out, t)
+			}
 		}
 	}
 	return out, nil
@@ -106,8 +148,13 @@ func podTargets(pod *corev1.Pod, claim string, requests map[string]bool) []Targe
 }
 
 // SetHealth writes the device's health into the status of every pod holding it, as kubelet does,
-// and returns how many containers it wrote.
+// with the default CDI style, and returns how many containers it wrote.
 func SetHealth(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string) (int, error) {
+	return SetHealthStyle(ctx, cs, id, health, message, CDIClaimDevice)
+}
+
+// SetHealthStyle is SetHealth with resourceIDs in the given CDI style.
+func SetHealthStyle(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string, style CDIStyle) (int, error) {
 	targets, err := Targets(ctx, cs, id)
 	if err != nil {
 		return 0, err
@@ -116,7 +163,7 @@ func SetHealth(ctx context.Context, cs kubernetes.Interface, id device.ID, healt
 		return 0, fmt.Errorf("no running pod holds device %s", id)
 	}
 	for _, t := range targets {
-		if err := WriteHealth(ctx, cs, t, CDIDeviceID(id), health, message); err != nil {
+		if err := WriteHealth(ctx, cs, t, ResourceID(style, id, t.ClaimUID), health, message); err != nil {
 			return 0, err
 		}
 	}

@@ -95,15 +95,15 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 		return err
 	}
 	type report struct {
-		entry string
-		id    device.ID
-		fault *Fault
+		entry, uid string
+		id         device.ID
+		fault      *Fault
 	}
 	var reports []report
 	failed := ""
-	for entry, ids := range devs {
-		for _, id := range ids {
-			r := report{entry: entry, id: id}
+	for entry, claim := range devs {
+		for _, id := range claim.ids {
+			r := report{entry: entry, id: id, uid: claim.uid}
 			if f, ok := state[id.Pool][id.Device]; ok {
 				r.fault = &f
 				failed = fmt.Sprintf("device %s %s: %s", id, f.Health, f.Message)
@@ -136,7 +136,7 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 				health, msg = r.fault.Health, r.fault.Message
 			}
 			for _, c := range cur.Spec.Containers {
-				SetEntry(cur, Target{Namespace: cur.Namespace, Pod: cur.Name, Container: c.Name, EntryName: r.entry}, CDIDeviceID(r.id), health, msg)
+				SetEntry(cur, Target{Namespace: cur.Namespace, Pod: cur.Name, Container: c.Name, EntryName: r.entry}, ResourceID(CDIClaimDevice, r.id, r.uid), health, msg)
 			}
 		}
 		for i := range cur.Status.Conditions {
@@ -151,9 +151,15 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 
 func ptrFalse() *bool { f := false; return &f }
 
-// podDevices maps each "claim:<name>" status entry of the pod to the devices allocated to it.
-func (k *Kubelet) podDevices(ctx context.Context, pod *corev1.Pod) (map[string][]device.ID, error) {
-	out := map[string][]device.ID{}
+// podClaim is one claim of a pod: its UID and the simulated devices allocated to it.
+type podClaim struct {
+	uid string
+	ids []device.ID
+}
+
+// podDevices maps each "claim:<name>" status entry of the pod to its claim.
+func (k *Kubelet) podDevices(ctx context.Context, pod *corev1.Pod) (map[string]podClaim, error) {
+	out := map[string]podClaim{}
 	for _, rc := range pod.Spec.ResourceClaims {
 		name := claimName(pod, rc)
 		if name == "" {
@@ -163,7 +169,7 @@ func (k *Kubelet) podDevices(ctx context.Context, pod *corev1.Pod) (map[string][
 		if err != nil {
 			return nil, fmt.Errorf("get claim %s/%s: %w", pod.Namespace, name, err)
 		}
-		out["claim:"+rc.Name] = allocated(claim)
+		out["claim:"+rc.Name] = podClaim{uid: string(claim.UID), ids: allocated(claim)}
 	}
 	return out, nil
 }

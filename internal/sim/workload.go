@@ -27,6 +27,8 @@ type Workload struct {
 	DevicePlugin bool
 	// DeviceClass to request (default Driver, the class of every simulated GPU); see EnsureClass.
 	DeviceClass string
+	// Count is how many devices the claim asks for (default 1), e.g. 8 for a training Pod.
+	Count int
 }
 
 // PodClaimName is the pod-level name of the workload's claim; RequestName its request.
@@ -49,7 +51,7 @@ func (w Workload) claimSpec() resourcev1.ResourceClaimSpec {
 	if class == "" {
 		class = Driver
 	}
-	req := &resourcev1.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
+	req := &resourcev1.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(max(1, w.Count))}
 	expr := ""
 	attr := fmt.Sprintf("device.attributes[%q]", Driver)
 	if w.Node != "" {

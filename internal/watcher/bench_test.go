@@ -14,7 +14,7 @@ func BenchmarkResolve(b *testing.B) {
 	get := func(string, string) (*Claim, bool) { return claim, true }
 	b.ReportAllocs()
 	for b.Loop() {
-		if r, _ := Resolve(pod, get); len(r) != 1 {
+		if r, _ := Resolve(pod, get, nil); len(r) != 1 {
 			b.Fatal("not resolved")
 		}
 	}

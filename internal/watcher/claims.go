@@ -13,6 +13,8 @@ import (
 // Claim is all the watcher keeps of a ResourceClaim: which devices it was allocated, and the
 // DeviceClass of each request (which selects the device's policy).
 type Claim struct {
+	// UID names the claim in CDI device IDs of drivers that use "<claim-uid>-<device>".
+	UID       string
 	Allocated bool
 	Results   []AllocatedDevice
 	Classes   []RequestClass
@@ -87,7 +89,7 @@ func (in *interner) get(s string) string {
 
 // compactClaim keeps the allocation results and request classes of a claim.
 func compactClaim(c *resourcev1.ResourceClaim, in *interner) *Claim {
-	out := &Claim{}
+	out := &Claim{UID: string(c.UID)}
 	for _, r := range c.Spec.Devices.Requests {
 		if r.Exactly != nil {
 			out.Classes = append(out.Classes, RequestClass{Request: in.get(r.Name), Class: in.get(r.Exactly.DeviceClassName)})

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -23,7 +24,10 @@ const (
 	ReasonClaimNotFound         = "claim_not_found"
 	ReasonClaimNotAllocated     = "claim_not_allocated"
 	ReasonRequestUnmatched      = "request_unmatched"
-	ReasonIDUnmatched           = "resource_id_unmatched"
+	// ReasonAmbiguous: the report could be any of several devices of the claim. It is not dropped:
+	// the watcher records it on the Pod and the claim, alerts, and the policy may quarantine every
+	// candidate.
+	ReasonAmbiguous = "ambiguous"
 )
 
 // Report is one health value for one device from one container.
@@ -45,6 +49,13 @@ type ResolveError struct {
 	// claim may make the entry resolvable.
 	Claim string
 	Err   error
+	// Ambiguous reports carry the candidates and the report itself.
+	Candidates []AllocatedDevice
+	Class      func(request string) string
+	Health     device.Health
+	Message    string
+	Reporter   workflows.Reporter
+	Node       string
 }
 
 func (e ResolveError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Key, e.Reason, e.Err) }
@@ -52,16 +63,20 @@ func (e ResolveError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Key, e
 // ClaimGetter looks up a claim's compact form.
 type ClaimGetter func(namespace, name string) (*Claim, bool)
 
+// CDIStyles says how a driver's CDI device IDs name its devices (policy.CDIDevice,
+// policy.CDIClaimDevice, or "" when unknown).
+type CDIStyles func(driver string) string
+
 // Resolve turns a pod's allocatedResourcesStatus into per-device reports. The device is found
-// through the claim's allocation results, never by parsing the resourceID: kubelet may report a
-// CDI device ID there.
-func Resolve(pod *corev1.Pod, claims ClaimGetter) ([]Report, []ResolveError) {
+// through the claim's allocation results, never by guessing from the resourceID: kubelet may
+// report a CDI device ID there, which only the driver's declared style (cdi) ties to one device.
+func Resolve(pod *corev1.Pod, claims ClaimGetter, cdi CDIStyles) ([]Report, []ResolveError) {
 	var reports []Report
 	var errs []ResolveError
 	for _, cs := range pod.Status.ContainerStatuses {
 		for _, rs := range cs.AllocatedResourcesStatus {
 			for _, rh := range rs.Resources {
-				r, rerr := resolveOne(pod, cs.Name, string(rs.Name), rh, claims)
+				r, rerr := resolveOne(pod, cs.Name, string(rs.Name), rh, claims, cdi)
 				if rerr != nil {
 					rerr.Key = strings.Join([]string{pod.Namespace, pod.Name, cs.Name, string(rs.Name), string(rh.ResourceID)}, "/")
 					errs = append(errs, *rerr)
@@ -74,7 +89,7 @@ func Resolve(pod *corev1.Pod, claims ClaimGetter) ([]Report, []ResolveError) {
 	return reports, errs
 }
 
-func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealth, claims ClaimGetter) (Report, *ResolveError) {
+func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealth, claims ClaimGetter, cdi CDIStyles) (Report, *ResolveError) {
 	health, err := device.ParseHealth(string(rh.Health))
 	if err != nil {
 		return Report{}, &ResolveError{Reason: ReasonUnknownHealth, Err: err}
@@ -105,20 +120,20 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 	if len(candidates) == 0 {
 		return Report{}, &ResolveError{Reason: ReasonRequestUnmatched, Claim: claimKey, Err: fmt.Errorf("claim %s has no result for request %q", claimKey, request)}
 	}
-	chosen, ok := match(candidates, string(rh.ResourceID))
+	reporter := workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Claim: claimName, Health: health}
+	chosen, ok := match(candidates, string(rh.ResourceID), claim.UID, cdi)
 	if !ok {
-		return Report{}, &ResolveError{Reason: ReasonIDUnmatched, Claim: claimKey,
-			Err: fmt.Errorf("resourceID %q matches none of the %d devices allocated to claim %s", rh.ResourceID, len(candidates), claimKey)}
+		return Report{}, &ResolveError{Reason: ReasonAmbiguous, Claim: claimKey,
+			Err:        fmt.Errorf("resourceID %q could be any of the %d devices allocated to claim %s: the driver's CDI style is not declared (drivers.<driver>.cdi in the policy file) or does not match", rh.ResourceID, len(candidates), claimKey),
+			Candidates: candidates, Class: claim.class, Health: health, Message: message(rh), Reporter: reporter, Node: pod.Spec.NodeName}
 	}
-	msg := message(rh)
 	return Report{
 		Device:      device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
 		DeviceClass: claim.class(chosen.Request),
 		Node:        pod.Spec.NodeName,
 		Health:      health,
-		Message:     msg,
-		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container,
-			Claim: claimName, Health: health},
+		Message:     message(rh),
+		Reporter:    reporter,
 	}, nil
 }
 
@@ -144,9 +159,11 @@ func message(rh corev1.ResourceHealth) string {
 }
 
 // match picks the allocated device a resourceID refers to. With a single candidate the ID's form
-// does not matter (it may be a CDI device ID). With several, only an exact match with a candidate's
-// canonical name is accepted: guessing would quarantine the wrong device.
-func match(candidates []AllocatedDevice, resourceID string) (AllocatedDevice, bool) {
+// does not matter (it may be a CDI device ID). With several, only an exact identification is
+// accepted: the canonical <driver>/<pool>/<device>, or a CDI device ID whose name (after "=") is
+// exactly what the driver's declared style makes of one candidate. Guessing would quarantine the
+// wrong device.
+func match(candidates []AllocatedDevice, resourceID, claimUID string, cdi CDIStyles) (AllocatedDevice, bool) {
 	if len(candidates) == 1 {
 		return candidates[0], true
 	}
@@ -155,7 +172,32 @@ func match(candidates []AllocatedDevice, resourceID string) (AllocatedDevice, bo
 			return c, true
 		}
 	}
-	return AllocatedDevice{}, false
+	_, name, isCDI := strings.Cut(resourceID, "=")
+	if !isCDI || cdi == nil {
+		return AllocatedDevice{}, false
+	}
+	var found []AllocatedDevice
+	for _, c := range candidates {
+		var want string
+		switch cdi(c.Driver) {
+		case policy.CDIDevice:
+			want = c.Device
+		case policy.CDIClaimDevice:
+			if claimUID == "" {
+				continue
+			}
+			want = claimUID + "-" + c.Device
+		default:
+			continue
+		}
+		if name == want {
+			found = append(found, c)
+		}
+	}
+	if len(found) != 1 {
+		return AllocatedDevice{}, false
+	}
+	return found[0], true
 }
 
 // claimNameFor maps a pod-level claim reference to the ResourceClaim's name, which for a

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 const drv = "gpu.sim.devicewarden.io"
@@ -47,6 +48,38 @@ func healthEntry(name, id, health string, msg *string) corev1.ResourceStatus {
 		{ResourceID: corev1.ResourceID(id), Health: corev1.ResourceHealthStatus(health), Message: msg}}}
 }
 
+func TestResolveCDIStyles(t *testing.T) {
+	c := claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-2"), result("a", "gpu-12"))
+	c.UID = "6f1c"
+	get := func(ns, name string) (*Claim, bool) { return compactClaim(c, nil), name == "direct-claim" }
+	styles := func(style string) CDIStyles { return func(string) string { return style } }
+	tests := []struct {
+		name, id, style, want string
+	}{
+		{"claim-device", "k8s." + drv + "/gpu=6f1c-gpu-2", policy.CDIClaimDevice, "gpu-2"},
+		{"claim-device, a longer name sharing a suffix", "k8s." + drv + "/gpu=6f1c-gpu-12", policy.CDIClaimDevice, "gpu-12"},
+		{"claim-device, another claim's UID", "k8s." + drv + "/gpu=ffff-gpu-2", policy.CDIClaimDevice, ""},
+		{"device name", "vendor.com/gpu=gpu-1", policy.CDIDevice, "gpu-1"},
+		{"device name, style not declared", "vendor.com/gpu=gpu-1", "", ""},
+		{"device name under the claim style", "vendor.com/gpu=gpu-1", policy.CDIClaimDevice, ""},
+		{"not a CDI ID", "gpu-1", policy.CDIDevice, ""},
+		{"canonical always works", drv + "/node-1/gpu-12", "", "gpu-12"},
+	}
+	for _, tt := range tests {
+		reports, errs := Resolve(podWith(healthEntry("claim:direct/a", tt.id, "Unhealthy", nil)), get, styles(tt.style))
+		if tt.want == "" {
+			if len(reports) != 0 || len(errs) != 1 || errs[0].Reason != ReasonAmbiguous || len(errs[0].Candidates) != 3 ||
+				errs[0].Health != device.Unhealthy || errs[0].Reporter.Pod != "pod" {
+				t.Errorf("%s: reports %v errs %+v, want one ambiguous report with 3 candidates", tt.name, reports, errs)
+			}
+			continue
+		}
+		if len(errs) != 0 || len(reports) != 1 || reports[0].Device.Device != tt.want {
+			t.Errorf("%s: reports %v errs %v, want %s", tt.name, reports, errs, tt.want)
+		}
+	}
+}
+
 func TestResolve(t *testing.T) {
 	claims := map[string]*resourcev1.ResourceClaim{
 		"pod-gpu-abc":  claimWith("pod-gpu-abc", result("gpus", "gpu-3")),
@@ -71,8 +104,8 @@ func TestResolve(t *testing.T) {
 		{name: "request named", entry: healthEntry("claim:gpu/gpus", "anything", "Unknown", nil), wantDevice: "gpu-3"},
 		{name: "several devices, exact canonical ID", entry: healthEntry("claim:direct/a", drv+"/node-1/gpu-2", "Unhealthy", nil), wantDevice: "gpu-2"},
 		{name: "subrequest of prioritized list", entry: healthEntry("claim:direct/b", "x", "Unhealthy", nil), wantDevice: "gpu-5"},
-		{name: "several devices, ID matches none", entry: healthEntry("claim:direct/a", "vendor/gpu=uuid-9", "Unhealthy", nil), wantReason: ReasonIDUnmatched},
-		{name: "malformed resourceID", entry: healthEntry("claim:direct/a", "///", "Unhealthy", nil), wantReason: ReasonIDUnmatched},
+		{name: "several devices, ID matches none", entry: healthEntry("claim:direct/a", "vendor/gpu=uuid-9", "Unhealthy", nil), wantReason: ReasonAmbiguous},
+		{name: "malformed resourceID", entry: healthEntry("claim:direct/a", "///", "Unhealthy", nil), wantReason: ReasonAmbiguous},
 		{name: "unknown health from an old client", entry: healthEntry("claim:gpu", "x", "Degraded", nil), wantReason: ReasonUnknownHealth},
 		{name: "empty health", entry: healthEntry("claim:gpu", "x", "", nil), wantReason: ReasonUnknownHealth},
 		{name: "device plugin resource: node + resource + device ID", entry: healthEntry("example.com/gpu", "dev-1", "Unhealthy", nil), wantDP: "example.com/gpu/node-1/dev-1"},
@@ -84,7 +117,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reports, errs := Resolve(podWith(tt.entry), get)
+			reports, errs := Resolve(podWith(tt.entry), get, nil)
 			if tt.wantReason != "" {
 				if len(errs) != 1 || errs[0].Reason != tt.wantReason || len(reports) != 0 {
 					t.Fatalf("got reports=%v errs=%v, want reason %s", reports, errs, tt.wantReason)
@@ -113,7 +146,7 @@ func TestResolve(t *testing.T) {
 
 func TestResolveClaimGone(t *testing.T) {
 	none := func(string, string) (*Claim, bool) { return nil, false }
-	_, errs := Resolve(podWith(healthEntry("claim:gpu", "x", "Unhealthy", nil)), none)
+	_, errs := Resolve(podWith(healthEntry("claim:gpu", "x", "Unhealthy", nil)), none, nil)
 	if len(errs) != 1 || errs[0].Reason != ReasonClaimNotFound || errs[0].Claim != "ns/pod-gpu-abc" {
 		t.Fatalf("errs = %v", errs)
 	}
@@ -130,7 +163,7 @@ func TestStripKeepsWhatResolveReads(t *testing.T) {
 	get := func(ns, name string) (*Claim, bool) {
 		return compactClaim(claimWith("pod-gpu-abc", result("gpus", "gpu-3")), &interner{}), true
 	}
-	reports, errs := Resolve(stripped, get)
+	reports, errs := Resolve(stripped, get, nil)
 	if len(reports) != 1 || len(errs) != 0 {
 		t.Fatalf("stripped pod resolved to %v %v", reports, errs)
 	}

@@ -17,8 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -45,6 +47,11 @@ type Config struct {
 	LeaseCheckInterval time.Duration
 	// Clock returns the current time; tests may replace it.
 	Clock func() time.Time
+	// Policies says how drivers name devices in CDI IDs and what an ambiguous report does
+	// (default: the built-in policy, no CDI styles).
+	Policies *policy.Set
+	// Alerter, when set, also receives an alert for every ambiguous report (Slack).
+	Alerter activities.Alerter
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
@@ -77,6 +84,9 @@ func New(cfg Config) *Watcher {
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 2 * time.Minute
+	}
+	if cfg.Policies == nil {
+		cfg.Policies = policy.DefaultSet()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -246,15 +256,19 @@ func (w *Watcher) relevant(pod *corev1.Pod) bool {
 
 // handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
 func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
-	reports, errs := Resolve(pod, w.claims.get)
-	for _, r := range reports {
-		w.cfg.Metrics.WatcherReports.WithLabelValues(string(r.Health)).Inc()
-	}
+	reports, errs := Resolve(pod, w.claims.get, w.cfg.Policies.CDIStyle)
 	for _, e := range errs {
+		if e.Reason == ReasonAmbiguous {
+			reports = append(reports, w.ambiguous(pod, e)...)
+			continue
+		}
 		w.cfg.Metrics.ResolutionFailures.WithLabelValues(e.Reason).Inc()
 		if _, seen := w.logged.LoadOrStore(e.Key+"|"+e.Reason, struct{}{}); !seen {
 			w.cfg.Logger.Warn("health report not resolved", "key", e.Key, "reason", e.Reason, "error", e.Err)
 		}
+	}
+	for _, r := range reports {
+		w.cfg.Metrics.WatcherReports.WithLabelValues(string(r.Health)).Inc()
 	}
 	// Keep the pod while it reports anything, or while a claim it uses is unresolved: a later
 	// claim change re-resolves it.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -94,11 +95,23 @@ func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
 	if got.Device != (device.ID{Driver: drv, Pool: "node-1", Device: "gpu-3"}) || got.Health != device.Unhealthy {
 		t.Fatalf("signalled %+v", got)
 	}
-	for reason, want := range map[string]float64{ReasonUnknownHealth: 1, ReasonIDUnmatched: 1, ReasonClaimNotFound: 1} {
+	for reason, want := range map[string]float64{ReasonUnknownHealth: 1, ReasonClaimNotFound: 1} {
 		if n := testutil.ToFloat64(m.ResolutionFailures.WithLabelValues(reason)); n < want {
 			t.Errorf("resolution failures %s = %v, want >= %v", reason, n, want)
 		}
 	}
+	// An ID that could be either device of the claim is not dropped: it is counted and recorded
+	// as a Warning Event on the Pod and on the claim.
+	waitUntil(t, "ambiguous report recorded", func() bool {
+		evs, _ := kube.CoreV1().Events("ns").List(ctx, metav1.ListOptions{})
+		kinds := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Reason == EventAmbiguous && strings.Contains(e.Message, drv+"/node-1/gpu-1, "+drv+"/node-1/gpu-2") {
+				kinds[e.InvolvedObject.Kind] = true
+			}
+		}
+		return kinds["Pod"] && kinds["ResourceClaim"] && testutil.ToFloat64(m.AmbiguousReports.WithLabelValues(policy.AmbiguousAlert)) >= 1
+	})
 	if n := testutil.ToFloat64(m.Signals.WithLabelValues("error")); n != 2 {
 		t.Errorf("signal errors = %v, want 2", n)
 	}
@@ -136,7 +149,7 @@ func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "big pod counted", func() bool {
-		return testutil.ToFloat64(m.ResolutionFailures.WithLabelValues(ReasonIDUnmatched)) >= 2001
+		return testutil.ToFloat64(m.AmbiguousReports.WithLabelValues(policy.AmbiguousAlert)) >= 2001
 	})
 }
 
