@@ -189,10 +189,6 @@ func createFleetPod(ctx context.Context, kube kubernetes.Interface, i int, node 
 		results = append(results, resourcev1.DeviceRequestAllocationResult{Request: "gpus", Driver: id.Driver, Pool: id.Pool, Device: id.Device})
 		health = append(health, corev1.ResourceHealth{ResourceID: corev1.ResourceID(id.String()), Health: corev1.ResourceHealthStatusHealthy})
 	}
-	c.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: results}}
-	if _, err := kube.ResourceV1().ResourceClaims(fleetNS).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
-		return nil, fmt.Errorf("allocate claim: %w", err)
-	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fleetNS},
 		Spec: corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(name)}},
@@ -202,6 +198,12 @@ func createFleetPod(ctx context.Context, kube kubernetes.Interface, i int, node 
 	p, err := kube.CoreV1().Pods(fleetNS).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod: %w", err)
+	}
+	// Allocated and reserved for the pod, as the scheduler leaves it.
+	c.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: results}}
+	c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
+	if _, err := kube.ResourceV1().ResourceClaims(fleetNS).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		return nil, fmt.Errorf("allocate claim: %w", err)
 	}
 	p.Status.Phase = corev1.PodRunning
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "registry.invalid/trainer:1", Ready: true,

@@ -14,7 +14,9 @@ import (
 // DeviceClass of each request (which selects the device's policy).
 type Claim struct {
 	// UID names the claim in CDI device IDs of drivers that use "<claim-uid>-<device>".
-	UID       string
+	UID string
+	// Reserved are the UIDs of the Pods the claim is reserved for: only their reports are believed.
+	Reserved  []string
 	Allocated bool
 	Results   []AllocatedDevice
 	Classes   []RequestClass
@@ -90,6 +92,11 @@ func (in *interner) get(s string) string {
 // compactClaim keeps the allocation results and request classes of a claim.
 func compactClaim(c *resourcev1.ResourceClaim, in *interner) *Claim {
 	out := &Claim{UID: string(c.UID)}
+	for _, r := range c.Status.ReservedFor {
+		if r.Resource == "pods" {
+			out.Reserved = append(out.Reserved, string(r.UID))
+		}
+	}
 	for _, r := range c.Spec.Devices.Requests {
 		if r.Exactly != nil {
 			out.Classes = append(out.Classes, RequestClass{Request: in.get(r.Name), Class: in.get(r.Exactly.DeviceClassName)})

@@ -3,6 +3,7 @@ package watcher
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,9 @@ const (
 	ReasonClaimNotFound         = "claim_not_found"
 	ReasonClaimNotAllocated     = "claim_not_allocated"
 	ReasonRequestUnmatched      = "request_unmatched"
+	// ReasonNotReserved: the Pod is not among the claim's consumers (a terminated Pod whose claim
+	// was reallocated since): its report would be pinned on another Pod's device.
+	ReasonNotReserved = "not_reserved_for_pod"
 	// ReasonAmbiguous: the report could be any of several devices of the claim. It is not dropped:
 	// the watcher records it on the Pod and the claim, alerts, and the policy may quarantine every
 	// candidate.
@@ -70,7 +74,14 @@ type CDIStyles func(driver string) string
 // Resolve turns a pod's allocatedResourcesStatus into per-device reports. The device is found
 // through the claim's allocation results, never by guessing from the resourceID: kubelet may
 // report a CDI device ID there, which only the driver's declared style (cdi) ties to one device.
+//
+// A Pod that has terminated reports nothing: its status is frozen at its end while its claim may
+// already serve another Pod (the API even lists it among the claim's consumers again for a moment
+// while the scheduler and the claim controller catch up).
 func Resolve(pod *corev1.Pod, claims ClaimGetter, cdi CDIStyles) ([]Report, []ResolveError) {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil, nil
+	}
 	var reports []Report
 	var errs []ResolveError
 	for _, cs := range pod.Status.ContainerStatuses {
@@ -110,6 +121,10 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 	}
 	if !claim.Allocated {
 		return Report{}, &ResolveError{Reason: ReasonClaimNotAllocated, Claim: claimKey, Err: fmt.Errorf("claim %s has no allocation", claimKey)}
+	}
+	if !slices.Contains(claim.Reserved, string(pod.UID)) {
+		return Report{}, &ResolveError{Reason: ReasonNotReserved, Claim: claimKey,
+			Err: fmt.Errorf("pod %s/%s (uid %s) is not among the consumers of claim %s: its report is stale", pod.Namespace, pod.Name, pod.UID, claimKey)}
 	}
 	var candidates []AllocatedDevice
 	for _, r := range claim.Results {

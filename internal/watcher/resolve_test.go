@@ -15,11 +15,15 @@ import (
 
 const drv = "gpu.sim.devicewarden.io"
 
+// podUID is the UID of the pods podWith builds; claimWith's claims are reserved for it.
+const podUID = "0b1d-pod"
+
 func claimWith(name string, results ...resourcev1.DeviceRequestAllocationResult) *resourcev1.ResourceClaim {
 	return &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
 		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{
-			Devices: resourcev1.DeviceAllocationResult{Results: results}}},
+			Devices: resourcev1.DeviceAllocationResult{Results: results}},
+			ReservedFor: []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod", UID: podUID}}},
 	}
 }
 
@@ -30,7 +34,7 @@ func result(request, dev string) resourcev1.DeviceRequestAllocationResult {
 // podWith builds a pod using one template-generated claim "gpu" -> ResourceClaim "pod-gpu-abc".
 func podWith(entries ...corev1.ResourceStatus) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "pod", Namespace: "ns", ResourceVersion: "42"},
+		ObjectMeta: metav1.ObjectMeta{Name: "pod", Namespace: "ns", ResourceVersion: "42", UID: podUID},
 		Spec: corev1.PodSpec{NodeName: "node-1", ResourceClaims: []corev1.PodResourceClaim{
 			{Name: "gpu", ResourceClaimTemplateName: ptr.To("tmpl")},
 			{Name: "direct", ResourceClaimName: ptr.To("direct-claim")},
@@ -46,6 +50,36 @@ func podWith(entries ...corev1.ResourceStatus) *corev1.Pod {
 func healthEntry(name, id, health string, msg *string) corev1.ResourceStatus {
 	return corev1.ResourceStatus{Name: corev1.ResourceName(name), Resources: []corev1.ResourceHealth{
 		{ResourceID: corev1.ResourceID(id), Health: corev1.ResourceHealthStatus(health), Message: msg}}}
+}
+
+func TestStaleReportOfAPodTheClaimNoLongerServes(t *testing.T) {
+	c := claimWith("direct-claim", result("a", "gpu-1"))
+	get := func(ns, name string) (*Claim, bool) { return compactClaim(c, nil), name == "direct-claim" }
+	pod := podWith(healthEntry("claim:direct/a", "x", "Unhealthy", nil))
+	if reports, errs := Resolve(pod, get, nil); len(reports) != 1 || len(errs) != 0 {
+		t.Fatalf("the consumer's report: %v %v", reports, errs)
+	}
+	// The claim was reallocated for another Pod; the old Pod (kept, terminated) still shows its report.
+	c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "next", UID: "9e2a-next"}}
+	reports, errs := Resolve(pod, get, nil)
+	if len(reports) != 0 || len(errs) != 1 || errs[0].Reason != ReasonNotReserved || errs[0].Claim != "ns/direct-claim" {
+		t.Fatalf("stale report: %v %+v", reports, errs)
+	}
+	// A terminated Pod reports nothing, even while it is still listed as a consumer.
+	c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: "pod", UID: podUID})
+	done := pod.DeepCopy()
+	done.Status.Phase = corev1.PodFailed
+	if reports, errs := Resolve(done, get, nil); len(reports) != 0 || len(errs) != 0 {
+		t.Fatalf("terminated pod: %v %v", reports, errs)
+	}
+	if stripPod(done).Status.Phase != corev1.PodFailed {
+		t.Fatal("the kept copy of a pod loses its phase")
+	}
+	// A Pod with the same name but another UID (re-created) is not the consumer either.
+	c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod", UID: "other-uid"}}
+	if _, errs := Resolve(pod, get, nil); len(errs) != 1 || errs[0].Reason != ReasonNotReserved {
+		t.Fatalf("same name, other UID: %+v", errs)
+	}
 }
 
 func TestResolveCDIStyles(t *testing.T) {

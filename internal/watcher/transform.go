@@ -9,6 +9,7 @@ import (
 func stripPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}
 	out.Spec.NodeName = p.Spec.NodeName
+	out.Status.Phase = p.Status.Phase
 	if len(p.Spec.ResourceClaims) == 0 {
 		return out
 	}
