@@ -210,3 +210,47 @@ func TestClaimDeviceCondition(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSliceRecreatedUnderANewName: drivers re-create their slices with generated names (a driver
+// restart); a device that vanished while allocated is back when any slice of its pool publishes it.
+// And a device that vanished with its node (a deleted spot node) stops being reported Unknown once
+// its claim lets it go.
+func TestSliceRecreatedUnderANewName(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := &stack{kube: shared.kube, temporal: shared.temporal}
+	ids := devicePods(t, ctx, s.kube, "rename", 1)
+	id := ids[0]
+	orig, err := s.kube.ResourceV1().ResourceSlices().Get(ctx, id.Pool+"-gpu.sim", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.ResourceV1().ResourceSlices().Delete(ctx, orig.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, s, id, 30*time.Second, func(st policy.DeviceState) bool {
+		return st.State == policy.Suspect && strings.Contains(st.Message, "disappeared from its ResourceSlice")
+	})
+	again := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: id.Pool + "-gpu.sim-"}, Spec: orig.Spec}
+	again.Spec.Pool.Generation++
+	if _, err := s.kube.ResourceV1().ResourceSlices().Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, s, id, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Healthy })
+
+	// The node goes away with its slice and its Pods; the claim is deleted with the Pod.
+	gone := devicePods(t, ctx, s.kube, "spot", 1)[0]
+	if err := s.kube.ResourceV1().ResourceSlices().Delete(ctx, gone.Pool+"-gpu.sim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, s, gone, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	if err := s.kube.CoreV1().Pods("spot").Delete(ctx, "job-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.ResourceV1().ResourceClaims("spot").Delete(ctx, "job-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, s, gone, 60*time.Second, func(st policy.DeviceState) bool {
+		return st.State == policy.Healthy && len(st.Reporters) == 0
+	})
+}

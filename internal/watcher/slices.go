@@ -24,6 +24,9 @@ type sliceIndex struct {
 	pools  map[poolKey]map[string]int
 	intern interner
 	seen   map[string]struct{}
+	// missing are the allocated devices reported gone, with the claim that held them: a device
+	// back under any slice name, or no longer held by that claim, withdraws the report.
+	missing map[device.ID]string
 }
 
 type sliceInfo struct {
@@ -33,7 +36,7 @@ type sliceInfo struct {
 }
 
 func newSliceIndex() *sliceIndex {
-	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}}
+	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}, missing: map[device.ID]string{}}
 }
 
 // set records a slice (nil devices: deleted) and returns the devices of its pool that disappeared
@@ -65,6 +68,15 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 	}
 	if info != nil {
 		for _, d := range info.devices {
+			if counts[d] == 0 {
+				// Published again, under this slice name or another (drivers re-create slices with
+				// generated names): a report that it was gone is withdrawn.
+				id := device.ID{Driver: pk.driver, Pool: pk.pool, Device: d}
+				if _, wasMissing := x.missing[id]; wasMissing {
+					back = append(back, id)
+					delete(x.missing, id)
+				}
+			}
 			counts[d]++
 		}
 		x.slices[name] = *info
@@ -76,13 +88,6 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 	}
 	// A device removed from one slice and present in another (or re-added) is not gone.
 	gone = slices.DeleteFunc(gone, func(id device.ID) bool { return counts[id.Device] > 0 })
-	if had && info != nil {
-		for _, d := range info.devices {
-			if !slices.Contains(old.devices, d) {
-				back = append(back, device.ID{Driver: pk.driver, Pool: pk.pool, Device: d})
-			}
-		}
-	}
 	if len(counts) == 0 {
 		delete(x.pools, pk)
 	}
@@ -148,6 +153,7 @@ func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 		if claim == "" {
 			continue // not allocated: nothing runs on it, nothing to say
 		}
+		w.slices.markMissing(id, claim)
 		w.podMu.Lock()
 		ids := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
 			Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
@@ -156,11 +162,44 @@ func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 		w.enqueueAll(ids)
 		go w.adoptHolders(claim)
 	}
-	for _, id := range back {
+	w.withdrawUnpublished(back)
+}
+
+// markMissing remembers that an allocated device was reported gone while claim held it.
+func (x *sliceIndex) markMissing(id device.ID, claim string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.missing[id] = claim
+}
+
+// released returns (and forgets) the missing devices that claim held and holds no more (c nil:
+// the claim is gone): nothing runs on them now, so there is nothing to report Unknown.
+func (x *sliceIndex) released(claim string, c *Claim) []device.ID {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []device.ID
+	for id, holder := range x.missing {
+		if holder != claim {
+			continue
+		}
+		if c != nil && slices.ContainsFunc(c.Results, func(r AllocatedDevice) bool {
+			return r.Driver == id.Driver && r.Pool == id.Pool && r.Device == id.Device
+		}) {
+			continue
+		}
+		out = append(out, id)
+		delete(x.missing, id)
+	}
+	return out
+}
+
+// withdrawUnpublished takes back the watcher's own "gone from its slice" reports of ids.
+func (w *Watcher) withdrawUnpublished(ids []device.ID) {
+	for _, id := range ids {
 		w.podMu.Lock()
-		ids := w.store.setPod(unpublishedKey(id), "", nil, nil, nil)
+		changed := w.store.setPod(unpublishedKey(id), "", nil, nil, nil)
 		w.podMu.Unlock()
-		w.enqueueAll(ids)
+		w.enqueueAll(changed)
 	}
 }
 

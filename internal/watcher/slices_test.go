@@ -18,10 +18,51 @@ func TestSliceIndexGoneAndBack(t *testing.T) {
 		t.Fatalf("a moved device was reported gone: %v", gone)
 	}
 	gone, _, node := x.set("s2", nil)
-	if len(gone) != 1 || gone[0] != (device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}) || node != "node-1" {
+	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
+	if len(gone) != 1 || gone[0] != gpu1 || node != "node-1" {
 		t.Fatalf("gone %v node %q", gone, node)
 	}
-	if _, back, _ := x.set("s1", &sliceInfo{pool: pk, node: "node-1", devices: []string{"gpu-0", "gpu-1"}}); len(back) != 1 {
+	x.markMissing(gpu1, "ns/claim")
+	if _, back, _ := x.set("s1", &sliceInfo{pool: pk, node: "node-1", devices: []string{"gpu-0", "gpu-1"}}); len(back) != 1 || back[0] != gpu1 {
 		t.Fatalf("back %v", back)
+	}
+	// Back once only; a device that was never reported gone is not "back".
+	if _, back, _ := x.set("s3", &sliceInfo{pool: pk, node: "node-1", devices: []string{"gpu-1", "gpu-7"}}); len(back) != 0 {
+		t.Fatalf("back again %v", back)
+	}
+}
+
+// A driver restart re-creates the pool's slice under a new generated name: the device's Unknown
+// must clear although no slice of the old name comes back.
+func TestSliceBackUnderANewName(t *testing.T) {
+	x := newSliceIndex()
+	pk := poolKey{drv, "node-1"}
+	x.set("node-1-gpu-abcde", &sliceInfo{pool: pk, node: "node-1", devices: []string{"gpu-0"}})
+	gone, _, _ := x.set("node-1-gpu-abcde", nil)
+	x.markMissing(gone[0], "ns/claim")
+	_, back, _ := x.set("node-1-gpu-fghij", &sliceInfo{pool: pk, node: "node-1", devices: []string{"gpu-0"}})
+	if len(back) != 1 || back[0] != gone[0] {
+		t.Fatalf("back %v", back)
+	}
+}
+
+func TestMissingDeviceReleasedWithItsClaim(t *testing.T) {
+	x := newSliceIndex()
+	gpu0 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
+	x.markMissing(gpu0, "ns/a")
+	x.markMissing(gpu1, "ns/b")
+	still := &Claim{Allocated: true, Results: []AllocatedDevice{{Driver: drv, Pool: "node-1", Device: "gpu-0"}}}
+	if got := x.released("ns/a", still); len(got) != 0 {
+		t.Fatalf("released while still held: %v", got)
+	}
+	if got := x.released("ns/a", &Claim{}); len(got) != 1 || got[0] != gpu0 {
+		t.Fatalf("deallocated claim released %v", got)
+	}
+	if got := x.released("ns/b", nil); len(got) != 1 || got[0] != gpu1 {
+		t.Fatalf("deleted claim released %v", got)
+	}
+	if got := x.released("ns/b", nil); len(got) != 0 {
+		t.Fatalf("released twice: %v", got)
 	}
 }

@@ -310,6 +310,9 @@ func (w *Watcher) onClaim(obj runtime.Object, action string) {
 	}
 	w.reresolve(key)
 	w.claimConditions(key, claim.ResourceVersion, compact)
+	// A device that vanished from its slice while this claim held it: once the claim lets it go
+	// (deleted, or reallocated after its Pods left a dead node), nothing is left to report.
+	w.withdrawUnpublished(w.slices.released(key, compact))
 }
 
 // claimConditions reports the devices a driver marked in the claim's status.devices[] conditions,
