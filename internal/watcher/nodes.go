@@ -21,8 +21,13 @@ type nodeLeases struct {
 	down   map[string]bool
 }
 
+// leaseInfo judges a node by the watcher's own clock: renewed is the renewTime the node last
+// wrote, seen when the watcher saw it change (as the node lifecycle controller does), so a node
+// whose clock is off is not taken for down, and a node found already silent at start is given one
+// full duration before it is.
 type leaseInfo struct {
 	renewed  time.Time
+	seen     time.Time
 	duration time.Duration
 }
 
@@ -30,8 +35,8 @@ func newNodeLeases() *nodeLeases {
 	return &nodeLeases{leases: map[string]leaseInfo{}, down: map[string]bool{}}
 }
 
-func (n *nodeLeases) put(l *coordinationv1.Lease) {
-	info := leaseInfo{duration: 40 * time.Second}
+func (n *nodeLeases) put(l *coordinationv1.Lease, now time.Time) {
+	info := leaseInfo{duration: 40 * time.Second, seen: now}
 	if l.Spec.LeaseDurationSeconds != nil {
 		info.duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
@@ -42,6 +47,9 @@ func (n *nodeLeases) put(l *coordinationv1.Lease) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if old, ok := n.leases[l.Name]; ok && old.renewed.Equal(info.renewed) {
+		info.seen = old.seen // not renewed: an unrelated write does not count as a heartbeat
+	}
 	n.leases[l.Name] = info
 	if n.seen != nil {
 		n.seen[l.Name] = struct{}{}
@@ -61,12 +69,12 @@ func (n *nodeLeases) changes(now time.Time) (down map[string]string, up []string
 	defer n.mu.Unlock()
 	down = map[string]string{}
 	for node, l := range n.leases {
-		expired := !l.renewed.IsZero() && now.Sub(l.renewed) > l.duration
+		expired := !l.renewed.IsZero() && now.Sub(l.seen) > l.duration
 		switch {
 		case expired && !n.down[node]:
 			n.down[node] = true
-			down[node] = fmt.Sprintf("node %s outage: its Lease was last renewed %s ago (duration %s); node failure handling owns cordon and eviction",
-				node, now.Sub(l.renewed).Round(time.Second), l.duration)
+			down[node] = fmt.Sprintf("node %s outage: its Lease was last seen renewed %s ago (duration %s); node failure handling owns cordon and eviction",
+				node, now.Sub(l.seen).Round(time.Second), l.duration)
 		case !expired && n.down[node]:
 			delete(n.down, node)
 			up = append(up, node)
@@ -105,7 +113,7 @@ func (w *Watcher) leaseSource() *source {
 		upsert: func(o runtime.Object, action string) {
 			if l, ok := o.(*coordinationv1.Lease); ok {
 				w.cfg.Metrics.WatcherEvents.WithLabelValues("lease", action).Inc()
-				w.leases.put(l)
+				w.leases.put(l, w.cfg.Clock())
 			}
 		},
 		remove: func(o runtime.Object) {

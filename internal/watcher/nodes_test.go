@@ -21,18 +21,37 @@ func lease(node string, renewed time.Time, seconds int32) *coordinationv1.Lease 
 func TestNodeLeaseExpiryIsOneNodeDecision(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	n := newNodeLeases()
-	n.put(lease("node-1", now.Add(-10*time.Second), 40))
-	n.put(lease("node-2", now.Add(-50*time.Second), 40))
-	down, up := n.changes(now)
+	n.put(lease("node-1", now.Add(-10*time.Second), 40), now)
+	n.put(lease("node-2", now.Add(-50*time.Second), 40), now) // found silent at start: one duration of grace
+	if down, _ := n.changes(now.Add(30 * time.Second)); len(down) != 0 {
+		t.Fatalf("down before a full duration was watched: %v", down)
+	}
+	n.put(lease("node-1", now.Add(30*time.Second), 40), now.Add(30*time.Second))
+	n.put(lease("node-2", now.Add(-50*time.Second), 40), now.Add(35*time.Second)) // written, not renewed
+	down, up := n.changes(now.Add(41 * time.Second))
 	if len(down) != 1 || !strings.Contains(down["node-2"], "node-2 outage") || len(up) != 0 {
 		t.Fatalf("down %v up %v", down, up)
 	}
-	if down, _ := n.changes(now.Add(time.Second)); len(down) != 0 {
+	if down, _ := n.changes(now.Add(42 * time.Second)); len(down) != 0 {
 		t.Fatalf("the same outage was decided twice: %v", down)
 	}
-	n.put(lease("node-2", now.Add(time.Second), 40))
-	if _, up := n.changes(now.Add(2 * time.Second)); len(up) != 1 || up[0] != "node-2" {
+	n.put(lease("node-2", now.Add(time.Second), 40), now.Add(43*time.Second))
+	if _, up := n.changes(now.Add(44 * time.Second)); len(up) != 1 || up[0] != "node-2" {
 		t.Fatalf("renewal not noticed: %v", up)
+	}
+}
+
+// A node whose clock runs a minute behind writes renewTimes that look a minute old: it renews, so
+// it is up.
+func TestNodeClockSkewIsNotAnOutage(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	n := newNodeLeases()
+	for i := 0; i < 10; i++ {
+		at := now.Add(time.Duration(i) * 10 * time.Second)
+		n.put(lease("skewed", at.Add(-time.Minute), 40), at)
+		if down, _ := n.changes(at.Add(5 * time.Second)); len(down) != 0 {
+			t.Fatalf("skewed node taken for down at step %d: %v", i, down)
+		}
 	}
 }
 
