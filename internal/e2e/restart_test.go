@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.temporal.io/api/workflowservice/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -190,5 +191,48 @@ func TestLeaderElection(t *testing.T) {
 	})
 	if ok := testutil.ToFloat64(mB.Signals.WithLabelValues("ok")); ok < 1 {
 		t.Fatalf("new leader signalled %v times", ok)
+	}
+}
+
+// TestRestartWhileDeviceMissing: a device leaves its slice while allocated (Suspect, tolerance
+// running); the controller restarts. The new watcher re-sends what is true from the state it
+// lists, so the device stays Suspect with the same tolerance deadline: it is not turned Healthy
+// and its window is not restarted.
+func TestRestartWhileDeviceMissing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	_, stop1 := s.controller(app.ControllerOptions{Workers: 4})
+	id := devicePods(t, ctx, s.kube, "failover", 1)[0]
+	sl, err := s.kube.ResourceV1().ResourceSlices().Get(ctx, id.Pool+"-gpu.sim", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []resourcev1.Device
+	for _, d := range sl.Spec.Devices {
+		if d.Name != id.Device {
+			keep = append(keep, d)
+		}
+	}
+	sl.Spec.Devices = keep
+	if _, err := s.kube.ResourceV1().ResourceSlices().Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitState(t, ctx, s, id, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	stop1()
+	_, stop2 := s.controller(app.ControllerOptions{Workers: 4})
+	defer stop2()
+	// Give the new watcher time to sync and re-send, then look.
+	time.Sleep(5 * time.Second)
+	after, err := stateOf(ctx, s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State != policy.Suspect || !after.ToleranceUntil.Equal(before.ToleranceUntil) || len(after.Transitions) != len(before.Transitions) {
+		t.Fatalf("after the restart: %s until %s (was until %s), transitions %+v", after.State, after.ToleranceUntil, before.ToleranceUntil, after.Transitions)
 	}
 }

@@ -153,16 +153,51 @@ func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 		if claim == "" {
 			continue // not allocated: nothing runs on it, nothing to say
 		}
-		w.slices.markMissing(id, claim)
-		w.podMu.Lock()
-		ids := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
-			Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
-			Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil)
-		w.podMu.Unlock()
-		w.enqueueAll(ids)
-		go w.adoptHolders(claim)
+		w.reportMissing(id, claim, node)
 	}
 	w.withdrawUnpublished(back)
+}
+
+// reportMissing reports an allocated device that its driver no longer publishes as Unknown.
+func (w *Watcher) reportMissing(id device.ID, claim, node string) {
+	w.slices.markMissing(id, claim)
+	w.podMu.Lock()
+	ids := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
+		Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
+		Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+	go w.adoptHolders(claim)
+}
+
+// published reports whether a slice of the device's pool lists it now.
+func (x *sliceIndex) published(id device.ID) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.pools[poolKey{id.Driver, id.Pool}][id.Device] > 0
+}
+
+// scanMissing reports every allocated device that no slice publishes, from the state listed at
+// start: a device that vanished while no watcher was looking is as missing as one seen going.
+func (w *Watcher) scanMissing() {
+	type held struct {
+		id    device.ID
+		claim string
+	}
+	var missing []held
+	w.claims.mu.RLock()
+	for key, c := range w.claims.claims {
+		for _, r := range c.Results {
+			id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+			if !w.slices.published(id) {
+				missing = append(missing, held{id, key})
+			}
+		}
+	}
+	w.claims.mu.RUnlock()
+	for _, m := range missing {
+		w.reportMissing(m.id, m.claim, "")
+	}
 }
 
 // markMissing remembers that an allocated device was reported gone while claim held it.

@@ -143,6 +143,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); w.leaseSource().run(ctx, leasesSynced) }()
 	go func() { defer wg.Done(); w.sliceSource().run(ctx, slicesSynced) }()
 	go func() { defer wg.Done(); w.checkLeases(ctx, w.cfg.LeaseCheckInterval) }()
+	// Nothing is sent before every source has listed once: a restarted leader must re-send what
+	// is true now (a device missing from its slice is still Unknown), not what it saw change.
+	for _, ch := range []chan struct{}{leasesSynced, slicesSynced} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	w.scanMissing()
 	close(w.synced)
 	w.cfg.Logger.Info("watcher synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	for i := 0; i < w.cfg.Workers; i++ {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -73,7 +74,10 @@ func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
 	noClaim.Name = "no-claim"
 	noClaim.Status.ResourceClaimStatuses[0].ResourceClaimName = ptrTo("deleted-claim")
 
-	kube := fake.NewSimpleClientset(good, oldClient, malformed, noClaim,
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: drv, Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
+		Devices: []resourcev1.Device{{Name: "gpu-1"}, {Name: "gpu-2"}, {Name: "gpu-3"}}}}
+	kube := fake.NewSimpleClientset(good, oldClient, malformed, noClaim, slice,
 		claimWith("pod-gpu-abc", result("gpus", "gpu-3")),
 		claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-2")))
 	rec := &recorder{fail: 2}
@@ -154,3 +158,22 @@ func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
 }
 
 func ptrTo(s string) *string { return &s }
+
+// A device that vanished from its slice while no watcher was running is reported Unknown from the
+// state listed at start, before anything else is sent.
+func TestMissingAtStartIsReported(t *testing.T) {
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: drv, Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1}, Devices: []resourcev1.Device{{Name: "gpu-1"}}}}
+	kube := fake.NewSimpleClientset(slice, claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-9")))
+	rec := &recorder{}
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "signal", func() bool { return len(rec.signals()) == 1 })
+	got := rec.signals()[0]
+	if got.Device.Device != "gpu-9" || got.Health != device.Unknown || !strings.Contains(got.Message, "disappeared from its ResourceSlice") {
+		t.Fatalf("signalled %+v", got)
+	}
+}
