@@ -18,12 +18,9 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/metrics"
@@ -228,13 +225,23 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Policies: o.Policies, Alerter: acts.Alerter,
 	})
 	g, gctx := errgroup.WithContext(ctx)
+	ready := &readiness{watcher: wt, leaderElected: o.LeaderElection != nil}
+	watch := func(ctx context.Context) error {
+		ready.leading.Store(true)
+		err := wt.Run(ctx)
+		ready.stopped.Store(true)
+		if err != nil {
+			return fmt.Errorf("watcher stopped: %w", err)
+		}
+		return nil
+	}
 	if o.LeaderElection == nil {
-		g.Go(func() error { return wt.Run(gctx) })
+		g.Go(func() error { return watch(gctx) })
 	} else {
-		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, wt.Run, logger) })
+		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, watch, logger) })
 	}
 	if o.MetricsAddress != "" {
-		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, m, logger) })
+		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, m, ready, logger) })
 	}
 	for _, fn := range o.Extra {
 		g.Go(func() error { return fn(gctx) })
@@ -242,10 +249,11 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	return g.Wait()
 }
 
-func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, logger *slog.Logger) error {
+func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, ready *readiness, logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.Handle("/readyz", ready)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
@@ -262,44 +270,4 @@ func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, logger *
 		return err
 	}
 	return nil
-}
-
-// runAsLeader runs fn while this replica holds the Lease. Losing the Lease is an error: the process
-// exits and restarts rather than risk two watchers signalling at once.
-func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection, fn func(context.Context) error, logger *slog.Logger) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
-		Client:     kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
-	}
-	// The elector runs OnStartedLeading in its own goroutine and does not wait for it; it cancels
-	// that goroutine's context when Run returns, so waiting for fn afterwards is bounded.
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, ReleaseOnCancel: true,
-		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				close(started)
-				logger.Info("leading: watcher starts", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
-				done <- fn(ctx)
-			},
-			OnStoppedLeading: func() { logger.Info("stopped leading", "identity", le.Identity) },
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	elector.Run(ctx)
-	select {
-	case <-started:
-	default:
-		return nil // never led: ctx ended while waiting for the Lease
-	}
-	runErr := <-done
-	if ctx.Err() != nil {
-		return runErr
-	}
-	return fmt.Errorf("lost the %s/%s lease: %v", le.Namespace, le.Name, runErr)
 }

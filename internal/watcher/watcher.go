@@ -168,7 +168,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// WaitForSync blocks until claims and pods have been listed once (or ctx ends).
+// Synced reports whether every source has listed once.
+func (w *Watcher) Synced() bool {
+	select {
+	case <-w.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitForSync blocks until every source has listed once (or ctx ends).
 func (w *Watcher) WaitForSync(ctx context.Context) bool {
 	select {
 	case <-w.synced:

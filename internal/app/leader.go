@@ -1,0 +1,91 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/devicewarden/devicewarden/internal/watcher"
+)
+
+// runAsLeader runs fn while this replica holds the Lease. Losing the Lease is an error: the process
+// exits and restarts rather than risk two watchers signalling at once. A watcher that stops (it
+// could not reach Temporal at start, a source failed) gives the Lease up at once, so the other
+// replica takes over instead of waiting for a Lease held by a replica that watches nothing.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection, fn func(context.Context) error, logger *slog.Logger) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	electCtx, release := context.WithCancel(ctx)
+	defer release()
+	// The elector runs OnStartedLeading in its own goroutine and does not wait for it; it cancels
+	// that goroutine's context when Run returns, so waiting for fn afterwards is bounded.
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true,
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				close(started)
+				logger.Info("leading: watcher starts", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
+				err := fn(ctx)
+				if err != nil {
+					logger.Error("watcher stopped while leading: giving the Lease up", "error", err)
+					release() // ReleaseOnCancel clears the holder, the other replica acquires at its next try
+				}
+				done <- err
+			},
+			OnStoppedLeading: func() { logger.Info("stopped leading", "identity", le.Identity) },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	elector.Run(electCtx)
+	select {
+	case <-started:
+	default:
+		return nil // never led: ctx ended while waiting for the Lease
+	}
+	runErr := <-done
+	if runErr != nil {
+		return runErr
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("lost the %s/%s lease", le.Namespace, le.Name)
+}
+
+// readiness answers /readyz: a replica is ready when its watcher (if it runs one: always without
+// leader election, while leading with it) has listed every source once and has not stopped. A
+// follower, whose worker serves Temporal, is ready.
+type readiness struct {
+	watcher       *watcher.Watcher
+	leaderElected bool
+	leading       atomic.Bool
+	stopped       atomic.Bool
+}
+
+func (r *readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch {
+	case r.stopped.Load():
+		http.Error(w, "watcher stopped", http.StatusServiceUnavailable)
+	case r.leaderElected && !r.leading.Load():
+		_, _ = w.Write([]byte("ok: follower (worker only)"))
+	case !r.watcher.Synced():
+		http.Error(w, "watcher not synced yet", http.StatusServiceUnavailable)
+	default:
+		_, _ = w.Write([]byte("ok"))
+	}
+}

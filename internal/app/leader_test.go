@@ -1,0 +1,71 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/devicewarden/devicewarden/internal/watcher"
+)
+
+// A leader whose watcher stops (here: it could not reach Temporal) gives the Lease up at once and
+// returns the error, so the process exits and the other replica leads without waiting for expiry.
+func TestLeaderWhoseWatcherStopsGivesTheLeaseUp(t *testing.T) {
+	kube := fake.NewSimpleClientset()
+	le := LeaderElection{Namespace: "default", Name: "devicewarden-watcher", Identity: "replica-a",
+		LeaseDuration: time.Hour, RenewDeadline: 40 * time.Minute, RetryPeriod: 100 * time.Millisecond}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	broken := errors.New("list running device workflows: connection refused")
+	err := runAsLeader(ctx, kube, le, func(context.Context) error { return broken }, logger)
+	if !errors.Is(err, broken) {
+		t.Fatalf("runAsLeader = %v, want the watcher's error", err)
+	}
+	l, err := kube.CoordinationV1().Leases("default").Get(ctx, le.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Fatalf("lease still held by %q", *h)
+	}
+	// The other replica takes it at its next try, long before the hour-long Lease would expire.
+	le.Identity = "replica-b"
+	led := make(chan struct{})
+	go func() {
+		_ = runAsLeader(ctx, kube, le, func(ctx context.Context) error { close(led); <-ctx.Done(); return nil }, logger)
+	}()
+	select {
+	case <-led:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other replica did not lead")
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	r := &readiness{watcher: watcher.New(watcher.Config{}), leaderElected: true}
+	code := func() int {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return w.Code
+	}
+	if code() != http.StatusOK {
+		t.Fatal("a follower is not ready")
+	}
+	r.leading.Store(true)
+	if code() != http.StatusServiceUnavailable {
+		t.Fatal("a leader whose watcher has not synced is ready")
+	}
+	r.stopped.Store(true)
+	if code() != http.StatusServiceUnavailable {
+		t.Fatal("a stopped watcher is ready")
+	}
+}
