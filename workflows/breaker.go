@@ -19,6 +19,10 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	if st == nil {
 		st = &policy.BreakerState{Config: policy.DefaultBreaker()}
 	}
+	// Runs recorded before restrictions had their own budget replay with one budget.
+	if workflow.GetVersion(ctx, "separate-budgets", workflow.DefaultVersion, 1) >= 1 {
+		st.SeparateBudgets = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
@@ -27,7 +31,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 		func(ctx workflow.Context, req policy.PermitRequest) (policy.PermitResult, error) {
 			res := st.Acquire(req, workflow.Now(ctx))
 			if res.Tripped {
-				alerts = append(alerts, activities.AlertInput{Level: "critical", Text: "circuit breaker open: " + st.Reason, WorkflowID: BreakerWorkflowID})
+				alerts = append(alerts, activities.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
 			}
 			return res, nil
 		},

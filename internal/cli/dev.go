@@ -137,7 +137,7 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	def := policy.DefaultBreaker()
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
 	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
-	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "127.0.0.1:9464", "address for /metrics and /healthz (empty disables)")
+	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
 	cmd.Flags().StringVar(&f.policyFile, "policy", "", "policy file (YAML) keyed by DeviceClass or driver; empty uses the default policy")
 	cmd.Flags().DurationVar(&o.Breaker.Window, "breaker-window", def.Window, "circuit breaker: sliding window for the cap")
 	cmd.Flags().IntVar(&o.Breaker.MaxCount, "breaker-max-count", def.MaxCount, "circuit breaker: most devices tainted automatically per window")

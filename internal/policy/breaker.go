@@ -65,6 +65,21 @@ type BreakerState struct {
 	Denied    int           `json:"denied"`
 	ResumedBy string        `json:"resumedBy,omitempty"`
 	ResumedAt time.Time     `json:"resumedAt,omitempty"`
+	// SeparateBudgets gives restrictions (Unknown too long: NoSchedule, never eviction) a budget
+	// of their own, so an Unknown storm cannot use up what confirmed Unhealthy quarantines need.
+	// Set by breaker runs recorded after the change.
+	SeparateBudgets bool `json:"separateBudgets,omitempty"`
+	// RestrictionsOpen holds further restrictions once their budget is spent; quarantines go on.
+	RestrictionsOpen   bool   `json:"restrictionsOpen,omitempty"`
+	RestrictionsReason string `json:"restrictionsReason,omitempty"`
+}
+
+// budget names the budget an action draws on.
+func (b *BreakerState) budget(action State) string {
+	if b.SeparateBudgets && action == Restricted {
+		return "restrictions"
+	}
+	return "actions"
 }
 
 // Limit is how many actions the window allows for a fleet of known devices.
@@ -100,10 +115,36 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	limit := b.Config.Limit(req.KnownDevices)
-	if len(b.Grants) >= limit {
+	if b.budget(req.Action) == "restrictions" {
+		if b.RestrictionsOpen {
+			b.Denied++
+			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason}
+		}
+		used := 0
+		for _, g := range b.Grants {
+			if g.Action == Restricted {
+				used++
+			}
+		}
+		if used >= limit {
+			b.RestrictionsOpen, b.Denied = true, b.Denied+1
+			b.RestrictionsReason = fmt.Sprintf("%d restrictions within %s reached their cap of %d; quarantines keep their own budget; an operator must resume",
+				used, b.Config.Window, limit)
+			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason, Tripped: true}
+		}
+		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
+		return PermitResult{Granted: true}
+	}
+	used := 0
+	for _, g := range b.Grants {
+		if b.budget(g.Action) == "actions" {
+			used++
+		}
+	}
+	if used >= limit {
 		b.Open, b.OpenedAt, b.Denied = true, now, b.Denied+1
 		b.Reason = fmt.Sprintf("%d automatic actions within %s reached the cap of %d (max %d, %g%% of %d known devices); an operator must resume",
-			len(b.Grants), b.Config.Window, limit, b.Config.MaxCount, b.Config.MaxPercent, req.KnownDevices)
+			used, b.Config.Window, limit, b.Config.MaxCount, b.Config.MaxPercent, req.KnownDevices)
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason, Tripped: true}
 	}
 	b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
@@ -113,6 +154,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 // Resume re-arms the breaker and starts a fresh window.
 func (b *BreakerState) Resume(actor string, now time.Time) {
 	b.Open, b.Reason, b.OpenedAt, b.Grants = false, "", time.Time{}, nil
+	b.RestrictionsOpen, b.RestrictionsReason = false, ""
 	b.ResumedBy, b.ResumedAt = actor, now
 }
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +77,47 @@ func TestNodeEscalatesOnceAtThreshold(t *testing.T) {
 	}
 	if !n.Escalated || alerts != 1 || len(n.Failed) != 4 || !n.EscalatedAt.Equal(t0.Add(3*time.Minute)) {
 		t.Fatalf("state %+v alerts %d", n, alerts)
+	}
+}
+
+// An Unknown storm spends the restrictions' budget, not the one confirmed quarantines need.
+func TestRestrictionsHaveTheirOwnBudget(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 3}
+	b := &BreakerState{SeparateBudgets: true}
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	ask := func(i int, action State) PermitResult {
+		return b.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: action, KnownDevices: 1000, Config: cfg}, at(i))
+	}
+	for i := 0; i < 3; i++ {
+		if r := ask(i, Restricted); !r.Granted {
+			t.Fatalf("restriction %d denied: %s", i, r.Reason)
+		}
+	}
+	r := ask(3, Restricted)
+	if r.Granted || !r.Tripped || !b.RestrictionsOpen || b.Open || !strings.Contains(r.Reason, "restrictions") {
+		t.Fatalf("4th restriction: %+v, breaker %+v", r, b)
+	}
+	if r := ask(4, Restricted); r.Granted || r.Tripped {
+		t.Fatalf("5th restriction: %+v", r)
+	}
+	for i := 10; i < 13; i++ {
+		if r := ask(i, Quarantined); !r.Granted {
+			t.Fatalf("quarantine %d denied by the restriction storm: %s", i, r.Reason)
+		}
+	}
+	if r := ask(13, Quarantined); r.Granted || !b.Open {
+		t.Fatalf("quarantine past its own cap: %+v", r)
+	}
+	b.Resume("alice", at(20))
+	if b.Open || b.RestrictionsOpen {
+		t.Fatal("resume left a budget closed")
+	}
+	// Without separate budgets (runs recorded before), restrictions count against the one cap.
+	old := &BreakerState{}
+	for i := 0; i < 3; i++ {
+		old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: Restricted, Config: cfg}, at(i))
+	}
+	if r := old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: Quarantined, Config: cfg}, at(5)); r.Granted {
+		t.Fatal("old runs changed behaviour")
 	}
 }
