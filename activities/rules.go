@@ -131,15 +131,7 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 			a.count("existing")
 			return nil
 		}
-		updated := existing.DeepCopy()
-		updated.Spec.Taint = rule.Spec.Taint
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
-		}
-		for k, v := range rule.Annotations {
-			updated.Annotations[k] = v
-		}
-		_, err = rules.Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = rules.Update(ctx, withTaint(existing, rule), metav1.UpdateOptions{FieldManager: FieldManager})
 		if err == nil {
 			a.count("updated")
 		}
@@ -154,6 +146,21 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		return QuarantineResult{}, fmt.Errorf("update device taint rule %s: %w", name, err)
 	}
 	return res, nil
+}
+
+// withTaint is a copy of existing with want's taint and its non-empty annotations.
+func withTaint(existing, want *resourcev1.DeviceTaintRule) *resourcev1.DeviceTaintRule {
+	updated := existing.DeepCopy()
+	updated.Spec.Taint = want.Spec.Taint
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	for k, v := range want.Annotations {
+		if v != "" {
+			updated.Annotations[k] = v
+		}
+	}
+	return updated
 }
 
 // ownRule gets the device's rule and checks that it is the device's (not a hash collision).
@@ -240,18 +247,8 @@ func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (Refre
 			res.Missing = true
 			return nil
 		}
-		updated := r.DeepCopy()
-		updated.Spec.Taint = want.Spec.Taint
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
-		}
-		for k, v := range want.Annotations {
-			if v != "" {
-				updated.Annotations[k] = v
-			}
-		}
 		res.Effect = string(want.Spec.Taint.Effect)
-		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, withTaint(r, want), metav1.UpdateOptions{FieldManager: FieldManager})
 		return err
 	})
 	if err != nil {

@@ -44,7 +44,7 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 	if err != nil {
 		return err
 	}
-	seen, stopWatch, err := watchRules(ctx, kube)
+	seen, stopWatch, err := watchRules(ctx, kube, watch.Added)
 	if err != nil {
 		return err
 	}
@@ -154,8 +154,9 @@ func setupPods(ctx context.Context, kube kubernetes.Interface, devices int, out 
 	}
 }
 
-// watchRules records when each DeviceTaintRule first appears; seen(name) yields that time.
-func watchRules(ctx context.Context, kube kubernetes.Interface) (func(string) <-chan time.Time, func(), error) {
+// watchRules records when each DeviceTaintRule first has an event of the given type (Added: it
+// appears; Deleted: it is gone); seen(name) yields that time.
+func watchRules(ctx context.Context, kube kubernetes.Interface, evType watch.EventType) (func(string) <-chan time.Time, func(), error) {
 	w, err := kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("watch device taint rules: %w", err)
@@ -172,7 +173,7 @@ func watchRules(ctx context.Context, kube kubernetes.Interface) (func(string) <-
 	}
 	go func() {
 		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added {
+			if ev.Type != evType {
 				continue
 			}
 			if r, ok := ev.Object.(*resourcev1.DeviceTaintRule); ok {

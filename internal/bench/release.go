@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -71,7 +69,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 	if err := waitFreed(ctx, kube); err != nil {
 		return err
 	}
-	deleted, stop, err := watchRuleDeletions(ctx, kube)
+	deleted, stop, err := watchRules(ctx, kube, watch.Deleted)
 	if err != nil {
 		return err
 	}
@@ -171,33 +169,4 @@ func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, er
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// watchRuleDeletions records when each DeviceTaintRule is deleted; deleted(name) yields that time.
-func watchRuleDeletions(ctx context.Context, kube kubernetes.Interface) (func(string) <-chan time.Time, func(), error) {
-	w, err := kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("watch device taint rules: %w", err)
-	}
-	var mu sync.Mutex
-	chans := map[string]chan time.Time{}
-	get := func(name string) chan time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		if chans[name] == nil {
-			chans[name] = make(chan time.Time, 1)
-		}
-		return chans[name]
-	}
-	go func() {
-		for ev := range w.ResultChan() {
-			if r, ok := ev.Object.(*resourcev1.DeviceTaintRule); ok && ev.Type == watch.Deleted {
-				select {
-				case get(r.Name) <- time.Now():
-				default:
-				}
-			}
-		}
-	}()
-	return func(name string) <-chan time.Time { return get(name) }, w.Stop, nil
 }
