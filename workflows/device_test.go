@@ -47,6 +47,8 @@ type harness struct {
 	refreshed []activities.QuarantineInput
 	released  []activities.ReleaseInput
 	approvals []activities.ApprovalRequest
+	// appliedEffect is the effect Quarantine says it applied ("" = none said, as older workers).
+	appliedEffect string
 }
 
 func newHarness(denyFirst int) *harness {
@@ -56,7 +58,7 @@ func newHarness(denyFirst int) *harness {
 	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
 			h.quarantine = append(h.quarantine, in)
-			return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true}, nil
+			return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
 		})
 	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {

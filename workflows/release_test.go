@@ -92,6 +92,10 @@ func TestFailedProbeRefusesReleaseUpdate(t *testing.T) {
 	if len(h.refreshed) != 1 || h.refreshed[0].Key != policy.TaintQuarantine || !h.refreshed[0].ExpiresAt.Equal(got.Quarantine.ExpiresAt) {
 		t.Fatalf("expiry not written on the rule: %+v", h.refreshed)
 	}
+	// The rule keeps the quarantine's reason; the failed review is in the transitions.
+	if h.refreshed[0].Reason != got.Quarantine.Reason || h.refreshed[0].Actor != policy.Actor {
+		t.Fatalf("refresh reason %q actor %q, quarantine reason %q", h.refreshed[0].Reason, h.refreshed[0].Actor, got.Quarantine.Reason)
+	}
 }
 
 func TestMalformedSignalIsDroppedAndTheWorkflowGoesOn(t *testing.T) {
@@ -163,5 +167,26 @@ func TestApprovalByUpdate(t *testing.T) {
 	}
 	if got.Closed[0].ClosedBy != "U1" {
 		t.Fatalf("closed by %q", got.Closed[0].ClosedBy)
+	}
+	// The request people see carries the evidence: probe and canary outcomes and the review.
+	req := h.approvals[0]
+	if req.Probe == nil || !req.Probe.Passed || req.Canary == nil || !req.Canary.Passed || !strings.Contains(req.Summary, "canary passed") ||
+		req.Reason != "device reported Unhealthy" || req.Node != "node-1" || req.WorkflowID == "" {
+		t.Fatalf("approval request %+v", req)
+	}
+}
+
+func TestRecordKeepsTheEffectTheWorkerApplied(t *testing.T) {
+	h := newHarness(0)
+	h.appliedEffect = "None" // a worker running with --dry-run answers with effect None
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []policy.Reporter{{Pod: "p"}}})
+	}, time.Second)
+	var got policy.DeviceState
+	queryThenCancel(t, h.env, time.Minute, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	if got.Quarantine == nil || got.Quarantine.Effect != "None" {
+		t.Fatalf("record %+v", got.Quarantine)
 	}
 }
