@@ -42,6 +42,9 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 		return nil
 	}
 	st.Health, st.Message, st.StatusVersion, st.ObservedAt, st.Reporters = obs.Health, obs.Message, obs.StatusVersion, obs.ObservedAt, obs.Reporters
+	if obs.Seq != nil {
+		st.Seq = obs.Seq
+	}
 	st.LastHeard, st.Stale = now, false
 	if obs.Node != "" {
 		st.Node = obs.Node
@@ -251,9 +254,14 @@ func (st *DeviceState) transition(to State, reason, actor string, now time.Time)
 	st.State = to
 }
 
-// newer reports whether obs is newer than the current report. Pod resourceVersions are compared as
-// numbers when both are numeric (etcd revisions); otherwise the observation time decides.
+// newer reports whether obs is newer than the current report: by the watcher's sequence when both
+// carry one; for observations from before it, pod resourceVersions compared as numbers when both
+// are numeric, otherwise the observation time.
 func (st *DeviceState) newer(obs Observation) bool {
+	if obs.Seq != nil && st.Seq != nil {
+		// The watcher's own order: a new leader's reports are never taken for old ones.
+		return st.Seq.Before(*obs.Seq)
+	}
 	if st.StatusVersion == "" {
 		return true
 	}

@@ -614,3 +614,36 @@ func TestSummary(t *testing.T) {
 		t.Fatalf("fresh: %s", s)
 	}
 }
+
+// After an etcd restore resourceVersions go backwards; a new leader's watcher must still be heard.
+func TestWatcherSequenceOrdersObservations(t *testing.T) {
+	st := NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	at := func(o Observation, term int64, n uint64, version string) Observation {
+		o.Seq, o.StatusVersion = &Seq{Term: term, N: n}, version
+		return o
+	}
+	st.Observe(at(obs(device.Unknown, 0, ""), 100, 7, "9000"), t0)
+	if st.State != Suspect {
+		t.Fatalf("state %s", st.State)
+	}
+	// The old leader's late signal (same term, lower count) is ignored.
+	st.Observe(at(obs(device.Healthy, 0, ""), 100, 6, "9001"), t0.Add(time.Second))
+	if st.State != Suspect || st.Ignored != 1 {
+		t.Fatalf("older sequence applied: %s, ignored %d", st.State, st.Ignored)
+	}
+	// A new leader after an etcd restore: a lower resourceVersion, a larger term: heard.
+	st.Observe(at(obs(device.Healthy, 0, ""), 200, 1, "12"), t0.Add(2*time.Second))
+	if st.State != Healthy {
+		t.Fatalf("new leader's report ignored: %s", st.State)
+	}
+	// A heartbeat repeats the sequence: not a change, but the report is current.
+	hb := at(obs(device.Healthy, 0, ""), 200, 1, "12")
+	st.Observe(hb, t0.Add(time.Minute))
+	if !st.LastHeard.Equal(t0.Add(time.Minute)) || st.Ignored != 2 {
+		t.Fatalf("heartbeat: last heard %s, ignored %d", st.LastHeard, st.Ignored)
+	}
+	if !(Seq{Term: 1, N: 9}).Before(Seq{Term: 2, N: 0}) || (Seq{Term: 2, N: 1}).Before(Seq{Term: 2, N: 1}) {
+		t.Fatal("Seq.Before")
+	}
+}

@@ -42,10 +42,29 @@ type Observation struct {
 	// device's recovery review; a bare Healthy from a Pod never does.
 	Source Source `json:"source,omitempty"`
 	// StatusVersion is the resourceVersion of the newest Pod status that carried the reports.
-	StatusVersion string    `json:"statusVersion"`
-	ObservedAt    time.Time `json:"observedAt"`
+	StatusVersion string `json:"statusVersion"`
+	// Seq orders a device's observations without parsing resourceVersions (opaque, and they go
+	// backwards after an etcd restore): the watcher's term, then its counter. Absent from
+	// observations sent before it existed.
+	Seq        *Seq      `json:"seq,omitempty"`
+	ObservedAt time.Time `json:"observedAt"`
 	// Reporters is empty when no pod holds the device any more.
 	Reporters []Reporter `json:"reporters,omitempty"`
+}
+
+// Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;
+// within a term N counts the watcher's changes. A heartbeat repeats the Seq it repeats.
+type Seq struct {
+	Term int64  `json:"term"`
+	N    uint64 `json:"n"`
+}
+
+// Before reports whether s comes before o.
+func (s Seq) Before(o Seq) bool {
+	if s.Term != o.Term {
+		return s.Term < o.Term
+	}
+	return s.N < o.N
 }
 
 // Source is where an observation came from.
@@ -99,6 +118,7 @@ type DeviceState struct {
 	Health        device.Health `json:"health"`
 	Message       string        `json:"message,omitempty"`
 	StatusVersion string        `json:"statusVersion,omitempty"`
+	Seq           *Seq          `json:"seq,omitempty"`
 	ObservedAt    time.Time     `json:"observedAt"`
 	Reporters     []Reporter    `json:"reporters,omitempty"`
 	// LastHeard is when the watcher last confirmed the current report (heartbeats included).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -29,6 +30,10 @@ type store struct {
 	seen map[string]struct{}
 	// outages holds nodes whose Lease expired, with the reason.
 	outages map[string]string
+	// term and counter order this watcher's observations (policy.Seq): a watcher started later,
+	// a new leader, has a larger term.
+	term    int64
+	counter uint64
 }
 
 type entry struct {
@@ -44,7 +49,15 @@ type entry struct {
 
 func newStore() *store {
 	return &store{devices: map[device.ID]*entry{}, podDevices: map[string][]device.ID{},
-		pods: map[string]*corev1.Pod{}, claimPods: map[string]map[string]struct{}{}, outages: map[string]string{}}
+		pods: map[string]*corev1.Pod{}, claimPods: map[string]map[string]struct{}{}, outages: map[string]string{},
+		term: time.Now().UnixNano()}
+}
+
+// stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.
+func (s *store) stamp(obs workflows.Observation) workflows.Observation {
+	s.counter++
+	obs.Seq = &policy.Seq{Term: s.term, N: s.counter}
+	return obs
 }
 
 // setOutage records (msg != "") or clears (msg == "") a node outage and returns the followed
@@ -325,7 +338,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 		if e.version > 0 {
 			version = strconv.FormatUint(e.version, 10)
 		}
-		return workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}, doSignal
+		return s.stamp(workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}), doSignal
 	}
 	obs := aggregate(id, e, now)
 	if msg, down := s.outages[obs.Node]; down && obs.Health == device.Healthy {
@@ -334,18 +347,18 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 	}
 	switch {
 	case e.seeded:
-		return obs, doSignal
+		return s.stamp(obs), doSignal
 	case e.signalled == nil && obs.Health == device.Healthy:
 		return obs, skipHealthy
 	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message &&
 		len(e.signalled.Reporters) > 0:
 		if heartbeat > 0 && now.Sub(e.signalledAt) >= heartbeat {
-			// Same content and version as last time: the workflow treats it as a heartbeat.
+			// Same content, version and sequence as last time: the workflow treats it as a heartbeat.
 			return *e.signalled, doSignal
 		}
 		return obs, skipDuplicate
 	}
-	return obs, doSignal
+	return s.stamp(obs), doSignal
 }
 
 // markSignalled records a delivered observation.

@@ -141,3 +141,24 @@ func TestStoreForgetsDeviceAfterIdleSignal(t *testing.T) {
 		t.Fatalf("%d devices kept after the idle signal", len(s.devices))
 	}
 }
+
+func TestStoreStampsChangesNotHeartbeats(t *testing.T) {
+	s := newStore()
+	now := time.Unix(1700000000, 0)
+	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
+	first, d := s.next(id, now, time.Minute)
+	if d != doSignal || first.Seq == nil || first.Seq.Term != s.term {
+		t.Fatalf("first: %v %+v", d, first.Seq)
+	}
+	s.markSignalled(first, now)
+	hb, d := s.next(id, now.Add(2*time.Minute), time.Minute)
+	if d != doSignal || *hb.Seq != *first.Seq {
+		t.Fatalf("heartbeat got a new sequence: %+v vs %+v", hb.Seq, first.Seq)
+	}
+	s.setPod("ns/a", "11", []Report{rep("gpu-0", device.Unhealthy, "a")}, nil, nil)
+	change, d := s.next(id, now.Add(3*time.Minute), time.Minute)
+	if d != doSignal || !first.Seq.Before(*change.Seq) {
+		t.Fatalf("change not ordered after: %+v then %+v", first.Seq, change.Seq)
+	}
+}
