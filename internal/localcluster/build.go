@@ -22,6 +22,8 @@ const (
 	StagingVersion    = "v0.37.2"
 	EtcdVersion       = "v3.7.3"
 	KwokVersion       = "v0.8.0"
+	// TemporalCLIVersion is the stock temporal CLI the tests use to prove operators' commands work.
+	TemporalCLIVersion = "v1.5.1"
 )
 
 // notServed lists staging modules that kubernetes replaces locally but the module proxy does not serve.
@@ -123,6 +125,13 @@ func (b *Builder) components() []component {
 			},
 			packages: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
 			post:     b.copyKwokStages,
+		},
+		{
+			name: "temporal-cli", version: TemporalCLIVersion,
+			goMod: func(context.Context) (string, error) {
+				return fmt.Sprintf("module devicewarden.local/temporalclibuild\n\ngo 1.26\n\nrequire github.com/temporalio/cli %s\n", TemporalCLIVersion), nil
+			},
+			packages: map[string]string{"temporal": "github.com/temporalio/cli/cmd/temporal"},
 		},
 		{
 			name: "kubernetes", version: KubernetesVersion,
