@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -161,4 +162,29 @@ func (b *BreakerState) Resume(actor string, now time.Time) {
 // Trip opens the breaker by hand.
 func (b *BreakerState) Trip(actor, reason string, now time.Time) {
 	b.Open, b.OpenedAt, b.Reason = true, now, fmt.Sprintf("paused by %s: %s", actor, reason)
+}
+
+// MarshalJSON writes the window as a duration string ("10m0s"), like every other duration in
+// payloads and queries.
+func (c BreakerConfig) MarshalJSON() ([]byte, error) {
+	type plain BreakerConfig
+	return json.Marshal(struct {
+		plain
+		Window JSONDuration `json:"window"`
+	}{plain(c), JSONDuration(c.Window)})
+}
+
+// UnmarshalJSON reads the window as a string, or as nanoseconds from histories written before.
+func (c *BreakerConfig) UnmarshalJSON(b []byte) error {
+	type plain BreakerConfig
+	var v struct {
+		plain
+		Window JSONDuration `json:"window"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = BreakerConfig(v.plain)
+	c.Window = v.Window.D()
+	return nil
 }

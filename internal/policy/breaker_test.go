@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -119,5 +120,22 @@ func TestRestrictionsHaveTheirOwnBudget(t *testing.T) {
 	}
 	if r := old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: Quarantined, Config: cfg}, at(5)); r.Granted {
 		t.Fatal("old runs changed behaviour")
+	}
+}
+
+func TestBreakerConfigJSON(t *testing.T) {
+	b, err := json.Marshal(BreakerConfig{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10})
+	if err != nil || string(b) != `{"maxCount":20,"maxPercent":10,"window":"10m0s"}` {
+		t.Fatalf("%s %v", b, err)
+	}
+	for _, in := range []string{`{"window":"10m","maxCount":20,"maxPercent":10}`, `{"window":600000000000,"maxCount":20,"maxPercent":10}`} {
+		var c BreakerConfig
+		if err := json.Unmarshal([]byte(in), &c); err != nil || c.Window != 10*time.Minute || c.MaxCount != 20 || c.MaxPercent != 10 {
+			t.Errorf("%s -> %+v %v", in, c, err)
+		}
+	}
+	var c BreakerConfig
+	if err := json.Unmarshal([]byte(`{"window":[1]}`), &c); err == nil {
+		t.Error("a window that is not a duration decoded")
 	}
 }
