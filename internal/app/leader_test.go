@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 )
 
@@ -67,5 +70,30 @@ func TestReadyz(t *testing.T) {
 	r.stopped.Store(true)
 	if code() != http.StatusServiceUnavailable {
 		t.Fatal("a stopped watcher is ready")
+	}
+}
+
+// Temporal unreachable while a replica starts: it returns at once with the reason and never
+// campaigns for the Lease, so the replica that can reach Temporal leads.
+func TestTemporalUnreachableAtStartTakesNoLease(t *testing.T) {
+	tc, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"}) // nothing listens on port 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	kube := fake.NewSimpleClientset()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	le := &LeaderElection{Namespace: "default", Name: "devicewarden-watcher", Identity: "a",
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+	err = RunController(ctx, kube, tc, ControllerOptions{Workers: 1, LeaderElection: le}, metrics.New(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "start worker") {
+		t.Fatalf("RunController = %v, want the worker's start error", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("did not return promptly")
+	}
+	if leases, _ := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); len(leases.Items) != 0 {
+		t.Fatalf("took a Lease: %+v", leases.Items)
 	}
 }
