@@ -204,12 +204,44 @@ func TestDryRunTurnedOff(t *testing.T) {
 		}
 	}
 	eventually(t, 30*time.Second, "preview rule", effect("None"))
+	settled(t, ctx, s, id, policy.Quarantined)
 	stop1()
-	_, stop2 := s.controller(app.ControllerOptions{Workers: 4})
+	before, _ := stateOf(ctx, s, id)
+	// The restarted watcher re-sends the device's report once, and heartbeats re-read the fence too:
+	// either turns the preview rule real (heartbeats every 2 s here, 2 min by default).
+	_, stop2 := s.controller(app.ControllerOptions{Workers: 4, HeartbeatInterval: 2 * time.Second})
 	defer stop2()
+	defer func() {
+		if t.Failed() {
+			st, _ := stateOf(ctx, s, id)
+			t.Logf("before restart: seq %+v heard %s; now: seq %+v heard %s health %s effect %+v ignored %d",
+				before.Seq, before.LastHeard, st.Seq, st.LastHeard, st.Health, st.Quarantine, st.Ignored)
+		}
+	}()
 	eventually(t, 30*time.Second, "real rule after dry run is off", effect("NoSchedule"))
 	st := waitState(t, ctx, s, id, 10*time.Second, func(st policy.DeviceState) bool { return st.Quarantine != nil && st.Quarantine.Effect == "NoSchedule" })
 	if st.State != policy.Quarantined || len(st.Closed) != 0 {
 		t.Fatalf("state %s, closed %+v", st.State, st.Closed)
 	}
+}
+
+// settled waits until the device's workflow is in the state with no activity pending: stop a
+// controller only then, since an activity cut off by a stopping worker is retried only after its
+// timeout, which is not what the restart tests are about.
+func settled(t *testing.T, ctx context.Context, s *stack, id device.ID, want policy.State) {
+	t.Helper()
+	eventually(t, 45*time.Second, "workflow settled", func() error {
+		d, err := s.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), "")
+		if err != nil {
+			return err
+		}
+		if n := len(d.GetPendingActivities()); n > 0 {
+			return fmt.Errorf("%d activities pending", n)
+		}
+		st, err := stateOf(ctx, s, id)
+		if err != nil || st.State != want {
+			return fmt.Errorf("state %s (%v)", st.State, err)
+		}
+		return nil
+	})
 }

@@ -222,16 +222,25 @@ func TestRestartWhileDeviceMissing(t *testing.T) {
 	if _, err := s.kube.ResourceV1().ResourceSlices().Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	before := waitState(t, ctx, s, id, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
-	stop1()
-	_, stop2 := s.controller(app.ControllerOptions{Workers: 4})
-	defer stop2()
-	// Give the new watcher time to sync and re-send, then look.
-	time.Sleep(5 * time.Second)
-	after, err := stateOf(ctx, s, id)
+	settled(t, ctx, s, id, policy.Suspect)
+	before, err := stateOf(ctx, s, id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop1()
+	_, stop2 := s.controller(app.ControllerOptions{Workers: 4})
+	defer stop2()
+	// The new watcher re-sends the device's state once (a newer sequence): wait until it was heard.
+	var after policy.DeviceState
+	eventually(t, 30*time.Second, "the restarted watcher heard", func() error {
+		if after, err = stateOf(ctx, s, id); err != nil {
+			return err
+		}
+		if after.Seq == nil || before.Seq == nil || after.Seq.Term == before.Seq.Term {
+			return fmt.Errorf("no report from the new watcher yet")
+		}
+		return nil
+	})
 	if after.State != policy.Suspect || !after.ToleranceUntil.Equal(before.ToleranceUntil) || len(after.Transitions) != len(before.Transitions) {
 		t.Fatalf("after the restart: %s until %s (was until %s), transitions %+v", after.State, after.ToleranceUntil, before.ToleranceUntil, after.Transitions)
 	}
