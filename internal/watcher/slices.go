@@ -170,15 +170,17 @@ func (w *Watcher) reportMissing(id device.ID, claim, node string) {
 	go w.adoptHolders(claim)
 }
 
-// published reports whether a slice of the device's pool lists it now.
-func (x *sliceIndex) published(id device.ID) bool {
+// unpublished reports whether the device's pool is published now without the device. A pool with
+// no slice at all says nothing at start (its node may be gone; its claims let go of it with its Pods).
+func (x *sliceIndex) unpublished(id device.ID) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.pools[poolKey{id.Driver, id.Pool}][id.Device] > 0
+	devs, ok := x.pools[poolKey{id.Driver, id.Pool}]
+	return ok && devs[id.Device] == 0
 }
 
-// scanMissing reports every allocated device that no slice publishes, from the state listed at
-// start: a device that vanished while no watcher was looking is as missing as one seen going.
+// scanMissing reports every allocated device that its pool no longer publishes, from the state
+// listed at start: a device that vanished while no watcher was looking is as missing as one seen going.
 func (w *Watcher) scanMissing() {
 	type held struct {
 		id    device.ID
@@ -189,7 +191,7 @@ func (w *Watcher) scanMissing() {
 	for key, c := range w.claims.claims {
 		for _, r := range c.Results {
 			id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
-			if !w.slices.published(id) {
+			if w.slices.unpublished(id) {
 				missing = append(missing, held{id, key})
 			}
 		}

@@ -66,3 +66,20 @@ func TestMissingDeviceReleasedWithItsClaim(t *testing.T) {
 		t.Fatalf("released twice: %v", got)
 	}
 }
+
+// At start only a pool that is published without the device says it is missing; a pool with no
+// slice at all (a node gone, a driver not yet up) says nothing, so a fleet without slices does not
+// turn every allocated device Unknown at once.
+func TestUnpublishedNeedsAPublishedPool(t *testing.T) {
+	x := newSliceIndex()
+	x.set("s1", &sliceInfo{pool: poolKey{drv, "node-1"}, node: "node-1", devices: []string{"gpu-0"}})
+	if !x.unpublished(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-9"}) {
+		t.Fatal("a device its published pool lacks is not unpublished")
+	}
+	if x.unpublished(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}) {
+		t.Fatal("a published device is unpublished")
+	}
+	if x.unpublished(device.ID{Driver: drv, Pool: "node-2", Device: "gpu-0"}) {
+		t.Fatal("a pool with no slice made its device unpublished")
+	}
+}
