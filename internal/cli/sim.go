@@ -139,11 +139,12 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(c.OutOrStdout(), "device %s is %s (no pod holds it; Pods that run on it later see this)\n", id, h)
 				return nil
 			}
-			n, err := sim.SetHealthStyle(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message, sim.CDIStyle(cdi))
-			if err != nil {
-				return err
+			for _, t := range targets {
+				if err := sim.WriteHealth(c.Context(), cs, t, sim.ResourceID(sim.CDIStyle(cdi), id, t.ClaimUID), corev1.ResourceHealthStatus(h), message); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintf(c.OutOrStdout(), "device %s is %s in %s container status(es)\n", id, h, strconv.Itoa(n))
+			fmt.Fprintf(c.OutOrStdout(), "device %s is %s in %s container status(es)\n", id, h, strconv.Itoa(len(targets)))
 			return nil
 		},
 	}

@@ -117,7 +117,8 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 	case CmdRelease:
 		return st.startReview("release requested by "+actor+reasonSuffix(c.Reason), actor, now)
 	case CmdExtend:
-		if st.legacyCommand(c, actor, now); st.Quarantine == nil {
+		st.legacyCommand(c, actor, now) // moves the expiry; the rule's annotation follows
+		if st.Quarantine == nil {
 			return nil
 		}
 		return []Action{{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -127,7 +128,7 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 		cur.Status.Phase = phase
 		for i := range cur.Status.ContainerStatuses {
 			cs := &cur.Status.ContainerStatuses[i]
-			cs.Ready, cs.Started = false, ptrFalse()
+			cs.Ready, cs.Started = false, ptr.To(false)
 			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: reason, Message: failed, FinishedAt: now}}
 		}
 		for _, r := range reports {
@@ -148,8 +149,6 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 		return err
 	})
 }
-
-func ptrFalse() *bool { f := false; return &f }
 
 // podClaim is one claim of a pod: its UID and the simulated devices allocated to it.
 type podClaim struct {
