@@ -105,7 +105,7 @@ func newDevCmd(g *globals) *cobra.Command {
 				copts.Extra = append(copts.Extra, func(ctx context.Context) error { return serveApprovals(ctx, ctl.slack.listen, approvals, g.logger) })
 			}
 			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
-			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, policy.CDIClaimDevice)
+			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)
 			err = app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
 			g.logger.Info("worker and watcher stopped")

@@ -152,7 +152,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&devFlag, "device", "", "device as <driver>/<pool>/<device>")
 	cmd.Flags().StringVar(&healthFlag, "health", "", "Healthy, Unhealthy or Unknown")
 	cmd.Flags().StringVar(&message, "message", "", "driver message")
-	cmd.Flags().StringVar(&cdi, "cdi", string(sim.CDIClaimDevice), "how the resourceID names the device (claim-device, device, canonical, opaque), as different drivers do")
+	cmd.Flags().StringVar(&cdi, "cdi", string(sim.CDIClaimDevice), "how the resourceID names the device (claim-device, device, uuid, canonical, opaque), as different drivers do")
 	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")

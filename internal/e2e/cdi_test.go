@@ -49,8 +49,8 @@ func ruleCount(t *testing.T, ctx context.Context, ids []device.ID) int {
 }
 
 // TestEightGPUPodWithCDIIDs: one device of an 8-device claim reported Unhealthy under a CDI
-// device ID. With the driver's style declared (claim-device, as the test policy does) exactly that
-// device is quarantined; in a style nothing ties to one device (opaque) the report is not dropped:
+// device ID. With the driver's style declared (the test policy declares claim-device, device and
+// attribute:uuid) exactly that device is quarantined; in a style nothing ties to one device (opaque) the report is not dropped:
 // Warning Events on the Pod and the claim name the 8 candidates and nothing is tainted; a policy
 // that says quarantine-candidates quarantines them all.
 func TestEightGPUPodWithCDIIDs(t *testing.T) {
@@ -66,17 +66,23 @@ func TestEightGPUPodWithCDIIDs(t *testing.T) {
 			_, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[5].TaintRuleName(), metav1.GetOptions{})
 			return err
 		})
-		// A canonical ID needs no declaration.
-		if _, err := sim.SetHealthStyle(ctx, shared.kube, ids[2], corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.CDICanonical); err != nil {
-			t.Fatal(err)
+		// A canonical ID needs no declaration; the device name and the uuid attribute are styles
+		// the test policy declares too, as for a driver whose upgrade changes its naming.
+		for _, c := range []struct {
+			dev   int
+			style sim.CDIStyle
+		}{{2, sim.CDICanonical}, {6, sim.CDIDevice}, {7, sim.CDIUUID}} {
+			if _, err := sim.SetHealthStyle(ctx, shared.kube, ids[c.dev], corev1.ResourceHealthStatusUnhealthy, "XID 48", c.style); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, fmt.Sprintf("rule for %s reported in style %s", ids[c.dev].Device, c.style), func() error {
+				_, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[c.dev].TaintRuleName(), metav1.GetOptions{})
+				return err
+			})
 		}
-		eventually(t, 30*time.Second, "rule for gpu-2", func() error {
-			_, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[2].TaintRuleName(), metav1.GetOptions{})
-			return err
-		})
 		time.Sleep(time.Second)
-		if n := ruleCount(t, ctx, ids); n != 2 {
-			t.Fatalf("%d rules on the node, want exactly gpu-2 and gpu-5", n)
+		if n := ruleCount(t, ctx, ids); n != 4 {
+			t.Fatalf("%d rules on the node, want exactly gpu-2, gpu-5, gpu-6 and gpu-7", n)
 		}
 	})
 

@@ -58,7 +58,7 @@ func testPolicies() (*policy.Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, policy.CDIClaimDevice), nil
+	return pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...), nil
 }
 
 const testPolicy = `

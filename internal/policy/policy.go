@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -92,7 +93,24 @@ const (
 	CDIDevice = "device"
 	// CDIClaimDevice: the name is "<claim-uid>-<device>".
 	CDIClaimDevice = "claim-device"
+	// CDIAttributePrefix starts a style "attribute:<name>": the name is the value of the device's
+	// attribute <name> in its ResourceSlice (a GPU UUID, a serial number).
+	CDIAttributePrefix = "attribute:"
 )
+
+// CDIAttribute returns the attribute a style names ("attribute:uuid" -> "uuid"), if it is one.
+func CDIAttribute(style string) (string, bool) {
+	name, ok := strings.CutPrefix(style, CDIAttributePrefix)
+	return name, ok && name != ""
+}
+
+// validCDIStyle reports whether style is one a driver may declare.
+func validCDIStyle(style string) bool {
+	if _, ok := CDIAttribute(style); ok {
+		return true
+	}
+	return style == CDIDevice || style == CDIClaimDevice
+}
 
 // DefaultCheckImage runs the default probe and canary: they prove only that the device can be
 // allocated, prepared by its driver and reported Healthy. Real fleets set a diagnostic image.
@@ -174,10 +192,31 @@ type entry struct {
 }
 
 // driverEntry describes one driver: the attributes that single out one of its devices, and how
-// its CDI device IDs name devices.
+// its CDI device IDs name devices (one style, or a list while an upgrade changes the naming).
 type driverEntry struct {
 	Identity []string `yaml:"identity"`
-	CDI      string   `yaml:"cdi"`
+	CDI      styles   `yaml:"cdi"`
+}
+
+// styles reads a single CDI style or a list of them.
+type styles []string
+
+// UnmarshalYAML accepts "cdi: device" and "cdi: [device, attribute:uuid]".
+func (s *styles) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var one string
+		if err := n.Decode(&one); err != nil {
+			return err
+		}
+		*s = styles{one}
+		return nil
+	}
+	var many []string
+	if err := n.Decode(&many); err != nil {
+		return fmt.Errorf("line %d: cdi is a style or a list of styles", n.Line)
+	}
+	*s = many
+	return nil
 }
 
 type file struct {
@@ -191,26 +230,38 @@ type Set struct {
 	def      Policy
 	policies []entry
 	identity map[string][]string
-	cdi      map[string]string
+	cdi      map[string][]string
 }
 
 // WithCDI returns a copy of the set that knows how driver names devices in CDI device IDs, unless
 // the file already says.
-func (s *Set) WithCDI(driver, style string) *Set {
+func (s *Set) WithCDI(driver string, styles ...string) *Set {
 	out := *s
-	out.cdi = map[string]string{}
+	out.cdi = map[string][]string{}
 	for k, v := range s.cdi {
 		out.cdi[k] = v
 	}
-	if out.cdi[driver] == "" {
-		out.cdi[driver] = style
+	if len(out.cdi[driver]) == 0 {
+		out.cdi[driver] = styles
 	}
 	return &out
 }
 
-// CDIStyle is how the driver's CDI device IDs name devices ("" = not known: only canonical
+// CDIStyles are the ways the driver's CDI device IDs may name devices (none known: only canonical
 // <driver>/<pool>/<device> IDs identify a device of a multi-device claim).
-func (s *Set) CDIStyle(driver string) string { return s.cdi[driver] }
+func (s *Set) CDIStyles(driver string) []string { return s.cdi[driver] }
+
+// CDIAttributes lists the device attributes that the driver's CDI styles read, so the watcher
+// keeps only those from its ResourceSlices.
+func (s *Set) CDIAttributes(driver string) []string {
+	var out []string
+	for _, st := range s.cdi[driver] {
+		if name, ok := CDIAttribute(st); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // DefaultSet is the set used when no file is given: the default policy for every device.
 func DefaultSet() *Set { return &Set{def: Default()} }
@@ -280,17 +331,19 @@ func Parse(data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string]string{}}
+	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}}
 	for drv, d := range f.Drivers {
 		if len(d.Identity) == 0 {
 			return nil, fmt.Errorf("drivers.%s: identity lists no attribute: without one a probe could land on a neighbouring device", drv)
 		}
 		s.identity[drv] = d.Identity
-		switch d.CDI {
-		case "", CDIDevice, CDIClaimDevice:
+		for _, st := range d.CDI {
+			if !validCDIStyle(st) {
+				return nil, fmt.Errorf("drivers.%s.cdi %q: want %s, %s or %s<attribute>", drv, st, CDIDevice, CDIClaimDevice, CDIAttributePrefix)
+			}
+		}
+		if len(d.CDI) > 0 {
 			s.cdi[drv] = d.CDI
-		default:
-			return nil, fmt.Errorf("drivers.%s.cdi %q: want %s or %s", drv, d.CDI, CDIDevice, CDIClaimDevice)
 		}
 	}
 	names := map[string]int{}

@@ -142,25 +142,37 @@ func TestBoundaryValuesAreAccepted(t *testing.T) {
 }
 
 func TestDriversCDIAndAmbiguous(t *testing.T) {
-	s, err := Parse([]byte("default:\n  ambiguous: quarantine-candidates\ndrivers:\n  a.example.com: {identity: [uuid], cdi: claim-device}\n  b.example.com: {identity: [uuid], cdi: device}\n"))
+	s, err := Parse([]byte("default:\n  ambiguous: quarantine-candidates\ndrivers:\n" +
+		"  a.example.com: {identity: [uuid], cdi: claim-device}\n" +
+		"  b.example.com: {identity: [uuid], cdi: device}\n" +
+		"  u.example.com: {identity: [uuid], cdi: [claim-device, \"attribute:uuid\"]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.CDIStyle("a.example.com") != CDIClaimDevice || s.CDIStyle("b.example.com") != CDIDevice || s.CDIStyle("c.example.com") != "" {
-		t.Fatalf("styles %q %q", s.CDIStyle("a.example.com"), s.CDIStyle("b.example.com"))
+	styles := func(s *Set, d string) string { return strings.Join(s.CDIStyles(d), ",") }
+	if styles(s, "a.example.com") != CDIClaimDevice || styles(s, "b.example.com") != CDIDevice || styles(s, "c.example.com") != "" ||
+		styles(s, "u.example.com") != "claim-device,attribute:uuid" {
+		t.Fatalf("styles %q %q %q", styles(s, "a.example.com"), styles(s, "b.example.com"), styles(s, "u.example.com"))
+	}
+	if a := s.CDIAttributes("u.example.com"); !reflect.DeepEqual(a, []string{"uuid"}) || s.CDIAttributes("a.example.com") != nil {
+		t.Fatalf("attributes %v", a)
 	}
 	if s.For("", "x").Ambiguous != AmbiguousQuarantine || Default().Ambiguous != AmbiguousAlert {
 		t.Fatal("ambiguous not read")
 	}
-	if w := s.WithCDI("a.example.com", CDIDevice).WithCDI("c.example.com", CDIDevice); w.CDIStyle("a.example.com") != CDIClaimDevice || w.CDIStyle("c.example.com") != CDIDevice {
+	if w := s.WithCDI("a.example.com", CDIDevice).WithCDI("c.example.com", CDIDevice, "attribute:serial"); styles(w, "a.example.com") != CDIClaimDevice ||
+		styles(w, "c.example.com") != "device,attribute:serial" {
 		t.Fatal("WithCDI overrode the file or did not add")
 	}
-	if s.CDIStyle("c.example.com") != "" {
+	if styles(s, "c.example.com") != "" {
 		t.Fatal("WithCDI changed the original set")
 	}
 	for y, want := range map[string]string{
-		"drivers:\n  a.example.com: {identity: [uuid], cdi: uuid}\n": "drivers.a.example.com.cdi",
-		"default:\n  ambiguous: guess\n":                             "ambiguous",
+		"drivers:\n  a.example.com: {identity: [uuid], cdi: uuid}\n":              "drivers.a.example.com.cdi",
+		"drivers:\n  a.example.com: {identity: [uuid], cdi: \"attribute:\"}\n":    "drivers.a.example.com.cdi",
+		"drivers:\n  a.example.com: {identity: [uuid], cdi: [device, claim]}\n":   "drivers.a.example.com.cdi \"claim\"",
+		"drivers:\n  a.example.com: {identity: [uuid], cdi: {attribute: uuid}}\n": "style or a list",
+		"default:\n  ambiguous: guess\n":                                          "ambiguous",
 	} {
 		if _, err := Parse([]byte(y)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v", y, err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // CDIDeviceID is a resourceID kubelet could report for a simulated device in a single-device
@@ -34,12 +35,25 @@ const (
 	CDIDevice CDIStyle = "device"
 	// CDICanonical: <driver>/<pool>/<device>, which needs no declaration.
 	CDICanonical CDIStyle = "canonical"
+	// CDIUUID: k8s.<driver>/gpu=<the device's uuid attribute> (cdi: attribute:uuid).
+	CDIUUID CDIStyle = "uuid"
 	// CDIOpaque: k8s.<driver>/gpu=<hash>: nothing ties it to one device of a multi-device claim.
 	CDIOpaque CDIStyle = "opaque"
 )
 
 // CDIStyles lists the styles, for flags.
-var CDIStyles = []CDIStyle{CDIClaimDevice, CDIDevice, CDICanonical, CDIOpaque}
+var CDIStyles = []CDIStyle{CDIClaimDevice, CDIDevice, CDIUUID, CDICanonical, CDIOpaque}
+
+// DeclaredCDIStyles are the policy styles that identify the simulated driver's devices in every
+// style it writes except opaque (the set a policy file would declare for it).
+var DeclaredCDIStyles = []string{policy.CDIClaimDevice, policy.CDIDevice, policy.CDIAttributePrefix + AttrUUID}
+
+// UUID is the uuid attribute the simulated driver publishes for a device, shaped like a GPU UUID.
+func UUID(id device.ID) string {
+	sum := sha256.Sum256([]byte(id.String()))
+	h := hex.EncodeToString(sum[:16])
+	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
 
 // ResourceID is the resourceID kubelet reports for the device of a claim in the given style.
 func ResourceID(style CDIStyle, id device.ID, claimUID string) string {
@@ -49,6 +63,8 @@ func ResourceID(style CDIStyle, id device.ID, claimUID string) string {
 		return prefix + id.Device
 	case CDICanonical:
 		return id.String()
+	case CDIUUID:
+		return prefix + UUID(id)
 	case CDIOpaque:
 		sum := sha256.Sum256([]byte(claimUID + id.String()))
 		return prefix + hex.EncodeToString(sum[:8])

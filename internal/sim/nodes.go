@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 )
 
@@ -26,6 +27,7 @@ const (
 	AttrIndex = "index"
 	AttrNode  = "node"
 	AttrModel = "model"
+	AttrUUID  = "uuid"
 )
 
 // PluginResource is the extended resource a simulated device plugin advertises on every sim node.
@@ -112,6 +114,7 @@ func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devi
 				AttrIndex: {IntValue: ptr.To(int64(i))},
 				AttrNode:  {StringValue: ptr.To(node)},
 				AttrModel: {StringValue: ptr.To("sim-a100")},
+				AttrUUID:  {StringValue: ptr.To(UUID(device.ID{Driver: Driver, Pool: node, Device: "gpu-" + strconv.Itoa(i)}))},
 			},
 			Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
 				"memory": {Value: resource.MustParse("80Gi")},

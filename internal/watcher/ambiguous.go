@@ -39,7 +39,7 @@ func (w *Watcher) ambiguous(pod *corev1.Pod, e ResolveError) []Report {
 	}
 	if _, seen := w.logged.LoadOrStore("ambiguous|"+e.Key+"|"+string(e.Health), struct{}{}); !seen {
 		w.cfg.Logger.Error("ambiguous device health report", "key", e.Key, "health", e.Health, "candidates", names, "action", pol.Ambiguous,
-			"fix", "declare the driver's CDI style: drivers.<driver>.cdi in the policy file")
+			"fix", "declare how the driver names devices in CDI IDs: drivers.<driver>.cdi (device, claim-device, attribute:<name>) in the policy file")
 		go w.recordAmbiguous(pod, e, text)
 	}
 	if pol.Ambiguous != policy.AmbiguousQuarantine {

@@ -67,9 +67,14 @@ func (e ResolveError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Key, e
 // ClaimGetter looks up a claim's compact form.
 type ClaimGetter func(namespace, name string) (*Claim, bool)
 
-// CDIStyles says how a driver's CDI device IDs name its devices (policy.CDIDevice,
-// policy.CDIClaimDevice, or "" when unknown).
-type CDIStyles func(driver string) string
+// Naming says how drivers name their devices in CDI device IDs.
+type Naming interface {
+	// CDIStyles lists the styles the driver's IDs may take (policy.CDIDevice, policy.CDIClaimDevice,
+	// policy.CDIAttributePrefix+name); none when unknown.
+	CDIStyles(driver string) []string
+	// Attribute is the value of a device's attribute as its ResourceSlice publishes it.
+	Attribute(id device.ID, name string) (string, bool)
+}
 
 // Resolve turns a pod's allocatedResourcesStatus into per-device reports. The device is found
 // through the claim's allocation results, never by guessing from the resourceID: kubelet may
@@ -78,7 +83,7 @@ type CDIStyles func(driver string) string
 // A Pod that has terminated reports nothing: its status is frozen at its end while its claim may
 // already serve another Pod (the API even lists it among the claim's consumers again for a moment
 // while the scheduler and the claim controller catch up).
-func Resolve(pod *corev1.Pod, claims ClaimGetter, cdi CDIStyles) ([]Report, []ResolveError) {
+func Resolve(pod *corev1.Pod, claims ClaimGetter, cdi Naming) ([]Report, []ResolveError) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil, nil
 	}
@@ -100,7 +105,7 @@ func Resolve(pod *corev1.Pod, claims ClaimGetter, cdi CDIStyles) ([]Report, []Re
 	return reports, errs
 }
 
-func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealth, claims ClaimGetter, cdi CDIStyles) (Report, *ResolveError) {
+func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealth, claims ClaimGetter, cdi Naming) (Report, *ResolveError) {
 	health, err := device.ParseHealth(string(rh.Health))
 	if err != nil {
 		return Report{}, &ResolveError{Reason: ReasonUnknownHealth, Err: err}
@@ -176,9 +181,9 @@ func message(rh corev1.ResourceHealth) string {
 // match picks the allocated device a resourceID refers to. With a single candidate the ID's form
 // does not matter (it may be a CDI device ID). With several, only an exact identification is
 // accepted: the canonical <driver>/<pool>/<device>, or a CDI device ID whose name (after "=") is
-// exactly what the driver's declared style makes of one candidate. Guessing would quarantine the
-// wrong device.
-func match(candidates []AllocatedDevice, resourceID, claimUID string, cdi CDIStyles) (AllocatedDevice, bool) {
+// exactly what one of the driver's declared styles makes of one candidate, and of no other.
+// Guessing would quarantine the wrong device.
+func match(candidates []AllocatedDevice, resourceID, claimUID string, cdi Naming) (AllocatedDevice, bool) {
 	if len(candidates) == 1 {
 		return candidates[0], true
 	}
@@ -188,24 +193,13 @@ func match(candidates []AllocatedDevice, resourceID, claimUID string, cdi CDISty
 		}
 	}
 	_, name, isCDI := strings.Cut(resourceID, "=")
-	if !isCDI || cdi == nil {
+	if !isCDI || name == "" || cdi == nil {
 		return AllocatedDevice{}, false
 	}
 	var found []AllocatedDevice
 	for _, c := range candidates {
-		var want string
-		switch cdi(c.Driver) {
-		case policy.CDIDevice:
-			want = c.Device
-		case policy.CDIClaimDevice:
-			if claimUID == "" {
-				continue
-			}
-			want = claimUID + "-" + c.Device
-		default:
-			continue
-		}
-		if name == want {
+		id := device.ID{Driver: c.Driver, Pool: c.Pool, Device: c.Device}
+		if slices.ContainsFunc(cdi.CDIStyles(c.Driver), func(style string) bool { return cdiName(style, id, claimUID, cdi) == name }) {
 			found = append(found, c)
 		}
 	}
@@ -213,6 +207,26 @@ func match(candidates []AllocatedDevice, resourceID, claimUID string, cdi CDISty
 		return AllocatedDevice{}, false
 	}
 	return found[0], true
+}
+
+// cdiName is the name (after "=") a driver's CDI device ID gives the device in style; "" when the
+// style cannot name it (an attribute the device does not publish, a claim without a UID).
+func cdiName(style string, id device.ID, claimUID string, n Naming) string {
+	switch style {
+	case policy.CDIDevice:
+		return id.Device
+	case policy.CDIClaimDevice:
+		if claimUID == "" {
+			return ""
+		}
+		return claimUID + "-" + id.Device
+	}
+	if attr, ok := policy.CDIAttribute(style); ok {
+		if v, ok := n.Attribute(id, attr); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // claimNameFor maps a pod-level claim reference to the ResourceClaim's name, which for a
@@ -246,4 +260,13 @@ func ClaimRefs(pod *corev1.Pod) []string {
 		}
 	}
 	return out
+}
+
+// naming answers Resolve's questions from the policy file and the slices the watcher holds.
+type naming struct{ w *Watcher }
+
+func (n naming) CDIStyles(driver string) []string { return n.w.cfg.Policies.CDIStyles(driver) }
+
+func (n naming) Attribute(id device.ID, name string) (string, bool) {
+	return n.w.slices.attribute(id, name)
 }

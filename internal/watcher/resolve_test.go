@@ -86,21 +86,30 @@ func TestResolveCDIStyles(t *testing.T) {
 	c := claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-2"), result("a", "gpu-12"))
 	c.UID = "6f1c"
 	get := func(ns, name string) (*Claim, bool) { return compactClaim(c, nil), name == "direct-claim" }
-	styles := func(style string) CDIStyles { return func(string) string { return style } }
+	uuids := map[string]string{"gpu-1": "GPU-11", "gpu-2": "GPU-22", "gpu-12": "GPU-22"} // gpu-12 shares gpu-2's: a broken driver
+	styles := func(style ...string) Naming { return testNaming{styles: style, attrs: uuids} }
 	tests := []struct {
-		name, id, style, want string
+		name, id string
+		style    []string
+		want     string
 	}{
-		{"claim-device", "k8s." + drv + "/gpu=6f1c-gpu-2", policy.CDIClaimDevice, "gpu-2"},
-		{"claim-device, a longer name sharing a suffix", "k8s." + drv + "/gpu=6f1c-gpu-12", policy.CDIClaimDevice, "gpu-12"},
-		{"claim-device, another claim's UID", "k8s." + drv + "/gpu=ffff-gpu-2", policy.CDIClaimDevice, ""},
-		{"device name", "vendor.com/gpu=gpu-1", policy.CDIDevice, "gpu-1"},
-		{"device name, style not declared", "vendor.com/gpu=gpu-1", "", ""},
-		{"device name under the claim style", "vendor.com/gpu=gpu-1", policy.CDIClaimDevice, ""},
-		{"not a CDI ID", "gpu-1", policy.CDIDevice, ""},
-		{"canonical always works", drv + "/node-1/gpu-12", "", "gpu-12"},
+		{"claim-device", "k8s." + drv + "/gpu=6f1c-gpu-2", []string{policy.CDIClaimDevice}, "gpu-2"},
+		{"claim-device, a longer name sharing a suffix", "k8s." + drv + "/gpu=6f1c-gpu-12", []string{policy.CDIClaimDevice}, "gpu-12"},
+		{"claim-device, another claim's UID", "k8s." + drv + "/gpu=ffff-gpu-2", []string{policy.CDIClaimDevice}, ""},
+		{"device name", "vendor.com/gpu=gpu-1", []string{policy.CDIDevice}, "gpu-1"},
+		{"device name, style not declared", "vendor.com/gpu=gpu-1", nil, ""},
+		{"device name under the claim style", "vendor.com/gpu=gpu-1", []string{policy.CDIClaimDevice}, ""},
+		{"not a CDI ID", "gpu-1", []string{policy.CDIDevice}, ""},
+		{"canonical always works", drv + "/node-1/gpu-12", nil, "gpu-12"},
+		{"uuid attribute", "k8s." + drv + "/gpu=GPU-11", []string{"attribute:uuid"}, "gpu-1"},
+		{"uuid attribute two devices publish", "k8s." + drv + "/gpu=GPU-22", []string{"attribute:uuid"}, ""},
+		{"attribute no device publishes", "k8s." + drv + "/gpu=GPU-11", []string{"attribute:serial"}, ""},
+		{"empty name never matches a missing attribute", "k8s." + drv + "/gpu=", []string{"attribute:serial"}, ""},
+		{"one of several declared styles", "vendor.com/gpu=6f1c-gpu-1", []string{"attribute:uuid", policy.CDIClaimDevice}, "gpu-1"},
+		{"two styles naming different devices", "vendor.com/gpu=gpu-12", []string{policy.CDIDevice, "attribute:x"}, "gpu-12"},
 	}
 	for _, tt := range tests {
-		reports, errs := Resolve(podWith(healthEntry("claim:direct/a", tt.id, "Unhealthy", nil)), get, styles(tt.style))
+		reports, errs := Resolve(podWith(healthEntry("claim:direct/a", tt.id, "Unhealthy", nil)), get, styles(tt.style...))
 		if tt.want == "" {
 			if len(reports) != 0 || len(errs) != 1 || errs[0].Reason != ReasonAmbiguous || len(errs[0].Candidates) != 3 ||
 				errs[0].Health != device.Unhealthy || errs[0].Reporter.Pod != "pod" {
@@ -214,4 +223,20 @@ func TestClaimDeviceConditions(t *testing.T) {
 	if len(got) != 2 || got[0].Health != device.Unhealthy || got[1].Health != device.Unknown || !strings.Contains(got[0].Message, "ECC") {
 		t.Fatalf("troubled = %+v", got)
 	}
+}
+
+// testNaming declares styles for every driver and answers attribute "uuid" from a map.
+type testNaming struct {
+	styles []string
+	attrs  map[string]string
+}
+
+func (n testNaming) CDIStyles(string) []string { return n.styles }
+
+func (n testNaming) Attribute(id device.ID, name string) (string, bool) {
+	if name != "uuid" {
+		return "", false
+	}
+	v, ok := n.attrs[id.Device]
+	return v, ok
 }

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -27,16 +28,30 @@ type sliceIndex struct {
 	// missing are the allocated devices reported gone, with the claim that held them: a device
 	// back under any slice name, or no longer held by that claim, withdraws the report.
 	missing map[device.ID]string
+	// attrs holds, for drivers whose CDI device IDs name devices by an attribute, each published
+	// device's values of those attributes (nothing for other drivers).
+	attrs map[device.ID]map[string]string
 }
 
 type sliceInfo struct {
 	pool    poolKey
 	node    string
 	devices []string
+	// attrs: device -> attribute -> value, only the attributes a CDI style reads.
+	attrs map[string]map[string]string
 }
 
 func newSliceIndex() *sliceIndex {
-	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}, missing: map[device.ID]string{}}
+	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}, missing: map[device.ID]string{},
+		attrs: map[device.ID]map[string]string{}}
+}
+
+// attribute is the value a published device has for a CDI style's attribute.
+func (x *sliceIndex) attribute(id device.ID, name string) (string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	v, ok := x.attrs[id][name]
+	return v, ok
 }
 
 // set records a slice (nil devices: deleted) and returns the devices of its pool that disappeared
@@ -78,6 +93,9 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 				}
 			}
 			counts[d]++
+			if a := info.attrs[d]; a != nil {
+				x.attrs[device.ID{Driver: pk.driver, Pool: pk.pool, Device: d}] = a
+			}
 		}
 		x.slices[name] = *info
 		if x.seen != nil {
@@ -88,6 +106,9 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 	}
 	// A device removed from one slice and present in another (or re-added) is not gone.
 	gone = slices.DeleteFunc(gone, func(id device.ID) bool { return counts[id.Device] > 0 })
+	for _, id := range gone {
+		delete(x.attrs, id)
+	}
 	if len(counts) == 0 {
 		delete(x.pools, pk)
 	}
@@ -106,8 +127,15 @@ func (w *Watcher) sliceSource() *source {
 		if s.Spec.NodeName != nil {
 			info.node = *s.Spec.NodeName
 		}
+		names := w.cfg.Policies.CDIAttributes(s.Spec.Driver)
 		for _, d := range s.Spec.Devices {
 			info.devices = append(info.devices, w.slices.intern.get(d.Name))
+			if a := attributeValues(s.Spec.Driver, d, names); a != nil {
+				if info.attrs == nil {
+					info.attrs = map[string]map[string]string{}
+				}
+				info.attrs[d.Name] = a
+			}
 		}
 		w.sliceChanged(s.Name, info)
 	}
@@ -142,6 +170,36 @@ func (w *Watcher) sliceSource() *source {
 			}
 		},
 	}
+}
+
+// attributeValues reads the named attributes of a device. A name without a domain is also looked
+// up in the driver's domain, as DRA qualifies such names.
+func attributeValues(driver string, d resourcev1.Device, names []string) map[string]string {
+	var out map[string]string
+	for _, name := range names {
+		a, ok := d.Attributes[resourcev1.QualifiedName(name)]
+		if !ok && !strings.Contains(name, "/") {
+			a, ok = d.Attributes[resourcev1.QualifiedName(driver+"/"+name)]
+		}
+		var v string
+		switch {
+		case !ok:
+			continue
+		case a.StringValue != nil:
+			v = *a.StringValue
+		case a.IntValue != nil:
+			v = strconv.FormatInt(*a.IntValue, 10)
+		case a.VersionValue != nil:
+			v = *a.VersionValue
+		default:
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = v
+	}
+	return out
 }
 
 // sliceChanged reports devices that vanished while allocated as Unknown, and withdraws that

@@ -1,7 +1,11 @@
 package watcher
 
 import (
+	"reflect"
 	"testing"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -81,5 +85,38 @@ func TestUnpublishedNeedsAPublishedPool(t *testing.T) {
 	}
 	if x.unpublished(device.ID{Driver: drv, Pool: "node-2", Device: "gpu-0"}) {
 		t.Fatal("a pool with no slice made its device unpublished")
+	}
+}
+
+// CDI styles that name devices by an attribute read it from the slice: kept while any slice of
+// the pool publishes the device, gone with it, and read under the driver's domain too.
+func TestSliceAttributesForCDI(t *testing.T) {
+	x := newSliceIndex()
+	pk := poolKey{drv, "node-1"}
+	gpu0 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	x.set("s1", &sliceInfo{pool: pk, devices: []string{"gpu-0"}, attrs: map[string]map[string]string{"gpu-0": {"uuid": "GPU-0"}}})
+	x.set("s2", &sliceInfo{pool: pk, devices: []string{"gpu-0"}, attrs: map[string]map[string]string{"gpu-0": {"uuid": "GPU-0"}}})
+	x.set("s1", nil)
+	if v, ok := x.attribute(gpu0, "uuid"); !ok || v != "GPU-0" {
+		t.Fatalf("still published by s2: %q %v", v, ok)
+	}
+	x.set("s2", nil)
+	if v, ok := x.attribute(gpu0, "uuid"); ok {
+		t.Fatalf("device gone, attribute kept: %q", v)
+	}
+
+	d := resourcev1.Device{Name: "gpu-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		resourcev1.QualifiedName(drv + "/uuid"): {StringValue: ptr.To("GPU-abc")},
+		"index":                                 {IntValue: ptr.To(int64(3))},
+		"driverVersion":                         {VersionValue: ptr.To("1.2.3")},
+		"healthy":                               {BoolValue: ptr.To(true)},
+	}}
+	got := attributeValues(drv, d, []string{"uuid", "index", "driverVersion", "healthy", "serial"})
+	want := map[string]string{"uuid": "GPU-abc", "index": "3", "driverVersion": "1.2.3"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("attributes %v, want %v", got, want)
+	}
+	if got := attributeValues(drv, d, []string{"other.example.com/uuid"}); got != nil {
+		t.Fatalf("another domain's attribute matched: %v", got)
 	}
 }

@@ -276,7 +276,7 @@ func (w *Watcher) relevant(pod *corev1.Pod) bool {
 
 // handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
 func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
-	reports, errs := Resolve(pod, w.claims.get, w.cfg.Policies.CDIStyle)
+	reports, errs := Resolve(pod, w.claims.get, naming{w})
 	for _, e := range errs {
 		if e.Reason == ReasonAmbiguous {
 			reports = append(reports, w.ambiguous(pod, e)...)
