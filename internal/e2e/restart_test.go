@@ -208,20 +208,7 @@ func TestRestartWhileDeviceMissing(t *testing.T) {
 	defer stopInfra()
 	_, stop1 := s.controller(app.ControllerOptions{Workers: 4})
 	id := devicePods(t, ctx, s.kube, "failover", 1)[0]
-	sl, err := s.kube.ResourceV1().ResourceSlices().Get(ctx, id.Pool+"-gpu.sim", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keep []resourcev1.Device
-	for _, d := range sl.Spec.Devices {
-		if d.Name != id.Device {
-			keep = append(keep, d)
-		}
-	}
-	sl.Spec.Devices = keep
-	if _, err := s.kube.ResourceV1().ResourceSlices().Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	unpublish(t, ctx, s.kube, id)
 	settled(t, ctx, s, id, policy.Suspect)
 	before, err := stateOf(ctx, s, id)
 	if err != nil {
@@ -243,5 +230,24 @@ func TestRestartWhileDeviceMissing(t *testing.T) {
 	})
 	if after.State != policy.Suspect || !after.ToleranceUntil.Equal(before.ToleranceUntil) || len(after.Transitions) != len(before.Transitions) {
 		t.Fatalf("after the restart: %s until %s (was until %s), transitions %+v", after.State, after.ToleranceUntil, before.ToleranceUntil, after.Transitions)
+	}
+}
+
+// unpublish removes a device from its node's ResourceSlice, as a driver does with a device it lost.
+func unpublish(t *testing.T, ctx context.Context, kube kubernetes.Interface, id device.ID) {
+	t.Helper()
+	sl, err := kube.ResourceV1().ResourceSlices().Get(ctx, id.Pool+"-gpu.sim", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []resourcev1.Device
+	for _, d := range sl.Spec.Devices {
+		if d.Name != id.Device {
+			keep = append(keep, d)
+		}
+	}
+	sl.Spec.Devices = keep
+	if _, err := kube.ResourceV1().ResourceSlices().Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// TestLeaderFailover runs replicas as a Deployment would, elected through a real Lease. A replica
+// that cannot reach Temporal when it starts stops with the reason and never takes the Lease; the
+// leader watches while a follower stands by (ready, worker only); a device disappears from its
+// slice and turns Suspect; the leader leaves and the follower takes over: its watcher re-sends the
+// device's state, which stays Suspect with the same tolerance window (a watcher that only knew
+// what it saw change would have sent the Pod's Healthy and cleared it).
+func TestLeaderFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	elect := func(identity string) *app.LeaderElection {
+		return &app.LeaderElection{Namespace: "default", Name: "devicewarden-watcher", Identity: identity,
+			LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	}
+	holder := func() string {
+		l, err := s.kube.CoordinationV1().Leases("default").Get(ctx, "devicewarden-watcher", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+
+	// Temporal unreachable at start: nothing listens on the address.
+	dead, err := client.NewLazyClient(client.Options{HostPort: freeAddress(t), Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	err = app.RunController(ctx, s.kube, dead, app.ControllerOptions{Workers: 1, LeaderElection: elect("unreachable")}, metrics.New(), testLogger)
+	if err == nil || !strings.Contains(err.Error(), "start worker") {
+		t.Fatalf("replica without Temporal: %v, want it to stop on the worker's start", err)
+	}
+	if h := holder(); h != "" {
+		t.Fatalf("the replica without Temporal took the Lease: holder %q", h)
+	}
+
+	_, stopA := s.controller(app.ControllerOptions{Workers: 4, LeaderElection: elect("a")})
+	defer stopA()
+	eventually(t, 20*time.Second, "replica a leads", func() error {
+		if h := holder(); h != "a" {
+			return fmt.Errorf("holder %q", h)
+		}
+		return nil
+	})
+	readyB := freeAddress(t)
+	_, stopB := s.controller(app.ControllerOptions{Workers: 4, LeaderElection: elect("b"), MetricsAddress: readyB})
+	defer stopB()
+	eventually(t, 20*time.Second, "replica b ready as a follower", func() error {
+		return expectReady(readyB, "follower")
+	})
+
+	id := devicePods(t, ctx, s.kube, "failover-le", 1)[0]
+	unpublish(t, ctx, s.kube, id)
+	settled(t, ctx, s, id, policy.Suspect)
+	before, err := stateOf(ctx, s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	eventually(t, 20*time.Second, "replica b leads and is ready", func() error {
+		if h := holder(); h != "b" {
+			return fmt.Errorf("holder %q", h)
+		}
+		return expectReady(readyB, "ok")
+	})
+	var after policy.DeviceState
+	eventually(t, 30*time.Second, "the new leader's report heard", func() error {
+		if after, err = stateOf(ctx, s, id); err != nil {
+			return err
+		}
+		if after.Seq == nil || before.Seq == nil || after.Seq.Term == before.Seq.Term {
+			return fmt.Errorf("no report from the new leader yet")
+		}
+		return nil
+	})
+	if after.State != policy.Suspect || !after.ToleranceUntil.Equal(before.ToleranceUntil) || len(after.Transitions) != len(before.Transitions) {
+		t.Fatalf("after the failover: %s until %s (was until %s), transitions %+v", after.State, after.ToleranceUntil, before.ToleranceUntil, after.Transitions)
+	}
+}
+
+// freeAddress is a loopback address nothing listens on at the moment.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// expectReady checks that /readyz answers 200 with a body that contains want.
+func expectReady(addr, want string) error {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+		return fmt.Errorf("readyz %d %q", resp.StatusCode, body)
+	}
+	return nil
+}
