@@ -75,7 +75,16 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 		}
 	}
 	printLatency(o.Out, "status write -> DeviceTaintRule visible", lat)
-	return breakdown(ctx, o.Out, tc, targets, starts, lat)
+	if err := breakdown(ctx, o.Out, tc, targets, starts, lat); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "[bench] measuring the floor on the same stack, %d samples of each part\n", len(targets))
+	f, err := measureFloor(ctx, kube, tc, len(targets))
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	printFloor(o.Out, f, lat)
+	return nil
 }
 
 // breakdown splits each device's latency at the workflow's own start event: before it, the
@@ -198,7 +207,7 @@ func printLatency(out io.Writer, what string, lat []time.Duration) {
 	for _, d := range s {
 		sum += d
 	}
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
-	fmt.Fprintf(out, "%s over %d devices: p50 %s  p90 %s  p99 %s  max %s  mean %s\n",
-		what, len(s), ms(pct(0.50)), ms(pct(0.90)), ms(pct(0.99)), ms(s[len(s)-1]), ms(sum/time.Duration(len(s))))
+	f := func(d time.Duration) string { return fmt.Sprintf("%.1fms", ms(d)) }
+	fmt.Fprintf(out, "%s over %d samples: p50 %s  p90 %s  p99 %s  max %s  mean %s\n",
+		what, len(s), f(pct(0.50)), f(pct(0.90)), f(pct(0.99)), f(s[len(s)-1]), f(sum/time.Duration(len(s))))
 }
