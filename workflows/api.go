@@ -14,8 +14,13 @@ import (
 const (
 	TaskQueue = "devicewarden"
 
-	// SignalObservation delivers a health Observation from the watcher.
+	// SignalObservation delivers a health Observation from the watcher (watchers before
+	// UpdateObservation; still taken).
 	SignalObservation = "observation"
+	// UpdateObservation delivers a health Observation and completes once the workflow has taken
+	// it in: the watcher waits for it, so Temporal never holds more undecided reports than the
+	// watcher has workers, and an operator's command does not queue behind a storm.
+	UpdateObservation = "observe"
 	// Operator commands to a device workflow, as updates (validated and answered with a
 	// policy.CommandResult) and as signals of the same names (fire-and-forget; a payload that does
 	// not decode is recorded and dropped). The payload is a policy.Command (kind may be omitted).

@@ -38,6 +38,10 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	if workflow.GetVersion(ctx, "release-path", workflow.DefaultVersion, 1) >= 1 {
 		st.ReleasePath = true
 	}
+	// Runs recorded before the stale grace replay without it.
+	if workflow.GetVersion(ctx, "stale-grace", workflow.DefaultVersion, 1) >= 1 {
+		st.StaleGraceOn = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
@@ -48,12 +52,16 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		}
 	}
 	obsCh := workflow.GetSignalChannel(ctx, SignalObservation)
+	observed, err := registerObserve(ctx)
+	if err != nil {
+		return err
+	}
 	cmdChs := make([]workflow.ReceiveChannel, len(OperatorSignals))
 	for i, name := range OperatorSignals {
 		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
 	}
 	pending := func() bool {
-		n := obsCh.Len() + updates.Len()
+		n := obsCh.Len() + observed.Len() + updates.Len()
 		for _, c := range cmdChs {
 			n += c.Len()
 		}
@@ -66,11 +74,13 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		var acts []policy.Action
 		var answer *commandRequest
 		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(obsCh, func(c workflow.ReceiveChannel, _ bool) {
+		observe := func(c workflow.ReceiveChannel, _ bool) {
 			var o policy.Observation
 			c.Receive(ctx, &o)
 			acts = st.Observe(o, workflow.Now(ctx))
-		})
+		}
+		sel.AddReceive(obsCh, observe)
+		sel.AddReceive(observed, observe)
 		for i, c := range cmdChs {
 			kind := policy.CommandKind(OperatorSignals[i])
 			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {
@@ -189,6 +199,21 @@ func registerUpdates(ctx workflow.Context, st *policy.DeviceState, updates workf
 		}
 	}
 	return nil
+}
+
+// registerObserve takes the watcher's observations as updates. The handler only queues the
+// observation for the main loop, which decides on it in the same workflow task; a payload that
+// does not decode is refused by the SDK before it reaches the handler and leaves no history.
+func registerObserve(ctx workflow.Context) (workflow.ReceiveChannel, error) {
+	observed := workflow.NewBufferedChannel(ctx, 1024)
+	err := workflow.SetUpdateHandler(ctx, UpdateObservation, func(ctx workflow.Context, obs policy.Observation) error {
+		observed.Send(ctx, obs)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register update %s: %w", UpdateObservation, err)
+	}
+	return observed, nil
 }
 
 // receiveCommand takes an operator signal. It decodes the payload itself, so one that does not

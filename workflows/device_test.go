@@ -265,3 +265,43 @@ func queryThenCancel(t *testing.T, env *testsuite.TestWorkflowEnvironment, at ti
 		env.CancelWorkflow()
 	}, at)
 }
+
+// The watcher's observations arrive as updates that complete once the workflow took them in; a
+// payload that does not decode is refused and changes nothing.
+func TestDeviceWorkflowObservationUpdate(t *testing.T) {
+	h := newHarness(0)
+	var completed, rejected int
+	cb := func(wantOK bool) *testsuite.TestUpdateCallback {
+		return &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) {
+				if wantOK {
+					t.Errorf("observation refused: %v", err)
+				}
+				rejected++
+			},
+			OnComplete: func(_ interface{}, err error) {
+				if err != nil || !wantOK {
+					t.Errorf("completed: %v (want ok %v)", err, wantOK)
+				}
+				completed++
+			},
+		}
+	}
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(UpdateObservation, "bad", cb(false), map[string]any{"health": []int{1}})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(UpdateObservation, "1", cb(true), policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "5",
+			Reporters: []policy.Reporter{{Pod: "p", Health: device.Unhealthy}}})
+	}, 2*time.Second)
+	var got policy.DeviceState
+	queryThenCancel(t, h.env, time.Minute, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	if completed != 1 || rejected != 1 {
+		t.Fatalf("completed %d rejected %d, want 1 and 1", completed, rejected)
+	}
+	if got.State != policy.Quarantined || got.StatusVersion != "5" || len(h.quarantine) != 1 {
+		t.Fatalf("state %s version %q quarantines %d", got.State, got.StatusVersion, len(h.quarantine))
+	}
+}

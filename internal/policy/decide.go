@@ -11,6 +11,15 @@ import (
 // Actor is recorded on decisions DeviceWarden makes by itself.
 const Actor = "devicewarden"
 
+// StaleLate is how late a staleness deadline must be taken up for the workflow to conclude that it
+// was itself away (Temporal down, no worker): its timer fires when it comes back, before the
+// watcher's retried heartbeats (at most 30 s apart) could arrive.
+const StaleLate = time.Minute
+
+// StaleGrace is how long such a late deadline waits for a heartbeat before the Healthy report
+// counts as stale: the watcher's default heartbeat interval.
+const StaleGrace = 2 * time.Minute
+
 // BreakerRetry is how long an action the circuit breaker withheld waits before asking again.
 const BreakerRetry = 30 * time.Second
 
@@ -28,7 +37,7 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 		st.Ignored++
 		if obs.StatusVersion == st.StatusVersion && obs.Health == st.Health && obs.Message == st.Message {
 			// A heartbeat: the same report is still current.
-			st.LastHeard = now
+			st.LastHeard, st.StaleGraceUntil = now, time.Time{}
 			if st.Stale {
 				st.Stale = false
 				return st.evaluate(obs.Health, now, "fresh report after staleness")
@@ -45,7 +54,7 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 	if obs.Seq != nil {
 		st.Seq = obs.Seq
 	}
-	st.LastHeard, st.Stale = now, false
+	st.LastHeard, st.Stale, st.StaleGraceUntil = now, false, time.Time{}
 	if obs.Node != "" {
 		st.Node = obs.Node
 	}
@@ -126,8 +135,12 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 // Tick is called when NextDeadline passes.
 func (st *DeviceState) Tick(now time.Time) []Action {
 	var acts []Action
-	if s := st.staleAt(); !s.IsZero() && !now.Before(s) {
-		st.Stale = true
+	if s := st.staleAt(); !s.IsZero() && !now.Before(s) && st.StaleGraceOn && st.StaleGraceUntil.IsZero() && now.Sub(s) > StaleLate {
+		// The deadline is taken up late: this workflow was away, and so were the watcher's
+		// heartbeats. Give them one interval to arrive before calling a Healthy device stale.
+		st.StaleGraceUntil = now.Add(StaleGrace)
+	} else if s := st.staleAt(); !s.IsZero() && !now.Before(s) {
+		st.Stale, st.StaleGraceUntil = true, time.Time{}
 		age := now.Sub(st.LastHeard).Round(time.Second)
 		st.Health, st.Message = device.Unknown, fmt.Sprintf("no report for %s: a stale Healthy is not proof", age)
 		acts = append(acts, st.evaluate(device.Unknown, now, "Healthy report went stale ("+age.String()+" old)")...)
@@ -221,7 +234,11 @@ func (st *DeviceState) staleAt() time.Time {
 	if st.Health != device.Healthy || st.Stale || len(st.Reporters) == 0 || st.LastHeard.IsZero() || !st.inService() {
 		return time.Time{}
 	}
-	return st.LastHeard.Add(st.Policy.HeartbeatLimit.D())
+	at := st.LastHeard.Add(st.Policy.HeartbeatLimit.D())
+	if st.StaleGraceUntil.After(at) {
+		return st.StaleGraceUntil
+	}
+	return at
 }
 
 func (st *DeviceState) automatic(a Action) []Action {

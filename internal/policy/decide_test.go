@@ -226,3 +226,48 @@ func TestNextDeadline(t *testing.T) {
 		t.Fatal("idle healthy device should wait for nothing")
 	}
 }
+
+// A staleness deadline taken up late means the workflow itself was away (Temporal down): the
+// watcher's heartbeats get one interval to arrive before a Healthy device counts as stale. On
+// time, or in runs recorded before the grace, it goes stale at once.
+func TestStaleGraceAfterTheWorkflowWasAway(t *testing.T) {
+	limit := Default().HeartbeatLimit.D()
+	fresh := func(graceOn bool) *DeviceState {
+		st := NewState(dev, "node-1", Default(), false)
+		st.StaleGraceOn = graceOn
+		st.Observe(obs(device.Healthy, 1, SourcePodStatus), t0)
+		return st
+	}
+	late := t0.Add(limit + 20*time.Minute) // Temporal was down for 20 minutes past the deadline
+
+	st := fresh(true)
+	if acts := st.Tick(late); st.Stale || len(acts) != 0 || !st.StaleGraceUntil.Equal(late.Add(StaleGrace)) {
+		t.Fatalf("late deadline: stale=%v acts=%v grace until %s", st.Stale, acts, st.StaleGraceUntil)
+	}
+	if next := st.NextDeadline(); !next.Equal(late.Add(StaleGrace)) {
+		t.Fatalf("next deadline %s, want the grace's end", next)
+	}
+	st.Observe(obs(device.Healthy, 1, SourcePodStatus), late.Add(30*time.Second)) // the watcher's retried heartbeat
+	if st.Stale || !st.StaleGraceUntil.IsZero() || st.State != Healthy {
+		t.Fatalf("after the heartbeat: stale=%v grace %s state %s", st.Stale, st.StaleGraceUntil, st.State)
+	}
+	if next := st.NextDeadline(); !next.Equal(late.Add(30*time.Second + limit)) {
+		t.Fatalf("next deadline %s, want a full limit after the heartbeat", next)
+	}
+
+	st = fresh(true)
+	st.Tick(late)
+	st.Tick(late.Add(StaleGrace))
+	if !st.Stale || st.State != Suspect {
+		t.Fatalf("no heartbeat within the grace: stale=%v state %s", st.Stale, st.State)
+	}
+
+	st = fresh(true)
+	if st.Tick(t0.Add(limit + time.Second)); !st.Stale {
+		t.Fatal("a deadline taken up on time waited for a grace")
+	}
+	st = fresh(false)
+	if st.Tick(late); !st.Stale {
+		t.Fatal("a run recorded before the grace waited for it")
+	}
+}

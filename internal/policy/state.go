@@ -138,6 +138,10 @@ type DeviceState struct {
 	// ReleasePath is set by workflows that run the recovery review (probe, canary, probation,
 	// release); runs recorded before it keep the old renew-only behaviour on replay.
 	ReleasePath bool `json:"releasePath,omitempty"`
+	// StaleGraceOn is set by workflows that give a late staleness deadline a grace (runs recorded
+	// before it replay without). StaleGraceUntil is that grace while it runs.
+	StaleGraceOn    bool      `json:"staleGraceOn,omitempty"`
+	StaleGraceUntil time.Time `json:"staleGraceUntil,omitempty"`
 	// Review is the recovery review in progress (state Recovering).
 	Review *Review `json:"review,omitempty"`
 	// ReviewInterval is how long the next quarantine lasts before its review; it doubles after

@@ -3,7 +3,10 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -14,6 +17,10 @@ import (
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
+// SignalTimeout bounds one delivery to a device workflow, the wait for it to take the report in
+// included. A delivery that times out is retried; the workflow takes a repeat as a heartbeat.
+const SignalTimeout = 15 * time.Second
+
 // TemporalSignaler signals a device's workflow, starting it on the device's first non-Healthy report.
 type TemporalSignaler struct {
 	Client    client.Client
@@ -23,20 +30,50 @@ type TemporalSignaler struct {
 	Policies *policy.Set
 }
 
-// Signal uses signal-with-start on the device's business key, so a repeated report never starts a
-// second remediation while one runs.
+// Signal delivers the observation with update-with-start on the device's business key, so a
+// repeated report never starts a second remediation while one runs, and waits until the workflow
+// has taken it in: Temporal then never holds more undecided reports than the watcher has
+// workers (a storm waits in the watcher's queue, where newer reports of a device replace older
+// ones), and an operator's command is not queued behind thousands of reports. A workflow whose
+// worker predates the update gets the observation as a signal.
 func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation) error {
+	// The SDK retries an unreachable server for as long as the context lets it: bound each
+	// delivery, so an outage shows as errors and the watcher's own backoff takes over.
+	ctx, cancel := context.WithTimeout(ctx, SignalTimeout)
+	defer cancel()
 	id := obs.Device.WorkflowID()
 	opts := client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             s.TaskQueue,
-		TypedSearchAttributes: workflows.DeviceSearchAttributes(obs.Device, obs.Node),
+		ID:                       id,
+		TaskQueue:                s.TaskQueue,
+		TypedSearchAttributes:    workflows.DeviceSearchAttributes(obs.Device, obs.Node),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
 	in := workflows.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun, Policy: s.Policies.For(obs.DeviceClass, obs.Device.Driver)}
+	op := s.Client.NewWithStartWorkflowOperation(opts, workflows.DeviceWorkflow, in)
+	h, err := s.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.UpdateObservation, Args: []any{obs},
+			WaitForStage: client.WorkflowUpdateStageCompleted},
+	})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err == nil {
+		return nil
+	}
+	if !unknownUpdate(err) {
+		return fmt.Errorf("update-with-start %s: %w", id, err)
+	}
 	if _, err := s.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalObservation, obs, opts, workflows.DeviceWorkflow, in); err != nil {
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
 	}
 	return nil
+}
+
+// unknownUpdate reports whether the workflow refused the update for want of a handler (a worker
+// from before it existed).
+func unknownUpdate(err error) bool {
+	return strings.Contains(err.Error(), "unknown update "+workflows.UpdateObservation)
 }
 
 // RunningDevices lists the devices whose workflows are running, from visibility.
