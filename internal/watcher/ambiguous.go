@@ -37,7 +37,7 @@ func (w *Watcher) ambiguous(pod *corev1.Pod, e ResolveError) []Report {
 	if e.Message != "" {
 		text += "; driver message: " + e.Message
 	}
-	if _, seen := w.logged.LoadOrStore("ambiguous|"+e.Key+"|"+string(e.Health), struct{}{}); !seen {
+	if w.logged.first(podKey(pod), "ambiguous|"+e.Key+"|"+string(e.Health)) {
 		w.cfg.Logger.Error("ambiguous device health report", "key", e.Key, "health", e.Health, "candidates", names, "action", pol.Ambiguous,
 			"fix", "declare how the driver names devices in CDI IDs: drivers.<driver>.cdi (device, claim-device, attribute:<name>) in the policy file")
 		go w.recordAmbiguous(pod, e, text)

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -160,5 +161,24 @@ func TestStoreStampsChangesNotHeartbeats(t *testing.T) {
 	change, d := s.next(id, now.Add(3*time.Minute), time.Minute)
 	if d != doSignal || !first.Seq.Before(*change.Seq) {
 		t.Fatalf("change not ordered after: %+v then %+v", first.Seq, change.Seq)
+	}
+}
+
+// Logging once per problem keeps memory per Pod that has one, drops it with the Pod, and never
+// grows past its cap however many broken Pods come and go.
+func TestLogOnceIsBounded(t *testing.T) {
+	var l logOnce
+	if !l.first("ns/a", "k") || l.first("ns/a", "k") || !l.first("ns/b", "k") {
+		t.Fatal("not once per pod and key")
+	}
+	l.forget("ns/a")
+	if l.n != 1 || !l.first("ns/a", "k") {
+		t.Fatalf("forget: n=%d", l.n)
+	}
+	for i := range 3 * maxLogged {
+		l.first(fmt.Sprintf("ns/p-%d", i), "k")
+		if l.n > maxLogged {
+			t.Fatalf("%d keys kept, cap %d", l.n, maxLogged)
+		}
 	}
 }

@@ -65,7 +65,7 @@ type Watcher struct {
 	slices *sliceIndex
 	queue  workqueue.TypedRateLimitingInterface[device.ID]
 	// logged remembers resolution failures already logged, so a broken pod logs once per key.
-	logged sync.Map
+	logged logOnce
 	// podMu serialises pod handling between the pod source and claim-driven re-resolution.
 	podMu sync.Mutex
 	// synced is closed once claims and pods have been listed.
@@ -225,6 +225,7 @@ func (w *Watcher) podSource() *source {
 				w.podMu.Lock()
 				ids := w.store.deletePod(key, "")
 				w.podMu.Unlock()
+				w.logged.forget(key)
 				w.enqueueAll(ids)
 			}
 		},
@@ -283,7 +284,7 @@ func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
 			continue
 		}
 		w.cfg.Metrics.ResolutionFailures.WithLabelValues(e.Reason).Inc()
-		if _, seen := w.logged.LoadOrStore(e.Key+"|"+e.Reason, struct{}{}); !seen {
+		if w.logged.first(podKey(pod), e.Key+"|"+e.Reason) {
 			w.cfg.Logger.Warn("health report not resolved", "key", e.Key, "reason", e.Reason, "error", e.Err)
 		}
 	}
@@ -309,6 +310,7 @@ func (w *Watcher) onPodDelete(obj runtime.Object) {
 	w.podMu.Lock()
 	ids := w.store.deletePod(podKey(pod), pod.ResourceVersion)
 	w.podMu.Unlock()
+	w.logged.forget(podKey(pod))
 	w.enqueueAll(ids)
 }
 
