@@ -39,14 +39,15 @@ func startCluster(ctx context.Context, dir, cacheDir string, out io.Writer, apiS
 
 // stack is a fresh cluster, embedded Temporal and controller for one benchmark.
 type stack struct {
-	kube kubernetes.Interface
-	tc   client.Client
-	stop func()
+	kube    kubernetes.Interface
+	tc      client.Client
+	cluster *localcluster.Cluster
+	stop    func()
 }
 
 // startStack starts a cluster, the embedded Temporal server and a controller with opts (its
-// breaker made permissive: every device is flipped on purpose, the cap must not shape what is
-// measured). build, when set, adds to the options once the cluster's client exists.
+// breaker made permissive unless opts sets one: every device is flipped on purpose, the cap must
+// not shape what is measured). build, when set, adds to the options once the cluster's client exists.
 func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.ControllerOptions, build func(kubernetes.Interface, *app.ControllerOptions)) (*stack, error) {
 	dir, err := os.MkdirTemp("", "devicewarden-bench-")
 	if err != nil {
@@ -65,7 +66,10 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	opts.Workers, opts.Breaker = 8, policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20}
+	opts.Workers = 8
+	if opts.Breaker.Window == 0 {
+		opts.Breaker = policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20}
+	}
 	if build != nil {
 		build(kube, &opts)
 	}
@@ -76,7 +80,7 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 		defer wg.Done()
 		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
 	}()
-	return &stack{kube: kube, tc: tc.Client, stop: func() {
+	return &stack{kube: kube, tc: tc.Client, cluster: cl, stop: func() {
 		cancel()
 		wg.Wait()
 		tc.Close()

@@ -63,7 +63,9 @@ func measureFloor(ctx context.Context, kube kubernetes.Interface, tc client.Clie
 	if err != nil {
 		return f, fmt.Errorf("create floor pod: %w", err)
 	}
-	defer func() { _ = kube.CoreV1().Pods(ns).Delete(context.Background(), "floor", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}) }()
+	defer func() {
+		_ = kube.CoreV1().Pods(ns).Delete(context.Background(), "floor", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	}()
 	pw, err := kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=floor", ResourceVersion: pod.ResourceVersion})
 	if err != nil {
 		return f, err

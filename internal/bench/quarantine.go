@@ -108,7 +108,7 @@ func breakdown(ctx context.Context, out io.Writer, tc client.Client, targets []b
 		toStart = append(toStart, started.Sub(starts[i]))
 		rest = append(rest, starts[i].Add(lat[i]).Sub(started))
 	}
-	printLatency(out, "  status write -> workflow started (watch, watcher, signal-with-start)", toStart)
+	printLatency(out, "  status write -> workflow started (watch, watcher, update-with-start)", toStart)
 	printLatency(out, "  workflow started -> rule seen (decision, breaker permit, quarantine, watch)", rest)
 	return nil
 }

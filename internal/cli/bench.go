@@ -60,6 +60,22 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rel.Flags().IntVar(&r.Devices, "devices", 120, "devices to quarantine and release")
 	rel.Flags().IntVar(&r.Sequential, "sequential", 20, "of those, released one at a time for latency; the rest at once")
 	rel.Flags().StringVar(&r.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var sb bench.StormOptions
+	storm := &cobra.Command{
+		Use:   "storm",
+		Short: "A fleet turns Unknown, then Unhealthy, at once: breaker, Temporal and control-plane cost, and one force-quarantine mid-storm",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if sb.Devices < 8 || sb.Devices%8 != 0 {
+				return fmt.Errorf("--devices must be a positive multiple of 8 (devices per simulated node)")
+			}
+			sb.Out = c.OutOrStdout()
+			return bench.Storm(c.Context(), sb)
+		},
+	}
+	storm.Flags().IntVar(&sb.Devices, "devices", 5000, "devices in the storm, 8 per node")
+	storm.Flags().StringSliceVar(&sb.Healths, "health", []string{"Unknown", "Unhealthy"}, "runs, each on a fresh stack: the health every device turns")
+	storm.Flags().StringVar(&sb.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	var kubeconfig string
 	child := &cobra.Command{
 		Use:    "watcher-child",
@@ -71,6 +87,6 @@ func newBenchCmd(_ *globals) *cobra.Command {
 		},
 	}
 	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
-	cmd.AddCommand(q, wb, rel, child)
+	cmd.AddCommand(q, wb, rel, storm, child)
 	return cmd
 }

@@ -408,3 +408,15 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Pids maps each running control-plane process (etcd, kube-apiserver, ...) to its process ID,
+// so benchmarks can read what each one spends.
+func (c *Cluster) Pids() map[string]int {
+	out := map[string]int{}
+	for _, p := range c.procs {
+		if p.cmd != nil && p.cmd.Process != nil {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}

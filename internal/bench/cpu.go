@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// cpuMeter reads the CPU the bench process (embedded Temporal, worker, watcher) and the control
+// plane's processes spend over an interval, and profiles the bench process to split its share.
+type cpuMeter struct {
+	pids    map[string]int
+	start   map[string]time.Duration
+	profile bytes.Buffer
+	self    time.Duration
+}
+
+func startCPU(pids map[string]int) *cpuMeter {
+	m := &cpuMeter{pids: pids, start: map[string]time.Duration{}, self: selfCPU()}
+	for name, pid := range pids {
+		m.start[name] = procCPU(pid)
+	}
+	if err := pprof.StartCPUProfile(&m.profile); err != nil {
+		m.profile.Reset() // another profile runs: no split
+	}
+	return m
+}
+
+// cpuSpent is what each part spent.
+type cpuSpent struct {
+	self  time.Duration
+	procs map[string]time.Duration
+	// parts splits self by who ran: Temporal server, SDK (worker and clients), watcher, ...
+	parts map[string]time.Duration
+}
+
+func (m *cpuMeter) stop() cpuSpent {
+	pprof.StopCPUProfile()
+	s := cpuSpent{self: selfCPU() - m.self, procs: map[string]time.Duration{}}
+	for name, pid := range m.pids {
+		s.procs[name] = procCPU(pid) - m.start[name]
+	}
+	if p, err := profile.Parse(&m.profile); err == nil {
+		s.parts = splitProfile(p)
+	}
+	return s
+}
+
+// owners attribute a profile sample to the first of these found anywhere on its stack.
+var owners = []struct{ name, prefix string }{
+	{"temporal-server", "go.temporal.io/server/"},
+	{"watcher", "github.com/devicewarden/devicewarden/internal/watcher"},
+	{"temporal-sdk(worker+clients)", "go.temporal.io/sdk/"},
+	{"devicewarden(activities,bench)", "github.com/devicewarden/devicewarden/"},
+	{"client-go", "k8s.io/client-go/"},
+	{"sqlite", "modernc.org/sqlite"},
+	{"grpc", "google.golang.org/grpc"},
+	{"gc", "runtime.gcBgMarkWorker"},
+}
+
+func splitProfile(p *profile.Profile) map[string]time.Duration {
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil
+	}
+	out := map[string]time.Duration{}
+	for _, smp := range p.Sample {
+		owner := "other(runtime,net)"
+	find:
+		for _, o := range owners {
+			for _, loc := range smp.Location {
+				for _, ln := range loc.Line {
+					if ln.Function != nil && strings.HasPrefix(ln.Function.Name, o.prefix) {
+						owner = o.name
+						break find
+					}
+				}
+			}
+		}
+		out[owner] += time.Duration(smp.Value[idx])
+	}
+	return out
+}
+
+func (s cpuSpent) print(out io.Writer, what any, over time.Duration) {
+	cp := 0.0
+	var names []string
+	for n, d := range s.procs {
+		names = append(names, n)
+		if n == "etcd" || n == "kube-apiserver" {
+			cp += d.Seconds()
+		}
+	}
+	sort.Strings(names)
+	var procs []string
+	for _, n := range names {
+		procs = append(procs, fmt.Sprintf("%s %.1f", n, s.procs[n].Seconds()))
+	}
+	fmt.Fprintf(out, "%s storm CPU-s over %.1fs: devicewarden process (embedded Temporal + worker + watcher) %.1f; apiserver+etcd %.1f; %s\n",
+		what, over.Seconds(), s.self.Seconds(), cp, strings.Join(procs, ", "))
+	if len(s.parts) == 0 {
+		return
+	}
+	type part struct {
+		name string
+		d    time.Duration
+	}
+	var parts []part
+	var total time.Duration
+	for n, d := range s.parts {
+		parts = append(parts, part{n, d})
+		total += d
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].d > parts[j].d })
+	var fields []string
+	for _, p := range parts {
+		fields = append(fields, fmt.Sprintf("%s %.1f (%.0f%%)", p.name, p.d.Seconds(), 100*p.d.Seconds()/total.Seconds()))
+	}
+	fmt.Fprintf(out, "%s storm: devicewarden process CPU profile by owner, CPU-s: %s\n", what, strings.Join(fields, ", "))
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU reads a process's user+system time from /proc (clock ticks of 1/100 s).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stt, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stt) * 10 * time.Millisecond
+}

@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// StormOptions configures the storm benchmark.
+type StormOptions struct {
+	Devices int
+	// Healths are the runs, each on a fresh stack: every device turns this health at once.
+	Healths  []string
+	CacheDir string
+	Out      io.Writer
+}
+
+// stormPolicy tolerates Unknown for 15 s, so restrictions (and their breaker budget) are reached
+// inside the run; the breaker is the default one, as a fleet would run it.
+const stormPolicy = "default:\n  toleranceWindow: 15s\n"
+
+// Storm turns every device of a fleet Unknown (or Unhealthy) within seconds and reports how the
+// circuit breaker, Temporal and the control plane cope, and how long one operator force-quarantine
+// issued in the middle of the storm takes.
+func Storm(ctx context.Context, o StormOptions) error {
+	for _, h := range o.Healths {
+		health, err := device.ParseHealth(h)
+		if err != nil || health == device.Healthy {
+			return fmt.Errorf("--health %q: want Unknown or Unhealthy", h)
+		}
+		if err := stormRun(ctx, o, health); err != nil {
+			return fmt.Errorf("%s storm: %w", health, err)
+		}
+	}
+	return nil
+}
+
+func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
+	pols, err := policy.Parse([]byte(stormPolicy))
+	if err != nil {
+		return err
+	}
+	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols, Breaker: policy.DefaultBreaker()}, nil)
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	// The last node's 8 devices stay out of the storm: one of them is force-quarantined mid-storm.
+	targets, err := setupPods(ctx, st.kube, o.Devices+8, o.Out)
+	if err != nil {
+		return err
+	}
+	storm, reserve := targets[:o.Devices], targets[o.Devices]
+	writer, err := fastClient(st.cluster.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	pods, err := writer.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		byName[pods.Items[i].Name] = &pods.Items[i]
+	}
+	rules, stopRules, err := watchRules(ctx, st.kube, watch.Added)
+	if err != nil {
+		return err
+	}
+	defer stopRules()
+
+	fmt.Fprintf(o.Out, "[bench] %s storm: %d devices on %d nodes, default breaker (%d actions per %s, %g%%), tolerance window 15s\n",
+		health, len(storm), len(storm)/8, policy.DefaultBreaker().MaxCount, policy.DefaultBreaker().Window, policy.DefaultBreaker().MaxPercent)
+	cpu := startCPU(st.cluster.Pids())
+	t0 := time.Now()
+	var written atomic.Int64
+	writeErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	work := make(chan benchTarget)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tg := range work {
+				if err := stormWrite(ctx, writer, byName[tg.t.Pod], tg, health); err != nil {
+					select {
+					case writeErr <- err:
+					default:
+					}
+					continue
+				}
+				written.Add(1)
+			}
+		}()
+	}
+	force := make(chan forceResult, 1)
+	go func() { force <- forceMidStorm(ctx, st.tc, pols, reserve.id, rules, t0.Add(5*time.Second)) }()
+	for _, tg := range storm {
+		work <- tg
+	}
+	close(work)
+	wg.Wait()
+	writes := time.Since(t0)
+	select {
+	case err := <-writeErr:
+		return fmt.Errorf("write status: %w", err)
+	default:
+	}
+
+	res, err := awaitStorm(ctx, st.tc, storm, reserve.id.Pool, health, t0)
+	if err != nil {
+		return err
+	}
+	spent := cpu.stop()
+	f := <-force
+	if f.err != nil {
+		return fmt.Errorf("mid-storm force-quarantine: %w", f.err)
+	}
+	sec := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+	fmt.Fprintf(o.Out, "%s storm of %d devices: statuses written in %s; breaker %s at +%s; %d device workflows started, all by +%s; every report decided by +%s (p50 +%s)\n",
+		health, len(storm), sec(writes), res.breakerWhat, sec(res.breakerOpen), res.started, sec(res.allStarted), sec(res.decidedMax), sec(res.decidedP50))
+	fmt.Fprintf(o.Out, "%s storm: automatic actions %d (quarantined %d, restricted %d), held by the breaker %d\n",
+		health, res.quarantined+res.restricted, res.quarantined, res.restricted, res.held)
+	fmt.Fprintf(o.Out, "%s storm: mid-storm force-quarantine issued at +%s: update answered in %s, DeviceTaintRule seen %s after issue\n",
+		health, sec(f.issuedAt), f.answered.Round(time.Millisecond), f.ruleSeen.Round(time.Millisecond))
+	spent.print(o.Out, health, time.Since(t0))
+	return nil
+}
+
+func fastClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := app.KubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 5000, 5000
+	return kubernetes.NewForConfig(cfg)
+}
+
+// stormWrite sets the device's entry in its pod's status, re-reading the pod on a conflict.
+func stormWrite(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, tg benchTarget, health device.Health) error {
+	for range 5 {
+		p := pod.DeepCopy()
+		if !sim.SetEntry(p, tg.t, sim.CDIDeviceID(tg.id), corev1.ResourceHealthStatus(health), "storm") {
+			return fmt.Errorf("pod %s has no container status", tg.t.Pod)
+		}
+		_, err := kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		if err == nil {
+			return nil
+		}
+		if pod, err = kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("pod %s: status kept conflicting", tg.t.Pod)
+}
+
+type forceResult struct {
+	issuedAt, answered, ruleSeen time.Duration
+	err                          error
+}
+
+// forceMidStorm force-quarantines one device that is not in the storm, at the given time.
+func forceMidStorm(ctx context.Context, tc client.Client, pols *policy.Set, id device.ID, rules func(string) <-chan time.Time, at time.Time) forceResult {
+	t0 := at.Add(-5 * time.Second)
+	time.Sleep(time.Until(at))
+	start := time.Now()
+	cmd := policy.Command{Kind: policy.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
+	if _, err := workflows.SendCommand(ctx, tc, id, cmd, &workflows.DeviceInput{Device: id, Node: id.Pool, Policy: pols.For("", id.Driver)}); err != nil {
+		return forceResult{err: err}
+	}
+	answered := time.Since(start)
+	select {
+	case seen := <-rules(id.TaintRuleName()):
+		return forceResult{issuedAt: start.Sub(t0), answered: answered, ruleSeen: seen.Sub(start)}
+	case <-time.After(2 * time.Minute):
+		return forceResult{err: fmt.Errorf("no DeviceTaintRule for %s", id)}
+	case <-ctx.Done():
+		return forceResult{err: ctx.Err()}
+	}
+}
+
+type stormResult struct {
+	breakerWhat                                     string
+	breakerOpen, allStarted, decidedMax, decidedP50 time.Duration
+	started                                         int
+	quarantined, restricted, held                   int
+}
+
+// awaitStorm follows the storm until the breaker opened, every device has a workflow and every
+// workflow has taken in the storm's report (its LastHeard, the workflow's clock when it did).
+func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, reserveNode string, health device.Health, t0 time.Time) (stormResult, error) {
+	var r stormResult
+	deadline := time.Now().Add(10 * time.Minute)
+	wantOpen := func(b policy.BreakerState) bool {
+		if health == device.Unknown {
+			return b.RestrictionsOpen
+		}
+		return b.Open
+	}
+	r.breakerWhat = "opened"
+	if health == device.Unknown {
+		r.breakerWhat = "held further restrictions"
+	}
+	for r.breakerOpen == 0 || r.allStarted == 0 {
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("after 10 minutes: breaker open at %s, %d workflows started", r.breakerOpen, r.started)
+		}
+		if r.breakerOpen == 0 {
+			var b policy.BreakerState
+			if v, err := tc.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState); err == nil && v.Get(&b) == nil && wantOpen(b) {
+				r.breakerOpen = time.Since(t0)
+			}
+		}
+		if r.allStarted == 0 {
+			resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+				Query: fmt.Sprintf("WorkflowType = 'DeviceWorkflow' AND DeviceNode != '%s'", reserveNode)})
+			if err == nil {
+				r.started = int(resp.GetCount())
+				if r.started >= len(storm) {
+					r.allStarted = time.Since(t0)
+				}
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	decided := make([]time.Duration, len(storm))
+	pending := storm
+	for len(pending) > 0 {
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("after 10 minutes %d devices have not taken in the storm's report", len(pending))
+		}
+		var mu sync.Mutex
+		var next []benchTarget
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i, tg := range pending {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				s, err := deviceState(ctx, tc, tg.id)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil || s.Health != health {
+					next = append(next, tg)
+					return
+				}
+				decided[i] = s.LastHeard.Sub(t0)
+				switch {
+				case s.State == policy.Quarantined:
+					r.quarantined++
+				case s.State == policy.Restricted:
+					r.restricted++
+				case s.Held != nil:
+					r.held++
+				}
+			}()
+		}
+		wg.Wait()
+		pending = next
+		if len(pending) > 0 {
+			time.Sleep(time.Second)
+		}
+	}
+	r.decidedMax, r.decidedP50 = maxDuration(decided), p50(decided)
+	return r, nil
+}
+
+func deviceState(ctx context.Context, tc client.Client, id device.ID) (policy.DeviceState, error) {
+	var s policy.DeviceState
+	v, err := tc.QueryWorkflow(ctx, id.WorkflowID(), "", workflows.QueryState)
+	if err != nil {
+		return s, err
+	}
+	return s, v.Get(&s)
+}
+
+func maxDuration(d []time.Duration) time.Duration {
+	var m time.Duration
+	for _, x := range d {
+		m = max(m, x)
+	}
+	return m
+}
