@@ -41,6 +41,30 @@ func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (
 	return res, nil
 }
 
+// Configure makes this worker's breaker configuration the breaker's, once, as the worker starts:
+// the breaker has one owner at a time (the worker started last), not every permit request.
+func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig, owner string) error {
+	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflows.BreakerWorkflowID,
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.BreakerWorkflow, workflows.BreakerInput{})
+	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: workflows.UpdateBreakerConfigure, Args: []any{workflows.ConfigureBreaker{Config: cfg, Owner: owner}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("configure breaker: %w", err)
+	}
+	return nil
+}
+
 // NodeClient reaches nodes' workflows with signal-with-start.
 type NodeClient struct {
 	Client client.Client

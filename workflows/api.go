@@ -39,9 +39,15 @@ const (
 	BreakerWorkflowID = "devicewarden-breaker"
 	// UpdateAcquire asks the breaker for a permit (policy.PermitRequest -> policy.PermitResult).
 	UpdateAcquire = "acquire"
+	// UpdateBreakerConfigure sets the breaker's configuration (ConfigureBreaker -> BreakerState):
+	// its one owner, sent once by each worker as it starts.
+	UpdateBreakerConfigure = "configure"
 	// Breaker signals: resume re-arms an open breaker, pause opens it by hand (payload BreakerSignal).
 	SignalBreakerResume = "resume"
 	SignalBreakerPause  = "pause"
+	// SignalBreakerWake tells a device workflow the breaker may grant again: its held action is
+	// retried now rather than at its fallback time.
+	SignalBreakerWake = "breaker-wake"
 
 	// SignalDeviceFailed tells a node's workflow that one of its devices was tainted
 	// (payload policy.NodeFailure).
@@ -97,4 +103,10 @@ type BreakerSignal struct {
 type NodeInput struct {
 	Node  string            `json:"node"`
 	State *policy.NodeState `json:"state,omitempty"`
+}
+
+// ConfigureBreaker is the `configure` update's argument.
+type ConfigureBreaker struct {
+	Config policy.BreakerConfig `json:"config"`
+	Owner  string               `json:"owner"`
 }

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -22,6 +23,13 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	// Runs recorded before restrictions had their own budget replay with one budget.
 	if workflow.GetVersion(ctx, "separate-budgets", workflow.DefaultVersion, 1) >= 1 {
 		st.SeparateBudgets = true
+	}
+	// Runs recorded before waiting devices were woken replay with 30 s polling and per-request config.
+	if workflow.GetVersion(ctx, "wake-waiting", workflow.DefaultVersion, 1) >= 1 {
+		st.WakeWaiting = true
+		if err := registerConfigure(ctx, st); err != nil {
+			return err
+		}
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
@@ -59,6 +67,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			resumeCh.Receive(ctx, &s)
 			st.Resume(s.Actor, workflow.Now(ctx))
 			alerts = append(alerts, activities.AlertInput{Level: "info", Text: "circuit breaker resumed by " + s.Actor, WorkflowID: BreakerWorkflowID})
+			wakeWaiting(ctx, st)
 		}
 		for pauseCh.Len() > 0 {
 			var s BreakerSignal
@@ -77,7 +86,46 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
+			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || len(alerts) > 0) {
+				continue // a signal that came while handlers finished is taken before moving on
+			}
 			return workflow.NewContinueAsNewError(ctx, BreakerWorkflow, BreakerInput{State: st})
+		}
+	}
+}
+
+// registerConfigure lets the breaker's one owner set its configuration.
+func registerConfigure(ctx workflow.Context, st *policy.BreakerState) error {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateBreakerConfigure,
+		func(ctx workflow.Context, c ConfigureBreaker) (policy.BreakerState, error) {
+			return *st, st.Configure(c.Config, c.Owner)
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c ConfigureBreaker) error {
+			if c.Owner == "" {
+				return fmt.Errorf("configure: owner is required")
+			}
+			return c.Config.Validate()
+		}})
+	if err != nil {
+		return fmt.Errorf("register update %s: %w", UpdateBreakerConfigure, err)
+	}
+	return nil
+}
+
+// wakeWaiting signals the devices the breaker denied that it may now grant again; a device that
+// has ended since is skipped.
+func wakeWaiting(ctx workflow.Context, st *policy.BreakerState) {
+	var futures []workflow.Future
+	for _, key := range st.Wake() {
+		id, err := device.ParseID(key)
+		if err != nil {
+			continue
+		}
+		futures = append(futures, workflow.SignalExternalWorkflow(ctx, id.WorkflowID(), "", SignalBreakerWake, nil))
+	}
+	for _, f := range futures {
+		if err := f.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Info("waiting device not woken", "error", err)
 		}
 	}
 }

@@ -2,13 +2,18 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -47,6 +52,9 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	alerts := 0
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, _ activities.AlertInput) error { alerts++; return nil })
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
+	var woken []string
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(
+		func(_, workflowID, _, _ string, _ any) error { woken = append(woken, workflowID); return nil })
 	var before, after updateResult
 	env.RegisterDelayedCallback(func() {
 		for i := 0; i < 20; i++ {
@@ -71,25 +79,77 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	if alerts != 2 { // one when it opened, one when it was resumed
 		t.Fatalf("alerts = %d, want 2", alerts)
 	}
+	// The 15 denied devices waited instead of polling; the resume woke the oldest 6 (the fresh
+	// budget of 5, plus one to re-open the breaker if they all still need it); 9 wait on.
+	want := []string{"device/d/p/gpu-5", "device/d/p/gpu-6", "device/d/p/gpu-7", "device/d/p/gpu-8", "device/d/p/gpu-9", "device/d/p/gpu-10"}
+	sort.Slice(woken, func(i, j int) bool { return len(woken[i]) < len(woken[j]) || len(woken[i]) == len(woken[j]) && woken[i] < woken[j] })
+	if fmt.Sprint(woken) != fmt.Sprint(want) || len(st.Waiting) != 9 || st.Waiting[0] != "d/p/gpu-11" {
+		t.Fatalf("woken %v, still waiting %v", woken, st.Waiting)
+	}
 }
 
-func TestNodeWorkflowEscalatesAtThreshold(t *testing.T) {
+// The breaker's configuration has one owner: the configure update. A request carrying another
+// configuration (a worker with other flags) does not change it; an invalid one is refused.
+func TestBreakerConfigureOwnsTheConfig(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
-	var texts []string
-	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AlertInput) error {
-		texts = append(texts, in.Text)
-		return nil
-	})
-	for i := 0; i < 5; i++ {
-		f := policy.NodeFailure{Node: "node-1", Device: fmt.Sprint("d/node-1/gpu-", i), State: policy.Quarantined, Threshold: 4}
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDeviceFailed, f) }, time.Duration(i+1)*time.Minute)
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+	owned := policy.BreakerConfig{Window: time.Hour, MaxCount: 2, MaxPercent: 100}
+	other := policy.BreakerConfig{Window: time.Minute, MaxCount: 50, MaxPercent: 100}
+	rejected := 0
+	cb := func(wantOK bool) *testsuite.TestUpdateCallback {
+		return &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) {
+			if wantOK {
+				t.Errorf("refused: %v", err)
+			}
+			rejected++
+		}, OnComplete: func(any, error) {}}
 	}
-	var st policy.NodeState
-	queryThenCancel(t, env, time.Hour, &st)
-	env.ExecuteWorkflow(NodeWorkflow, NodeInput{Node: "node-1"})
-	if !st.Escalated || len(st.Failed) != 5 || len(texts) != 1 {
-		t.Fatalf("state %+v alerts %v", st, texts)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateBreakerConfigure, "c1", cb(true), ConfigureBreaker{Config: owned, Owner: "worker-a"})
+		env.UpdateWorkflow(UpdateBreakerConfigure, "bad", cb(false), ConfigureBreaker{Config: policy.BreakerConfig{Window: time.Hour}, Owner: "worker-b"})
+		env.UpdateWorkflow(UpdateBreakerConfigure, "anon", cb(false), ConfigureBreaker{Config: owned})
+	}, time.Second)
+	var res updateResult
+	env.RegisterDelayedCallback(func() {
+		for i := 0; i < 5; i++ {
+			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, KnownDevices: 100, Config: other}
+			env.UpdateWorkflow(UpdateAcquire, fmt.Sprint("u", i), res.callbacks(), req)
+		}
+	}, 2*time.Second)
+	var st policy.BreakerState
+	queryThenCancel(t, env, time.Minute, &st)
+	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	if rejected != 2 || st.Config != owned || st.ConfiguredBy != "worker-a" || res.granted != 2 {
+		t.Fatalf("rejected %d, config %+v by %q, granted %d", rejected, st.Config, st.ConfiguredBy, res.granted)
+	}
+}
+
+// A signal taken in while the breaker waits on an alert, with continue-as-new suggested meanwhile,
+// is carried into the next run (the server only guards signals that arrive in the final task).
+func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	env.OnActivity("Alert", mock.Anything, mock.Anything).After(10 * time.Second).Return(nil)
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"}) }, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		env.SetContinueAsNewSuggested(true)
+		env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "bob", Reason: "maintenance"})
+	}, time.Minute+5*time.Second) // while the resume's alert is in flight
+	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
+	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: open})
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("workflow ended with %v, want continue-as-new", err)
+	}
+	var next BreakerInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.State == nil || next.State.ResumedBy != "alice" || !next.State.Open || !strings.Contains(next.State.Reason, "paused by bob") {
+		t.Fatalf("next run's state %+v: a signal was lost", next.State)
 	}
 }

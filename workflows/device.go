@@ -42,6 +42,10 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	if workflow.GetVersion(ctx, "stale-grace", workflow.DefaultVersion, 1) >= 1 {
 		st.StaleGraceOn = true
 	}
+	// Runs recorded before the breaker woke waiting devices replay with 30 s retries.
+	if workflow.GetVersion(ctx, "breaker-wake", workflow.DefaultVersion, 1) >= 1 {
+		st.BreakerWake = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
@@ -52,6 +56,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		}
 	}
 	obsCh := workflow.GetSignalChannel(ctx, SignalObservation)
+	wakeCh := workflow.GetSignalChannel(ctx, SignalBreakerWake)
 	observed, err := registerObserve(ctx)
 	if err != nil {
 		return err
@@ -61,7 +66,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
 	}
 	pending := func() bool {
-		n := obsCh.Len() + observed.Len() + updates.Len()
+		n := obsCh.Len() + observed.Len() + updates.Len() + wakeCh.Len()
 		for _, c := range cmdChs {
 			n += c.Len()
 		}
@@ -81,6 +86,10 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		}
 		sel.AddReceive(obsCh, observe)
 		sel.AddReceive(observed, observe)
+		sel.AddReceive(wakeCh, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			acts = st.Woken(workflow.Now(ctx))
+		})
 		for i, c := range cmdChs {
 			kind := policy.CommandKind(OperatorSignals[i])
 			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {

@@ -155,7 +155,10 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 		{name: "stale healthy becomes unknown, then restricted", end: 22 * time.Minute,
 			events:    []event{ob(time.Second, device.Unknown, "10"), ob(time.Minute, device.Healthy, "11")},
 			wantState: policy.Restricted, wantEffects: []string{"NoSchedule"}},
-		{name: "breaker denies, the action waits, then goes through", denyFirst: 1, end: 2 * time.Minute,
+		{name: "breaker denies, the action waits for the breaker's wake, then goes through", denyFirst: 1, end: 2 * time.Minute,
+			events:    []event{ob(time.Second, device.Unhealthy, "10"), {at: time.Minute, signal: SignalBreakerWake}},
+			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+		{name: "breaker denies and never wakes: retried at the fallback", denyFirst: 1, end: 11 * time.Minute,
 			events:    []event{ob(time.Second, device.Unhealthy, "10")},
 			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "breaker keeps denying: nothing is tainted", denyFirst: 1000, end: 10 * time.Minute,
@@ -303,5 +306,14 @@ func TestDeviceWorkflowObservationUpdate(t *testing.T) {
 	}
 	if got.State != policy.Quarantined || got.StatusVersion != "5" || len(h.quarantine) != 1 {
 		t.Fatalf("state %s version %q quarantines %d", got.State, got.StatusVersion, len(h.quarantine))
+	}
+}
+
+// A device the breaker denied does not ask again every 30 s: one request before the fallback.
+func TestDeviceWorkflowDeniedDoesNotPoll(t *testing.T) {
+	h := newHarness(1000)
+	got := h.run(t, policy.BreakerFallback-time.Second, ob(time.Second, device.Unhealthy, "10"))
+	if h.permits != 1 || got.Held == nil || !got.BreakerWake {
+		t.Fatalf("%d permit requests in %s, held %v", h.permits, policy.BreakerFallback, got.Held)
 	}
 }

@@ -99,7 +99,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 			return nil
 		}
 		if !permit.Granted {
-			st.Hold(act, permit.Reason, workflow.Now(ctx))
+			st.Denied(act, permit.Reason, workflow.Now(ctx))
 			return nil
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"path/filepath"
 	"time"
 
@@ -218,6 +219,9 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		return fmt.Errorf("start worker: %w", err)
 	}
 	defer w.Stop()
+	if err := configureBreaker(ctx, tc, o.Breaker, logger); err != nil {
+		return err
+	}
 	wt := watcher.New(watcher.Config{
 		Kube:     kube,
 		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
@@ -270,4 +274,19 @@ func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, ready *r
 		return err
 	}
 	return nil
+}
+
+// configureBreaker makes this worker's breaker flags the breaker's configuration (a breaker
+// running code from before the configure update refuses it; requests then carry the flags).
+func configureBreaker(ctx context.Context, tc client.Client, cfg policy.BreakerConfig, logger *slog.Logger) error {
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("worker %s (pid %d)", host, os.Getpid())
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := (&worker.BreakerClient{Client: tc}).Configure(cctx, cfg, owner)
+	if err != nil && strings.Contains(err.Error(), "unknown update "+workflows.UpdateBreakerConfigure) {
+		logger.Warn("breaker predates the configure update: permit requests carry the configuration", "error", err)
+		return nil
+	}
+	return err
 }

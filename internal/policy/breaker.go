@@ -73,6 +73,54 @@ type BreakerState struct {
 	// RestrictionsOpen holds further restrictions once their budget is spent; quarantines go on.
 	RestrictionsOpen   bool   `json:"restrictionsOpen,omitempty"`
 	RestrictionsReason string `json:"restrictionsReason,omitempty"`
+	// WakeWaiting: devices denied while the breaker is open wait to be woken (Waiting, oldest
+	// first) instead of asking again every 30 s, and the configuration has one owner: the
+	// `configure` update (ConfiguredBy), not every request. Set by runs recorded after the change.
+	WakeWaiting  bool     `json:"wakeWaiting,omitempty"`
+	Waiting      []string `json:"waiting,omitempty"`
+	ConfiguredBy string   `json:"configuredBy,omitempty"`
+	// Known is the fleet size the latest request counted.
+	Known int `json:"known,omitempty"`
+}
+
+// maxWaiting bounds the wait list; a device past it still retries on its own fallback timer.
+const maxWaiting = 100000
+
+// wait records a denied device (once) so a resume can wake it.
+func (b *BreakerState) wait(device string) {
+	if !b.WakeWaiting || len(b.Waiting) >= maxWaiting {
+		return
+	}
+	for _, w := range b.Waiting {
+		if w == device {
+			return
+		}
+	}
+	b.Waiting = append(b.Waiting, device)
+}
+
+// Wake returns the waiting devices to wake now, oldest first: while the breaker is closed, as
+// many as the fresh budget could grant plus one (that one re-opens the breaker if all still
+// need their action, so the rest wait for the next resume rather than for nothing); none while
+// it is open. Devices that no longer need their action simply do not ask; each device also
+// retries on a long fallback timer, so none waits forever.
+func (b *BreakerState) Wake() []string {
+	if b.Open || b.RestrictionsOpen || len(b.Waiting) == 0 {
+		return nil
+	}
+	n := min(len(b.Waiting), b.Config.Limit(b.Known)+1)
+	out := b.Waiting[:n:n]
+	b.Waiting = append([]string(nil), b.Waiting[n:]...)
+	return out
+}
+
+// Configure sets the breaker's configuration; owner names who did (a worker, an operator).
+func (b *BreakerState) Configure(c BreakerConfig, owner string) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	b.Config, b.ConfiguredBy = c, owner
+	return nil
 }
 
 // budget names the budget an action draws on.
@@ -94,8 +142,13 @@ func (c BreakerConfig) Limit(known int) int {
 
 // Acquire grants or denies one automatic action.
 func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
-	if req.Config.Window > 0 {
+	if req.Config.Window > 0 && (!b.WakeWaiting || b.ConfiguredBy == "") {
+		// Runs before the change took the configuration from every request; now a request's
+		// only counts until an owner configured the breaker.
 		b.Config = req.Config
+	}
+	if req.KnownDevices > 0 {
+		b.Known = req.KnownDevices
 	}
 	cutoff := now.Add(-b.Config.Window)
 	kept := b.Grants[:0]
@@ -113,12 +166,14 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 	}
 	if b.Open {
 		b.Denied++
+		b.wait(key)
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	limit := b.Config.Limit(req.KnownDevices)
 	if b.budget(req.Action) == "restrictions" {
 		if b.RestrictionsOpen {
 			b.Denied++
+			b.wait(key)
 			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason}
 		}
 		used := 0
@@ -129,6 +184,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 		}
 		if used >= limit {
 			b.RestrictionsOpen, b.Denied = true, b.Denied+1
+			b.wait(key)
 			b.RestrictionsReason = fmt.Sprintf("%d restrictions within %s reached their cap of %d; quarantines keep their own budget; an operator must resume",
 				used, b.Config.Window, limit)
 			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason, Tripped: true}
@@ -144,6 +200,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 	}
 	if used >= limit {
 		b.Open, b.OpenedAt, b.Denied = true, now, b.Denied+1
+		b.wait(key)
 		b.Reason = fmt.Sprintf("%d automatic actions within %s reached the cap of %d (max %d, %g%% of %d known devices); an operator must resume",
 			used, b.Config.Window, limit, b.Config.MaxCount, b.Config.MaxPercent, req.KnownDevices)
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason, Tripped: true}

@@ -20,6 +20,10 @@ const StaleLate = time.Minute
 // counts as stale: the watcher's default heartbeat interval.
 const StaleGrace = 2 * time.Minute
 
+// BreakerFallback is how long a device the breaker denied waits before asking again when the
+// breaker wakes waiting devices itself (on resume): a safety net, not a poll.
+const BreakerFallback = 10 * time.Minute
+
 // BreakerRetry is how long an action the circuit breaker withheld waits before asking again.
 const BreakerRetry = 30 * time.Second
 
@@ -196,6 +200,24 @@ func (st *DeviceState) Applied(a Action, rule string, now time.Time) {
 // Hold records that the circuit breaker withheld an automatic action.
 func (st *DeviceState) Hold(a Action, reason string, now time.Time) {
 	st.Held, st.HeldReason, st.RetryAt = &a, reason, now.Add(BreakerRetry)
+}
+
+// Denied records that the circuit breaker refused an automatic action. A breaker that wakes
+// waiting devices is not asked again until it does (or the fallback passes).
+func (st *DeviceState) Denied(a Action, reason string, now time.Time) {
+	st.Hold(a, reason, now)
+	if st.BreakerWake {
+		st.RetryAt = now.Add(BreakerFallback)
+	}
+}
+
+// Woken is the breaker's word that it may grant again: a held action is retried now.
+func (st *DeviceState) Woken(now time.Time) []Action {
+	if st.Held == nil || st.Paused || st.RetryAt.IsZero() {
+		return nil
+	}
+	st.RetryAt = now
+	return st.Tick(now)
 }
 
 // NextDeadline is the earliest time Tick must run; zero means none.
