@@ -141,7 +141,7 @@ func setupPods(ctx context.Context, kube kubernetes.Interface, devices int, out 
 			t:  sim.Target{Namespace: ns, Pod: name, Container: "main", EntryName: "claim:" + sim.PodClaimName},
 		})
 	}
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(3*time.Minute + time.Duration(devices)*60*time.Millisecond)
 	for {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -149,12 +149,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	fmt.Fprintln(opts.Out, "[cluster] starting kube-scheduler, kube-controller-manager, kwok")
 	common := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"}
-	if err := c.spawn("kube-scheduler", b.Binary("kube-scheduler"), common...); err != nil {
+	// The defaults (scheduler 50 QPS, controller-manager 20) pace a local cluster of thousands of
+	// simulated devices to ~11 Pods scheduled per second; one machine's apiserver takes far more.
+	if err := c.spawn("kube-scheduler", b.Binary("kube-scheduler"), append(common, "--kube-api-qps=500", "--kube-api-burst=1000")...); err != nil {
 		return nil, err
 	}
 	if err := c.spawn("kube-controller-manager", b.Binary("kube-controller-manager"), append(common,
 		"--service-account-private-key-file="+p.path("sa.key"), "--root-ca-file="+p.path("ca.crt"),
-		"--use-service-account-credentials=false",
+		"--use-service-account-credentials=false", "--kube-api-qps=200", "--kube-api-burst=400",
 		"--cluster-signing-cert-file="+p.path("ca.crt"), "--cluster-signing-key-file="+p.path("ca.key"))...); err != nil {
 		return nil, err
 	}
