@@ -82,7 +82,9 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	// The 15 denied devices waited instead of polling; the resume woke the oldest 6 (the fresh
 	// budget of 5, plus one to re-open the breaker if they all still need it); 9 wait on.
 	want := []string{"device/d/p/gpu-5", "device/d/p/gpu-6", "device/d/p/gpu-7", "device/d/p/gpu-8", "device/d/p/gpu-9", "device/d/p/gpu-10"}
-	sort.Slice(woken, func(i, j int) bool { return len(woken[i]) < len(woken[j]) || len(woken[i]) == len(woken[j]) && woken[i] < woken[j] })
+	sort.Slice(woken, func(i, j int) bool {
+		return len(woken[i]) < len(woken[j]) || len(woken[i]) == len(woken[j]) && woken[i] < woken[j]
+	})
 	if fmt.Sprint(woken) != fmt.Sprint(want) || len(st.Waiting) != 9 || st.Waiting[0] != "d/p/gpu-11" {
 		t.Fatalf("woken %v, still waiting %v", woken, st.Waiting)
 	}

@@ -11,8 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"

@@ -140,10 +140,10 @@ type DeviceState struct {
 	ReleasePath bool `json:"releasePath,omitempty"`
 	// StaleGraceOn is set by workflows that give a late staleness deadline a grace (runs recorded
 	// before it replay without). StaleGraceUntil is that grace while it runs.
-	StaleGraceOn    bool      `json:"staleGraceOn,omitempty"`
+	StaleGraceOn bool `json:"staleGraceOn,omitempty"`
 	// BreakerWake: the breaker wakes this device when it may grant again, so a denied action
 	// waits for that (or BreakerFallback) instead of asking every 30 s. Set by newer runs.
-	BreakerWake bool `json:"breakerWake,omitempty"`
+	BreakerWake     bool      `json:"breakerWake,omitempty"`
 	StaleGraceUntil time.Time `json:"staleGraceUntil,omitempty"`
 	// Review is the recovery review in progress (state Recovering).
 	Review *Review `json:"review,omitempty"`
