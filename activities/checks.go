@@ -69,6 +69,13 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepRe
 	if err != nil {
 		return policy.StepResult{}, err
 	}
+	if in.DeviceClass == "" {
+		// No claim named a class for this device (its driver reported it directly): use the
+		// driver's own check class.
+		if in.DeviceClass, err = a.checkClass(ctx, in.Device.Driver); err != nil {
+			return policy.StepResult{}, err
+		}
+	}
 	if sel == "" {
 		return fail("device %s is not published in its pool", in.Device)
 	}

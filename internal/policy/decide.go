@@ -65,6 +65,12 @@ func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
 	if obs.DeviceClass != "" {
 		st.DeviceClass = obs.DeviceClass
 	}
+	if len(obs.Reporters) == 0 && st.ReleasePath && obs.Source.FromDriver() {
+		// The driver vouches for a device no pod holds (it took its own taint off).
+		if acts, done := st.observeFenced(obs, "driver reports the device healthy ("+string(obs.Source)+")", now); done {
+			return acts
+		}
+	}
 	if len(obs.Reporters) == 0 {
 		// No pod holds the device: there is nothing to suspect, and nothing to judge staleness by.
 		if st.State == Suspect {

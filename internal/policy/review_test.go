@@ -229,6 +229,15 @@ func TestHowRecoveryStarts(t *testing.T) {
 	if !strings.Contains(st.Review.Trigger, "claim-condition") {
 		t.Fatalf("trigger %q", st.Review.Trigger)
 	}
+	// The driver took its own slice taint off a device no pod holds any more.
+	st = quarantined(Default())
+	untainted := Observation{Device: dev, Health: device.Healthy, ObservedAt: t0.Add(time.Second), Source: SourceSlice, Seq: &Seq{Term: 2, N: 1}}
+	wantKinds(t, "driver untainted", st.Observe(untainted, t0.Add(time.Minute)), ActProbe)
+	st = quarantined(Default())
+	untainted.Source, untainted.Seq = SourcePodStatus, &Seq{Term: 2, N: 2}
+	if acts := st.Observe(untainted, t0.Add(time.Minute)); acts != nil || st.State != Quarantined {
+		t.Fatalf("a Healthy with no reporters and no driver behind it started a review: %v", kinds(acts))
+	}
 
 	st = quarantined(Default())
 	wantKinds(t, "release", st.Command(Command{Kind: CmdRelease, Actor: "alice", Reason: "card reseated"}, t0), ActProbe)

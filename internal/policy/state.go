@@ -26,6 +26,8 @@ type Reporter struct {
 	Container string        `json:"container"`
 	Claim     string        `json:"claim"`
 	Health    device.Health `json:"health"`
+	// Slice names the ResourceSlice when the driver itself reported the device (its own taint).
+	Slice string `json:"slice,omitempty"`
 }
 
 // Observation is one aggregated health report for one device, sent by the watcher.

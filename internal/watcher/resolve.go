@@ -42,6 +42,8 @@ type Report struct {
 	Health      device.Health
 	Message     string
 	Reporter    workflows.Reporter
+	// Source is where the report came from (empty: a Pod's status).
+	Source policy.Source
 }
 
 // ResolveError explains why one health entry was not turned into a Report.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -31,6 +32,14 @@ type sliceIndex struct {
 	// attrs holds, for drivers whose CDI device IDs name devices by an attribute, each published
 	// device's values of those attributes (nothing for other drivers).
 	attrs map[device.ID]map[string]string
+	// taints holds, per slice, the taints its driver put on its devices (only tainted devices).
+	taints map[string]sliceTaints
+}
+
+// sliceTaints are one slice's driver taints: device -> what the taint says.
+type sliceTaints struct {
+	pool    poolKey
+	devices map[string]string
 }
 
 type sliceInfo struct {
@@ -39,11 +48,44 @@ type sliceInfo struct {
 	devices []string
 	// attrs: device -> attribute -> value, only the attributes a CDI style reads.
 	attrs map[string]map[string]string
+	// taints: device -> the driver's taint on it (only tainted devices).
+	taints map[string]string
 }
 
 func newSliceIndex() *sliceIndex {
 	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}, missing: map[device.ID]string{},
-		attrs: map[device.ID]map[string]string{}}
+		attrs: map[device.ID]map[string]string{}, taints: map[string]sliceTaints{}}
+}
+
+// taintChanges records a slice's driver taints (info nil: the slice is gone) and returns the
+// devices newly tainted or tainted differently, and those whose taint was taken off.
+func (x *sliceIndex) taintChanges(name string, info *sliceInfo) (tainted map[device.ID]string, cleared []device.ID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old := x.taints[name]
+	var now sliceTaints
+	if info != nil {
+		now = sliceTaints{pool: info.pool, devices: info.taints}
+	}
+	for d, msg := range now.devices {
+		if old.devices[d] != msg {
+			if tainted == nil {
+				tainted = map[device.ID]string{}
+			}
+			tainted[device.ID{Driver: now.pool.driver, Pool: now.pool.pool, Device: d}] = msg
+		}
+	}
+	for d := range old.devices {
+		if _, still := now.devices[d]; !still {
+			cleared = append(cleared, device.ID{Driver: old.pool.driver, Pool: old.pool.pool, Device: d})
+		}
+	}
+	if len(now.devices) == 0 {
+		delete(x.taints, name)
+	} else {
+		x.taints[name] = now
+	}
+	return tainted, cleared
 }
 
 // attribute is the value a published device has for a CDI style's attribute.
@@ -130,6 +172,12 @@ func (w *Watcher) sliceSource() *source {
 		names := w.cfg.Policies.CDIAttributes(s.Spec.Driver)
 		for _, d := range s.Spec.Devices {
 			info.devices = append(info.devices, w.slices.intern.get(d.Name))
+			if msg := driverTaint(d.Taints); msg != "" {
+				if info.taints == nil {
+					info.taints = map[string]string{}
+				}
+				info.taints[d.Name] = msg
+			}
 			if a := attributeValues(s.Spec.Driver, d, names); a != nil {
 				if info.attrs == nil {
 					info.attrs = map[string]map[string]string{}
@@ -172,6 +220,28 @@ func (w *Watcher) sliceSource() *source {
 	}
 }
 
+// driverTaint describes the taints a driver put on a device in its own slice ("" when none acts:
+// effect None only informs). Drivers taint devices they find broken; DeviceWarden's own taints
+// live in DeviceTaintRules and never appear here.
+func driverTaint(taints []resourcev1.DeviceTaint) string {
+	var parts []string
+	for _, t := range taints {
+		if t.Effect != resourcev1.DeviceTaintEffectNoSchedule && t.Effect != resourcev1.DeviceTaintEffectNoExecute {
+			continue
+		}
+		p := t.Key
+		if t.Value != "" {
+			p += "=" + t.Value
+		}
+		parts = append(parts, p+":"+string(t.Effect))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	slices.Sort(parts)
+	return "driver tainted the device in its ResourceSlice: " + strings.Join(parts, ", ")
+}
+
 // attributeValues reads the named attributes of a device. A name without a domain is also looked
 // up in the driver's domain, as DRA qualifies such names.
 func attributeValues(driver string, d resourcev1.Device, names []string) map[string]string {
@@ -206,6 +276,13 @@ func attributeValues(driver string, d resourcev1.Device, names []string) map[str
 // report when they are published again.
 func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 	gone, back, node := w.slices.set(name, info)
+	tainted, cleared := w.slices.taintChanges(name, info)
+	for id, msg := range tainted {
+		w.reportTaint(id, name, node, msg)
+	}
+	for _, id := range cleared {
+		w.withdrawTaint(id)
+	}
 	for _, id := range gone {
 		claim := w.claims.holding(id)
 		if claim == "" {
@@ -322,4 +399,26 @@ func (w *Watcher) adoptHolders(claimKey string) {
 		}
 		w.onPod(pod, "adopt")
 	}
+}
+
+// taintKey is the reporter key under which a driver's own taint reports a device.
+func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
+
+// reportTaint reports a device its driver tainted as Unhealthy, with exact identity.
+func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
+	w.podMu.Lock()
+	ids := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
+		Source: policy.SourceSlice, Reporter: workflows.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+}
+
+// withdrawTaint takes the report back when the driver untaints the device; its workflow hears
+// that the driver vouches for it again, which may start a quarantined device's recovery review.
+func (w *Watcher) withdrawTaint(id device.ID) {
+	w.podMu.Lock()
+	ids := w.store.setPod(taintKey(id), "", nil, nil, nil)
+	w.store.clearedByDriver(id, policy.SourceSlice)
+	w.podMu.Unlock()
+	w.enqueueAll(append(ids, id))
 }

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -118,5 +119,35 @@ func TestSliceAttributesForCDI(t *testing.T) {
 	}
 	if got := attributeValues(drv, d, []string{"other.example.com/uuid"}); got != nil {
 		t.Fatalf("another domain's attribute matched: %v", got)
+	}
+}
+
+// The driver's own taints are reported with exact identity; effect None only informs; taking a
+// taint off (or deleting the slice) is reported once as cleared.
+func TestDriverTaints(t *testing.T) {
+	taints := []resourcev1.DeviceTaint{{Key: "gpu.example.com/xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoExecute},
+		{Key: "info", Effect: resourcev1.DeviceTaintEffectNone}}
+	if got := driverTaint(taints); !strings.Contains(got, "gpu.example.com/xid=79:NoExecute") || strings.Contains(got, "info") {
+		t.Fatalf("driverTaint = %q", got)
+	}
+	if got := driverTaint(taints[1:]); got != "" {
+		t.Fatalf("effect None acted: %q", got)
+	}
+	x := newSliceIndex()
+	pk := poolKey{drv, "node-1"}
+	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
+	tainted, cleared := x.taintChanges("s1", &sliceInfo{pool: pk, devices: []string{"gpu-0", "gpu-1"}, taints: map[string]string{"gpu-1": "xid"}})
+	if len(tainted) != 1 || tainted[gpu1] != "xid" || len(cleared) != 0 {
+		t.Fatalf("tainted %v cleared %v", tainted, cleared)
+	}
+	if tainted, cleared = x.taintChanges("s1", &sliceInfo{pool: pk, devices: []string{"gpu-0", "gpu-1"}, taints: map[string]string{"gpu-1": "xid"}}); len(tainted)+len(cleared) != 0 {
+		t.Fatalf("an unchanged taint reported again: %v %v", tainted, cleared)
+	}
+	if _, cleared = x.taintChanges("s1", &sliceInfo{pool: pk, devices: []string{"gpu-0", "gpu-1"}}); len(cleared) != 1 || cleared[0] != gpu1 {
+		t.Fatalf("cleared %v", cleared)
+	}
+	x.taintChanges("s1", &sliceInfo{pool: pk, devices: []string{"gpu-1"}, taints: map[string]string{"gpu-1": "ecc"}})
+	if _, cleared = x.taintChanges("s1", nil); len(cleared) != 1 || len(x.taints) != 0 {
+		t.Fatalf("slice deleted: cleared %v, kept %v", cleared, x.taints)
 	}
 }

@@ -45,6 +45,10 @@ type entry struct {
 	// seeded marks a device whose workflow was running when the watcher started: whatever the
 	// cluster says now is sent once, so nothing that changed while the watcher was down is missed.
 	seeded bool
+	// driverCleared: the driver took back its own word against the device (its slice taint, its
+	// claim condition); the next observation says so with that source, which may start a
+	// quarantined device's recovery review.
+	driverCleared policy.Source
 }
 
 func newStore() *store {
@@ -327,7 +331,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 	}
 	if len(e.reports) == 0 {
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
-		if !e.seeded && (e.signalled == nil || len(e.signalled.Reporters) == 0) {
+		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0) {
 			return workflows.Observation{}, skipNothing
 		}
 		node := ""
@@ -338,15 +342,20 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 		if e.version > 0 {
 			version = strconv.FormatUint(e.version, 10)
 		}
-		return s.stamp(workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}), doSignal
+		obs := workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}
+		obs.Source = e.driverCleared
+		return s.stamp(obs), doSignal
 	}
 	obs := aggregate(id, e, now)
+	if e.driverCleared != "" && obs.Health == device.Healthy {
+		obs.Source = e.driverCleared
+	}
 	if msg, down := s.outages[obs.Node]; down && obs.Health == device.Healthy {
 		// The node stopped heartbeating: its last Healthy reports are not current.
 		obs.Health, obs.Message = device.Unknown, msg
 	}
 	switch {
-	case e.seeded:
+	case e.seeded, e.driverCleared != "" && obs.Source == e.driverCleared:
 		return s.stamp(obs), doSignal
 	case e.signalled == nil && obs.Health == device.Healthy:
 		return obs, skipHealthy
@@ -372,7 +381,7 @@ func (s *store) markSignalled(obs workflows.Observation, now time.Time) {
 			return
 		}
 		o := obs
-		e.signalled, e.signalledAt, e.seeded = &o, now, false
+		e.signalled, e.signalledAt, e.seeded, e.driverCleared = &o, now, false, ""
 	}
 }
 
@@ -390,7 +399,7 @@ func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
 			obs.Reporters = append(obs.Reporters, r.Reporter)
 			if sev := r.Health.Severity(); sev > worst || (sev == worst && r.Message > obs.Message) {
 				worst = sev
-				obs.Health, obs.Message, obs.Node, obs.DeviceClass = r.Health, r.Message, r.Node, r.DeviceClass
+				obs.Health, obs.Message, obs.Node, obs.DeviceClass, obs.Source = r.Health, r.Message, r.Node, r.DeviceClass, r.Source
 			}
 		}
 	}
@@ -398,4 +407,17 @@ func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
 		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim)
 	})
 	return obs
+}
+
+// clearedByDriver notes that the driver took back its word against a device that has a
+// workflow (source: how it had said it); it returns whether there is one to tell.
+func (s *store) clearedByDriver(id device.ID, source policy.Source) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.devices[id]
+	if e == nil || e.signalled == nil {
+		return false
+	}
+	e.driverCleared = source
+	return true
 }

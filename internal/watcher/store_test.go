@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -180,5 +181,35 @@ func TestLogOnceIsBounded(t *testing.T) {
 		if l.n > maxLogged {
 			t.Fatalf("%d keys kept, cap %d", l.n, maxLogged)
 		}
+	}
+}
+
+// A driver that takes its taint off tells the device's workflow once, as the driver's word.
+func TestStoreDriverClearedIsSentOnce(t *testing.T) {
+	s := newStore()
+	now := time.Unix(1700000000, 0)
+	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	if s.clearedByDriver(id, policy.SourceSlice) {
+		t.Fatal("a device without a workflow has nobody to tell")
+	}
+	r := rep("gpu-0", device.Unhealthy, "")
+	r.Source = policy.SourceSlice
+	s.setPod("slicetaint:x", "", []Report{r}, nil, nil)
+	obs, d := s.next(id, now, 0)
+	if d != doSignal || obs.Source != policy.SourceSlice {
+		t.Fatalf("taint report: %v source %q", d, obs.Source)
+	}
+	s.markSignalled(obs, now)
+	s.setPod("slicetaint:x", "", nil, nil, nil)
+	if !s.clearedByDriver(id, policy.SourceSlice) {
+		t.Fatal("the followed device was not marked")
+	}
+	cleared, d := s.next(id, now, 0)
+	if d != doSignal || cleared.Source != policy.SourceSlice || cleared.Health != device.Healthy {
+		t.Fatalf("cleared: %v %+v", d, cleared)
+	}
+	s.markSignalled(cleared, now)
+	if _, d := s.next(id, now, 0); d == doSignal {
+		t.Fatal("the driver's word was sent twice")
 	}
 }

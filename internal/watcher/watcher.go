@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -343,7 +344,7 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 	var reports []Report
 	if c != nil {
 		for _, d := range c.Troubled {
-			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message,
+			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message, Source: policy.SourceClaimCondition,
 				Reporter: workflows.Reporter{Claim: key, Health: d.Health}})
 		}
 	}
@@ -353,6 +354,11 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 		return
 	}
 	ids := w.store.setPod(claimConditionKey(key), version, reports, nil, nil)
+	for _, id := range ids {
+		if !slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
+			w.store.clearedByDriver(id, policy.SourceClaimCondition) // the driver's condition cleared
+		}
+	}
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
 	if len(reports) > 0 && len(ids) > 0 {
