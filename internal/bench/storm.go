@@ -62,11 +62,11 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	}
 	defer st.stop()
 	// The last node's 8 devices stay out of the storm: one of them is force-quarantined mid-storm.
-	targets, err := setupPods(ctx, st.kube, o.Devices+8, o.Out)
+	targets, err := placeFleet(ctx, st.kube, o.Devices+8, o.Out)
 	if err != nil {
 		return err
 	}
-	storm, reserve := targets[:o.Devices], targets[o.Devices]
+	storm, reserve := targets[:o.Devices], targets[o.Devices:o.Devices+forces]
 	writer, err := fastClient(st.cluster.Kubeconfig)
 	if err != nil {
 		return err
@@ -109,8 +109,14 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 			}
 		}()
 	}
-	force := make(chan forceResult, 1)
-	go func() { force <- forceMidStorm(ctx, st.tc, pols, reserve.id, rules, t0.Add(5*time.Second)) }()
+	force := make(chan []forceResult, 1)
+	go func() {
+		var out []forceResult
+		for k, tg := range reserve {
+			out = append(out, forceMidStorm(ctx, st.tc, pols, tg.id, rules, t0, t0.Add(time.Duration(2*(k+1))*time.Second)))
+		}
+		force <- out
+	}()
 	for _, tg := range storm {
 		work <- tg
 	}
@@ -123,22 +129,27 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	default:
 	}
 
-	res, err := awaitStorm(ctx, st.tc, storm, reserve.id.Pool, health, t0)
+	res, err := awaitStorm(ctx, st.tc, storm, reserve[0].id.Pool, health, t0)
 	if err != nil {
 		return err
 	}
 	spent := cpu.stop()
-	f := <-force
-	if f.err != nil {
-		return fmt.Errorf("mid-storm force-quarantine: %w", f.err)
+	forced := <-force
+	var answered, seen []time.Duration
+	for _, f := range forced {
+		if f.err != nil {
+			return fmt.Errorf("mid-storm force-quarantine: %w", f.err)
+		}
+		answered, seen = append(answered, f.answered), append(seen, f.ruleSeen)
 	}
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
 	fmt.Fprintf(o.Out, "%s storm of %d devices: statuses written in %s; breaker %s at +%s; %d device workflows started, all by +%s; every report decided by +%s (p50 +%s)\n",
 		health, len(storm), sec(writes), res.breakerWhat, sec(res.breakerOpen), res.started, sec(res.allStarted), sec(res.decidedMax), sec(res.decidedP50))
 	fmt.Fprintf(o.Out, "%s storm: automatic actions %d (quarantined %d, restricted %d), held by the breaker %d\n",
 		health, res.quarantined+res.restricted, res.quarantined, res.restricted, res.held)
-	fmt.Fprintf(o.Out, "%s storm: mid-storm force-quarantine issued at +%s: update answered in %s, DeviceTaintRule seen %s after issue\n",
-		health, sec(f.issuedAt), f.answered.Round(time.Millisecond), f.ruleSeen.Round(time.Millisecond))
+	fmt.Fprintf(o.Out, "%s storm: %d force-quarantines issued at +2s, +4s, ... during the storm: update answered p50 %s max %s; DeviceTaintRule seen p50 %s max %s after issue\n",
+		health, len(forced), p50(answered).Round(time.Millisecond), maxDuration(answered).Round(time.Millisecond),
+		p50(seen).Round(time.Millisecond), maxDuration(seen).Round(time.Millisecond))
 	spent.print(o.Out, health, time.Since(t0))
 	return nil
 }
@@ -175,9 +186,11 @@ type forceResult struct {
 	err                          error
 }
 
+// forces is how many devices outside the storm are force-quarantined during it, 2 s apart.
+const forces = 5
+
 // forceMidStorm force-quarantines one device that is not in the storm, at the given time.
-func forceMidStorm(ctx context.Context, tc client.Client, pols *policy.Set, id device.ID, rules func(string) <-chan time.Time, at time.Time) forceResult {
-	t0 := at.Add(-5 * time.Second)
+func forceMidStorm(ctx context.Context, tc client.Client, pols *policy.Set, id device.ID, rules func(string) <-chan time.Time, t0, at time.Time) forceResult {
 	time.Sleep(time.Until(at))
 	start := time.Now()
 	cmd := policy.Command{Kind: policy.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
