@@ -5,7 +5,7 @@ BIN := bin/devicewarden
 # Packages with unit tests; the e2e package runs separately against the real stack.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /internal/e2e)
 
-.PHONY: dev test test-unit test-e2e check fmt vet bench build control-plane clean
+.PHONY: dev test test-unit test-e2e check fmt vet bench mutation build control-plane clean
 
 build: ## Build the devicewarden binary
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -45,6 +45,15 @@ bench: build control-plane ## Benchmarks against the real local stack; figures g
 	$(BIN) bench watcher --pods 10000 --updates 20000 --log-level warn
 	$(BIN) bench watcher --pods 50000 --updates 20000 --log-level warn
 	$(BIN) bench storm --devices 5000 --log-level error
+
+GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTATION_PKGS = internal/policy workflows activities internal/watcher
+
+mutation: ## Mutation testing (gremlins) of the decision, orchestration, activity and watcher packages
+	@for p in $(MUTATION_PKGS); do \
+		echo "==> gremlins: $$p"; \
+		$(GREMLINS) unleash --timeout-coefficient 5 -S lt ./$$p 2>&1 | grep -E "LIVED|TIMED OUT|NOT COVERED|Killed|Test efficacy|Mutator coverage" ; \
+	done
 
 clean:
 	rm -rf bin

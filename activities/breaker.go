@@ -22,6 +22,8 @@ type BreakerClient interface {
 type PermitInput struct {
 	Device device.ID    `json:"device"`
 	Action policy.State `json:"action"`
+	// Woken: the breaker woke the device; ask it even if it was just seen open.
+	Woken bool `json:"woken,omitempty"`
 }
 
 // AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
@@ -30,7 +32,7 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.
 	if err != nil {
 		return policy.PermitResult{}, err
 	}
-	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig})
+	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
 	if err != nil {
 		return policy.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", in.Device, err)
 	}

@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -14,12 +17,116 @@ import (
 
 // BreakerClient reaches the breaker workflow with update-with-start, so the first permit request
 // also starts the breaker, and every request is answered by the one running instance.
+//
+// In a storm thousands of devices ask at once, and one workflow takes a bounded number of updates
+// (Temporal admits 10 in flight and 2,000 per run by default): once this worker has seen a budget
+// refused, it refuses that budget itself for OpenFor, with the breaker's reason, and hands the
+// devices to the breaker's wait list in one signal per second, so a resume wakes them. A device
+// the breaker woke always asks the breaker.
 type BreakerClient struct {
 	Client client.Client
+
+	mu       sync.Mutex
+	open     map[string]seenOpen // budget -> when this worker last saw it refused
+	pending  []string            // devices refused here, not yet on the breaker's wait list
+	flushing bool
+}
+
+// OpenFor is how long a worker answers for a breaker it saw refuse a budget.
+const OpenFor = 5 * time.Second
+
+type seenOpen struct {
+	until  time.Time
+	reason string
+}
+
+// budget names what a request draws on, as the breaker keeps them apart.
+func budget(action policy.State) string {
+	if action == policy.Restricted {
+		return "restrictions"
+	}
+	return "actions"
 }
 
 // Acquire asks the breaker for a permit and waits for its answer.
 func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+	if res, ok := b.refuseHere(req); ok {
+		return res, nil
+	}
+	res, err := b.acquire(ctx, req)
+	if err == nil {
+		b.remember(req, res)
+	}
+	return res, err
+}
+
+// refuseHere answers for a breaker this worker just saw refuse the request's budget.
+func (b *BreakerClient) refuseHere(req policy.PermitRequest) (policy.PermitResult, bool) {
+	if req.Woken {
+		return policy.PermitResult{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen, ok := b.open[budget(req.Action)]
+	if !ok || !time.Now().Before(seen.until) {
+		return policy.PermitResult{}, false
+	}
+	if len(b.pending) < 100000 {
+		b.pending = append(b.pending, req.Device.String())
+	}
+	if !b.flushing {
+		b.flushing = true
+		go b.flush()
+	}
+	return policy.PermitResult{Reason: seen.reason}, true
+}
+
+// remember keeps the breaker's refusal of a budget (an open breaker refuses both) for OpenFor.
+func (b *BreakerClient) remember(req policy.PermitRequest, res policy.PermitResult) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open == nil {
+		b.open = map[string]seenOpen{}
+	}
+	if res.Granted {
+		delete(b.open, budget(req.Action))
+		return
+	}
+	seen := seenOpen{until: time.Now().Add(OpenFor), reason: res.Reason}
+	b.open[budget(req.Action)] = seen
+	if strings.HasPrefix(res.Reason, "circuit breaker open") {
+		b.open[budget(policy.Quarantined)], b.open[budget(policy.Restricted)] = seen, seen
+	}
+}
+
+// flush hands the devices refused here to the breaker's wait list, once a second while any are.
+func (b *BreakerClient) flush() {
+	for {
+		time.Sleep(time.Second)
+		b.mu.Lock()
+		batch := b.pending
+		b.pending = nil
+		if len(batch) == 0 {
+			b.flushing = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := b.Client.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.SignalBreakerWait, batch)
+		cancel()
+		if err != nil {
+			// The devices still retry on their fallback timer; nothing is lost but the wake-up.
+			b.mu.Lock()
+			if len(b.pending) < 100000 {
+				b.pending = append(b.pending, batch...)
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.BreakerWorkflowID,
 		TaskQueue:                workflows.TaskQueue,

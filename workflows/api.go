@@ -48,6 +48,9 @@ const (
 	// SignalBreakerWake tells a device workflow the breaker may grant again: its held action is
 	// retried now rather than at its fallback time.
 	SignalBreakerWake = "breaker-wake"
+	// SignalBreakerWait hands the breaker devices a worker denied on its behalf ([]string of
+	// device IDs), so that a resume wakes them too.
+	SignalBreakerWait = "wait"
 
 	// SignalDeviceFailed tells a node's workflow that one of its devices was tainted
 	// (payload policy.NodeFailure).

@@ -54,13 +54,19 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	}
 	resumeCh := workflow.GetSignalChannel(ctx, SignalBreakerResume)
 	pauseCh := workflow.GetSignalChannel(ctx, SignalBreakerPause)
+	waitCh := workflow.GetSignalChannel(ctx, SignalBreakerWait)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 	for {
 		if err := workflow.Await(ctx, func() bool {
-			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 		}); err != nil {
 			return err
+		}
+		for waitCh.Len() > 0 {
+			var devices []string
+			waitCh.Receive(ctx, &devices)
+			st.AddWaiting(devices)
 		}
 		for resumeCh.Len() > 0 {
 			var s BreakerSignal
@@ -86,7 +92,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
-			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || len(alerts) > 0) {
+			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || len(alerts) > 0) {
 				continue // a signal that came while handlers finished is taken before moving on
 			}
 			return workflow.NewContinueAsNewError(ctx, BreakerWorkflow, BreakerInput{State: st})

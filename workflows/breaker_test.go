@@ -155,3 +155,26 @@ func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
 		t.Fatalf("next run's state %+v: a signal was lost", next.State)
 	}
 }
+
+// Devices a worker refused on the breaker's behalf join its wait list and are woken on resume.
+func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+	var woken []string
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(
+		func(_, workflowID, _, _ string, _ any) error { woken = append(woken, workflowID); return nil })
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalBreakerWait, []string{"d/p/gpu-1", "d/p/gpu-2", "d/p/gpu-1"})
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"}) }, 2*time.Minute)
+	var st policy.BreakerState
+	queryThenCancel(t, env, 3*time.Minute, &st)
+	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
+	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: open})
+	sort.Strings(woken)
+	if fmt.Sprint(woken) != "[device/d/p/gpu-1 device/d/p/gpu-2]" || len(st.Waiting) != 0 {
+		t.Fatalf("woken %v, still waiting %v", woken, st.Waiting)
+	}
+}

@@ -93,7 +93,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	}
 	if act.Automatic {
 		var permit policy.PermitResult
-		err := run(ctx, a.AcquirePermit, activities.PermitInput{Device: st.Device, Action: act.To}).Get(ctx, &permit)
+		err := run(ctx, a.AcquirePermit, activities.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}).Get(ctx, &permit)
 		if err != nil {
 			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
 			return nil

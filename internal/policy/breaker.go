@@ -38,6 +38,8 @@ type PermitRequest struct {
 	Action       State         `json:"action"`
 	KnownDevices int           `json:"knownDevices"`
 	Config       BreakerConfig `json:"config"`
+	// Woken: the breaker woke this device; the request must reach it.
+	Woken bool `json:"woken,omitempty"`
 }
 
 // PermitResult is the breaker's answer.
@@ -81,6 +83,8 @@ type BreakerState struct {
 	ConfiguredBy string   `json:"configuredBy,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
+	// waitingSet mirrors Waiting for lookups; rebuilt when nil (not part of the state's JSON).
+	waitingSet map[string]struct{}
 }
 
 // maxWaiting bounds the wait list; a device past it still retries on its own fallback timer.
@@ -91,12 +95,25 @@ func (b *BreakerState) wait(device string) {
 	if !b.WakeWaiting || len(b.Waiting) >= maxWaiting {
 		return
 	}
-	for _, w := range b.Waiting {
-		if w == device {
-			return
+	if b.waitingSet == nil {
+		b.waitingSet = make(map[string]struct{}, len(b.Waiting))
+		for _, w := range b.Waiting {
+			b.waitingSet[w] = struct{}{}
 		}
 	}
+	if _, ok := b.waitingSet[device]; ok {
+		return
+	}
+	b.waitingSet[device] = struct{}{}
 	b.Waiting = append(b.Waiting, device)
+}
+
+// AddWaiting records devices that a worker denied on the breaker's behalf (it had just seen the
+// breaker open): they wait to be woken like the ones the breaker denied itself.
+func (b *BreakerState) AddWaiting(devices []string) {
+	for _, d := range devices {
+		b.wait(d)
+	}
 }
 
 // Wake returns the waiting devices to wake now, oldest first: while the breaker is closed, as
@@ -111,6 +128,9 @@ func (b *BreakerState) Wake() []string {
 	n := min(len(b.Waiting), b.Config.Limit(b.Known)+1)
 	out := b.Waiting[:n:n]
 	b.Waiting = append([]string(nil), b.Waiting[n:]...)
+	for _, d := range out {
+		delete(b.waitingSet, d)
+	}
 	return out
 }
 

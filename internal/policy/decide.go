@@ -205,6 +205,7 @@ func (st *DeviceState) Applied(a Action, rule string, now time.Time) {
 
 // Hold records that the circuit breaker withheld an automatic action.
 func (st *DeviceState) Hold(a Action, reason string, now time.Time) {
+	a.Woken = false
 	st.Held, st.HeldReason, st.RetryAt = &a, reason, now.Add(BreakerRetry)
 }
 
@@ -223,6 +224,7 @@ func (st *DeviceState) Woken(now time.Time) []Action {
 		return nil
 	}
 	st.RetryAt = now
+	st.Held.Woken = true
 	return st.Tick(now)
 }
 

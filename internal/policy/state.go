@@ -215,4 +215,7 @@ type Action struct {
 	ExpiresAt time.Time `json:"expiresAt,omitempty"`
 	// Check is the probe or canary to run.
 	Check *Check `json:"check,omitempty"`
+	// Woken marks an automatic action retried because the breaker woke the device: its permit
+	// request goes to the breaker even where a worker saw it open a moment ago.
+	Woken bool `json:"woken,omitempty"`
 }
