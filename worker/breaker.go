@@ -129,7 +129,7 @@ func (b *BreakerClient) flush() {
 func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.BreakerWorkflowID,
-		TaskQueue:                workflows.TaskQueue,
+		TaskQueue:                workflows.BreakerTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, workflows.BreakerWorkflow, workflows.BreakerInput{})
 	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
@@ -153,7 +153,7 @@ func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (
 func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig, owner string) error {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.BreakerWorkflowID,
-		TaskQueue:                workflows.TaskQueue,
+		TaskQueue:                workflows.BreakerTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, workflows.BreakerWorkflow, workflows.BreakerInput{})
 	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{

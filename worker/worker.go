@@ -14,17 +14,49 @@ import (
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
-// New builds a worker for the device task queue. The caller starts and stops it.
-func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
+// Workers are DeviceWarden's two workers: one for the device task queue, and one of its own for
+// the breaker. A device workflow keeps its workflow-task slot while its permit request (a local
+// activity) waits for the breaker; sharing slots, 64 devices asking at once left none for the
+// breaker's own workflow task, and every request waited for its timeout.
+type Workers struct {
+	Devices, Breaker sdkworker.Worker
+}
+
+// New builds the workers. The caller starts and stops them.
+func New(c client.Client, acts *activities.Activities) *Workers {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize:     64,
 		MaxConcurrentWorkflowTaskExecutionSize: 64,
 	})
 	w.RegisterWorkflow(workflows.DeviceWorkflow)
-	w.RegisterWorkflow(workflows.BreakerWorkflow)
+	w.RegisterWorkflow(workflows.BreakerWorkflow) // breaker runs started on this queue before it had its own
 	w.RegisterWorkflow(workflows.NodeWorkflow)
 	w.RegisterActivity(acts)
-	return w
+	b := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{
+		MaxConcurrentActivityExecutionSize:     8,
+		MaxConcurrentWorkflowTaskExecutionSize: 8,
+	})
+	b.RegisterWorkflow(workflows.BreakerWorkflow)
+	b.RegisterActivity(acts)
+	return &Workers{Devices: w, Breaker: b}
+}
+
+// Start starts both workers.
+func (w *Workers) Start() error {
+	if err := w.Breaker.Start(); err != nil {
+		return err
+	}
+	if err := w.Devices.Start(); err != nil {
+		w.Breaker.Stop()
+		return err
+	}
+	return nil
+}
+
+// Stop stops both workers.
+func (w *Workers) Stop() {
+	w.Devices.Stop()
+	w.Breaker.Stop()
 }
 
 // RegisterSearchAttributes adds DeviceWarden's Keyword search attributes to the namespace if missing.

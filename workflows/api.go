@@ -13,6 +13,8 @@ import (
 // Task queue, workflow, signal, query and update names. Operators and the Temporal CLI use these.
 const (
 	TaskQueue = "devicewarden"
+	// BreakerTaskQueue is the breaker workflow's own task queue, served by a worker of its own.
+	BreakerTaskQueue = "devicewarden-breaker"
 
 	// SignalObservation delivers a health Observation from the watcher (watchers before
 	// UpdateObservation; still taken).
