@@ -109,6 +109,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 			}
 		}()
 	}
+	breakerOpen := watchBreaker(ctx, st.tc, health, t0)
 	force := make(chan []forceResult, 1)
 	go func() {
 		var out []forceResult
@@ -129,7 +130,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	default:
 	}
 
-	res, err := awaitStorm(ctx, st.tc, storm, reserve[0].id.Pool, health, t0)
+	res, err := awaitStorm(ctx, st.tc, storm, reserve[0].id.Pool, health, t0, breakerOpen)
 	if err != nil {
 		return err
 	}
@@ -217,15 +218,9 @@ type stormResult struct {
 
 // awaitStorm follows the storm until the breaker opened, every device has a workflow and every
 // workflow has taken in the storm's report (its LastHeard, the workflow's clock when it did).
-func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, reserveNode string, health device.Health, t0 time.Time) (stormResult, error) {
+func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, reserveNode string, health device.Health, t0 time.Time, breakerOpen <-chan time.Duration) (stormResult, error) {
 	var r stormResult
 	deadline := time.Now().Add(10 * time.Minute)
-	wantOpen := func(b policy.BreakerState) bool {
-		if health == device.Unknown {
-			return b.RestrictionsOpen
-		}
-		return b.Open
-	}
 	r.breakerWhat = "opened"
 	if health == device.Unknown {
 		r.breakerWhat = "held further restrictions"
@@ -235,9 +230,10 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 			return r, fmt.Errorf("after 10 minutes: breaker open at %s, %d workflows started", r.breakerOpen, r.started)
 		}
 		if r.breakerOpen == 0 {
-			var b policy.BreakerState
-			if v, err := tc.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState); err == nil && v.Get(&b) == nil && wantOpen(b) {
-				r.breakerOpen = time.Since(t0)
+			select {
+			case d := <-breakerOpen:
+				r.breakerOpen = d
+			default:
 			}
 		}
 		if r.allStarted == 0 {
@@ -311,4 +307,23 @@ func maxDuration(d []time.Duration) time.Duration {
 		m = max(m, x)
 	}
 	return m
+}
+
+// watchBreaker polls the breaker from the storm's start and yields when it opened (for an Unknown
+// storm: when it held further restrictions).
+func watchBreaker(ctx context.Context, tc client.Client, health device.Health, t0 time.Time) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		for ctx.Err() == nil {
+			var b policy.BreakerState
+			if v, err := tc.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState); err == nil && v.Get(&b) == nil {
+				if (health == device.Unknown && b.RestrictionsOpen) || (health != device.Unknown && b.Open) {
+					out <- time.Since(t0)
+					return
+				}
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+	return out
 }
