@@ -30,13 +30,10 @@ func TestParseID(t *testing.T) {
 	}
 }
 
-func TestTaintRuleNameIsDeterministicAndValid(t *testing.T) {
+func TestTaintRuleNameIsDistinctAndValid(t *testing.T) {
 	dns := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	a := ID{"gpu.sim.devicewarden.io", "node-1", "GPU_0"}
 	b := ID{"gpu.sim.devicewarden.io", "node-2", "GPU_0"}
-	if a.TaintRuleName() != a.TaintRuleName() {
-		t.Fatal("name is not deterministic")
-	}
 	if a.TaintRuleName() == b.TaintRuleName() {
 		t.Fatal("different devices share a rule name")
 	}
@@ -73,5 +70,20 @@ func TestDevicePluginIdentity(t *testing.T) {
 	}
 	if (ID{Driver: "gpu.example.com", Pool: "p", Device: "d"}).DevicePlugin() {
 		t.Fatal("a DRA driver is not a device plugin")
+	}
+}
+
+// Rule names are pinned: DeviceWarden finds a device's rule by its name, so a change to how names
+// are made would leave every existing rule behind and create a second one per device after an
+// upgrade. A change here must come with a migration.
+func TestTaintRuleNamesArePinned(t *testing.T) {
+	for id, want := range map[ID]string{
+		{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: "gpu-0"}: "devicewarden-gpu-0-076733247c88c362",
+		{Driver: "gpu.example.com", Pool: "pool-a", Device: "GPU_7.Big"}:     "devicewarden-gpu-7-big-da2cd5e7de9390ef",
+		{Driver: "nvidia.com/gpu", Pool: "node-2", Device: "GPU-3f2a"}:       "devicewarden-gpu-3f2a-ddadff8173116b59",
+	} {
+		if got := id.TaintRuleName(); got != want {
+			t.Errorf("%s: rule name %q, pinned %q", id, got, want)
+		}
 	}
 }
