@@ -45,9 +45,9 @@ func TestTaintRuleNameIsDistinctAndValid(t *testing.T) {
 }
 
 func TestParseHealth(t *testing.T) {
-	for _, s := range []string{"Healthy", "Unhealthy", "Unknown"} {
-		if _, err := ParseHealth(s); err != nil {
-			t.Fatalf("ParseHealth(%q): %v", s, err)
+	for s, want := range map[string]Health{"Healthy": Healthy, "Unhealthy": Unhealthy, "Unknown": Unknown} {
+		if h, err := ParseHealth(s); err != nil || h != want {
+			t.Fatalf("ParseHealth(%q) = %q, %v; want %q", s, h, err, want)
 		}
 	}
 	for _, s := range []string{"", "healthy", "Degraded"} {
