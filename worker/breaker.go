@@ -127,23 +127,9 @@ func (b *BreakerClient) flush() {
 }
 
 func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
-	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       workflows.BreakerWorkflowID,
-		TaskQueue:                workflows.BreakerTaskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.BreakerWorkflow, workflows.BreakerInput{})
-	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: workflows.UpdateAcquire, Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err != nil {
-		return policy.PermitResult{}, fmt.Errorf("update-with-start breaker: %w", err)
-	}
 	var res policy.PermitResult
-	if err := h.Get(ctx, &res); err != nil {
-		return policy.PermitResult{}, fmt.Errorf("breaker answer: %w", err)
+	if err := b.update(ctx, workflows.UpdateAcquire, req, &res); err != nil {
+		return policy.PermitResult{}, err
 	}
 	return res, nil
 }
@@ -151,6 +137,15 @@ func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (
 // Configure makes this worker's breaker configuration the breaker's, once, as the worker starts:
 // the breaker has one owner at a time (the worker started last), not every permit request.
 func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig, owner string) error {
+	if err := b.update(ctx, workflows.UpdateBreakerConfigure, workflows.ConfigureBreaker{Config: cfg, Owner: owner}, nil); err != nil {
+		return fmt.Errorf("configure breaker: %w", err)
+	}
+	return nil
+}
+
+// update sends one update to the breaker workflow, starting it if it does not run, and waits for
+// the answer (decoded into out unless nil).
+func (b *BreakerClient) update(ctx context.Context, name string, arg, out any) error {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.BreakerWorkflowID,
 		TaskQueue:                workflows.BreakerTaskQueue,
@@ -159,15 +154,14 @@ func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig,
 	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: workflows.UpdateBreakerConfigure, Args: []any{workflows.ConfigureBreaker{Config: cfg, Owner: owner}},
-			WaitForStage: client.WorkflowUpdateStageCompleted,
+			UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
-	if err == nil {
-		err = h.Get(ctx, nil)
-	}
 	if err != nil {
-		return fmt.Errorf("configure breaker: %w", err)
+		return fmt.Errorf("update-with-start breaker: %w", err)
+	}
+	if err := h.Get(ctx, out); err != nil {
+		return fmt.Errorf("breaker answer: %w", err)
 	}
 	return nil
 }

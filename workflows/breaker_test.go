@@ -52,15 +52,7 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	alerts := 0
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, _ activities.AlertInput) error { alerts++; return nil })
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
-	var mu sync.Mutex // the test environment delivers external signals on goroutines of its own
-	var woken []string
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(
-		func(_, workflowID, _, _ string, _ any) error {
-			mu.Lock()
-			defer mu.Unlock()
-			woken = append(woken, workflowID)
-			return nil
-		})
+	wakes := recordWakes(env)
 	var before, after updateResult
 	env.RegisterDelayedCallback(func() {
 		for i := 0; i < 20; i++ {
@@ -88,8 +80,7 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	// The 15 denied devices waited instead of polling; the resume woke the oldest 6 (the fresh
 	// budget of 5, plus one to re-open the breaker if they all still need it); 9 wait on.
 	want := []string{"device/d/p/gpu-5", "device/d/p/gpu-6", "device/d/p/gpu-7", "device/d/p/gpu-8", "device/d/p/gpu-9", "device/d/p/gpu-10"}
-	mu.Lock()
-	defer mu.Unlock()
+	woken := wakes()
 	sort.Slice(woken, func(i, j int) bool {
 		return len(woken[i]) < len(woken[j]) || len(woken[i]) == len(woken[j]) && woken[i] < woken[j]
 	})
@@ -170,15 +161,7 @@ func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
-	var mu sync.Mutex // the test environment delivers external signals on goroutines of its own
-	var woken []string
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(
-		func(_, workflowID, _, _ string, _ any) error {
-			mu.Lock()
-			defer mu.Unlock()
-			woken = append(woken, workflowID)
-			return nil
-		})
+	wakes := recordWakes(env)
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(SignalBreakerWait, []string{"d/p/gpu-1", "d/p/gpu-2", "d/p/gpu-1"})
 	}, time.Minute)
@@ -187,10 +170,28 @@ func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
 	queryThenCancel(t, env, 3*time.Minute, &st)
 	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
 	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: open})
-	mu.Lock()
-	defer mu.Unlock()
+	woken := wakes()
 	sort.Strings(woken)
 	if fmt.Sprint(woken) != "[device/d/p/gpu-1 device/d/p/gpu-2]" || len(st.Waiting) != 0 {
 		t.Fatalf("woken %v, still waiting %v", woken, st.Waiting)
+	}
+}
+
+// recordWakes collects the workflow IDs the breaker wakes; the test environment delivers external
+// signals on goroutines of its own, hence the lock.
+func recordWakes(env *testsuite.TestWorkflowEnvironment) func() []string {
+	var mu sync.Mutex
+	var woken []string
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(
+		func(_, workflowID, _, _ string, _ any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			woken = append(woken, workflowID)
+			return nil
+		})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), woken...)
 	}
 }

@@ -141,26 +141,10 @@ func setupPods(ctx context.Context, kube kubernetes.Interface, devices int, out 
 			t:  sim.Target{Namespace: ns, Pod: name, Container: "main", EntryName: "claim:" + sim.PodClaimName},
 		})
 	}
-	deadline := time.Now().Add(3*time.Minute + time.Duration(devices)*60*time.Millisecond)
-	for {
-		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) > 0 {
-				running++
-			}
-		}
-		if running == devices {
-			return targets, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("only %d of %d pods running", running, devices)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := waitRunning(ctx, kube, ns, devices, 3*time.Minute+time.Duration(devices)*60*time.Millisecond); err != nil {
+		return nil, err
 	}
+	return targets, nil
 }
 
 // watchRules records when each DeviceTaintRule first has an event of the given type (Added: it

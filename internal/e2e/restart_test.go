@@ -217,19 +217,27 @@ func TestRestartWhileDeviceMissing(t *testing.T) {
 	stop1()
 	_, stop2 := s.controller(app.ControllerOptions{Workers: 4})
 	defer stop2()
-	// The new watcher re-sends the device's state once (a newer sequence): wait until it was heard.
-	var after policy.DeviceState
-	eventually(t, 30*time.Second, "the restarted watcher heard", func() error {
-		if after, err = stateOf(ctx, s, id); err != nil {
+	stillSuspect(t, ctx, s, id, before, "the restart")
+}
+
+// stillSuspect waits until a new watcher (a restart, a new leader) has re-sent the device's state
+// once, under its own newer sequence, and checks that the device stayed Suspect with the same
+// tolerance window and no new transition.
+func stillSuspect(t *testing.T, ctx context.Context, s *stack, id device.ID, before policy.DeviceState, after string) {
+	t.Helper()
+	var st policy.DeviceState
+	eventually(t, 30*time.Second, "the new watcher's report heard after "+after, func() error {
+		var err error
+		if st, err = stateOf(ctx, s, id); err != nil {
 			return err
 		}
-		if after.Seq == nil || before.Seq == nil || after.Seq.Term == before.Seq.Term {
+		if st.Seq == nil || before.Seq == nil || st.Seq.Term == before.Seq.Term {
 			return fmt.Errorf("no report from the new watcher yet")
 		}
 		return nil
 	})
-	if after.State != policy.Suspect || !after.ToleranceUntil.Equal(before.ToleranceUntil) || len(after.Transitions) != len(before.Transitions) {
-		t.Fatalf("after the restart: %s until %s (was until %s), transitions %+v", after.State, after.ToleranceUntil, before.ToleranceUntil, after.Transitions)
+	if st.State != policy.Suspect || !st.ToleranceUntil.Equal(before.ToleranceUntil) || len(st.Transitions) != len(before.Transitions) {
+		t.Fatalf("after %s: %s until %s (was until %s), transitions %+v", after, st.State, st.ToleranceUntil, before.ToleranceUntil, st.Transitions)
 	}
 }
 
