@@ -21,8 +21,9 @@ func TestReplay(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflow(DeviceWorkflow)
-			r.RegisterWorkflow(BreakerWorkflow)
+			for _, fn := range workflowFuncs {
+				r.RegisterWorkflow(fn)
+			}
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
 			}

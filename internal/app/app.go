@@ -45,6 +45,9 @@ type TemporalOptions struct {
 	DBPath          string
 	FrontendAddress string
 	UIAddress       string
+	// SuggestContinueAsNewAfter lowers the embedded server's history length for continue-as-new
+	// (tests); 0 keeps the default.
+	SuggestContinueAsNewAfter int
 }
 
 // Temporal is a connected client and, when embedded, the server behind it.
@@ -71,7 +74,8 @@ func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger
 	if addr == "" {
 		srv, err := temporalserver.Start(temporalserver.Config{
 			DBPath: o.DBPath, FrontendAddress: o.FrontendAddress, UIAddress: o.UIAddress, Namespace: o.Namespace,
-			LogFile: filepath.Join(filepath.Dir(o.DBPath), "temporal-server.log"),
+			LogFile:                   filepath.Join(filepath.Dir(o.DBPath), "temporal-server.log"),
+			SuggestContinueAsNewAfter: o.SuggestContinueAsNewAfter,
 		})
 		if err != nil {
 			return nil, err

@@ -136,6 +136,17 @@ func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*s
 // startInfra starts the cluster and the embedded Temporal server (frontend on address), without a
 // controller.
 func startInfra(ctx context.Context, dir, address string) (*stack, func(), error) {
+	return startInfraWith(ctx, dir, infraOptions{address: address})
+}
+
+// infraOptions are what a test may change in the infrastructure it starts.
+type infraOptions struct {
+	address string
+	// suggestContinueAsNew lowers the history length at which the server suggests continue-as-new.
+	suggestContinueAsNew int
+}
+
+func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, func(), error) {
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		Dir:     filepath.Join(dir, "cluster"),
 		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr},
@@ -155,7 +166,8 @@ func startInfra(ctx context.Context, dir, address string) (*stack, func(), error
 		return nil, nil, err
 	}
 	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{
-		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: address,
+		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: o.address,
+		SuggestContinueAsNewAfter: o.suggestContinueAsNew,
 	}, testLogger)
 	if err != nil {
 		cl.Stop()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,12 +17,58 @@ import (
 // the replay tests in package workflows read. Without the variable it does nothing.
 func recordHistory(t *testing.T, ctx context.Context, tc client.Client, workflowID, file string) {
 	t.Helper()
+	recordRun(t, ctx, tc, workflowID, "", file)
+}
+
+// recordRuns records every run of a workflow, oldest first, as <prefix>_<n>.json (replacing the
+// files of an earlier recording).
+func recordRuns(t *testing.T, ctx context.Context, tc client.Client, workflowID, prefix string) {
+	t.Helper()
+	dir := os.Getenv("DEVICEWARDEN_RECORD_HISTORY")
+	if dir == "" {
+		return
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, prefix+"_[0-9]*.json"))
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, run := range runIDs(t, ctx, tc, workflowID) {
+		recordRun(t, ctx, tc, workflowID, run, fmt.Sprintf("%s_%d.json", prefix, i+1))
+	}
+}
+
+// runIDs lists a workflow's runs, oldest first, following each run back to the one it continued.
+func runIDs(t *testing.T, ctx context.Context, tc client.Client, workflowID string) []string {
+	t.Helper()
+	d, err := tc.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		t.Fatalf("describe %s: %v", workflowID, err)
+	}
+	runs := []string{d.GetWorkflowExecutionInfo().GetExecution().GetRunId()}
+	for {
+		it := tc.GetWorkflowHistory(ctx, workflowID, runs[0], false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s run %s: %v", workflowID, runs[0], err)
+		}
+		prev := ev.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+		if prev == "" {
+			return runs
+		}
+		runs = append([]string{prev}, runs...)
+	}
+}
+
+func recordRun(t *testing.T, ctx context.Context, tc client.Client, workflowID, runID, file string) {
+	t.Helper()
 	dir := os.Getenv("DEVICEWARDEN_RECORD_HISTORY")
 	if dir == "" {
 		return
 	}
 	var h historypb.History
-	it := tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := tc.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {

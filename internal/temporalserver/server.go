@@ -32,6 +32,9 @@ type Config struct {
 	Namespace string
 	// LogFile receives the server's own logs; empty discards them.
 	LogFile string
+	// SuggestContinueAsNewAfter is the history length (events) at which the server suggests that
+	// a workflow continue as new; 0 keeps Temporal's default. Tests lower it to take that path.
+	SuggestContinueAsNewAfter int
 }
 
 // Server is a running embedded Temporal server.
@@ -60,6 +63,14 @@ func DynamicConfig() dynamicconfig.StaticClient {
 		// Search attributes registered at start must be usable at once.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
 	}
+}
+
+func (cfg Config) dynamicConfig() dynamicconfig.StaticClient {
+	dc := DynamicConfig()
+	if cfg.SuggestContinueAsNewAfter > 0 {
+		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = cfg.SuggestContinueAsNewAfter
+	}
+	return dc
 }
 
 // Start creates (if needed) and starts the server. Stop must be called to release the file.
@@ -109,7 +120,7 @@ func Start(cfg Config) (*Server, error) {
 		temporal.WithConfig(svcCfg),
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithLogger(serverLogger),
-		temporal.WithDynamicConfigClient(DynamicConfig()),
+		temporal.WithDynamicConfigClient(cfg.dynamicConfig()),
 		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
 	)
 	if err != nil {
