@@ -36,6 +36,9 @@ type stack struct {
 	frontend string
 	// server is the embedded Temporal server, for tests that stop it.
 	server *temporalserver.Server
+	// kubeconfig and auditLog are the local cluster's, for child processes and write counts.
+	kubeconfig string
+	auditLog   string
 	// noKubelet leaves check Pods running (a test that stops the worker mid-probe).
 	noKubelet bool
 }
@@ -82,6 +85,9 @@ policies:
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if raw := os.Getenv(childEnv); raw != "" {
+		os.Exit(runChild(raw))
+	}
 	if testing.Short() {
 		fmt.Println("e2e: skipped in -short mode")
 		os.Exit(0)
@@ -177,7 +183,8 @@ func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, fu
 		tc.Close()
 		cl.Stop()
 	}
-	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress(), server: tc.Server}, stop, nil
+	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress(), server: tc.Server,
+		kubeconfig: cl.Kubeconfig, auditLog: cl.AuditLog()}, stop, nil
 }
 
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -203,7 +210,9 @@ func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()
 
 // dumpLogs prints the tail of each control-plane log to help read a failure.
 func dumpLogs(dir string) {
-	logs, _ := filepath.Glob(filepath.Join(dir, "cluster", "logs", "*.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "cluster", "logs", "kube*.log"))
+	etcd, _ := filepath.Glob(filepath.Join(dir, "cluster", "logs", "etcd.log"))
+	logs = append(logs, etcd...)
 	logs = append(logs, filepath.Join(dir, "temporal", "temporal-server.log"))
 	for _, l := range logs {
 		f, err := os.Open(l)

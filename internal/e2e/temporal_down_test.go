@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,18 +22,13 @@ func TestTemporalDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	// A fixed port, so the restarted server is found where the clients expect it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	s, stopInfra, err := startInfra(ctx, dir, addr)
+	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopInfra()
+	// The restarted server listens where the first one did, so the clients find it again.
+	addr := s.frontend
 	kube := s.kube
 	// A cap of 10% of these 8 devices would hold all but one; this test is about Temporal.
 	m, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
@@ -74,4 +68,18 @@ func TestTemporalDown(t *testing.T) {
 		}
 		return nil
 	})
+	// Exactly once across the outage: one workflow run and one transition per device, each rule
+	// created once (the apiserver's audit log), none deleted.
+	var rules []string
+	for _, id := range ids {
+		st, err := stateOf(ctx, s, id)
+		if err != nil || st.State != policy.Quarantined || len(st.Transitions) != 1 {
+			t.Fatalf("%s: %s with %d transitions (%v)", id, st.State, len(st.Transitions), err)
+		}
+		if n, err := runs(ctx, s, id); err != nil || n != 1 {
+			t.Fatalf("%s: %d runs (%v)", id, n, err)
+		}
+		rules = append(rules, id.TaintRuleName())
+	}
+	expectCreatedOnce(t, s, rules)
 }

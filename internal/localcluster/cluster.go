@@ -112,8 +112,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := waitFor(ctx, 30*time.Second, func() error { return httpOK(http.DefaultClient, etcdURL+"/health") }); err != nil {
 		return nil, fmt.Errorf("etcd not healthy: %w (see %s)", err, c.logPath("etcd"))
 	}
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o644); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(opts.Out, "[cluster] starting kube-apiserver %s on %s\n", KubernetesVersion, c.Server)
 	if err := c.spawn("kube-apiserver", b.Binary("kube-apiserver"),
+		"--audit-policy-file="+auditPolicy, "--audit-log-path="+c.AuditLog(), "--audit-log-format=json",
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
 		"--tls-cert-file="+p.path("apiserver.crt"), "--tls-private-key-file="+p.path("apiserver.key"),
@@ -180,6 +185,23 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 // KwokNodeAnnotation marks nodes that kwok simulates.
 const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// AuditLog is the apiserver's audit log: every write to a DeviceTaintRule, one JSON event a line.
+func (c *Cluster) AuditLog() string { return filepath.Join(c.Dir, "logs", "audit.log") }
+
+// auditPolicyYAML records DeviceTaintRule writes (who, what, response code) and nothing else, so
+// tests and operators can count how often a rule was really created.
+const auditPolicyYAML = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+    resources:
+      - group: resource.k8s.io
+        resources: ["devicetaintrules"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+`
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.Dir, "logs", name+".log") }
 

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// childEnv carries a child controller's settings: the test binary, run again with it set, is a
+// controller process (worker and watcher) that a test can SIGKILL.
+const childEnv = "DEVICEWARDEN_E2E_CONTROLLER"
+
+type childConfig struct {
+	Kubeconfig string `json:"kubeconfig"`
+	Temporal   string `json:"temporal"`
+	Workers    int    `json:"workers"`
+}
+
+// runChild is the child process: a controller until it is killed or told to stop.
+func runChild(raw string) int {
+	var c childConfig
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	cfg, err := app.KubeConfig(c.Kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Address: c.Temporal, Namespace: "default"}, testLogger)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer tc.Close()
+	opts := app.ControllerOptions{Workers: c.Workers, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1000}}
+	if err := app.RunController(ctx, kube, tc.Client, opts, metrics.New(), testLogger); err != nil {
+		fmt.Fprintln(os.Stderr, "controller:", err)
+		return 1
+	}
+	return 0
+}
+
+// child is a controller running in its own process.
+type child struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+// startChild runs a controller process against the stack; its output goes to a file in dir.
+func startChild(t *testing.T, s *stack, dir, name string) *child {
+	t.Helper()
+	raw, err := json.Marshal(childConfig{Kubeconfig: s.kubeconfig, Temporal: s.frontend, Workers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, log: logPath, done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		c.kill(t)
+		if t.Failed() {
+			data, _ := os.ReadFile(logPath)
+			t.Logf("%s output:\n%s", name, tail(string(data), 4000))
+		}
+	})
+	return c
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("child %d did not die", c.cmd.Process.Pid)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// ruleWrite is one DeviceTaintRule write the apiserver audited.
+type ruleWrite struct {
+	Verb string
+	Name string
+	Code int
+	User string
+}
+
+// ruleWrites reads the local apiserver's audit log: every DeviceTaintRule write it answered.
+func ruleWrites(t *testing.T, s *stack) []ruleWrite {
+	t.Helper()
+	f, err := os.Open(s.auditLog)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	defer f.Close()
+	var out []ruleWrite
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev struct {
+			Stage     string                    `json:"stage"`
+			Verb      string                    `json:"verb"`
+			User      struct{ Username string } `json:"user"`
+			ObjectRef struct {
+				Resource string `json:"resource"`
+				Name     string `json:"name"`
+			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("audit line %q: %v", tail(sc.Text(), 200), err)
+		}
+		if ev.Stage != "ResponseComplete" || ev.ObjectRef.Resource != "devicetaintrules" {
+			continue
+		}
+		out = append(out, ruleWrite{Verb: ev.Verb, Name: ev.ObjectRef.Name, Code: ev.ResponseStatus.Code, User: ev.User.Username})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// expectCreatedOnce checks from the audit log that each rule was created exactly once (one 201)
+// and never deleted, and that no other rule was created.
+func expectCreatedOnce(t *testing.T, s *stack, rules []string) {
+	t.Helper()
+	created := map[string]int{}
+	var deleted []string
+	conflicts := 0
+	for _, w := range ruleWrites(t, s) {
+		switch {
+		case w.Verb == "create" && w.Code == 201:
+			created[w.Name]++
+		case w.Verb == "create" && w.Code == 409:
+			conflicts++
+		case strings.HasPrefix(w.Verb, "delete") && w.Code < 300:
+			deleted = append(deleted, w.Name)
+		}
+	}
+	for _, r := range rules {
+		if created[r] != 1 {
+			t.Errorf("rule %s created %d times, want exactly once", r, created[r])
+		}
+		delete(created, r)
+	}
+	t.Logf("audit log: %d creates found their rule already there (an action retried after the rule was written)", conflicts)
+	if len(created) > 0 || len(deleted) > 0 {
+		t.Errorf("other rules created %v, rules deleted %v", created, deleted)
+	}
+}
