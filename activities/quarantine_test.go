@@ -1,0 +1,214 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+)
+
+var gpu3 = device.ID{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-3"}
+
+// activityEnv runs the activities in the SDK's activity test environment against a fake clientset
+// holding objs. These are narrow tests of each outcome; the e2e suite runs them on a real apiserver.
+func activityEnv(t *testing.T, objs ...runtime.Object) (*testsuite.TestActivityEnvironment, *Activities, *fake.Clientset) {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	kube := fake.NewClientset(objs...)
+	a := &Activities{Kube: kube, Metrics: metrics.New()}
+	env.RegisterActivity(a)
+	return env, a, kube
+}
+
+func quarantineIn(reason string) QuarantineInput {
+	return QuarantineInput{Device: gpu3, Reason: reason, Actor: "devicewarden", WorkflowID: gpu3.WorkflowID(),
+		ExpiresAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Effect: resourcev1.DeviceTaintEffectNoSchedule}
+}
+
+// existingRule is the rule a Quarantine with in would have written.
+func existingRule(in QuarantineInput) *resourcev1.DeviceTaintRule {
+	return (&Activities{}).rule(in)
+}
+
+func quarantine(t *testing.T, env *testsuite.TestActivityEnvironment, in QuarantineInput) (QuarantineResult, error) {
+	t.Helper()
+	v, err := env.ExecuteActivity((&Activities{}).Quarantine, in)
+	var res QuarantineResult
+	if err == nil {
+		err = v.Get(&res)
+	}
+	return res, err
+}
+
+func TestQuarantineCreatesTheRule(t *testing.T) {
+	env, a, kube := activityEnv(t)
+	res, err := quarantine(t, env, quarantineIn("XID 79"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Created || res.RuleName != gpu3.TaintRuleName() || res.Effect != "NoSchedule" {
+		t.Fatalf("result %+v", res)
+	}
+	r, err := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := r.Spec.DeviceSelector
+	if *sel.Driver != gpu3.Driver || *sel.Pool != gpu3.Pool || *sel.Device != gpu3.Device {
+		t.Fatalf("selector %+v", sel)
+	}
+	if r.Spec.Taint != (resourcev1.DeviceTaint{Key: TaintKey, Value: "true", Effect: resourcev1.DeviceTaintEffectNoSchedule}) {
+		t.Fatalf("taint %+v", r.Spec.Taint)
+	}
+	want := map[string]string{AnnotationDevice: gpu3.String(), AnnotationReason: "XID 79", AnnotationActor: "devicewarden",
+		AnnotationWorkflow: gpu3.WorkflowID(), AnnotationExpiresAt: "2026-12-01T00:00:00Z"}
+	for k, v := range want {
+		if r.Annotations[k] != v {
+			t.Errorf("annotation %s = %q, want %q", k, r.Annotations[k], v)
+		}
+	}
+	if r.Labels[LabelManagedBy] != ManagedBy || r.Labels[LabelDevice] != "gpu-3" || r.Labels[LabelPool] != "node-1" {
+		t.Errorf("labels %v", r.Labels)
+	}
+	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("created")); n != 1 {
+		t.Errorf("created metric %v", n)
+	}
+}
+
+func TestQuarantineKeepsAnIdenticalRule(t *testing.T) {
+	in := quarantineIn("XID 79")
+	env, a, kube := activityEnv(t, existingRule(in))
+	res, err := quarantine(t, env, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created || res.RuleName != gpu3.TaintRuleName() || res.Effect != "NoSchedule" {
+		t.Fatalf("result %+v", res)
+	}
+	for _, act := range kube.Actions() {
+		if act.GetVerb() == "update" {
+			t.Fatalf("an identical rule was rewritten: %v", act)
+		}
+	}
+	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("existing")); n != 1 {
+		t.Errorf("existing metric %v", n)
+	}
+}
+
+func TestQuarantineUpdatesARestriction(t *testing.T) {
+	restricted := quarantineIn("Unknown for 5m")
+	restricted.Key = "devicewarden.io/restricted"
+	env, a, kube := activityEnv(t, existingRule(restricted))
+	in := quarantineIn("XID 79")
+	in.Effect = resourcev1.DeviceTaintEffectNoExecute
+	res, err := quarantine(t, env, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created || res.Effect != "NoExecute" {
+		t.Fatalf("result %+v", res)
+	}
+	r, _ := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
+	if r.Spec.Taint.Key != TaintKey || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute || r.Annotations[AnnotationReason] != "XID 79" {
+		t.Fatalf("rule after update: %+v %v", r.Spec.Taint, r.Annotations)
+	}
+	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("updated")); n != 1 {
+		t.Errorf("updated metric %v", n)
+	}
+}
+
+func TestQuarantineDryRunPreviews(t *testing.T) {
+	env, a, kube := activityEnv(t)
+	a.DryRun = true
+	env.RegisterActivity(a)
+	v, err := env.ExecuteActivity(a.Quarantine, quarantineIn("XID 79"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res QuarantineResult
+	if err := v.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
+	if res.Effect != "None" || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNone {
+		t.Fatalf("dry run: result %+v, rule effect %s", res, r.Spec.Taint.Effect)
+	}
+}
+
+func TestQuarantineOfADevicePluginDeviceIsARecord(t *testing.T) {
+	env, a, kube := activityEnv(t)
+	in := quarantineIn("XID 79")
+	in.Device = device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-abc"}
+	res, err := quarantine(t, env, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created || res.RuleName != "" || len(kube.Actions()) != 0 {
+		t.Fatalf("result %+v, API calls %v", res, kube.Actions())
+	}
+	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("recorded")); n != 1 {
+		t.Errorf("recorded metric %v", n)
+	}
+}
+
+func TestQuarantineWaitsForADeletingRule(t *testing.T) {
+	old := existingRule(quarantineIn("XID 79"))
+	old.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	old.Finalizers = []string{"example.com/hold"}
+	env, _, _ := activityEnv(t, old)
+	_, err := quarantine(t, env, quarantineIn("XID 79"))
+	if err == nil || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("err %v", err)
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.NonRetryable() {
+		t.Fatalf("a rule being deleted must be retried: %v", err)
+	}
+}
+
+func TestQuarantineRefusesARuleNameCollision(t *testing.T) {
+	other := existingRule(quarantineIn("XID 79"))
+	other.Annotations[AnnotationDevice] = "gpu.example.com/node-9/gpu-0"
+	env, a, _ := activityEnv(t, other)
+	_, err := quarantine(t, env, quarantineIn("XID 79"))
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != ErrRuleNameCollision || !app.NonRetryable() {
+		t.Fatalf("err %v, want a non-retryable %s", err, ErrRuleNameCollision)
+	}
+	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("error")); n != 1 {
+		t.Errorf("error metric %v", n)
+	}
+}
+
+func TestQuarantineAPIErrorIsRetried(t *testing.T) {
+	env, a, kube := activityEnv(t)
+	kube.PrependReactor("create", "devicetaintrules", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd leader changed")
+	})
+	_, err := quarantine(t, env, quarantineIn("XID 79"))
+	if err == nil || !strings.Contains(err.Error(), "etcd leader changed") {
+		t.Fatalf("err %v", err)
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.NonRetryable() {
+		t.Fatalf("an API error must be retried: %v", err)
+	}
+	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("error")); n != 1 {
+		t.Errorf("error metric %v", n)
+	}
+}
