@@ -176,6 +176,9 @@ type ControllerOptions struct {
 	DryRun         bool
 	Workers        int
 	MetricsAddress string
+	// MetricsListener, when set, serves the metrics and probes instead of MetricsAddress (a test
+	// that binds port 0 first knows the address without a race).
+	MetricsListener net.Listener
 	// Policies picks each device's policy; nil means the default policy everywhere.
 	Policies *policy.Set
 	// Breaker caps automatic actions; the zero value means policy.DefaultBreaker().
@@ -248,8 +251,8 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	} else {
 		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, watch, logger) })
 	}
-	if o.MetricsAddress != "" {
-		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, m, ready, logger) })
+	if o.MetricsAddress != "" || o.MetricsListener != nil {
+		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, o.MetricsListener, m, ready, logger) })
 	}
 	for _, fn := range o.Extra {
 		g.Go(func() error { return fn(gctx) })
@@ -257,14 +260,16 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	return g.Wait()
 }
 
-func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics, ready *readiness, logger *slog.Logger) error {
+func serveMetrics(ctx context.Context, addr string, ln net.Listener, m *metrics.Metrics, ready *readiness, logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.Handle("/readyz", ready)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+		}
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")

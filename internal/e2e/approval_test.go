@@ -103,7 +103,6 @@ func TestSlackApproval(t *testing.T) {
 	if code := press("USTRANGER"); code != http.StatusOK {
 		t.Fatalf("stranger: %d", code)
 	}
-	time.Sleep(200 * time.Millisecond)
 	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != policy.Recovering {
 		t.Fatalf("a stranger's approval changed the device: %s %v", st.State, err)
 	}

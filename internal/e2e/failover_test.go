@@ -34,7 +34,7 @@ func TestLeaderFailover(t *testing.T) {
 	defer stopInfra()
 	elect := func(identity string) *app.LeaderElection {
 		return &app.LeaderElection{Namespace: "default", Name: "devicewarden-watcher", Identity: identity,
-			LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond}
+			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}
 	}
 	holder := func() string {
 		l, err := s.kube.CoordinationV1().Leases("default").Get(ctx, "devicewarden-watcher", metav1.GetOptions{})
@@ -66,8 +66,12 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return nil
 	})
-	readyB := freeAddress(t)
-	_, stopB := s.controller(app.ControllerOptions{Workers: 4, LeaderElection: elect("b"), MetricsAddress: readyB})
+	lnB, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyB := lnB.Addr().String()
+	_, stopB := s.controller(app.ControllerOptions{Workers: 4, LeaderElection: elect("b"), MetricsListener: lnB})
 	defer stopB()
 	eventually(t, 20*time.Second, "replica b ready as a follower", func() error {
 		return expectReady(readyB, "follower")
@@ -89,6 +93,15 @@ func TestLeaderFailover(t *testing.T) {
 	})
 	stillSuspect(t, ctx, s, id, before, "the failover")
 }
+
+// Leader-election timings of the e2e replicas: the production defaults (a renewal may take seconds
+// on a loaded 2-core machine beside two control planes without costing the lease), with a short
+// retry so that a replica takes over a released Lease within a second.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 500 * time.Millisecond
+)
 
 // freeAddress is a loopback address nothing listens on at the moment.
 func freeAddress(t *testing.T) string {

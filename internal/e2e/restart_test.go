@@ -204,7 +204,7 @@ func TestLeaderElection(t *testing.T) {
 	opts := func(id string) app.ControllerOptions {
 		// The default breaker allows 10% of 16 devices (one action); this test is about leadership.
 		return app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}, LeaderElection: &app.LeaderElection{Namespace: "default", Name: "devicewarden-watcher",
-			Identity: id, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}}
+			Identity: id, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}}
 	}
 	holder := func() string {
 		l, err := s.kube.CoordinationV1().Leases("default").Get(ctx, "devicewarden-watcher", metav1.GetOptions{})

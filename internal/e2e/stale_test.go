@@ -111,7 +111,5 @@ func TestStaleReportAfterReallocation(t *testing.T) {
 	if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, second.TaintRuleName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the device now serving step-2 was quarantined on step-1's old report (%v)", err)
 	}
-	if n := workflowRuns(t, ctx, second.WorkflowID()); n != 0 {
-		t.Fatalf("%d workflows for %s", n, second)
-	}
+	noWorkflow(t, ctx, second)
 }
