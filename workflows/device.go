@@ -65,12 +65,14 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	for i, name := range OperatorSignals {
 		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
 	}
+	inbox := append([]workflow.ReceiveChannel{obsCh, observed, updates, wakeCh}, cmdChs...)
 	pending := func() bool {
-		n := obsCh.Len() + observed.Len() + updates.Len() + wakeCh.Len()
-		for _, c := range cmdChs {
-			n += c.Len()
+		for _, c := range inbox {
+			if c.Len() > 0 {
+				return true
+			}
 		}
-		return n > 0
+		return false
 	}
 	var tm deadlineTimer
 	lastState, lastSummary := st.State, ""

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -49,14 +50,19 @@ type harness struct {
 	approvals []activities.ApprovalRequest
 	// appliedEffect is the effect Quarantine says it applied ("" = none said, as older workers).
 	appliedEffect string
+	// info is the activity info of each activity type's last call (its timeouts).
+	info map[string]activity.Info
 }
+
+func (h *harness) seen(ctx context.Context, name string) { h.info[name] = activity.GetInfo(ctx) }
 
 func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
-	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst}
+	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}}
 	h.env.RegisterActivity(&activities.Activities{})
 	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+		func(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+			h.seen(ctx, "Quarantine")
 			h.quarantine = append(h.quarantine, in)
 			return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
 		})
@@ -69,7 +75,10 @@ func newHarness(denyFirst int) *harness {
 			}
 			return policy.PermitResult{Granted: true}, nil
 		})
-	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.AlertInput) error {
+		h.seen(ctx, "Alert")
+		return nil
+	})
 	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
 	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) { return h.rule, nil })
@@ -79,7 +88,8 @@ func newHarness(denyFirst int) *harness {
 			return activities.RefreshResult{Effect: string(in.Effect)}, nil
 		})
 	h.env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.CheckInput) (policy.StepResult, error) {
+		func(ctx context.Context, in activities.CheckInput) (policy.StepResult, error) {
+			h.seen(ctx, "RunCheck")
 			h.ran = append(h.ran, in)
 			if len(h.checks) == 0 {
 				return policy.StepResult{Passed: true, Reason: "exit 0"}, nil

@@ -1,0 +1,173 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// A new run takes every current path: each GetVersion gate is open.
+func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
+	h := newHarness(0)
+	got := h.run(t, time.Minute)
+	if !got.ReleasePath || !got.StaleGraceOn || !got.BreakerWake {
+		t.Fatalf("device run: release path %v, stale grace %v, breaker wake %v", got.ReleasePath, got.StaleGraceOn, got.BreakerWake)
+	}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	var br policy.BreakerState
+	queryThenCancel(t, env, time.Minute, &br)
+	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	if !br.SeparateBudgets || !br.WakeWaiting {
+		t.Fatalf("breaker run: separate budgets %v, wake waiting %v", br.SeparateBudgets, br.WakeWaiting)
+	}
+}
+
+// The Temporal UI's one-line summary (current details) follows the device's state.
+func TestCurrentDetailsFollowTheState(t *testing.T) {
+	h := newHarness(0)
+	var details []string
+	read := func() {
+		v, err := h.env.QueryWorkflow("__temporal_workflow_metadata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md sdkpb.WorkflowMetadata
+		if err := v.Get(&md); err != nil {
+			t.Fatal(err)
+		}
+		details = append(details, md.GetCurrentDetails())
+	}
+	h.env.RegisterDelayedCallback(read, 2*time.Second)
+	h.env.RegisterDelayedCallback(read, 4*time.Second)
+	h.run(t, time.Minute, ob(time.Second, device.Unknown, "1"), ob(3*time.Second, device.Unhealthy, "2"))
+	if len(details) != 2 || !strings.Contains(strings.ToLower(details[0]), "suspect") || !strings.Contains(strings.ToLower(details[1]), "quarantined") {
+		t.Fatalf("current details %q", details)
+	}
+}
+
+// A command signal sent without a payload is a command without an actor: refused for that reason
+// (every operator action is audited), not taken as a payload that does not decode.
+func TestSignalWithoutPayloadIsRefusedForItsActor(t *testing.T) {
+	h := newHarness(0)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalPause, nil) }, 2*time.Second)
+	got := h.run(t, time.Minute, ob(time.Second, device.Unknown, "1"))
+	if got.Paused || got.Dropped != 1 || !strings.Contains(got.LastDropped, "actor is required") {
+		t.Fatalf("paused %v, dropped %d %q", got.Paused, got.Dropped, got.LastDropped)
+	}
+}
+
+// With separate budgets, restrictions (Unknown) never use up the quarantine budget: a storm of
+// Unknown cannot stop an Unhealthy device from being fenced.
+func TestBreakerKeepsRestrictionsOffTheQuarantineBudget(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
+	recordWakes(env)
+	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 2, MaxPercent: 100}
+	var restrict, quarantine updateResult
+	env.RegisterDelayedCallback(func() {
+		for i := range 5 {
+			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Restricted, KnownDevices: 100, Config: cfg}
+			env.UpdateWorkflow(UpdateAcquire, fmt.Sprint("r", i), restrict.callbacks(), req)
+		}
+		req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
+		env.UpdateWorkflow(UpdateAcquire, "q", quarantine.callbacks(), req)
+	}, time.Second)
+	var st policy.BreakerState
+	queryThenCancel(t, env, time.Minute, &st)
+	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	if restrict.granted != 2 || quarantine.granted != 1 || st.Open || !st.RestrictionsOpen {
+		t.Fatalf("restrictions granted %d, quarantine granted %d, open %v, restrictions open %v", restrict.granted, quarantine.granted, st.Open, st.RestrictionsOpen)
+	}
+}
+
+// The activities run with the timeouts the workflow promises: 30 s for a Kubernetes call, the
+// check's own timeout plus two minutes (heartbeating every 30 s at most) for a probe. The rule's
+// expiry is one lease from the quarantine, and an extend keeps the quarantine's reason on the rule.
+func TestActivityTimeoutsAndRuleFields(t *testing.T) {
+	h := newHarness(0)
+	var started time.Time
+	h.env.RegisterDelayedCallback(func() { started = h.env.Now() }, time.Second)
+	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "1"),
+		event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+	for _, name := range []string{"Quarantine", "Alert"} {
+		if d := startToClose(h.info[name]); d != 30*time.Second {
+			t.Errorf("%s start-to-close %s, want 30s", name, d)
+		}
+	}
+	if len(h.quarantine) != 1 || !h.quarantine[0].ExpiresAt.Equal(started.Add(policy.Default().QuarantineLease.D())) {
+		t.Fatalf("rule expiry %v, want one lease after %v", h.quarantine, started)
+	}
+	if len(h.refreshed) != 1 || h.refreshed[0].Reason != got.Quarantine.Reason || h.refreshed[0].Actor != "bob" {
+		t.Fatalf("extend refreshed %+v; the quarantine's reason is %q", h.refreshed, got.Quarantine.Reason)
+	}
+}
+
+func TestCheckTimeouts(t *testing.T) {
+	h := newHarness(0)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "1",
+			Reporters: []policy.Reporter{{Pod: "p", Health: device.Unhealthy}}})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
+	}, 2*time.Second)
+	var got policy.DeviceState
+	queryThenCancel(t, h.env, 48*time.Hour, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	info, ok := h.info["RunCheck"]
+	if !ok {
+		t.Fatalf("no check ran: %s", got.State)
+	}
+	last := h.ran[len(h.ran)-1].Check
+	if want := last.Timeout.D() + 2*time.Minute; startToClose(info) != want || info.HeartbeatTimeout != 30*time.Second {
+		t.Fatalf("check timeouts: start-to-close %s (want %s), heartbeat %s (want 30s)", startToClose(info), want, info.HeartbeatTimeout)
+	}
+}
+
+// startToClose is an activity's start-to-close timeout, to the second (the test environment's
+// deadline is taken from the wall clock).
+func startToClose(info activity.Info) time.Duration {
+	return info.Deadline.Sub(info.StartedTime).Round(time.Second)
+}
+
+// A node escalates once, at the threshold, with one alert sent under a 30 s timeout.
+func TestNodeWorkflowEscalatesOnce(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	var alerts []activities.AlertInput
+	var info activity.Info
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
+		alerts, info = append(alerts, in), activity.GetInfo(ctx)
+		return nil
+	})
+	for i, dev := range []string{"gpu-0", "gpu-0", "gpu-1", "gpu-2"} {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(SignalDeviceFailed, policy.NodeFailure{Node: "node-1", Device: "d/node-1/" + dev, State: policy.Quarantined, Threshold: 2})
+		}, time.Duration(i+1)*time.Second)
+	}
+	var st policy.NodeState
+	queryThenCancel(t, env, time.Minute, &st)
+	env.ExecuteWorkflow(NodeWorkflow, NodeInput{Node: "node-1"})
+	if !st.Escalated || len(st.Failed) != 3 || len(alerts) != 1 || alerts[0].WorkflowID != NodeWorkflowID("node-1") {
+		t.Fatalf("state %+v, alerts %+v", st, alerts)
+	}
+	if d := startToClose(info); d != 30*time.Second {
+		t.Fatalf("alert start-to-close %s", d)
+	}
+}
