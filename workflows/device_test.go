@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -50,25 +51,47 @@ type harness struct {
 	approvals []activities.ApprovalRequest
 	// appliedEffect is the effect Quarantine says it applied ("" = none said, as older workers).
 	appliedEffect string
+	// releaseFailures makes ReleaseRule fail this many times first; releaseAttempts are the
+	// (test clock) times of its calls.
+	releaseFailures int
+	releaseAttempts []time.Time
 	// info is the activity info of each activity type's last call (its timeouts).
 	info map[string]activity.Info
+	// fail makes an activity type fail without retry, with this message.
+	fail map[string]string
+	// ruleMissing makes RefreshRule find no rule.
+	ruleMissing bool
+}
+
+// failed answers for an activity type the test made fail.
+func (h *harness) failed(name string) error {
+	if msg, ok := h.fail[name]; ok {
+		return temporal.NewNonRetryableApplicationError(msg, "Test", nil)
+	}
+	return nil
 }
 
 func (h *harness) seen(ctx context.Context, name string) { h.info[name] = activity.GetInfo(ctx) }
 
 func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
-	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}}
+	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}, fail: map[string]string{}}
 	h.env.RegisterActivity(&activities.Activities{})
 	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
 			h.seen(ctx, "Quarantine")
+			if err := h.failed("Quarantine"); err != nil {
+				return activities.QuarantineResult{}, err
+			}
 			h.quarantine = append(h.quarantine, in)
 			return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
 		})
 	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
 			h.permits++
+			if err := h.failed("AcquirePermit"); err != nil {
+				return policy.PermitResult{}, err
+			}
 			if h.denyFirst > 0 {
 				h.denyFirst--
 				return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
@@ -81,16 +104,22 @@ func newHarness(denyFirst int) *harness {
 	})
 	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
 	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) { return h.rule, nil })
+		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) { return h.rule, h.failed("InspectRule") })
 	h.env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
 			h.refreshed = append(h.refreshed, in)
-			return activities.RefreshResult{Effect: string(in.Effect)}, nil
+			if err := h.failed("RefreshRule"); err != nil {
+				return activities.RefreshResult{}, err
+			}
+			return activities.RefreshResult{Effect: string(in.Effect), Missing: h.ruleMissing}, nil
 		})
 	h.env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.CheckInput) (policy.StepResult, error) {
 			h.seen(ctx, "RunCheck")
 			h.ran = append(h.ran, in)
+			if err := h.failed("RunCheck"); err != nil {
+				return policy.StepResult{}, err
+			}
 			if len(h.checks) == 0 {
 				return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
 			}
@@ -99,7 +128,12 @@ func newHarness(denyFirst int) *harness {
 			return r, nil
 		})
 	h.env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.ReleaseInput) error {
+		func(ctx context.Context, in activities.ReleaseInput) error {
+			h.releaseAttempts = append(h.releaseAttempts, h.env.Now())
+			if h.releaseFailures > 0 {
+				h.releaseFailures--
+				return errors.New("apiserver unavailable")
+			}
 			h.released = append(h.released, in)
 			return nil
 		})

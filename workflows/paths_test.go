@@ -171,3 +171,68 @@ func TestNodeWorkflowEscalatesOnce(t *testing.T) {
 		t.Fatalf("alert start-to-close %s", d)
 	}
 }
+
+// A Kubernetes call that fails is retried from 200 ms, doubling, at most every 30 s.
+func TestKubernetesCallsRetryWithBackoff(t *testing.T) {
+	h := newHarness(0)
+	h.releaseFailures = 9 // the test environment stops retrying after 10 attempts
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []policy.Reporter{{Pod: "p"}}})
+	}, time.Second)
+	var got policy.DeviceState
+	queryThenCancel(t, h.env, 25*time.Hour, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	if got.State != policy.Released || len(h.releaseAttempts) != 10 {
+		t.Fatalf("state %s after %d release attempts %v; %+v", got.State, len(h.releaseAttempts), h.releaseAttempts, got.Transitions[len(got.Transitions)-1])
+	}
+	want := []time.Duration{200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000}
+	for i, w := range want {
+		gap := h.releaseAttempts[i+1].Sub(h.releaseAttempts[i]).Round(100 * time.Millisecond)
+		if gap != w*time.Millisecond {
+			t.Fatalf("retry %d after %s, want %s (all: %v)", i+1, gap, w*time.Millisecond, h.releaseAttempts)
+		}
+	}
+}
+
+// When an activity fails, the device is never left unfenced in silence: an unreachable breaker or
+// a failed taint holds the action for a retry (a taint failure also alerts), a check that cannot
+// run counts as failed, and a rule found missing on refresh is put back.
+func TestActivityFailuresHoldOrFail(t *testing.T) {
+	unhealthy := ob(time.Second, device.Unhealthy, "1")
+	t.Run("breaker unreachable", func(t *testing.T) {
+		h := newHarness(0)
+		h.fail["AcquirePermit"] = "connection refused"
+		got := h.run(t, 10*time.Second, unhealthy)
+		if got.Held == nil || !strings.Contains(got.HeldReason, "circuit breaker unreachable") || len(h.quarantine) != 0 {
+			t.Fatalf("held %v %q, quarantines %d", got.Held != nil, got.HeldReason, len(h.quarantine))
+		}
+	})
+	t.Run("taint failed", func(t *testing.T) {
+		h := newHarness(0)
+		h.fail["Quarantine"] = "admission webhook denied"
+		got := h.run(t, 10*time.Second, unhealthy)
+		if got.Held == nil || !strings.Contains(got.HeldReason, "taint failed") || got.TaintFailures != 1 || got.State != policy.Healthy {
+			t.Fatalf("held %q, failures %d, state %s", got.HeldReason, got.TaintFailures, got.State)
+		}
+	})
+	t.Run("check could not run", func(t *testing.T) {
+		h := newHarness(0)
+		h.fail["RunCheck"] = "no identity"
+		h.env.RegisterDelayedCallback(func() {
+			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
+		}, 2*time.Second)
+		got := h.run(t, 25*time.Hour, unhealthy)
+		if got.LastProbe == nil || got.LastProbe.Passed || !strings.Contains(got.LastProbe.Reason, "probe could not run") || len(h.released) != 0 {
+			t.Fatalf("last probe %+v, released %d", got.LastProbe, len(h.released))
+		}
+	})
+	t.Run("rule missing on refresh", func(t *testing.T) {
+		h := newHarness(0)
+		h.ruleMissing = true
+		h.run(t, time.Minute, unhealthy, event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+		if len(h.refreshed) != 1 || len(h.quarantine) != 2 {
+			t.Fatalf("refreshes %d, quarantines %d: a rule found missing must be put back", len(h.refreshed), len(h.quarantine))
+		}
+	})
+}
