@@ -104,7 +104,9 @@ func newHarness(denyFirst int) *harness {
 	})
 	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
 	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) { return h.rule, h.failed("InspectRule") })
+		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+			return h.rule, h.failed("InspectRule")
+		})
 	h.env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
 			h.refreshed = append(h.refreshed, in)
