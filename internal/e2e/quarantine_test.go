@@ -190,6 +190,10 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 		if len(rules.Items) != 1 {
 			t.Fatalf("%d rules for one device", len(rules.Items))
 		}
+		// The duplicate report wrote nothing: the rule was created once, by the apiserver's audit log.
+		if n := createdTimes(t, shared, bad.TaintRuleName()); n != 1 {
+			t.Fatalf("rule %s created %d times", bad.TaintRuleName(), n)
+		}
 		st, err = queryState(ctx, bad.WorkflowID())
 		if err != nil {
 			t.Fatal(err)
