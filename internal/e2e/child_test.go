@@ -119,4 +119,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-
