@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -28,9 +29,10 @@ func New(c client.Client, acts *activities.Activities) *Workers {
 		MaxConcurrentActivityExecutionSize:     64,
 		MaxConcurrentWorkflowTaskExecutionSize: 64,
 	})
-	w.RegisterWorkflow(workflows.DeviceWorkflow)
-	w.RegisterWorkflow(workflows.BreakerWorkflow) // breaker runs started on this queue before it had its own
-	w.RegisterWorkflow(workflows.NodeWorkflow)
+	// Every workflow type, the breaker included: breaker runs started on this queue before it had its own.
+	for name, fn := range workflows.All {
+		w.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
+	}
 	w.RegisterActivity(acts)
 	b := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize:     8,

@@ -115,3 +115,7 @@ type ConfigureBreaker struct {
 	Config policy.BreakerConfig `json:"config"`
 	Owner  string               `json:"owner"`
 }
+
+// All lists every workflow type by name, for the worker to register and for the replay-coverage
+// check to require a recorded history of each.
+var All = map[string]any{"DeviceWorkflow": DeviceWorkflow, "BreakerWorkflow": BreakerWorkflow, "NodeWorkflow": NodeWorkflow}

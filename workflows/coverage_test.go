@@ -49,15 +49,13 @@ func TestReplayCoversEveryPath(t *testing.T) {
 	}
 }
 
-// workflowFuncs are the workflow types and the functions that implement them.
-var workflowFuncs = map[string]any{"DeviceWorkflow": DeviceWorkflow, "BreakerWorkflow": BreakerWorkflow, "NodeWorkflow": NodeWorkflow}
 
 // expectedPaths lists the paths each workflow type has, from its metadata and its source.
 func expectedPaths(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	code := sourcePaths(t)
 	want := map[string]map[string]bool{}
-	for name, fn := range workflowFuncs {
+	for name, fn := range All {
 		paths := map[string]bool{}
 		for _, p := range handlerPaths(t, fn) {
 			paths[p] = true
@@ -143,7 +141,7 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 		}
 	}
 	out := map[string]map[string]bool{}
-	for name := range workflowFuncs {
+	for name := range All {
 		paths := map[string]bool{}
 		seen := map[string]bool{}
 		var visit func(string)
@@ -186,6 +184,9 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 					return true
 				})
 			}
+		}
+		if _, ok := bodies[name]; !ok {
+			t.Errorf("workflow type %s is not a function of this package: name it after its function", name)
 		}
 		visit(name)
 		out[name] = paths
@@ -257,7 +258,7 @@ func recordedPaths(t *testing.T) (map[string]map[string]bool, map[string]map[str
 			markers[h.workflowType][id] = filepath.Base(f)
 		}
 	}
-	for wf := range workflowFuncs {
+	for wf := range All {
 		if have[wf] == nil {
 			t.Errorf("no recorded history of %s", wf)
 		}

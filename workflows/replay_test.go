@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 // TestReplay replays histories recorded on the real embedded Temporal server (see
@@ -21,8 +22,8 @@ func TestReplay(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			for _, fn := range workflowFuncs {
-				r.RegisterWorkflow(fn)
+			for name, fn := range All {
+				r.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 			}
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
