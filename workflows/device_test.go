@@ -59,6 +59,7 @@ type harness struct {
 	info map[string]activity.Info
 	// fail makes an activity type fail without retry, with this message.
 	fail map[string]string
+	alerts []activities.AlertInput
 	// ruleMissing makes RefreshRule find no rule.
 	ruleMissing bool
 }
@@ -98,8 +99,9 @@ func newHarness(denyFirst int) *harness {
 			}
 			return policy.PermitResult{Granted: true}, nil
 		})
-	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.AlertInput) error {
+	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
 		h.seen(ctx, "Alert")
+		h.alerts = append(h.alerts, in)
 		return nil
 	})
 	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}

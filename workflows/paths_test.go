@@ -236,3 +236,50 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 		}
 	})
 }
+
+// The breaker refuses malformed requests in their validators (nothing reaches its history), and a
+// wait-list entry that is not a device is skipped on resume rather than stopping the wake-up.
+func TestBreakerRefusesMalformedRequests(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
+	wakes := recordWakes(env)
+	var rejected []string
+	reject := &testsuite.TestUpdateCallback{OnAccept: func() {}, OnComplete: func(any, error) {}, OnReject: func(err error) { rejected = append(rejected, err.Error()) }}
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateAcquire, "bad-device", reject, policy.PermitRequest{Device: device.ID{Driver: "d"}, Action: policy.Quarantined})
+		env.UpdateWorkflow(UpdateBreakerConfigure, "no-owner", reject, ConfigureBreaker{Config: policy.DefaultBreaker()})
+		env.SignalWorkflow(SignalBreakerWait, []string{"not-a-device", "d/p/gpu-1"})
+		env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"})
+	}, time.Second)
+	var st policy.BreakerState
+	queryThenCancel(t, env, time.Minute, &st)
+	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	if len(rejected) != 2 || !strings.Contains(rejected[0], "invalid device") || !strings.Contains(rejected[1], "owner is required") {
+		t.Fatalf("rejected %q", rejected)
+	}
+	if w := wakes(); fmt.Sprint(w) != "[device/d/p/gpu-1]" || len(st.Waiting) != 0 {
+		t.Fatalf("woken %v, waiting %v", w, st.Waiting)
+	}
+}
+
+// A rule that cannot be refreshed or inspected changes nothing but is said: a failed refresh
+// alerts; a failed inspection is tried again at the next report.
+func TestRuleCallsThatFail(t *testing.T) {
+	h := newHarness(0)
+	h.fail["RefreshRule"] = "forbidden"
+	h.fail["InspectRule"] = "timeout"
+	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "1"), ob(2*time.Second, device.Unhealthy, "2"),
+		event{at: 3 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+	if got.State != policy.Quarantined || len(h.quarantine) != 1 {
+		t.Fatalf("state %s, quarantines %d", got.State, len(h.quarantine))
+	}
+	said := false
+	for _, a := range h.alerts {
+		said = said || strings.Contains(a.Text, "rule not updated: ") && strings.Contains(a.Text, "forbidden")
+	}
+	if !said {
+		t.Fatalf("no alert for the failed refresh: %+v", h.alerts)
+	}
+}
