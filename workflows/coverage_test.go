@@ -49,7 +49,6 @@ func TestReplayCoversEveryPath(t *testing.T) {
 	}
 }
 
-
 // expectedPaths lists the paths each workflow type has, from its metadata and its source.
 func expectedPaths(t *testing.T) map[string]map[string]bool {
 	t.Helper()

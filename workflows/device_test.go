@@ -58,7 +58,7 @@ type harness struct {
 	// info is the activity info of each activity type's last call (its timeouts).
 	info map[string]activity.Info
 	// fail makes an activity type fail without retry, with this message.
-	fail map[string]string
+	fail   map[string]string
 	alerts []activities.AlertInput
 	// ruleMissing makes RefreshRule find no rule.
 	ruleMissing bool
