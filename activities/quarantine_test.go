@@ -10,9 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -30,6 +32,23 @@ func activityEnv(t *testing.T, objs ...runtime.Object) (*testsuite.TestActivityE
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	kube := fake.NewClientset(objs...)
+	// The fake's object tracker ignores DeleteCollection; remove the Pods the selector picks.
+	kube.PrependReactor("delete-collection", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		dc := action.(k8stesting.DeleteCollectionAction)
+		sel := dc.GetListRestrictions().Labels
+		pods, err := kube.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), dc.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		for _, p := range pods.(*corev1.PodList).Items {
+			if sel.Matches(labels.Set(p.Labels)) {
+				if err := kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), p.Namespace, p.Name); err != nil {
+					return true, nil, err
+				}
+			}
+		}
+		return true, nil, nil
+	})
 	a := &Activities{Kube: kube, Metrics: metrics.New()}
 	env.RegisterActivity(a)
 	return env, a, kube
@@ -113,7 +132,9 @@ func TestQuarantineKeepsAnIdenticalRule(t *testing.T) {
 func TestQuarantineUpdatesARestriction(t *testing.T) {
 	restricted := quarantineIn("Unknown for 5m")
 	restricted.Key = "devicewarden.io/restricted"
-	env, a, kube := activityEnv(t, existingRule(restricted))
+	old := existingRule(restricted)
+	old.Annotations["team.example.com/ticket"] = "OPS-42" // someone else's annotation stays
+	env, a, kube := activityEnv(t, old)
 	in := quarantineIn("XID 79")
 	in.Effect = resourcev1.DeviceTaintEffectNoExecute
 	res, err := quarantine(t, env, in)
@@ -124,7 +145,8 @@ func TestQuarantineUpdatesARestriction(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	r, _ := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
-	if r.Spec.Taint.Key != TaintKey || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute || r.Annotations[AnnotationReason] != "XID 79" {
+	if r.Spec.Taint.Key != TaintKey || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute || r.Annotations[AnnotationReason] != "XID 79" ||
+		r.Annotations["team.example.com/ticket"] != "OPS-42" {
 		t.Fatalf("rule after update: %+v %v", r.Spec.Taint, r.Annotations)
 	}
 	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("updated")); n != 1 {

@@ -1,0 +1,66 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type sent struct {
+	alerts    []AlertInput
+	approvals []ApprovalRequest
+	err       error
+}
+
+func (s *sent) Alert(_ context.Context, in AlertInput) error { s.alerts = append(s.alerts, in); return s.err }
+func (s *sent) RequestApproval(_ context.Context, in ApprovalRequest) error {
+	s.approvals = append(s.approvals, in)
+	return s.err
+}
+
+func TestAlert(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	in := AlertInput{Device: gpu3, Level: "critical", Text: "taint failed", WorkflowID: gpu3.WorkflowID(), Channel: "#gpu-ops"}
+	if _, err := env.ExecuteActivity(a.Alert, in); err != nil {
+		t.Fatalf("without an alerter: %v", err)
+	}
+	to := &sent{}
+	a.Alerter = to
+	env.RegisterActivity(a)
+	if _, err := env.ExecuteActivity(a.Alert, in); err != nil || len(to.alerts) != 1 || to.alerts[0] != in {
+		t.Fatalf("delivered %+v (%v)", to.alerts, err)
+	}
+	to.err = errors.New("slack: rate limited")
+	if _, err := env.ExecuteActivity(a.Alert, AlertInput{Level: "warning", Text: "breaker open"}); err == nil {
+		t.Fatal("a failed delivery must fail the activity (it is retried)")
+	}
+	if n := testutil.ToFloat64(a.Metrics.Alerts.WithLabelValues("critical")); n != 2 {
+		t.Errorf("critical alerts %v", n)
+	}
+	for level, want := range map[string]string{"critical": "ERROR", "warning": "WARN", "info": "INFO", "": "INFO"} {
+		if got := alertLevel(level).String(); got != want {
+			t.Errorf("level %q logs at %s, want %s", level, got, want)
+		}
+	}
+}
+
+func TestRequestApproval(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	req := ApprovalRequest{Device: gpu3, Node: "node-1", Reason: "XID 79", WorkflowID: gpu3.WorkflowID(), Channel: "#gpu-ops"}
+	if _, err := env.ExecuteActivity(a.RequestApproval, req); err != nil {
+		t.Fatalf("without an approver (CLI only): %v", err)
+	}
+	to := &sent{}
+	a.Approvals = to
+	env.RegisterActivity(a)
+	noChannel := req
+	noChannel.Channel = ""
+	if _, err := env.ExecuteActivity(a.RequestApproval, noChannel); err != nil || len(to.approvals) != 0 {
+		t.Fatalf("a policy without a channel posted %+v (%v)", to.approvals, err)
+	}
+	if _, err := env.ExecuteActivity(a.RequestApproval, req); err != nil || len(to.approvals) != 1 || to.approvals[0].Channel != "#gpu-ops" {
+		t.Fatalf("posted %+v (%v)", to.approvals, err)
+	}
+}
