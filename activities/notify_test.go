@@ -14,7 +14,10 @@ type sent struct {
 	err       error
 }
 
-func (s *sent) Alert(_ context.Context, in AlertInput) error { s.alerts = append(s.alerts, in); return s.err }
+func (s *sent) Alert(_ context.Context, in AlertInput) error {
+	s.alerts = append(s.alerts, in)
+	return s.err
+}
 func (s *sent) RequestApproval(_ context.Context, in ApprovalRequest) error {
 	s.approvals = append(s.approvals, in)
 	return s.err
