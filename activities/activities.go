@@ -43,6 +43,8 @@ type Activities struct {
 	DryRun bool
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
 	Approvals Approver
+	// LeaseNamespace holds migration Leases (DeviceWarden's own namespace; default "default").
+	LeaseNamespace string
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
 

@@ -1,0 +1,142 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// ErrLeaseLost is the non-retryable error type of a migration whose Lease another holder took.
+const ErrLeaseLost = "MigrationLeaseLost"
+
+// Labels on migration Leases.
+const (
+	LabelWorkloadNamespace = "devicewarden.io/workload-namespace"
+	LabelWorkloadName      = "devicewarden.io/workload-name"
+)
+
+// LeaseInput names a workload's migration Lease and who asks for it (a migration workflow's ID).
+type LeaseInput struct {
+	Workload Workload      `json:"workload"`
+	Holder   string        `json:"holder"`
+	Duration time.Duration `json:"duration"`
+}
+
+// LeaseResult says whether the caller holds the Lease, and who does.
+type LeaseResult struct {
+	Held   bool   `json:"held"`
+	Holder string `json:"holder"`
+}
+
+// MigrationLeaseName is the Lease of one workload (by UID, so a recreated workload of the same name
+// has its own), kept in DeviceWarden's namespace: tenants' namespaces stay untouched and the
+// permission is a Role there, not every Lease in the cluster.
+func MigrationLeaseName(w Workload) string {
+	sum := sha256.Sum256([]byte(w.UID))
+	return "devicewarden-migrate-" + hex.EncodeToString(sum[:8])
+}
+
+func (a *Activities) leaseNamespace() string {
+	if a.LeaseNamespace == "" {
+		return "default"
+	}
+	return a.LeaseNamespace
+}
+
+// TakeMigrationLease takes the workload's Lease, renews it when the caller holds it already (a
+// restarted worker resuming its own migration), or takes it over once it expired. A Lease another
+// holder renews in time is not taken: the answer says who holds it.
+func (a *Activities) TakeMigrationLease(ctx context.Context, in LeaseInput) (LeaseResult, error) {
+	leases := a.Kube.CoordinationV1().Leases(a.leaseNamespace())
+	name := MigrationLeaseName(in.Workload)
+	now := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy,
+				LabelWorkloadNamespace: labelValue(in.Workload.Namespace), LabelWorkloadName: labelValue(in.Workload.Name)}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(in.Holder), LeaseDurationSeconds: ptr.To(int32(in.Duration.Seconds())),
+				AcquireTime: &now, RenewTime: &now},
+		}
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+			return LeaseResult{}, fmt.Errorf("create migration lease %s: %w", name, err) // a racing creator: retried, then seen as held
+		}
+		return LeaseResult{Held: true, Holder: in.Holder}, nil
+	}
+	if err != nil {
+		return LeaseResult{}, fmt.Errorf("get migration lease %s: %w", name, err)
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	if holder != in.Holder && holder != "" && !expired(l, now.Time) {
+		return LeaseResult{Holder: holder}, nil
+	}
+	if holder != in.Holder {
+		l.Spec.HolderIdentity, l.Spec.AcquireTime = ptr.To(in.Holder), &now
+		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	}
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, ptr.To(int32(in.Duration.Seconds()))
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return LeaseResult{}, fmt.Errorf("take migration lease %s: %w", name, err) // a conflict is retried and re-read
+	}
+	return LeaseResult{Held: true, Holder: in.Holder}, nil
+}
+
+func expired(l *coordinationv1.Lease, now time.Time) bool {
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return true
+	}
+	return now.After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+}
+
+// HoldMigrationLease renews the Lease every third of its duration, heartbeating, until the
+// migration cancels it; it fails without retry when another holder took the Lease.
+func (a *Activities) HoldMigrationLease(ctx context.Context, in LeaseInput) error {
+	every := max(in.Duration/3, 100*time.Millisecond)
+	for {
+		res, err := a.TakeMigrationLease(ctx, in)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			activity.GetLogger(ctx).Warn("migration lease not renewed", "error", err)
+		case !res.Held:
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("migration lease of %s/%s taken by %s", in.Workload.Namespace, in.Workload.Name, res.Holder), ErrLeaseLost, nil)
+		}
+		activity.RecordHeartbeat(ctx, res.Holder)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+// ReleaseMigrationLease deletes the Lease if the caller still holds it.
+func (a *Activities) ReleaseMigrationLease(ctx context.Context, in LeaseInput) error {
+	leases := a.Kube.CoordinationV1().Leases(a.leaseNamespace())
+	name := MigrationLeaseName(in.Workload)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get migration lease %s: %w", name, err)
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != in.Holder {
+		return nil
+	}
+	err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("release migration lease %s: %w", name, err)
+	}
+	return nil
+}
