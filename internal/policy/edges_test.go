@@ -1,0 +1,136 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+var c0 = time.Unix(1700000000, 0)
+
+func quarantinedDevice(releasePath bool) *DeviceState {
+	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
+	st.ReleasePath = releasePath
+	st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", c0)
+	return st
+}
+
+func TestCommandsOnTheLegacyPath(t *testing.T) {
+	st := quarantinedDevice(false)
+	if acts := st.Command(Command{Kind: CmdForceQuarantine, Actor: "bob"}, c0); acts != nil {
+		t.Fatalf("force-quarantine of a quarantined device: %v", acts)
+	}
+	fresh := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", Default(), false)
+	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, c0); acts != nil || len(fresh.Transitions) != 0 {
+		t.Fatalf("extend without a quarantine: %v", acts)
+	}
+	acts := fresh.Command(Command{Kind: CmdForceQuarantine}, c0)
+	if len(acts) != 1 || acts[0].Actor != "operator" || acts[0].Reason != "forced by operator" {
+		t.Fatalf("force-quarantine without actor: %+v", acts)
+	}
+	st.Command(Command{Kind: CmdReleaseApproval, Actor: "carol"}, c0)
+	if last := st.Transitions[len(st.Transitions)-1]; last.Reason != "release approved" || last.Actor != "carol" {
+		t.Fatalf("legacy approval: %+v", last)
+	}
+}
+
+func TestCommandsOnTheReleasePath(t *testing.T) {
+	st := quarantinedDevice(true)
+	for _, k := range []CommandKind{CmdApprove, CmdReleaseApproval, CmdReject} {
+		if acts := st.Command(Command{Kind: k, Actor: "bob"}, c0); acts != nil {
+			t.Fatalf("%s with no release waiting: %v", k, acts)
+		}
+	}
+	fresh := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", Default(), false)
+	fresh.ReleasePath = true
+	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, c0); acts != nil {
+		t.Fatalf("extend without a quarantine: %v", acts)
+	}
+	if acts := fresh.Command(Command{Kind: CmdRelease, Actor: "bob"}, c0); acts != nil {
+		t.Fatalf("release of a device in service: %v", acts)
+	}
+	// Forced while a review runs: the review fails, the quarantine stays.
+	st.Command(Command{Kind: CmdRelease, Actor: "bob"}, c0)
+	if st.State != Recovering {
+		t.Fatalf("release did not start a review: %s", st.State)
+	}
+	st.Command(Command{Kind: CmdForceQuarantine, Actor: "dave", Reason: "flaky"}, c0.Add(time.Minute))
+	last := st.Transitions[len(st.Transitions)-1]
+	if st.State != Quarantined || st.Review != nil || !strings.HasPrefix(last.Reason, "forced by dave: flaky") {
+		t.Fatalf("state %s review %+v last %+v", st.State, st.Review, last)
+	}
+}
+
+func TestReportMessageAndStaleness(t *testing.T) {
+	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
+	obs := Observation{Health: device.Unknown, Message: "driver restarting", StatusVersion: "5", Reporters: []Reporter{{Pod: "p"}}}
+	st.Observe(obs, c0)
+	if last := st.Transitions[len(st.Transitions)-1]; !strings.HasPrefix(last.Reason, "device reported Unknown: driver restarting;") {
+		t.Fatalf("reason %q", last.Reason)
+	}
+	st.Stale = true
+	st.Observe(obs, c0.Add(time.Minute)) // the same report again: a heartbeat after staleness
+	if st.Stale || !st.LastHeard.Equal(c0.Add(time.Minute)) {
+		t.Fatalf("stale %v, last heard %v", st.Stale, st.LastHeard)
+	}
+}
+
+func TestDurationJSON(t *testing.T) {
+	var d JSONDuration = 5
+	if err := json.Unmarshal([]byte("null"), &d); err != nil || d != 0 {
+		t.Fatalf("null: %v %v", d, err)
+	}
+	for _, bad := range []string{`"soon"`, `"5"`, `true`, `"\x"`} {
+		if err := json.Unmarshal([]byte(bad), &d); err == nil {
+			t.Errorf("%s accepted as %v", bad, d)
+		}
+	}
+	if err := json.Unmarshal([]byte(` "48h" `), &d); err != nil || d.D() != 48*time.Hour {
+		t.Fatalf("48h: %v %v", d, err)
+	}
+}
+
+func TestReviewEdges(t *testing.T) {
+	p := Default()
+	p.StabilityWindow = 0
+	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", p, false)
+	st.ReleasePath = true
+	st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", c0)
+	st.Review = &Review{Stage: StageCanary, From: Quarantined}
+	st.State = Recovering
+	acts := st.startWindow(c0)
+	if st.Review == nil || st.Review.Stage == StageStability {
+		t.Fatalf("a zero window must end at once: review %+v, actions %+v", st.Review, acts)
+	}
+	noRecord := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", Default(), false)
+	noRecord.Review = &Review{Stage: StageProbe, From: Restricted}
+	if acts := noRecord.reviewFailed("probe failed", false, Actor, c0); acts != nil || len(noRecord.Transitions) != 1 || noRecord.Review != nil {
+		t.Fatalf("a review without a quarantine record: %v %+v", acts, noRecord.Transitions)
+	}
+	if acts := noRecord.ReleaseDone(c0); acts != nil {
+		t.Fatalf("release done with no review: %v", acts)
+	}
+}
+
+func TestSummaryOfHeldActions(t *testing.T) {
+	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
+	st.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", c0)
+	if n := st.Next(); n != "retry Quarantined at "+c0.Add(BreakerRetry).UTC().Format(time.RFC3339)+" (circuit breaker open)" {
+		t.Fatalf("next %q", n)
+	}
+	st.Paused = true
+	if n := st.Next(); n != "Quarantined held until resumed (circuit breaker open)" {
+		t.Fatalf("next while paused %q", n)
+	}
+}
+
+func TestWaitListAfterContinueAsNew(t *testing.T) {
+	b := &BreakerState{WakeWaiting: true, Waiting: []string{"d/p/a"}} // decoded: no lookup set yet
+	b.AddWaiting([]string{"d/p/a", "d/p/b"})
+	if strings.Join(b.Waiting, ",") != "d/p/a,d/p/b" {
+		t.Fatalf("waiting %v", b.Waiting)
+	}
+}
