@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/devicewarden/devicewarden/activities"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -70,8 +72,11 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	}
 }
 
+// runsToCompletion picks DeviceWarden's probe and canary Pods. A workload's own Pods (a training
+// Job's) keep running as real ones would, until something moves them.
 func runsToCompletion(pod *corev1.Pod) bool {
-	return pod.Spec.RestartPolicy != corev1.RestartPolicyAlways && pod.DeletionTimestamp == nil && len(pod.Status.ContainerStatuses) > 0
+	return pod.Labels[activities.LabelCheck] != "" && pod.Spec.RestartPolicy != corev1.RestartPolicyAlways &&
+		pod.DeletionTimestamp == nil && len(pod.Status.ContainerStatuses) > 0
 }
 
 // faultState is every pool's faults, read once per pass: pool -> device -> fault.
