@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -174,6 +175,9 @@ func (f *controllerFlags) load() (app.ControllerOptions, error) {
 		set, err := policy.LoadFile(f.policyFile)
 		if err != nil {
 			return o, err
+		}
+		for _, w := range set.Warnings() {
+			slog.Warn("policy file", "file", f.policyFile, "warning", w)
 		}
 		o.Policies = set
 	}

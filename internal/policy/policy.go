@@ -58,6 +58,8 @@ type Policy struct {
 	Ambiguous string `json:"ambiguous,omitempty"`
 	// EscalationThreshold is how many failed devices on one node escalate to a node-level decision.
 	EscalationThreshold int `json:"escalationThreshold"`
+	// Migration moves jobs off a quarantined device (off unless the policy turns it on).
+	Migration Migration `json:"migration,omitempty"`
 }
 
 // Default applies when no policy file entry matches.
@@ -172,22 +174,23 @@ type Match struct {
 
 // entry is one policy in the file: a match plus the fields it overrides.
 type entry struct {
-	Name                string      `yaml:"name"`
-	Match               Match       `yaml:"match"`
-	ToleranceWindow     *Duration   `yaml:"toleranceWindow"`
-	BackoffCap          *Duration   `yaml:"backoffCap"`
-	HeartbeatLimit      *Duration   `yaml:"heartbeatLimit"`
-	StabilityWindow     *Duration   `yaml:"stabilityWindow"`
-	QuarantineLease     *Duration   `yaml:"quarantineLease"`
-	TaintEffect         *string     `yaml:"taintEffect"`
-	ApprovalRequired    *bool       `yaml:"approvalRequired"`
-	ApprovalTimeout     *Duration   `yaml:"approvalTimeout"`
-	ProbeRestricted     *bool       `yaml:"probeRestricted"`
-	Probe               *checkEntry `yaml:"probe"`
-	Canary              *checkEntry `yaml:"canary"`
-	SlackChannel        *string     `yaml:"slackChannel"`
-	Ambiguous           *string     `yaml:"ambiguous"`
-	EscalationThreshold *int        `yaml:"escalationThreshold"`
+	Name                string          `yaml:"name"`
+	Match               Match           `yaml:"match"`
+	ToleranceWindow     *Duration       `yaml:"toleranceWindow"`
+	BackoffCap          *Duration       `yaml:"backoffCap"`
+	HeartbeatLimit      *Duration       `yaml:"heartbeatLimit"`
+	StabilityWindow     *Duration       `yaml:"stabilityWindow"`
+	QuarantineLease     *Duration       `yaml:"quarantineLease"`
+	TaintEffect         *string         `yaml:"taintEffect"`
+	ApprovalRequired    *bool           `yaml:"approvalRequired"`
+	ApprovalTimeout     *Duration       `yaml:"approvalTimeout"`
+	ProbeRestricted     *bool           `yaml:"probeRestricted"`
+	Probe               *checkEntry     `yaml:"probe"`
+	Canary              *checkEntry     `yaml:"canary"`
+	SlackChannel        *string         `yaml:"slackChannel"`
+	Ambiguous           *string         `yaml:"ambiguous"`
+	EscalationThreshold *int            `yaml:"escalationThreshold"`
+	Migration           *migrationEntry `yaml:"migration"`
 	line                int
 }
 
@@ -231,7 +234,12 @@ type Set struct {
 	policies []entry
 	identity map[string][]string
 	cdi      map[string][]string
+	warnings []string
 }
+
+// Warnings are what the file asks for that DeviceWarden cannot fully honour (each says why); the
+// file still loads.
+func (s *Set) Warnings() []string { return s.warnings }
 
 // WithCDI returns a copy of the set that knows how driver names devices in CDI device IDs, unless
 // the file already says.
@@ -332,6 +340,9 @@ func Parse(data []byte) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}}
+	if w := def.migrationWarning(); w != "" {
+		s.warnings = append(s.warnings, w)
+	}
 	for drv, d := range f.Drivers {
 		if len(d.Identity) == 0 {
 			return nil, fmt.Errorf("drivers.%s: identity lists no attribute: without one a probe could land on a neighbouring device", drv)
@@ -358,8 +369,12 @@ func Parse(data []byte) (*Set, error) {
 		if e.Match.DeviceClass == "" && e.Match.Driver == "" {
 			return nil, fmt.Errorf("line %d: policy %q matches nothing: set match.deviceClass or match.driver", e.line, e.Name)
 		}
-		if _, err := e.apply(def, e.Name); err != nil {
+		p, err := e.apply(def, e.Name)
+		if err != nil {
 			return nil, err
+		}
+		if w := p.migrationWarning(); w != "" {
+			s.warnings = append(s.warnings, fmt.Sprintf("line %d: %s", e.line, w))
 		}
 		if e.Match.Driver != "" && len(s.identity[e.Match.Driver]) == 0 {
 			return nil, fmt.Errorf("line %d: policy %q: driver %s has no identity attributes: add drivers.%s.identity (e.g. a UUID attribute) so probes run on exactly one device", e.line, e.Name, e.Match.Driver, e.Match.Driver)
@@ -425,6 +440,13 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	if e.EscalationThreshold != nil {
 		p.EscalationThreshold = *e.EscalationThreshold
 	}
+	if e.Migration != nil {
+		tenants := p.Migration.TenantChannels
+		e.Migration.apply(&p.Migration)
+		if e.Migration.TenantChannels == nil && tenants != nil {
+			p.Migration.TenantChannels = tenants
+		}
+	}
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
 	}
@@ -470,7 +492,7 @@ func (p Policy) Validate() error {
 	if p.EscalationThreshold < 1 {
 		return fmt.Errorf("escalationThreshold must be >= 1, got %d", p.EscalationThreshold)
 	}
-	return nil
+	return p.Migration.validate()
 }
 
 // For returns the policy of a device: the first entry whose match fits, else the default.
