@@ -1,15 +1,24 @@
 package watcher
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Tests written against mutants that lived (gremlins): each pins a boundary or a branch.
@@ -72,5 +81,58 @@ func TestClaimRefsSkipsUnresolvedTemplateClaims(t *testing.T) {
 	pod.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptrTo("p-gpu-x")}}
 	if got := ClaimRefs(pod); len(got) != 2 || got[1] != "ns/p-gpu-x" {
 		t.Fatalf("claim refs %v", got)
+	}
+}
+
+// A slice's upsert keeps the taints of exactly the tainted devices and the declared attributes of
+// exactly the devices that publish them.
+func TestSliceUpsertKeepsOnlyWhatMatters(t *testing.T) {
+	pols, err := policy.Parse([]byte("drivers:\n  " + drv + ":\n    identity: [index]\n    cdi: attribute:uuid\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Kube: fake.NewClientset(), Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Policies: pols})
+	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: drv, Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1}, NodeName: ptr.To("node-1"),
+		Devices: []resourcev1.Device{
+			{Name: "gpu-0", Taints: []resourcev1.DeviceTaint{{Key: "xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoSchedule}}},
+			{Name: "gpu-1", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To("GPU-1")}}},
+		}}}
+	w.sliceSource().upsert(s, "add")
+	taints := w.slices.taints["node-1-gpu"].devices
+	if len(taints) != 1 || taints["gpu-0"] == "" {
+		t.Fatalf("taints %v: only gpu-0 is tainted", taints)
+	}
+	gpu := func(n string) device.ID { return device.ID{Driver: drv, Pool: "node-1", Device: n} }
+	if v, ok := w.slices.attribute(gpu("gpu-1"), "uuid"); !ok || v != "GPU-1" {
+		t.Fatalf("gpu-1 uuid %q %v", v, ok)
+	}
+	if _, ok := w.slices.attrs[gpu("gpu-0")]; ok {
+		t.Fatal("gpu-0 publishes no uuid, yet has attributes kept")
+	}
+}
+
+// A report whose claim is not known yet is kept with its Pod; the claim's arrival resolves it.
+func TestReportWaitsForItsClaim(t *testing.T) {
+	pod := podWith(healthEntry("claim:gpu", "cdi-id", "Unhealthy", nil))
+	kube := fake.NewClientset(pod)
+	rec := &recorder{}
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the unresolved report counted", func() bool {
+		return testutil.ToFloat64(w.cfg.Metrics.ResolutionFailures.WithLabelValues(ReasonClaimNotFound)) >= 1
+	})
+	if n := len(rec.signals()); n != 0 {
+		t.Fatalf("signalled %d times without a claim", n)
+	}
+	if _, err := kube.ResourceV1().ResourceClaims("ns").Create(ctx, claimWith("pod-gpu-abc", result("gpus", "gpu-3")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "signal once the claim arrived", func() bool { return len(rec.signals()) == 1 })
+	if got := rec.signals()[0]; got.Device.Device != "gpu-3" || got.Health != device.Unhealthy {
+		t.Fatalf("signalled %+v", got)
 	}
 }

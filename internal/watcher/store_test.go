@@ -106,9 +106,10 @@ func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
 	if _, d := s.next(healthy, now, 0); d != skipDuplicate {
 		t.Fatalf("second time: %v", d)
 	}
-	// A device nobody holds any more: its workflow hears that nobody reports it.
+	// A device nobody holds any more: its workflow hears that nobody reports it, with no status
+	// version (none is known after a restart: the workflow orders by observation time).
 	obs, d = s.next(gone, now, 0)
-	if d != doSignal || len(obs.Reporters) != 0 {
+	if d != doSignal || len(obs.Reporters) != 0 || obs.StatusVersion != "" || obs.Health != device.Healthy {
 		t.Fatalf("seeded idle: %v %+v", d, obs)
 	}
 }
