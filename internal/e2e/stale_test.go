@@ -107,6 +107,8 @@ func TestStaleReportAfterReallocation(t *testing.T) {
 		}
 		return nil
 	})
+	// An absence: nothing the watcher does for a terminated Pod's old report can be awaited (it
+	// reports nothing and counts nothing), so give it the time it takes to act on a report.
 	time.Sleep(2 * time.Second)
 	if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, second.TaintRuleName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the device now serving step-2 was quarantined on step-1's old report (%v)", err)
