@@ -134,3 +134,30 @@ func TestWaitListAfterContinueAsNew(t *testing.T) {
 		t.Fatalf("waiting %v", b.Waiting)
 	}
 }
+
+func TestNodeEscalatesAtItsThreshold(t *testing.T) {
+	n := &NodeState{}
+	fail := func(dev string, threshold int) []Action {
+		return n.Fail(NodeFailure{Node: "node-1", Device: dev, State: Quarantined, Threshold: threshold}, c0)
+	}
+	if acts := fail("d/node-1/gpu-0", 2); acts != nil || n.Escalated {
+		t.Fatalf("one of two: %v", acts)
+	}
+	if acts := fail("d/node-1/gpu-0", 0); acts != nil || n.Threshold != 2 {
+		t.Fatalf("a report without a threshold changed it to %d (%v)", n.Threshold, acts)
+	}
+	acts := fail("d/node-1/gpu-1", 2)
+	if len(acts) != 1 || !n.Escalated || !n.EscalatedAt.Equal(c0) {
+		t.Fatalf("two of two: %v, escalated %v", acts, n.Escalated)
+	}
+	if acts := fail("d/node-1/gpu-2", 2); acts != nil {
+		t.Fatalf("escalated twice: %v", acts)
+	}
+}
+
+func TestUnnamedPolicyIsNumbered(t *testing.T) {
+	_, err := Parse([]byte("policies:\n  - name: a\n    match: {deviceClass: x}\n  - match: {deviceClass: y}\n"))
+	if err == nil || !strings.Contains(err.Error(), "policy 2 has no name") {
+		t.Fatalf("err %v", err)
+	}
+}

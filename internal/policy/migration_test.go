@@ -22,7 +22,7 @@ policies:
 		t.Fatal(err)
 	}
 	def := set.For("other", "d").Migration
-	if !def.Enabled || def.PerNode != 1 || def.ClusterWide != 10 || def.CheckpointTimeout.D() != 10*time.Minute || def.TenantChannels["team-a"] != "#team-a" {
+	if !def.Enabled || def.PerNode != 1 || def.ClusterWide != 10 || def.CheckpointTimeout.D() != 10*time.Minute || def.EvidenceKeep.D() != 30*24*time.Hour || def.TenantChannels["team-a"] != "#team-a" {
 		t.Fatalf("default migration %+v", def)
 	}
 	tr := set.For("train.gpu.example.com", "d").Migration
