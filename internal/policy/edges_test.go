@@ -161,3 +161,17 @@ func TestUnnamedPolicyIsNumbered(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// A policy that names a class and a driver matches devices of that class from that driver only.
+func TestMatchByClassAndDriver(t *testing.T) {
+	set, err := Parse([]byte("drivers:\n  a.example.com: {identity: [uuid]}\npolicies:\n  - name: both\n    match: {deviceClass: gpu, driver: a.example.com}\n    escalationThreshold: 9\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := set.For("gpu", "a.example.com"); p.Name != "both" {
+		t.Fatalf("class and driver: %s", p.Name)
+	}
+	if p := set.For("gpu", "b.example.com"); p.Name != "default" {
+		t.Fatalf("same class, other driver: %s", p.Name)
+	}
+}

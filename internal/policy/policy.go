@@ -440,13 +440,7 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	if e.EscalationThreshold != nil {
 		p.EscalationThreshold = *e.EscalationThreshold
 	}
-	if e.Migration != nil {
-		tenants := p.Migration.TenantChannels
-		e.Migration.apply(&p.Migration)
-		if e.Migration.TenantChannels == nil && tenants != nil {
-			p.Migration.TenantChannels = tenants
-		}
-	}
+	e.Migration.apply(&p.Migration)
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
 	}
