@@ -136,3 +136,19 @@ func TestReportWaitsForItsClaim(t *testing.T) {
 		t.Fatalf("signalled %+v", got)
 	}
 }
+
+// Adopting a claim's holders looks at exactly its Pod consumers that exist.
+func TestAdoptHolders(t *testing.T) {
+	c := claimWith("shared", result("gpus", "gpu-3"))
+	c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "deployments", Name: "web"}, {Resource: "pods", Name: "gone"}, {Resource: "pods", Name: "pod"}}
+	pod := podWith()
+	w := New(Config{Kube: fake.NewClientset(c, pod), Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w.adoptHolders("ns/shared")
+	if n := testutil.ToFloat64(w.cfg.Metrics.WatcherEvents.WithLabelValues("pod", "adopt")); n != 1 {
+		t.Fatalf("adopted %v pods, want the one that exists", n)
+	}
+	w.adoptHolders("ns/missing-claim")
+	if n := testutil.ToFloat64(w.cfg.Metrics.WatcherEvents.WithLabelValues("pod", "adopt")); n != 1 {
+		t.Fatalf("a missing claim adopted pods: %v", n)
+	}
+}
