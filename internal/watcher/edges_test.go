@@ -152,3 +152,15 @@ func TestAdoptHolders(t *testing.T) {
 		t.Fatalf("a missing claim adopted pods: %v", n)
 	}
 }
+
+func TestConfigDefaults(t *testing.T) {
+	w := New(Config{})
+	c := w.cfg
+	if c.Workers != 8 || c.HeartbeatInterval != 2*time.Minute || c.LeaseCheckInterval != 2*time.Second || c.Policies == nil || c.Logger == nil || c.Clock == nil {
+		t.Fatalf("defaults %+v", c)
+	}
+	w = New(Config{Workers: 3, HeartbeatInterval: time.Second, LeaseCheckInterval: time.Millisecond})
+	if w.cfg.Workers != 3 || w.cfg.HeartbeatInterval != time.Second || w.cfg.LeaseCheckInterval != time.Millisecond {
+		t.Fatalf("set values replaced: %+v", w.cfg)
+	}
+}
