@@ -164,3 +164,24 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("set values replaced: %+v", w.cfg)
 	}
 }
+
+// Several reports of one device: the worst health wins, ties go to the greatest message (so the
+// choice does not depend on map order), and the winner's node and class come with it.
+func TestAggregateChoosesTheWorstReport(t *testing.T) {
+	s := newStore()
+	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	now := time.Unix(1700000000, 0)
+	with := func(h device.Health, pod, msg, node, class string) Report {
+		r := rep("gpu-0", h, pod)
+		r.Message, r.Node, r.DeviceClass = msg, node, class
+		return r
+	}
+	s.setPod("ns/a", "10", []Report{with(device.Unknown, "a", "zzz restarting", "node-a", "class-a")}, nil, nil)
+	s.setPod("ns/b", "11", []Report{with(device.Unhealthy, "b", "XID 48", "node-b", "class-b")}, nil, nil)
+	s.setPod("ns/c", "12", []Report{with(device.Unhealthy, "c", "XID 79", "node-c", "class-c")}, nil, nil)
+	s.setPod("ns/d", "13", []Report{with(device.Unhealthy, "d", "XID 13", "node-d", "class-d")}, nil, nil)
+	obs, d := s.next(id, now, 0)
+	if d != doSignal || obs.Health != device.Unhealthy || obs.Message != "XID 79" || obs.Node != "node-c" || obs.DeviceClass != "class-c" || len(obs.Reporters) != 4 {
+		t.Fatalf("%v %+v", d, obs)
+	}
+}
