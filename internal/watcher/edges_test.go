@@ -185,3 +185,31 @@ func TestAggregateChoosesTheWorstReport(t *testing.T) {
 		t.Fatalf("%v %+v", d, obs)
 	}
 }
+
+// The claim index: request classes of exact and firstAvailable requests, which claim holds a
+// device, and a deleted claim forgotten.
+func TestClaimIndex(t *testing.T) {
+	c := claimWith("train", result("gpus/big", "gpu-3"))
+	c.Spec.Devices.Requests = []resourcev1.DeviceRequest{
+		{Name: "nic", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "nic.example.com"}},
+		{Name: "gpus", FirstAvailable: []resourcev1.DeviceSubRequest{{Name: "big", DeviceClassName: "big.gpu.example.com"}, {Name: "small", DeviceClassName: "small.gpu.example.com"}}},
+	}
+	x := newClaimIndex()
+	key, cl := x.put(c)
+	if key != "ns/train" || cl.class("nic") != "nic.example.com" || cl.class("gpus/big") != "big.gpu.example.com" || cl.class("gpus/small") != "small.gpu.example.com" || cl.class("other") != "" {
+		t.Fatalf("classes %+v", cl.Classes)
+	}
+	gpu3 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-3"}
+	if got := x.holding(gpu3); got != "ns/train" {
+		t.Fatalf("holding gpu-3: %q", got)
+	}
+	if got := x.holding(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-4"}); got != "" {
+		t.Fatalf("holding gpu-4: %q", got)
+	}
+	if got := x.delete(c); got != "ns/train" || x.holding(gpu3) != "" {
+		t.Fatalf("after delete: key %q, holder %q", got, x.holding(gpu3))
+	}
+	if _, ok := x.get("ns", "train"); ok {
+		t.Fatal("a deleted claim is still known")
+	}
+}
