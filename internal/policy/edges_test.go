@@ -9,55 +9,47 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
-var c0 = time.Unix(1700000000, 0)
-
-func quarantinedDevice(releasePath bool) *DeviceState {
-	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
-	st.ReleasePath = releasePath
-	st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", c0)
-	return st
-}
-
 func TestCommandsOnTheLegacyPath(t *testing.T) {
-	st := quarantinedDevice(false)
-	if acts := st.Command(Command{Kind: CmdForceQuarantine, Actor: "bob"}, c0); acts != nil {
+	st := quarantined(Default())
+	st.ReleasePath = false // runs recorded before the release path
+	if acts := st.Command(Command{Kind: CmdForceQuarantine, Actor: "bob"}, t0); acts != nil {
 		t.Fatalf("force-quarantine of a quarantined device: %v", acts)
 	}
 	fresh := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", Default(), false)
-	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, c0); acts != nil || len(fresh.Transitions) != 0 {
+	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, t0); acts != nil || len(fresh.Transitions) != 0 {
 		t.Fatalf("extend without a quarantine: %v", acts)
 	}
-	acts := fresh.Command(Command{Kind: CmdForceQuarantine}, c0)
+	acts := fresh.Command(Command{Kind: CmdForceQuarantine}, t0)
 	if len(acts) != 1 || acts[0].Actor != "operator" || acts[0].Reason != "forced by operator" {
 		t.Fatalf("force-quarantine without actor: %+v", acts)
 	}
-	st.Command(Command{Kind: CmdReleaseApproval, Actor: "carol"}, c0)
+	st.Command(Command{Kind: CmdReleaseApproval, Actor: "carol"}, t0)
 	if last := st.Transitions[len(st.Transitions)-1]; last.Reason != "release approved" || last.Actor != "carol" {
 		t.Fatalf("legacy approval: %+v", last)
 	}
 }
 
 func TestCommandsOnTheReleasePath(t *testing.T) {
-	st := quarantinedDevice(true)
+	st := quarantined(Default())
 	for _, k := range []CommandKind{CmdApprove, CmdReleaseApproval, CmdReject} {
-		if acts := st.Command(Command{Kind: k, Actor: "bob"}, c0); acts != nil {
+		if acts := st.Command(Command{Kind: k, Actor: "bob"}, t0); acts != nil {
 			t.Fatalf("%s with no release waiting: %v", k, acts)
 		}
 	}
 	fresh := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", Default(), false)
 	fresh.ReleasePath = true
-	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, c0); acts != nil {
+	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, t0); acts != nil {
 		t.Fatalf("extend without a quarantine: %v", acts)
 	}
-	if acts := fresh.Command(Command{Kind: CmdRelease, Actor: "bob"}, c0); acts != nil {
+	if acts := fresh.Command(Command{Kind: CmdRelease, Actor: "bob"}, t0); acts != nil {
 		t.Fatalf("release of a device in service: %v", acts)
 	}
 	// Forced while a review runs: the review fails, the quarantine stays.
-	st.Command(Command{Kind: CmdRelease, Actor: "bob"}, c0)
+	st.Command(Command{Kind: CmdRelease, Actor: "bob"}, t0)
 	if st.State != Recovering {
 		t.Fatalf("release did not start a review: %s", st.State)
 	}
-	st.Command(Command{Kind: CmdForceQuarantine, Actor: "dave", Reason: "flaky"}, c0.Add(time.Minute))
+	st.Command(Command{Kind: CmdForceQuarantine, Actor: "dave", Reason: "flaky"}, t0.Add(time.Minute))
 	last := st.Transitions[len(st.Transitions)-1]
 	if st.State != Quarantined || st.Review != nil || !strings.HasPrefix(last.Reason, "forced by dave: flaky") {
 		t.Fatalf("state %s review %+v last %+v", st.State, st.Review, last)
@@ -67,13 +59,13 @@ func TestCommandsOnTheReleasePath(t *testing.T) {
 func TestReportMessageAndStaleness(t *testing.T) {
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
 	obs := Observation{Health: device.Unknown, Message: "driver restarting", StatusVersion: "5", Reporters: []Reporter{{Pod: "p"}}}
-	st.Observe(obs, c0)
+	st.Observe(obs, t0)
 	if last := st.Transitions[len(st.Transitions)-1]; !strings.HasPrefix(last.Reason, "device reported Unknown: driver restarting;") {
 		t.Fatalf("reason %q", last.Reason)
 	}
 	st.Stale = true
-	st.Observe(obs, c0.Add(time.Minute)) // the same report again: a heartbeat after staleness
-	if st.Stale || !st.LastHeard.Equal(c0.Add(time.Minute)) {
+	st.Observe(obs, t0.Add(time.Minute)) // the same report again: a heartbeat after staleness
+	if st.Stale || !st.LastHeard.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("stale %v, last heard %v", st.Stale, st.LastHeard)
 	}
 }
@@ -98,27 +90,27 @@ func TestReviewEdges(t *testing.T) {
 	p.StabilityWindow = 0
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", p, false)
 	st.ReleasePath = true
-	st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", c0)
+	st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", t0)
 	st.Review = &Review{Stage: StageCanary, From: Quarantined}
 	st.State = Recovering
-	acts := st.startWindow(c0)
+	acts := st.startWindow(t0)
 	if st.Review == nil || st.Review.Stage == StageStability {
 		t.Fatalf("a zero window must end at once: review %+v, actions %+v", st.Review, acts)
 	}
 	noRecord := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", Default(), false)
 	noRecord.Review = &Review{Stage: StageProbe, From: Restricted}
-	if acts := noRecord.reviewFailed("probe failed", false, Actor, c0); acts != nil || len(noRecord.Transitions) != 1 || noRecord.Review != nil {
+	if acts := noRecord.reviewFailed("probe failed", false, Actor, t0); acts != nil || len(noRecord.Transitions) != 1 || noRecord.Review != nil {
 		t.Fatalf("a review without a quarantine record: %v %+v", acts, noRecord.Transitions)
 	}
-	if acts := noRecord.ReleaseDone(c0); acts != nil {
+	if acts := noRecord.ReleaseDone(t0); acts != nil {
 		t.Fatalf("release done with no review: %v", acts)
 	}
 }
 
 func TestSummaryOfHeldActions(t *testing.T) {
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
-	st.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", c0)
-	if n := st.Next(); n != "retry Quarantined at "+c0.Add(BreakerRetry).UTC().Format(time.RFC3339)+" (circuit breaker open)" {
+	st.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
+	if n := st.Next(); n != "retry Quarantined at "+t0.Add(BreakerRetry).UTC().Format(time.RFC3339)+" (circuit breaker open)" {
 		t.Fatalf("next %q", n)
 	}
 	st.Paused = true
@@ -138,7 +130,7 @@ func TestWaitListAfterContinueAsNew(t *testing.T) {
 func TestNodeEscalatesAtItsThreshold(t *testing.T) {
 	n := &NodeState{}
 	fail := func(dev string, threshold int) []Action {
-		return n.Fail(NodeFailure{Node: "node-1", Device: dev, State: Quarantined, Threshold: threshold}, c0)
+		return n.Fail(NodeFailure{Node: "node-1", Device: dev, State: Quarantined, Threshold: threshold}, t0)
 	}
 	if acts := fail("d/node-1/gpu-0", 2); acts != nil || n.Escalated {
 		t.Fatalf("one of two: %v", acts)
@@ -147,7 +139,7 @@ func TestNodeEscalatesAtItsThreshold(t *testing.T) {
 		t.Fatalf("a report without a threshold changed it to %d (%v)", n.Threshold, acts)
 	}
 	acts := fail("d/node-1/gpu-1", 2)
-	if len(acts) != 1 || !n.Escalated || !n.EscalatedAt.Equal(c0) {
+	if len(acts) != 1 || !n.Escalated || !n.EscalatedAt.Equal(t0) {
 		t.Fatalf("two of two: %v, escalated %v", acts, n.Escalated)
 	}
 	if acts := fail("d/node-1/gpu-2", 2); acts != nil {
@@ -192,7 +184,7 @@ func TestBoundariesInSwitchCases(t *testing.T) {
 	if err := st.Validate(Command{Kind: CmdPause, Actor: "bob", Duration: JSONDuration(time.Hour)}); err == nil {
 		t.Fatal("pause took a duration")
 	}
-	q := quarantinedDevice(true)
+	q := quarantined(Default())
 	if err := q.Validate(Command{Kind: CmdExtend, Actor: "bob", Duration: JSONDuration(maxExtend)}); err != nil {
 		t.Fatalf("extend by exactly the maximum: %v", err)
 	}

@@ -56,14 +56,9 @@ func (m *migrationEntry) apply(dst *Migration) {
 	if m.ClusterWide != nil {
 		dst.ClusterWide = *m.ClusterWide
 	}
-	set := func(d *JSONDuration, s *Duration) {
-		if s != nil {
-			*d = JSONDuration(s.Duration)
-		}
-	}
-	set(&dst.CheckpointTimeout, m.CheckpointTimeout)
-	set(&dst.ReadyTimeout, m.ReadyTimeout)
-	set(&dst.EvidenceKeep, m.EvidenceKeep)
+	setDuration(&dst.CheckpointTimeout, m.CheckpointTimeout)
+	setDuration(&dst.ReadyTimeout, m.ReadyTimeout)
+	setDuration(&dst.EvidenceKeep, m.EvidenceKeep)
 	if m.TenantChannels != nil {
 		dst.TenantChannels = m.TenantChannels
 	}

@@ -291,6 +291,13 @@ func (s *Set) WithIdentity(driver string, attrs ...string) *Set {
 // Duration is a time.Duration written as "5m", "1h30m".
 type Duration struct{ time.Duration }
 
+// setDuration overrides dst with a duration the file sets.
+func setDuration(dst *JSONDuration, src *Duration) {
+	if src != nil {
+		*dst = JSONDuration(src.Duration)
+	}
+}
+
 // UnmarshalYAML parses a Go duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
@@ -407,23 +414,18 @@ func annotateLines(root *yaml.Node, f *file) {
 func (e entry) apply(base Policy, name string) (Policy, error) {
 	p := base
 	p.Name = name
-	set := func(dst *JSONDuration, src *Duration) {
-		if src != nil {
-			*dst = JSONDuration(src.Duration)
-		}
-	}
-	set(&p.ToleranceWindow, e.ToleranceWindow)
-	set(&p.BackoffCap, e.BackoffCap)
-	set(&p.HeartbeatLimit, e.HeartbeatLimit)
-	set(&p.StabilityWindow, e.StabilityWindow)
-	set(&p.QuarantineLease, e.QuarantineLease)
+	setDuration(&p.ToleranceWindow, e.ToleranceWindow)
+	setDuration(&p.BackoffCap, e.BackoffCap)
+	setDuration(&p.HeartbeatLimit, e.HeartbeatLimit)
+	setDuration(&p.StabilityWindow, e.StabilityWindow)
+	setDuration(&p.QuarantineLease, e.QuarantineLease)
 	if e.TaintEffect != nil {
 		p.TaintEffect = *e.TaintEffect
 	}
 	if e.ApprovalRequired != nil {
 		p.ApprovalRequired = *e.ApprovalRequired
 	}
-	set(&p.ApprovalTimeout, e.ApprovalTimeout)
+	setDuration(&p.ApprovalTimeout, e.ApprovalTimeout)
 	if e.ProbeRestricted != nil {
 		p.ProbeRestricted = *e.ProbeRestricted
 	}
