@@ -155,9 +155,7 @@ func (c *checkEntry) apply(dst *Check) {
 	if c.Command != nil {
 		dst.Command = c.Command
 	}
-	if c.Timeout != nil {
-		dst.Timeout = JSONDuration(c.Timeout.Duration)
-	}
+	setDuration(&dst.Timeout, c.Timeout)
 	if c.Namespace != nil {
 		dst.Namespace = *c.Namespace
 	}
