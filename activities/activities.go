@@ -43,8 +43,9 @@ type Activities struct {
 	DryRun bool
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
 	Approvals Approver
-	// LeaseNamespace holds migration Leases (DeviceWarden's own namespace; default "default").
-	LeaseNamespace string
+	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence ConfigMaps live
+	// there, never in a tenant's (default "default").
+	OwnNamespace string
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
 

@@ -46,7 +46,7 @@ func EvidenceName(workflowID string) string {
 // the one that matters, and a retried activity writes nothing twice.
 func (a *Activities) PreserveEvidence(ctx context.Context, in EvidenceInput) (string, error) {
 	name := EvidenceName(in.WorkflowID)
-	cms := a.Kube.CoreV1().ConfigMaps(a.leaseNamespace())
+	cms := a.Kube.CoreV1().ConfigMaps(a.ownNamespace())
 	if _, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
 		return name, nil
 	} else if !apierrors.IsNotFound(err) {

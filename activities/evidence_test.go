@@ -22,7 +22,7 @@ func TestPreserveEvidence(t *testing.T) {
 	other := ev.DeepCopy()
 	other.Name, other.InvolvedObject.Name, other.Message = "e2", "someone-else", "not ours"
 	env, a, kube := activityEnv(t, p, claim, ev, other)
-	a.LeaseNamespace = "devicewarden"
+	a.OwnNamespace = "devicewarden"
 	env.RegisterActivity(a)
 	w := trainJob
 	w.Pods = []string{"train-0", "train-1"}

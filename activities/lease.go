@@ -45,18 +45,18 @@ func MigrationLeaseName(w Workload) string {
 	return "devicewarden-migrate-" + hex.EncodeToString(sum[:8])
 }
 
-func (a *Activities) leaseNamespace() string {
-	if a.LeaseNamespace == "" {
+func (a *Activities) ownNamespace() string {
+	if a.OwnNamespace == "" {
 		return "default"
 	}
-	return a.LeaseNamespace
+	return a.OwnNamespace
 }
 
 // TakeMigrationLease takes the workload's Lease, renews it when the caller holds it already (a
 // restarted worker resuming its own migration), or takes it over once it expired. A Lease another
 // holder renews in time is not taken: the answer says who holds it.
 func (a *Activities) TakeMigrationLease(ctx context.Context, in LeaseInput) (LeaseResult, error) {
-	leases := a.Kube.CoordinationV1().Leases(a.leaseNamespace())
+	leases := a.Kube.CoordinationV1().Leases(a.ownNamespace())
 	name := MigrationLeaseName(in.Workload)
 	now := metav1.NewMicroTime(time.Now())
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -122,7 +122,7 @@ func (a *Activities) HoldMigrationLease(ctx context.Context, in LeaseInput) erro
 
 // ReleaseMigrationLease deletes the Lease if the caller still holds it.
 func (a *Activities) ReleaseMigrationLease(ctx context.Context, in LeaseInput) error {
-	leases := a.Kube.CoordinationV1().Leases(a.leaseNamespace())
+	leases := a.Kube.CoordinationV1().Leases(a.ownNamespace())
 	name := MigrationLeaseName(in.Workload)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -36,7 +36,7 @@ func takeLease(t *testing.T, a *Activities, in LeaseInput) LeaseResult {
 
 func TestMigrationLease(t *testing.T) {
 	_, a, kube := activityEnv(t)
-	a.LeaseNamespace = "devicewarden"
+	a.OwnNamespace = "devicewarden"
 	first, second := leaseIn("migrate/a/uid-train/1"), leaseIn("migrate/b/uid-train/1")
 	if res := takeLease(t, a, first); !res.Held {
 		t.Fatalf("first take: %+v", res)

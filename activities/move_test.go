@@ -7,10 +7,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
@@ -25,8 +25,8 @@ func TestEvictPodOutcomes(t *testing.T) {
 		wantErr string // "" no error; else the ApplicationError type, or "other"
 	}{
 		{"evicted", nil, "", ""},
-		{"already gone", apierrors.NewNotFound(corev1Resource("pods"), "train-0"), "", ""},
-		{"a newer pod of that name", apierrors.NewConflict(corev1Resource("pods"), "train-0", errors.New("uid precondition")), "uid-1", ""},
+		{"already gone", apierrors.NewNotFound(corev1.Resource("pods"), "train-0"), "", ""},
+		{"a newer pod of that name", apierrors.NewConflict(corev1.Resource("pods"), "train-0", errors.New("uid precondition")), "uid-1", ""},
 		{"budget refuses", apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10), "", ErrEvictionBlocked},
 		{"server error", apierrors.NewInternalError(errors.New("etcd")), "", "other"},
 	}
@@ -74,5 +74,3 @@ func TestSuspendJob(t *testing.T) {
 		t.Fatal("suspending a Job that does not exist succeeded")
 	}
 }
-
-func corev1Resource(r string) schema.GroupResource { return schema.GroupResource{Resource: r} }

@@ -8,9 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -39,10 +41,11 @@ func TestInspectRule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env, a, _ := activityEnv(t)
+			var objs []runtime.Object
 			if tt.rule != nil {
-				env, a, _ = activityEnv(t, tt.rule)
+				objs = append(objs, tt.rule)
 			}
+			env, a, _ := activityEnv(t, objs...)
 			v, err := env.ExecuteActivity(a.InspectRule, InspectInput{Device: tt.id, Effect: "NoSchedule"})
 			if err != nil {
 				t.Fatal(err)
@@ -58,18 +61,24 @@ func TestInspectRule(t *testing.T) {
 	}
 }
 
+// refresh runs RefreshRule in the activity environment and decodes its result.
+func refresh(env *testsuite.TestActivityEnvironment, a *Activities, in QuarantineInput) (RefreshResult, error) {
+	var res RefreshResult
+	v, err := env.ExecuteActivity(a.RefreshRule, in)
+	if err == nil {
+		err = v.Get(&res)
+	}
+	return res, err
+}
+
 func TestRefreshRule(t *testing.T) {
 	in := quarantineIn("XID 79")
 	in.ExpiresAt = in.ExpiresAt.Add(48 * time.Hour)
 	in.Effect = resourcev1.DeviceTaintEffectNoExecute
 	t.Run("rewrites expiry and effect", func(t *testing.T) {
 		env, a, kube := activityEnv(t, existingRule(quarantineIn("XID 79")))
-		v, err := env.ExecuteActivity(a.RefreshRule, in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res RefreshResult
-		if err := v.Get(&res); err != nil || res.Missing || res.Effect != "NoExecute" {
+		res, err := refresh(env, a, in)
+		if err != nil || res.Missing || res.Effect != "NoExecute" {
 			t.Fatalf("result %+v %v", res, err)
 		}
 		r, _ := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
@@ -79,12 +88,8 @@ func TestRefreshRule(t *testing.T) {
 	})
 	t.Run("never creates a missing rule", func(t *testing.T) {
 		env, a, kube := activityEnv(t)
-		v, err := env.ExecuteActivity(a.RefreshRule, in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res RefreshResult
-		if err := v.Get(&res); err != nil || !res.Missing {
+		res, err := refresh(env, a, in)
+		if err != nil || !res.Missing {
 			t.Fatalf("result %+v %v", res, err)
 		}
 		if _, err := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -95,12 +100,8 @@ func TestRefreshRule(t *testing.T) {
 		old := existingRule(quarantineIn("XID 79"))
 		old.DeletionTimestamp, old.Finalizers = &metav1.Time{Time: time.Now()}, []string{"example.com/hold"}
 		env, a, _ := activityEnv(t, old)
-		v, err := env.ExecuteActivity(a.RefreshRule, in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res RefreshResult
-		if err := v.Get(&res); err != nil || !res.Missing {
+		res, err := refresh(env, a, in)
+		if err != nil || !res.Missing {
 			t.Fatalf("result %+v %v", res, err)
 		}
 	})

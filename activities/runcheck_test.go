@@ -33,7 +33,7 @@ func gpuSlice() *resourcev1.ResourceSlice {
 
 // kubelet plays the Job controller and the kubelet for check Pods: it makes the canary Job's Pod
 // and finishes every check Pod in phase, until stopped.
-func kubelet(t *testing.T, kube kubernetes.Interface, phase corev1.PodPhase, health corev1.ResourceHealthStatus) func() {
+func kubelet(kube kubernetes.Interface, phase corev1.PodPhase, health corev1.ResourceHealthStatus) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -75,7 +75,7 @@ func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.
 	env, a, kube := activityEnv(t, gpuSlice())
 	a.CheckPoll = 50 * time.Millisecond
 	env.RegisterActivity(a)
-	stop := kubelet(t, kube, phase, health)
+	stop := kubelet(kube, phase, health)
 	defer stop()
 	v, err := env.ExecuteActivity(a.RunCheck, in)
 	var res policy.StepResult
@@ -114,13 +114,12 @@ func TestRunCheckPasses(t *testing.T) {
 
 // The claim can be allocated only the device, tolerating the stage's taint; the Pod goes to its node.
 func TestRunCheckPinsTheDevice(t *testing.T) {
-	env, a, kube := activityEnv(t, gpuSlice())
+	_, a, kube := activityEnv(t, gpuSlice())
 	in := checkIn(policy.ActCanary)
 	sel, node, err := a.pinDevice(context.Background(), in)
 	if err != nil || node != "node-1" || sel != `device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].index == 3` {
 		t.Fatalf("selector %q node %q err %v", sel, node, err)
 	}
-	_ = env
 	if err := a.createCheck(context.Background(), in, "checks", "c", sel, node); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +214,7 @@ func TestRunCheckClearsAnOlderReview(t *testing.T) {
 			if _, err := kube.CoreV1().Pods("checks").Create(context.Background(), old, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			stop := kubelet(t, kube, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
+			stop := kubelet(kube, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
 			defer stop()
 			v, err := env.ExecuteActivity(a.RunCheck, checkIn(policy.ActProbe))
 			if err != nil {

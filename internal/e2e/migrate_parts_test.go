@@ -39,7 +39,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &activities.Activities{Kube: kube, LeaseNamespace: ns}
+	a := &activities.Activities{Kube: kube, OwnNamespace: ns}
 	labels := map[string]string{"app": "train"}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "train"}, Spec: batchv1.JobSpec{
 		Template: corev1.PodTemplateSpec{
