@@ -130,10 +130,14 @@ func trim(data map[string]string) {
 		}
 		return n
 	}
-	for size() > maxEvidence && data["events.txt"] != "" {
+	if over := size() - maxEvidence; over > 0 {
+		// Drop whole lines from the front: up to the first line end at or past `over` bytes.
 		ev := data["events.txt"]
-		_, rest, _ := strings.Cut(ev, "\n")
-		data["events.txt"] = rest
+		if i := strings.IndexByte(ev[min(over-1, len(ev)):], '\n'); i >= 0 {
+			data["events.txt"] = ev[over+i:]
+		} else {
+			data["events.txt"] = ""
+		}
 	}
 	keys := make([]string, 0, len(data))
 	for k := range data {
