@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"strings"
@@ -118,10 +117,7 @@ func TestReportWaitsForItsClaim(t *testing.T) {
 	kube := fake.NewClientset(pod)
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := start(t, w)
 	waitUntil(t, "the unresolved report counted", func() bool {
 		return testutil.ToFloat64(w.cfg.Metrics.ResolutionFailures.WithLabelValues(ReasonClaimNotFound)) >= 1
 	})

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -106,20 +106,9 @@ func TestSourceListsWatchesAndResumes(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := "[add a add b add c update c delete a add a add b]"
-	if s := fmtList(got); s != want || relists != 2 {
+	if s := fmt.Sprint(got); s != want || relists != 2 {
 		t.Fatalf("handled %s with %d relists, want %s and 2", s, relists, want)
 	}
-}
-
-func fmtList(s []string) string {
-	out := "["
-	for i, v := range s {
-		if i > 0 {
-			out += " "
-		}
-		out += v
-	}
-	return out + "]"
 }
 
 func TestPagesPropagatesErrors(t *testing.T) {
@@ -134,5 +123,4 @@ func TestPagesPropagatesErrors(t *testing.T) {
 	if err != nil || len(items) != 2 || rv != "9" || cont != "more" {
 		t.Fatalf("%d items rv %q continue %q err %v", len(items), rv, cont, err)
 	}
-	_ = schema.GroupResource{}
 }

@@ -50,6 +50,21 @@ func (r *recorder) signals() []workflows.Observation {
 	return append([]workflows.Observation(nil), r.got...)
 }
 
+// start runs the watcher until the test ends; Run returning an error fails the test.
+func start(t *testing.T, w *Watcher) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return ctx
+}
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -83,15 +98,7 @@ func TestWatcherCountsBadInputAndSignalsGoodInput(t *testing.T) {
 	rec := &recorder{fail: 2}
 	m := metrics.New()
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	ctx := start(t, w)
 
 	// Temporal fails twice; the queue keeps the device and the signal still arrives once.
 	waitUntil(t, "signal", func() bool { return len(rec.signals()) == 1 })
@@ -167,10 +174,7 @@ func TestMissingAtStartIsReported(t *testing.T) {
 	kube := fake.NewSimpleClientset(slice, claimWith("direct-claim", result("a", "gpu-1"), result("a", "gpu-9")))
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	start(t, w)
 	waitUntil(t, "signal", func() bool { return len(rec.signals()) == 1 })
 	got := rec.signals()[0]
 	if got.Device.Device != "gpu-9" || got.Health != device.Unknown || !strings.Contains(got.Message, "disappeared from its ResourceSlice") {
