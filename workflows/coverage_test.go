@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -253,8 +252,10 @@ func recordedPaths(t *testing.T) (map[string]map[string]bool, map[string]map[str
 		for p := range h.paths {
 			have[h.workflowType][p] = true
 		}
-		for id := range h.versions {
-			markers[h.workflowType][id] = filepath.Base(f)
+		for p := range h.paths {
+			if id, ok := strings.CutPrefix(p, "version "); ok {
+				markers[h.workflowType][id] = filepath.Base(f)
+			}
 		}
 	}
 	for wf := range All {
@@ -264,5 +265,3 @@ func recordedPaths(t *testing.T) (map[string]map[string]bool, map[string]map[str
 	}
 	return have, markers
 }
-
-func (h history) String() string { return fmt.Sprintf("%s %d paths", h.workflowType, len(h.paths)) }

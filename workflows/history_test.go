@@ -14,7 +14,6 @@ import (
 type history struct {
 	workflowType string
 	paths        map[string]bool
-	versions     map[string]bool
 }
 
 // readHistory reads a history recorded as JSON and lists the paths it takes: signals, accepted
@@ -30,7 +29,7 @@ func readHistory(file string) (history, error) {
 	if err != nil {
 		return history{}, err
 	}
-	h := history{paths: map[string]bool{}, versions: map[string]bool{}}
+	h := history{paths: map[string]bool{}}
 	for _, ev := range hist.GetEvents() {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
@@ -53,7 +52,6 @@ func readHistory(file string) (history, error) {
 				if err := decode(m.GetDetails()["change-id"], &id); err != nil {
 					return h, fmt.Errorf("event %d: version marker: %w", ev.GetEventId(), err)
 				}
-				h.versions[id] = true
 				h.paths["version "+id] = true
 			case "LocalActivity":
 				var data struct{ ActivityType string }
