@@ -21,6 +21,16 @@ import (
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
+// cli runs a devicewarden command against the stack's Temporal and returns what it printed.
+func (s *stack) cli(ctx context.Context, args ...string) (string, error) {
+	root := cli.NewRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs(append(args, "--temporal-address", s.frontend, "--log-level", "warn"))
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
 // TestBreakerCapsAStorm: 20 devices turn Unhealthy at once with a cap of 5. Exactly 5 are
 // quarantined, the breaker opens, and the reason is visible through the query and `device list`.
 func TestBreakerCapsAStorm(t *testing.T) {
@@ -106,15 +116,12 @@ func TestBreakerCapsAStorm(t *testing.T) {
 
 	// The same picture through the CLI, read from Temporal visibility.
 	eventually(t, 10*time.Second, "device list shows 5 quarantined", func() error {
-		root := cli.NewRoot()
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetArgs([]string{"device", "list", "--state", "Quarantined", "--temporal-address", s.frontend, "--log-level", "warn"})
-		if err := root.ExecuteContext(ctx); err != nil {
+		out, err := s.cli(ctx, "device", "list", "--state", "Quarantined")
+		if err != nil {
 			return err
 		}
-		if got := strings.Count(out.String(), "Quarantined"); got != 5 {
-			return fmt.Errorf("%d quarantined rows:\n%s", got, out.String())
+		if got := strings.Count(out, "Quarantined"); got != 5 {
+			return fmt.Errorf("%d quarantined rows:\n%s", got, out)
 		}
 		return nil
 	})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/cli"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -116,11 +114,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	}
 	breaker := func(args ...string) {
 		t.Helper()
-		root := cli.NewRoot()
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetArgs(append([]string{"breaker"}, append(args, "--temporal-address", s.frontend, "--log-level", "warn")...))
-		if err := root.ExecuteContext(ctx); err != nil {
+		if _, err := s.cli(ctx, append([]string{"breaker"}, args...)...); err != nil {
 			t.Fatalf("breaker %v: %v", args, err)
 		}
 	}
