@@ -161,12 +161,7 @@ func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, fu
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := app.KubeConfig(cl.Kubeconfig)
-	if err != nil {
-		cl.Stop()
-		return nil, nil, err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubeClient(cl.Kubeconfig)
 	if err != nil {
 		cl.Stop()
 		return nil, nil, err
@@ -185,6 +180,15 @@ func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, fu
 	}
 	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress(), server: tc.Server,
 		kubeconfig: cl.Kubeconfig, auditLog: cl.AuditLog()}, stop, nil
+}
+
+// kubeClient is a clientset for a local cluster's kubeconfig.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := app.KubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
