@@ -23,7 +23,6 @@ func TestPreserveEvidence(t *testing.T) {
 	other.Name, other.InvolvedObject.Name, other.Message = "e2", "someone-else", "not ours"
 	env, a, kube := activityEnv(t, p, claim, ev, other)
 	a.OwnNamespace = "devicewarden"
-	env.RegisterActivity(a)
 	w := trainJob
 	w.Pods = []string{"train-0", "train-1"}
 	in := EvidenceInput{WorkflowID: "migrate/gpu/uid-train/7", Device: gpu3, Workload: w, Report: "gpu-3 Unhealthy: XID 79", Keep: 30 * 24 * time.Hour}

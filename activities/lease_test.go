@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,10 +20,8 @@ func leaseIn(holder string) LeaseInput {
 	return LeaseInput{Workload: trainJob, Holder: holder, Duration: 15 * time.Second}
 }
 
-func takeLease(t *testing.T, a *Activities, in LeaseInput) LeaseResult {
+func takeLease(t *testing.T, env *testsuite.TestActivityEnvironment, a *Activities, in LeaseInput) LeaseResult {
 	t.Helper()
-	env, _, _ := activityEnv(t)
-	env.RegisterActivity(a)
 	v, err := env.ExecuteActivity(a.TakeMigrationLease, in)
 	if err != nil {
 		t.Fatal(err)
@@ -35,20 +34,20 @@ func takeLease(t *testing.T, a *Activities, in LeaseInput) LeaseResult {
 }
 
 func TestMigrationLease(t *testing.T) {
-	_, a, kube := activityEnv(t)
+	env, a, kube := activityEnv(t)
 	a.OwnNamespace = "devicewarden"
 	first, second := leaseIn("migrate/a/uid-train/1"), leaseIn("migrate/b/uid-train/1")
-	if res := takeLease(t, a, first); !res.Held {
+	if res := takeLease(t, env, a, first); !res.Held {
 		t.Fatalf("first take: %+v", res)
 	}
 	l, err := kube.CoordinationV1().Leases("devicewarden").Get(context.Background(), MigrationLeaseName(trainJob), metav1.GetOptions{})
 	if err != nil || *l.Spec.HolderIdentity != first.Holder || *l.Spec.LeaseDurationSeconds != 15 || l.Labels[LabelWorkloadName] != "train" {
 		t.Fatalf("lease %+v %v", l, err)
 	}
-	if res := takeLease(t, a, second); res.Held || res.Holder != first.Holder {
+	if res := takeLease(t, env, a, second); res.Held || res.Holder != first.Holder {
 		t.Fatalf("a second migration took a held lease: %+v", res)
 	}
-	if res := takeLease(t, a, first); !res.Held {
+	if res := takeLease(t, env, a, first); !res.Held {
 		t.Fatalf("the holder could not renew (a restarted worker resuming): %+v", res)
 	}
 	// Expired: the second may take it over.
@@ -57,7 +56,7 @@ func TestMigrationLease(t *testing.T) {
 	if _, err := kube.CoordinationV1().Leases("devicewarden").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if res := takeLease(t, a, second); !res.Held {
+	if res := takeLease(t, env, a, second); !res.Held {
 		t.Fatalf("an expired lease was not taken over: %+v", res)
 	}
 	l, _ = kube.CoordinationV1().Leases("devicewarden").Get(context.Background(), MigrationLeaseName(trainJob), metav1.GetOptions{})
@@ -65,8 +64,6 @@ func TestMigrationLease(t *testing.T) {
 		t.Fatalf("after take-over: %+v", l.Spec)
 	}
 	// Only the holder releases it.
-	env, _, _ := activityEnv(t)
-	env.RegisterActivity(a)
 	if _, err := env.ExecuteActivity(a.ReleaseMigrationLease, first); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,6 @@ func TestAlert(t *testing.T) {
 	}
 	to := &sent{}
 	a.Alerter = to
-	env.RegisterActivity(a)
 	if _, err := env.ExecuteActivity(a.Alert, in); err != nil || len(to.alerts) != 1 || to.alerts[0] != in {
 		t.Fatalf("delivered %+v (%v)", to.alerts, err)
 	}
@@ -57,7 +56,6 @@ func TestRequestApproval(t *testing.T) {
 	}
 	to := &sent{}
 	a.Approvals = to
-	env.RegisterActivity(a)
 	noChannel := req
 	noChannel.Channel = ""
 	if _, err := env.ExecuteActivity(a.RequestApproval, noChannel); err != nil || len(to.approvals) != 0 {

@@ -38,7 +38,6 @@ func permit(t *testing.T, b *breakerAnswer, calls int, in PermitInput) ([]policy
 	t.Helper()
 	env, a, kube := activityEnv(t, slice("node-1", 3), slice("node-2", 5))
 	a.Breaker, a.BreakerConfig = b, policy.BreakerConfig{Window: time.Minute, MaxCount: 4}
-	env.RegisterActivity(a)
 	var out []policy.PermitResult
 	for i := range calls {
 		if i == 1 { // a slice published after the first count is not seen until the cache expires
@@ -129,7 +128,6 @@ func TestReportNodeFailure(t *testing.T) {
 	}
 	nodes := &nodeReports{}
 	a.Nodes = nodes
-	env.RegisterActivity(a)
 	if _, err := env.ExecuteActivity(a.ReportNodeFailure, policy.NodeFailure{Device: gpu3.String()}); err != nil || len(nodes.got) != 0 {
 		t.Fatalf("a failure without a node: %v, reported %v", err, nodes.got)
 	}

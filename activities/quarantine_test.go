@@ -157,7 +157,6 @@ func TestQuarantineUpdatesARestriction(t *testing.T) {
 func TestQuarantineDryRunPreviews(t *testing.T) {
 	env, a, kube := activityEnv(t)
 	a.DryRun = true
-	env.RegisterActivity(a)
 	v, err := env.ExecuteActivity(a.Quarantine, quarantineIn("XID 79"))
 	if err != nil {
 		t.Fatal(err)

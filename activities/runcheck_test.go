@@ -74,7 +74,6 @@ func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.
 	t.Helper()
 	env, a, kube := activityEnv(t, gpuSlice())
 	a.CheckPoll = 50 * time.Millisecond
-	env.RegisterActivity(a)
 	stop := kubelet(kube, phase, health)
 	defer stop()
 	v, err := env.ExecuteActivity(a.RunCheck, in)
@@ -206,7 +205,6 @@ func TestRunCheckClearsAnOlderReview(t *testing.T) {
 		t.Run("review "+tt.review, func(t *testing.T) {
 			env, a, kube := activityEnv(t, gpuSlice())
 			a.CheckPoll = 50 * time.Millisecond
-			env.RegisterActivity(a)
 			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "checks", Labels: map[string]string{LabelReview: tt.review, LabelCheck: name}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe"}}},
 				Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "probe",
