@@ -241,7 +241,8 @@ func TestStaleGraceAfterTheWorkflowWasAway(t *testing.T) {
 	late := t0.Add(limit + 20*time.Minute) // Temporal was down for 20 minutes past the deadline
 
 	st := fresh(true)
-	if acts := st.Tick(late); st.Stale || len(acts) != 0 || !st.StaleGraceUntil.Equal(late.Add(StaleGrace)) {
+	// StaleGrace is the watcher's default heartbeat interval, 2 minutes.
+	if acts := st.Tick(late); st.Stale || len(acts) != 0 || !st.StaleGraceUntil.Equal(late.Add(2*time.Minute)) {
 		t.Fatalf("late deadline: stale=%v acts=%v grace until %s", st.Stale, acts, st.StaleGraceUntil)
 	}
 	if next := st.NextDeadline(); !next.Equal(late.Add(StaleGrace)) {

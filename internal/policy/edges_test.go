@@ -174,6 +174,14 @@ func TestBoundariesInSwitchCases(t *testing.T) {
 	if _, err := Parse([]byte("default:\n  migration: {enabled: true, perNode: 2, clusterWide: 2}\n")); err != nil {
 		t.Fatalf("perNode equal to clusterWide: %v", err)
 	}
+	if _, err := Parse([]byte("default:\n  migration: {enabled: true, perNode: 1, clusterWide: 1}\n")); err != nil {
+		t.Fatalf("one migration at a time in the whole cluster: %v", err)
+	}
+	for _, field := range []string{"checkpointTimeout", "readyTimeout", "evidenceKeep"} {
+		if _, err := Parse([]byte("default:\n  migration: {enabled: true, " + field + ": 0s}\n")); err == nil {
+			t.Errorf("migration.%s of 0s accepted", field)
+		}
+	}
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", Default(), false)
 	if err := st.Validate(Command{Kind: CmdPause, Actor: "bob", Reason: strings.Repeat("r", maxReason)}); err != nil {
 		t.Fatalf("a reason of exactly %d characters: %v", maxReason, err)

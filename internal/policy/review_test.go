@@ -614,6 +614,12 @@ func TestSummary(t *testing.T) {
 	if s := sus.Next(); s != "restrict at 2026-11-29T12:05:00Z unless it reports Healthy" {
 		t.Fatalf("suspect: %s", s)
 	}
+	for _, a := range sus.Tick(t0.Add(5 * time.Minute)) {
+		sus.Applied(a, dev.TaintRuleName(), t0.Add(5*time.Minute))
+	}
+	if s := sus.Next(); sus.State != Restricted || !strings.HasPrefix(s, "lease renewed at ") {
+		t.Fatalf("restricted (%s): %s", sus.State, s)
+	}
 	held := NewState(dev, "node-1", Default(), false)
 	held.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
 	if s := held.Next(); s != "retry Quarantined at 2026-11-29T12:00:30Z (circuit breaker open)" {

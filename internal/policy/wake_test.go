@@ -60,8 +60,8 @@ func TestWokenRetriesTheHeldAction(t *testing.T) {
 	st.BreakerWake = true
 	act := Action{Kind: ActTaint, To: Quarantined, Automatic: true, Reason: "XID 79"}
 	st.Denied(act, "circuit breaker open", now)
-	if !st.RetryAt.Equal(now.Add(BreakerFallback)) {
-		t.Fatalf("retry at %v, want the fallback %v", st.RetryAt, now.Add(BreakerFallback))
+	if !st.RetryAt.Equal(now.Add(10 * time.Minute)) { // BreakerFallback, as documented
+		t.Fatalf("retry at %v, want the 10-minute fallback", st.RetryAt)
 	}
 	st.Paused = true
 	if acts := st.Woken(now); acts != nil {
