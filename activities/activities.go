@@ -46,6 +46,10 @@ type Activities struct {
 	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence ConfigMaps live
 	// there, never in a tenant's (default "default").
 	OwnNamespace string
+	// Limiter queues migrations for the per-node and cluster-wide caps.
+	Limiter MigrationLimiter
+	// MigratePoll is how often migration waits look again (default 1 s).
+	MigratePoll time.Duration
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
 

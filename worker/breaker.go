@@ -180,3 +180,28 @@ func (n *NodeClient) DeviceFailed(ctx context.Context, f policy.NodeFailure) err
 		workflows.NodeWorkflow, workflows.NodeInput{Node: f.Node})
 	return err
 }
+
+// LimiterClient reaches the migration limiter with signal-with-start.
+type LimiterClient struct {
+	Client client.Client
+}
+
+func (l *LimiterClient) signal(ctx context.Context, name string, arg any) error {
+	_, err := l.Client.SignalWithStartWorkflow(ctx, workflows.MigrationLimiterID, name, arg,
+		client.StartWorkflowOptions{ID: workflows.MigrationLimiterID, TaskQueue: workflows.TaskQueue},
+		workflows.MigrationLimiterWorkflow, workflows.LimiterInput{})
+	if err != nil {
+		return fmt.Errorf("signal migration limiter (%s): %w", name, err)
+	}
+	return nil
+}
+
+// Acquire queues a migration for a slot.
+func (l *LimiterClient) Acquire(ctx context.Context, req policy.SlotRequest) error {
+	return l.signal(ctx, workflows.SignalSlotAcquire, req)
+}
+
+// Release frees a migration's slot.
+func (l *LimiterClient) Release(ctx context.Context, id string) error {
+	return l.signal(ctx, workflows.SignalSlotRelease, id)
+}

@@ -4,7 +4,11 @@
 package workflows
 
 import (
+	"time"
+
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/devicewarden/devicewarden/activities"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -57,6 +61,17 @@ const (
 	// SignalDeviceFailed tells a node's workflow that one of its devices was tainted
 	// (payload policy.NodeFailure).
 	SignalDeviceFailed = "device-failed"
+
+	// MigrationLimiterID is the one migration-limiter workflow of a namespace.
+	MigrationLimiterID = "devicewarden-migrations"
+	// Limiter signals: a migration asks for a slot (policy.SlotRequest) and frees it (its ID); the
+	// limiter answers a granted request with slot-granted on the migration.
+	SignalSlotAcquire = "acquire-slot"
+	SignalSlotRelease = "release-slot"
+	SignalSlotGranted = "slot-granted"
+	// Updates to a migration that waits for a person (payload policy.MigrationDecision).
+	UpdateMigrateAnyway = "migrate-anyway"
+	UpdateAbandon       = "abandon"
 )
 
 // OperatorSignals are the device workflow's operator signals.
@@ -116,6 +131,33 @@ type ConfigureBreaker struct {
 	Owner  string               `json:"owner"`
 }
 
+// LimiterInput starts (or continues) the migration limiter.
+type LimiterInput struct {
+	State *policy.SlotState `json:"state,omitempty"`
+}
+
+// MigrateInput starts the migration of one workload off a quarantined device.
+type MigrateInput struct {
+	Device   device.ID           `json:"device"`
+	Node     string              `json:"node"`
+	Workload activities.Workload `json:"workload"`
+	// StatusVersion is the Pod status version of the report that quarantined the device.
+	StatusVersion string `json:"statusVersion"`
+	// Report is that report, as the device workflow recorded it (kept with the evidence).
+	Report        string           `json:"report"`
+	QuarantinedAt time.Time        `json:"quarantinedAt"`
+	Policy        policy.Migration `json:"policy"`
+	// Channel is the policy's Slack channel, for outcomes; a tenant's own channel comes from the policy.
+	Channel string `json:"channel,omitempty"`
+}
+
+// MigrationID is a migration's business key: a repeated trigger for the same report joins the same
+// run, a new failure episode (a newer status version) starts a new one.
+func MigrationID(dev device.ID, workloadUID, statusVersion string) string {
+	return "migrate/" + dev.String() + "/" + workloadUID + "/" + statusVersion
+}
+
 // All lists every workflow type by name, for the worker to register and for the replay-coverage
 // check to require a recorded history of each.
-var All = map[string]any{"DeviceWorkflow": DeviceWorkflow, "BreakerWorkflow": BreakerWorkflow, "NodeWorkflow": NodeWorkflow}
+var All = map[string]any{"DeviceWorkflow": DeviceWorkflow, "BreakerWorkflow": BreakerWorkflow, "NodeWorkflow": NodeWorkflow,
+	"MigrateWorkflow": MigrateWorkflow, "MigrationLimiterWorkflow": MigrationLimiterWorkflow}

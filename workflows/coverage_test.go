@@ -12,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // TestReplayCoversEveryPath fails when a workflow gains a path that no recorded history takes, so
@@ -100,6 +104,17 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.ExecuteWorkflow(f, BreakerInput{})
 	case func(workflow.Context, NodeInput) error:
 		env.ExecuteWorkflow(f, NodeInput{Node: "node-1"})
+	case func(workflow.Context, LimiterInput) error:
+		env.ExecuteWorkflow(f, LimiterInput{})
+	case func(workflow.Context, MigrateInput) (policy.MigrationState, error):
+		env.RegisterActivity(&activities.Activities{})
+		env.OnActivity("TakeMigrationLease", mock.Anything, mock.Anything).Return(activities.LeaseResult{Held: true}, nil).Maybe()
+		for _, name := range []string{"HoldMigrationLease", "RequestMigrationSlot", "ReleaseMigrationLease"} {
+			env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
+		}
+		env.OnActivity("RecordMigration", mock.Anything, mock.Anything).Return(nil).Maybe()
+		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
+		env.ExecuteWorkflow(f, MigrateInput{Device: gpu0, Node: "node-1"})
 	default:
 		t.Fatalf("unknown workflow function %T", fn)
 	}

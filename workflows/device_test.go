@@ -36,6 +36,7 @@ func ob(at time.Duration, h device.Health, ver string) event {
 
 type harness struct {
 	env        *testsuite.TestWorkflowEnvironment
+	pol        *policy.Policy // the device's policy (default policy.Default())
 	quarantine []activities.QuarantineInput
 	denyFirst  int // AcquirePermit denies this many requests first
 	permits    int
@@ -174,7 +175,11 @@ func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.D
 	}
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, end, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	p := policy.Default()
+	if h.pol != nil {
+		p = *h.pol
+	}
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	return got
 }
 

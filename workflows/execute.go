@@ -131,6 +131,9 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 			workflow.GetLogger(ctx).Warn("node escalation not reported", "error", err)
 		}
 	}
+	if pods := st.MigrationPods(act); len(pods) > 0 && workflow.GetVersion(ctx, "migrate", workflow.DefaultVersion, 1) >= 1 {
+		startMigrations(ctx, st, pods)
+	}
 	return nil
 }
 

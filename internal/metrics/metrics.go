@@ -47,6 +47,14 @@ type Metrics struct {
 	Checks *prometheus.CounterVec
 	// Notifications counts Slack messages by result (sent, failed).
 	Notifications *prometheus.CounterVec
+	// Migrations counts finished migrations by outcome and failure class (empty unless failed).
+	Migrations *prometheus.CounterVec
+	// MigrationSeconds is a migration's duration, from its slot to its end; CheckpointSeconds how
+	// long workloads took to answer a checkpoint request.
+	MigrationSeconds, CheckpointSeconds prometheus.Histogram
+	// IdleDeviceSeconds adds, per migration, the seconds from the quarantine until the workload was
+	// off the device: time the job computed on a device already taken out of service.
+	IdleDeviceSeconds prometheus.Counter
 }
 
 // New registers all collectors in a new registry.
@@ -131,8 +139,26 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "slack", Name: "notifications_total",
 			Help: "Slack notifications and approval requests.",
 		}, []string{"result"}),
+		Migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "migration", Name: "migrations_total",
+			Help: "Finished migrations by outcome (migrated, evidence-preserved, abandoned, failed) and failure class.",
+		}, []string{"outcome", "class"}),
+		MigrationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "devicewarden", Subsystem: "migration", Name: "duration_seconds",
+			Help:    "Duration of a migration from its rate-limit slot to its end.",
+			Buckets: prometheus.ExponentialBuckets(0.5, 2, 14),
+		}),
+		CheckpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "devicewarden", Subsystem: "migration", Name: "checkpoint_wait_seconds",
+			Help:    "How long workloads took to answer a checkpoint request.",
+			Buckets: prometheus.ExponentialBuckets(0.5, 2, 12),
+		}),
+		IdleDeviceSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "migration", Name: "quarantined_device_busy_seconds_total",
+			Help: "Seconds from a quarantine until the workload was off the device, summed over migrations.",
+		}),
 	}
 	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
-		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines)
+		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
 }

@@ -177,7 +177,7 @@ func TestBoundariesInSwitchCases(t *testing.T) {
 	if _, err := Parse([]byte("default:\n  migration: {enabled: true, perNode: 1, clusterWide: 1}\n")); err != nil {
 		t.Fatalf("one migration at a time in the whole cluster: %v", err)
 	}
-	for _, field := range []string{"checkpointTimeout", "readyTimeout", "evidenceKeep"} {
+	for _, field := range []string{"checkpointTimeout", "readyTimeout", "decisionTimeout", "evidenceKeep"} {
 		if _, err := Parse([]byte("default:\n  migration: {enabled: true, " + field + ": 0s}\n")); err == nil {
 			t.Errorf("migration.%s of 0s accepted", field)
 		}

@@ -16,6 +16,9 @@ type Migration struct {
 	CheckpointTimeout JSONDuration `json:"checkpointTimeout,omitempty"`
 	// ReadyTimeout is how long the moved workload has to be Ready on other devices.
 	ReadyTimeout JSONDuration `json:"readyTimeout,omitempty"`
+	// DecisionTimeout is how long a workload that could not be moved safely waits for a person's
+	// migrate-anyway or abandon before it is left where it is (its evidence kept).
+	DecisionTimeout JSONDuration `json:"decisionTimeout,omitempty"`
 	// EvidenceKeep is how long the evidence of a workload that could not be moved is kept.
 	EvidenceKeep JSONDuration `json:"evidenceKeep,omitempty"`
 	// TenantChannels are the Slack channels of tenants (namespace -> channel), told when their
@@ -26,7 +29,7 @@ type Migration struct {
 // DefaultMigration is what `migration: {enabled: true}` means.
 func DefaultMigration() Migration {
 	return Migration{PerNode: 1, ClusterWide: 10, CheckpointTimeout: JSONDuration(10 * time.Minute),
-		ReadyTimeout: JSONDuration(30 * time.Minute), EvidenceKeep: JSONDuration(30 * 24 * time.Hour)}
+		ReadyTimeout: JSONDuration(30 * time.Minute), DecisionTimeout: JSONDuration(24 * time.Hour), EvidenceKeep: JSONDuration(30 * 24 * time.Hour)}
 }
 
 // migrationEntry is the policy file's `migration:` block; unset fields keep the defaults.
@@ -36,6 +39,7 @@ type migrationEntry struct {
 	ClusterWide       *int              `yaml:"clusterWide"`
 	CheckpointTimeout *Duration         `yaml:"checkpointTimeout"`
 	ReadyTimeout      *Duration         `yaml:"readyTimeout"`
+	DecisionTimeout   *Duration         `yaml:"decisionTimeout"`
 	EvidenceKeep      *Duration         `yaml:"evidenceKeep"`
 	TenantChannels    map[string]string `yaml:"tenantChannels"`
 }
@@ -58,6 +62,7 @@ func (m *migrationEntry) apply(dst *Migration) {
 	}
 	setDuration(&dst.CheckpointTimeout, m.CheckpointTimeout)
 	setDuration(&dst.ReadyTimeout, m.ReadyTimeout)
+	setDuration(&dst.DecisionTimeout, m.DecisionTimeout)
 	setDuration(&dst.EvidenceKeep, m.EvidenceKeep)
 	if m.TenantChannels != nil {
 		dst.TenantChannels = m.TenantChannels
@@ -74,8 +79,8 @@ func (m Migration) validate() error {
 		return fmt.Errorf("migration.perNode and migration.clusterWide must be >= 1, got %d and %d", m.PerNode, m.ClusterWide)
 	case m.PerNode > m.ClusterWide:
 		return fmt.Errorf("migration.perNode (%d) must not exceed migration.clusterWide (%d)", m.PerNode, m.ClusterWide)
-	case m.CheckpointTimeout <= 0 || m.ReadyTimeout <= 0 || m.EvidenceKeep <= 0:
-		return fmt.Errorf("migration.checkpointTimeout, readyTimeout and evidenceKeep must be positive")
+	case m.CheckpointTimeout <= 0 || m.ReadyTimeout <= 0 || m.DecisionTimeout <= 0 || m.EvidenceKeep <= 0:
+		return fmt.Errorf("migration.checkpointTimeout, readyTimeout, decisionTimeout and evidenceKeep must be positive")
 	}
 	return nil
 }

@@ -131,6 +131,8 @@ type DeviceState struct {
 	UnknownEpisodes int               `json:"unknownEpisodes"`
 	ToleranceUntil  time.Time         `json:"toleranceUntil,omitempty"`
 	Quarantine      *QuarantineRecord `json:"quarantine,omitempty"`
+	// Migrations are the IDs of the migrations this device's quarantines started.
+	Migrations []string `json:"migrations,omitempty"`
 	// Held is an automatic action the circuit breaker withheld; it is retried at RetryAt.
 	Held       *Action   `json:"held,omitempty"`
 	HeldReason string    `json:"heldReason,omitempty"`

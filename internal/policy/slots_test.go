@@ -1,0 +1,126 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+func TestSlotsPerNodeAndClusterWide(t *testing.T) {
+	var s SlotState
+	req := func(id, node string) SlotRequest { return SlotRequest{ID: id, Node: node, PerNode: 1, ClusterWide: 2} }
+	steps := []struct {
+		do   func() []string
+		want string
+	}{
+		{func() []string { return s.Acquire(req("a", "n1")) }, "a"},
+		{func() []string { return s.Acquire(req("b", "n1")) }, ""},  // n1 is full
+		{func() []string { return s.Acquire(req("c", "n2")) }, "c"}, // another node goes ahead
+		{func() []string { return s.Acquire(req("d", "n3")) }, ""},  // the cluster is full
+		{func() []string { return s.Acquire(req("a", "n1")) }, "a"}, // a retried request of a holder
+		{func() []string { return s.Acquire(req("b", "n1")) }, ""},  // a retried request keeps its place
+		{func() []string { return s.Release("a") }, "b"},            // b was first in line
+		{func() []string { return s.Release("nobody") }, ""},        // unknown: nothing changes
+		{func() []string { return s.Release("c") }, "d"},            // d fits now
+		{func() []string { return s.Release("b") }, ""},             //
+		{func() []string { return s.Release("d") }, ""},             //
+	}
+	for i, st := range steps {
+		if got := strings.Join(st.do(), ","); got != st.want {
+			t.Fatalf("step %d: granted %q, want %q (state %+v)", i, got, st.want, s)
+		}
+	}
+	if !s.Idle() || s.Granted != 4 || s.MaxOnNode != 1 {
+		t.Fatalf("end state %+v", s)
+	}
+}
+
+func TestSlotsQueuePosition(t *testing.T) {
+	var s SlotState
+	s.Acquire(SlotRequest{ID: "a", Node: "n", PerNode: 2, ClusterWide: 2})
+	s.Acquire(SlotRequest{ID: "b", Node: "n", PerNode: 2, ClusterWide: 2})
+	s.Acquire(SlotRequest{ID: "c", Node: "n", PerNode: 2, ClusterWide: 2})
+	s.Acquire(SlotRequest{ID: "d", Node: "n", PerNode: 2, ClusterWide: 2})
+	if s.Position("a") != 0 || s.Position("c") != 1 || s.Position("d") != 2 || s.MaxOnNode != 2 {
+		t.Fatalf("positions a=%d c=%d d=%d max %d", s.Position("a"), s.Position("c"), s.Position("d"), s.MaxOnNode)
+	}
+	if got := s.Release("c"); len(got) != 0 || s.Position("d") != 1 {
+		t.Fatalf("dropping a waiter granted %v; d at %d", got, s.Position("d"))
+	}
+	// Zero limits (an old policy) still let one through.
+	var z SlotState
+	if got := z.Acquire(SlotRequest{ID: "x", Node: "n"}); len(got) != 1 {
+		t.Fatalf("zero limits granted %v", got)
+	}
+}
+
+func TestMigrationDecisions(t *testing.T) {
+	m := MigrationState{Phase: PhaseMoving}
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a"}); err == nil || !strings.Contains(err.Error(), "not waiting for a decision") {
+		t.Fatalf("decision while moving: %v", err)
+	}
+	m.Phase = PhaseWaitingForDecision
+	if err := m.ValidateDecision(MigrationDecision{}); err == nil {
+		t.Fatal("unsigned decision accepted")
+	}
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", maxReason+1)}); err == nil {
+		t.Fatal("overlong reason accepted")
+	}
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", maxReason)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMoveMechanism(t *testing.T) {
+	for _, c := range []struct {
+		kind       string
+		shrinkable bool
+		checkpoint string
+		want       string
+		recover    bool
+	}{
+		{"Job", false, "none", MoveSuspend, true},
+		{"Job", true, "none", MoveEvict, true},
+		{"Deployment", false, "none", MoveEvict, true},
+		{"StatefulSet", false, "annotation", MoveEvict, true},
+		{"Pod", false, "none", MoveNone, false},
+		{"Pod", false, "annotation", MoveNone, true},
+	} {
+		if got := MoveMechanism(c.kind, c.shrinkable); got != c.want {
+			t.Errorf("%s shrinkable=%t: %s, want %s", c.kind, c.shrinkable, got, c.want)
+		}
+		if got := Recoverable(c.kind, c.checkpoint); got != c.recover {
+			t.Errorf("%s checkpoint=%s recoverable %t", c.kind, c.checkpoint, got)
+		}
+	}
+}
+
+// Only an Unhealthy quarantine under a policy that moves jobs names Pods to move; Unknown never does.
+func TestMigrationPods(t *testing.T) {
+	p := Default()
+	p.Migration = DefaultMigration()
+	p.Migration.Enabled = true
+	st := NewState(dev, "node-1", p, false)
+	o := obs(device.Unhealthy, 1, "")
+	o.Reporters = append(o.Reporters, Reporter{Namespace: "ns", Pod: "p", Container: "c2"}, Reporter{Namespace: "ns", Pod: "q"},
+		Reporter{Slice: "slice-1"})
+	st.Observe(o, t0)
+	q := Action{Kind: ActTaint, To: Quarantined}
+	if got := st.MigrationPods(q); len(got) != 2 || got[0] != (PodRef{"ns", "p"}) || got[1] != (PodRef{"ns", "q"}) {
+		t.Fatalf("pods %v, want ns/p and ns/q once each", got)
+	}
+	if got := st.MigrationPods(Action{Kind: ActTaint, To: Restricted}); got != nil {
+		t.Fatalf("a restriction moves %v", got)
+	}
+	unknown := NewState(dev, "node-1", p, false)
+	unknown.Observe(obs(device.Unknown, 1, ""), t0)
+	if got := unknown.MigrationPods(q); got != nil {
+		t.Fatalf("an Unknown device moves %v", got)
+	}
+	off := NewState(dev, "node-1", Default(), false)
+	off.Observe(obs(device.Unhealthy, 1, ""), t0)
+	if got := off.MigrationPods(q); got != nil {
+		t.Fatalf("migration off, yet %v", got)
+	}
+}

@@ -1,0 +1,449 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// Migration timings that are not policy.
+const (
+	// MigrationLease is how long a migration Lease lasts without renewal; the holding activity renews
+	// it every third of that and heartbeats, so a dead worker's migration is resumed by the next one.
+	MigrationLease = time.Minute
+	// slotRetry re-sends a slot request that was not answered (a limiter that was reset).
+	slotRetry = 10 * time.Minute
+)
+
+// migration is one run's working state.
+type migration struct {
+	in        MigrateInput
+	m         *policy.MigrationState
+	id        string
+	started   time.Time
+	slot      bool
+	decisions workflow.Channel
+	// work is cancelled when the Lease is lost; every step runs in it.
+	work workflow.Context
+}
+
+// MigrateWorkflow (ID MigrationID) moves one workload off a quarantined device: it takes the
+// workload's migration Lease, waits for a rate-limit slot and the circuit breaker, asks the workload
+// to checkpoint when it can, moves it (suspend and resume a Job, evict a shard or a replicated Pod
+// through the Eviction API) and waits for it to be Ready on other devices. A workload that cannot
+// move without losing its work keeps its evidence and waits for a person's migrate-anyway or abandon.
+func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationState, error) {
+	r := &migration{in: in, m: &policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
+		started: workflow.Now(ctx), decisions: workflow.NewBufferedChannel(ctx, 1)}
+	if r.in.Policy.DecisionTimeout <= 0 {
+		r.in.Policy.DecisionTimeout = policy.DefaultMigration().DecisionTimeout
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.MigrationState, error) { return *r.m, nil }); err != nil {
+		return *r.m, fmt.Errorf("register query: %w", err)
+	}
+	if err := r.registerDecisions(ctx); err != nil {
+		return *r.m, err
+	}
+	r.m.Mechanism = policy.MoveMechanism(in.Workload.Kind, in.Workload.Shrinkable)
+	r.m.Record(r.started, "%s %s/%s on %s: %s", in.Workload.Kind, in.Workload.Namespace, in.Workload.Name, in.Device, in.Report)
+
+	work, stopWork := workflow.WithCancel(ctx)
+	r.work = work
+	lease := activities.LeaseInput{Workload: in.Workload, Holder: r.id, Duration: MigrationLease}
+	var held activities.LeaseResult
+	if err := workflow.ExecuteActivity(activityOptions(ctx), a.TakeMigrationLease, lease).Get(ctx, &held); err != nil || !held.Held {
+		reason := fmt.Sprintf("migration lease held by %s: another migration moves this workload", held.Holder)
+		if err != nil {
+			reason = "migration lease not taken: " + err.Error()
+		}
+		r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, reason, workflow.Now(ctx))
+		r.finish(ctx)
+		return *r.m, nil
+	}
+	lost := r.holdLease(ctx, lease, stopWork)
+
+	r.proceed()
+	if *lost != "" && r.m.Phase != policy.PhaseDone {
+		r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, *lost, workflow.Now(ctx))
+	}
+	stopWork()
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if err := workflow.ExecuteActivity(activityOptions(dctx), a.ReleaseMigrationLease, lease).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("migration lease not released; it expires", "error", err)
+	}
+	r.finish(dctx)
+	return *r.m, nil
+}
+
+// holdLease renews the Lease in the background; losing it cancels the work and says why.
+func (r *migration) holdLease(ctx workflow.Context, lease activities.LeaseInput, stopWork workflow.CancelFunc) *string {
+	lost := new(string)
+	p := r.in.Policy
+	hctx := workflow.WithActivityOptions(r.work, workflow.ActivityOptions{
+		StartToCloseTimeout: p.CheckpointTimeout.D() + 2*p.ReadyTimeout.D() + p.DecisionTimeout.D() + time.Hour,
+		HeartbeatTimeout:    MigrationLease / 2,
+		RetryPolicy:         retryPolicy(activities.ErrLeaseLost),
+	})
+	f := workflow.ExecuteActivity(hctx, a.HoldMigrationLease, lease)
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		err := f.Get(gctx, nil)
+		if err != nil && !temporal.IsCanceledError(err) && r.work.Err() == nil {
+			*lost = "migration lease lost: " + err.Error()
+			stopWork()
+		}
+	})
+	return lost
+}
+
+// proceed takes the migration from its slot to its outcome; it returns when m is Done or the work
+// was cancelled.
+func (r *migration) proceed() {
+	ctx := r.work
+	w := r.in.Workload
+	if !policy.Recoverable(w.Kind, w.Checkpoint) {
+		r.decide(fmt.Sprintf("a bare Pod with %s=%s: nothing recreates it and it cannot save its work", activities.AnnotationCheckpoint, w.Checkpoint))
+		return
+	}
+	if !r.acquireSlot() || !r.permit() {
+		return
+	}
+	if w.Checkpoint == activities.CheckpointAnnotation {
+		ok, reason := r.checkpoint()
+		if ctx.Err() != nil {
+			return
+		}
+		if !ok {
+			r.decide(reason)
+			return
+		}
+	}
+	r.move(r.m.Mechanism)
+}
+
+// acquireSlot asks the limiter and waits for its answer; the query shows the wait.
+func (r *migration) acquireSlot() bool {
+	ctx := r.work
+	if r.slot {
+		return true
+	}
+	r.m.Phase, r.m.Waiting = policy.PhaseWaitingForSlot, fmt.Sprintf("a migration slot (at most %d on node %s, %d in the cluster)",
+		r.in.Policy.PerNode, r.in.Node, r.in.Policy.ClusterWide)
+	req := policy.SlotRequest{ID: r.id, Node: r.in.Node, PerNode: r.in.Policy.PerNode, ClusterWide: r.in.Policy.ClusterWide}
+	granted := workflow.GetSignalChannel(ctx, SignalSlotGranted)
+	for {
+		if err := workflow.ExecuteActivity(activityOptions(ctx), a.RequestMigrationSlot, req).Get(ctx, nil); err != nil {
+			return false // only when cancelled: the activity retries until then
+		}
+		tctx, cancel := workflow.WithCancel(ctx)
+		got := false
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(granted, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); got = true })
+		sel.AddFuture(workflow.NewTimer(tctx, slotRetry), func(workflow.Future) {})
+		sel.Select(ctx)
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
+		if got {
+			r.slot, r.m.SlotAt, r.m.Waiting = true, workflow.Now(ctx), ""
+			r.m.Record(r.m.SlotAt, "slot granted")
+			return true
+		}
+	}
+}
+
+// releaseSlot frees the slot for the next migration.
+func (r *migration) releaseSlot(ctx workflow.Context) {
+	if !r.slot {
+		return
+	}
+	if err := workflow.ExecuteActivity(activityOptions(ctx), a.ReleaseMigrationSlot, r.id).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("migration slot not released", "error", err)
+		return
+	}
+	r.slot, r.m.SlotFreedAt = false, workflow.Now(ctx)
+}
+
+// permit asks the circuit breaker, waiting while it is open.
+func (r *migration) permit() bool {
+	ctx := r.work
+	for {
+		var res policy.PermitResult
+		err := executeLocal(activityOptions(ctx), a.AcquirePermit, activities.PermitInput{Device: r.in.Device, Action: policy.ActionMigrate}).Get(ctx, &res)
+		if ctx.Err() != nil {
+			return false
+		}
+		if err == nil && res.Granted {
+			r.m.Waiting = ""
+			return true
+		}
+		reason := res.Reason
+		if err != nil {
+			reason = "circuit breaker unreachable: " + err.Error()
+		}
+		r.m.Phase, r.m.Waiting = policy.PhaseWaitingForBreaker, reason
+		if workflow.Sleep(ctx, policy.BreakerRetry) != nil {
+			return false
+		}
+	}
+}
+
+// checkpoint asks the workload to save its work and waits for its answer up to the policy's timeout.
+func (r *migration) checkpoint() (bool, string) {
+	ctx := r.work
+	w := r.in.Workload
+	r.m.Phase = policy.PhaseCheckpointing
+	timeout := r.in.Policy.CheckpointTimeout.D()
+	r.m.Waiting = fmt.Sprintf("%s=%s on %v (up to %s)", activities.AnnotationCheckpointCompleted, r.id, w.Pods, timeout)
+	in := activities.CheckpointInput{Namespace: w.Namespace, Pods: w.Pods, ID: r.id}
+	if err := workflow.ExecuteActivity(activityOptions(ctx), a.RequestCheckpoint, in).Get(ctx, nil); err != nil {
+		return false, "checkpoint not requested: " + err.Error()
+	}
+	asked := workflow.Now(ctx)
+	r.m.Record(asked, "checkpoint requested")
+	wctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	wait := workflow.ExecuteActivity(workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
+		StartToCloseTimeout: timeout + time.Minute, HeartbeatTimeout: 30 * time.Second,
+		RetryPolicy: retryPolicy()}), a.WaitCheckpoint, in)
+	var st activities.CheckpointStatus
+	var err error
+	answered := false
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(wait, func(f workflow.Future) { err = f.Get(ctx, &st); answered = true })
+	sel.AddFuture(workflow.NewTimer(wctx, timeout), func(workflow.Future) {})
+	sel.Select(ctx)
+	r.m.Waiting = ""
+	switch {
+	case !answered:
+		return false, fmt.Sprintf("no checkpoint within %s", timeout)
+	case err != nil:
+		return false, "checkpoint not read: " + err.Error()
+	case !st.Done:
+		return false, fmt.Sprintf("the workload's Pods are gone before answering (%v)", st.Gone)
+	}
+	r.m.CheckpointWait = policy.JSONDuration(workflow.Now(ctx).Sub(asked))
+	r.m.Record(workflow.Now(ctx), "checkpoint completed after %s", r.m.CheckpointWait.D())
+	return true, ""
+}
+
+// decide keeps the evidence, tells the tenant, frees the slot and waits for a person's decision.
+func (r *migration) decide(reason string) {
+	ctx := r.work
+	w := r.in.Workload
+	r.releaseSlot(ctx)
+	r.m.Record(workflow.Now(ctx), "not moved: %s", reason)
+	var name string
+	ev := activities.EvidenceInput{WorkflowID: r.id, Device: r.in.Device, Workload: w, Report: r.in.Report, Keep: r.in.Policy.EvidenceKeep.D()}
+	if err := workflow.ExecuteActivity(activityOptions(ctx), a.PreserveEvidence, ev).Get(ctx, &name); err != nil {
+		if ctx.Err() == nil {
+			r.m.Finish(policy.OutcomeFailed, policy.FailRetryable, "evidence not kept: "+err.Error(), workflow.Now(ctx))
+		}
+		return
+	}
+	r.m.Evidence = name
+	timeout := r.in.Policy.DecisionTimeout.D()
+	channel := r.in.Policy.TenantChannels[w.Namespace]
+	if channel == "" {
+		channel = r.in.Channel
+	}
+	r.notify(ctx, policy.LevelWarning, channel, fmt.Sprintf("%s %s/%s was not moved off failed device %s: %s. Evidence in ConfigMap %s. Decide within %s: devicewarden migration migrate-anyway|abandon %s",
+		w.Kind, w.Namespace, w.Name, r.in.Device, reason, name, timeout, r.id))
+	r.m.Phase, r.m.Waiting = policy.PhaseWaitingForDecision, fmt.Sprintf("migrate-anyway or abandon (until %s)", workflow.Now(ctx).Add(timeout).UTC().Format(time.RFC3339))
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	var d decision
+	timedOut := false
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(r.decisions, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &d) })
+	sel.AddFuture(workflow.NewTimer(tctx, timeout), func(workflow.Future) { timedOut = true })
+	sel.Select(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case timedOut:
+		r.m.Finish(policy.OutcomeEvidencePreserved, "", fmt.Sprintf("%s; nobody decided within %s", reason, timeout), workflow.Now(ctx))
+	case d.kind == UpdateAbandon:
+		r.m.Actor = d.Actor
+		r.m.Finish(policy.OutcomeAbandoned, "", fmt.Sprintf("left on the device by %s: %s", d.Actor, d.Reason), workflow.Now(ctx))
+	default:
+		r.m.Actor = d.Actor
+		r.m.Record(workflow.Now(ctx), "migrate anyway, by %s: %s", d.Actor, d.Reason)
+		if r.acquireSlot() && r.permit() {
+			r.move(policy.MoveEvict)
+		}
+	}
+}
+
+// move suspends (and resumes) a Job or evicts the Pods on the device, then waits for the workload
+// to be Ready elsewhere.
+func (r *migration) move(mech string) {
+	ctx := r.work
+	w := r.in.Workload
+	r.m.Phase, r.m.Mechanism = policy.PhaseMoving, mech
+	var before []activities.PodInfo
+	if err := workflow.ExecuteActivity(activityOptions(ctx), a.WorkloadPods, w).Get(ctx, &before); err != nil {
+		r.failUnlessCancelled(policy.FailRetryable, "workload's Pods not listed: "+err.Error())
+		return
+	}
+	if mech == policy.MoveSuspend {
+		if !r.suspendAndResume(before) {
+			return
+		}
+	} else if !r.evict(before) {
+		return
+	}
+	if w.Kind == "Pod" {
+		r.m.Finish(policy.OutcomeMigrated, "", fmt.Sprintf("evicted on %s's word; nothing recreates a bare Pod", r.m.Actor), workflow.Now(ctx))
+		return
+	}
+	r.m.Phase = policy.PhaseWaitingForReady
+	timeout := r.in.Policy.ReadyTimeout.D()
+	r.m.Waiting = fmt.Sprintf("%d new Pod(s) Ready on other devices (up to %s)", len(w.Pods), timeout)
+	in := activities.ReadyInput{Workload: w, Device: r.in.Device, Before: before, Want: len(w.Pods)}
+	wctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ScheduleToCloseTimeout: timeout, StartToCloseTimeout: timeout,
+		HeartbeatTimeout: 30 * time.Second, RetryPolicy: retryPolicy()})
+	var ready []string
+	if err := workflow.ExecuteActivity(wctx, a.WaitWorkloadReady, in).Get(ctx, &ready); err != nil {
+		r.failUnlessCancelled(policy.FailRetryable, fmt.Sprintf("not Ready on other devices within %s: %v", timeout, err))
+		return
+	}
+	r.m.Ready = ready
+	r.m.Finish(policy.OutcomeMigrated, "", fmt.Sprintf("Ready on other devices: %v", ready), workflow.Now(ctx))
+}
+
+func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
+	ctx := r.work
+	w := r.in.Workload
+	actx := activityOptions(ctx)
+	if err := workflow.ExecuteActivity(actx, a.SuspendJob, activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: true}).Get(ctx, nil); err != nil {
+		r.failUnlessCancelled(policy.FailNeedsCleanup, "job not suspended (it may be): "+err.Error())
+		return false
+	}
+	r.m.Record(workflow.Now(ctx), "job suspended")
+	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
+		HeartbeatTimeout: 30 * time.Second, RetryPolicy: retryPolicy()})
+	gone := workflow.ExecuteActivity(gctx, a.WaitPodsGone, activities.WaitGoneInput{Namespace: w.Namespace, Pods: before}).Get(ctx, nil)
+	// Resume even when the Pods did not go: a Job left suspended is the worse outcome.
+	resumed := workflow.ExecuteActivity(actx, a.SuspendJob, activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: false}).Get(ctx, nil)
+	switch {
+	case resumed != nil:
+		r.failUnlessCancelled(policy.FailNeedsCleanup, "job left suspended: "+resumed.Error())
+		return false
+	case gone != nil:
+		r.failUnlessCancelled(policy.FailRetryable, "job's Pods did not go: "+gone.Error())
+		return false
+	}
+	for _, p := range before {
+		r.m.Moved = append(r.m.Moved, p.Name)
+	}
+	r.m.Record(workflow.Now(ctx), "job resumed; its Pods %v are gone", r.m.Moved)
+	return true
+}
+
+// evict evicts the workload's Pods on the device, retrying a budget's refusal until the ready timeout.
+func (r *migration) evict(before []activities.PodInfo) bool {
+	ctx := r.work
+	w := r.in.Workload
+	uids := map[string]string{}
+	for _, p := range before {
+		uids[p.Name] = p.UID
+	}
+	ectx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second,
+		ScheduleToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
+		RetryPolicy:            retryPolicy()})
+	for _, pod := range w.Pods {
+		uid, ok := uids[pod]
+		if !ok {
+			continue // gone already
+		}
+		r.m.Waiting = "eviction of " + pod + " (PodDisruptionBudgets respected)"
+		if err := workflow.ExecuteActivity(ectx, a.EvictPod, activities.EvictInput{Namespace: w.Namespace, Pod: pod, UID: uid}).Get(ctx, nil); err != nil {
+			r.failUnlessCancelled(policy.FailRetryable, "eviction of "+pod+" not allowed: "+err.Error())
+			return false
+		}
+		r.m.Moved = append(r.m.Moved, pod)
+		r.m.Record(workflow.Now(ctx), "pod %s evicted", pod)
+	}
+	r.m.Waiting = ""
+	return true
+}
+
+func (r *migration) failUnlessCancelled(class policy.FailureClass, reason string) {
+	if r.work.Err() == nil {
+		r.m.Finish(policy.OutcomeFailed, class, reason, workflow.Now(r.work))
+	}
+}
+
+// finish frees the slot, counts the outcome and alerts on it.
+func (r *migration) finish(ctx workflow.Context) {
+	r.releaseSlot(ctx)
+	now := workflow.Now(ctx)
+	rec := activities.MigrationRecord{Outcome: r.m.Outcome, Class: r.m.Class, Duration: now.Sub(r.started), CheckpointWait: r.m.CheckpointWait.D()}
+	if r.m.Outcome == policy.OutcomeMigrated && !r.in.QuarantinedAt.IsZero() {
+		rec.OnDevice = now.Sub(r.in.QuarantinedAt)
+	}
+	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.RecordMigration, rec).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("migration not counted", "error", err)
+	}
+	level := policy.LevelWarning
+	switch {
+	case r.m.Outcome == policy.OutcomeMigrated:
+		level = policy.LevelInfo
+	case r.m.Class == policy.FailNeedsCleanup:
+		level = policy.LevelCritical
+	}
+	w := r.in.Workload
+	outcome := string(r.m.Outcome)
+	if r.m.Class != "" {
+		outcome += " (" + string(r.m.Class) + ")"
+	}
+	r.notify(ctx, level, r.in.Channel, fmt.Sprintf("migration %s: %s %s/%s off device %s: %s", outcome, w.Kind, w.Namespace, w.Name, r.in.Device, r.m.Reason))
+}
+
+func (r *migration) notify(ctx workflow.Context, level, channel, text string) {
+	in := activities.AlertInput{Device: r.in.Device, Level: level, Text: text, WorkflowID: r.id, Channel: channel}
+	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+	}
+}
+
+// decision is a person's word, handed from an update to the main flow.
+type decision struct {
+	kind string
+	policy.MigrationDecision
+}
+
+// registerDecisions makes migrate-anyway and abandon updates, validated against the phase.
+func (r *migration) registerDecisions(ctx workflow.Context) error {
+	for _, kind := range []string{UpdateMigrateAnyway, UpdateAbandon} {
+		kind := kind
+		err := workflow.SetUpdateHandlerWithOptions(ctx, kind,
+			func(ctx workflow.Context, d policy.MigrationDecision) (policy.MigrationState, error) {
+				r.decisions.Send(ctx, decision{kind: kind, MigrationDecision: d})
+				err := workflow.Await(ctx, func() bool { return r.m.Phase != policy.PhaseWaitingForDecision })
+				return *r.m, err
+			},
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d policy.MigrationDecision) error {
+				if r.decisions.Len() > 0 {
+					return errors.New("a decision is already being applied")
+				}
+				return r.m.ValidateDecision(d)
+			}})
+		if err != nil {
+			return fmt.Errorf("register update %s: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+// retryPolicy retries every second at first, then backs off to 30 s between attempts.
+func retryPolicy(nonRetryable ...string) *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+		NonRetryableErrorTypes: nonRetryable}
+}

@@ -1,0 +1,54 @@
+package workflows
+
+import (
+	"errors"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// startMigrations finds the workloads of the Pods on a quarantined device and starts one migration
+// per workload, abandoned by this workflow (they outlive its continue-as-new). A migration of the
+// same report already started (a repeated trigger) is joined, not started twice.
+func startMigrations(ctx workflow.Context, st *policy.DeviceState, pods []policy.PodRef) {
+	in := activities.FindWorkloadsInput{}
+	for _, p := range pods {
+		in.Pods = append(in.Pods, activities.PodRef{Namespace: p.Namespace, Name: p.Name})
+	}
+	var ws []activities.Workload
+	if err := workflow.ExecuteActivity(activityOptions(ctx), a.FindWorkloads, in).Get(ctx, &ws); err != nil {
+		workflow.GetLogger(ctx).Warn("workloads not found; nothing moved", "error", err)
+		return
+	}
+	report := ""
+	var at = workflow.Now(ctx)
+	if q := st.Quarantine; q != nil {
+		report, at = q.Reason, q.CreatedAt
+	}
+	for _, w := range ws {
+		id := MigrationID(st.Device, w.UID, st.StatusVersion)
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID:            id,
+			ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_ABANDON,
+			WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		})
+		mi := MigrateInput{Device: st.Device, Node: st.Node, Workload: w, StatusVersion: st.StatusVersion, Report: report,
+			QuarantinedAt: at, Policy: st.Policy.Migration, Channel: st.Policy.SlackChannel}
+		f := workflow.ExecuteChildWorkflow(cctx, MigrateWorkflow, mi)
+		err := f.GetChildWorkflowExecution().Get(ctx, nil)
+		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
+		switch {
+		case err == nil:
+		case errors.As(err, &started):
+			workflow.GetLogger(ctx).Info("migration already started", "migration", id)
+		default:
+			workflow.GetLogger(ctx).Warn("migration not started", "migration", id, "error", err)
+			continue
+		}
+		st.Migrations = append(st.Migrations, id)
+	}
+}
