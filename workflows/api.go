@@ -117,6 +117,9 @@ type BreakerInput struct {
 type BreakerSignal struct {
 	Actor  string `json:"actor"`
 	Reason string `json:"reason,omitempty"`
+	// At is when the operator sent it: a pause and a resume that reach the breaker together are
+	// applied in the order they were sent (signals on two channels arrive without an order).
+	At time.Time `json:"at,omitzero"`
 }
 
 // NodeInput starts (or continues) a node's workflow.

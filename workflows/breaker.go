@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -68,17 +69,14 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			waitCh.Receive(ctx, &devices)
 			st.AddWaiting(devices)
 		}
-		for resumeCh.Len() > 0 {
-			var s BreakerSignal
-			resumeCh.Receive(ctx, &s)
-			st.Resume(s.Actor, workflow.Now(ctx))
-			alerts = append(alerts, activities.AlertInput{Level: "info", Text: "circuit breaker resumed by " + s.Actor, WorkflowID: BreakerWorkflowID})
-			wakeWaiting(ctx, st)
-		}
-		for pauseCh.Len() > 0 {
-			var s BreakerSignal
-			pauseCh.Receive(ctx, &s)
-			st.Trip(s.Actor, s.Reason, workflow.Now(ctx))
+		for _, sig := range operatorSignals(ctx, resumeCh, pauseCh) {
+			if sig.resume {
+				st.Resume(sig.Actor, workflow.Now(ctx))
+				alerts = append(alerts, activities.AlertInput{Level: "info", Text: "circuit breaker resumed by " + sig.Actor, WorkflowID: BreakerWorkflowID})
+				wakeWaiting(ctx, st)
+				continue
+			}
+			st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
 			alerts = append(alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
 		}
 		for len(alerts) > 0 {
@@ -134,4 +132,33 @@ func wakeWaiting(ctx workflow.Context, st *policy.BreakerState) {
 			workflow.GetLogger(ctx).Info("waiting device not woken", "error", err)
 		}
 	}
+}
+
+type breakerSignal struct {
+	BreakerSignal
+	resume bool
+}
+
+// operatorSignals takes the pending resume and pause signals: resumes first as before, unless every
+// one says when it was sent; then in that order, so a pause followed at once by a resume leaves
+// the breaker closed.
+func operatorSignals(ctx workflow.Context, resumeCh, pauseCh workflow.ReceiveChannel) []breakerSignal {
+	var sigs []breakerSignal
+	for _, c := range []struct {
+		ch     workflow.ReceiveChannel
+		resume bool
+	}{{resumeCh, true}, {pauseCh, false}} {
+		for c.ch.Len() > 0 {
+			var s BreakerSignal
+			c.ch.Receive(ctx, &s)
+			sigs = append(sigs, breakerSignal{BreakerSignal: s, resume: c.resume})
+		}
+	}
+	for _, s := range sigs {
+		if s.At.IsZero() {
+			return sigs
+		}
+	}
+	sort.SliceStable(sigs, func(i, j int) bool { return sigs[i].At.Before(sigs[j].At) })
+	return sigs
 }

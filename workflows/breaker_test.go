@@ -195,3 +195,38 @@ func recordWakes(env *testsuite.TestWorkflowEnvironment) func() []string {
 		return append([]string(nil), woken...)
 	}
 }
+
+// A pause and a resume that reach the breaker together (here while it delivers an alert) are
+// applied in the order the operator sent them; signals without a time keep the old order (resumes
+// first), so recorded runs replay unchanged.
+func TestBreakerAppliesPauseAndResumeInOrderSent(t *testing.T) {
+	at := func(sec int64) time.Time { return time.Unix(1700000000+sec, 0) }
+	for _, c := range []struct {
+		name          string
+		pause, resume time.Time
+		wantOpen      bool
+	}{
+		{"pause then resume", at(1), at(2), false},
+		{"resume then pause", at(2), at(1), true},
+		{"no times: resumes first", time.Time{}, time.Time{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestWorkflowEnvironment()
+			env.RegisterActivity(&activities.Activities{})
+			env.OnActivity("Alert", mock.Anything, mock.Anything).After(10 * time.Second).Return(nil)
+			env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "ops", Reason: "first"}) }, time.Minute)
+			env.RegisterDelayedCallback(func() { // while the first pause's alert is in flight
+				env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "ops", At: c.resume})
+				env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "ops", Reason: "second", At: c.pause})
+			}, time.Minute+2*time.Second)
+			var st policy.BreakerState
+			queryThenCancel(t, env, 2*time.Minute, &st)
+			env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: &policy.BreakerState{Config: policy.DefaultBreaker()}})
+			if st.Open != c.wantOpen || st.ResumedBy != "ops" {
+				t.Fatalf("open %v, want %v (%+v)", st.Open, c.wantOpen, st)
+			}
+		})
+	}
+}

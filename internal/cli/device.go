@@ -260,7 +260,7 @@ func newBreakerCmd(g *globals) *cobra.Command {
 				// Signal-with-start: pausing must work even before the first permit started the breaker.
 				opts := client.StartWorkflowOptions{ID: workflows.BreakerWorkflowID, TaskQueue: workflows.BreakerTaskQueue}
 				if _, err := tc.SignalWithStartWorkflow(c.Context(), workflows.BreakerWorkflowID, name,
-					workflows.BreakerSignal{Actor: actor, Reason: reason}, opts, workflows.BreakerWorkflow, workflows.BreakerInput{}); err != nil {
+					workflows.BreakerSignal{Actor: actor, Reason: reason, At: time.Now()}, opts, workflows.BreakerWorkflow, workflows.BreakerInput{}); err != nil {
 					return fmt.Errorf("signal breaker: %w", err)
 				}
 				fmt.Fprintf(c.OutOrStdout(), "sent %s to %s\n", name, workflows.BreakerWorkflowID)
