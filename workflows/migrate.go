@@ -274,8 +274,12 @@ func (r *migration) decide(reason string) {
 	default:
 		r.m.Actor = d.Actor
 		r.m.Record(workflow.Now(ctx), "migrate anyway, by %s: %s", d.Actor, d.Reason)
+		mech := r.m.Mechanism
+		if mech == policy.MoveNone {
+			mech = policy.MoveEvict // a bare Pod: gone once evicted, on this person's word
+		}
 		if r.acquireSlot() && r.permit() {
-			r.move(policy.MoveEvict)
+			r.move(mech)
 		}
 	}
 }

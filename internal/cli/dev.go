@@ -108,6 +108,8 @@ func newDevCmd(g *globals) *cobra.Command {
 			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
 			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)
+			// Simulated workloads (sim workload --job --checkpoint annotation) answer checkpoint requests.
+			copts.Extra = append(copts.Extra, (&sim.Checkpointer{Kube: kube, Logger: g.logger}).Run)
 			err = app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
 			g.logger.Info("worker and watcher stopped")
 			return err

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -54,9 +56,11 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var w sim.Workload
 	var index int
+	var job bool
+	var jo sim.JobOptions
 	cmd := &cobra.Command{
 		Use:   "workload NAME",
-		Short: "Run a pod that claims one simulated GPU (optionally a given node's gpu-<index>)",
+		Short: "Run a pod (or with --job a Job) that claims simulated GPUs (optionally a given node's gpu-<index>)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cs, err := k.client(g)
@@ -69,6 +73,22 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 			}
 			if err := sim.EnsureNamespace(c.Context(), cs, w.Namespace); err != nil {
 				return err
+			}
+			switch jo.Checkpoint {
+			case "", activities.CheckpointNone, activities.CheckpointAnnotation:
+			default:
+				return fmt.Errorf("--checkpoint %q: want %s or %s", jo.Checkpoint, activities.CheckpointNone, activities.CheckpointAnnotation)
+			}
+			if job {
+				j, err := w.CreateJob(c.Context(), cs, jo)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "job %s/%s created\n", j.Namespace, j.Name)
+				return nil
+			}
+			if jo.Checkpoint != "" || jo.Shrinkable || jo.Pods > 1 {
+				return fmt.Errorf("--checkpoint, --shrinkable and --pods describe a Job: add --job")
 			}
 			pod, err := w.Create(c.Context(), cs)
 			if err != nil {
@@ -85,6 +105,11 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&w.Template, "template", true, "use a ResourceClaimTemplate (false: a ResourceClaim)")
 	cmd.Flags().BoolVar(&w.DevicePlugin, "device-plugin", false, "request a device-plugin device ("+sim.PluginResource+") instead of a DRA claim")
 	cmd.Flags().IntVar(&w.Count, "count", 1, "devices in the claim (e.g. 8 for a training Pod)")
+	cmd.Flags().BoolVar(&job, "job", false, "run a Job whose Pods keep running until DeviceWarden moves them")
+	cmd.Flags().IntVar(&jo.Pods, "pods", 1, "Pods of the Job (Indexed when more than one)")
+	cmd.Flags().StringVar(&jo.Checkpoint, "checkpoint", "", "how the Job saves its work: none or annotation (the simulator answers checkpoint requests)")
+	cmd.Flags().DurationVar(&jo.CheckpointDelay, "checkpoint-delay", 2*time.Second, "how long the simulated Job takes to save its work")
+	cmd.Flags().BoolVar(&jo.Shrinkable, "shrinkable", false, "one Pod of the Job may move alone")
 	return cmd
 }
 

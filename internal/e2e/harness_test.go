@@ -66,6 +66,12 @@ func testPolicies() (*policy.Set, error) {
 
 const testPolicy = `
 policies:
+  - name: migrate-test
+    match: {deviceClass: ` + migrateClass + `}
+    migration: {enabled: true, perNode: 1, clusterWide: 10, checkpointTimeout: 30s, readyTimeout: 2m, decisionTimeout: 5m}
+  - name: migrate-slow-test
+    match: {deviceClass: ` + migrateSlowClass + `}
+    migration: {enabled: true, perNode: 1, clusterWide: 10, checkpointTimeout: 2s, readyTimeout: 2m, decisionTimeout: 5m}
   - name: ambiguous-test
     match: {deviceClass: ` + ambiguousClass + `}
     ambiguous: quarantine-candidates
@@ -198,7 +204,8 @@ func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()
 	m := metrics.New()
 	// The simulated driver and kubelet complete probe and canary Pods by the devices' fault state.
 	if !s.noKubelet {
-		opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run)
+		opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run,
+			(&sim.Checkpointer{Kube: s.kube, Poll: 100 * time.Millisecond, Logger: testLogger}).Run)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -17,6 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -251,6 +252,33 @@ func TestEveryWorkflowPath(t *testing.T) {
 	}
 	recordRuns(t, ctx, s.temporal, workflows.BreakerWorkflowID, "paths_breaker")
 	recordRuns(t, ctx, s.temporal, workflows.NodeWorkflowID(node), "paths_node")
+
+	// The migration limiter continues as new with its holders and queue: requests from migrations
+	// that do not exist are granted, their grant fails, and their slot goes to the next.
+	limiter := &worker.LimiterClient{Client: s.temporal}
+	for i := 0; len(runIDs(t, ctx, s.temporal, workflows.MigrationLimiterID)) < 2; i++ {
+		if i == 60 {
+			t.Fatal("the migration limiter never continued as new")
+		}
+		req := policy.SlotRequest{ID: fmt.Sprintf("migrate/none/%d", i), Node: node, PerNode: 1, ClusterWide: 1}
+		if err := limiter.Acquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if err := limiter.Release(ctx, req.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var slots policy.SlotState
+	eventually(t, 30*time.Second, "the limiter idle after continue-as-new", func() error {
+		v, err := s.temporal.QueryWorkflow(ctx, workflows.MigrationLimiterID, "", workflows.QueryState)
+		if err != nil || v.Get(&slots) != nil || !slots.Idle() || slots.Granted == 0 {
+			return fmt.Errorf("limiter %+v (%v)", slots, err)
+		}
+		return nil
+	})
+	recordRuns(t, ctx, s.temporal, workflows.MigrationLimiterID, "paths_limiter")
 }
 
 func breakerState(ctx context.Context, tc client.Client) (policy.BreakerState, error) {
