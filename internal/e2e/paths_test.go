@@ -256,7 +256,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	// The migration limiter continues as new with its holders and queue: requests from migrations
 	// that do not exist are granted, their grant fails, and their slot goes to the next.
 	limiter := &worker.LimiterClient{Client: s.temporal}
-	for i := 0; len(runIDs(t, ctx, s.temporal, workflows.MigrationLimiterID)) < 2; i++ {
+	for i := 0; i < 2 || len(runIDs(t, ctx, s.temporal, workflows.MigrationLimiterID)) < 2; i++ {
 		if i == 60 {
 			t.Fatal("the migration limiter never continued as new")
 		}
