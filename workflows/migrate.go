@@ -17,6 +17,9 @@ const (
 	// MigrationLease is how long a migration Lease lasts without renewal; the holding activity renews
 	// it every third of that and heartbeats, so a dead worker's migration is resumed by the next one.
 	MigrationLease = time.Minute
+	// waitHeartbeat bounds the silence of an activity that waits (it heartbeats every poll, 1 s):
+	// after a worker dies its wait resumes on another worker this soon.
+	waitHeartbeat = 10 * time.Second
 	// slotRetry re-sends a slot request that was not answered (a limiter that was reset).
 	slotRetry = 10 * time.Minute
 )
@@ -210,7 +213,7 @@ func (r *migration) checkpoint() (bool, string) {
 	wctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	wait := workflow.ExecuteActivity(workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
-		StartToCloseTimeout: timeout + time.Minute, HeartbeatTimeout: 30 * time.Second,
+		StartToCloseTimeout: timeout + time.Minute, HeartbeatTimeout: waitHeartbeat,
 		RetryPolicy: retryPolicy()}), a.WaitCheckpoint, in)
 	var st activities.CheckpointStatus
 	var err error
@@ -311,7 +314,7 @@ func (r *migration) move(mech string) {
 	r.m.Waiting = fmt.Sprintf("%d new Pod(s) Ready on other devices (up to %s)", len(w.Pods), timeout)
 	in := activities.ReadyInput{Workload: w, Device: r.in.Device, Before: before, Want: len(w.Pods)}
 	wctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ScheduleToCloseTimeout: timeout, StartToCloseTimeout: timeout,
-		HeartbeatTimeout: 30 * time.Second, RetryPolicy: retryPolicy()})
+		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
 	var ready []string
 	if err := workflow.ExecuteActivity(wctx, a.WaitWorkloadReady, in).Get(ctx, &ready); err != nil {
 		r.failUnlessCancelled(policy.FailRetryable, fmt.Sprintf("not Ready on other devices within %s: %v", timeout, err))
@@ -331,7 +334,7 @@ func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
 	}
 	r.m.Record(workflow.Now(ctx), "job suspended")
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
-		HeartbeatTimeout: 30 * time.Second, RetryPolicy: retryPolicy()})
+		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
 	gone := workflow.ExecuteActivity(gctx, a.WaitPodsGone, activities.WaitGoneInput{Namespace: w.Namespace, Pods: before}).Get(ctx, nil)
 	// Resume even when the Pods did not go: a Job left suspended is the worse outcome.
 	resumed := workflow.ExecuteActivity(actx, a.SuspendJob, activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: false}).Get(ctx, nil)

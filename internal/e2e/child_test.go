@@ -25,6 +25,8 @@ type childConfig struct {
 	Kubeconfig string `json:"kubeconfig"`
 	Temporal   string `json:"temporal"`
 	Workers    int    `json:"workers"`
+	// Policy is a policy file's text (default: the built-in policy).
+	Policy string `json:"policy,omitempty"`
 }
 
 // runChild is the child process: a controller until it is killed or told to stop.
@@ -48,6 +50,12 @@ func runChild(raw string) int {
 	}
 	defer tc.Close()
 	opts := app.ControllerOptions{Workers: c.Workers, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1000}}
+	if c.Policy != "" {
+		if opts.Policies, err = policy.Parse([]byte(c.Policy)); err != nil {
+			fmt.Fprintln(os.Stderr, "child policy:", err)
+			return 2
+		}
+	}
 	if err := app.RunController(ctx, kube, tc.Client, opts, metrics.New(), testLogger); err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
 		return 1
@@ -65,7 +73,13 @@ type child struct {
 // startChild runs a controller process against the stack; its output goes to a file in dir.
 func startChild(t *testing.T, s *stack, dir, name string) *child {
 	t.Helper()
-	raw, err := json.Marshal(childConfig{Kubeconfig: s.kubeconfig, Temporal: s.frontend, Workers: 8})
+	return startChildWith(t, s, dir, name, "")
+}
+
+// startChildWith runs a controller process with a policy file's text.
+func startChildWith(t *testing.T, s *stack, dir, name, policyText string) *child {
+	t.Helper()
+	raw, err := json.Marshal(childConfig{Kubeconfig: s.kubeconfig, Temporal: s.frontend, Workers: 8, Policy: policyText})
 	if err != nil {
 		t.Fatal(err)
 	}

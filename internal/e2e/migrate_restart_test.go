@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+)
+
+const migrateRestartPolicy = `
+policies:
+  - name: migrate-restart
+    match: {deviceClass: ` + migrateClass + `}
+    migration: {enabled: true, checkpointTimeout: 3m, readyTimeout: 3m}
+`
+
+// TestKilledWorkerMidMigrationMovesOnce SIGKILLs the controller process while a migration waits
+// for its Job's checkpoint, starts another, and checks the Job was suspended and resumed exactly
+// once (the Job controller's events say so) and the migration ended migrated, its Lease taken back
+// by the same migration rather than by a new holder.
+func TestKilledWorkerMidMigrationMovesOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopInfra) // after the child processes are killed
+	kube := s.kube
+	// The workload's own code answers checkpoint requests from this process, apart from the controllers.
+	go func() { _ = (&sim.Checkpointer{Kube: kube, Poll: 100 * time.Millisecond, Logger: testLogger}).Run(ctx) }()
+	if err := sim.EnsureClass(ctx, kube, migrateClass); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreateNodes(ctx, kube, "mig-kill", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "mig-kill"
+	if err := sim.EnsureNamespace(ctx, kube, ns); err != nil {
+		t.Fatal(err)
+	}
+	w := sim.Workload{Namespace: ns, Name: "train", Node: nodes[0], DeviceClass: migrateClass}
+	if _, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: 8 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var bad device.ID
+	eventually(t, time.Minute, "the Job running", func() error {
+		pods, err := jobPods(ctx, kube, ns, "train")
+		if err != nil || len(pods) != 1 {
+			return fmt.Errorf("%d pods (%v)", len(pods), err)
+		}
+		bad, err = podDevice(ctx, kube, pods[0])
+		return err
+	})
+	first := startChildWith(t, s, dir, "controller-1", migrateRestartPolicy)
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	var mid string
+	eventually(t, time.Minute, "the migration waiting for the checkpoint", func() error {
+		st, err := stateOf(ctx, s, bad)
+		if err != nil || len(st.Migrations) == 0 {
+			return fmt.Errorf("device %s migrations %v (%v)", st.State, st.Migrations, err)
+		}
+		mid = st.Migrations[0]
+		var m policy.MigrationState
+		v, err := s.temporal.QueryWorkflow(ctx, mid, "", "state")
+		if err == nil {
+			err = v.Get(&m)
+		}
+		if err != nil || m.Phase != policy.PhaseCheckpointing {
+			return fmt.Errorf("migration %s (%v)", m.Phase, err)
+		}
+		return nil
+	})
+	first.kill(t)
+	startChildWith(t, s, dir, "controller-2", migrateRestartPolicy)
+
+	var m policy.MigrationState
+	if err := s.temporal.GetWorkflow(ctx, mid, "").Get(ctx, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Outcome != policy.OutcomeMigrated || m.Mechanism != policy.MoveSuspend {
+		t.Fatalf("migration %+v", m)
+	}
+	events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "train").String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int32{}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "Job" {
+			count[e.Reason] += max(1, e.Count)
+		}
+	}
+	if count["Suspended"] != 1 || count["Resumed"] != 1 {
+		t.Fatalf("the Job's events %v: want one Suspended and one Resumed", count)
+	}
+	// The history shows one take of the Lease and no second holder: the migration resumed its own.
+	for _, st := range m.Steps {
+		t.Log(st.At.Format(time.RFC3339), st.What)
+	}
+}
