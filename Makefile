@@ -42,6 +42,7 @@ bench: build control-plane ## Benchmarks against the real local stack; figures g
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/
 	$(BIN) bench quarantine --devices 200 --log-level warn
 	$(BIN) bench release --devices 120 --sequential 20 --log-level error
+	$(BIN) bench migrate --workloads 20 --log-level error
 	$(BIN) bench watcher --pods 10000 --updates 20000 --log-level warn
 	$(BIN) bench watcher --pods 50000 --updates 20000 --log-level warn
 	$(BIN) bench storm --devices 5000 --log-level error

@@ -38,12 +38,12 @@ func (a *Activities) ReleaseMigrationSlot(ctx context.Context, id string) error 
 	return a.Limiter.Release(ctx, id)
 }
 
-// poll is how often the waiting activities look again (default 1 s).
+// poll is how often the waiting activities look again (default 250 ms: a wait adds at most that).
 func (a *Activities) poll() time.Duration {
 	if a.MigratePoll > 0 {
 		return a.MigratePoll
 	}
-	return time.Second
+	return 250 * time.Millisecond
 }
 
 // WaitCheckpoint waits, heartbeating, until every Pod answered the checkpoint request (or is gone);

@@ -17,7 +17,7 @@ const (
 	// MigrationLease is how long a migration Lease lasts without renewal; the holding activity renews
 	// it every third of that and heartbeats, so a dead worker's migration is resumed by the next one.
 	MigrationLease = time.Minute
-	// waitHeartbeat bounds the silence of an activity that waits (it heartbeats every poll, 1 s):
+	// waitHeartbeat bounds the silence of an activity that waits (it heartbeats every poll, 250 ms):
 	// after a worker dies its wait resumes on another worker this soon.
 	waitHeartbeat = 10 * time.Second
 	// slotRetry re-sends a slot request that was not answered (a limiter that was reset).

@@ -60,6 +60,21 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rel.Flags().IntVar(&r.Devices, "devices", 120, "devices to quarantine and release")
 	rel.Flags().IntVar(&r.Sequential, "sequential", 20, "of those, released one at a time for latency; the rest at once")
 	rel.Flags().StringVar(&r.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var mo bench.MigrateOptions
+	mig := &cobra.Command{
+		Use:   "migrate",
+		Short: "Checkpoint-migrate: devices Unhealthy at once -> each Job Ready on another device, and what a migration costs Temporal",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if mo.Workloads < 1 {
+				return fmt.Errorf("--workloads must be >= 1")
+			}
+			mo.Out = c.OutOrStdout()
+			return bench.Migrate(c.Context(), mo)
+		},
+	}
+	mig.Flags().IntVar(&mo.Workloads, "workloads", 20, "checkpointing Jobs, one per node, whose devices fail together")
+	mig.Flags().StringVar(&mo.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	var sb bench.StormOptions
 	storm := &cobra.Command{
 		Use:   "storm",
@@ -87,6 +102,6 @@ func newBenchCmd(_ *globals) *cobra.Command {
 		},
 	}
 	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
-	cmd.AddCommand(q, wb, rel, storm, child)
+	cmd.AddCommand(q, wb, rel, mig, storm, child)
 	return cmd
 }
