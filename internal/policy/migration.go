@@ -85,18 +85,10 @@ func (m Migration) validate() error {
 	return nil
 }
 
-// MigrationNotCarriedOut says that this version reads the migration block but does not move jobs
-// yet: the migrate workflow is still being built.
-const MigrationNotCarriedOut = "migration is read but not carried out by this version: a quarantined device keeps its jobs"
-
-// migrationWarning explains a policy that turns migration on but cannot honour it.
+// migrationWarning explains a policy whose taint effect defeats its own migration.
 func (p Policy) migrationWarning() string {
-	if !p.Migration.Enabled {
+	if !p.Migration.Enabled || p.TaintEffect != EffectNoExecute {
 		return ""
 	}
-	w := fmt.Sprintf("policy %q: %s", p.Name, MigrationNotCarriedOut)
-	if p.TaintEffect == EffectNoExecute {
-		w += "; and taintEffect NoExecute would defeat it: the kube-controller-manager evicts the device's Pods as soon as the rule exists, before any checkpoint is asked for; use NoSchedule to let migration checkpoint and move them"
-	}
-	return w
+	return fmt.Sprintf("policy %q: migration is on, but taintEffect NoExecute defeats it: the kube-controller-manager evicts the device's Pods as soon as the rule exists, before any checkpoint is asked for; use NoSchedule to let migration checkpoint and move them", p.Name)
 }

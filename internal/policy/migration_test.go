@@ -32,8 +32,8 @@ policies:
 	if set.For("infer.gpu.example.com", "d").Migration.Enabled {
 		t.Fatal("a policy that turned migration off still migrates")
 	}
-	// Until the migrate workflow lands, every policy that turns migration on says it is not done.
-	if w := set.Warnings(); len(w) != 2 || !strings.Contains(w[0], MigrationNotCarriedOut) || !strings.Contains(w[1], `line 5: policy "training"`) {
+	// Migration with the default NoSchedule effect warns about nothing.
+	if w := set.Warnings(); len(w) != 0 {
 		t.Fatalf("warnings %v", w)
 	}
 	if Default().Migration.Enabled {
@@ -57,7 +57,7 @@ func TestMigrationPolicyErrorsAndWarnings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := set.Warnings(); len(w) != 1 || !strings.Contains(w[0], "line 2") || !strings.Contains(w[0], `policy "evicting"`) || !strings.Contains(w[0], "before any checkpoint") || !strings.Contains(w[0], MigrationNotCarriedOut) {
+	if w := set.Warnings(); len(w) != 1 || !strings.Contains(w[0], "line 2") || !strings.Contains(w[0], `policy "evicting"`) || !strings.Contains(w[0], "before any checkpoint") {
 		t.Fatalf("warnings %v", w)
 	}
 }
