@@ -50,10 +50,12 @@ bench: build control-plane ## Benchmarks against the real local stack; figures g
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATION_PKGS = internal/policy workflows activities internal/watcher
 
-mutation: ## Mutation testing (gremlins) of the decision, orchestration, activity and watcher packages
+mutation: ## Mutation testing (gremlins) of the decision, orchestration, activity and watcher packages, then the mutants gremlins cannot reach
 	@for p in $(MUTATION_PKGS); do \
 		echo "==> gremlins: $$p"; \
 		$(GREMLINS) unleash --timeout-coefficient 5 -S lt ./$$p 2>&1 | grep -E "LIVED|TIMED OUT|NOT COVERED|Killed|Test efficacy|Mutator coverage" ; \
+		echo "==> casemut: the NOT COVERED mutants of $$p (switch cases, constants), run through go test -overlay"; \
+		$(GREMLINS) unleash --dry-run ./$$p 2>&1 | $(GO) run ./internal/casemut ./$$p | grep -v "^KILLED" ; \
 	done
 
 clean:

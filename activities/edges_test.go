@@ -1,0 +1,85 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// The current review's own canary Job is adopted, not deleted and recreated.
+func TestClearStaleAdoptsTheCurrentCanaryJob(t *testing.T) {
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "checks", Name: "canary-1", Labels: map[string]string{LabelReview: "2"}}}
+	_, a, kube := activityEnv(t, job)
+	if err := a.clearStale(context.Background(), policy.ActCanary, "checks", "canary-1", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.BatchV1().Jobs("checks").Get(context.Background(), "canary-1", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the review's own Job was removed: %v", err)
+	}
+}
+
+func TestSchedulingReason(t *testing.T) {
+	pod := func(c corev1.PodCondition) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "not ready"}, c}}}
+	}
+	for _, c := range []struct {
+		cond corev1.PodCondition
+		want string
+	}{
+		{corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Message: "0/3 nodes are available"}, ": 0/3 nodes are available"},
+		{corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, Message: "scheduled"}, ""},
+		{corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse}, ""},
+	} {
+		if got := scheduling(pod(c.cond)); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.cond, got, c.want)
+		}
+	}
+}
+
+// Events are cut by whole lines from the oldest, no more than needed: a line that ends exactly at
+// the excess goes, the next one stays.
+func TestEvidenceTrimCutsOnlyWhatIsNeeded(t *testing.T) {
+	events := "123456789\nsecond line\n"
+	data := map[string]string{"events.txt": events}
+	pad := maxEvidence + 10 - len("events.txt") - len(events) - len("pad")
+	data["pad"] = strings.Repeat("x", pad)
+	trim(data)
+	if data["events.txt"] != "second line\n" || len(data["pad"]) != pad {
+		t.Fatalf("events %q, pad cut to %d", data["events.txt"], len(data["pad"]))
+	}
+}
+
+// A failed renewal is retried; a Lease another holder took ends the hold without retry.
+func TestHoldMigrationLeaseRetriesThenStopsWhenTaken(t *testing.T) {
+	now := metav1.NewMicroTime(time.Now())
+	w := Workload{Namespace: "team-a", Name: "train", UID: "uid-train"}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: MigrationLeaseName(w)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone-else"), LeaseDurationSeconds: ptr.To(int32(60)), RenewTime: &now}}
+	env, a, kube := activityEnv(t, lease)
+	failed := 0
+	kube.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failed < 2 {
+			failed++
+			return true, nil, errors.New("apiserver unavailable")
+		}
+		return false, nil, nil
+	})
+	_, err := env.ExecuteActivity(a.HoldMigrationLease, LeaseInput{Workload: w, Holder: "migrate/mine", Duration: 300 * time.Millisecond})
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != ErrLeaseLost || !app.NonRetryable() || failed != 2 {
+		t.Fatalf("hold ended with %v after %d failed renewals, want %s after 2", err, failed, ErrLeaseLost)
+	}
+}
