@@ -191,6 +191,9 @@ type ControllerOptions struct {
 	Slack *slackapp.Notifier
 	// Extra runs beside the worker and watcher until ctx ends (the simulator's kubelet in dev).
 	Extra []func(context.Context) error
+	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence live there
+	// (default "default").
+	OwnNamespace string
 }
 
 // LeaderElection configures the watcher's Lease. Workers run on every replica; only the leader
@@ -216,7 +219,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		return err
 	}
 	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
-		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, DryRun: o.DryRun}
+		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
 		acts.Alerter, acts.Approvals = o.Slack, o.Slack
