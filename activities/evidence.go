@@ -150,3 +150,27 @@ func trim(data map[string]string) {
 		}
 	}
 }
+
+// PruneEvidence deletes the evidence ConfigMaps whose keep time (their expires-at) has passed and
+// returns how many. One whose expiry cannot be read is kept: evidence is never lost by mistake.
+func (a *Activities) PruneEvidence(ctx context.Context, now time.Time) (int, error) {
+	cms := a.Kube.CoreV1().ConfigMaps(a.ownNamespace())
+	list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: LabelEvidence + "=true"})
+	if err != nil {
+		return 0, fmt.Errorf("list evidence: %w", err)
+	}
+	n := 0
+	for _, cm := range list.Items {
+		until, err := time.Parse(time.RFC3339, cm.Annotations[AnnotationExpiresAt])
+		if err != nil || now.Before(until) {
+			continue
+		}
+		uid := cm.UID
+		err = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return n, fmt.Errorf("delete evidence %s: %w", cm.Name, err)
+		}
+		n++
+	}
+	return n, nil
+}

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,36 @@ func TestEvidenceFitsTheObjectLimit(t *testing.T) {
 	}
 	if n > maxEvidence || data["report"] != "r" || !strings.HasSuffix(data["pod-p.json"], "cut to fit the evidence size limit") {
 		t.Fatalf("size %d (limit %d), report %q", n, maxEvidence, data["report"])
+	}
+}
+
+func TestPruneEvidenceKeepsWhatIsNotDue(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ev := func(name, expires string, evidence bool) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{},
+			Annotations: map[string]string{AnnotationExpiresAt: expires}}}
+		if evidence {
+			cm.Labels[LabelEvidence] = "true"
+		}
+		return cm
+	}
+	_, a, kube := activityEnv(t,
+		ev("due", now.Add(-time.Minute).Format(time.RFC3339), true),
+		ev("exactly-due", now.Format(time.RFC3339), true),
+		ev("kept", now.Add(time.Hour).Format(time.RFC3339), true),
+		ev("unreadable", "next week", true),
+		ev("not-evidence", now.Add(-time.Hour).Format(time.RFC3339), false))
+	n, err := a.PruneEvidence(context.Background(), now)
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d (%v), want 2", n, err)
+	}
+	left, _ := kube.CoreV1().ConfigMaps("default").List(context.Background(), metav1.ListOptions{})
+	var names []string
+	for _, cm := range left.Items {
+		names = append(names, cm.Name)
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "kept,not-evidence,unreadable" {
+		t.Fatalf("left %v", names)
 	}
 }

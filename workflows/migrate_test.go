@@ -379,3 +379,16 @@ func TestMigrateLeaseLostMidway(t *testing.T) {
 		t.Fatalf("slot released %d times", h.slotReleased)
 	}
 }
+
+// A slot request nobody answers (a limiter that was reset) is sent again every 10 minutes.
+func TestMigrateAsksForItsSlotAgain(t *testing.T) {
+	h := newMigration(t)
+	h.grant(25 * time.Minute)
+	st := h.run(t, migrateInput("Deployment", "none", false))
+	if st.Outcome != policy.OutcomeMigrated {
+		t.Fatalf("state %+v", st)
+	}
+	if got := h.called("RequestMigrationSlot"); got != "RequestMigrationSlot,RequestMigrationSlot,RequestMigrationSlot" {
+		t.Fatalf("slot requests %s, want one at 0, 10 and 20 minutes", got)
+	}
+}

@@ -257,10 +257,27 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if o.MetricsAddress != "" || o.MetricsListener != nil {
 		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, o.MetricsListener, m, ready, logger) })
 	}
+	g.Go(func() error { pruneEvidence(gctx, acts, logger); return nil })
 	for _, fn := range o.Extra {
 		g.Go(func() error { return fn(gctx) })
 	}
 	return g.Wait()
+}
+
+// pruneEvidence deletes migration evidence past its keep time, at start and then hourly.
+func pruneEvidence(ctx context.Context, acts *activities.Activities, logger *slog.Logger) {
+	for {
+		if n, err := acts.PruneEvidence(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			logger.Warn("evidence not pruned", "error", err)
+		} else if n > 0 {
+			logger.Info("evidence past its keep time deleted", "configmaps", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Hour):
+		}
+	}
 }
 
 func serveMetrics(ctx context.Context, addr string, ln net.Listener, m *metrics.Metrics, ready *readiness, logger *slog.Logger) error {
