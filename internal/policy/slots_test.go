@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -122,5 +123,31 @@ func TestMigrationPods(t *testing.T) {
 	off.Observe(obs(device.Unhealthy, 1, ""), t0)
 	if got := off.MigrationPods(q); got != nil {
 		t.Fatalf("migration off, yet %v", got)
+	}
+}
+
+// Killers of mutants that lived: a failed migration's step names its class; a threshold of one
+// escalates on the first failed device; a rule removed by hand from a device whose Pods report it
+// Healthy again is recorded as a release and does not re-decide the device.
+func TestMutantsThatLived(t *testing.T) {
+	var m MigrationState
+	m.Finish(OutcomeFailed, FailRetryable, "not Ready", t0)
+	m2 := MigrationState{}
+	m2.Finish(OutcomeMigrated, "", "Ready", t0)
+	if m.Steps[0].What != "failed (retryable): not Ready" || m2.Steps[0].What != "migrated: Ready" {
+		t.Fatalf("steps %q %q", m.Steps[0].What, m2.Steps[0].What)
+	}
+	var n NodeState
+	if acts := n.Fail(NodeFailure{Node: "n", Device: "d/p/g", State: Quarantined, Threshold: 1}, t0); len(acts) != 1 || !n.Escalated {
+		t.Fatalf("threshold 1: %v escalated=%v", acts, n.Escalated)
+	}
+	st := quarantined(Default())
+	st.Observe(obs(device.Healthy, 2, SourcePodStatus), t0.Add(time.Minute))
+	if st.State != Quarantined || st.Health != device.Healthy {
+		t.Fatalf("setup: %s %s", st.State, st.Health)
+	}
+	acts := st.RuleSeen(RuleInfo{Name: dev.TaintRuleName()}, t0.Add(2*time.Minute))
+	if st.State != Released || len(acts) != 1 || acts[0].Kind != ActAlert {
+		t.Fatalf("after the rule went: %s %v", st.State, acts)
 	}
 }
