@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -54,5 +56,33 @@ func TestMigrationLimiter(t *testing.T) {
 	env.ExecuteWorkflow(MigrationLimiterWorkflow, LimiterInput{})
 	if got := len(granted); got != 2 || granted[0] != "m1" || granted[1] != "m3" {
 		t.Fatalf("granted %v, want m1 then m3", granted)
+	}
+}
+
+// Asked to continue as new, the limiter carries its holders and queue into the next run once no
+// signal waits.
+func TestMigrationLimiterContinuesAsNew(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(nil)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalSlotAcquire, policy.SlotRequest{ID: "m1", Node: "n", PerNode: 1, ClusterWide: 1})
+		env.SignalWorkflow(SignalSlotAcquire, policy.SlotRequest{ID: "m2", Node: "n", PerNode: 1, ClusterWide: 1})
+	}, time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.SetContinueAsNewSuggested(true)
+		env.SignalWorkflow(SignalSlotRelease, "nobody")
+	}, 2*time.Second)
+	env.ExecuteWorkflow(MigrationLimiterWorkflow, LimiterInput{})
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("ended with %v, want continue-as-new", err)
+	}
+	var next LimiterInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.State == nil || len(next.State.Holders) != 1 || next.State.Holders[0].ID != "m1" || next.State.Position("m2") != 1 {
+		t.Fatalf("next run's state %+v", next.State)
 	}
 }

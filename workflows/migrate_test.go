@@ -22,7 +22,7 @@ type mharness struct {
 	// holder, when set, holds the Lease already.
 	holder string
 	// checkpointNever: the workload never answers; readyNever: no Pod gets Ready elsewhere.
-	checkpointNever, readyNever, resumeFails bool
+	checkpointNever, readyNever, resumeFails, evidenceFails bool
 	// evictBlocked budget refusals before the eviction goes through; loseLeaseAfter renewals
 	// before another holder takes the Lease (0 = never).
 	evictBlocked, loseLeaseAfter, denyPermits int
@@ -93,6 +93,9 @@ func newMigration(t *testing.T) *mharness {
 	})
 	on("PreserveEvidence", func(_ context.Context, in activities.EvidenceInput) (string, error) {
 		h.calls = append(h.calls, "PreserveEvidence")
+		if h.evidenceFails {
+			return "", temporal.NewNonRetryableApplicationError("configmaps is forbidden", "Test", nil)
+		}
 		return activities.EvidenceName(in.WorkflowID), nil
 	})
 	on("Alert", func(_ context.Context, in activities.AlertInput) error {
@@ -390,5 +393,46 @@ func TestMigrateAsksForItsSlotAgain(t *testing.T) {
 	}
 	if got := h.called("RequestMigrationSlot"); got != "RequestMigrationSlot,RequestMigrationSlot,RequestMigrationSlot" {
 		t.Fatalf("slot requests %s, want one at 0, 10 and 20 minutes", got)
+	}
+}
+
+// The decision window is the policy's; a policy from before the field (zero) waits 24 hours.
+func TestMigrateDecisionTimeoutFromPolicy(t *testing.T) {
+	for _, c := range []struct {
+		set  time.Duration
+		want string
+	}{{time.Hour, "nobody decided within 1h0m0s"}, {0, "nobody decided within 24h0m0s"}} {
+		h := newMigration(t)
+		in := migrateInput("Pod", "none", false)
+		in.Policy.DecisionTimeout = policy.JSONDuration(c.set)
+		st := h.run(t, in)
+		if st.Outcome != policy.OutcomeEvidencePreserved || !strings.Contains(st.Reason, c.want) {
+			t.Fatalf("decision timeout %s: %+v", c.set, st)
+		}
+		if h.records[0].OnDevice != 0 {
+			t.Fatalf("a workload left on the device counted %s off it", h.records[0].OnDevice)
+		}
+	}
+}
+
+// Evidence that cannot be written ends the migration failed (retryable), never silently.
+func TestMigrateEvidenceNotKept(t *testing.T) {
+	h := newMigration(t)
+	h.evidenceFails = true
+	st := h.run(t, migrateInput("Pod", "none", false))
+	if st.Outcome != policy.OutcomeFailed || st.Class != policy.FailRetryable || !strings.Contains(st.Reason, "evidence not kept") {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// A migrated workload counts the time from the quarantine to its end as time on the failed device.
+func TestMigrateCountsTimeOnTheDevice(t *testing.T) {
+	h := newMigration(t)
+	h.grant(time.Minute)
+	in := migrateInput("Deployment", "none", false)
+	h.env.SetStartTime(in.QuarantinedAt.Add(time.Minute))
+	h.run(t, in)
+	if r := h.records[0]; r.Outcome != policy.OutcomeMigrated || r.OnDevice < 2*time.Minute || r.OnDevice > 3*time.Minute {
+		t.Fatalf("record %+v: want about 2 minutes on the device (1 before the migration, 1 for the slot)", r)
 	}
 }
