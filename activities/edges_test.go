@@ -52,13 +52,18 @@ func TestSchedulingReason(t *testing.T) {
 // Events are cut by whole lines from the oldest, no more than needed: a line that ends exactly at
 // the excess goes, the next one stays.
 func TestEvidenceTrimCutsOnlyWhatIsNeeded(t *testing.T) {
-	events := "123456789\nsecond line\n"
-	data := map[string]string{"events.txt": events}
-	pad := maxEvidence + 10 - len("events.txt") - len(events) - len("pad")
-	data["pad"] = strings.Repeat("x", pad)
-	trim(data)
-	if data["events.txt"] != "second line\n" || len(data["pad"]) != pad {
-		t.Fatalf("events %q, pad cut to %d", data["events.txt"], len(data["pad"]))
+	for _, c := range []struct{ events, want string }{
+		{"123456789\nsecond line\n", "second line\n"},   // the excess (10 bytes) ends a line
+		{"12345678901234\nnext\n", "next\n"},            // the excess ends inside the first line
+		{"1234\n56789\n01234\nlast\n", "01234\nlast\n"}, // it spans two lines
+	} {
+		data := map[string]string{"events.txt": c.events}
+		pad := maxEvidence + 10 - len("events.txt") - len(c.events) - len("pad")
+		data["pad"] = strings.Repeat("x", pad)
+		trim(data)
+		if data["events.txt"] != c.want || len(data["pad"]) != pad {
+			t.Errorf("%q: events %q, pad cut to %d", c.events, data["events.txt"], len(data["pad"]))
+		}
 	}
 }
 

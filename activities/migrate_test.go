@@ -17,6 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"go.temporal.io/sdk/worker"
+	k8stesting "k8s.io/client-go/testing"
+
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -157,9 +160,20 @@ func TestMigrationSlotsAndRecord(t *testing.T) {
 	}
 	m := a.Metrics
 	if testutil.ToFloat64(m.Migrations.WithLabelValues("migrated", "")) != 1 || testutil.ToFloat64(m.Migrations.WithLabelValues("failed", "needs-cleanup")) != 1 ||
-		testutil.ToFloat64(m.IdleDeviceSeconds) != 120 || samples(t, m.CheckpointSeconds) != 1 || samples(t, m.MigrationSeconds) != 2 {
+		testutil.ToFloat64(m.IdleDeviceSeconds) != 120 || samples(t, m.CheckpointSeconds) != 1 || samples(t, m.MigrationSeconds) != 2 ||
+		sum(t, m.CheckpointSeconds) != 3 {
 		t.Fatal("migration metrics not recorded")
 	}
+}
+
+// sum is the total a histogram observed.
+func sum(t *testing.T, h prometheus.Histogram) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := h.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetHistogram().GetSampleSum()
 }
 
 // samples is how many observations a histogram holds.
@@ -170,4 +184,39 @@ func samples(t *testing.T, h prometheus.Histogram) uint64 {
 		t.Fatal(err)
 	}
 	return d.GetHistogram().GetSampleCount()
+}
+
+// The waits keep waiting while nothing changed: a Pod that has not answered; a Pod still there
+// beside one that cannot be read.
+func TestWaitsKeepWaiting(t *testing.T) {
+	p := pod("train-0", nil, nil)
+	q := pod("train-1", nil, nil)
+	wait := func(fn any, in any) error {
+		env, a, kube := activityEnv(t, p, q)
+		a.MigratePoll = 10 * time.Millisecond
+		kube.PrependReactor("get", "pods", func(act k8stesting.Action) (bool, runtime.Object, error) {
+			if act.(k8stesting.GetAction).GetName() == "train-1" {
+				return true, nil, errors.New("apiserver unavailable")
+			}
+			return false, nil, nil
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		env.SetWorkerOptions(worker.Options{BackgroundActivityContext: ctx})
+		switch fn.(string) {
+		case "checkpoint":
+			_, err := env.ExecuteActivity(a.WaitCheckpoint, in)
+			return err
+		default:
+			_, err := env.ExecuteActivity(a.WaitPodsGone, in)
+			return err
+		}
+	}
+	if err := wait("checkpoint", CheckpointInput{Namespace: "team-a", Pods: []string{"train-0"}, ID: "m-1"}); err == nil {
+		t.Fatal("WaitCheckpoint returned though the Pod never answered")
+	}
+	gone := WaitGoneInput{Namespace: "team-a", Pods: []PodInfo{{Name: "train-0", UID: "uid-train-0"}, {Name: "train-1", UID: "uid-train-1"}}}
+	if err := wait("gone", gone); err == nil {
+		t.Fatal("WaitPodsGone returned though one Pod is there and the other unread")
+	}
 }
