@@ -214,3 +214,35 @@ func TestStoreDriverClearedIsSentOnce(t *testing.T) {
 		t.Fatal("the driver's word was sent twice")
 	}
 }
+
+// A device only Healthy pods report, never signalled, is forgotten with the pods left holding
+// nothing; one with any other report, a signalled one, or a seeded one is kept.
+func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
+	s := newStore()
+	g0 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
+	g1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
+	s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, nil, nil)
+	s.setPod("ns/b", "2", []Report{rep("gpu-0", device.Healthy, "b")}, nil, nil)
+	s.forget(g0)
+	if _, ok := s.devices[g0]; ok {
+		t.Fatal("a Healthy, unsignalled device was kept")
+	}
+	if _, ok := s.podDevices["ns/b"]; ok {
+		t.Fatal("a pod left with no device was kept")
+	}
+	if left := s.podDevices["ns/a"]; len(left) != 1 || left[0] != g1 {
+		t.Fatalf("pod a holds %v, want gpu-1 only", left)
+	}
+	s.setPod("ns/c", "3", []Report{rep("gpu-1", device.Unknown, "c")}, nil, nil)
+	s.forget(g1)
+	if _, ok := s.devices[g1]; !ok {
+		t.Fatal("a device with an Unknown report was forgotten")
+	}
+	s.setPod("ns/c", "4", nil, nil, nil)
+	obs, _ := s.next(g1, benchNow, 0)
+	s.markSignalled(obs, benchNow)
+	s.forget(g1)
+	if _, ok := s.devices[g1]; !ok {
+		t.Fatal("a device its workflow heard about was forgotten")
+	}
+}
