@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"go.temporal.io/sdk/temporal"
 	policyv1 "k8s.io/api/policy/v1"
@@ -45,23 +46,42 @@ func (a *Activities) EvictPod(ctx context.Context, in EvictInput) error {
 	return fmt.Errorf("evict pod %s/%s: %w", in.Namespace, in.Pod, err)
 }
 
-// SuspendInput suspends or resumes a Job.
+// SuspendInput suspends or resumes a Job, or a JobSet when Kind says so.
 type SuspendInput struct {
 	Namespace string `json:"namespace"`
 	Job       string `json:"job"`
 	Suspend   bool   `json:"suspend"`
+	// Kind and APIVersion name a JobSet (JobSet, jobset.x-k8s.io/...); empty means a batch/v1 Job.
+	Kind       string `json:"kind,omitempty"`
+	APIVersion string `json:"apiVersion,omitempty"`
 }
 
-// SuspendJob sets a Job's spec.suspend: suspending deletes its running Pods (the Job controller
-// does, as for any suspended Job) and resuming lets it create them again, where the scheduler
-// finds devices.
+// SuspendJob sets spec.suspend on a Job or a JobSet: suspending deletes its running Pods (the Job or
+// JobSet controller does, as for any suspended one) and resuming lets it create them again, where
+// the scheduler finds devices.
 func (a *Activities) SuspendJob(ctx context.Context, in SuspendInput) error {
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"suspend": in.Suspend}})
 	if err != nil {
 		return err
 	}
-	if _, err := a.Kube.BatchV1().Jobs(in.Namespace).Patch(ctx, in.Job, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-		return fmt.Errorf("set suspend=%t on job %s/%s: %w", in.Suspend, in.Namespace, in.Job, err)
+	if in.Kind == "JobSet" {
+		// No typed client for the JobSet API: a merge patch on its path, through the clientset's
+		// REST client (the RBAC rule is on jobsets.jobset.x-k8s.io).
+		err = a.Kube.BatchV1().RESTClient().Patch(types.MergePatchType).
+			AbsPath("/apis", in.APIVersion, "namespaces", in.Namespace, "jobsets", in.Job).
+			Body(patch).Do(ctx).Error()
+	} else {
+		_, err = a.Kube.BatchV1().Jobs(in.Namespace).Patch(ctx, in.Job, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	}
+	if err != nil {
+		return fmt.Errorf("set suspend=%t on %s %s/%s: %w", in.Suspend, strings.ToLower(kindOrJob(in.Kind)), in.Namespace, in.Job, err)
 	}
 	return nil
+}
+
+func kindOrJob(kind string) string {
+	if kind == "" {
+		return "Job"
+	}
+	return kind
 }

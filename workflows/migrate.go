@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -328,28 +329,34 @@ func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
 	ctx := r.work
 	w := r.in.Workload
 	actx := activityOptions(ctx)
-	if err := workflow.ExecuteActivity(actx, a.SuspendJob, activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: true}).Get(ctx, nil); err != nil {
-		r.failUnlessCancelled(policy.FailNeedsCleanup, "job not suspended (it may be): "+err.Error())
+	suspend := activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: true}
+	if w.Kind == "JobSet" {
+		suspend.Kind, suspend.APIVersion = w.Kind, w.APIVersion
+	}
+	if err := workflow.ExecuteActivity(actx, a.SuspendJob, suspend).Get(ctx, nil); err != nil {
+		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" not suspended (it may be): "+err.Error())
 		return false
 	}
-	r.m.Record(workflow.Now(ctx), "job suspended")
+	r.m.Record(workflow.Now(ctx), "%s suspended", strings.ToLower(w.Kind))
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
 		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
 	gone := workflow.ExecuteActivity(gctx, a.WaitPodsGone, activities.WaitGoneInput{Namespace: w.Namespace, Pods: before}).Get(ctx, nil)
 	// Resume even when the Pods did not go: a Job left suspended is the worse outcome.
-	resumed := workflow.ExecuteActivity(actx, a.SuspendJob, activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: false}).Get(ctx, nil)
+	resume := suspend
+	resume.Suspend = false
+	resumed := workflow.ExecuteActivity(actx, a.SuspendJob, resume).Get(ctx, nil)
 	switch {
 	case resumed != nil:
-		r.failUnlessCancelled(policy.FailNeedsCleanup, "job left suspended: "+resumed.Error())
+		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" left suspended: "+resumed.Error())
 		return false
 	case gone != nil:
-		r.failUnlessCancelled(policy.FailRetryable, "job's Pods did not go: "+gone.Error())
+		r.failUnlessCancelled(policy.FailRetryable, strings.ToLower(w.Kind)+"'s Pods did not go: "+gone.Error())
 		return false
 	}
 	for _, p := range before {
 		r.m.Moved = append(r.m.Moved, p.Name)
 	}
-	r.m.Record(workflow.Now(ctx), "job resumed; its Pods %v are gone", r.m.Moved)
+	r.m.Record(workflow.Now(ctx), "%s resumed; its Pods %v are gone", strings.ToLower(w.Kind), r.m.Moved)
 	return true
 }
 

@@ -27,6 +27,7 @@ type mharness struct {
 	// before another holder takes the Lease (0 = never).
 	evictBlocked, loseLeaseAfter, denyPermits int
 	suspends                                  []bool
+	suspendKinds                              []string
 	alerts                                    []activities.AlertInput
 	records                                   []activities.MigrationRecord
 	slotReleased                              int
@@ -111,6 +112,7 @@ func newMigration(t *testing.T) *mharness {
 	})
 	on("SuspendJob", func(_ context.Context, in activities.SuspendInput) error {
 		h.suspends = append(h.suspends, in.Suspend)
+		h.suspendKinds = append(h.suspendKinds, in.Kind+" "+in.APIVersion)
 		h.calls = append(h.calls, "SuspendJob")
 		if !in.Suspend && h.resumeFails {
 			return temporal.NewNonRetryableApplicationError("forbidden", "Test", nil)
@@ -434,5 +436,20 @@ func TestMigrateCountsTimeOnTheDevice(t *testing.T) {
 	h.run(t, in)
 	if r := h.records[0]; r.Outcome != policy.OutcomeMigrated || r.OnDevice < 2*time.Minute || r.OnDevice > 3*time.Minute {
 		t.Fatalf("record %+v: want about 2 minutes on the device (1 before the migration, 1 for the slot)", r)
+	}
+}
+
+// A JobSet is suspended and resumed as a whole, through its own API.
+func TestMigrateJobSetSuspendedAsAWhole(t *testing.T) {
+	h := newMigration(t)
+	h.grant(time.Second)
+	in := migrateInput("JobSet", "none", false)
+	in.Workload.APIVersion = "jobset.x-k8s.io/v1alpha2"
+	st := h.run(t, in)
+	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveSuspend {
+		t.Fatalf("state %+v", st)
+	}
+	if got := strings.Join(h.suspendKinds, ","); got != "JobSet jobset.x-k8s.io/v1alpha2,JobSet jobset.x-k8s.io/v1alpha2" || len(h.suspends) != 2 || !h.suspends[0] || h.suspends[1] {
+		t.Fatalf("suspends %v of %s", h.suspends, got)
 	}
 }

@@ -48,19 +48,19 @@ const (
 
 // Move mechanisms, least disruptive first.
 const (
-	MoveSuspend = "suspend" // a Job: spec.suspend, then resume
+	MoveSuspend = "suspend" // a Job or JobSet: spec.suspend, then resume
 	MoveEvict   = "evict"   // a Pod of a shrinkable or replicated workload, through the Eviction API
 	MoveNone    = "none"    // a bare Pod: nothing would recreate it
 )
 
-// MoveMechanism picks how a workload moves: a whole Job is suspended and resumed; one shard of a
+// MoveMechanism picks how a workload moves: a whole Job or JobSet is suspended and resumed; one shard of a
 // shrinkable Job, or a Pod whose controller recreates it, is evicted; a bare Pod has no owner to
 // recreate it and is not moved without a person's word.
 func MoveMechanism(kind string, shrinkable bool) string {
 	switch {
 	case kind == "Pod":
 		return MoveNone
-	case kind == "Job" && !shrinkable:
+	case (kind == "Job" || kind == "JobSet") && !shrinkable:
 		return MoveSuspend
 	}
 	return MoveEvict

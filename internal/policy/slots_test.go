@@ -83,6 +83,8 @@ func TestMoveMechanism(t *testing.T) {
 	}{
 		{"Job", false, "none", MoveSuspend, true},
 		{"Job", true, "none", MoveEvict, true},
+		{"JobSet", false, "annotation", MoveSuspend, true},
+		{"JobSet", true, "none", MoveEvict, true},
 		{"Deployment", false, "none", MoveEvict, true},
 		{"StatefulSet", false, "annotation", MoveEvict, true},
 		{"Pod", false, "none", MoveNone, false},
