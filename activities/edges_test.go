@@ -88,3 +88,19 @@ func TestHoldMigrationLeaseRetriesThenStopsWhenTaken(t *testing.T) {
 		t.Fatalf("hold ended with %v after %d failed renewals, want %s after 2", err, failed, ErrLeaseLost)
 	}
 }
+
+// Holding never creates the Lease: one released when its migration ended stays released even if the
+// holding activity has not heard of the end yet (a Lease left behind would block the workload's
+// next migration for a minute).
+func TestHoldMigrationLeaseNeverRecreatesIt(t *testing.T) {
+	env, a, kube := activityEnv(t)
+	w := Workload{Namespace: "team-a", Name: "train", UID: "uid-train"}
+	_, err := env.ExecuteActivity(a.HoldMigrationLease, LeaseInput{Workload: w, Holder: "migrate/mine", Duration: 300 * time.Millisecond})
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != ErrLeaseLost || !strings.Contains(err.Error(), "deleted") {
+		t.Fatalf("hold of a released Lease ended with %v", err)
+	}
+	if l, err := kube.CoordinationV1().Leases("default").List(context.Background(), metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+		t.Fatalf("leases %v (%v): the hold created one", l, err)
+	}
+}

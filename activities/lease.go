@@ -98,26 +98,55 @@ func expired(l *coordinationv1.Lease, now time.Time) bool {
 }
 
 // HoldMigrationLease renews the Lease every third of its duration, heartbeating, until the
-// migration cancels it; it fails without retry when another holder took the Lease.
+// migration cancels it. It never creates the Lease: one that is gone was released (this migration
+// ended, and the cancellation has not reached the activity yet) or deleted by someone; creating it
+// again would leave a Lease behind that blocks the workload's next migration. It fails without
+// retry when the Lease is gone or another holder took it.
 func (a *Activities) HoldMigrationLease(ctx context.Context, in LeaseInput) error {
 	every := max(in.Duration/3, 100*time.Millisecond)
 	for {
-		res, err := a.TakeMigrationLease(ctx, in)
+		holder, err := a.renewMigrationLease(ctx, in)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil:
 			activity.GetLogger(ctx).Warn("migration lease not renewed", "error", err)
-		case !res.Held:
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("migration lease of %s/%s taken by %s", in.Workload.Namespace, in.Workload.Name, res.Holder), ErrLeaseLost, nil)
+		case holder != in.Holder:
+			if holder == "" {
+				holder = "nobody: the Lease was deleted"
+			}
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("migration lease of %s/%s taken by %s", in.Workload.Namespace, in.Workload.Name, holder), ErrLeaseLost, nil)
 		}
-		activity.RecordHeartbeat(ctx, res.Holder)
+		activity.RecordHeartbeat(ctx, holder)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(every):
 		}
 	}
+}
+
+// renewMigrationLease renews the caller's Lease and returns its holder ("" when it is gone).
+func (a *Activities) renewMigrationLease(ctx context.Context, in LeaseInput) (string, error) {
+	leases := a.Kube.CoordinationV1().Leases(a.ownNamespace())
+	name := MigrationLeaseName(in.Workload)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("get migration lease %s: %w", name, err)
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	if holder != in.Holder {
+		return holder, nil
+	}
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, ptr.To(int32(in.Duration.Seconds()))
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return "", fmt.Errorf("renew migration lease %s: %w", name, err) // a conflict is re-read next time
+	}
+	return holder, nil
 }
 
 // ReleaseMigrationLease deletes the Lease if the caller still holds it.

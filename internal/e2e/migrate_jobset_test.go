@@ -130,5 +130,13 @@ func TestJobSetIsSuspendedAsAWhole(t *testing.T) {
 	if d, err := podDevice(ctx, kube, now[0]); err != nil || d == bad {
 		t.Fatalf("the JobSet's Pod runs on %s (%v)", d, err)
 	}
+	// The Lease is gone once the migration ended, and stays gone (the holding activity, cancelled as
+	// the migration ends, must not write it again).
+	time.Sleep(time.Second)
+	leases, err := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{
+		LabelSelector: activities.LabelWorkloadNamespace + "=" + ns + "," + activities.LabelWorkloadName + "=train"})
+	if err != nil || len(leases.Items) != 0 {
+		t.Fatalf("leases left: %d (%v)", len(leases.Items), err)
+	}
 	recordHistory(t, ctx, shared.temporal, mid, "migrate_jobset.json")
 }

@@ -156,7 +156,8 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 		t.Fatalf("the Job runs on %s (%v), the quarantined device is %s", moved, err, bad)
 	}
 	// The Lease is gone once the migration ended.
-	leases, err := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{LabelSelector: activities.LabelWorkloadName + "=train"})
+	leases, err := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{
+		LabelSelector: activities.LabelWorkloadNamespace + "=" + w.Namespace + "," + activities.LabelWorkloadName + "=train"})
 	if err != nil || len(leases.Items) != 0 {
 		t.Fatalf("leases left: %v (%v)", leases, err)
 	}
