@@ -75,11 +75,24 @@ type PodInfo struct {
 
 // WorkloadPods lists the workload's Pods that exist now (its top owner is the workload).
 func (a *Activities) WorkloadPods(ctx context.Context, w Workload) ([]PodInfo, error) {
+	pods, err := a.workloadPods(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PodInfo, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, PodInfo{Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName})
+	}
+	return out, nil
+}
+
+// workloadPods lists the workload's Pods, sorted by name.
+func (a *Activities) workloadPods(ctx context.Context, w Workload) ([]corev1.Pod, error) {
 	pods, err := a.Kube.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list pods of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
 	}
-	var out []PodInfo
+	var out []corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if string(p.UID) != w.UID {
@@ -91,7 +104,7 @@ func (a *Activities) WorkloadPods(ctx context.Context, w Workload) ([]PodInfo, e
 				return nil, err
 			}
 		}
-		out = append(out, PodInfo{Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName})
+		out = append(out, *p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -166,23 +179,17 @@ func (a *Activities) WaitWorkloadReady(ctx context.Context, in ReadyInput) ([]st
 }
 
 func (a *Activities) readyElsewhere(ctx context.Context, in ReadyInput, old map[string]bool) ([]string, error) {
-	pods, err := a.WorkloadPods(ctx, in.Workload)
+	pods, err := a.workloadPods(ctx, in.Workload)
 	if err != nil {
 		return nil, err
 	}
 	var ready []string
-	for _, p := range pods {
-		if old[p.UID] {
+	for i := range pods {
+		p := &pods[i]
+		if old[string(p.UID)] || !PodReady(p) {
 			continue
 		}
-		pod, err := a.Kube.CoreV1().Pods(in.Workload.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil {
-			continue
-		}
-		if !podReady(pod) {
-			continue
-		}
-		uses, err := a.usesDevice(ctx, pod, in.Device)
+		uses, err := a.usesDevice(ctx, p, in.Device)
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +200,8 @@ func (a *Activities) readyElsewhere(ctx context.Context, in ReadyInput, old map[
 	return ready, nil
 }
 
-func podReady(pod *corev1.Pod) bool {
+// PodReady says whether a Pod runs, is Ready and is not being deleted.
+func PodReady(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 		return false
 	}

@@ -149,7 +149,7 @@ func suspendFloor(ctx context.Context, kube kubernetes.Interface, n int, out io.
 		if err := waitUntil(ctx, time.Minute, func() (bool, error) {
 			pods, err := kube.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
 			for _, p := range pods.Items {
-				if !old[string(p.UID)] && podIsReady(&p) {
+				if !old[string(p.UID)] && activities.PodReady(&p) {
 					return true, err
 				}
 			}
@@ -161,15 +161,6 @@ func suspendFloor(ctx context.Context, kube kubernetes.Interface, n int, out io.
 	}
 	printLatency(out, "floor, Kubernetes alone: suspend -> Pods gone -> resume -> new Pod Ready, one Job at a time", lat)
 	return nil
-}
-
-func podIsReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return p.Status.Phase == corev1.PodRunning && c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 type jobStart struct {
@@ -201,15 +192,11 @@ func watchReady(ctx context.Context, kube kubernetes.Interface, first map[string
 				continue
 			}
 			job := p.Labels["batch.kubernetes.io/job-name"]
-			if seen[job] || string(p.UID) == first[job].uid || p.Status.Phase != corev1.PodRunning {
+			if seen[job] || string(p.UID) == first[job].uid || !activities.PodReady(p) {
 				continue
 			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					seen[job] = true
-					get(job) <- time.Now()
-				}
-			}
+			seen[job] = true
+			get(job) <- time.Now()
 		}
 	}()
 	return func(job string) <-chan time.Time { return get(job) }, w.Stop, nil
