@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -209,28 +211,38 @@ func listDevices(c *cobra.Command, tc client.Client, namespace, state string) er
 	}
 	w := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "DEVICE\tSTATE\tNODE\tSINCE")
-	var token []byte
-	for {
-		resp, err := tc.ListWorkflow(c.Context(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
-		if err != nil {
-			return fmt.Errorf("list device workflows: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			fields := e.GetSearchAttributes().GetIndexedFields()
-			attr := func(name string) string {
-				var v string
-				if p, ok := fields[name]; ok {
-					_ = converter.GetDefaultDataConverter().FromPayload(p, &v)
-				}
-				return v
+	err := eachWorkflow(c.Context(), tc, namespace, query, func(e *workflowpb.WorkflowExecutionInfo) {
+		fields := e.GetSearchAttributes().GetIndexedFields()
+		attr := func(name string) string {
+			var v string
+			if p, ok := fields[name]; ok {
+				_ = converter.GetDefaultDataConverter().FromPayload(p, &v)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", attr("DeviceID"), attr("DeviceState"), attr("DeviceNode"), e.GetStartTime().AsTime().Format(time.RFC3339))
+			return v
 		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", attr("DeviceID"), attr("DeviceState"), attr("DeviceNode"), e.GetStartTime().AsTime().Format(time.RFC3339))
+	})
+	if err != nil {
+		return fmt.Errorf("list device workflows: %w", err)
 	}
 	return w.Flush()
+}
+
+// eachWorkflow hands every workflow that matches the visibility query to fn, page by page.
+func eachWorkflow(ctx context.Context, tc client.Client, namespace, query string, fn func(*workflowpb.WorkflowExecutionInfo)) error {
+	var token []byte
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
+		if err != nil {
+			return err
+		}
+		for _, e := range resp.GetExecutions() {
+			fn(e)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return nil
+		}
+	}
 }
 
 func newBreakerCmd(g *globals) *cobra.Command {

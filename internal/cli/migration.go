@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/api/workflowservice/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -33,18 +33,11 @@ func newMigrationCmd(g *globals) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "MIGRATION\tSTATUS\tSTARTED")
-			var token []byte
-			for {
-				resp, err := tc.ListWorkflow(c.Context(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: cf.o.Namespace, Query: query, NextPageToken: token})
-				if err != nil {
-					return fmt.Errorf("list migrations: %w", err)
-				}
-				for _, e := range resp.GetExecutions() {
-					fmt.Fprintf(w, "%s\t%s\t%s\n", e.GetExecution().GetWorkflowId(), e.GetStatus(), e.GetStartTime().AsTime().Format(time.RFC3339))
-				}
-				if token = resp.GetNextPageToken(); len(token) == 0 {
-					break
-				}
+			err = eachWorkflow(c.Context(), tc, cf.o.Namespace, query, func(e *workflowpb.WorkflowExecutionInfo) {
+				fmt.Fprintf(w, "%s\t%s\t%s\n", e.GetExecution().GetWorkflowId(), e.GetStatus(), e.GetStartTime().AsTime().Format(time.RFC3339))
+			})
+			if err != nil {
+				return fmt.Errorf("list migrations: %w", err)
 			}
 			return w.Flush()
 		},
