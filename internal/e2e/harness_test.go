@@ -23,6 +23,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
+	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // stack is one cluster and one Temporal server shared by the package's tests; each test uses its
@@ -186,6 +187,15 @@ func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, fu
 	}
 	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress(), server: tc.Server,
 		kubeconfig: cl.Kubeconfig, auditLog: cl.AuditLog()}, stop, nil
+}
+
+// queryInto runs a workflow's state query and decodes the answer into into.
+func queryInto(ctx context.Context, tc client.Client, workflowID string, into any) error {
+	v, err := tc.QueryWorkflow(ctx, workflowID, "", workflows.QueryState)
+	if err != nil {
+		return err
+	}
+	return v.Get(into)
 }
 
 // kubeClient is a clientset for a local cluster's kubeconfig.

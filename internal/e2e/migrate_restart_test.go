@@ -75,11 +75,7 @@ func TestKilledWorkerMidMigrationMovesOnce(t *testing.T) {
 		}
 		mid = st.Migrations[0]
 		var m policy.MigrationState
-		v, err := s.temporal.QueryWorkflow(ctx, mid, "", "state")
-		if err == nil {
-			err = v.Get(&m)
-		}
-		if err != nil || m.Phase != policy.PhaseCheckpointing {
+		if err := queryInto(ctx, s.temporal, mid, &m); err != nil || m.Phase != policy.PhaseCheckpointing {
 			return fmt.Errorf("migration %s (%v)", m.Phase, err)
 		}
 		return nil

@@ -100,11 +100,7 @@ func migrationOf(t *testing.T, ctx context.Context, id device.ID) string {
 
 func migrationState(ctx context.Context, id string) (policy.MigrationState, error) {
 	var st policy.MigrationState
-	v, err := shared.temporal.QueryWorkflow(ctx, id, "", workflows.QueryState)
-	if err != nil {
-		return st, err
-	}
-	return st, v.Get(&st)
+	return st, queryInto(ctx, shared.temporal, id, &st)
 }
 
 // migrationResult waits for a migration to end and returns its record.

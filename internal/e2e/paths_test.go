@@ -272,8 +272,8 @@ func TestEveryWorkflowPath(t *testing.T) {
 	}
 	var slots policy.SlotState
 	eventually(t, 30*time.Second, "the limiter idle after continue-as-new", func() error {
-		v, err := s.temporal.QueryWorkflow(ctx, workflows.MigrationLimiterID, "", workflows.QueryState)
-		if err != nil || v.Get(&slots) != nil || !slots.Idle() || slots.Granted == 0 {
+		err := queryInto(ctx, s.temporal, workflows.MigrationLimiterID, &slots)
+		if err != nil || !slots.Idle() || slots.Granted == 0 {
 			return fmt.Errorf("limiter %+v (%v)", slots, err)
 		}
 		return nil
@@ -283,9 +283,5 @@ func TestEveryWorkflowPath(t *testing.T) {
 
 func breakerState(ctx context.Context, tc client.Client) (policy.BreakerState, error) {
 	var br policy.BreakerState
-	v, err := tc.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState)
-	if err != nil {
-		return br, err
-	}
-	return br, v.Get(&br)
+	return br, queryInto(ctx, tc, workflows.BreakerWorkflowID, &br)
 }

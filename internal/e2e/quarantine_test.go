@@ -82,11 +82,7 @@ func noWorkflow(t *testing.T, ctx context.Context, id device.ID) {
 
 func queryState(ctx context.Context, id string) (workflows.DeviceState, error) {
 	var st workflows.DeviceState
-	v, err := shared.temporal.QueryWorkflow(ctx, id, "", workflows.QueryState)
-	if err != nil {
-		return st, err
-	}
-	return st, v.Get(&st)
+	return st, queryInto(ctx, shared.temporal, id, &st)
 }
 
 // TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler is the core loop end to end: a kubelet-style

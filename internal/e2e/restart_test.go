@@ -20,7 +20,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // devicePods runs one pod per device on fresh nodes and returns the devices.
@@ -71,11 +70,7 @@ func setHealth(t *testing.T, ctx context.Context, kube kubernetes.Interface, ids
 
 func stateOf(ctx context.Context, s *stack, id device.ID) (policy.DeviceState, error) {
 	var st policy.DeviceState
-	v, err := s.temporal.QueryWorkflow(ctx, id.WorkflowID(), "", workflows.QueryState)
-	if err != nil {
-		return st, err
-	}
-	return st, v.Get(&st)
+	return st, queryInto(ctx, s.temporal, id.WorkflowID(), &st)
 }
 
 func runs(ctx context.Context, s *stack, id device.ID) (int64, error) {
