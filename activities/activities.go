@@ -48,6 +48,8 @@ type Activities struct {
 	OwnNamespace string
 	// Limiter queues migrations for the per-node and cluster-wide caps.
 	Limiter MigrationLimiter
+	// Rollouts opens scheduled rollouts' windows; nil refuses them.
+	Rollouts RolloutWindows
 	// MigratePoll is how often migration waits look again (default 250 ms).
 	MigratePoll time.Duration
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).

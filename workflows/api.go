@@ -12,6 +12,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
 // Task queue, workflow, signal, query and update names. Operators and the Temporal CLI use these.
@@ -72,6 +73,14 @@ const (
 	// Updates to a migration that waits for a person (payload policy.MigrationDecision).
 	UpdateMigrateAnyway = "migrate-anyway"
 	UpdateAbandon       = "abandon"
+
+	// Rollout commands, as updates (payload rollout.Command; answered with the RolloutStatus).
+	UpdateRolloutPause    = rollout.CmdPause
+	UpdateRolloutResume   = rollout.CmdResume
+	UpdateRolloutRollback = rollout.CmdRollback
+	UpdateRolloutApprove  = rollout.CmdApprove
+	// SignalRolloutWindow opens a scheduled rollout's window (payload RolloutWindow).
+	SignalRolloutWindow = "window"
 )
 
 // OperatorSignals are the device workflow's operator signals.
@@ -87,7 +96,14 @@ var (
 )
 
 // SearchAttributeNames lists every custom search attribute, for registration.
-var SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState"}
+var SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "RolloutName", "RolloutPhase", "RolloutState"}
+
+// Search attributes (Keyword) of a rollout, so the Temporal UI lists rollouts and where they stand.
+var (
+	SearchRolloutName  = temporal.NewSearchAttributeKeyKeyword("RolloutName")
+	SearchRolloutPhase = temporal.NewSearchAttributeKeyKeyword("RolloutPhase")
+	SearchRolloutState = temporal.NewSearchAttributeKeyKeyword("RolloutState")
+)
 
 // The state model lives in internal/policy; these names keep the workflow API in one place.
 type (
@@ -163,4 +179,60 @@ func MigrationID(dev device.ID, workloadUID, statusVersion string) string {
 // All lists every workflow type by name, for the worker to register and for the replay-coverage
 // check to require a recorded history of each.
 var All = map[string]any{"DeviceWorkflow": DeviceWorkflow, "BreakerWorkflow": BreakerWorkflow, "NodeWorkflow": NodeWorkflow,
-	"MigrateWorkflow": MigrateWorkflow, "MigrationLimiterWorkflow": MigrationLimiterWorkflow}
+	"MigrateWorkflow": MigrateWorkflow, "MigrationLimiterWorkflow": MigrationLimiterWorkflow,
+	"RolloutWorkflow": RolloutWorkflow, "RolloutWindowWorkflow": RolloutWindowWorkflow}
+
+// RolloutInput starts (or continues) a rollout.
+type RolloutInput struct {
+	Plan rollout.Plan `json:"plan"`
+	// Scheduled: preflight and enable wait for a window opened by the rollout's Schedule.
+	Scheduled bool           `json:"scheduled,omitempty"`
+	State     *RolloutStatus `json:"state,omitempty"`
+}
+
+// RolloutStatus is a rollout's progress: the answer to its state query and its result.
+type RolloutStatus struct {
+	Plan      string        `json:"plan"`
+	Phase     int           `json:"phase"`
+	Step      rollout.Step  `json:"step"`
+	State     rollout.State `json:"state"`
+	Paused    bool          `json:"paused,omitempty"`
+	Scheduled bool          `json:"scheduled,omitempty"`
+	// WindowUntil is when a scheduled rollout's open window closes.
+	WindowUntil time.Time `json:"windowUntil,omitzero"`
+	SoakUntil   time.Time `json:"soakUntil,omitzero"`
+	// Awaiting is the phase whose next phase waits for approval.
+	Awaiting string `json:"awaiting,omitempty"`
+	// Enabled are the phases switched to DRA and not rolled back, oldest first: what a rollback undoes.
+	Enabled []activities.PhaseChange `json:"enabled,omitempty"`
+	// Blocks are the admission blocks of rolled-back phases, lifted when a phase is enabled again.
+	Blocks     []activities.BlockInput `json:"blocks,omitempty"`
+	Violations []rollout.Violation     `json:"violations,omitempty"`
+	Reports    []rollout.Report        `json:"reports,omitempty"`
+	// RollbackPending is a rollback command not carried out yet.
+	RollbackPending *rollout.Command `json:"rollbackPending,omitempty"`
+	// Retry is set by resume in a blocked or rolled-back rollout.
+	Retry bool `json:"retry,omitempty"`
+	// Log is the rollout's story, newest last (the last 100 entries).
+	Log []RolloutEntry `json:"log,omitempty"`
+}
+
+// RolloutEntry is one line of a rollout's story.
+type RolloutEntry struct {
+	At   time.Time `json:"at"`
+	Text string    `json:"text"`
+}
+
+// RolloutWindow is the window signal's payload: enable steps may run until Until.
+type RolloutWindow struct {
+	Until time.Time `json:"until"`
+}
+
+// RolloutWindowInput is what a rollout's Schedule starts each window with.
+type RolloutWindowInput struct {
+	Plan   rollout.Plan        `json:"plan"`
+	Window policy.JSONDuration `json:"window"`
+}
+
+// RolloutID is a rollout's workflow ID.
+func RolloutID(name string) string { return activities.RolloutWorkflowID(name) }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
 // TestReplayCoversEveryPath fails when a workflow gains a path that no recorded history takes, so
@@ -115,6 +116,12 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.OnActivity("RecordMigration", mock.Anything, mock.Anything).Return(nil).Maybe()
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 		env.ExecuteWorkflow(f, MigrateInput{Device: gpu0, Node: "node-1"})
+	case func(workflow.Context, RolloutInput) (RolloutStatus, error):
+		env.RegisterActivity(&activities.Activities{})
+		env.OnActivity("RolloutPreflight", mock.Anything, mock.Anything).Return([]rollout.Violation{{Node: "n"}}, nil).Maybe()
+		env.ExecuteWorkflow(f, RolloutInput{Plan: testPlan()})
+	case func(workflow.Context, RolloutWindowInput) (activities.WindowResult, error):
+		return nil // a schedule's action: it takes no signal or update
 	default:
 		t.Fatalf("unknown workflow function %T", fn)
 	}

@@ -219,7 +219,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		return err
 	}
 	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
-		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace}
+		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, Rollouts: &worker.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
 		acts.Alerter, acts.Approvals = o.Slack, o.Slack

@@ -106,9 +106,22 @@ func createNode(ctx context.Context, cs kubernetes.Interface, name string) error
 }
 
 func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devices int) error {
+	_, err := cs.ResourceV1().ResourceSlices().Create(ctx, nodeSlice(node, devices, false), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create resource slice for %s: %w", node, err)
+	}
+	return nil
+}
+
+// SliceName is the name of the ResourceSlice the simulated driver publishes for a node.
+func SliceName(node string) string { return node + "-gpu.sim" }
+
+// nodeSlice is the ResourceSlice of a node's devices gpu-0..gpu-(devices-1). Shared devices allow
+// several allocations, each taking a share of the device's memory.
+func nodeSlice(node string, devices int, shared bool) *resourcev1.ResourceSlice {
 	devs := make([]resourcev1.Device, 0, devices)
 	for i := 0; i < devices; i++ {
-		devs = append(devs, resourcev1.Device{
+		d := resourcev1.Device{
 			Name: "gpu-" + strconv.Itoa(i),
 			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 				AttrIndex: {IntValue: ptr.To(int64(i))},
@@ -119,10 +132,19 @@ func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devi
 			Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
 				"memory": {Value: resource.MustParse("80Gi")},
 			},
-		})
+		}
+		if shared {
+			d.AllowMultipleAllocations = ptr.To(true)
+			d.Capacity["memory"] = resourcev1.DeviceCapacity{Value: resource.MustParse(SharedMemory),
+				RequestPolicy: &resourcev1.CapacityRequestPolicy{
+					Default:    ptr.To(resource.MustParse(SharedMin)),
+					ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse(SharedMin)), Step: ptr.To(resource.MustParse(SharedMin)), Max: ptr.To(resource.MustParse(SharedMemory))},
+				}}
+		}
+		devs = append(devs, d)
 	}
-	slice := &resourcev1.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + "gpu.sim"},
+	return &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: SliceName(node)},
 		Spec: resourcev1.ResourceSliceSpec{
 			Driver:   Driver,
 			NodeName: ptr.To(node),
@@ -130,9 +152,10 @@ func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devi
 			Devices:  devs,
 		},
 	}
-	_, err := cs.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create resource slice for %s: %w", node, err)
-	}
-	return nil
 }
+
+// A shared simulated GPU's memory, and the request policy's minimum and step.
+const (
+	SharedMemory = "40Gi"
+	SharedMin    = "4Gi"
+)

@@ -1,0 +1,200 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+// Annotations enable leaves on a node it switched, so a retried enable (or the rollback) finds
+// what the node was before, whoever's worker runs it.
+const (
+	AnnotationRolloutPrevious = "devicewarden.io/rollout-previous-owner"
+	AnnotationRolloutDevices  = "devicewarden.io/rollout-plugin-devices"
+	// unlabelled records that the node had no ownership label.
+	unlabelled = "-"
+)
+
+// Event reasons on nodes a rollout switches.
+const (
+	EventRolloutEnabled    = "RolloutEnabled"
+	EventRolloutRolledBack = "RolloutRolledBack"
+)
+
+// PhaseInput names one phase of a rollout plan.
+type PhaseInput struct {
+	Plan  rollout.Plan `json:"plan"`
+	Phase int          `json:"phase"`
+}
+
+// PhaseChange is what enabling a phase changed, so a rollback can undo exactly that.
+type PhaseChange struct {
+	Phase string       `json:"phase"`
+	Nodes []NodeChange `json:"nodes"`
+	// CreatedClasses are the DeviceClasses enable created (a rollback leaves them: bound claims
+	// name them).
+	CreatedClasses []string  `json:"createdClasses,omitempty"`
+	At             time.Time `json:"at"`
+}
+
+// NodeChange is one node's ownership switch.
+type NodeChange struct {
+	Node string `json:"node"`
+	// Previous is the ownership label's value before ("" with HadLabel false: it had none).
+	Previous string `json:"previous"`
+	HadLabel bool   `json:"hadLabel"`
+	// PluginDevices is how many devices the plugin advertised before the switch.
+	PluginDevices int64 `json:"pluginDevices"`
+}
+
+// Expected maps each switched node to the devices it had under the plugin (for the drift gate).
+func (c PhaseChange) Expected() map[string]int64 {
+	out := map[string]int64{}
+	for _, n := range c.Nodes {
+		out[n.Node] = n.PluginDevices
+	}
+	return out
+}
+
+// RolloutPreflight reads the phase's nodes and slices and lists what blocks the phase.
+func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) ([]rollout.Violation, error) {
+	snap, err := a.rolloutSnapshot(ctx, in.Plan, in.Phase, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	return rollout.Preflight(in.Plan, in.Phase, snap), nil
+}
+
+// EnableRolloutPhase switches the phase's nodes to DRA (the ownership label both drivers select
+// on) and creates its DeviceClasses. It is idempotent: a node it already switched keeps the
+// previous owner it recorded then.
+func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (PhaseChange, error) {
+	ph := in.Plan.Phases[in.Phase]
+	out := PhaseChange{Phase: ph.Name, At: time.Now()}
+	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
+	if err != nil {
+		return PhaseChange{}, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
+	}
+	mark := in.Plan.Name + "/"
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		ch := NodeChange{Node: n.Name}
+		if rec, ok := n.Annotations[AnnotationRolloutPrevious]; ok && strings.HasPrefix(rec, mark) {
+			prev := strings.TrimPrefix(rec, mark)
+			ch.Previous, ch.HadLabel = prev, prev != unlabelled
+			if !ch.HadLabel {
+				ch.Previous = ""
+			}
+			ch.PluginDevices, _ = strconv.ParseInt(n.Annotations[AnnotationRolloutDevices], 10, 64)
+		} else {
+			ch.Previous, ch.HadLabel = n.Labels[in.Plan.OwnerLabel]
+			if q, ok := n.Status.Allocatable[corev1.ResourceName(in.Plan.PluginResource)]; ok {
+				ch.PluginDevices = q.Value()
+			}
+		}
+		out.Nodes = append(out.Nodes, ch)
+		if n.Labels[in.Plan.OwnerLabel] == in.Plan.DRA && n.Annotations[AnnotationRolloutPrevious] != "" {
+			continue
+		}
+		prev := ch.Previous
+		if !ch.HadLabel {
+			prev = unlabelled
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"labels":      map[string]any{in.Plan.OwnerLabel: in.Plan.DRA},
+			"annotations": map[string]any{AnnotationRolloutPrevious: mark + prev, AnnotationRolloutDevices: strconv.FormatInt(ch.PluginDevices, 10)},
+		}})
+		if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			return PhaseChange{}, fmt.Errorf("switch node %s to %s: %w", n.Name, in.Plan.DRA, err)
+		}
+		a.nodeEvent(ctx, n, EventRolloutEnabled, fmt.Sprintf("rollout %s phase %s: %s=%s (was %s); the DRA driver owns its devices now",
+			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, prev))
+	}
+	for _, c := range ph.Classes {
+		created, err := a.ensureClass(ctx, c)
+		if err != nil {
+			return PhaseChange{}, err
+		}
+		if created {
+			out.CreatedClasses = append(out.CreatedClasses, c.Name)
+		}
+	}
+	return out, nil
+}
+
+func (a *Activities) ensureClass(ctx context.Context, c rollout.Class) (bool, error) {
+	dc := &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Labels: map[string]string{LabelManagedBy: ManagedBy}},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", c.Driver)}}}},
+	}
+	_, err := a.Kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("create device class %s: %w", c.Name, err)
+	}
+	return true, nil
+}
+
+// UndoRolloutPhase routes a phase's nodes back to what they were: the ownership label as before
+// (the DRA driver withdraws its slices, the plugin advertises again). Running Pods and their bound
+// claims are left alone. Idempotent.
+func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) error {
+	for _, ch := range in.Change.Nodes {
+		var label any = ch.Previous
+		if !ch.HadLabel {
+			label = nil
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"labels":      map[string]any{in.OwnerLabel: label},
+			"annotations": map[string]any{AnnotationRolloutPrevious: nil, AnnotationRolloutDevices: nil},
+		}})
+		n, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("route node %s back: %w", ch.Node, err)
+		}
+		a.nodeEvent(ctx, n, EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again; running Pods and bound claims are left as they are",
+			in.Rollout, in.Change.Phase, in.Reason, in.OwnerLabel, ch.Previous))
+	}
+	return nil
+}
+
+// UndoInput is a phase change to undo.
+type UndoInput struct {
+	Rollout    string      `json:"rollout"`
+	OwnerLabel string      `json:"ownerLabel"`
+	Change     PhaseChange `json:"change"`
+	Reason     string      `json:"reason"`
+}
+
+// nodeEvent records an Event on a node; a failure to record is logged, never fatal.
+func (a *Activities) nodeEvent(ctx context.Context, n *corev1.Node, reason, msg string) {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", n.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
+		Reason:         reason, Message: msg, Type: corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "devicewarden"}, ReportingController: "devicewarden.io/rollout", ReportingInstance: "devicewarden",
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := a.Kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		slog.Default().Warn("event not recorded", "node", n.Name, "reason", reason, "error", err)
+	}
+}

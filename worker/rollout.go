@@ -1,0 +1,37 @@
+package worker
+
+import (
+	"context"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// RolloutClient opens scheduled rollouts' windows with the Temporal client.
+type RolloutClient struct {
+	Client client.Client
+}
+
+// OpenWindow signals-with-start the rollout, then reads where it stands.
+func (r *RolloutClient) OpenWindow(ctx context.Context, in activities.WindowInput) (activities.WindowResult, error) {
+	if err := workflows.OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until); err != nil {
+		return activities.WindowResult{}, err
+	}
+	v, err := r.Client.QueryWorkflow(ctx, workflows.RolloutID(in.Plan.Name), "", workflows.QueryState)
+	if err != nil {
+		return activities.WindowResult{}, err
+	}
+	var st workflows.RolloutStatus
+	if err := v.Get(&st); err != nil {
+		return activities.WindowResult{}, err
+	}
+	res := activities.WindowResult{State: st.State}
+	if st.Phase < len(in.Plan.Phases) {
+		res.Phase = in.Plan.Phases[st.Phase].Name
+	}
+	return res, nil
+}
+
+var _ activities.RolloutWindows = (*RolloutClient)(nil)

@@ -1,0 +1,258 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+// RolloutWorkflow (ID "rollout/<plan name>") moves node pools from the device plugin to DRA, a
+// phase at a time: preflight -> enable -> soak -> gates -> approve -> next. A failed gate rolls the
+// phase back (new claims for its classes refused by an admission policy, nodes routed back to the
+// plugin, running Pods and bound claims left alone) and waits for resume; a rollback command rolls
+// back every enabled phase. Scheduled rollouts enable phases only inside windows that the
+// schedule opens with the window signal.
+func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
+	r := &rolloutRun{plan: in.Plan, st: in.State}
+	if r.st == nil {
+		r.st = &RolloutStatus{Plan: in.Plan.Name, Scheduled: in.Scheduled, Step: rollout.StepPreflight, State: rollout.StateRunning}
+	}
+	if err := r.register(ctx); err != nil {
+		return *r.st, err
+	}
+	r.publish(ctx)
+	for r.st.Phase < len(r.plan.Phases) {
+		if err := r.step(ctx); err != nil {
+			return *r.st, err
+		}
+		if r.ended {
+			return *r.st, nil
+		}
+	}
+	r.st.State = rollout.StateCompleted
+	r.note(ctx, "rollout completed: every phase passed its gates")
+	r.publish(ctx)
+	return *r.st, nil
+}
+
+type rolloutRun struct {
+	plan  rollout.Plan
+	st    *RolloutStatus
+	ended bool
+	// shown is the phase and state last written to the search attributes.
+	shown [2]string
+}
+
+// step runs the current phase's current step.
+func (r *rolloutRun) step(ctx workflow.Context) error {
+	if r.st.RollbackPending != nil {
+		return r.rollback(ctx, len(r.st.Enabled), r.st.RollbackPending.Reason+" (by "+r.st.RollbackPending.Actor+")")
+	}
+	if err := r.waitToAdvance(ctx); err != nil || r.st.RollbackPending != nil {
+		return err
+	}
+	ph := r.plan.Phases[r.st.Phase]
+	in := activities.PhaseInput{Plan: r.plan, Phase: r.st.Phase}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: retryPolicy()})
+	switch r.st.Step {
+	case rollout.StepPreflight:
+		var v []rollout.Violation
+		if err := workflow.ExecuteActivity(actx, a.RolloutPreflight, in).Get(ctx, &v); err != nil {
+			return fmt.Errorf("preflight %s: %w", ph.Name, err)
+		}
+		r.st.Violations = v
+		if len(v) > 0 {
+			r.note(ctx, fmt.Sprintf("phase %s blocked at preflight: %d node(s) owned twice or missing; fix and resume", ph.Name, len(v)))
+			return r.hold(ctx, rollout.StateBlocked)
+		}
+		r.st.Step = rollout.StepEnable
+	case rollout.StepEnable:
+		if err := r.unblock(actx, ctx, ph.Name); err != nil {
+			return err
+		}
+		var ch activities.PhaseChange
+		if err := workflow.ExecuteActivity(actx, a.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
+			return fmt.Errorf("enable %s: %w", ph.Name, err)
+		}
+		ch.At = workflow.Now(ctx)
+		r.st.Enabled = append(r.st.Enabled, ch)
+		r.st.SoakUntil = ch.At.Add(ph.Soak.D())
+		r.st.Step = rollout.StepSoak
+		r.note(ctx, fmt.Sprintf("phase %s enabled on %d node(s); soaking until %s", ph.Name, len(ch.Nodes), r.st.SoakUntil.UTC().Format(time.RFC3339)))
+	case rollout.StepSoak:
+		// Only a rollback cuts a soak short; a pause holds the step after it.
+		_, err := workflow.AwaitWithTimeout(ctx, r.st.SoakUntil.Sub(workflow.Now(ctx)), func() bool { return r.st.RollbackPending != nil })
+		if err != nil || r.st.RollbackPending != nil {
+			return err
+		}
+		r.st.Step = rollout.StepGates
+	case rollout.StepGates:
+		return r.gates(ctx, actx)
+	case rollout.StepApprove:
+		if ph.Approve && r.st.Phase+1 < len(r.plan.Phases) {
+			r.st.Awaiting = ph.Name
+			r.st.State = rollout.StateWaitingApproval
+			r.publish(ctx)
+			if err := workflow.Await(ctx, func() bool { return r.st.Awaiting == "" || r.st.RollbackPending != nil }); err != nil {
+				return err
+			}
+			if r.st.RollbackPending != nil {
+				r.st.Awaiting = ""
+				return nil
+			}
+		}
+		r.st.Phase++
+		r.st.Step = rollout.StepPreflight
+		r.st.State = rollout.StateRunning
+		r.st.Violations = nil
+	}
+	r.publish(ctx)
+	return nil
+}
+
+// gates measures the phase and rolls it back when a gate fails.
+func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
+	ph := r.plan.Phases[r.st.Phase]
+	ch := r.st.Enabled[len(r.st.Enabled)-1]
+	var rep rollout.Report
+	in := activities.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
+	if err := workflow.ExecuteActivity(actx, a.EvaluateRolloutGates, in).Get(ctx, &rep); err != nil {
+		return fmt.Errorf("gates of %s: %w", ph.Name, err)
+	}
+	r.st.Reports = append(r.st.Reports, rep)
+	if !rep.Passed() {
+		reason := fmt.Sprintf("phase %s failed %d gate(s): %s", ph.Name, len(rep.Failed), rep.Failed[0])
+		r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
+		return r.rollback(ctx, 1, reason)
+	}
+	r.note(ctx, fmt.Sprintf("phase %s passed its gates (%d claims, claim->allocated p99 %s)", ph.Name, rep.Claims, rep.ClaimToAllocated.P99))
+	r.st.Step = rollout.StepApprove
+	r.publish(ctx)
+	return nil
+}
+
+// rollback undoes the last n enabled phases, newest first: new claims for their classes are
+// refused, their nodes go back to the plugin. Then the rollout waits for resume (which retries
+// from the earliest phase undone) or, after the plan's rollbackHold, ends rolled back.
+func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: retryPolicy()})
+	retry := r.st.Phase
+	for n > 0 && len(r.st.Enabled) > 0 {
+		ch := r.st.Enabled[len(r.st.Enabled)-1]
+		i := r.phaseIndex(ch.Phase)
+		block := activities.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
+		if err := workflow.ExecuteActivity(actx, a.BlockNewClaims, block).Get(ctx, nil); err != nil {
+			return fmt.Errorf("block new claims of %s: %w", ch.Phase, err)
+		}
+		r.st.Blocks = appendBlock(r.st.Blocks, block)
+		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason}
+		if err := workflow.ExecuteActivity(actx, a.UndoRolloutPhase, undo).Get(ctx, nil); err != nil {
+			return fmt.Errorf("route %s back: %w", ch.Phase, err)
+		}
+		r.st.Enabled = r.st.Enabled[:len(r.st.Enabled)-1]
+		retry = i
+		n--
+		r.note(ctx, fmt.Sprintf("phase %s rolled back: %s", ch.Phase, reason))
+	}
+	r.st.RollbackPending = nil
+	r.st.Phase, r.st.Step = retry, rollout.StepPreflight
+	return r.hold(ctx, rollout.StateRolledBack)
+}
+
+// hold waits in a blocked or rolled-back state for resume (retry the current phase from
+// preflight) or a rollback; a rolled-back rollout ends after the plan's rollbackHold.
+func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
+	r.st.State = s
+	r.st.Retry = false
+	r.publish(ctx)
+	cond := func() bool { return r.st.Retry || (s == rollout.StateBlocked && r.st.RollbackPending != nil) }
+	if s == rollout.StateRolledBack {
+		ok, err := workflow.AwaitWithTimeout(ctx, r.plan.RollbackHold.D(), cond)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			r.note(ctx, fmt.Sprintf("no resume within %s: the rollout ends rolled back; its admission blocks stay until the phases are enabled again", r.plan.RollbackHold))
+			r.ended = true
+			r.publish(ctx)
+			return nil
+		}
+	} else if err := workflow.Await(ctx, cond); err != nil {
+		return err
+	}
+	r.st.Retry = false
+	r.st.State = rollout.StateRunning
+	r.publish(ctx)
+	return nil
+}
+
+// waitToAdvance holds the rollout while it is paused, and a scheduled rollout's preflight and
+// enable until a window is open.
+func (r *rolloutRun) waitToAdvance(ctx workflow.Context) error {
+	needsWindow := func() bool {
+		return r.st.Scheduled && (r.st.Step == rollout.StepPreflight || r.st.Step == rollout.StepEnable) &&
+			!workflow.Now(ctx).Before(r.st.WindowUntil)
+	}
+	for r.st.Paused || needsWindow() {
+		prev := r.st.State
+		if r.st.Paused {
+			r.st.State = rollout.StatePaused
+		} else {
+			r.st.State = rollout.StateWaitingWindow
+		}
+		if prev != r.st.State {
+			r.publish(ctx)
+		}
+		if err := workflow.Await(ctx, func() bool { return r.st.RollbackPending != nil || !r.st.Paused && !needsWindow() }); err != nil {
+			return err
+		}
+		if r.st.RollbackPending != nil {
+			return nil
+		}
+	}
+	if r.st.State == rollout.StatePaused || r.st.State == rollout.StateWaitingWindow {
+		r.st.State = rollout.StateRunning
+		r.publish(ctx)
+	}
+	return nil
+}
+
+// unblock lifts a phase's admission block before it is enabled again.
+func (r *rolloutRun) unblock(actx, ctx workflow.Context, phase string) error {
+	kept := r.st.Blocks[:0]
+	for _, b := range r.st.Blocks {
+		if b.Phase != phase {
+			kept = append(kept, b)
+			continue
+		}
+		if err := workflow.ExecuteActivity(actx, a.UnblockNewClaims, b).Get(ctx, nil); err != nil {
+			return fmt.Errorf("lift the admission block of %s: %w", phase, err)
+		}
+	}
+	r.st.Blocks = kept
+	return nil
+}
+
+func appendBlock(bs []activities.BlockInput, b activities.BlockInput) []activities.BlockInput {
+	for i := range bs {
+		if bs[i].Phase == b.Phase {
+			bs[i] = b
+			return bs
+		}
+	}
+	return append(bs, b)
+}
+
+func (r *rolloutRun) phaseIndex(name string) int {
+	for i, ph := range r.plan.Phases {
+		if ph.Name == name {
+			return i
+		}
+	}
+	return r.st.Phase
+}

@@ -1,0 +1,114 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+// rolloutLogSize is how many log entries a rollout keeps.
+const rolloutLogSize = 100
+
+// register sets the state query, the command updates (validated by rollout.CheckCommand) and the
+// window signal.
+func (r *rolloutRun) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (RolloutStatus, error) { return *r.st, nil }); err != nil {
+		return fmt.Errorf("register query: %w", err)
+	}
+	for _, name := range []string{UpdateRolloutPause, UpdateRolloutResume, UpdateRolloutRollback, UpdateRolloutApprove} {
+		name := name
+		err := workflow.SetUpdateHandlerWithOptions(ctx, name,
+			func(ctx workflow.Context, c rollout.Command) (RolloutStatus, error) {
+				r.apply(ctx, name, c)
+				return *r.st, nil
+			},
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c rollout.Command) error {
+				return rollout.CheckCommand(name, c, r.standing())
+			}})
+		if err != nil {
+			return fmt.Errorf("register update %s: %w", name, err)
+		}
+	}
+	windows := workflow.GetSignalChannel(ctx, SignalRolloutWindow)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var w RolloutWindow
+			windows.Receive(ctx, &w) // a payload that does not decode is logged and dropped
+			if w.Until.After(r.st.WindowUntil) {
+				r.st.WindowUntil = w.Until
+				r.note(ctx, "window open until "+w.Until.UTC().Format(time.RFC3339))
+			}
+		}
+	})
+	return nil
+}
+
+func (r *rolloutRun) standing() rollout.Standing {
+	return rollout.Standing{State: r.st.State, Paused: r.st.Paused, Enabled: len(r.st.Enabled), Awaiting: r.st.Awaiting,
+		RollbackPending: r.st.RollbackPending != nil}
+}
+
+// apply records an accepted command; the main loop acts on it.
+func (r *rolloutRun) apply(ctx workflow.Context, name string, c rollout.Command) {
+	switch name {
+	case UpdateRolloutPause:
+		r.st.Paused = true
+	case UpdateRolloutResume:
+		r.st.Paused = false
+		if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
+			r.st.Retry = true
+		}
+	case UpdateRolloutRollback:
+		c := c
+		r.st.RollbackPending = &c
+	case UpdateRolloutApprove:
+		r.st.Awaiting = ""
+	}
+	text := fmt.Sprintf("%s by %s", name, c.Actor)
+	if c.Phase != "" {
+		text += " (phase " + c.Phase + ")"
+	}
+	if c.Reason != "" {
+		text += ": " + c.Reason
+	}
+	r.note(ctx, text)
+}
+
+// note appends to the rollout's log.
+func (r *rolloutRun) note(ctx workflow.Context, text string) {
+	r.st.Log = append(r.st.Log, RolloutEntry{At: workflow.Now(ctx), Text: text})
+	if len(r.st.Log) > rolloutLogSize {
+		r.st.Log = r.st.Log[len(r.st.Log)-rolloutLogSize:]
+	}
+}
+
+// publish keeps the search attributes in step with the status, so the Temporal UI can list
+// rollouts by name, phase and state.
+func (r *rolloutRun) publish(ctx workflow.Context) {
+	phase := ""
+	if r.st.Phase < len(r.plan.Phases) {
+		phase = r.plan.Phases[r.st.Phase].Name
+	}
+	if r.shown == [2]string{phase, string(r.st.State)} {
+		return
+	}
+	r.shown = [2]string{phase, string(r.st.State)}
+	err := workflow.UpsertTypedSearchAttributes(ctx, SearchRolloutName.ValueSet(r.plan.Name),
+		SearchRolloutPhase.ValueSet(phase), SearchRolloutState.ValueSet(string(r.st.State)))
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
+	}
+}
+
+// warn alerts people about the rollout (best effort: a failed alert does not stop a rollback).
+func (r *rolloutRun) warn(ctx workflow.Context, level, text string) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: retryPolicy()})
+	in := activities.AlertInput{Level: level, Text: text, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+	}
+}

@@ -1,0 +1,275 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+func testPlan() rollout.Plan {
+	return rollout.Plan{Name: "gpu", OwnerLabel: rollout.DefaultOwnerLabel, Plugin: "plugin", DRA: "dra", PluginResource: "x.io/gpu",
+		RollbackHold: policy.JSONDuration(time.Hour),
+		Phases: []rollout.Phase{
+			{Name: "canary", Nodes: "pool=a", Classes: []rollout.Class{{Name: "gpu-a", Driver: "drv"}}, Namespaces: []string{"canary"},
+				Soak: policy.JSONDuration(10 * time.Minute), Approve: true},
+			{Name: "wide", Nodes: "pool=b", Classes: []rollout.Class{{Name: "gpu-b", Driver: "drv"}}, Namespaces: []string{"team"},
+				Soak: policy.JSONDuration(20 * time.Minute)},
+		}}
+}
+
+// rolloutEnv is a test environment with the rollout's activities mocked: every phase passes
+// preflight and its gates unless a test says otherwise.
+type rolloutEnv struct {
+	t   *testing.T
+	env *testsuite.TestWorkflowEnvironment
+	// calls lists the activities run, "Name:phase".
+	calls []string
+}
+
+func newRolloutEnv(t *testing.T) *rolloutEnv {
+	var s testsuite.WorkflowTestSuite
+	r := &rolloutEnv{t: t, env: s.NewTestWorkflowEnvironment()}
+	r.env.RegisterWorkflow(RolloutWorkflow)
+	r.env.RegisterActivity(a)
+	r.env.OnActivity(a.Alert, mock.Anything, mock.Anything).Return(nil).Maybe()
+	return r
+}
+
+func (r *rolloutEnv) record(name string, phase string) { r.calls = append(r.calls, name+":"+phase) }
+
+func (r *rolloutEnv) preflight(violations func(phase int) []rollout.Violation) {
+	r.env.OnActivity(a.RolloutPreflight, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) ([]rollout.Violation, error) {
+		r.record("preflight", in.Plan.Phases[in.Phase].Name)
+		return violations(in.Phase), nil
+	})
+}
+
+func (r *rolloutEnv) enable() {
+	r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+		ph := in.Plan.Phases[in.Phase].Name
+		r.record("enable", ph)
+		return activities.PhaseChange{Phase: ph, Nodes: []activities.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+	})
+}
+
+func (r *rolloutEnv) gates(failed func(phase int, attempt int) []string) {
+	attempts := map[int]int{}
+	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+		ph := in.Plan.Phases[in.Phase].Name
+		r.record("gates", ph)
+		if in.Expected[ph+"-0"] != 8 {
+			r.t.Errorf("gates of %s: expected devices %v, want what enable recorded", ph, in.Expected)
+		}
+		attempts[in.Phase]++
+		return rollout.Report{Phase: ph, Claims: 3, Failed: failed(in.Phase, attempts[in.Phase])}, nil
+	})
+}
+
+func (r *rolloutEnv) rollbackActs() {
+	r.env.OnActivity(a.BlockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.BlockInput) error {
+		r.record("block", in.Phase+"="+strings.Join(in.Classes, ","))
+		return nil
+	}).Maybe()
+	r.env.OnActivity(a.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.UndoInput) error {
+		r.record("undo", in.Change.Phase+"="+in.Change.Nodes[0].Previous)
+		return nil
+	}).Maybe()
+	r.env.OnActivity(a.UnblockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.BlockInput) error {
+		r.record("unblock", in.Phase)
+		return nil
+	}).Maybe()
+}
+
+// update sends a command at d into the run; wantOK says whether it must be accepted.
+func (r *rolloutEnv) update(d time.Duration, name string, c rollout.Command, wantOK bool) {
+	r.env.RegisterDelayedCallback(func() {
+		r.env.UpdateWorkflow(name, name+c.Phase+c.Actor+d.String(), &testsuite.TestUpdateCallback{OnAccept: func() {
+			if !wantOK {
+				r.t.Errorf("%s %+v accepted", name, c)
+			}
+		}, OnReject: func(err error) {
+			if wantOK {
+				r.t.Errorf("%s %+v refused: %v", name, c, err)
+			}
+		}, OnComplete: func(any, error) {}}, c)
+	}, d)
+}
+
+func (r *rolloutEnv) run(in RolloutInput) RolloutStatus {
+	r.env.ExecuteWorkflow(RolloutWorkflow, in)
+	if !r.env.IsWorkflowCompleted() {
+		r.t.Fatal("rollout did not complete")
+	}
+	if err := r.env.GetWorkflowError(); err != nil {
+		r.t.Fatal(err)
+	}
+	var st RolloutStatus
+	if err := r.env.GetWorkflowResult(&st); err != nil {
+		r.t.Fatal(err)
+	}
+	return st
+}
+
+func (r *rolloutEnv) wantCalls(want ...string) {
+	r.t.Helper()
+	if strings.Join(r.calls, " ") != strings.Join(want, " ") {
+		r.t.Errorf("calls:\n got %v\nwant %v", r.calls, want)
+	}
+}
+
+func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
+	r := newRolloutEnv(t)
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.gates(func(int, int) []string { return nil })
+	r.update(5*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, false) // still soaking
+	r.update(11*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "wide"}, false)  // not the one waiting
+	r.update(12*time.Minute, UpdateRolloutApprove, rollout.Command{Phase: "canary"}, false)              // no actor
+	r.update(13*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
+	var atApproval RolloutStatus
+	r.env.RegisterDelayedCallback(func() {
+		v, err := r.env.QueryWorkflow(QueryState)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = v.Get(&atApproval)
+	}, 12*time.Minute+30*time.Second)
+	st := r.run(RolloutInput{Plan: testPlan()})
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide", "gates:wide")
+	if st.State != rollout.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
+		t.Errorf("status = %+v", st)
+	}
+	if atApproval.State != rollout.StateWaitingApproval || atApproval.Awaiting != "canary" {
+		t.Errorf("at 12m30s: state %s awaiting %q, want waiting-approval on canary", atApproval.State, atApproval.Awaiting)
+	}
+	if !strings.Contains(st.Log[len(st.Log)-1].Text, "completed") {
+		t.Errorf("log = %+v", st.Log)
+	}
+}
+
+func TestRolloutFailedGateRollsBackThePhaseAndResumeRetries(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases[0].Approve = false
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(phase, attempt int) []string {
+		if phase == 1 && attempt == 1 {
+			return []string{"claim->allocated p99: 40s, the gate allows 15s"}
+		}
+		return nil
+	})
+	// wide soaks 10..30 min, fails, is rolled back; resume at 40 min retries it.
+	r.update(35*time.Minute, UpdateRolloutPause, rollout.Command{Actor: "sre"}, false)
+	r.update(40*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre", Reason: "publisher fixed"}, true)
+	st := r.run(RolloutInput{Plan: p})
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide", "gates:wide",
+		"block:wide=gpu-b", "undo:wide=plugin", "preflight:wide", "unblock:wide", "enable:wide", "gates:wide")
+	if st.State != rollout.StateCompleted || len(st.Blocks) != 0 || len(st.Enabled) != 2 {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+func TestRolloutRollbackCommandUndoesEveryPhaseNewestFirst(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases[0].Approve = false
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(int, int) []string { return nil })
+	r.update(time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, true)              // during canary's soak... (accepted)
+	r.update(time.Minute+time.Second, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // already under way
+	st := r.run(RolloutInput{Plan: p})
+	r.wantCalls("preflight:canary", "enable:canary", "block:canary=gpu-a", "undo:canary=plugin")
+	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 || len(st.Blocks) != 1 || st.Phase != 0 {
+		t.Errorf("status = %+v", st)
+	}
+	if !strings.Contains(st.Log[len(st.Log)-1].Text, "ends rolled back") {
+		t.Errorf("last log entry = %q", st.Log[len(st.Log)-1].Text)
+	}
+
+	r = newRolloutEnv(t)
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(int, int) []string { return nil })
+	// wide is soaking at 25 min: both phases go back, wide first.
+	r.update(25*time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "tenant complaints"}, true)
+	st = r.run(RolloutInput{Plan: p})
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide",
+		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
+	if st.State != rollout.StateRolledBack || len(st.Blocks) != 2 || st.Phase != 0 {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+func TestRolloutBlockedAtPreflightUntilResumed(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	tries := 0
+	r.preflight(func(int) []rollout.Violation {
+		tries++
+		if tries == 1 {
+			return []rollout.Violation{{Node: "a-0", Reason: "double ownership"}}
+		}
+		return nil
+	})
+	r.enable()
+	r.gates(func(int, int) []string { return nil })
+	r.update(time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // nothing enabled
+	var blocked RolloutStatus
+	r.env.RegisterDelayedCallback(func() {
+		v, _ := r.env.QueryWorkflow(QueryState)
+		_ = v.Get(&blocked)
+	}, 2*time.Minute)
+	r.update(3*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	st := r.run(RolloutInput{Plan: p})
+	r.wantCalls("preflight:canary", "preflight:canary", "enable:canary", "gates:canary")
+	if blocked.State != rollout.StateBlocked || len(blocked.Violations) != 1 || blocked.Violations[0].Node != "a-0" {
+		t.Errorf("while blocked: %+v", blocked)
+	}
+	if st.State != rollout.StateCompleted || len(st.Violations) != 0 {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases[0].Approve = false
+	r.preflight(func(int) []rollout.Violation { return nil })
+	var enabledAt []time.Duration
+	start := r.env.Now()
+	r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+		enabledAt = append(enabledAt, r.env.Now().Sub(start))
+		ph := in.Plan.Phases[in.Phase].Name
+		return activities.PhaseChange{Phase: ph, Nodes: []activities.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
+	})
+	r.gates(func(int, int) []string { return nil })
+	window := func(at, length time.Duration) {
+		r.env.RegisterDelayedCallback(func() {
+			r.env.SignalWorkflow(SignalRolloutWindow, RolloutWindow{Until: r.env.Now().Add(length)})
+		}, at)
+	}
+	// A window at 1 h for 5 min (canary enables, then soaks 10 min past it); the next at 3 h.
+	window(time.Hour, 5*time.Minute)
+	window(3*time.Hour, 5*time.Minute)
+	st := r.run(RolloutInput{Plan: p, Scheduled: true})
+	if len(enabledAt) != 2 || enabledAt[0] != time.Hour || enabledAt[1] != 3*time.Hour {
+		t.Errorf("phases enabled at %v, want 1h and 3h", enabledAt)
+	}
+	if st.State != rollout.StateCompleted {
+		t.Errorf("status = %+v", st)
+	}
+}
