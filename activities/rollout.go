@@ -191,7 +191,7 @@ func (a *Activities) nodeEvent(ctx context.Context, n *corev1.Node, reason, msg 
 		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", n.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
 		Reason:         reason, Message: msg, Type: corev1.EventTypeNormal,
-		Source:         corev1.EventSource{Component: "devicewarden"}, ReportingController: "devicewarden.io/rollout", ReportingInstance: "devicewarden",
+		Source: corev1.EventSource{Component: "devicewarden"}, ReportingController: "devicewarden.io/rollout", ReportingInstance: "devicewarden",
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	if _, err := a.Kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
