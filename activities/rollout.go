@@ -13,6 +13,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/rollout"
@@ -151,10 +152,20 @@ func (a *Activities) ensureClass(ctx context.Context, c rollout.Class) (bool, er
 }
 
 // UndoRolloutPhase routes a phase's nodes back to what they were: the ownership label as before
-// (the DRA driver withdraws its slices, the plugin advertises again). Running Pods and their bound
-// claims are left alone. Idempotent.
-func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) error {
+// (the DRA driver withdraws its slices, the plugin advertises again). A node whose DRA devices
+// still back allocated claims is held where it is, so that the plugin never hands out a device a
+// running Pod holds; the caller tries it again later. Idempotent.
+func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoResult, error) {
+	bound, err := a.boundClaimsByNode(ctx, in.Drivers)
+	if err != nil {
+		return UndoResult{}, err
+	}
+	var res UndoResult
 	for _, ch := range in.Change.Nodes {
+		if n := bound[ch.Node]; n > 0 {
+			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: n})
+			continue
+		}
 		var label any = ch.Previous
 		if !ch.HadLabel {
 			label = nil
@@ -168,12 +179,48 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("route node %s back: %w", ch.Node, err)
+			return UndoResult{}, fmt.Errorf("route node %s back: %w", ch.Node, err)
 		}
-		a.nodeEvent(ctx, n, EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again; running Pods and bound claims are left as they are",
+		res.Returned = append(res.Returned, ch.Node)
+		a.nodeEvent(ctx, n, EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again",
 			in.Rollout, in.Change.Phase, in.Reason, in.OwnerLabel, ch.Previous))
 	}
-	return nil
+	return res, nil
+}
+
+// boundClaimsByNode counts, per node, the allocated claims on devices the drivers publish there.
+func (a *Activities) boundClaimsByNode(ctx context.Context, drivers []string) (map[string]int, error) {
+	poolNode := map[string]string{}
+	for _, drv := range drivers {
+		slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
+		if err != nil {
+			return nil, fmt.Errorf("list resource slices of %s: %w", drv, err)
+		}
+		for _, sl := range slices.Items {
+			if sl.Spec.NodeName != nil {
+				poolNode[drv+"/"+sl.Spec.Pool.Name] = *sl.Spec.NodeName
+			}
+		}
+	}
+	claims, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list resource claims: %w", err)
+	}
+	out := map[string]int{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok && !seen[node] {
+				seen[node] = true
+				out[node]++
+			}
+		}
+	}
+	return out, nil
 }
 
 // UndoInput is a phase change to undo.
@@ -181,7 +228,21 @@ type UndoInput struct {
 	Rollout    string      `json:"rollout"`
 	OwnerLabel string      `json:"ownerLabel"`
 	Change     PhaseChange `json:"change"`
-	Reason     string      `json:"reason"`
+	// Drivers are the phase's drivers, whose allocated devices hold a node back.
+	Drivers []string `json:"drivers"`
+	Reason  string   `json:"reason"`
+}
+
+// UndoResult says which nodes went back to the plugin and which are held by bound claims.
+type UndoResult struct {
+	Returned []string   `json:"returned,omitempty"`
+	Held     []HeldNode `json:"held,omitempty"`
+}
+
+// HeldNode is a node kept on DRA while claims are allocated on its devices.
+type HeldNode struct {
+	NodeChange
+	Claims int `json:"claims"`
 }
 
 // nodeEvent records an Event on a node; a failure to record is logged, never fatal.

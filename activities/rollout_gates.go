@@ -114,14 +114,17 @@ func ReportConfigMap(rolloutName, phase string) string {
 }
 
 func (a *Activities) saveReport(ctx context.Context, name string, r rollout.Report) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var data strings.Builder
+	enc := json.NewEncoder(&data)
+	enc.SetEscapeHTML(false) // the report says claim->allocated, not claim-\u003eallocated
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("encode gate report: %w", err)
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: ReportConfigMap(name, r.Phase), Namespace: a.ownNamespace(),
 			Labels: map[string]string{LabelManagedBy: ManagedBy, LabelRollout: name}},
-		Data: map[string]string{"report.json": string(data)},
+		Data: map[string]string{"report.json": data.String()},
 	}
 	cms := a.Kube.CoreV1().ConfigMaps(cm.Namespace)
 	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager}); apierrors.IsAlreadyExists(err) {

@@ -205,6 +205,8 @@ type RolloutStatus struct {
 	Awaiting string `json:"awaiting,omitempty"`
 	// Enabled are the phases switched to DRA and not rolled back, oldest first: what a rollback undoes.
 	Enabled []activities.PhaseChange `json:"enabled,omitempty"`
+	// Draining are rolled-back phases' nodes kept on DRA while claims are allocated on them.
+	Draining []DrainingPhase `json:"draining,omitempty"`
 	// Blocks are the admission blocks of rolled-back phases, lifted when a phase is enabled again.
 	Blocks     []activities.BlockInput `json:"blocks,omitempty"`
 	Violations []rollout.Violation     `json:"violations,omitempty"`
@@ -216,6 +218,16 @@ type RolloutStatus struct {
 	// Log is the rollout's story, newest last (the last 100 entries).
 	Log []RolloutEntry `json:"log,omitempty"`
 }
+
+// DrainingPhase is a rolled-back phase's nodes that bound claims hold on DRA.
+type DrainingPhase struct {
+	Change  activities.PhaseChange `json:"change"`
+	Drivers []string               `json:"drivers"`
+	Reason  string                 `json:"reason"`
+}
+
+// Phase is the phase's name.
+func (d DrainingPhase) Phase() string { return d.Change.Phase }
 
 // RolloutEntry is one line of a rollout's story.
 type RolloutEntry struct {

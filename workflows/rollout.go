@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -75,6 +77,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 		if err := r.unblock(actx, ctx, ph.Name); err != nil {
 			return err
 		}
+		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == ph.Name })
 		var ch activities.PhaseChange
 		if err := workflow.ExecuteActivity(actx, a.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
 			return fmt.Errorf("enable %s: %w", ph.Name, err)
@@ -150,9 +153,10 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 			return fmt.Errorf("block new claims of %s: %w", ch.Phase, err)
 		}
 		r.st.Blocks = appendBlock(r.st.Blocks, block)
-		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason}
-		if err := workflow.ExecuteActivity(actx, a.UndoRolloutPhase, undo).Get(ctx, nil); err != nil {
-			return fmt.Errorf("route %s back: %w", ch.Phase, err)
+		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
+			Drivers: driverList(r.plan.Phases[i])}
+		if err := r.undo(ctx, actx, undo); err != nil {
+			return err
 		}
 		r.st.Enabled = r.st.Enabled[:len(r.st.Enabled)-1]
 		retry = i
@@ -164,23 +168,40 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 	return r.hold(ctx, rollout.StateRolledBack)
 }
 
+// drainPoll is how often a rolled-back rollout looks again at nodes held by bound claims.
+const drainPoll = 15 * time.Second
+
 // hold waits in a blocked or rolled-back state for resume (retry the current phase from
-// preflight) or a rollback; a rolled-back rollout ends after the plan's rollbackHold.
+// preflight) or a rollback. Meanwhile a rolled-back rollout routes held nodes back as their
+// claims are released, and it ends after the plan's rollbackHold once none is held.
 func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
 	r.st.State = s
 	r.st.Retry = false
 	r.publish(ctx)
 	cond := func() bool { return r.st.Retry || (s == rollout.StateBlocked && r.st.RollbackPending != nil) }
 	if s == rollout.StateRolledBack {
-		ok, err := workflow.AwaitWithTimeout(ctx, r.plan.RollbackHold.D(), cond)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			r.note(ctx, fmt.Sprintf("no resume within %s: the rollout ends rolled back; its admission blocks stay until the phases are enabled again", r.plan.RollbackHold))
-			r.ended = true
-			r.publish(ctx)
-			return nil
+		deadline := workflow.Now(ctx).Add(r.plan.RollbackHold.D())
+		for {
+			wait := deadline.Sub(workflow.Now(ctx))
+			if len(r.st.Draining) > 0 && (wait > drainPoll || wait <= 0) {
+				wait = drainPoll
+			}
+			if wait <= 0 {
+				r.note(ctx, fmt.Sprintf("no resume within %s: the rollout ends rolled back; its admission blocks stay until the phases are enabled again", r.plan.RollbackHold))
+				r.ended = true
+				r.publish(ctx)
+				return nil
+			}
+			ok, err := workflow.AwaitWithTimeout(ctx, wait, cond)
+			if err != nil {
+				return err
+			}
+			if ok {
+				break
+			}
+			if err := r.drain(ctx); err != nil {
+				return err
+			}
 		}
 	} else if err := workflow.Await(ctx, cond); err != nil {
 		return err
@@ -189,6 +210,56 @@ func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
 	r.st.State = rollout.StateRunning
 	r.publish(ctx)
 	return nil
+}
+
+// undo routes a phase's nodes back; nodes held by bound claims are kept for drain.
+func (r *rolloutRun) undo(ctx, actx workflow.Context, in activities.UndoInput) error {
+	var res activities.UndoResult
+	if err := workflow.ExecuteActivity(actx, a.UndoRolloutPhase, in).Get(ctx, &res); err != nil {
+		return fmt.Errorf("route %s back: %w", in.Change.Phase, err)
+	}
+	before := len(r.st.Draining)
+	r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == in.Change.Phase })
+	wasHeld := len(r.st.Draining) < before
+	if len(res.Returned) > 0 {
+		r.note(ctx, fmt.Sprintf("phase %s: %v back with the plugin", in.Change.Phase, res.Returned))
+	}
+	if len(res.Held) == 0 {
+		return nil
+	}
+	held := activities.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
+	var names []string
+	for _, h := range res.Held {
+		held.Nodes = append(held.Nodes, h.NodeChange)
+		names = append(names, fmt.Sprintf("%s (%d claims)", h.Node, h.Claims))
+	}
+	r.st.Draining = append(r.st.Draining, DrainingPhase{Change: held, Drivers: in.Drivers, Reason: in.Reason})
+	if !wasHeld {
+		r.note(ctx, fmt.Sprintf("phase %s: held on DRA while claims are allocated on their devices: %s; they go back once released", in.Change.Phase, strings.Join(names, ", ")))
+	}
+	return nil
+}
+
+// drain tries again to route back the nodes bound claims held.
+func (r *rolloutRun) drain(ctx workflow.Context) error {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: retryPolicy()})
+	for _, d := range append([]DrainingPhase(nil), r.st.Draining...) {
+		in := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason}
+		if err := r.undo(ctx, actx, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func driverList(ph rollout.Phase) []string {
+	var out []string
+	for _, c := range ph.Classes {
+		if !slices.Contains(out, c.Driver) {
+			out = append(out, c.Driver)
+		}
+	}
+	return out
 }
 
 // waitToAdvance holds the rollout while it is paused, and a scheduled rollout's preflight and

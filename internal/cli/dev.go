@@ -110,6 +110,8 @@ func newDevCmd(g *globals) *cobra.Command {
 			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)
 			// Simulated workloads (sim workload --job --checkpoint annotation) answer checkpoint requests.
 			copts.Extra = append(copts.Extra, (&sim.Checkpointer{Kube: kube, Logger: g.logger}).Run)
+			// Pools made with sim pool follow their ownership label (device plugin or DRA).
+			copts.Extra = append(copts.Extra, (&sim.OwnedDrivers{Kube: kube, Logger: g.logger}).Run)
 			err = app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
 			g.logger.Info("worker and watcher stopped")
 			return err

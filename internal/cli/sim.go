@@ -17,7 +17,7 @@ import (
 
 func newSimCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "sim", Short: "Simulate a DRA GPU driver and kubelet health reports on a local cluster"}
-	cmd.AddCommand(newSimNodesCmd(g), newSimWorkloadCmd(g), newSimHealthCmd(g))
+	cmd.AddCommand(newSimNodesCmd(g), newSimWorkloadCmd(g), newSimHealthCmd(g), newSimPoolCmd(g), newSimMisbehaveCmd(g))
 	return cmd
 }
 

@@ -215,7 +215,8 @@ func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()
 	// The simulated driver and kubelet complete probe and canary Pods by the devices' fault state.
 	if !s.noKubelet {
 		opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run,
-			(&sim.Checkpointer{Kube: s.kube, Poll: 100 * time.Millisecond, Logger: testLogger}).Run)
+			(&sim.Checkpointer{Kube: s.kube, Poll: 100 * time.Millisecond, Logger: testLogger}).Run,
+			(&sim.OwnedDrivers{Kube: s.kube, Logger: testLogger}).Run)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

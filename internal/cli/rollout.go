@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+func newRolloutCmd(g *globals) *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{Use: "rollout", Short: "Move node pools from the device plugin to DRA, a gated phase at a time"}
+	cf.add(cmd)
+	var planPath string
+	check := &cobra.Command{
+		Use: "check", Short: "Read and check a plan file; print the phases it would run", Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			p, err := rollout.LoadFile(planPath)
+			if err != nil {
+				return err
+			}
+			return printPlan(c.OutOrStdout(), p)
+		},
+	}
+	check.Flags().StringVar(&planPath, "plan", "", "plan file (YAML)")
+	_ = check.MarkFlagRequired("plan")
+	start := &cobra.Command{
+		Use: "start", Short: "Start the plan's rollout now (workflow rollout/<name>)", Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			p, err := rollout.LoadFile(planPath)
+			if err != nil {
+				return err
+			}
+			tc, err := cf.dial(c, g)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			run, err := workflows.StartRollout(c.Context(), tc, p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "rollout %s started (workflow %s, run %s)\n", p.Name, run.GetID(), run.GetRunID())
+			return nil
+		},
+	}
+	start.Flags().StringVar(&planPath, "plan", "", "plan file (YAML)")
+	_ = start.MarkFlagRequired("plan")
+	var asJSON bool
+	status := &cobra.Command{
+		Use: "status NAME", Short: "Print where a rollout stands: phase, step, state, gate reports, log", Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var st workflows.RolloutStatus
+			if asJSON {
+				return cf.queryJSON(c, g, workflows.RolloutID(args[0]), &st)
+			}
+			if err := cf.query(c, g, workflows.RolloutID(args[0]), &st); err != nil {
+				return err
+			}
+			return printRollout(c.OutOrStdout(), &st)
+		},
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print the whole status as JSON")
+	cmd.AddCommand(check, start, status, newRolloutScheduleCmd(g, &cf))
+	for _, k := range []struct{ use, update, short string }{
+		{"pause NAME", workflows.UpdateRolloutPause, "Hold the rollout before its next step (a soak keeps its clock)"},
+		{"resume NAME", workflows.UpdateRolloutResume, "Go on after pause; retry a blocked or rolled-back phase from preflight"},
+		{"rollback NAME", workflows.UpdateRolloutRollback, "Roll back every enabled phase: refuse new claims for their classes, route nodes back to the plugin"},
+		{"approve NAME PHASE", workflows.UpdateRolloutApprove, "Approve going on past PHASE (the phase waiting for approval)"},
+	} {
+		k := k
+		var actor, reason string
+		nargs := 1
+		if k.update == workflows.UpdateRolloutApprove {
+			nargs = 2
+		}
+		sub := &cobra.Command{
+			Use: k.use, Short: k.short, Args: cobra.ExactArgs(nargs),
+			RunE: func(c *cobra.Command, args []string) error {
+				if actor == "" {
+					return fmt.Errorf("--actor is required: every operator action is audited")
+				}
+				body := rollout.Command{Actor: actor, Reason: reason, At: time.Now().UTC()}
+				if nargs == 2 {
+					body.Phase = args[1]
+				}
+				tc, err := cf.dial(c, g)
+				if err != nil {
+					return err
+				}
+				defer tc.Close()
+				st, err := workflows.SendRolloutCommand(c.Context(), tc, args[0], k.update, body)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "rollout %s: %s accepted; now %s\n", args[0], k.update, summary(&st))
+				return nil
+			},
+		}
+		sub.Flags().StringVar(&actor, "actor", "", "who asks (recorded in the rollout's log)")
+		sub.Flags().StringVar(&reason, "reason", "", "why")
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+func newRolloutScheduleCmd(g *globals, cf *clientFlags) *cobra.Command {
+	var planPath, cron string
+	var window time.Duration
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Create a Temporal Schedule that opens a window on the rollout at each cron time (it enables phases only inside windows; it pauses when the rollout is rolled back or blocked)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if window <= 0 {
+				return fmt.Errorf("--window %s: want a positive duration such as 2h", window)
+			}
+			p, err := rollout.LoadFile(planPath)
+			if err != nil {
+				return err
+			}
+			tc, err := cf.dial(c, g)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			id, err := workflows.ScheduleRollout(c.Context(), tc, p, cron, window)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "schedule %s created: windows of %s at %q (see: temporal schedule describe --schedule-id %s)\n", id, window, cron, id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&planPath, "plan", "", "plan file (YAML)")
+	cmd.Flags().StringVar(&cron, "cron", "", "when windows open, as a cron expression (UTC), e.g. '0 9 * * 1-5'")
+	cmd.Flags().DurationVar(&window, "window", 2*time.Hour, "how long each window stays open")
+	_ = cmd.MarkFlagRequired("plan")
+	_ = cmd.MarkFlagRequired("cron")
+	return cmd
+}
+
+func summary(st *workflows.RolloutStatus) string {
+	s := fmt.Sprintf("%s (phase %d, step %s)", st.State, st.Phase+1, st.Step)
+	if st.Paused {
+		s += ", paused"
+	}
+	return s
+}
+
+func printPlan(out io.Writer, p rollout.Plan) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "Plan:\t%s (switch %s: %s -> %s; plugin resource %s)\n", p.Name, p.OwnerLabel, p.Plugin, p.DRA, p.PluginResource)
+	for i, ph := range p.Phases {
+		fmt.Fprintf(w, "Phase %d:\t%s nodes %q classes %v tenants %v soak %s approve %t\n", i+1, ph.Name, ph.Nodes, ph.ClassNames(), ph.Namespaces, ph.Soak, ph.Approve)
+	}
+	return w.Flush()
+}
+
+func printRollout(out io.Writer, st *workflows.RolloutStatus) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "Rollout:\t%s\n", st.Plan)
+	fmt.Fprintf(w, "State:\t%s\n", summary(st))
+	if st.Awaiting != "" {
+		fmt.Fprintf(w, "Awaiting approval:\tpast phase %s\n", st.Awaiting)
+	}
+	if !st.SoakUntil.IsZero() && st.Step == rollout.StepSoak {
+		fmt.Fprintf(w, "Soak until:\t%s\n", st.SoakUntil.UTC().Format(time.RFC3339))
+	}
+	for _, e := range st.Enabled {
+		fmt.Fprintf(w, "Enabled:\t%s on %d node(s) at %s\n", e.Phase, len(e.Nodes), e.At.UTC().Format(time.RFC3339))
+	}
+	for _, b := range st.Blocks {
+		fmt.Fprintf(w, "New claims refused:\t%v (phase %s rolled back: %s)\n", b.Classes, b.Phase, b.Reason)
+	}
+	for _, v := range st.Violations {
+		fmt.Fprintf(w, "Preflight:\t%s %s\n", v.Node, v.Reason)
+	}
+	for _, r := range st.Reports {
+		verdict := "passed"
+		if !r.Passed() {
+			verdict = fmt.Sprintf("FAILED %v", r.Failed)
+		}
+		fmt.Fprintf(w, "Gates %s:\t%s; %d claims, claim->allocated p50 %s p99 %s, allocated->ready p50 %s p99 %s\n", r.Phase, verdict,
+			r.Claims, r.ClaimToAllocated.P50, r.ClaimToAllocated.P99, r.AllocatedToReady.P50, r.AllocatedToReady.P99)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Log:")
+	from := max(0, len(st.Log)-15)
+	for _, e := range st.Log[from:] {
+		fmt.Fprintf(out, "  %s  %s\n", e.At.UTC().Format(time.RFC3339), e.Text)
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/cli"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// kubeCLI runs a devicewarden command against the stack's cluster and returns what it printed.
+func (s *stack) kubeCLI(ctx context.Context, args ...string) (string, error) {
+	root := cli.NewRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs(append(args, "--kubeconfig", s.kubeconfig, "--log-level", "warn"))
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// rolloutPhase is one phase of a test plan, written as plan YAML.
+type rolloutPhase struct {
+	name, pool, class, namespace, soak, gates string
+	approve                                   bool
+}
+
+// writePlan writes a plan file for the phases (each on its own pool and class) and parses it.
+func writePlan(t *testing.T, name string, phases ...rolloutPhase) (string, rollout.Plan) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\npluginResource: %s\nphases:\n", name, sim.GPUPluginResource)
+	for _, ph := range phases {
+		fmt.Fprintf(&b, "  - name: %s\n    nodes: %s=%s\n    classes: [{name: %s, driver: %s}]\n    namespaces: [%s]\n    soak: %s\n    approve: %t\n",
+			ph.name, sim.LabelPool, ph.pool, ph.class, sim.Driver, ph.namespace, ph.soak, ph.approve)
+		if ph.gates != "" {
+			fmt.Fprintf(&b, "    gates: %s\n", ph.gates)
+		}
+	}
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := rollout.LoadFile(path)
+	if err != nil {
+		t.Fatalf("plan: %v\n%s", err, b.String())
+	}
+	return path, p
+}
+
+// waitRollout polls the rollout's state query until cond holds.
+func waitRollout(t *testing.T, ctx context.Context, tc client.Client, name string, timeout time.Duration, what string, cond func(workflows.RolloutStatus) bool) workflows.RolloutStatus {
+	t.Helper()
+	var st workflows.RolloutStatus
+	eventually(t, timeout, "rollout "+name+": "+what, func() error {
+		st = workflows.RolloutStatus{} // fields the answer omits must not keep an earlier answer's
+		if err := queryInto(ctx, tc, workflows.RolloutID(name), &st); err != nil {
+			return err
+		}
+		if !cond(st) {
+			return fmt.Errorf("state %s phase %d step %s; log %v", st.State, st.Phase, st.Step, st.Log)
+		}
+		return nil
+	})
+	return st
+}
+
+func soaking(phase int) func(workflows.RolloutStatus) bool {
+	return func(st workflows.RolloutStatus) bool { return st.Phase == phase && st.Step == rollout.StepSoak }
+}
+
+// nodeOwner reads a node's ownership label and the plugin devices it advertises.
+func nodeOwner(ctx context.Context, kube kubernetes.Interface, node string) (string, int64, error) {
+	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", 0, err
+	}
+	q := n.Status.Allocatable[sim.GPUPluginResource]
+	return n.Labels[sim.LabelOwner], q.Value(), nil
+}
+
+// wantOwner waits until the node is owned by owner alone: labelled so, with the plugin advertising
+// (plugin) or the DRA slice published (dra), and not the other.
+func wantOwner(t *testing.T, ctx context.Context, kube kubernetes.Interface, node, owner string, gpus int64) {
+	t.Helper()
+	eventually(t, 30*time.Second, node+" owned by "+owner, func() error {
+		label, plugin, err := nodeOwner(ctx, kube, node)
+		if err != nil {
+			return err
+		}
+		_, serr := kube.ResourceV1().ResourceSlices().Get(ctx, sim.SliceName(node), metav1.GetOptions{})
+		slice := serr == nil
+		switch {
+		case label != owner:
+			return fmt.Errorf("label %q", label)
+		case owner == sim.OwnerPlugin && (plugin != gpus || slice):
+			return fmt.Errorf("plugin advertises %d, slice published %t", plugin, slice)
+		case owner == sim.OwnerDRA && (plugin != 0 || !slice):
+			return fmt.Errorf("plugin advertises %d, slice published %t", plugin, slice)
+		}
+		return nil
+	})
+}
+
+// TestRolloutTwoPhasesAdvanceThroughGates: a canary pool then a wider one move from the plugin to
+// DRA. Each phase's workload gets its claim allocated on the new DRA devices, the gates pass, the
+// canary waits for a person (approved with the stock Temporal CLI, after a pause and resume from
+// ours), and the rollout completes with both pools on DRA and listed by its search attributes.
+func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kube, tc := shared.kube, shared.temporal
+	a, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "ro2-a", Count: 1, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "ro2-b", Count: 1, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, ctx, kube, a[0], sim.OwnerPlugin, 2)
+	const gates = "{minClaims: 1, claimToAllocated: {p99: 10s}, allocatedToReady: {p99: 20s}, maxDrift: 0, maxCrossNamespace: 0, allocationFailures: {retryable: 0, nonRetryable: 0, needsCleanup: 0}}"
+	_, plan := writePlan(t, "two-phase",
+		rolloutPhase{name: "canary", pool: "ro2-a", class: "ro2-a.gpu.sim.devicewarden.io", namespace: "ro2-canary", soak: "6s", gates: gates, approve: true},
+		rolloutPhase{name: "wide", pool: "ro2-b", class: "ro2-b.gpu.sim.devicewarden.io", namespace: "ro2-team", soak: "6s", gates: gates})
+	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "canary soaking", soaking(0))
+	wantOwner(t, ctx, kube, a[0], sim.OwnerDRA, 0)
+	runningPod(t, ctx, kube, sim.Workload{Namespace: "ro2-canary", Name: "canary", Node: a[0], DeviceClass: "ro2-a.gpu.sim.devicewarden.io"})
+
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "canary waiting for approval", func(st workflows.RolloutStatus) bool {
+		return st.State == rollout.StateWaitingApproval
+	})
+	if len(st.Reports) != 1 || !st.Reports[0].Passed() || st.Reports[0].Claims != 1 || st.Reports[0].ClaimToAllocated.Count != 1 {
+		t.Fatalf("canary report = %+v", st.Reports)
+	}
+	if out, err := shared.cli(ctx, "rollout", "pause", plan.Name, "--actor", "sre"); err != nil || !strings.Contains(out, "paused") {
+		t.Fatalf("pause: %v\n%s", err, out)
+	}
+	if out, err := shared.cli(ctx, "rollout", "pause", plan.Name, "--actor", "sre"); err == nil || !strings.Contains(err.Error(), "already paused") {
+		t.Fatalf("second pause not refused: %v\n%s", err, out)
+	}
+	if out, err := shared.cli(ctx, "rollout", "resume", plan.Name, "--actor", "sre"); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", workflows.RolloutID(plan.Name), "--name", rollout.CmdApprove,
+		"--input", `{"actor":"sre","phase":"wide"}`)
+	if err == nil || !strings.Contains(out, "does not wait for approval") {
+		t.Fatalf("approving the wrong phase was not refused with the reason: %v\n%s", err, out)
+	}
+	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", workflows.RolloutID(plan.Name), "--name", rollout.CmdApprove,
+		"--input", `{"actor":"sre","phase":"canary"}`); err != nil {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "wide soaking", soaking(1))
+	wantOwner(t, ctx, kube, b[0], sim.OwnerDRA, 0)
+	runningPod(t, ctx, kube, sim.Workload{Namespace: "ro2-team", Name: "wide", Node: b[0], DeviceClass: "ro2-b.gpu.sim.devicewarden.io"})
+	st = waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateCompleted })
+	if len(st.Reports) != 2 || !st.Reports[1].Passed() || len(st.Enabled) != 2 {
+		t.Fatalf("status = %+v", st)
+	}
+	if out, err := shared.cli(ctx, "rollout", "status", plan.Name); err != nil || !strings.Contains(out, "Gates wide:") || !strings.Contains(out, "completed") {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	eventually(t, 30*time.Second, "rollout listed by its search attributes", func() error {
+		out, err := temporalCLI(t, ctx, "workflow", "list", "--query", "RolloutName = 'two-phase' AND RolloutState = 'completed'")
+		if err != nil || !strings.Contains(out, workflows.RolloutID(plan.Name)) {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	recordHistory(t, ctx, tc, workflows.RolloutID(plan.Name), "rollout_two_phases.json")
+}
+
+// TestRolloutSlowPublisherRollsBack: the DRA driver publishes 10 s late, so the canary's claim
+// waits longer than the gate allows. The phase is rolled back: new claims for the class are
+// refused by the admission policy while the running Pod keeps running and its claim stays bound,
+// the node goes back to the plugin, and the report and Events stay. Resume lifts the block and
+// enables the phase again; a rollback command undoes it.
+func TestRolloutSlowPublisherRollsBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kube, tc := shared.kube, shared.temporal
+	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "roslow", Count: 1, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodes[0]
+	if out, err := shared.kubeCLI(ctx, "sim", "misbehave", node, "--publish-delay", "10s"); err != nil {
+		t.Fatalf("misbehave: %v\n%s", err, out)
+	}
+	const class = "roslow.gpu.sim.devicewarden.io"
+	_, plan := writePlan(t, "slow", rolloutPhase{name: "canary", pool: "roslow", class: class, namespace: "roslow", soak: "16s",
+		gates: "{minClaims: 1, claimToAllocated: {p99: 5s}}"})
+	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking", soaking(0))
+	w := sim.Workload{Namespace: "roslow", Name: "early", Node: node, DeviceClass: class}
+	pod := runningPod(t, ctx, kube, w)
+
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	if len(st.Reports) != 1 || st.Reports[0].Passed() || !strings.Contains(st.Reports[0].Failed[0], "claim->allocated p99") {
+		t.Fatalf("report = %+v", st.Reports)
+	}
+	// The running Pod's claim holds the node on DRA: the plugin must not hand its devices out.
+	if len(st.Draining) != 1 || st.Draining[0].Change.Nodes[0].Node != node {
+		t.Fatalf("draining = %+v", st.Draining)
+	}
+	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 0)
+	// New claims for the class are refused; the running Pod and its bound claim are untouched.
+	eventually(t, 20*time.Second, "new claims refused by the admission policy", func() error {
+		c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "roslow"},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class}}}}}}
+		_, err := kube.ResourceV1().ResourceClaims("roslow").Create(ctx, c, metav1.CreateOptions{})
+		if err == nil {
+			_ = kube.ResourceV1().ResourceClaims("roslow").Delete(ctx, "late", metav1.DeleteOptions{})
+			return fmt.Errorf("claim admitted")
+		}
+		if !strings.Contains(err.Error(), "rolled back") {
+			return fmt.Errorf("refused for another reason: %v", err)
+		}
+		return nil
+	})
+	p, err := kube.CoreV1().Pods("roslow").Get(ctx, "early", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodRunning || p.UID != pod.UID {
+		t.Fatalf("running pod after rollback: %v %+v", err, p.Status.Phase)
+	}
+	c, err := claimAllocated(ctx, kube, "roslow", "early")
+	if err != nil || len(c.Status.ReservedFor) != 1 {
+		t.Fatalf("bound claim after rollback: %v", err)
+	}
+	cm, err := kube.CoreV1().ConfigMaps("default").Get(ctx, activities.ReportConfigMap(plan.Name, "canary"), metav1.GetOptions{})
+	if err != nil || !strings.Contains(cm.Data["report.json"], "claim->allocated p99") {
+		t.Fatalf("gate report kept: %v", err)
+	}
+	// The job ends: its claim is released and the node goes back to the plugin.
+	if err := kube.CoreV1().Pods("roslow").Delete(ctx, "early", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.ResourceV1().ResourceClaims("roslow").Delete(ctx, "early", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
+	eventually(t, 10*time.Second, "rollback Event on the node", func() error {
+		evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + activities.EventRolloutRolledBack})
+		if err != nil || len(evs.Items) != 1 {
+			return fmt.Errorf("%v: %d events", err, len(evs.Items))
+		}
+		return nil
+	})
+
+	// Fixed: resume lifts the block and enables the phase again.
+	if out, err := shared.kubeCLI(ctx, "sim", "misbehave", node, "--reset"); err != nil {
+		t.Fatalf("reset: %v\n%s", err, out)
+	}
+	if out, err := shared.cli(ctx, "rollout", "resume", plan.Name, "--actor", "sre", "--reason", "publisher fixed"); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking again", soaking(0))
+	_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, activities.BlockName(plan.Name, "canary"), metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("admission block after resume: %v", err)
+	}
+	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 0)
+	if out, err := shared.cli(ctx, "rollout", "rollback", plan.Name, "--actor", "sre", "--reason", "change freeze"); err != nil {
+		t.Fatalf("rollback: %v\n%s", err, out)
+	}
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "rolled back by command", func(st workflows.RolloutStatus) bool {
+		return st.State == rollout.StateRolledBack && len(st.Enabled) == 0
+	})
+	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
+	recordHistory(t, ctx, tc, workflows.RolloutID(plan.Name), "rollout_gate_rollback.json")
+	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRolloutDoubleOwnedNodeBlocksPreflight: the DRA driver publishes on a node the plugin still
+// owns. The phase is blocked at preflight, naming the node, and nothing is switched; once fixed,
+// resume (from the stock Temporal CLI) lets it through.
+func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kube, tc := shared.kube, shared.temporal
+	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "rodouble", Count: 2, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := shared.kubeCLI(ctx, "sim", "misbehave", nodes[1], "--ignore-label"); err != nil {
+		t.Fatalf("misbehave: %v\n%s", err, out)
+	}
+	eventually(t, 10*time.Second, "slice on the plugin's node", func() error {
+		_, err := kube.ResourceV1().ResourceSlices().Get(ctx, sim.SliceName(nodes[1]), metav1.GetOptions{})
+		return err
+	})
+	_, plan := writePlan(t, "double", rolloutPhase{name: "pool", pool: "rodouble", class: "rodouble.gpu.sim.devicewarden.io", namespace: "rodouble", soak: "1h"})
+	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+		t.Fatal(err)
+	}
+	st := waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "blocked", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateBlocked })
+	if len(st.Violations) != 1 || st.Violations[0].Node != nodes[1] || !strings.Contains(st.Violations[0].Reason, "double ownership") {
+		t.Fatalf("violations = %+v", st.Violations)
+	}
+	for _, n := range nodes {
+		if label, _, err := nodeOwner(ctx, kube, n); err != nil || label != sim.OwnerPlugin {
+			t.Fatalf("%s switched while blocked: %q %v", n, label, err)
+		}
+	}
+	if out, err := shared.kubeCLI(ctx, "sim", "misbehave", nodes[1], "--reset"); err != nil {
+		t.Fatalf("reset: %v\n%s", err, out)
+	}
+	wantOwner(t, ctx, kube, nodes[1], sim.OwnerPlugin, 2)
+	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", workflows.RolloutID(plan.Name), "--name", rollout.CmdResume,
+		"--input", `{"actor":"sre"}`); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking after the fix", soaking(0))
+	wantOwner(t, ctx, kube, nodes[0], sim.OwnerDRA, 0)
+	wantOwner(t, ctx, kube, nodes[1], sim.OwnerDRA, 0)
+	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+		t.Fatal(err)
+	}
+}
