@@ -60,6 +60,25 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rel.Flags().IntVar(&r.Devices, "devices", 120, "devices to quarantine and release")
 	rel.Flags().IntVar(&r.Sequential, "sequential", 20, "of those, released one at a time for latency; the rest at once")
 	rel.Flags().StringVar(&r.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var ro bench.RolloutOptions
+	rb := &cobra.Command{
+		Use:   "rollout",
+		Short: "Rollout gates at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time the gate activity",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if ro.Nodes < 1 || ro.Devices < 1 || ro.Devices > 128 || ro.Claims < 0 || ro.Runs < 1 {
+				return fmt.Errorf("--nodes and --runs must be >= 1, --devices between 1 and 128, --claims >= 0")
+			}
+			ro.Out = c.OutOrStdout()
+			return bench.Rollout(c.Context(), ro)
+		},
+	}
+	rb.Flags().IntVar(&ro.Nodes, "nodes", 1000, "nodes in the phase")
+	rb.Flags().IntVar(&ro.Devices, "devices", 8, "shared GPUs per node")
+	rb.Flags().IntVar(&ro.Claims, "claims", 10000, "allocated claims")
+	rb.Flags().IntVar(&ro.Runs, "runs", 5, "gate evaluations to time")
+	rb.Flags().StringVar(&ro.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(rb)
 	var mo bench.MigrateOptions
 	mig := &cobra.Command{
 		Use:   "migrate",
