@@ -118,7 +118,9 @@ func SliceName(node string) string { return node + "-gpu.sim" }
 
 // nodeSlice is the ResourceSlice of a node's devices gpu-0..gpu-(devices-1). Shared devices allow
 // several allocations, each taking a share of the device's memory.
-func nodeSlice(node string, devices int, shared bool) *resourcev1.ResourceSlice { return NodeSlice(node, devices, shared) }
+func nodeSlice(node string, devices int, shared bool) *resourcev1.ResourceSlice {
+	return NodeSlice(node, devices, shared)
+}
 
 // NodeSlice is the ResourceSlice the simulated driver publishes for a node with the given devices.
 func NodeSlice(node string, devices int, shared bool) *resourcev1.ResourceSlice {
