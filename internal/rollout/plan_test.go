@@ -88,3 +88,14 @@ func TestLoadFileNamesTheFile(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestExamplePlanParses keeps the example plan the README points at valid.
+func TestExamplePlanParses(t *testing.T) {
+	p, err := LoadFile("../../deploy/examples/rollout-plan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Phases) != 2 || p.RollbackHold.D() != 72*time.Hour {
+		t.Errorf("plan = %+v", p)
+	}
+}
