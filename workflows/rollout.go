@@ -101,6 +101,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			r.st.Awaiting = ph.Name
 			r.st.State = rollout.StateWaitingApproval
 			r.publish(ctx)
+			r.askApproval(ctx)
 			if err := workflow.Await(ctx, func() bool { return r.st.Awaiting == "" || r.st.RollbackPending != nil }); err != nil {
 				return err
 			}

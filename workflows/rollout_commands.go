@@ -112,3 +112,17 @@ func (r *rolloutRun) warn(ctx workflow.Context, level, text string) {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}
 }
+
+// askApproval posts the approval request (Slack buttons when configured; best effort: the CLI and
+// the Temporal CLI approve as well).
+func (r *rolloutRun) askApproval(ctx workflow.Context) {
+	rep := r.st.Reports[len(r.st.Reports)-1]
+	in := activities.RolloutApprovalRequest{Rollout: r.plan.Name, Phase: r.st.Awaiting, Next: r.plan.Phases[r.st.Phase+1].Name,
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: r.plan.SlackChannel,
+		Summary: fmt.Sprintf("passed: %d claims, claim->allocated p50 %s p99 %s, allocated->ready p99 %s",
+			rep.Claims, rep.ClaimToAllocated.P50, rep.ClaimToAllocated.P99, rep.AllocatedToReady.P99)}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: retryPolicy()})
+	if err := workflow.ExecuteActivity(actx, a.RequestRolloutApproval, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("approval request not posted", "error", err)
+	}
+}

@@ -42,6 +42,10 @@ func newRolloutEnv(t *testing.T) *rolloutEnv {
 	r.env.RegisterWorkflow(RolloutWorkflow)
 	r.env.RegisterActivity(a)
 	r.env.OnActivity(a.Alert, mock.Anything, mock.Anything).Return(nil).Maybe()
+	r.env.OnActivity(a.RequestRolloutApproval, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RolloutApprovalRequest) error {
+		r.record("ask", in.Phase+">"+in.Next)
+		return nil
+	}).Maybe()
 	return r
 }
 
@@ -149,7 +153,7 @@ func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
 		_ = v.Get(&atApproval)
 	}, 12*time.Minute+30*time.Second)
 	st := r.run(RolloutInput{Plan: testPlan()})
-	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide", "gates:wide")
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")
 	if st.State != rollout.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
 		t.Errorf("status = %+v", st)
 	}

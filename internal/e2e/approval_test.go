@@ -86,19 +86,7 @@ func TestSlackApproval(t *testing.T) {
 	})
 	srv := &slackapp.Server{SigningSecret: "e2e-secret", Decider: slackapp.TemporalDecider{Client: shared.temporal}, AllowedUsers: []string{"UOPS"}}
 	press := func(user string) int {
-		payload, _ := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": user, "name": user},
-			"actions": []map[string]string{{"block_id": "devicewarden-approval", "action_id": slackapp.ActionApprove, "value": id.String(), "type": "button"}}})
-		body := url.Values{"payload": {string(payload)}}.Encode()
-		stamp := strconv.FormatInt(time.Now().Unix(), 10)
-		mac := hmac.New(sha256.New, []byte("e2e-secret"))
-		mac.Write([]byte("v0:" + stamp + ":" + body))
-		r := httptest.NewRequest(http.MethodPost, "/slack/interactivity", strings.NewReader(body))
-		r.Header.Set("X-Slack-Request-Timestamp", stamp)
-		r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
-		w := httptest.NewRecorder()
-		srv.ServeHTTP(w, r)
-		srv.Wait()
-		return w.Code
+		return signedPress(srv, "e2e-secret", user, slackapp.ActionApprove, id.String())
 	}
 	if code := press("USTRANGER"); code != http.StatusOK {
 		t.Fatalf("stranger: %d", code)
@@ -114,6 +102,24 @@ func TestSlackApproval(t *testing.T) {
 		t.Fatalf("closed by %q", st.Closed[0].ClosedBy)
 	}
 	recordHistory(t, ctx, shared.temporal, id.WorkflowID(), "device_approval.json")
+}
+
+// signedPress presses a Slack button as Slack would send it (signed with secret) and returns the
+// server's answer once the decision is delivered.
+func signedPress(srv *slackapp.Server, secret, user, action, value string) int {
+	payload, _ := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]string{"id": user, "name": user},
+		"actions": []map[string]string{{"block_id": "devicewarden-approval", "action_id": action, "value": value, "type": "button"}}})
+	body := url.Values{"payload": {string(payload)}}.Encode()
+	stamp := strconv.FormatInt(time.Now().Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("v0:" + stamp + ":" + body))
+	r := httptest.NewRequest(http.MethodPost, "/slack/interactivity", strings.NewReader(body))
+	r.Header.Set("X-Slack-Request-Timestamp", stamp)
+	r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, r)
+	srv.Wait()
+	return w.Code
 }
 
 // TestWorkerStoppedMidProbe: the worker stops while the probe Pod runs; the probe Pod is cleaned

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/cli"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/internal/slackapp"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -120,8 +122,8 @@ func wantOwner(t *testing.T, ctx context.Context, kube kubernetes.Interface, nod
 
 // TestRolloutTwoPhasesAdvanceThroughGates: a canary pool then a wider one move from the plugin to
 // DRA. Each phase's workload gets its claim allocated on the new DRA devices, the gates pass, the
-// canary waits for a person (approved with the stock Temporal CLI, after a pause and resume from
-// ours), and the rollout completes with both pools on DRA and listed by its search attributes.
+// canary waits for a person (approved by a Slack button press, after a pause and resume from our
+// CLI and a wrong approval refused through the stock Temporal CLI), and the rollout completes with both pools on DRA and listed by its search attributes.
 func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -166,9 +168,16 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if err == nil || !strings.Contains(out, "does not wait for approval") {
 		t.Fatalf("approving the wrong phase was not refused with the reason: %v\n%s", err, out)
 	}
-	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", workflows.RolloutID(plan.Name), "--name", rollout.CmdApprove,
-		"--input", `{"actor":"sre","phase":"canary"}`); err != nil {
-		t.Fatalf("approve: %v\n%s", err, out)
+	// Approved from Slack, through the same interactivity endpoint as device releases.
+	srv := &slackapp.Server{SigningSecret: "e2e-secret", Decider: slackapp.TemporalDecider{Client: tc}, AllowedUsers: []string{"UOPS"}}
+	if code := signedPress(srv, "e2e-secret", "USTRANGER", slackapp.ActionRolloutApprove, plan.Name+"/canary"); code != http.StatusOK {
+		t.Fatalf("stranger: %d", code)
+	}
+	if st := waitRollout(t, ctx, tc, plan.Name, time.Second, "still waiting", func(workflows.RolloutStatus) bool { return true }); st.Awaiting != "canary" {
+		t.Fatalf("a stranger's press moved the rollout: %+v", st)
+	}
+	if code := signedPress(srv, "e2e-secret", "UOPS", slackapp.ActionRolloutApprove, plan.Name+"/canary"); code != http.StatusOK {
+		t.Fatalf("approver: %d", code)
 	}
 
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "wide soaking", soaking(1))

@@ -31,6 +31,8 @@ type Plan struct {
 	PluginResource string `json:"pluginResource"`
 	// Prometheus is the base URL of the Prometheus HTTP API the PromQL gates read.
 	Prometheus string `json:"prometheus,omitempty"`
+	// SlackChannel is where approval requests go ("" = the default channel).
+	SlackChannel string `json:"slackChannel,omitempty"`
 	// RollbackHold is how long a rolled-back rollout waits for resume before it ends (its admission
 	// block stays until the phase is enabled again).
 	RollbackHold policy.JSONDuration `json:"rollbackHold"`
@@ -108,6 +110,7 @@ type file struct {
 	DRA            string           `yaml:"dra"`
 	PluginResource string           `yaml:"pluginResource"`
 	Prometheus     string           `yaml:"prometheus"`
+	SlackChannel   string           `yaml:"slackChannel"`
 	RollbackHold   string           `yaml:"rollbackHold"`
 	Phases         []phaseFile      `yaml:"phases"`
 	lines          map[string]int   `yaml:"-"`
@@ -219,7 +222,7 @@ func (f *file) phaseLine(i int, key string) int {
 
 func (f *file) check() (Plan, error) {
 	p := Plan{Name: f.Name, OwnerLabel: f.OwnerLabel, Plugin: f.Plugin, DRA: f.DRA, PluginResource: f.PluginResource,
-		Prometheus: f.Prometheus, RollbackHold: policy.JSONDuration(DefaultRollbackHold)}
+		Prometheus: f.Prometheus, SlackChannel: f.SlackChannel, RollbackHold: policy.JSONDuration(DefaultRollbackHold)}
 	if !nameRE.MatchString(p.Name) {
 		return Plan{}, fmt.Errorf("line %d: name %q: want a DNS label of at most 40 characters", f.line("name"), p.Name)
 	}

@@ -24,6 +24,8 @@ import (
 const (
 	ActionApprove = "devicewarden-approve"
 	ActionReject  = "devicewarden-reject"
+	// ActionRolloutApprove approves going on past a rollout phase (value <rollout>/<phase>).
+	ActionRolloutApprove = "devicewarden-rollout-approve"
 )
 
 // Notifier posts to Slack. It implements activities.Alerter and activities.Approver.
@@ -74,6 +76,30 @@ func (n *Notifier) RequestApproval(ctx context.Context, in activities.ApprovalRe
 		return err
 	}
 	return nil
+}
+
+// RequestRolloutApproval posts a rollout phase's approval message with an Approve button.
+func (n *Notifier) RequestRolloutApproval(ctx context.Context, in activities.RolloutApprovalRequest) error {
+	_, err := n.post(ctx, n.channel(in.Channel), slack.MsgOptionText("Rollout "+in.Rollout+" waits for approval past phase "+in.Phase, false),
+		slack.MsgOptionBlocks(RolloutApprovalBlocks(in, n.workflowLink(in.WorkflowID))...))
+	return err
+}
+
+// RolloutApprovalBlocks is the message of a rollout phase's approval; the button carries
+// <rollout>/<phase>.
+func RolloutApprovalBlocks(in activities.RolloutApprovalRequest, link string) []slack.Block {
+	lines := []string{
+		fmt.Sprintf("*Rollout `%s` passed phase `%s` and waits for approval*", in.Rollout, in.Phase),
+		"*Next phase:* " + orDash(in.Next),
+		"*Gates:* " + orDash(in.Summary),
+	}
+	if link != "" {
+		lines = append(lines, "<"+link+"|Workflow in the Temporal UI>")
+	}
+	md := slack.NewTextBlockObject(slack.MarkdownType, strings.Join(lines, "\n"), false, false)
+	approve := slack.NewButtonBlockElement(ActionRolloutApprove, in.Rollout+"/"+in.Phase, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false))
+	approve.Style = slack.StylePrimary
+	return []slack.Block{slack.NewSectionBlock(md, nil, nil), slack.NewActionBlock("devicewarden-rollout-approval", approve)}
 }
 
 // ApprovalBlocks is the Block Kit message of an approval request; the buttons carry the device.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +18,15 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
 // Decider delivers an operator command to a device's workflow and returns its answer
 // (workflows.SendCommand over a Temporal client).
 type Decider interface {
 	Decide(ctx context.Context, id device.ID, cmd policy.Command) (policy.CommandResult, error)
+	// ApproveRollout approves going on past a rollout's phase and says where the rollout stands.
+	ApproveRollout(ctx context.Context, name string, cmd rollout.Command) (string, error)
 }
 
 // Server serves Slack's interactivity endpoint for approval buttons.
@@ -76,6 +80,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	act := cb.ActionCallback.BlockActions[0]
+	if act.ActionID == ActionRolloutApprove {
+		s.approveRollout(w, r, cb, act.Value)
+		return
+	}
 	kind := map[string]policy.CommandKind{ActionApprove: policy.CmdApprove, ActionReject: policy.CmdReject}[act.ActionID]
 	id, err := device.ParseID(act.Value)
 	if kind == "" || err != nil {
@@ -97,6 +105,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
+// approveRollout handles a rollout phase's Approve button (value <rollout>/<phase>).
+func (s *Server) approveRollout(w http.ResponseWriter, r *http.Request, cb slack.InteractionCallback, value string) {
+	name, phase, ok := strings.Cut(value, "/")
+	if !ok || name == "" || phase == "" || strings.Contains(phase, "/") {
+		http.Error(w, "not a DeviceWarden rollout approval button", http.StatusBadRequest)
+		return
+	}
+	if !s.allowed(r.Context(), cb.User.ID) {
+		s.logger().Warn("approval refused: approver not on the allow-list", "user", cb.User.ID, "name", cb.User.Name, "rollout", name, "phase", phase)
+		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false,
+			"text": "You are not allowed to approve rollout phases; this attempt was recorded."})
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	cmd := rollout.Command{Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Phase: phase, At: s.now()}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		state, err := s.Decider.ApproveRollout(ctx, name, cmd)
+		outcome := fmt.Sprintf("rollout %s: phase %s approved by <@%s> -> %s", name, phase, cb.User.ID, state)
+		if err != nil {
+			outcome = fmt.Sprintf("rollout %s: approval of phase %s by <@%s> refused: %v", name, phase, cb.User.ID, err)
+		}
+		s.logger().Info("slack rollout approval", "rollout", name, "phase", phase, "actor", cmd.Actor, "error", err)
+		s.update(ctx, cb.Channel.ID, cb.Container.MessageTs, outcome)
+	}()
+}
+
 // Wait returns when decisions being delivered are done (for shutdown and tests).
 func (s *Server) Wait() { s.wg.Wait() }
 
@@ -109,6 +147,11 @@ func (s *Server) deliver(id device.ID, cmd policy.Command, channel, ts string) {
 		outcome = fmt.Sprintf("%s: %s by <@%s> refused: %v", id, cmd.Kind, cmd.Actor[len("slack:"):], err)
 	}
 	s.logger().Info("slack decision", "device", id.String(), "decision", cmd.Kind, "actor", cmd.Actor, "error", err)
+	s.update(ctx, channel, ts, outcome)
+}
+
+// update replaces the approval message with the outcome.
+func (s *Server) update(ctx context.Context, channel, ts, outcome string) {
 	if s.Client == nil || channel == "" || ts == "" {
 		return
 	}

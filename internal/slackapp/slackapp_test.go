@@ -25,6 +25,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
 var gpu = device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "gpu-node-0", Device: "gpu-3"}
@@ -163,10 +164,11 @@ func counter(t *testing.T, m *metrics.Metrics, name, result string) float64 {
 
 // decider records the commands the server delivers.
 type decider struct {
-	mu   sync.Mutex
-	cmds []policy.Command
-	ids  []device.ID
-	err  error
+	mu       sync.Mutex
+	cmds     []policy.Command
+	ids      []device.ID
+	rollouts []string
+	err      error
 }
 
 func (d *decider) Decide(_ context.Context, id device.ID, cmd policy.Command) (policy.CommandResult, error) {
@@ -177,6 +179,16 @@ func (d *decider) Decide(_ context.Context, id device.ID, cmd policy.Command) (p
 		return policy.CommandResult{}, d.err
 	}
 	return policy.CommandResult{State: policy.Released, Message: "released"}, nil
+}
+
+func (d *decider) ApproveRollout(_ context.Context, name string, cmd rollout.Command) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rollouts = append(d.rollouts, name+"/"+cmd.Phase+" by "+cmd.Actor)
+	if d.err != nil {
+		return "", d.err
+	}
+	return "running (phase 2, step preflight)", nil
 }
 
 func (d *decider) count() int {
@@ -287,5 +299,57 @@ func TestInteractivityEndpoint(t *testing.T) {
 	}
 	if d.count() != 3 {
 		t.Fatalf("%d decisions, want 3", d.count())
+	}
+}
+
+// TestRolloutApprovalButton: a rollout phase's Approve button reaches the rollout with the approver
+// as actor and updates the message; a stranger, a forged value and a refusal are handled.
+func TestRolloutApprovalButton(t *testing.T) {
+	api := newWebAPI(t)
+	d := &decider{}
+	srv := &Server{SigningSecret: secret, Client: api.client(), Decider: d, AllowedUsers: []string{"UALLOWED"}}
+	now := time.Now()
+	body := buttonBody("UALLOWED", ActionRolloutApprove, "gpu-dra/canary")
+	if w := post(t, srv, body, sign(body, now, secret)); w.Code != http.StatusOK {
+		t.Fatalf("valid request: %d %s", w.Code, w.Body)
+	}
+	srv.Wait()
+	if len(d.rollouts) != 1 || d.rollouts[0] != "gpu-dra/canary by slack:UALLOWED" || d.count() != 0 {
+		t.Fatalf("rollout approvals %v, device decisions %d", d.rollouts, d.count())
+	}
+	_, updates := api.snapshot()
+	if len(updates) != 1 || !strings.Contains(updates[0].Get("text"), "phase canary approved by <@UALLOWED> -> running") {
+		t.Fatalf("message updates %v", updates)
+	}
+	stranger := buttonBody("USTRANGER", ActionRolloutApprove, "gpu-dra/canary")
+	if w := post(t, srv, stranger, sign(stranger, now, secret)); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "not allowed") {
+		t.Fatalf("stranger: %d %s", w.Code, w.Body)
+	}
+	for _, v := range []string{"gpu-dra", "/canary", "gpu-dra/", "a/b/c"} {
+		b := buttonBody("UALLOWED", ActionRolloutApprove, v)
+		if w := post(t, srv, b, sign(b, now, secret)); w.Code != http.StatusBadRequest {
+			t.Errorf("value %q: %d", v, w.Code)
+		}
+	}
+	d.err = errors.New(`approve-phase rollout gpu-dra: phase "canary" does not wait for approval`)
+	late := buttonBody("UALLOWED", ActionRolloutApprove, "gpu-dra/canary")
+	post(t, srv, late, sign(late, now.Add(time.Second), secret))
+	srv.Wait()
+	_, updates = api.snapshot()
+	if got := updates[len(updates)-1].Get("text"); !strings.Contains(got, "refused: approve-phase rollout gpu-dra") {
+		t.Fatalf("refusal not shown: %s", got)
+	}
+	if len(d.rollouts) != 2 {
+		t.Fatalf("rollout approvals %v", d.rollouts)
+	}
+}
+
+func TestRolloutApprovalMessage(t *testing.T) {
+	blocks := RolloutApprovalBlocks(activities.RolloutApprovalRequest{Rollout: "gpu-dra", Phase: "canary", Next: "tenants", Summary: "passed; 3 claims"}, "http://ui/x")
+	b, _ := json.Marshal(blocks)
+	for _, want := range []string{"passed phase `canary`", "*Next phase:* tenants", "passed; 3 claims", ActionRolloutApprove, `"value":"gpu-dra/canary"`, "http://ui/x"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("blocks lack %q: %s", want, b)
+		}
 	}
 }
