@@ -27,6 +27,7 @@ test-unit: ## Unit, workflow (time-skipping) and replay tests, with the race det
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 test-e2e: control-plane ## Integration tests on a real local cluster and the embedded Temporal server
+	@$(BIN) cluster build --tools prometheus
 	@echo "==> integration tests on the real local stack"
 	$(GO) test -count=1 -timeout 30m -v ./internal/e2e/
 

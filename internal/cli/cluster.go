@@ -18,12 +18,20 @@ func newClusterCmd(g *globals) *cobra.Command {
 	builder := func(c *cobra.Command) *localcluster.Builder {
 		return &localcluster.Builder{CacheDir: cacheDir, Out: c.OutOrStdout()}
 	}
-	cmd.AddCommand(&cobra.Command{
+	var tools []string
+	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build the pinned control-plane binaries from the Go module proxy (skips what is cached)",
 		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return builder(c).Build(c.Context()) },
-	}, &cobra.Command{
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := builder(c).Build(c.Context()); err != nil {
+				return err
+			}
+			return builder(c).BuildTools(c.Context(), tools...)
+		},
+	}
+	build.Flags().StringSliceVar(&tools, "tools", nil, "optional tools to build as well (prometheus: for the rollout's PromQL gate tests)")
+	cmd.AddCommand(build, &cobra.Command{
 		Use:   "up",
 		Short: "Build what is missing and start the local cluster in the background",
 		Args:  cobra.NoArgs,

@@ -35,7 +35,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, plan := writePlan(t, "kill", rolloutPhase{name: "pool", pool: "rokill", class: "rokill.gpu.sim.devicewarden.io", namespace: "rokill",
+	_, plan := writePlan(t, "kill", "", rolloutPhase{name: "pool", pool: "rokill", class: "rokill.gpu.sim.devicewarden.io", namespace: "rokill",
 		soak: "20s", gates: "{maxDrift: 0}"})
 	first := startChild(t, s, dir, "controller-1")
 	// The controller registers the rollout search attributes as it starts.
@@ -86,7 +86,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, plan := writePlan(t, "sched", rolloutPhase{name: "pool", pool: "rosched", class: "rosched.gpu.sim.devicewarden.io", namespace: "rosched",
+	path, plan := writePlan(t, "sched", "", rolloutPhase{name: "pool", pool: "rosched", class: "rosched.gpu.sim.devicewarden.io", namespace: "rosched",
 		soak: "2s", gates: "{maxDrift: 0}"})
 	at := time.Now().UTC().Add(10 * time.Second).Truncate(time.Second)
 	cron := fmt.Sprintf("%d %d %d * * * *", at.Second(), at.Minute(), at.Hour())

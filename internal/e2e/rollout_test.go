@@ -43,11 +43,12 @@ type rolloutPhase struct {
 	approve                                   bool
 }
 
-// writePlan writes a plan file for the phases (each on its own pool and class) and parses it.
-func writePlan(t *testing.T, name string, phases ...rolloutPhase) (string, rollout.Plan) {
+// writePlan writes a plan file for the phases (each on its own pool and class) and parses it;
+// head is more top-level YAML (e.g. the prometheus address).
+func writePlan(t *testing.T, name, head string, phases ...rolloutPhase) (string, rollout.Plan) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: %s\npluginResource: %s\nphases:\n", name, sim.GPUPluginResource)
+	fmt.Fprintf(&b, "name: %s\npluginResource: %s\n%sphases:\n", name, sim.GPUPluginResource, head)
 	for _, ph := range phases {
 		fmt.Fprintf(&b, "  - name: %s\n    nodes: %s=%s\n    classes: [{name: %s, driver: %s}]\n    namespaces: [%s]\n    soak: %s\n    approve: %t\n",
 			ph.name, sim.LabelPool, ph.pool, ph.class, sim.Driver, ph.namespace, ph.soak, ph.approve)
@@ -138,7 +139,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	}
 	wantOwner(t, ctx, kube, a[0], sim.OwnerPlugin, 2)
 	const gates = "{minClaims: 1, claimToAllocated: {p99: 10s}, allocatedToReady: {p99: 20s}, maxDrift: 0, maxCrossNamespace: 0, allocationFailures: {retryable: 0, nonRetryable: 0, needsCleanup: 0}}"
-	_, plan := writePlan(t, "two-phase",
+	_, plan := writePlan(t, "two-phase", "",
 		rolloutPhase{name: "canary", pool: "ro2-a", class: "ro2-a.gpu.sim.devicewarden.io", namespace: "ro2-canary", soak: "6s", gates: gates, approve: true},
 		rolloutPhase{name: "wide", pool: "ro2-b", class: "ro2-b.gpu.sim.devicewarden.io", namespace: "ro2-team", soak: "6s", gates: gates})
 	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
@@ -218,7 +219,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 		t.Fatalf("misbehave: %v\n%s", err, out)
 	}
 	const class = "roslow.gpu.sim.devicewarden.io"
-	_, plan := writePlan(t, "slow", rolloutPhase{name: "canary", pool: "roslow", class: class, namespace: "roslow", soak: "16s",
+	_, plan := writePlan(t, "slow", "", rolloutPhase{name: "canary", pool: "roslow", class: class, namespace: "roslow", soak: "16s",
 		gates: "{minClaims: 1, claimToAllocated: {p99: 5s}}"})
 	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
@@ -323,7 +324,7 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 		_, err := kube.ResourceV1().ResourceSlices().Get(ctx, sim.SliceName(nodes[1]), metav1.GetOptions{})
 		return err
 	})
-	_, plan := writePlan(t, "double", rolloutPhase{name: "pool", pool: "rodouble", class: "rodouble.gpu.sim.devicewarden.io", namespace: "rodouble", soak: "1h"})
+	_, plan := writePlan(t, "double", "", rolloutPhase{name: "pool", pool: "rodouble", class: "rodouble.gpu.sim.devicewarden.io", namespace: "rodouble", soak: "1h"})
 	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,9 @@ const (
 	KwokVersion       = "v0.8.0"
 	// TemporalCLIVersion is the stock temporal CLI the tests use to prove operators' commands work.
 	TemporalCLIVersion = "v1.5.1"
+	// PrometheusVersion is the Prometheus server the rollout's PromQL gate tests query (Go module
+	// v0.316.0 is Prometheus 3.16). Optional: built by `cluster build --tools prometheus`.
+	PrometheusVersion = "v0.316.0"
 )
 
 // notServed lists staging modules that kubernetes replaces locally but the module proxy does not serve.
@@ -41,6 +44,8 @@ type component struct {
 	ldflags  string
 	// post runs after a successful build in the helper module's directory.
 	post func(ctx context.Context, dir string) error
+	// optional components are built only when asked for by name (BuildTools).
+	optional bool
 }
 
 // kwokStages are the stage files shipped in kwok's module that make fake nodes ready, keep their
@@ -134,6 +139,13 @@ func (b *Builder) components() []component {
 			packages: map[string]string{"temporal": "github.com/temporalio/cli/cmd/temporal"},
 		},
 		{
+			name: "prometheus", version: PrometheusVersion, optional: true,
+			goMod: func(context.Context) (string, error) {
+				return fmt.Sprintf("module devicewarden.local/prometheusbuild\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus %s\n", PrometheusVersion), nil
+			},
+			packages: map[string]string{"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"},
+		},
+		{
 			name: "kubernetes", version: KubernetesVersion,
 			goMod:    b.kubernetesGoMod,
 			packages: map[string]string{"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver", "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler", "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
@@ -195,10 +207,10 @@ func (c component) stamp() string {
 	return st
 }
 
-// Built reports whether every binary is present and built from the pinned versions.
+// Built reports whether every binary of the control plane is present and built from the pinned versions.
 func (b *Builder) Built() bool {
 	for _, c := range b.components() {
-		if !b.upToDate(c) {
+		if !c.optional && !b.upToDate(c) {
 			return false
 		}
 	}
@@ -224,13 +236,45 @@ func (b *Builder) Build(ctx context.Context) error {
 		return fmt.Errorf("create cache dir: %w", err)
 	}
 	for _, c := range b.components() {
-		if b.upToDate(c) {
-			fmt.Fprintf(b.Out, "[build] %s %s: cached\n", c.name, c.version)
+		if c.optional {
 			continue
 		}
-		if err := b.build(ctx, c); err != nil {
-			return fmt.Errorf("build %s: %w", c.name, err)
+		if err := b.ensure(ctx, c); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// BuildTools builds the named optional tools (prometheus) when they are not cached.
+func (b *Builder) BuildTools(ctx context.Context, names ...string) error {
+	if err := os.MkdirAll(b.BinDir(), 0o755); err != nil {
+		return fmt.Errorf("create cache dir: %w", err)
+	}
+	for _, name := range names {
+		found := false
+		for _, c := range b.components() {
+			if c.name == name && c.optional {
+				found = true
+				if err := b.ensure(ctx, c); err != nil {
+					return err
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("no optional tool %q (have: prometheus)", name)
+		}
+	}
+	return nil
+}
+
+func (b *Builder) ensure(ctx context.Context, c component) error {
+	if b.upToDate(c) {
+		fmt.Fprintf(b.Out, "[build] %s %s: cached\n", c.name, c.version)
+		return nil
+	}
+	if err := b.build(ctx, c); err != nil {
+		return fmt.Errorf("build %s: %w", c.name, err)
 	}
 	return nil
 }

@@ -1,0 +1,120 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// startPrometheus runs the Prometheus server built from the Go module proxy (cached like the
+// control plane; built here if missing) scraping target every second, and returns its base URL.
+func startPrometheus(t *testing.T, ctx context.Context, target string) string {
+	t.Helper()
+	b := &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr}
+	if err := b.BuildTools(ctx, "prometheus"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n  - job_name: sim\n    static_configs: [{targets: [%q]}]\n", target)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(b.Binary("prometheus"), "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", tail(string(data), 4000))
+		}
+	})
+	url := "http://" + addr
+	eventually(t, time.Minute, "prometheus ready", func() error {
+		resp, err := http.Get(url + "/-/ready")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return url
+}
+
+// TestRolloutPromQLGateFailsThePhase: a business SLO read from a real Prometheus that scrapes a
+// simulated service. The first phase passes with no errors; during the second the service fails
+// 30% of its requests, the query crosses its 5% threshold and the phase is rolled back.
+func TestRolloutPromQLGateFailsThePhase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // includes a first Prometheus build
+	defer cancel()
+	kube, tc := shared.kube, shared.temporal
+	svc := &sim.ServiceMetrics{}
+	target, stop, err := svc.Serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	prom := startPrometheus(t, ctx, target)
+	for _, pool := range []string{"roprom-a", "roprom-b"} {
+		if _, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: pool, Count: 1, GPUs: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const gates = `{queries: [{name: error-rate, query: 'sum(rate(sim_requests_total{code="500"}[10s])) / sum(rate(sim_requests_total[10s]))', max: 0.05}]}`
+	_, plan := writePlan(t, "prom", "prometheus: "+prom+"\n",
+		rolloutPhase{name: "canary", pool: "roprom-a", class: "roprom-a.gpu.sim.devicewarden.io", namespace: "roprom", soak: "12s", gates: gates},
+		rolloutPhase{name: "wide", pool: "roprom-b", class: "roprom-b.gpu.sim.devicewarden.io", namespace: "roprom", soak: "15s", gates: gates})
+	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, tc, plan.Name, time.Minute, "wide soaking", soaking(1))
+	svc.SetErrorRate(0.3)
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	if len(st.Reports) != 2 {
+		t.Fatalf("reports = %+v", st.Reports)
+	}
+	canary, wide := st.Reports[0], st.Reports[1]
+	if !canary.Passed() || len(canary.Queries) != 1 || canary.Queries[0].Error != "" || canary.Queries[0].Value != 0 {
+		t.Fatalf("canary report = %+v", canary)
+	}
+	if wide.Passed() || len(wide.Queries) != 1 || wide.Queries[0].Value < 0.25 || wide.Queries[0].Value > 0.35 ||
+		!strings.Contains(strings.Join(wide.Failed, "|"), "query error-rate") {
+		t.Fatalf("wide report = %+v", wide)
+	}
+	if len(st.Enabled) != 1 || st.Enabled[0].Phase != "canary" {
+		t.Fatalf("enabled after the rollback = %+v", st.Enabled)
+	}
+	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+		t.Fatal(err)
+	}
+}
