@@ -11,6 +11,7 @@ import (
 type sent struct {
 	alerts    []AlertInput
 	approvals []ApprovalRequest
+	rollouts  []RolloutApprovalRequest
 	err       error
 }
 
@@ -21,6 +22,24 @@ func (s *sent) Alert(_ context.Context, in AlertInput) error {
 func (s *sent) RequestApproval(_ context.Context, in ApprovalRequest) error {
 	s.approvals = append(s.approvals, in)
 	return s.err
+}
+
+func (s *sent) RequestRolloutApproval(_ context.Context, in RolloutApprovalRequest) error {
+	s.rollouts = append(s.rollouts, in)
+	return s.err
+}
+
+func TestRequestRolloutApproval(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	req := RolloutApprovalRequest{Rollout: "gpu-dra", Phase: "canary", Next: "wide"}
+	if _, err := env.ExecuteActivity(a.RequestRolloutApproval, req); err != nil {
+		t.Fatalf("without an approver (CLI only): %v", err)
+	}
+	to := &sent{}
+	a.Approvals = to
+	if _, err := env.ExecuteActivity(a.RequestRolloutApproval, req); err != nil || len(to.rollouts) != 1 || to.rollouts[0].Phase != "canary" {
+		t.Fatalf("posted %+v (%v)", to.rollouts, err)
+	}
 }
 
 func TestAlert(t *testing.T) {

@@ -61,10 +61,13 @@ type NodeChange struct {
 }
 
 // Expected maps each switched node to the devices it had under the plugin (for the drift gate).
+// A node the plugin advertised nothing on says nothing about its hardware and is left out.
 func (c PhaseChange) Expected() map[string]int64 {
 	out := map[string]int64{}
 	for _, n := range c.Nodes {
-		out[n.Node] = n.PluginDevices
+		if n.PluginDevices > 0 {
+			out[n.Node] = n.PluginDevices
+		}
 	}
 	return out
 }

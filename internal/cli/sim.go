@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -68,6 +69,11 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 				return err
 			}
 			w.Name = args[0]
+			if w.Memory != "" {
+				if _, err := resource.ParseQuantity(w.Memory); err != nil {
+					return fmt.Errorf("--memory %q: %w", w.Memory, err)
+				}
+			}
 			if index >= 0 {
 				w.Index = &index
 			}
@@ -105,6 +111,7 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&w.Template, "template", true, "use a ResourceClaimTemplate (false: a ResourceClaim)")
 	cmd.Flags().BoolVar(&w.DevicePlugin, "device-plugin", false, "request a device-plugin device ("+sim.PluginResource+") instead of a DRA claim")
 	cmd.Flags().IntVar(&w.Count, "count", 1, "devices in the claim (e.g. 8 for a training Pod)")
+	cmd.Flags().StringVar(&w.Memory, "memory", "", "a share of a shared device's memory (e.g. 8Gi; pools made with sim pool --shared)")
 	cmd.Flags().BoolVar(&job, "job", false, "run a Job whose Pods keep running until DeviceWarden moves them")
 	cmd.Flags().IntVar(&jo.Pods, "pods", 1, "Pods of the Job (Indexed when more than one)")
 	cmd.Flags().StringVar(&jo.Checkpoint, "checkpoint", "", "how the Job saves its work: none or annotation (the simulator answers checkpoint requests)")

@@ -133,7 +133,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "ro2-b", Count: 1, GPUs: 2})
+	b, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "ro2-b", Count: 1, GPUs: 2, Shared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,8 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	const gates = "{minClaims: 1, claimToAllocated: {p99: 10s}, allocatedToReady: {p99: 20s}, maxDrift: 0, maxCrossNamespace: 0, allocationFailures: {retryable: 0, nonRetryable: 0, needsCleanup: 0}}"
 	_, plan := writePlan(t, "two-phase", "",
 		rolloutPhase{name: "canary", pool: "ro2-a", class: "ro2-a.gpu.sim.devicewarden.io", namespace: "ro2-canary", soak: "6s", gates: gates, approve: true},
-		rolloutPhase{name: "wide", pool: "ro2-b", class: "ro2-b.gpu.sim.devicewarden.io", namespace: "ro2-team", soak: "6s", gates: gates})
+		rolloutPhase{name: "wide", pool: "ro2-b", class: "ro2-b.gpu.sim.devicewarden.io", namespace: "ro2-team", soak: "6s",
+			gates: strings.Replace(gates, "maxDrift: 0", "maxDrift: 0, maxFragmentation: 0.5", 1)})
 	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -183,10 +184,23 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "wide soaking", soaking(1))
 	wantOwner(t, ctx, kube, b[0], sim.OwnerDRA, 0)
-	runningPod(t, ctx, kube, sim.Workload{Namespace: "ro2-team", Name: "wide", Node: b[0], DeviceClass: "ro2-b.gpu.sim.devicewarden.io"})
+	// The wide pool's devices are shared: a 6Gi request takes an 8Gi share (4Gi steps).
+	runningPod(t, ctx, kube, sim.Workload{Namespace: "ro2-team", Name: "wide", Node: b[0], DeviceClass: "ro2-b.gpu.sim.devicewarden.io", Memory: "6Gi"})
+	share, err := claimAllocated(ctx, kube, "ro2-team", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := share.Status.Allocation.Devices.Results[0]
+	if mem := r.ConsumedCapacity["memory"]; r.ShareID == nil || mem.Value() != 8<<30 {
+		t.Fatalf("shared allocation = %+v", r)
+	}
 	st = waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateCompleted })
 	if len(st.Reports) != 2 || !st.Reports[1].Passed() || len(st.Enabled) != 2 {
 		t.Fatalf("status = %+v", st)
+	}
+	// 2 devices x 40Gi, 8Gi taken: 72Gi free, none of it under the 4Gi smallest request.
+	if f := st.Reports[1].Fragmentation; len(f) != 1 || f[0].Free != 72<<30 || f[0].Fragmented != 0 {
+		t.Fatalf("fragmentation = %+v", f)
 	}
 	if out, err := shared.cli(ctx, "rollout", "status", plan.Name); err != nil || !strings.Contains(out, "Gates wide:") || !strings.Contains(out, "completed") {
 		t.Fatalf("status: %v\n%s", err, out)
@@ -348,6 +362,36 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking after the fix", soaking(0))
 	wantOwner(t, ctx, kube, nodes[0], sim.OwnerDRA, 0)
 	wantOwner(t, ctx, kube, nodes[1], sim.OwnerDRA, 0)
+	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRolloutDriftRollsBack: the DRA driver publishes one device fewer than the node had under the
+// plugin; the drift gate catches it and the phase is rolled back.
+func TestRolloutDriftRollsBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kube, tc := shared.kube, shared.temporal
+	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "rodrift", Count: 1, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, ctx, kube, nodes[0], sim.OwnerPlugin, 2) // what enable records as the node's devices
+	if out, err := shared.kubeCLI(ctx, "sim", "misbehave", nodes[0], "--drift", "1"); err != nil {
+		t.Fatalf("misbehave: %v\n%s", err, out)
+	}
+	_, plan := writePlan(t, "drift", "", rolloutPhase{name: "pool", pool: "rodrift", class: "rodrift.gpu.sim.devicewarden.io", namespace: "rodrift",
+		soak: "3s", gates: "{maxDrift: 0}"})
+	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+		t.Fatal(err)
+	}
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	want := nodes[0] + ": DRA slices publish 1 devices, the node had 2"
+	if len(st.Reports) != 1 || len(st.Reports[0].Drift) != 1 || st.Reports[0].Drift[0] != want {
+		t.Fatalf("report = %+v", st.Reports)
+	}
+	wantOwner(t, ctx, kube, nodes[0], sim.OwnerPlugin, 2)
 	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
 		t.Fatal(err)
 	}

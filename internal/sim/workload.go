@@ -29,6 +29,8 @@ type Workload struct {
 	DeviceClass string
 	// Count is how many devices the claim asks for (default 1), e.g. 8 for a training Pod.
 	Count int
+	// Memory, when set (e.g. "8Gi"), asks for that share of a shared device's memory.
+	Memory string
 }
 
 // PodClaimName is the pod-level name of the workload's claim; RequestName its request.
@@ -65,6 +67,9 @@ func (w Workload) claimSpec() resourcev1.ResourceClaimSpec {
 	}
 	if expr != "" {
 		req.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}
+	}
+	if w.Memory != "" {
+		req.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse(w.Memory)}}
 	}
 	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: RequestName, Exactly: req}}}}
 }
