@@ -44,7 +44,9 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 			return s, fmt.Errorf("list resource slices of %s: %w", drv, err)
 		}
 		for k := range slices.Items {
-			s.Devices = append(s.Devices, sliceDevices(&slices.Items[k], inPhase)...)
+			if slices.Items[k].Spec.Driver == drv {
+				s.Devices = append(s.Devices, sliceDevices(&slices.Items[k], inPhase)...)
+			}
 		}
 	}
 	if !withClaims {
