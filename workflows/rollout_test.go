@@ -325,3 +325,30 @@ func TestRolloutHoldsNodesWithBoundClaims(t *testing.T) {
 		t.Errorf("held noted %d times, want once: %+v", held, st.Log)
 	}
 }
+
+// TestRolloutWindowFailsWhenTheRolloutIsHeld: a window that finds the rollout rolled back or
+// blocked fails (so the Schedule, created with pause-on-failure, pauses); otherwise it succeeds,
+// and it asks for the window to last as long as the schedule says from its own start.
+func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
+	for state, wantErr := range map[rollout.State]bool{rollout.StateRunning: false, rollout.StateWaitingWindow: false,
+		rollout.StateRolledBack: true, rollout.StateBlocked: true, rollout.StateCompleted: false} {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestWorkflowEnvironment()
+		env.RegisterWorkflow(RolloutWindowWorkflow)
+		env.RegisterActivity(a)
+		start := env.Now()
+		var asked activities.WindowInput
+		env.OnActivity(a.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.WindowInput) (activities.WindowResult, error) {
+			asked = in
+			return activities.WindowResult{Phase: "canary", State: state}, nil
+		})
+		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(2 * time.Hour)})
+		err := env.GetWorkflowError()
+		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "schedule pauses") {
+			t.Errorf("%s: error %v, want error %t", state, err, wantErr)
+		}
+		if asked.Plan.Name != "gpu" || !asked.Until.Equal(start.Add(2*time.Hour)) {
+			t.Errorf("%s: asked %+v", state, asked)
+		}
+	}
+}

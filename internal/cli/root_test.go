@@ -23,7 +23,7 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-var brokenPolicy string
+var brokenPolicy, brokenPlan string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "cli-test-")
@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 	}
 	brokenPolicy = filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(brokenPolicy, []byte("policies:\n  - name: a\n    match: {driver: d}\n    toleranceWindow: soon\n"), 0o644); err != nil {
+		panic(err)
+	}
+	brokenPlan = filepath.Join(dir, "plan.yaml")
+	if err := os.WriteFile(brokenPlan, []byte("name: p\npluginResource: x.io/gpu\nphases:\n  - name: a\n    nodes: pool=a\n    soak: forever\n"), 0o644); err != nil {
 		panic(err)
 	}
 	code := m.Run()
@@ -72,6 +76,16 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "bad extend duration", args: []string{"device", "extend", "d/p/gpu-0", "--actor", "a", "--duration", "2 days"}, wantErr: "duration"},
 		{name: "show as yaml", args: []string{"device", "show", "d/p/gpu-0", "-o", "yaml"}, wantErr: "want text or json"},
 		{name: "quarantine with a broken policy file", args: []string{"device", "quarantine", "d/p/gpu-0", "--actor", "a", "--policy", brokenPolicy}, wantErr: "line 4"},
+		{name: "broken plan file", args: []string{"rollout", "start", "--plan", brokenPlan}, wantErr: "line 4: phase \"a\" names no classes"},
+		{name: "missing plan file", args: []string{"rollout", "check", "--plan", "/nonexistent/plan.yaml"}, wantErr: "read plan"},
+		{name: "rollout start without a plan", args: []string{"rollout", "start"}, wantErr: "plan"},
+		{name: "approve without a phase", args: []string{"rollout", "approve", "gpu-dra", "--actor", "a"}, wantErr: "accepts 2 arg"},
+		{name: "rollout command without actor", args: []string{"rollout", "rollback", "gpu-dra"}, wantErr: "--actor"},
+		{name: "schedule without cron", args: []string{"rollout", "schedule", "--plan", brokenPlan}, wantErr: "cron"},
+		{name: "schedule with an empty window", args: []string{"rollout", "schedule", "--plan", brokenPlan, "--cron", "* * * * *", "--window", "0s"}, wantErr: "--window"},
+		{name: "misbehave with a negative drift", args: []string{"sim", "misbehave", "n1", "--drift", "-1"}, wantErr: "--drift"},
+		{name: "pool without GPUs", args: []string{"sim", "pool", "a", "--gpus", "0"}, wantErr: "--gpus"},
+		{name: "workload with a bad memory share", args: []string{"sim", "workload", "w", "--memory", "lots"}, wantErr: "--memory"},
 		{name: "device-plugin health without a pod", args: []string{"sim", "health", "--device", "example.com/fpga/node-1/fpga-0", "--health", "Unhealthy"}, wantErr: "--pod"},
 	}
 	for _, tt := range tests {

@@ -64,16 +64,16 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 		Short: "Run a pod (or with --job a Job) that claims simulated GPUs (optionally a given node's gpu-<index>)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			cs, err := k.client(g)
-			if err != nil {
-				return err
-			}
-			w.Name = args[0]
 			if w.Memory != "" {
 				if _, err := resource.ParseQuantity(w.Memory); err != nil {
 					return fmt.Errorf("--memory %q: %w", w.Memory, err)
 				}
 			}
+			cs, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			w.Name = args[0]
 			if index >= 0 {
 				w.Index = &index
 			}
