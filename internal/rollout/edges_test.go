@@ -72,7 +72,7 @@ func TestParseBoundaries(t *testing.T) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	if _, err := Parse([]byte(head + phase + "    gates: {claimToAllocated: {p50: 0s}}\n")); err == nil || !strings.Contains(err.Error(), "p50") {
+	if _, err := Parse([]byte(head + phase + "    gates: {claimToAllocated: {p50: 0s, p99: 5s}}\n")); err == nil || !strings.Contains(err.Error(), `p50 "0s"`) {
 		t.Errorf("zero p50: %v", err)
 	}
 	if _, err := Parse([]byte(head + strings.Replace(phase, "soak: 1m", "soak: -1m", 1))); err == nil {
@@ -80,5 +80,30 @@ func TestParseBoundaries(t *testing.T) {
 	}
 	if ns := p.AllowedNamespaces(5); len(ns) != 1 || !ns["t"] {
 		t.Errorf("allowed namespaces past the last phase = %v", ns)
+	}
+}
+
+// TestLatencyGateChecksOnlyWhatItSets: a gate with only p50 never fails on p99, and the other way.
+func TestLatencyGateChecksOnlyWhatItSets(t *testing.T) {
+	st := Stage{P50: policy.JSONDuration(time.Second), P99: policy.JSONDuration(time.Hour)}
+	if f := (&Latency{P50: policy.JSONDuration(time.Second)}).check("x", st); len(f) != 0 {
+		t.Errorf("p50-only gate: %v", f)
+	}
+	st = Stage{P50: policy.JSONDuration(time.Hour), P99: policy.JSONDuration(time.Second)}
+	if f := (&Latency{P99: policy.JSONDuration(time.Second)}).check("x", st); len(f) != 0 {
+		t.Errorf("p99-only gate: %v", f)
+	}
+}
+
+func TestFragmentationSortedByCapacity(t *testing.T) {
+	d := Device{Node: "n", Driver: "drv", Pool: "n", Name: "g", Shared: true,
+		Capacity: map[string]Capacity{"memory": {Value: 10}, "bandwidth": {Value: 10}, "cores": {Value: 10}}}
+	r := Evaluate(plan(), 0, t0, Snapshot{Now: t0, Devices: []Device{d}}, nil)
+	var names []string
+	for _, f := range r.Fragmentation {
+		names = append(names, f.Capacity)
+	}
+	if strings.Join(names, ",") != "bandwidth,cores,memory" {
+		t.Errorf("order = %v", names)
 	}
 }
