@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -37,6 +38,7 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 		}
 		s.Nodes = append(s.Nodes, node)
 	}
+	var phaseSlices []*resourcev1.ResourceSlice
 	for drv := range ph.Drivers() {
 		slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
@@ -44,8 +46,10 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 			return s, fmt.Errorf("list resource slices of %s: %w", drv, err)
 		}
 		for k := range slices.Items {
-			if slices.Items[k].Spec.Driver == drv {
-				s.Devices = append(s.Devices, sliceDevices(&slices.Items[k], inPhase)...)
+			sl := &slices.Items[k]
+			if sl.Spec.Driver == drv && sl.Spec.NodeName != nil && inPhase[*sl.Spec.NodeName] {
+				s.Devices = append(s.Devices, sliceDevices(sl, inPhase)...)
+				phaseSlices = append(phaseSlices, sl)
 			}
 		}
 	}
@@ -71,8 +75,27 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 		}
 	}
 	tenants := p.AllowedNamespaces(i)
+	ci := capacity.Input{Slices: phaseSlices, Granted: map[string]map[string]resourcev1.CapacityRequestPolicy{}}
 	for k := range claims.Items {
-		s.Claims = append(s.Claims, reduceClaim(&claims.Items[k], pods, tenants[claims.Items[k].Namespace]))
+		c := &claims.Items[k]
+		s.Claims = append(s.Claims, reduceClaim(c, pods, tenants[c.Namespace]))
+		ci.Claims = append(ci.Claims, c)
+		g, err := capacity.Granted(c)
+		if err != nil {
+			return s, err
+		}
+		for key, v := range g {
+			ci.Granted[key] = v
+		}
+	}
+	phaseDevices := map[string]bool{}
+	for _, d := range s.Devices {
+		phaseDevices[d.Driver+"/"+d.Pool+"/"+d.Name] = true
+	}
+	for _, v := range capacity.Check(ci) {
+		if phaseDevices[v.Device] {
+			s.CapacityViolations = append(s.CapacityViolations, v.String())
+		}
 	}
 	return s, nil
 }

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,11 +18,24 @@ import (
 func Execute(ctx context.Context, args []string) int {
 	root := NewRoot()
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		return 1
 	}
-	return 0
+	return ExitCode(err)
+}
+
+// ExitCode is the process exit code for a command's error: 0 for none, the count a check asks
+// for (capacity check: its violations), else 1.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
 }
 
 // globals are flags every command has.
@@ -57,7 +71,7 @@ func NewRoot() *cobra.Command {
 	pf.StringVar(&g.stateDir, "state-dir", ".devicewarden", "directory for local state: the embedded Temporal database and the local cluster")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g), newMigrationCmd(g), newApprovalsCmd(g), newRolloutCmd(g))
+	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g), newMigrationCmd(g), newApprovalsCmd(g), newRolloutCmd(g), newCapacityCmd(g))
 	return root
 }
 

@@ -142,7 +142,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	_, plan := writePlan(t, "two-phase", "",
 		rolloutPhase{name: "canary", pool: "ro2-a", class: "ro2-a.gpu.sim.devicewarden.io", namespace: "ro2-canary", soak: "6s", gates: gates, approve: true},
 		rolloutPhase{name: "wide", pool: "ro2-b", class: "ro2-b.gpu.sim.devicewarden.io", namespace: "ro2-team", soak: "6s",
-			gates: strings.Replace(gates, "maxDrift: 0", "maxDrift: 0, maxFragmentation: 0.5", 1)})
+			gates: strings.Replace(gates, "maxDrift: 0", "maxDrift: 0, maxFragmentation: 0.5, maxCapacityViolations: 0", 1)})
 	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,9 @@ type Metrics struct {
 	// IdleDeviceSeconds adds, per migration, the seconds from the quarantine until the workload was
 	// off the device: time the job computed on a device already taken out of service.
 	IdleDeviceSeconds prometheus.Counter
+	// CapacityViolations is how many shared-capacity invariant violations the last check found, by
+	// invariant (oversold, policy-breach, duplicate-share-id, distinct-attribute, forbidden-namespace).
+	CapacityViolations *prometheus.GaugeVec
 }
 
 // New registers all collectors in a new registry.
@@ -158,6 +161,11 @@ func New() *Metrics {
 			Help: "Seconds from a quarantine until the workload was off the device, summed over migrations.",
 		}),
 	}
+	m.CapacityViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "devicewarden", Subsystem: "capacity", Name: "violations",
+		Help: "Shared-capacity invariant violations found by the last check, by invariant.",
+	}, []string{"invariant"})
+	m.Registry.MustRegister(m.CapacityViolations)
 	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m

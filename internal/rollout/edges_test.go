@@ -107,3 +107,20 @@ func TestFragmentationSortedByCapacity(t *testing.T) {
 		t.Errorf("order = %v", names)
 	}
 }
+
+func TestCapacityGate(t *testing.T) {
+	p := plan()
+	p.Phases[0].Gates.MaxCapacityViolations = intp(0)
+	s := Snapshot{Now: t0, CapacityViolations: []string{"oversold: claim t/a share - on drv/n/g0: memory: shares take 44Gi of 40Gi"}}
+	r := Evaluate(p, 0, t0, s, nil)
+	if len(r.CapacityViolations) != 1 || strings.Join(r.Failed, "|") != "capacity invariant violations: 1, the gate allows 0" {
+		t.Errorf("report = %+v", r)
+	}
+	p.Phases[0].Gates.MaxCapacityViolations = intp(1)
+	if r := Evaluate(p, 0, t0, s, nil); !r.Passed() {
+		t.Errorf("at the threshold: %v", r.Failed)
+	}
+	if _, err := Parse([]byte("name: r\npluginResource: x\nphases:\n  - name: a\n    nodes: pool=a\n    classes: [{name: c, driver: d}]\n    namespaces: [t]\n    soak: 1m\n    gates: {maxCapacityViolations: -1}\n")); err == nil || !strings.Contains(err.Error(), "maxCapacityViolations -1") {
+		t.Errorf("negative cap: %v", err)
+	}
+}

@@ -30,7 +30,9 @@ type Report struct {
 	Fragmentation    []Fragmentation `json:"fragmentation,omitempty"`
 	Drift            []string        `json:"drift,omitempty"`
 	CrossNamespace   []string        `json:"crossNamespace,omitempty"`
-	Queries          []QueryResult   `json:"queries,omitempty"`
+	// CapacityViolations are the shared-capacity invariant violations on the phase's devices.
+	CapacityViolations []string      `json:"capacityViolations,omitempty"`
+	Queries            []QueryResult `json:"queries,omitempty"`
 	// Failed lists each gate that failed, with the figure and its threshold.
 	Failed []string `json:"failed,omitempty"`
 }
@@ -74,7 +76,7 @@ type QueryResult struct {
 // enabled) and checks its gates. queries are the PromQL gates' answers, in the plan's order.
 func Evaluate(p Plan, i int, since time.Time, s Snapshot, queries []QueryResult) Report {
 	ph := p.Phases[i]
-	r := Report{Phase: ph.Name, Since: since, At: s.Now, Queries: queries}
+	r := Report{Phase: ph.Name, Since: since, At: s.Now, Queries: queries, CapacityViolations: s.CapacityViolations}
 	classes := map[string]bool{}
 	for _, c := range ph.Classes {
 		classes[c.Name] = true
@@ -303,6 +305,9 @@ func (g Gates) check(r Report) []string {
 	}
 	if g.MaxCrossNamespace != nil && len(r.CrossNamespace) > *g.MaxCrossNamespace {
 		out = append(out, fmt.Sprintf("claims outside the phase's tenants: %d, the gate allows %d", len(r.CrossNamespace), *g.MaxCrossNamespace))
+	}
+	if g.MaxCapacityViolations != nil && len(r.CapacityViolations) > *g.MaxCapacityViolations {
+		out = append(out, fmt.Sprintf("capacity invariant violations: %d, the gate allows %d", len(r.CapacityViolations), *g.MaxCapacityViolations))
 	}
 	for k, q := range g.Queries {
 		if k >= len(r.Queries) || r.Queries[k].Error != "" {

@@ -64,14 +64,17 @@ type Class struct {
 // Gates are the thresholds a phase's soak must meet. A nil field is not checked.
 type Gates struct {
 	// MinClaims: fewer claims created during the soak prove nothing, and the gate fails.
-	MinClaims          int             `json:"minClaims,omitempty"`
-	ClaimToAllocated   *Latency        `json:"claimToAllocated,omitempty"`
-	AllocatedToReady   *Latency        `json:"allocatedToReady,omitempty"`
-	AllocationFailures *FailureLimits  `json:"allocationFailures,omitempty"`
-	MaxFragmentation   *float64        `json:"maxFragmentation,omitempty"`
-	MaxDrift           *int            `json:"maxDrift,omitempty"`
-	MaxCrossNamespace  *int            `json:"maxCrossNamespace,omitempty"`
-	Queries            []PromQueryGate `json:"queries,omitempty"`
+	MinClaims          int            `json:"minClaims,omitempty"`
+	ClaimToAllocated   *Latency       `json:"claimToAllocated,omitempty"`
+	AllocatedToReady   *Latency       `json:"allocatedToReady,omitempty"`
+	AllocationFailures *FailureLimits `json:"allocationFailures,omitempty"`
+	MaxFragmentation   *float64       `json:"maxFragmentation,omitempty"`
+	MaxDrift           *int           `json:"maxDrift,omitempty"`
+	MaxCrossNamespace  *int           `json:"maxCrossNamespace,omitempty"`
+	// MaxCapacityViolations caps the shared-capacity invariant violations (internal/capacity) on
+	// the phase's devices.
+	MaxCapacityViolations *int            `json:"maxCapacityViolations,omitempty"`
+	Queries               []PromQueryGate `json:"queries,omitempty"`
 }
 
 // Latency caps a stage's p50 and p99 (zero: not checked).
@@ -128,14 +131,15 @@ type phaseFile struct {
 }
 
 type gatesFile struct {
-	MinClaims          int             `yaml:"minClaims"`
-	ClaimToAllocated   *latencyFile    `yaml:"claimToAllocated"`
-	AllocatedToReady   *latencyFile    `yaml:"allocatedToReady"`
-	AllocationFailures *FailureLimits  `yaml:"allocationFailures"`
-	MaxFragmentation   *float64        `yaml:"maxFragmentation"`
-	MaxDrift           *int            `yaml:"maxDrift"`
-	MaxCrossNamespace  *int            `yaml:"maxCrossNamespace"`
-	Queries            []PromQueryGate `yaml:"queries"`
+	MinClaims             int             `yaml:"minClaims"`
+	ClaimToAllocated      *latencyFile    `yaml:"claimToAllocated"`
+	AllocatedToReady      *latencyFile    `yaml:"allocatedToReady"`
+	AllocationFailures    *FailureLimits  `yaml:"allocationFailures"`
+	MaxFragmentation      *float64        `yaml:"maxFragmentation"`
+	MaxDrift              *int            `yaml:"maxDrift"`
+	MaxCrossNamespace     *int            `yaml:"maxCrossNamespace"`
+	MaxCapacityViolations *int            `yaml:"maxCapacityViolations"`
+	Queries               []PromQueryGate `yaml:"queries"`
 }
 
 type latencyFile struct {
@@ -306,7 +310,7 @@ func (f *file) checkPhase(i int) (Phase, error) {
 
 func (g gatesFile) check() (Gates, error) {
 	out := Gates{MinClaims: g.MinClaims, AllocationFailures: g.AllocationFailures, MaxFragmentation: g.MaxFragmentation,
-		MaxDrift: g.MaxDrift, MaxCrossNamespace: g.MaxCrossNamespace, Queries: g.Queries}
+		MaxDrift: g.MaxDrift, MaxCrossNamespace: g.MaxCrossNamespace, MaxCapacityViolations: g.MaxCapacityViolations, Queries: g.Queries}
 	if g.MinClaims < 0 {
 		return Gates{}, fmt.Errorf("minClaims %d is negative", g.MinClaims)
 	}
@@ -328,6 +332,9 @@ func (g gatesFile) check() (Gates, error) {
 	}
 	if v := g.MaxCrossNamespace; v != nil && *v < 0 {
 		return Gates{}, fmt.Errorf("maxCrossNamespace %d is negative", *v)
+	}
+	if v := g.MaxCapacityViolations; v != nil && *v < 0 {
+		return Gates{}, fmt.Errorf("maxCapacityViolations %d is negative", *v)
 	}
 	names := map[string]bool{}
 	for _, q := range g.Queries {

@@ -10,6 +10,8 @@ type Snapshot struct {
 	Devices []Device     `json:"devices"`
 	Claims  []Claim      `json:"claims"`
 	Pending []PendingPod `json:"pending,omitempty"`
+	// CapacityViolations are the shared-capacity invariant violations on the phase's devices.
+	CapacityViolations []string `json:"capacityViolations,omitempty"`
 }
 
 // Node is one node the phase's selector matches.
