@@ -112,30 +112,12 @@ func sliceDevices(sl *resourcev1.ResourceSlice, inPhase map[string]bool) []rollo
 		if dev.Shared {
 			dev.Capacity = map[string]rollout.Capacity{}
 			for name, c := range d.Capacity {
-				dev.Capacity[string(name)] = rollout.Capacity{Value: c.Value.Value(), Smallest: smallestRequest(c)}
+				dev.Capacity[string(name)] = rollout.Capacity{Value: c.Value.Value(), Smallest: capacity.SmallestRequest(c.RequestPolicy)}
 			}
 		}
 		out = append(out, dev)
 	}
 	return out
-}
-
-// smallestRequest is the least a claim may take of a capacity under its request policy.
-func smallestRequest(c resourcev1.DeviceCapacity) int64 {
-	rp := c.RequestPolicy
-	switch {
-	case rp == nil:
-		return 0
-	case rp.ValidRange != nil && rp.ValidRange.Min != nil:
-		return rp.ValidRange.Min.Value()
-	case len(rp.ValidValues) > 0:
-		least := rp.ValidValues[0].Value()
-		for _, v := range rp.ValidValues[1:] {
-			least = min(least, v.Value())
-		}
-		return least
-	}
-	return 0
 }
 
 // pendingOnClaims is a Pod the scheduler could not place, when it waits for resource claims.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -300,7 +301,7 @@ func TestPendingOnClaimsAndSmallestRequest(t *testing.T) {
 		"values":    {resourcev1.DeviceCapacity{RequestPolicy: &resourcev1.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("10Gi"), q("5Gi"), q("20Gi")}}}, 5 << 30},
 		"default":   {resourcev1.DeviceCapacity{RequestPolicy: &resourcev1.CapacityRequestPolicy{Default: ptr.To(q("1Gi"))}}, 0},
 	} {
-		if got := smallestRequest(c.c); got != c.want {
+		if got := capacity.SmallestRequest(c.c.RequestPolicy); got != c.want {
 			t.Errorf("%s: smallest %d, want %d", name, got, c.want)
 		}
 	}

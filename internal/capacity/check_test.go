@@ -19,7 +19,7 @@ var q = resource.MustParse
 // each with a uuid and a "card" attribute (two GPUs per card).
 func sharedSlice(node string, n int) *resourcev1.ResourceSlice {
 	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node},
-		Spec: resourcev1.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourcev1.ResourcePool{Name: node}}}
+		Spec: resourcev1.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}}}
 	for i := 0; i < n; i++ {
 		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{
 			Name:                     "gpu-" + string(rune('0'+i)),
