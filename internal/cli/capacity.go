@@ -81,6 +81,80 @@ func newCapacityCmd(g *globals) *cobra.Command {
 	check.Flags().StringVar(&tenantsPath, "tenants", "", "tenants file: the classes each restricted namespace may claim")
 	check.Flags().BoolVar(&record, "record", false, "record the request policy of each newly seen share on its claim (annotation "+capacity.AnnotationGranted+")")
 	check.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.AddCommand(check)
+	cmd.AddCommand(check, newCapacityFitCmd(g))
+	return cmd
+}
+
+func newCapacityFitCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var claimsPath, node, output string
+	var ignoreTaints bool
+	var target float64
+	cmd := &cobra.Command{
+		Use:   "fit",
+		Short: "Would these claims (one Pod's) fit now? Asks the scheduler's own allocator, node by node, over the cluster's slices, classes, allocations and taint rules",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			if target <= 0 || target > 1 {
+				return fmt.Errorf("--target %v: want a utilisation above 0 and at most 1", target)
+			}
+			claims, err := capacity.LoadClaims(claimsPath)
+			if err != nil {
+				return err
+			}
+			cs, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			cl, err := capacity.ReadCluster(c.Context(), cs)
+			if err != nil {
+				return err
+			}
+			fits, err := capacity.Fit(c.Context(), cl, claims, node, ignoreTaints)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for _, f := range fits {
+				if f.Fits {
+					n++
+				}
+			}
+			sum := capacity.Summarize(cl.Slices, cl.Claims, target)
+			if output == "json" {
+				if err := printJSON(c.OutOrStdout(), map[string]any{"nodes": fits, "fitsOn": n, "capacity": sum}); err != nil {
+					return err
+				}
+			} else {
+				w := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NODE\tFITS\tDEVICES")
+				for _, f := range fits {
+					fmt.Fprintf(w, "%s\t%t\t%s\n", f.Node, f.Fits, capacity.Devices(f))
+				}
+				for _, s := range sum {
+					fmt.Fprintf(w, "capacity %s\t%d shared devices\ttotal %s, schedulable at %.0f%% %s, used %s, free %s, fragmented %s\n", s.Capacity, s.Devices,
+						capacity.Bytes(s.Total), s.Target*100, capacity.Bytes(s.Schedulable), capacity.Bytes(s.Used), capacity.Bytes(s.Free), capacity.Bytes(s.Fragmented))
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "the claims fit on %d of %d nodes\n", n, len(fits))
+			}
+			if n == 0 {
+				return &exitError{code: 1, msg: "the claims fit on no node"}
+			}
+			return nil
+		},
+	}
+	k.add(cmd)
+	cmd.Flags().StringVar(&claimsPath, "claims", "", "YAML file of ResourceClaims (--- between them), as one Pod would ask")
+	cmd.Flags().StringVar(&node, "node", "", "only this node")
+	cmd.Flags().BoolVar(&ignoreTaints, "ignore-taints", false, "answer as if no DeviceTaintRule existed")
+	cmd.Flags().Float64Var(&target, "target", 0.7, "target utilisation for the schedulable-capacity figure")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	_ = cmd.MarkFlagRequired("claims")
 	return cmd
 }

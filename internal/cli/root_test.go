@@ -86,6 +86,11 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "misbehave with a negative drift", args: []string{"sim", "misbehave", "n1", "--drift", "-1"}, wantErr: "--drift"},
 		{name: "pool without GPUs", args: []string{"sim", "pool", "a", "--gpus", "0"}, wantErr: "--gpus"},
 		{name: "workload with a bad memory share", args: []string{"sim", "workload", "w", "--memory", "lots"}, wantErr: "--memory"},
+		{name: "capacity check as yaml", args: []string{"capacity", "check", "-o", "yaml"}, wantErr: "want text or json"},
+		{name: "capacity check with a missing tenants file", args: []string{"capacity", "check", "--tenants", "/nonexistent/t.yaml"}, wantErr: "read tenants file"},
+		{name: "capacity fit without claims", args: []string{"capacity", "fit"}, wantErr: "claims"},
+		{name: "capacity fit with a broken claims file", args: []string{"capacity", "fit", "--claims", brokenPlan}, wantErr: "document 1"},
+		{name: "capacity fit past full utilisation", args: []string{"capacity", "fit", "--claims", brokenPlan, "--target", "1.5"}, wantErr: "--target"},
 		{name: "device-plugin health without a pod", args: []string{"sim", "health", "--device", "example.com/fpga/node-1/fpga-0", "--health", "Unhealthy"}, wantErr: "--pod"},
 	}
 	for _, tt := range tests {
