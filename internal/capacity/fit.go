@@ -36,8 +36,8 @@ type Cluster struct {
 // NodeFit is a what-if's answer for one node: whether all the claims fit there at once, and the
 // allocation the scheduler's allocator would make.
 type NodeFit struct {
-	Node    string                       `json:"node"`
-	Fits    bool                         `json:"fits"`
+	Node    string                        `json:"node"`
+	Fits    bool                          `json:"fits"`
 	Results []resourcev1.AllocationResult `json:"results,omitempty"`
 }
 

@@ -117,7 +117,9 @@ func TestWhatIfAgreesWithTheScheduler(t *testing.T) {
 	if _, err := kube.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kube.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kube.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{})
+	})
 	if whatIf(t, ctx, node, "4Gi") {
 		t.Fatal("what-if: 4Gi fits on a tainted device")
 	}
