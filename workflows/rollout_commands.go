@@ -80,10 +80,15 @@ func (r *rolloutRun) apply(ctx workflow.Context, name string, c rollout.Command)
 
 // note appends to the rollout's log.
 func (r *rolloutRun) note(ctx workflow.Context, text string) {
-	r.st.Log = append(r.st.Log, RolloutEntry{At: workflow.Now(ctx), Text: text})
-	if len(r.st.Log) > rolloutLogSize {
-		r.st.Log = r.st.Log[len(r.st.Log)-rolloutLogSize:]
+	r.st.Log = keepLast(append(r.st.Log, RolloutEntry{At: workflow.Now(ctx), Text: text}), rolloutLogSize)
+}
+
+// keepLast drops the oldest entries beyond n.
+func keepLast(log []RolloutEntry, n int) []RolloutEntry {
+	if len(log) > n {
+		return log[len(log)-n:]
 	}
+	return log
 }
 
 // publish keeps the search attributes in step with the status, so the Temporal UI can list

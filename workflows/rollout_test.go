@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,7 @@ func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
 	if atApproval.State != rollout.StateWaitingApproval || atApproval.Awaiting != "canary" {
 		t.Errorf("at 12m30s: state %s awaiting %q, want waiting-approval on canary", atApproval.State, atApproval.Awaiting)
 	}
-	if !strings.Contains(st.Log[len(st.Log)-1].Text, "completed") {
+	if !strings.Contains(st.Log[len(st.Log)-1].Text, "completed") || !hasLog(st, "approve-phase by sre (phase canary)") {
 		t.Errorf("log = %+v", st.Log)
 	}
 }
@@ -351,4 +352,127 @@ func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
 			t.Errorf("%s: asked %+v", state, asked)
 		}
 	}
+}
+
+func TestKeepLast(t *testing.T) {
+	log := make([]RolloutEntry, 5)
+	for i := range log {
+		log[i].Text = fmt.Sprint(i)
+	}
+	if got := keepLast(log, 5); len(got) != 5 {
+		t.Errorf("at the limit: %d", len(got))
+	}
+	if got := keepLast(log, 3); len(got) != 3 || got[0].Text != "2" {
+		t.Errorf("past the limit: %+v", got)
+	}
+}
+
+// TestRolloutBlockedLaterPhaseCanRollBack: blocked at the second phase's preflight with the first
+// enabled, a rollback command ends the wait and undoes the first phase.
+func TestRolloutBlockedLaterPhaseCanRollBack(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases[0].Approve = false
+	r.preflight(func(phase int) []rollout.Violation {
+		if phase == 1 {
+			return []rollout.Violation{{Node: "b-0", Reason: "double ownership"}}
+		}
+		return nil
+	})
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(int, int) []string { return nil })
+	r.update(15*time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "give up"}, true)
+	st := r.run(RolloutInput{Plan: p})
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "block:canary=gpu-a", "undo:canary=plugin")
+	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 || st.Phase != 0 {
+		t.Errorf("status = %+v", st)
+	}
+	if !hasLog(st, "rollback by sre: give up") {
+		t.Errorf("log = %+v", st.Log)
+	}
+}
+
+// TestRolloutKeepsDrainingPastItsHold: a node still held when the hold runs out keeps the rollout
+// open until it is routed back; it is noted once as held and once as back.
+func TestRolloutKeepsDrainingPastItsHold(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	p.RollbackHold = policy.JSONDuration(30 * time.Second)
+	r.held = 3
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(int, int) []string { return []string{"drift"} })
+	start := r.env.Now()
+	st := r.run(RolloutInput{Plan: p})
+	// Held at the rollback (10 min), at 15 s and at 30 s (the hold's end), back at 45 s.
+	if took := r.env.Now().Sub(start); took != 10*time.Minute+45*time.Second {
+		t.Errorf("ended after %s", took)
+	}
+	if st.State != rollout.StateRolledBack || len(st.Draining) != 0 {
+		t.Errorf("status = %+v", st)
+	}
+	held, back := 0, 0
+	for _, e := range st.Log {
+		if strings.Contains(e.Text, "held on DRA") {
+			held++
+		}
+		if strings.Contains(e.Text, "back with the plugin") {
+			back++
+		}
+	}
+	if held != 1 || back != 1 {
+		t.Errorf("held noted %d times, back %d times: %+v", held, back, st.Log)
+	}
+}
+
+// TestRolloutPauseHoldsTheNextStep: a pause during a soak lets the soak run out but holds the
+// gates until resume; the status says paused meanwhile and running after.
+func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	var gatesAt time.Duration
+	start := r.env.Now()
+	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+		gatesAt = r.env.Now().Sub(start)
+		return rollout.Report{Phase: "canary"}, nil
+	})
+	r.update(time.Minute, UpdateRolloutPause, rollout.Command{Actor: "sre", Reason: "change freeze"}, true)
+	var paused, resumed RolloutStatus
+	r.env.RegisterDelayedCallback(func() {
+		v, _ := r.env.QueryWorkflow(QueryState)
+		_ = v.Get(&paused)
+	}, 15*time.Minute)
+	r.update(20*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	r.env.RegisterDelayedCallback(func() {
+		v, _ := r.env.QueryWorkflow(QueryState)
+		_ = v.Get(&resumed)
+	}, 20*time.Minute+time.Second)
+	st := r.run(RolloutInput{Plan: p})
+	if paused.State != rollout.StatePaused || !paused.Paused || paused.Step != rollout.StepGates {
+		t.Errorf("at 15 min: %+v", paused)
+	}
+	if gatesAt != 20*time.Minute {
+		t.Errorf("gates ran at %s, want at the resume (20m)", gatesAt)
+	}
+	if resumed.Paused || st.State != rollout.StateCompleted {
+		t.Errorf("after resume: %+v; end %+v", resumed, st)
+	}
+	if !hasLog(st, "pause by sre: change freeze") {
+		t.Errorf("log = %+v", st.Log)
+	}
+}
+
+func hasLog(st RolloutStatus, text string) bool {
+	for _, e := range st.Log {
+		if e.Text == text {
+			return true
+		}
+	}
+	return false
 }
