@@ -46,6 +46,8 @@ bench: build control-plane ## Benchmarks against the real local stack; figures g
 	$(BIN) bench migrate --workloads 20 --log-level error
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/rollout/
 	$(BIN) bench rollout --nodes 1000 --devices 8 --claims 10000 --log-level warn
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/capacity/
+	$(BIN) bench capacity --nodes 1000 --devices 8 --claims 10000 --log-level warn
 	$(BIN) bench watcher --pods 10000 --updates 20000 --log-level warn
 	$(BIN) bench watcher --pods 50000 --updates 20000 --log-level warn
 	$(BIN) bench storm --devices 5000 --log-level error

@@ -79,6 +79,25 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rb.Flags().IntVar(&ro.Runs, "runs", 5, "gate evaluations to time")
 	rb.Flags().StringVar(&ro.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(rb)
+	var co bench.RolloutOptions
+	cb := &cobra.Command{
+		Use:   "capacity",
+		Short: "Capacity check and what-if at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time both",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if co.Nodes < 1 || co.Devices < 1 || co.Devices > 128 || co.Claims < 0 || co.Runs < 1 {
+				return fmt.Errorf("--nodes and --runs must be >= 1, --devices between 1 and 128, --claims >= 0")
+			}
+			co.Out = c.OutOrStdout()
+			return bench.Capacity(c.Context(), co)
+		},
+	}
+	cb.Flags().IntVar(&co.Nodes, "nodes", 1000, "nodes")
+	cb.Flags().IntVar(&co.Devices, "devices", 8, "shared GPUs per node")
+	cb.Flags().IntVar(&co.Claims, "claims", 10000, "allocated claims")
+	cb.Flags().IntVar(&co.Runs, "runs", 5, "runs to time")
+	cb.Flags().StringVar(&co.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(cb)
 	var mo bench.MigrateOptions
 	mig := &cobra.Command{
 		Use:   "migrate",
