@@ -1,0 +1,137 @@
+package capacity
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Finding kinds of claim hygiene.
+const (
+	// FindingNone: nothing to do.
+	FindingNone = ""
+	// FindingLeaked: allocated, reserved for no Pod, past the leak timeout.
+	FindingLeaked = "leaked"
+	// FindingStuck: allocated for a Pod that has not started past the stuck timeout.
+	FindingStuck = "stuck"
+	// FindingNodeLost: the allocation's node stopped renewing its Lease and no operator fenced it:
+	// its devices' state is Unknown and nothing on it is reclaimed or counted free.
+	FindingNodeLost = "node-lost"
+)
+
+// AnnotationFenced on a Node says an operator confirmed it is down for good (value: who, when):
+// hygiene may reclaim what was allocated there.
+const AnnotationFenced = "devicewarden.io/fenced"
+
+// HygienePolicy says when a claim is a finding and what may be done about it.
+type HygienePolicy struct {
+	LeakTimeout  time.Duration `json:"leakTimeout"`
+	StuckTimeout time.Duration `json:"stuckTimeout"`
+	// DeleteLeaked deletes a leaked claim that was generated from a template for a Pod that is gone.
+	DeleteLeaked bool `json:"deleteLeaked,omitempty"`
+}
+
+// NodeState is what hygiene knows of a node.
+type NodeState struct {
+	// Lost: its Lease expired; Fenced: an operator confirmed it.
+	Lost, Fenced bool
+}
+
+// Finding is one claim's hygiene verdict.
+type Finding struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Claim     string `json:"claim"`
+	UID       string `json:"uid"`
+	// Version is the claim's resourceVersion: an action is taken only on this version.
+	Version string `json:"version"`
+	Node    string `json:"node,omitempty"`
+	// ShareIDs are the claim's shares (kept in every report, never dropped).
+	ShareIDs []string `json:"shareIDs,omitempty"`
+	Reason   string   `json:"reason"`
+	// Deletable: a leaked claim made from a template for a Pod that is gone, and the policy allows it.
+	Deletable bool `json:"deletable,omitempty"`
+}
+
+// Inspect classifies one claim. allocatedAt is when it was allocated (its managed-fields time),
+// pods the Pods by UID, nodes the nodes by name (missing: unknown, treated as not lost).
+func Inspect(c *resourcev1.ResourceClaim, allocatedAt time.Time, pods map[types.UID]*corev1.Pod, nodes map[string]NodeState, p HygienePolicy, now time.Time) Finding {
+	f := Finding{Namespace: c.Namespace, Claim: c.Name, UID: string(c.UID), Version: c.ResourceVersion}
+	if c.Status.Allocation == nil || c.DeletionTimestamp != nil {
+		return f
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.ShareID != nil {
+			f.ShareIDs = append(f.ShareIDs, string(*r.ShareID))
+		}
+	}
+	f.Node = AllocationNode(c.Status.Allocation)
+	if n := nodes[f.Node]; n.Lost && !n.Fenced {
+		f.Kind, f.Reason = FindingNodeLost, fmt.Sprintf("node %s stopped renewing its Lease: the allocation is Unknown until the node returns or is fenced", f.Node)
+		return f
+	}
+	age := now.Sub(allocatedAt)
+	if len(c.Status.ReservedFor) == 0 {
+		if age < p.LeakTimeout {
+			return f
+		}
+		f.Kind, f.Reason = FindingLeaked, fmt.Sprintf("allocated %s ago and reserved for no Pod", age.Round(time.Second))
+		if owner := generatedFor(c); owner != "" && pods[owner] == nil && p.DeleteLeaked {
+			f.Deletable = true
+			f.Reason += "; made from a template for a Pod that is gone"
+		}
+		return f
+	}
+	for _, ref := range c.Status.ReservedFor {
+		pod := pods[ref.UID]
+		if pod == nil || started(pod) || age < p.StuckTimeout {
+			continue
+		}
+		f.Kind, f.Reason = FindingStuck, fmt.Sprintf("Pod %s/%s has not started %s after the allocation", pod.Namespace, pod.Name, age.Round(time.Second))
+		return f
+	}
+	return f
+}
+
+// generatedFor is the UID of the Pod a template-made claim belongs to ("" for a claim made by hand).
+func generatedFor(c *resourcev1.ResourceClaim) types.UID {
+	if _, ok := c.Annotations["resource.kubernetes.io/pod-claim-name"]; !ok {
+		return ""
+	}
+	for _, o := range c.OwnerReferences {
+		if o.Kind == "Pod" {
+			return o.UID
+		}
+	}
+	return ""
+}
+
+func started(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodRunning || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Running != nil || s.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// AllocationNode is the node a node-local allocation is pinned to ("" when it is not).
+func AllocationNode(a *resourcev1.AllocationResult) string {
+	if a.NodeSelector == nil {
+		return ""
+	}
+	for _, t := range a.NodeSelector.NodeSelectorTerms {
+		for _, f := range t.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}
