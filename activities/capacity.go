@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,9 @@ type CapacityReport struct {
 	Violations []capacity.Violation `json:"violations,omitempty"`
 	// Recorded is how many claims got their grant snapshot in this check.
 	Recorded int `json:"recorded,omitempty"`
+	// Unknown are the allocations on nodes that stopped renewing their Lease and were not fenced:
+	// not reclaimable, their capacity still counted as used.
+	Unknown []capacity.Finding `json:"unknown,omitempty"`
 }
 
 // CheckCapacity reads every ResourceSlice and ResourceClaim, checks the shared-capacity
@@ -69,6 +73,11 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 		}
 	}
 	rep.Violations = capacity.Check(ci)
+	nodes, err := a.nodeStates(ctx, time.Now())
+	if err != nil {
+		return CapacityReport{}, err
+	}
+	rep.Unknown = unknownAllocations(ci.Claims, nodes)
 	if a.Metrics != nil {
 		for inv, n := range capacity.Counts(rep.Violations) {
 			a.Metrics.CapacityViolations.WithLabelValues(inv).Set(float64(n))

@@ -65,6 +65,9 @@ func newCapacityCmd(g *globals) *cobra.Command {
 				if err := w.Flush(); err != nil {
 					return err
 				}
+				for _, u := range rep.Unknown {
+					fmt.Fprintf(c.OutOrStdout(), "Unknown: claim %s/%s (shares %v) on %s: %s\n", u.Namespace, u.Claim, u.ShareIDs, u.Node, u.Reason)
+				}
 				fmt.Fprintf(c.OutOrStdout(), "%d violations over %d claims and %d devices", len(rep.Violations), rep.Claims, rep.Devices)
 				if record {
 					fmt.Fprintf(c.OutOrStdout(), "; %d grants recorded", rep.Recorded)
@@ -81,7 +84,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 	check.Flags().StringVar(&tenantsPath, "tenants", "", "tenants file: the classes each restricted namespace may claim")
 	check.Flags().BoolVar(&record, "record", false, "record the request policy of each newly seen share on its claim (annotation "+capacity.AnnotationGranted+")")
 	check.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.AddCommand(check, newCapacityFitCmd(g))
+	cmd.AddCommand(check, newCapacityFitCmd(g), newCapacityFenceCmd(g))
 	return cmd
 }
 
@@ -156,5 +159,38 @@ func newCapacityFitCmd(g *globals) *cobra.Command {
 	cmd.Flags().Float64Var(&target, "target", 0.7, "target utilisation for the schedulable-capacity figure")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	_ = cmd.MarkFlagRequired("claims")
+	return cmd
+}
+
+func newCapacityFenceCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var in activities.FenceInput
+	cmd := &cobra.Command{
+		Use:   "fence NODE",
+		Short: "Confirm that a node which stopped renewing its Lease is down for good, so what was allocated there may be reclaimed (--undo takes it back)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if in.Actor == "" && !in.Undo {
+				return fmt.Errorf("--actor is required: every operator action is audited")
+			}
+			in.Node = args[0]
+			cs, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			if err := (&activities.Activities{Kube: cs}).FenceNode(c.Context(), in); err != nil {
+				return err
+			}
+			verb := "fenced"
+			if in.Undo {
+				verb = "no longer fenced"
+			}
+			fmt.Fprintf(c.OutOrStdout(), "node %s %s\n", in.Node, verb)
+			return nil
+		},
+	}
+	k.add(cmd)
+	cmd.Flags().StringVar(&in.Actor, "actor", "", "who confirms (recorded on the node)")
+	cmd.Flags().BoolVar(&in.Undo, "undo", false, "take the confirmation back")
 	return cmd
 }

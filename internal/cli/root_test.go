@@ -91,6 +91,8 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "capacity fit without claims", args: []string{"capacity", "fit"}, wantErr: "claims"},
 		{name: "capacity fit with a broken claims file", args: []string{"capacity", "fit", "--claims", brokenPlan}, wantErr: "document 1"},
 		{name: "capacity fit past full utilisation", args: []string{"capacity", "fit", "--claims", brokenPlan, "--target", "1.5"}, wantErr: "--target"},
+		{name: "fence without actor", args: []string{"capacity", "fence", "n1"}, wantErr: "--actor"},
+		{name: "fence without a node", args: []string{"capacity", "fence", "--actor", "a"}, wantErr: "accepts 1 arg"},
 		{name: "device-plugin health without a pod", args: []string{"sim", "health", "--device", "example.com/fpga/node-1/fpga-0", "--health", "Unhealthy"}, wantErr: "--pod"},
 	}
 	for _, tt := range tests {
