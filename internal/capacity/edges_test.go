@@ -105,3 +105,61 @@ func TestDistinctAttributeOfAllRequestsInTheDriversDomain(t *testing.T) {
 		t.Errorf("violations = %v", v)
 	}
 }
+
+func TestAttributeKinds(t *testing.T) {
+	ref := deviceRef{driver: drv, dev: &resourcev1.Device{Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"b": {BoolValue: ptr.To(true)}, "v": {VersionValue: ptr.To("1.2.3")}, "i": {IntValue: ptr.To(int64(7))}, "s": {StringValue: ptr.To("x")}, "none": {}}}}
+	for name, want := range map[string]string{"b": "true", "v": "1.2.3", "i": "7", "s": "x"} {
+		if got, ok := attribute(ref, drv+"/"+name); !ok || got != want {
+			t.Errorf("%s = %q %t, want %q", name, got, ok, want)
+		}
+	}
+	if _, ok := attribute(ref, drv+"/none"); ok {
+		t.Error("an attribute without a value has one")
+	}
+	if _, ok := attribute(ref, "nodomain"); ok {
+		t.Error("a name without a domain matched")
+	}
+}
+
+func TestFitAnswersInNodeOrder(t *testing.T) {
+	c := Cluster{Classes: []*resourcev1.DeviceClass{gpuClass()}}
+	for _, n := range []string{"n3", "n1", "n2"} {
+		c.Nodes = append(c.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		c.Slices = append(c.Slices, sharedSlice(n, 1))
+	}
+	got, err := Fit(context.Background(), c, []*resourcev1.ResourceClaim{want("a", "4Gi")}, "", false)
+	if err != nil || len(got) != 3 || got[0].Node != "n1" || got[1].Node != "n2" || got[2].Node != "n3" {
+		t.Errorf("answers = %+v %v", got, err)
+	}
+}
+
+func TestGrantedAndSnapshot(t *testing.T) {
+	sl := sharedSlice("n1", 1)
+	c := claim("t", "a", "gpu", share{"gpu", "gpu-0", "s1", "8Gi"})
+	snap := Snapshot(c, []*resourcev1.ResourceSlice{sl})
+	if !strings.Contains(snap, `"t-a/gpu/`+drv+`/n1/gpu-0/s1"`) || !strings.Contains(snap, `"min":"4Gi"`) {
+		t.Fatalf("snapshot = %s", snap)
+	}
+	c.Annotations = map[string]string{AnnotationGranted: snap}
+	g, err := Granted(c)
+	if err != nil || g["t-a/gpu/"+drv+"/n1/gpu-0/s1"]["memory"].ValidRange.Min.String() != "4Gi" {
+		t.Fatalf("granted = %+v %v", g, err)
+	}
+	c.Annotations[AnnotationGranted] = "{"
+	if _, err := Granted(c); err == nil {
+		t.Error("a garbled record decoded")
+	}
+	delete(c.Annotations, AnnotationGranted)
+	if g, err := Granted(c); g != nil || err != nil {
+		t.Errorf("no record: %v %v", g, err)
+	}
+	whole := claim("t", "w", "gpu", share{req: "gpu", dev: "gpu-0"})
+	if s := Snapshot(whole, []*resourcev1.ResourceSlice{sl}); s != "" {
+		t.Errorf("a whole-device claim has a snapshot: %s", s)
+	}
+	whole.Status.Allocation = nil
+	if s := Snapshot(whole, []*resourcev1.ResourceSlice{sl}); s != "" {
+		t.Errorf("an unallocated claim has a snapshot: %s", s)
+	}
+}
