@@ -53,7 +53,7 @@ bench: build control-plane ## Benchmarks against the real local stack; figures g
 	$(BIN) bench storm --devices 5000 --log-level error
 
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATION_PKGS = internal/policy internal/rollout workflows activities internal/watcher
+MUTATION_PKGS = internal/policy internal/rollout internal/capacity workflows activities internal/watcher
 
 mutation: ## Mutation testing (gremlins) of the decision, orchestration, activity and watcher packages, then the mutants gremlins cannot reach
 	@for p in $(MUTATION_PKGS); do \

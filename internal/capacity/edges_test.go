@@ -14,10 +14,10 @@ import (
 
 func TestViolationsAreOrdered(t *testing.T) {
 	sl := sharedSlice("n1", 2)
-	// Added in reverse order: two devices oversold, and two breaches on one device by two claims.
+	// Added out of order: two devices oversold, and breaches on one device by two claims.
 	got := Check(Input{Slices: []*resourcev1.ResourceSlice{sl}, Claims: []*resourcev1.ResourceClaim{
-		claim("t", "z", "gpu", share{"gpu", "gpu-1", "a", "44Gi"}),
 		claim("t", "y", "gpu", share{"gpu", "gpu-0", "b", "42Gi"}),
+		claim("t", "z", "gpu", share{"gpu", "gpu-1", "a", "44Gi"}),
 		claim("t", "b", "gpu", share{"gpu", "gpu-0", "c", "6Gi"}),
 	}})
 	var order []string
