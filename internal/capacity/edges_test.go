@@ -163,3 +163,13 @@ func TestGrantedAndSnapshot(t *testing.T) {
 		t.Errorf("an unallocated claim has a snapshot: %s", s)
 	}
 }
+
+func TestSnapshotSkipsCapacitiesWithoutAPolicy(t *testing.T) {
+	sl := sharedSlice("n1", 1)
+	mem := sl.Spec.Devices[0].Capacity["memory"]
+	mem.RequestPolicy = nil
+	sl.Spec.Devices[0].Capacity["memory"] = mem
+	if s := Snapshot(claim("t", "a", "gpu", share{"gpu", "gpu-0", "s1", "8Gi"}), []*resourcev1.ResourceSlice{sl}); s != "" {
+		t.Errorf("snapshot of a share under no policy = %s", s)
+	}
+}
