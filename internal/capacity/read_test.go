@@ -45,6 +45,7 @@ spec: {devices: {requests: [{name: gpu, firstAvailable: [{name: big, deviceClass
 		"kind":        {"kind: Pod\nmetadata: {name: a}\nspec: {devices: {requests: [{name: g}]}}\n", "is a Pod"},
 		"no requests": {"metadata: {name: a}\n", "no device requests"},
 		"empty":       {"\n---\n", "no ResourceClaim"},
+		"second":      {"metadata: {name: a}\nspec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu}}]}}\n---\nmetadata: {name: [\n", "document 2"},
 	} {
 		if _, err := LoadClaims(write(name+".yaml", c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
