@@ -1,12 +1,20 @@
 package capacity
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestLoadClaims(t *testing.T) {
@@ -73,5 +81,48 @@ func TestLoadTenants(t *testing.T) {
 	}
 	if _, err := LoadTenants(filepath.Join(dir, "none")); err == nil {
 		t.Errorf("missing file accepted")
+	}
+}
+
+func TestReadCluster(t *testing.T) {
+	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, sharedSlice("n1", 1), gpuClass(),
+		claim("t", "a", "gpu", share{"gpu", "gpu-0", "s1", "8Gi"}),
+		&resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "r"}}}
+	cs := fake.NewClientset(objs...)
+	c, err := ReadCluster(context.Background(), cs)
+	if err != nil || len(c.Nodes) != 1 || len(c.Slices) != 1 || len(c.Classes) != 1 || len(c.Claims) != 1 || len(c.TaintRules) != 1 {
+		t.Fatalf("cluster = %+v %v", c, err)
+	}
+	for _, res := range []string{"nodes", "resourceslices", "deviceclasses", "resourceclaims", "devicetaintrules"} {
+		broken := fake.NewClientset(objs...)
+		broken.PrependReactor("list", res, func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("apiserver unavailable")
+		})
+		if _, err := ReadCluster(context.Background(), broken); err == nil || !strings.Contains(err.Error(), "apiserver unavailable") {
+			t.Errorf("%s: %v", res, err)
+		}
+	}
+}
+
+func TestDevicesOfAnAnswer(t *testing.T) {
+	if got := Devices(NodeFit{Node: "n1"}); got != "-" {
+		t.Errorf("no allocation: %q", got)
+	}
+	f := NodeFit{Results: []resourcev1.AllocationResult{{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+		{Driver: drv, Pool: "n1", Device: "gpu-0", ConsumedCapacity: map[resourcev1.QualifiedName]resource.Quantity{"memory": q("8Gi")}},
+		{Driver: drv, Pool: "n1", Device: "gpu-1"}}}}}}
+	if got := Devices(f); got != drv+"/n1/gpu-0 (8Gi), "+drv+"/n1/gpu-1" {
+		t.Errorf("devices = %q", got)
+	}
+	if Bytes(2800<<30) != "2800Gi" {
+		t.Errorf("bytes = %s", Bytes(2800<<30))
+	}
+}
+
+func TestSmallestOfValidValuesInAnyOrder(t *testing.T) {
+	for _, vals := range [][]resource.Quantity{{q("8Gi"), q("2Gi"), q("4Gi")}, {q("2Gi"), q("8Gi")}, {q("8Gi"), q("4Gi"), q("2Gi")}} {
+		if got := SmallestRequest(&resourcev1.CapacityRequestPolicy{ValidValues: vals}); got != 2<<30 {
+			t.Errorf("%v: %d", vals, got)
+		}
 	}
 }
