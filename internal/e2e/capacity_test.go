@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/cli"
+	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -35,7 +37,8 @@ func capacityCheck(t *testing.T, ctx context.Context, args ...string) (int, map[
 // TestCapacityCheckOnRealAllocations: the real scheduler gives two Pods shares of one shared
 // simulated GPU; the check passes and records each share's grant-time policy. A share written
 // past the device's capacity and off its step (as a broken allocator would) makes it fail with
-// an exit code of 2, naming the claim, ShareID and device.
+// an exit code of 2, naming the claim, ShareID and device. When the node stops renewing its Lease
+// its shares are Unknown until an operator fences it (refused while it was alive).
 func TestCapacityCheckOnRealAllocations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -57,8 +60,8 @@ func TestCapacityCheckOnRealAllocations(t *testing.T) {
 		runningPod(t, ctx, kube, sim.Workload{Namespace: "rocap", Name: name, Node: node, Memory: "16Gi"})
 	}
 	code, rep := capacityCheck(t, ctx, "--record")
-	// kwok renews every node's Lease: nothing is Unknown.
-	if code != 0 || rep["violations"] != nil || rep["unknown"] != nil || rep["recorded"].(float64) < 2 {
+	// kwok renews the node's Lease: nothing on it is Unknown.
+	if code != 0 || rep["violations"] != nil || len(unknownOn(rep, node)) != 0 || rep["recorded"].(float64) < 2 {
 		t.Fatalf("check of the scheduler's shares: exit %d, %v", code, rep)
 	}
 	c, err := kube.ResourceV1().ResourceClaims("rocap").Get(ctx, "infer-a", metav1.GetOptions{})
@@ -91,4 +94,54 @@ func TestCapacityCheckOnRealAllocations(t *testing.T) {
 	if code, rep := capacityCheck(t, ctx); code != 0 {
 		t.Fatalf("after the forged share is gone: exit %d, %v", code, rep)
 	}
+
+	// The node stops heartbeating: its shares are Unknown (and still count as used) until fenced.
+	if _, err := shared.kubeCLI(ctx, "capacity", "fence", node, "--actor", "sre"); err == nil || !strings.Contains(err.Error(), "still renews") {
+		t.Fatalf("a live node was fenced: %v", err)
+	}
+	stopHeartbeat(t, ctx, node)
+	eventually(t, 30*time.Second, "shares on the lost node Unknown", func() error {
+		_, rep := capacityCheck(t, ctx)
+		if got := unknownOn(rep, node); len(got) != 2 {
+			return fmt.Errorf("unknown on %s: %v", node, got)
+		}
+		return nil
+	})
+	if out, err := shared.kubeCLI(ctx, "capacity", "fence", node, "--actor", "sre"); err != nil {
+		t.Fatalf("fence: %v\n%s", err, out)
+	}
+	if _, rep := capacityCheck(t, ctx); len(unknownOn(rep, node)) != 0 {
+		t.Fatalf("still Unknown after the fence: %v", rep["unknown"])
+	}
+}
+
+// unknownOn lists the claims a capacity report calls Unknown on node.
+func unknownOn(rep map[string]any, node string) []string {
+	var out []string
+	list, _ := rep["unknown"].([]any)
+	for _, u := range list {
+		if m, _ := u.(map[string]any); m["node"] == node {
+			out = append(out, fmt.Sprint(m["claim"]))
+		}
+	}
+	return out
+}
+
+// stopHeartbeat makes kwok leave the node alone and ages its Lease, as a node that died would.
+func stopHeartbeat(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, localcluster.KwokNodeAnnotation)
+	if _, err := shared.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "lease aged", func() error {
+		l, err := shared.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Minute)}
+		_, err = shared.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
 }
