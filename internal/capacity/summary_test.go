@@ -62,3 +62,12 @@ func TestSummarizeUtilisationArithmetic(t *testing.T) {
 		t.Errorf("smallest of valid values")
 	}
 }
+
+func TestSummarizeOrdersCapacities(t *testing.T) {
+	sl := sharedSlice("n1", 1)
+	sl.Spec.Devices[0].Capacity["bandwidth"] = resourcev1.DeviceCapacity{Value: q("100")}
+	s := Summarize([]*resourcev1.ResourceSlice{sl}, nil, 1)
+	if len(s) != 2 || s[0].Capacity != "bandwidth" || s[1].Capacity != "memory" {
+		t.Errorf("summary = %+v", s)
+	}
+}
