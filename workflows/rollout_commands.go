@@ -24,7 +24,16 @@ func (r *rolloutRun) register(ctx workflow.Context) error {
 		err := workflow.SetUpdateHandlerWithOptions(ctx, name,
 			func(ctx workflow.Context, c rollout.Command) (RolloutStatus, error) {
 				r.apply(ctx, name, c)
-				return *r.st, nil
+				// An approval or a rollback answers once the rollout has acted on it, so the caller
+				// sees where it went rather than the state it asked to leave.
+				var err error
+				switch name {
+				case UpdateRolloutApprove:
+					err = workflow.Await(ctx, func() bool { return r.st.State != rollout.StateWaitingApproval })
+				case UpdateRolloutRollback:
+					err = workflow.Await(ctx, func() bool { return r.st.RollbackPending == nil })
+				}
+				return *r.st, err
 			},
 			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c rollout.Command) error {
 				return rollout.CheckCommand(name, c, r.standing())

@@ -35,6 +35,8 @@ type rolloutEnv struct {
 	calls []string
 	// held is how many undo calls find the node held by a bound claim.
 	held int
+	// answers are the accepted updates' answers, by update name.
+	answers map[string]RolloutStatus
 }
 
 func newRolloutEnv(t *testing.T) *rolloutEnv {
@@ -110,7 +112,14 @@ func (r *rolloutEnv) update(d time.Duration, name string, c rollout.Command, wan
 			if wantOK {
 				r.t.Errorf("%s %+v refused: %v", name, c, err)
 			}
-		}, OnComplete: func(any, error) {}}, c)
+		}, OnComplete: func(v any, err error) {
+			if st, ok := v.(RolloutStatus); ok && err == nil {
+				if r.answers == nil {
+					r.answers = map[string]RolloutStatus{}
+				}
+				r.answers[name] = st
+			}
+		}}, c)
 	}, d)
 }
 
@@ -157,6 +166,9 @@ func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")
 	if st.State != rollout.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
 		t.Errorf("status = %+v", st)
+	}
+	if a := r.answers[UpdateRolloutApprove]; a.State == rollout.StateWaitingApproval || a.Phase != 1 {
+		t.Errorf("the approval answered %s at phase %d: it must answer once the rollout moved on", a.State, a.Phase)
 	}
 	if atApproval.State != rollout.StateWaitingApproval || atApproval.Awaiting != "canary" {
 		t.Errorf("at 12m30s: state %s awaiting %q, want waiting-approval on canary", atApproval.State, atApproval.Awaiting)
@@ -219,6 +231,9 @@ func TestRolloutRollbackCommandUndoesEveryPhaseNewestFirst(t *testing.T) {
 	st = r.run(RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
+	if a := r.answers[UpdateRolloutRollback]; a.RollbackPending != nil || len(a.Enabled) != 0 {
+		t.Errorf("the rollback answered before it was carried out: %+v", a)
+	}
 	if st.State != rollout.StateRolledBack || len(st.Blocks) != 2 || st.Phase != 0 {
 		t.Errorf("status = %+v", st)
 	}

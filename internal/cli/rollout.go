@@ -147,6 +147,9 @@ func newRolloutScheduleCmd(g *globals, cf *clientFlags) *cobra.Command {
 
 func summary(st *workflows.RolloutStatus) string {
 	s := fmt.Sprintf("%s (phase %d, step %s)", st.State, st.Phase+1, st.Step)
+	if st.State == rollout.StateCompleted {
+		s = string(st.State)
+	}
 	if st.Paused {
 		s += ", paused"
 	}
