@@ -248,9 +248,12 @@ func TestLeaderElection(t *testing.T) {
 		_, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[1].TaintRuleName(), metav1.GetOptions{})
 		return err
 	})
-	if ok := testutil.ToFloat64(mB.Signals.WithLabelValues("ok")); ok < 1 {
-		t.Fatalf("new leader signalled %v times", ok)
-	}
+	eventually(t, 10*time.Second, "the new leader's signal counted", func() error {
+		if ok := testutil.ToFloat64(mB.Signals.WithLabelValues("ok")); ok < 1 {
+			return fmt.Errorf("new leader signalled %v times", ok)
+		}
+		return nil
+	})
 }
 
 // TestRestartWhileDeviceMissing: a device leaves its slice while allocated (Suspect, tolerance
