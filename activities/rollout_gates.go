@@ -42,6 +42,13 @@ func (a *Activities) EvaluateRolloutGates(ctx context.Context, in GateInput) (ro
 	if err := a.saveReport(ctx, in.Plan.Name, r); err != nil {
 		return rollout.Report{}, err
 	}
+	if a.Metrics != nil {
+		result := "passed"
+		if !r.Passed() {
+			result = "failed"
+		}
+		a.Metrics.RolloutGates.WithLabelValues(result).Inc()
+	}
 	counts := rollout.FailureCounts(r.Failures)
 	for _, class := range []string{rollout.FailureNeedsCleanup, rollout.FailureNonRetryable, rollout.FailureRetryable} {
 		if counts[class] == 0 {
@@ -191,8 +198,12 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) error {
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
 	}
 	bindings := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-	if _, err := bindings.Create(ctx, bind, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err := bindings.Create(ctx, bind, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create admission policy binding %s: %w", name, err)
+	}
+	if err == nil && a.Metrics != nil {
+		a.Metrics.RolloutRollbacks.Inc() // once per rollback: a retried block finds the binding there
 	}
 	return nil
 }

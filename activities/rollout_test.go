@@ -14,7 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -172,6 +175,7 @@ func TestUndoHoldsANodeWithBoundClaims(t *testing.T) {
 
 func TestBlockNewClaimsIsIdempotentAndLifted(t *testing.T) {
 	env, a, kube := activityEnv(t)
+	a.Metrics = metrics.New()
 	in := BlockInput{Rollout: "r", Phase: "a", Classes: []string{"gpu", "gpu-big"}, Reason: "gate failed"}
 	for i := 0; i < 2; i++ {
 		if _, err := env.ExecuteActivity(a.BlockNewClaims, in); err != nil {
@@ -198,6 +202,9 @@ func TestBlockNewClaimsIsIdempotentAndLifted(t *testing.T) {
 	b, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, BlockName("r", "a"), metav1.GetOptions{})
 	if err != nil || b.Spec.PolicyName != pol.Name || b.Spec.ValidationActions[0] != "Deny" {
 		t.Fatalf("binding = %+v (%v)", b, err)
+	}
+	if n := testutil.ToFloat64(a.Metrics.RolloutRollbacks); n != 1 {
+		t.Errorf("rollbacks counted %v times for one rollback blocked twice", n)
 	}
 	for i := 0; i < 2; i++ {
 		if _, err := env.ExecuteActivity(a.UnblockNewClaims, in); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.temporal.io/sdk/client"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -251,6 +252,9 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 		t.Fatalf("draining = %+v", st.Draining)
 	}
 	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 0)
+	if f, rb := testutil.ToFloat64(shared.metrics.RolloutGates.WithLabelValues("failed")), testutil.ToFloat64(shared.metrics.RolloutRollbacks); f < 1 || rb < 1 {
+		t.Fatalf("metrics: %v failed gate evaluations, %v rollbacks", f, rb)
+	}
 	// New claims for the class are refused; the running Pod and its bound claim are untouched.
 	eventually(t, 20*time.Second, "new claims refused by the admission policy", func() error {
 		c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "roslow"},

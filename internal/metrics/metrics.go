@@ -58,6 +58,10 @@ type Metrics struct {
 	// CapacityViolations is how many shared-capacity invariant violations the last check found, by
 	// invariant (oversold, policy-breach, duplicate-share-id, distinct-attribute, forbidden-namespace).
 	CapacityViolations *prometheus.GaugeVec
+	// RolloutGates counts rollout phase gate evaluations by result (passed, failed); RolloutRollbacks
+	// counts phases rolled back (by a failed gate or a rollback command).
+	RolloutGates     *prometheus.CounterVec
+	RolloutRollbacks prometheus.Counter
 }
 
 // New registers all collectors in a new registry.
@@ -165,7 +169,15 @@ func New() *Metrics {
 		Namespace: "devicewarden", Subsystem: "capacity", Name: "violations",
 		Help: "Shared-capacity invariant violations found by the last check, by invariant.",
 	}, []string{"invariant"})
-	m.Registry.MustRegister(m.CapacityViolations)
+	m.RolloutGates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "devicewarden", Subsystem: "rollout", Name: "gate_evaluations_total",
+		Help: "Rollout phase gate evaluations by result (passed, failed).",
+	}, []string{"result"})
+	m.RolloutRollbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "devicewarden", Subsystem: "rollout", Name: "rollbacks_total",
+		Help: "Rollout phases rolled back (new claims for their classes refused).",
+	})
+	m.Registry.MustRegister(m.CapacityViolations, m.RolloutGates, m.RolloutRollbacks)
 	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
