@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -189,12 +190,15 @@ func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, fu
 		kubeconfig: cl.Kubeconfig, auditLog: cl.AuditLog()}, stop, nil
 }
 
-// queryInto runs a workflow's state query and decodes the answer into into.
+// queryInto runs a workflow's state query and decodes the answer into into, zeroed first: JSON
+// leaves a field the answer omits as it was, so a polled variable would keep an earlier answer's
+// (the limiter's holders outlived their release that way and failed TestEveryWorkflowPath).
 func queryInto(ctx context.Context, tc client.Client, workflowID string, into any) error {
 	v, err := tc.QueryWorkflow(ctx, workflowID, "", workflows.QueryState)
 	if err != nil {
 		return err
 	}
+	reflect.ValueOf(into).Elem().SetZero()
 	return v.Get(into)
 }
 

@@ -73,7 +73,6 @@ func waitRollout(t *testing.T, ctx context.Context, tc client.Client, name strin
 	t.Helper()
 	var st workflows.RolloutStatus
 	eventually(t, timeout, "rollout "+name+": "+what, func() error {
-		st = workflows.RolloutStatus{} // fields the answer omits must not keep an earlier answer's
 		if err := queryInto(ctx, tc, workflows.RolloutID(name), &st); err != nil {
 			return err
 		}
