@@ -60,7 +60,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 	}
 	ph := r.plan.Phases[r.st.Phase]
 	in := activities.PhaseInput{Plan: r.plan, Phase: r.st.Phase}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: retryPolicy()})
+	actx := rolloutActivityOptions(ctx, 2*time.Minute)
 	switch r.st.Step {
 	case rollout.StepPreflight:
 		var v []rollout.Violation
@@ -144,7 +144,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 // refused, their nodes go back to the plugin. Then the rollout waits for resume (which retries
 // from the earliest phase undone) or, after the plan's rollbackHold, ends rolled back.
 func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: retryPolicy()})
+	actx := rolloutActivityOptions(ctx, 2*time.Minute)
 	retry := r.st.Phase
 	for n > 0 && len(r.st.Enabled) > 0 {
 		ch := r.st.Enabled[len(r.st.Enabled)-1]
@@ -243,7 +243,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in activities.UndoInput) e
 
 // drain tries again to route back the nodes bound claims held.
 func (r *rolloutRun) drain(ctx workflow.Context) error {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: retryPolicy()})
+	actx := rolloutActivityOptions(ctx, 2*time.Minute)
 	for _, d := range append([]DrainingPhase(nil), r.st.Draining...) {
 		in := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason}
 		if err := r.undo(ctx, actx, in); err != nil {
@@ -251,6 +251,12 @@ func (r *rolloutRun) drain(ctx workflow.Context) error {
 		}
 	}
 	return nil
+}
+
+// rolloutActivityOptions are the options of the rollout's activities: a call that fails is retried,
+// backing off, until it is done.
+func rolloutActivityOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: timeout, RetryPolicy: retryPolicy()})
 }
 
 func driverList(ph rollout.Phase) []string {

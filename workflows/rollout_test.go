@@ -123,6 +123,47 @@ func (r *rolloutEnv) update(d time.Duration, name string, c rollout.Command, wan
 	}, d)
 }
 
+// stateAt queries the rollout's state at d into the status it returns.
+func (r *rolloutEnv) stateAt(d time.Duration) *RolloutStatus {
+	st := &RolloutStatus{}
+	r.env.RegisterDelayedCallback(func() {
+		v, err := r.env.QueryWorkflow(QueryState)
+		if err == nil {
+			err = v.Get(st)
+		}
+		if err != nil {
+			r.t.Errorf("state at %s: %v", d, err)
+		}
+	}, d)
+	return st
+}
+
+// heldRollback is a one-phase rollout whose gates fail, with the given rollbackHold, whose node
+// bound claims hold for the first held undo calls.
+func heldRollback(t *testing.T, hold time.Duration, held int) (*rolloutEnv, rollout.Plan) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	p.RollbackHold = policy.JSONDuration(hold)
+	r.held = held
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(int, int) []string { return []string{"drift"} })
+	return r, p
+}
+
+// countLog counts the rollout's log entries that contain text.
+func countLog(st RolloutStatus, text string) int {
+	n := 0
+	for _, e := range st.Log {
+		if strings.Contains(e.Text, text) {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *rolloutEnv) run(in RolloutInput) RolloutStatus {
 	r.env.ExecuteWorkflow(RolloutWorkflow, in)
 	if !r.env.IsWorkflowCompleted() {
@@ -154,14 +195,7 @@ func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
 	r.update(11*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "wide"}, false)  // not the one waiting
 	r.update(12*time.Minute, UpdateRolloutApprove, rollout.Command{Phase: "canary"}, false)              // no actor
 	r.update(13*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
-	var atApproval RolloutStatus
-	r.env.RegisterDelayedCallback(func() {
-		v, err := r.env.QueryWorkflow(QueryState)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = v.Get(&atApproval)
-	}, 12*time.Minute+30*time.Second)
+	atApproval := r.stateAt(12*time.Minute + 30*time.Second)
 	st := r.run(RolloutInput{Plan: testPlan()})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")
 	if st.State != rollout.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
@@ -254,11 +288,7 @@ func TestRolloutBlockedAtPreflightUntilResumed(t *testing.T) {
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
 	r.update(time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // nothing enabled
-	var blocked RolloutStatus
-	r.env.RegisterDelayedCallback(func() {
-		v, _ := r.env.QueryWorkflow(QueryState)
-		_ = v.Get(&blocked)
-	}, 2*time.Minute)
+	blocked := r.stateAt(2 * time.Minute)
 	r.update(3*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
 	st := r.run(RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "preflight:canary", "enable:canary", "gates:canary")
@@ -304,20 +334,8 @@ func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
 // the rollback and goes back to the plugin once the claim is released (the third look here); the
 // rollout ends only after that, past its rollbackHold.
 func TestRolloutHoldsNodesWithBoundClaims(t *testing.T) {
-	r := newRolloutEnv(t)
-	p := testPlan()
-	p.Phases = p.Phases[:1]
-	p.RollbackHold = policy.JSONDuration(20 * time.Second)
-	r.held = 2
-	r.preflight(func(int) []rollout.Violation { return nil })
-	r.enable()
-	r.rollbackActs()
-	r.gates(func(int, int) []string { return []string{"drift"} })
-	var during RolloutStatus
-	r.env.RegisterDelayedCallback(func() {
-		v, _ := r.env.QueryWorkflow(QueryState)
-		_ = v.Get(&during)
-	}, 10*time.Minute+5*time.Second)
+	r, p := heldRollback(t, 20*time.Second, 2)
+	during := r.stateAt(10*time.Minute + 5*time.Second)
 	start := r.env.Now()
 	st := r.run(RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "block:canary=gpu-a", "undo:canary=plugin", "undo:canary=plugin", "undo:canary=plugin")
@@ -331,13 +349,7 @@ func TestRolloutHoldsNodesWithBoundClaims(t *testing.T) {
 	if took := r.env.Now().Sub(start); took != 10*time.Minute+20*time.Second {
 		t.Errorf("ended after %s", took)
 	}
-	held := 0
-	for _, e := range st.Log {
-		if strings.Contains(e.Text, "held on DRA") {
-			held++
-		}
-	}
-	if held != 1 {
+	if held := countLog(st, "held on DRA"); held != 1 {
 		t.Errorf("held noted %d times, want once: %+v", held, st.Log)
 	}
 }
@@ -411,15 +423,7 @@ func TestRolloutBlockedLaterPhaseCanRollBack(t *testing.T) {
 // TestRolloutKeepsDrainingPastItsHold: a node still held when the hold runs out keeps the rollout
 // open until it is routed back; it is noted once as held and once as back.
 func TestRolloutKeepsDrainingPastItsHold(t *testing.T) {
-	r := newRolloutEnv(t)
-	p := testPlan()
-	p.Phases = p.Phases[:1]
-	p.RollbackHold = policy.JSONDuration(30 * time.Second)
-	r.held = 3
-	r.preflight(func(int) []rollout.Violation { return nil })
-	r.enable()
-	r.rollbackActs()
-	r.gates(func(int, int) []string { return []string{"drift"} })
+	r, p := heldRollback(t, 30*time.Second, 3)
 	start := r.env.Now()
 	st := r.run(RolloutInput{Plan: p})
 	// Held at the rollback (10 min), at 15 s and at 30 s (the hold's end), back at 45 s.
@@ -429,16 +433,7 @@ func TestRolloutKeepsDrainingPastItsHold(t *testing.T) {
 	if st.State != rollout.StateRolledBack || len(st.Draining) != 0 {
 		t.Errorf("status = %+v", st)
 	}
-	held, back := 0, 0
-	for _, e := range st.Log {
-		if strings.Contains(e.Text, "held on DRA") {
-			held++
-		}
-		if strings.Contains(e.Text, "back with the plugin") {
-			back++
-		}
-	}
-	if held != 1 || back != 1 {
+	if held, back := countLog(st, "held on DRA"), countLog(st, "back with the plugin"); held != 1 || back != 1 {
 		t.Errorf("held noted %d times, back %d times: %+v", held, back, st.Log)
 	}
 }
@@ -458,16 +453,9 @@ func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
 		return rollout.Report{Phase: "canary"}, nil
 	})
 	r.update(time.Minute, UpdateRolloutPause, rollout.Command{Actor: "sre", Reason: "change freeze"}, true)
-	var paused, resumed RolloutStatus
-	r.env.RegisterDelayedCallback(func() {
-		v, _ := r.env.QueryWorkflow(QueryState)
-		_ = v.Get(&paused)
-	}, 15*time.Minute)
+	paused := r.stateAt(15 * time.Minute)
 	r.update(20*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
-	r.env.RegisterDelayedCallback(func() {
-		v, _ := r.env.QueryWorkflow(QueryState)
-		_ = v.Get(&resumed)
-	}, 20*time.Minute+time.Second)
+	resumed := r.stateAt(20*time.Minute + time.Second)
 	st := r.run(RolloutInput{Plan: p})
 	if paused.State != rollout.StatePaused || !paused.Paused || paused.Step != rollout.StepGates {
 		t.Errorf("at 15 min: %+v", paused)
