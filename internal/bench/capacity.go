@@ -3,14 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"runtime"
-	"slices"
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/capacity"
@@ -21,71 +19,42 @@ import (
 // fresh apiserver and times the capacity check (list + check) and one what-if over every node
 // (list + the scheduler's allocator per node).
 func Capacity(ctx context.Context, o RolloutOptions) error {
-	dir, err := os.MkdirTemp("", "devicewarden-bench-capacity-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	cl, kube, err := startCluster(ctx, dir, o.CacheDir, o.Out, true, 5000, 10000)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cl.Stop() }()
-	start := time.Now()
-	if err := loadRolloutFleet(ctx, kube, o); err != nil {
-		return err
-	}
-	if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
-		return err
-	}
-	fmt.Fprintf(o.Out, "loaded %d nodes x %d devices and %d allocated claims in %s\n", o.Nodes, o.Devices, o.Claims, time.Since(start).Round(time.Millisecond))
-	acts := &activities.Activities{Kube: kube}
-	probe := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "what-if", Namespace: "tenant-0", UID: "what-if"},
-		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
-			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: sim.Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-				Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("8Gi")}}}}}}}}
-	measure := func(name string, fn func() (string, error)) error {
-		var times []time.Duration
-		var allocs []uint64
-		var what string
-		for i := 0; i < max(1, o.Runs); i++ {
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			t0 := time.Now()
-			w, err := fn()
-			if err != nil {
-				return err
-			}
-			times = append(times, time.Since(t0))
-			runtime.ReadMemStats(&after)
-			allocs = append(allocs, after.TotalAlloc-before.TotalAlloc)
-			what = w
+	return withFleet(ctx, o, func(kube kubernetes.Interface, _ time.Time) error {
+		if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
+			return err
 		}
-		slices.Sort(times)
-		slices.Sort(allocs)
-		fmt.Fprintf(o.Out, "%s (%d runs): p50 %s, max %s; allocated per run p50 %.1f MiB; %s\n", name, len(times),
-			times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), float64(allocs[len(allocs)/2])/(1<<20), what)
-		return nil
-	}
-	if err := measure("capacity check (list + check)", func() (string, error) {
-		rep, err := acts.CheckCapacity(ctx, activities.CapacityInput{})
-		return fmt.Sprintf("%d violations over %d claims and %d devices", len(rep.Violations), rep.Claims, rep.Devices), err
-	}); err != nil {
-		return err
-	}
-	return measure("what-if on every node (list + allocator)", func() (string, error) {
-		c, err := capacity.ReadCluster(ctx, kube)
+		acts := &activities.Activities{Kube: kube}
+		probe := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "what-if", Namespace: "tenant-0", UID: "what-if"},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: sim.Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+					Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("8Gi")}}}}}}}}
+		var rep activities.CapacityReport
+		st, err := timeRuns(o.Runs, func() (err error) {
+			rep, err = acts.CheckCapacity(ctx, activities.CapacityInput{})
+			return err
+		})
 		if err != nil {
-			return "", err
+			return err
 		}
-		fits, err := capacity.Fit(ctx, c, []*resourcev1.ResourceClaim{probe}, "", false)
+		fmt.Fprintf(o.Out, "capacity check (list + check, %s; %d violations over %d claims and %d devices\n", st, len(rep.Violations), rep.Claims, rep.Devices)
+		var fits []capacity.NodeFit
+		st, err = timeRuns(o.Runs, func() error {
+			c, err := capacity.ReadCluster(ctx, kube)
+			if err == nil {
+				fits, err = capacity.Fit(ctx, c, []*resourcev1.ResourceClaim{probe}, "", false)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
 		n := 0
 		for _, f := range fits {
 			if f.Fits {
 				n++
 			}
 		}
-		return fmt.Sprintf("fits on %d of %d nodes", n, len(fits)), err
+		fmt.Fprintf(o.Out, "what-if on every node (list + allocator, %s; fits on %d of %d nodes\n", st, n, len(fits))
+		return nil
 	})
 }

@@ -37,7 +37,30 @@ const rolloutTenants = 20
 // them (status written as the scheduler writes it) into a fresh apiserver, then times the gate
 // activity end to end: list nodes, slices, claims and the tenants' Pods, reduce, evaluate every gate.
 func Rollout(ctx context.Context, o RolloutOptions) error {
-	dir, err := os.MkdirTemp("", "devicewarden-bench-rollout-")
+	return withFleet(ctx, o, func(kube kubernetes.Interface, loaded time.Time) error {
+		acts := &activities.Activities{Kube: kube, OwnNamespace: "default"}
+		in := activities.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
+		var r rollout.Report
+		st, err := timeRuns(o.Runs, func() (err error) {
+			r, err = acts.EvaluateRolloutGates(ctx, in)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fmt.Fprintf(o.Out, "gate evaluation (list + reduce + evaluate, %s; heap in use after %.1f MiB\n", st, float64(ms.HeapInuse)/(1<<20))
+		fmt.Fprintf(o.Out, "report: %d claims in the phase, claim->allocated p99 %s, %d drift, fragmentation %+v, passed %t\n",
+			r.Claims, r.ClaimToAllocated.P99, len(r.Drift), r.Fragmentation, r.Passed())
+		return nil
+	})
+}
+
+// withFleet starts a fresh apiserver, loads the benchmark fleet into it (nodes x shared GPUs and
+// the allocated claims), says how long that took, and runs fn; loaded is when the load began.
+func withFleet(ctx context.Context, o RolloutOptions, fn func(kube kubernetes.Interface, loaded time.Time) error) error {
+	dir, err := os.MkdirTemp("", "devicewarden-bench-fleet-")
 	if err != nil {
 		return err
 	}
@@ -52,19 +75,33 @@ func Rollout(ctx context.Context, o RolloutOptions) error {
 		return err
 	}
 	fmt.Fprintf(o.Out, "loaded %d nodes x %d devices and %d allocated claims in %s\n", o.Nodes, o.Devices, o.Claims, time.Since(start).Round(time.Millisecond))
-	p := rolloutBenchPlan()
-	acts := &activities.Activities{Kube: kube, OwnNamespace: "default"}
-	in := activities.GateInput{Plan: p, Since: start.Add(-time.Hour)}
+	return fn(kube, start)
+}
+
+// runStats are the timings and allocations of repeated runs.
+type runStats struct {
+	runs            int
+	p50, max        time.Duration
+	allocatedP50MiB float64
+}
+
+func (s runStats) String() string {
+	return fmt.Sprintf("%d runs): p50 %s, max %s; allocated per run p50 %.1f MiB", s.runs,
+		s.p50.Round(time.Millisecond), s.max.Round(time.Millisecond), s.allocatedP50MiB)
+}
+
+// timeRuns runs fn runs times (at least once), each after a GC, and measures its time and the
+// bytes it allocated.
+func timeRuns(runs int, fn func() error) (runStats, error) {
 	var times []time.Duration
 	var allocs []uint64
-	var r rollout.Report
-	for i := 0; i < max(1, o.Runs); i++ {
+	for i := 0; i < max(1, runs); i++ {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		t0 := time.Now()
-		if r, err = acts.EvaluateRolloutGates(ctx, in); err != nil {
-			return err
+		if err := fn(); err != nil {
+			return runStats{}, err
 		}
 		times = append(times, time.Since(t0))
 		runtime.ReadMemStats(&after)
@@ -72,14 +109,8 @@ func Rollout(ctx context.Context, o RolloutOptions) error {
 	}
 	slices.Sort(times)
 	slices.Sort(allocs)
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	fmt.Fprintf(o.Out, "gate evaluation (list + reduce + evaluate, %d runs): p50 %s, max %s; allocated per run p50 %.1f MiB; heap in use after %.1f MiB\n",
-		len(times), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond),
-		float64(allocs[len(allocs)/2])/(1<<20), float64(ms.HeapInuse)/(1<<20))
-	fmt.Fprintf(o.Out, "report: %d claims in the phase, claim->allocated p99 %s, %d drift, fragmentation %+v, passed %t\n",
-		r.Claims, r.ClaimToAllocated.P99, len(r.Drift), r.Fragmentation, r.Passed())
-	return nil
+	return runStats{runs: len(times), p50: times[len(times)/2], max: times[len(times)-1],
+		allocatedP50MiB: float64(allocs[len(allocs)/2]) / (1 << 20)}, nil
 }
 
 func rolloutBenchPlan() rollout.Plan {

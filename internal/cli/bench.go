@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -60,44 +61,9 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rel.Flags().IntVar(&r.Devices, "devices", 120, "devices to quarantine and release")
 	rel.Flags().IntVar(&r.Sequential, "sequential", 20, "of those, released one at a time for latency; the rest at once")
 	rel.Flags().StringVar(&r.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	var ro bench.RolloutOptions
-	rb := &cobra.Command{
-		Use:   "rollout",
-		Short: "Rollout gates at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time the gate activity",
-		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if ro.Nodes < 1 || ro.Devices < 1 || ro.Devices > 128 || ro.Claims < 0 || ro.Runs < 1 {
-				return fmt.Errorf("--nodes and --runs must be >= 1, --devices between 1 and 128, --claims >= 0")
-			}
-			ro.Out = c.OutOrStdout()
-			return bench.Rollout(c.Context(), ro)
-		},
-	}
-	rb.Flags().IntVar(&ro.Nodes, "nodes", 1000, "nodes in the phase")
-	rb.Flags().IntVar(&ro.Devices, "devices", 8, "shared GPUs per node")
-	rb.Flags().IntVar(&ro.Claims, "claims", 10000, "allocated claims")
-	rb.Flags().IntVar(&ro.Runs, "runs", 5, "gate evaluations to time")
-	rb.Flags().StringVar(&ro.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	cmd.AddCommand(rb)
-	var co bench.RolloutOptions
-	cb := &cobra.Command{
-		Use:   "capacity",
-		Short: "Capacity check and what-if at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time both",
-		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if co.Nodes < 1 || co.Devices < 1 || co.Devices > 128 || co.Claims < 0 || co.Runs < 1 {
-				return fmt.Errorf("--nodes and --runs must be >= 1, --devices between 1 and 128, --claims >= 0")
-			}
-			co.Out = c.OutOrStdout()
-			return bench.Capacity(c.Context(), co)
-		},
-	}
-	cb.Flags().IntVar(&co.Nodes, "nodes", 1000, "nodes")
-	cb.Flags().IntVar(&co.Devices, "devices", 8, "shared GPUs per node")
-	cb.Flags().IntVar(&co.Claims, "claims", 10000, "allocated claims")
-	cb.Flags().IntVar(&co.Runs, "runs", 5, "runs to time")
-	cb.Flags().StringVar(&co.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	cmd.AddCommand(cb)
+	cmd.AddCommand(
+		fleetBenchCmd("rollout", "Rollout gates at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time the gate activity", bench.Rollout),
+		fleetBenchCmd("capacity", "Capacity check and what-if at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time both", bench.Capacity))
 	var mo bench.MigrateOptions
 	mig := &cobra.Command{
 		Use:   "migrate",
@@ -141,5 +107,28 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	}
 	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
 	cmd.AddCommand(q, wb, rel, mig, storm, child)
+	return cmd
+}
+
+// fleetBenchCmd is a benchmark over the shared-GPU fleet (nodes x devices, allocated claims).
+func fleetBenchCmd(use, short string, run func(context.Context, bench.RolloutOptions) error) *cobra.Command {
+	var o bench.RolloutOptions
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.Nodes < 1 || o.Devices < 1 || o.Devices > 128 || o.Claims < 0 || o.Runs < 1 {
+				return fmt.Errorf("--nodes and --runs must be >= 1, --devices between 1 and 128, --claims >= 0")
+			}
+			o.Out = c.OutOrStdout()
+			return run(c.Context(), o)
+		},
+	}
+	cmd.Flags().IntVar(&o.Nodes, "nodes", 1000, "nodes")
+	cmd.Flags().IntVar(&o.Devices, "devices", 8, "shared GPUs per node")
+	cmd.Flags().IntVar(&o.Claims, "claims", 10000, "allocated claims")
+	cmd.Flags().IntVar(&o.Runs, "runs", 5, "runs to time")
+	cmd.Flags().StringVar(&o.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	return cmd
 }
