@@ -23,10 +23,20 @@ import (
 
 // cli runs a devicewarden command against the stack's Temporal and returns what it printed.
 func (s *stack) cli(ctx context.Context, args ...string) (string, error) {
+	return runCLI(ctx, append(args, "--temporal-address", s.frontend)...)
+}
+
+// kubeCLI runs a devicewarden command against the stack's cluster and returns what it printed.
+func (s *stack) kubeCLI(ctx context.Context, args ...string) (string, error) {
+	return runCLI(ctx, append(args, "--kubeconfig", s.kubeconfig)...)
+}
+
+// runCLI runs a devicewarden command in this process and returns what it printed.
+func runCLI(ctx context.Context, args ...string) (string, error) {
 	root := cli.NewRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)
-	root.SetArgs(append(args, "--temporal-address", s.frontend, "--log-level", "warn"))
+	root.SetArgs(append(args, "--log-level", "warn"))
 	err := root.ExecuteContext(ctx)
 	return out.String(), err
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/cli"
@@ -75,19 +74,7 @@ func TestWhatIfAgreesWithTheScheduler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "rofit", Count: 1, GPUs: 1, Shared: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := nodes[0]
-	patch := []byte(`{"metadata":{"labels":{"` + sim.LabelOwner + `":"` + sim.OwnerDRA + `"}}}`)
-	if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 0)
+	node := sharedDRANode(t, ctx, "rofit")
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "rofit", Name: "base", Node: node, Memory: "24Gi"})
 
 	if !whatIf(t, ctx, node, "8Gi") {

@@ -43,19 +43,7 @@ func TestCapacityCheckOnRealAllocations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: "rocap", Count: 1, GPUs: 1, Shared: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := nodes[0]
-	patch := []byte(`{"metadata":{"labels":{"` + sim.LabelOwner + `":"` + sim.OwnerDRA + `"}}}`)
-	if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 0)
+	node := sharedDRANode(t, ctx, "rocap")
 	for _, name := range []string{"infer-a", "infer-b"} {
 		runningPod(t, ctx, kube, sim.Workload{Namespace: "rocap", Name: name, Node: node, Memory: "16Gi"})
 	}
@@ -144,4 +132,24 @@ func stopHeartbeat(t *testing.T, ctx context.Context, node string) {
 		_, err = shared.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// sharedDRANode makes a pool of one node with one shared simulated GPU (40Gi in 4Gi steps), owned by
+// the DRA driver, and waits until its slice is published.
+func sharedDRANode(t *testing.T, ctx context.Context, pool string) string {
+	t.Helper()
+	kube := shared.kube
+	if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: pool, Count: 1, GPUs: 1, Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + sim.LabelOwner + `":"` + sim.OwnerDRA + `"}}}`)
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, nodes[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, ctx, kube, nodes[0], sim.OwnerDRA, 0)
+	return nodes[0]
 }

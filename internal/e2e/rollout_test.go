@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -21,22 +20,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/activities"
-	"github.com/devicewarden/devicewarden/internal/cli"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
 	"github.com/devicewarden/devicewarden/workflows"
 )
-
-// kubeCLI runs a devicewarden command against the stack's cluster and returns what it printed.
-func (s *stack) kubeCLI(ctx context.Context, args ...string) (string, error) {
-	root := cli.NewRoot()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs(append(args, "--kubeconfig", s.kubeconfig, "--log-level", "warn"))
-	err := root.ExecuteContext(ctx)
-	return out.String(), err
-}
 
 // rolloutPhase is one phase of a test plan, written as plan YAML.
 type rolloutPhase struct {
