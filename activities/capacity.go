@@ -46,7 +46,7 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 	if err != nil {
 		return CapacityReport{}, fmt.Errorf("list resource claims: %w", err)
 	}
-	ci := capacity.Input{Tenants: in.Tenants, Granted: map[string]map[string]resourcev1.CapacityRequestPolicy{}}
+	ci := capacity.Input{Tenants: in.Tenants}
 	rep := CapacityReport{Claims: len(cl.Items)}
 	for i := range sl.Items {
 		ci.Slices = append(ci.Slices, &sl.Items[i])
@@ -54,15 +54,11 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 	}
 	for i := range cl.Items {
 		c := &cl.Items[i]
-		ci.Claims = append(ci.Claims, c)
-		g, err := capacity.Granted(c)
+		had, err := ci.AddClaim(c)
 		if err != nil {
-			return CapacityReport{}, err // a record that does not decode must not pass as no record
+			return CapacityReport{}, err
 		}
-		for k, v := range g {
-			ci.Granted[k] = v
-		}
-		if g == nil && in.Record {
+		if !had && in.Record {
 			recorded, err := a.recordGrant(ctx, c, ci.Slices)
 			if err != nil {
 				return CapacityReport{}, err

@@ -193,17 +193,14 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoRe
 
 // boundClaimsByNode counts, per node, the allocated claims on devices the drivers publish there.
 func (a *Activities) boundClaimsByNode(ctx context.Context, drivers []string) (map[string]int, error) {
+	slices, err := a.driverSlices(ctx, drivers)
+	if err != nil {
+		return nil, err
+	}
 	poolNode := map[string]string{}
-	for _, drv := range drivers {
-		slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
-		if err != nil {
-			return nil, fmt.Errorf("list resource slices of %s: %w", drv, err)
-		}
-		for _, sl := range slices.Items {
-			if sl.Spec.NodeName != nil {
-				poolNode[drv+"/"+sl.Spec.Pool.Name] = *sl.Spec.NodeName
-			}
+	for _, sl := range slices {
+		if sl.Spec.NodeName != nil {
+			poolNode[sl.Spec.Driver+"/"+sl.Spec.Pool.Name] = *sl.Spec.NodeName
 		}
 	}
 	claims, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
@@ -220,6 +217,25 @@ func (a *Activities) boundClaimsByNode(ctx context.Context, drivers []string) (m
 			if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok && !seen[node] {
 				seen[node] = true
 				out[node]++
+			}
+		}
+	}
+	return out, nil
+}
+
+// driverSlices lists the ResourceSlices the drivers publish (checked by driver too, should a list
+// ignore its field selector).
+func (a *Activities) driverSlices(ctx context.Context, drivers []string) ([]*resourcev1.ResourceSlice, error) {
+	var out []*resourcev1.ResourceSlice
+	for _, drv := range drivers {
+		list, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
+		if err != nil {
+			return nil, fmt.Errorf("list resource slices of %s: %w", drv, err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.Driver == drv {
+				out = append(out, &list.Items[i])
 			}
 		}
 	}

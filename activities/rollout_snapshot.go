@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
@@ -38,19 +37,15 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 		}
 		s.Nodes = append(s.Nodes, node)
 	}
+	all, err := a.driverSlices(ctx, ph.Drivers())
+	if err != nil {
+		return s, err
+	}
 	var phaseSlices []*resourcev1.ResourceSlice
-	for drv := range ph.Drivers() {
-		slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
-		if err != nil {
-			return s, fmt.Errorf("list resource slices of %s: %w", drv, err)
-		}
-		for k := range slices.Items {
-			sl := &slices.Items[k]
-			if sl.Spec.Driver == drv && sl.Spec.NodeName != nil && inPhase[*sl.Spec.NodeName] {
-				s.Devices = append(s.Devices, sliceDevices(sl, inPhase)...)
-				phaseSlices = append(phaseSlices, sl)
-			}
+	for _, sl := range all {
+		if sl.Spec.NodeName != nil && inPhase[*sl.Spec.NodeName] {
+			s.Devices = append(s.Devices, sliceDevices(sl, inPhase)...)
+			phaseSlices = append(phaseSlices, sl)
 		}
 	}
 	if !withClaims {
@@ -75,17 +70,12 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 		}
 	}
 	tenants := p.AllowedNamespaces(i)
-	ci := capacity.Input{Slices: phaseSlices, Granted: map[string]map[string]resourcev1.CapacityRequestPolicy{}}
+	ci := capacity.Input{Slices: phaseSlices}
 	for k := range claims.Items {
 		c := &claims.Items[k]
 		s.Claims = append(s.Claims, reduceClaim(c, pods, tenants[c.Namespace]))
-		ci.Claims = append(ci.Claims, c)
-		g, err := capacity.Granted(c)
-		if err != nil {
+		if _, err := ci.AddClaim(c); err != nil {
 			return s, err
-		}
-		for key, v := range g {
-			ci.Granted[key] = v
 		}
 	}
 	phaseDevices := map[string]bool{}

@@ -155,7 +155,7 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		}
 		r.st.Blocks = appendBlock(r.st.Blocks, block)
 		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
-			Drivers: driverList(r.plan.Phases[i])}
+			Drivers: r.plan.Phases[i].Drivers()}
 		if err := r.undo(ctx, actx, undo); err != nil {
 			return err
 		}
@@ -257,16 +257,6 @@ func (r *rolloutRun) drain(ctx workflow.Context) error {
 // backing off, until it is done.
 func rolloutActivityOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: timeout, RetryPolicy: retryPolicy()})
-}
-
-func driverList(ph rollout.Phase) []string {
-	var out []string
-	for _, c := range ph.Classes {
-		if !slices.Contains(out, c.Driver) {
-			out = append(out, c.Driver)
-		}
-	}
-	return out
 }
 
 // waitToAdvance holds the rollout while it is paused, and a scheduled rollout's preflight and

@@ -25,6 +25,23 @@ func Granted(c *resourcev1.ResourceClaim) (map[string]map[string]resourcev1.Capa
 	return out, nil
 }
 
+// AddClaim adds a claim to the check with the grant-time policies it records; it reports whether
+// it had a record. A record that does not decode is an error: it must not pass as no record.
+func (in *Input) AddClaim(c *resourcev1.ResourceClaim) (bool, error) {
+	g, err := Granted(c)
+	if err != nil {
+		return false, err
+	}
+	in.Claims = append(in.Claims, c)
+	if in.Granted == nil && len(g) > 0 {
+		in.Granted = map[string]map[string]resourcev1.CapacityRequestPolicy{}
+	}
+	for k, v := range g {
+		in.Granted[k] = v
+	}
+	return g != nil, nil
+}
+
 // Snapshot is the annotation value recording the current request policies of the shared devices
 // an allocated claim consumes ("" when it consumes none).
 func Snapshot(c *resourcev1.ResourceClaim, slices []*resourcev1.ResourceSlice) string {

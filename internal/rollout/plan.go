@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -398,11 +399,13 @@ func (ph Phase) ClassNames() []string {
 	return out
 }
 
-// Drivers lists the distinct drivers of a phase's classes.
-func (ph Phase) Drivers() map[string]bool {
-	out := map[string]bool{}
+// Drivers lists the distinct drivers of a phase's classes, in the classes' order.
+func (ph Phase) Drivers() []string {
+	var out []string
 	for _, c := range ph.Classes {
-		out[c.Driver] = true
+		if !slices.Contains(out, c.Driver) {
+			out = append(out, c.Driver)
+		}
 	}
 	return out
 }
