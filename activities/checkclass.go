@@ -20,18 +20,30 @@ func CheckClassName(driver string) string {
 	return "devicewarden-check-" + hex.EncodeToString(sum[:6])
 }
 
-// checkClass makes sure the driver's check class exists and returns its name.
-func (a *Activities) checkClass(ctx context.Context, driver string) (string, error) {
-	name := CheckClassName(driver)
+// ensureDriverClass creates the DeviceClass name selecting every device of driver, unless it
+// exists; created says whether this call made it.
+func (a *Activities) ensureDriverClass(ctx context.Context, name, driver string) (created bool, err error) {
 	class := &resourcev1.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy}},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
 			CEL: &resourcev1.CELDeviceSelector{Expression: "device.driver == " + strconv.Quote(driver)},
 		}}},
 	}
-	_, err := a.Kube.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("create device class %s for checks of driver %s: %w", name, driver, err)
+	_, err = a.Kube.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("create device class %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// checkClass makes sure the driver's check class exists and returns its name.
+func (a *Activities) checkClass(ctx context.Context, driver string) (string, error) {
+	name := CheckClassName(driver)
+	if _, err := a.ensureDriverClass(ctx, name, driver); err != nil {
+		return "", fmt.Errorf("%w (for checks of driver %s)", err, driver)
 	}
 	return name, nil
 }

@@ -127,7 +127,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (Pha
 			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, prev))
 	}
 	for _, c := range ph.Classes {
-		created, err := a.ensureClass(ctx, c)
+		created, err := a.ensureDriverClass(ctx, c.Name, c.Driver)
 		if err != nil {
 			return PhaseChange{}, err
 		}
@@ -136,22 +136,6 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (Pha
 		}
 	}
 	return out, nil
-}
-
-func (a *Activities) ensureClass(ctx context.Context, c rollout.Class) (bool, error) {
-	dc := &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Labels: map[string]string{LabelManagedBy: ManagedBy}},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", c.Driver)}}}},
-	}
-	_, err := a.Kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{FieldManager: FieldManager})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("create device class %s: %w", c.Name, err)
-	}
-	return true, nil
 }
 
 // UndoRolloutPhase routes a phase's nodes back to what they were: the ownership label as before
