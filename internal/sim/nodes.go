@@ -83,14 +83,14 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, co
 	return names, nil
 }
 
-func createNode(ctx context.Context, cs kubernetes.Interface, name string) error {
+// kwokNode is a simulated node kwok runs Pods on: 64 CPUs, 512Gi, 1000 Pods.
+func kwokNode(name string) *corev1.Node {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("512Gi"),
 		corev1.ResourcePods:   resource.MustParse("1000"),
-		PluginResource:        *resource.NewQuantity(PluginDevices, resource.DecimalSI),
 	}
-	node := &corev1.Node{
+	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Labels:      map[string]string{LabelSimNode: "true", "kubernetes.io/hostname": name, "type": "kwok"},
@@ -98,11 +98,24 @@ func createNode(ctx context.Context, cs kubernetes.Interface, name string) error
 		},
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
 	}
+}
+
+// ensureNode creates the node unless it exists.
+func ensureNode(ctx context.Context, cs kubernetes.Interface, node *corev1.Node) error {
 	_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create node %s: %w", name, err)
+		return fmt.Errorf("create node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// createNode creates a GPU node that also has PluginDevices device-plugin devices.
+func createNode(ctx context.Context, cs kubernetes.Interface, name string) error {
+	node := kwokNode(name)
+	for _, l := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+		l[PluginResource] = *resource.NewQuantity(PluginDevices, resource.DecimalSI)
+	}
+	return ensureNode(ctx, cs, node)
 }
 
 func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devices int) error {

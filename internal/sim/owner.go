@@ -11,12 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -57,22 +55,14 @@ func CreatePool(ctx context.Context, cs kubernetes.Interface, o PoolOptions) ([]
 	var names []string
 	for i := 0; i < o.Count; i++ {
 		name := NodeName(o.Pool, i)
-		capacity := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("64"),
-			corev1.ResourceMemory: resource.MustParse("512Gi"),
-			corev1.ResourcePods:   resource.MustParse("1000"),
-		}
-		ann := map[string]string{localcluster.KwokNodeAnnotation: "fake", AnnotationGPUs: strconv.Itoa(o.GPUs)}
+		node := kwokNode(name)
+		node.Labels[LabelPool], node.Labels[LabelOwner] = o.Pool, OwnerPlugin
+		node.Annotations[AnnotationGPUs] = strconv.Itoa(o.GPUs)
 		if o.Shared {
-			ann[AnnotationShared] = "true"
+			node.Annotations[AnnotationShared] = "true"
 		}
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann, Labels: map[string]string{
-				LabelSimNode: "true", "kubernetes.io/hostname": name, "type": "kwok", LabelPool: o.Pool, LabelOwner: OwnerPlugin}},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
-		}
-		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create node %s: %w", name, err)
+		if err := ensureNode(ctx, cs, node); err != nil {
+			return nil, err
 		}
 		names = append(names, name)
 	}
