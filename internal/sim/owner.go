@@ -12,6 +12,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -111,6 +112,16 @@ func (o *OwnedDrivers) sync(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	// One list of the driver's slices per look, rather than a read (or a delete) per node.
+	slices, err := o.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", Driver).String()})
+	if err != nil {
+		return err
+	}
+	published := map[string]*resourcev1.ResourceSlice{}
+	for i := range slices.Items {
+		published[slices.Items[i].Name] = &slices.Items[i]
+	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		gpus, err := strconv.Atoi(n.Annotations[AnnotationGPUs])
@@ -120,7 +131,7 @@ func (o *OwnedDrivers) sync(ctx context.Context, now time.Time) error {
 		if err := o.plugin(ctx, n, gpus); err != nil {
 			return err
 		}
-		if err := o.dra(ctx, n, gpus, now); err != nil {
+		if err := o.dra(ctx, n, gpus, published[SliceName(n.Name)], now); err != nil {
 			return err
 		}
 	}
@@ -151,12 +162,15 @@ func (o *OwnedDrivers) plugin(ctx context.Context, n *corev1.Node, gpus int) err
 }
 
 // dra publishes the node's slice while the label says dra (after the node's publish delay), with
-// the node's drift, and deletes it otherwise.
-func (o *OwnedDrivers) dra(ctx context.Context, n *corev1.Node, gpus int, now time.Time) error {
+// the node's drift, and deletes it otherwise; have is the node's slice as published (nil: none).
+func (o *OwnedDrivers) dra(ctx context.Context, n *corev1.Node, gpus int, have *resourcev1.ResourceSlice, now time.Time) error {
 	publish := n.Labels[LabelOwner] == OwnerDRA || n.Annotations[AnnotationIgnoreLabel] == "true"
 	if !publish {
 		delete(o.draSince, n.Name)
-		err := o.Kube.ResourceV1().ResourceSlices().Delete(ctx, SliceName(n.Name), metav1.DeleteOptions{})
+		if have == nil {
+			return nil
+		}
+		err := o.Kube.ResourceV1().ResourceSlices().Delete(ctx, have.Name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("withdraw slice of %s: %w", n.Name, err)
 		}
@@ -172,16 +186,12 @@ func (o *OwnedDrivers) dra(ctx context.Context, n *corev1.Node, gpus int, now ti
 	}
 	drift, _ := strconv.Atoi(n.Annotations[AnnotationDrift])
 	want := nodeSlice(n.Name, max(gpus-drift, 0), n.Annotations[AnnotationShared] == "true")
-	have, err := o.Kube.ResourceV1().ResourceSlices().Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = o.Kube.ResourceV1().ResourceSlices().Create(ctx, want, metav1.CreateOptions{})
+	if have == nil {
+		_, err := o.Kube.ResourceV1().ResourceSlices().Create(ctx, want, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("publish slice of %s: %w", n.Name, err)
 		}
 		return nil
-	case err != nil:
-		return fmt.Errorf("read slice of %s: %w", n.Name, err)
 	}
 	if len(have.Spec.Devices) == len(want.Spec.Devices) && sharedOf(have) == sharedOf(want) {
 		return nil
