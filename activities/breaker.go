@@ -18,9 +18,11 @@ type BreakerClient interface {
 	Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error)
 }
 
-// PermitInput asks for permission to take one automatic action on a device.
+// PermitInput asks for permission to take one automatic action on a device (or, with Claim, on a
+// ResourceClaim: "<namespace>/<name>/<uid>").
 type PermitInput struct {
 	Device device.ID    `json:"device"`
+	Claim  string       `json:"claim,omitempty"`
 	Action policy.State `json:"action"`
 	// Woken: the breaker woke the device; ask it even if it was just seen open.
 	Woken bool `json:"woken,omitempty"`
@@ -32,9 +34,9 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.
 	if err != nil {
 		return policy.PermitResult{}, err
 	}
-	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
+	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
 	if err != nil {
-		return policy.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", in.Device, err)
+		return policy.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", policy.PermitRequest{Device: in.Device, Claim: in.Claim}.Key(), err)
 	}
 	if a.Metrics != nil {
 		result := "granted"

@@ -44,7 +44,8 @@ func (a *Activities) nodeStates(ctx context.Context, now time.Time) (map[string]
 }
 
 // unknownAllocations are the allocated claims on lost nodes no operator fenced: their devices'
-// state is Unknown, and their capacity stays counted as used.
+// state is Unknown, and their capacity stays counted as used. A node deleted from the API is gone
+// for good, as Kubernetes itself treats it (its Pods are deleted, their claims deallocated).
 func unknownAllocations(claims []*resourcev1.ResourceClaim, nodes map[string]capacity.NodeState) []capacity.Finding {
 	var out []capacity.Finding
 	for _, c := range claims {
@@ -53,14 +54,11 @@ func unknownAllocations(claims []*resourcev1.ResourceClaim, nodes map[string]cap
 		}
 		node := capacity.AllocationNode(c.Status.Allocation)
 		st, known := nodes[node]
-		if node == "" || (known && (!st.Lost || st.Fenced)) {
+		if node == "" || !known || !st.Lost || st.Fenced {
 			continue
 		}
 		f := capacity.Finding{Kind: capacity.FindingNodeLost, Namespace: c.Namespace, Claim: c.Name, UID: string(c.UID), Version: c.ResourceVersion, Node: node,
 			Reason: fmt.Sprintf("node %s stopped renewing its Lease: Unknown until it returns or is fenced (capacity fence %s)", node, node)}
-		if !known {
-			f.Reason = fmt.Sprintf("node %s is gone: Unknown until it is fenced", node)
-		}
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.ShareID != nil {
 				f.ShareIDs = append(f.ShareIDs, string(*r.ShareID))
@@ -90,7 +88,7 @@ func (a *Activities) FenceNode(ctx context.Context, in FenceInput) error {
 		}
 		st, ok := states[in.Node]
 		if !ok {
-			return fmt.Errorf("node %s not found", in.Node)
+			return fmt.Errorf("node %s not found: a node deleted from the API is gone for good and needs no fence", in.Node)
 		}
 		if !st.Lost {
 			return fmt.Errorf("node %s still renews its Lease: fencing it would let its devices be handed out twice", in.Node)

@@ -30,7 +30,8 @@ func claimOn(name, node string) *resourcev1.ResourceClaim {
 }
 
 // TestNodeLossIsUnknownUntilFenced: allocations on a node whose Lease expired are reported
-// Unknown until an operator fences it; a live node cannot be fenced; a gone node is Unknown.
+// Unknown until an operator fences it; a live node cannot be fenced; a node deleted from the API is gone
+// for good, not Unknown.
 func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 	now := time.Now()
 	env, a, _ := activityEnv(t,
@@ -47,8 +48,8 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 		return rep
 	}
 	rep := report()
-	if len(rep.Unknown) != 2 || rep.Unknown[1].Claim != "on-lost" || rep.Unknown[1].ShareIDs[0] != "s-on-lost" || rep.Unknown[0].Claim != "on-gone" ||
-		!strings.Contains(rep.Unknown[0].Reason, "is gone") || !strings.Contains(rep.Unknown[1].Reason, "capacity fence lost") {
+	if len(rep.Unknown) != 1 || rep.Unknown[0].Claim != "on-lost" || rep.Unknown[0].ShareIDs[0] != "s-on-lost" ||
+		!strings.Contains(rep.Unknown[0].Reason, "capacity fence lost") {
 		t.Fatalf("unknown = %+v", rep.Unknown)
 	}
 	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "live", Actor: "sre"}); err == nil || !strings.Contains(err.Error(), "still renews") {
@@ -64,13 +65,13 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 	if !strings.HasPrefix(n.Annotations[capacity.AnnotationFenced], "sre ") {
 		t.Fatalf("fence annotation = %q", n.Annotations[capacity.AnnotationFenced])
 	}
-	if rep := report(); len(rep.Unknown) != 1 || rep.Unknown[0].Claim != "on-gone" {
+	if rep := report(); len(rep.Unknown) != 0 {
 		t.Fatalf("after the fence: %+v", rep.Unknown)
 	}
 	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "lost", Undo: true}); err != nil {
 		t.Fatal(err)
 	}
-	if rep := report(); len(rep.Unknown) != 2 {
+	if rep := report(); len(rep.Unknown) != 1 {
 		t.Fatalf("after the undo: %+v", rep.Unknown)
 	}
 }

@@ -71,6 +71,9 @@ func (b *BreakerClient) refuseHere(req policy.PermitRequest) (policy.PermitResul
 	if !ok || !time.Now().Before(seen.until) {
 		return policy.PermitResult{}, false
 	}
+	if req.Claim != "" {
+		return policy.PermitResult{Reason: seen.reason}, true // claims look again on their own timer
+	}
 	if len(b.pending) < 100000 {
 		b.pending = append(b.pending, req.Device.String())
 	}

@@ -45,7 +45,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			return res, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req policy.PermitRequest) error {
-			if !req.Device.Valid() {
+			if req.Claim == "" && !req.Device.Valid() {
 				return fmt.Errorf("invalid device %q", req.Device.String())
 			}
 			return nil

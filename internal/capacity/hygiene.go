@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +58,9 @@ type Finding struct {
 }
 
 // Inspect classifies one claim. allocatedAt is when it was allocated (its managed-fields time),
-// pods the Pods by UID, nodes the nodes by name (missing: unknown, treated as not lost).
+// pods what is known of the Pods involved, by UID: a nil entry is a Pod looked up and gone (or
+// replaced under a new UID), a missing one is unknown and counts as present. nodes are the nodes
+// by name; a node missing from it is not lost (one deleted from the API is gone for good).
 func Inspect(c *resourcev1.ResourceClaim, allocatedAt time.Time, pods map[types.UID]*corev1.Pod, nodes map[string]NodeState, p HygienePolicy, now time.Time) Finding {
 	f := Finding{Namespace: c.Namespace, Claim: c.Name, UID: string(c.UID), Version: c.ResourceVersion}
 	if c.Status.Allocation == nil || c.DeletionTimestamp != nil {
@@ -74,14 +77,25 @@ func Inspect(c *resourcev1.ResourceClaim, allocatedAt time.Time, pods map[types.
 		return f
 	}
 	age := now.Sub(allocatedAt)
-	if len(c.Status.ReservedFor) == 0 {
+	consumers := 0
+	for _, ref := range c.Status.ReservedFor {
+		if pod, looked := pods[ref.UID]; !looked || pod != nil || ref.Resource != "pods" {
+			consumers++
+		}
+	}
+	if consumers == 0 {
 		if age < p.LeakTimeout {
 			return f
 		}
 		f.Kind, f.Reason = FindingLeaked, fmt.Sprintf("allocated %s ago and reserved for no Pod", age.Round(time.Second))
-		if owner := generatedFor(c); owner != "" && pods[owner] == nil && p.DeleteLeaked {
-			f.Deletable = true
-			f.Reason += "; made from a template for a Pod that is gone"
+		if len(c.Status.ReservedFor) > 0 {
+			f.Reason = fmt.Sprintf("allocated %s ago and reserved only for Pods that are gone", age.Round(time.Second))
+		}
+		if template, owner := generatedFor(c); template && p.DeleteLeaked {
+			if pod, looked := pods[owner]; owner == "" || (looked && pod == nil) {
+				f.Deletable = true
+				f.Reason += "; made from a template for a Pod that is gone"
+			}
 		}
 		return f
 	}
@@ -96,17 +110,35 @@ func Inspect(c *resourcev1.ResourceClaim, allocatedAt time.Time, pods map[types.
 	return f
 }
 
-// generatedFor is the UID of the Pod a template-made claim belongs to ("" for a claim made by hand).
-func generatedFor(c *resourcev1.ResourceClaim) types.UID {
+// generatedFor says whether a claim was made from a template for a Pod, and that Pod's UID (""
+// when the owner reference is gone: the Pod was deleted with its dependents orphaned).
+func generatedFor(c *resourcev1.ResourceClaim) (bool, types.UID) {
 	if _, ok := c.Annotations["resource.kubernetes.io/pod-claim-name"]; !ok {
-		return ""
+		return false, ""
 	}
 	for _, o := range c.OwnerReferences {
 		if o.Kind == "Pod" {
-			return o.UID
+			return true, o.UID
 		}
 	}
-	return ""
+	return true, ""
+}
+
+// PodsToLook are the Pods Inspect needs to know about for a claim: its consumers and, for a
+// claim made from a template, the Pod it was made for.
+func PodsToLook(c *resourcev1.ResourceClaim) []corev1.ObjectReference {
+	var out []corev1.ObjectReference
+	for _, ref := range c.Status.ReservedFor {
+		if ref.Resource == "pods" {
+			out = append(out, corev1.ObjectReference{Namespace: c.Namespace, Name: ref.Name, UID: ref.UID})
+		}
+	}
+	for _, o := range c.OwnerReferences {
+		if o.Kind == "Pod" && o.UID != "" && !slices.ContainsFunc(out, func(r corev1.ObjectReference) bool { return r.UID == o.UID }) {
+			out = append(out, corev1.ObjectReference{Namespace: c.Namespace, Name: o.Name, UID: o.UID})
+		}
+	}
+	return out
 }
 
 func started(pod *corev1.Pod) bool {

@@ -39,7 +39,14 @@ func TestInspect(t *testing.T) {
 	pulling := pending.DeepCopy()
 	pulling.UID = "w"
 	pulling.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-	pods := map[types.UID]*corev1.Pod{"p": pending, "r": running, "w": pulling, "alive": running}
+	pods := map[types.UID]*corev1.Pod{"p": pending, "r": running, "w": pulling, "alive": running, "gone": nil, "dead": nil}
+	orphaned := leaked("gone")
+	orphaned.OwnerReferences = nil // deleted with its dependents orphaned: the owner reference went
+	unlooked := leaked("never-looked-up")
+	reservedGone := leaked("gone")
+	reservedGone.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "job-0", UID: "dead"}}
+	reservedOther := leaked("gone")
+	reservedOther.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{APIGroup: "example.com", Resource: "jobs", Name: "j", UID: "dead"}}
 	deleting := leaked("gone")
 	deleting.DeletionTimestamp = &metav1.Time{Time: now}
 	unallocated := leaked("gone")
@@ -58,6 +65,11 @@ func TestInspect(t *testing.T) {
 		{"leaked, template Pod gone", leaked("gone"), 10 * time.Minute, nil, pol, FindingLeaked, true, "Pod that is gone"},
 		{"leaked, template Pod alive", leaked("alive"), time.Hour, nil, pol, FindingLeaked, false, "reserved for no Pod"},
 		{"leaked, made by hand", leaked(""), time.Hour, nil, pol, FindingLeaked, false, "reserved for no Pod"},
+		{"leaked, template, owner reference orphaned", orphaned, time.Hour, nil, pol, FindingLeaked, true, "Pod that is gone"},
+		{"leaked, template, owner not looked up", unlooked, time.Hour, nil, pol, FindingLeaked, false, "reserved for no Pod"},
+		{"reserved only for a gone Pod", reservedGone, time.Hour, nil, pol, FindingLeaked, true, "reserved only for Pods that are gone"},
+		{"reserved for a gone Pod, fresh", reservedGone, time.Minute, nil, pol, FindingNone, false, ""},
+		{"reserved for something not a Pod", reservedOther, time.Hour, nil, pol, FindingNone, false, ""},
 		{"leaked, policy keeps", leaked("gone"), time.Hour, nil, HygienePolicy{LeakTimeout: time.Minute}, FindingLeaked, false, ""},
 		{"node lost, not fenced", leaked("gone"), time.Hour, map[string]NodeState{"n1": {Lost: true}}, pol, FindingNodeLost, false, "until the node returns or is fenced"},
 		{"node lost and fenced", leaked("gone"), time.Hour, map[string]NodeState{"n1": {Lost: true, Fenced: true}}, pol, FindingLeaked, true, ""},
@@ -79,6 +91,22 @@ func TestInspect(t *testing.T) {
 				t.Errorf("the finding lost what it must keep: %+v", f)
 			}
 		})
+	}
+	refs := PodsToLook(reservedGone)
+	if len(refs) != 2 || refs[0].UID != "dead" || refs[0].Name != "job-0" || refs[0].Namespace != "t" || refs[1].UID != "gone" {
+		t.Errorf("pods to look up, consumer and owner: %+v", refs)
+	}
+	same := reservedGone.DeepCopy()
+	same.Status.ReservedFor[0].UID = "gone"
+	if refs = PodsToLook(same); len(refs) != 1 {
+		t.Errorf("a consumer that is also the owner is looked up once: %+v", refs)
+	}
+	refs = PodsToLook(reserved(pending))
+	if len(refs) != 1 || refs[0].UID != "p" {
+		t.Errorf("pods to look up, hand-made claim: %+v", refs)
+	}
+	if refs = PodsToLook(reservedOther); len(refs) != 1 || refs[0].UID != "gone" {
+		t.Errorf("pods to look up, a non-Pod consumer: %+v", refs)
 	}
 	if n := AllocationNode(&resourcev1.AllocationResult{}); n != "" {
 		t.Errorf("no selector: %q", n)

@@ -34,7 +34,11 @@ func (c BreakerConfig) Validate() error {
 
 // PermitRequest asks the breaker for one automatic action.
 type PermitRequest struct {
-	Device       device.ID     `json:"device"`
+	Device device.ID `json:"device"`
+	// Claim, when set, asks for an action on a ResourceClaim instead of a device (claim hygiene):
+	// it is keyed "claim:<namespace>/<name>/<uid>" and draws on the same budget, but it is never
+	// put on the wait list (claim hygiene looks again on its own timer).
+	Claim        string        `json:"claim,omitempty"`
 	Action       State         `json:"action"`
 	KnownDevices int           `json:"knownDevices"`
 	Config       BreakerConfig `json:"config"`
@@ -85,6 +89,25 @@ type BreakerState struct {
 	Known int `json:"known,omitempty"`
 	// waitingSet mirrors Waiting for lookups; rebuilt when nil (not part of the state's JSON).
 	waitingSet map[string]struct{}
+}
+
+// ClaimDeleted is the breaker action of deleting a leaked ResourceClaim (claim hygiene); it draws
+// on the same budget as quarantines.
+const ClaimDeleted State = "ClaimDeleted"
+
+// Key names what a request acts on: the device, or "claim:" and the claim.
+func (r PermitRequest) Key() string {
+	if r.Claim != "" {
+		return "claim:" + r.Claim
+	}
+	return r.Device.String()
+}
+
+// waitFor puts a denied device on the wait list; claims are not woken, they look again later.
+func (b *BreakerState) waitFor(req PermitRequest) {
+	if req.Claim == "" {
+		b.wait(req.Device.String())
+	}
 }
 
 // maxWaiting bounds the wait list; a device past it still retries on its own fallback timer.
@@ -178,7 +201,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 		}
 	}
 	b.Grants = kept
-	key := req.Device.String()
+	key := req.Key()
 	for _, g := range b.Grants {
 		if g.Device == key && g.Action == req.Action {
 			return PermitResult{Granted: true, Reason: "already granted in this window"}
@@ -186,14 +209,14 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 	}
 	if b.Open {
 		b.Denied++
-		b.wait(key)
+		b.waitFor(req)
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	limit := b.Config.Limit(req.KnownDevices)
 	if b.budget(req.Action) == "restrictions" {
 		if b.RestrictionsOpen {
 			b.Denied++
-			b.wait(key)
+			b.waitFor(req)
 			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason}
 		}
 		used := 0
@@ -204,7 +227,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 		}
 		if used >= limit {
 			b.RestrictionsOpen, b.Denied = true, b.Denied+1
-			b.wait(key)
+			b.waitFor(req)
 			b.RestrictionsReason = fmt.Sprintf("%d restrictions within %s reached their cap of %d; quarantines keep their own budget; an operator must resume",
 				used, b.Config.Window, limit)
 			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason, Tripped: true}
@@ -220,7 +243,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 	}
 	if used >= limit {
 		b.Open, b.OpenedAt, b.Denied = true, now, b.Denied+1
-		b.wait(key)
+		b.waitFor(req)
 		b.Reason = fmt.Sprintf("%d automatic actions within %s reached the cap of %d (max %d, %g%% of %d known devices); an operator must resume",
 			used, b.Config.Window, limit, b.Config.MaxCount, b.Config.MaxPercent, req.KnownDevices)
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason, Tripped: true}

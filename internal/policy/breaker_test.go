@@ -139,3 +139,37 @@ func TestBreakerConfigJSON(t *testing.T) {
 		t.Error("a window that is not a duration decoded")
 	}
 }
+
+// A claim deletion (claim hygiene) draws on the quarantines' budget, counts once per claim, and is
+// never put on the devices' wait list.
+func TestClaimDeletionsShareTheActionsBudget(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 2}
+	b := BreakerState{WakeWaiting: true, SeparateBudgets: true, Config: cfg}
+	claim := func(uid string) PermitRequest {
+		return PermitRequest{Claim: "t/c-" + uid + "/" + uid, Action: ClaimDeleted, Config: cfg}
+	}
+	if r := b.Acquire(req(0, 0, cfg), t0); !r.Granted {
+		t.Fatalf("quarantine: %+v", r)
+	}
+	if r := b.Acquire(claim("a"), t0); !r.Granted {
+		t.Fatalf("first claim: %+v", r)
+	}
+	if r := b.Acquire(claim("a"), t0); !r.Granted || r.Reason == "" {
+		t.Fatalf("a retried deletion of one claim is granted again without counting: %+v", r)
+	}
+	if len(b.Grants) != 2 || b.Grants[1].Device != "claim:t/c-a/a" || b.Grants[1].Action != ClaimDeleted {
+		t.Fatalf("grants = %+v", b.Grants)
+	}
+	if r := b.Acquire(claim("b"), t0); r.Granted || !r.Tripped || !b.Open {
+		t.Fatalf("the third action in the window must open the breaker: %+v", r)
+	}
+	if r := b.Acquire(claim("c"), t0); r.Granted {
+		t.Fatalf("open breaker granted a claim: %+v", r)
+	}
+	if len(b.Waiting) != 0 {
+		t.Fatalf("claims on the wait list: %v", b.Waiting)
+	}
+	if r := b.Acquire(req(1, 0, cfg), t0); r.Granted || len(b.Waiting) != 1 {
+		t.Fatalf("a denied device waits: %+v %v", r, b.Waiting)
+	}
+}
