@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,19 +30,22 @@ func (a *Activities) nodeStates(ctx context.Context, now time.Time) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("list node leases: %w", err)
 	}
-	out := map[string]capacity.NodeState{}
-	for _, n := range nodes.Items {
-		_, fenced := n.Annotations[capacity.AnnotationFenced]
-		out[n.Name] = capacity.NodeState{Lost: true, Fenced: fenced}
-	}
+	byName := make(map[string]*coordinationv1.Lease, len(leases.Items))
 	for i := range leases.Items {
-		l := &leases.Items[i]
-		if st, ok := out[l.Name]; ok && !expired(l, now) {
-			st.Lost = false
-			out[l.Name] = st
-		}
+		byName[leases.Items[i].Name] = &leases.Items[i]
+	}
+	out := make(map[string]capacity.NodeState, len(nodes.Items))
+	for i := range nodes.Items {
+		out[nodes.Items[i].Name] = stateOf(&nodes.Items[i], byName[nodes.Items[i].Name], now)
 	}
 	return out, nil
+}
+
+// stateOf is a node's hygiene state: lost when its Lease (nil: none) expired, fenced when an
+// operator said so.
+func stateOf(n *corev1.Node, l *coordinationv1.Lease, now time.Time) capacity.NodeState {
+	_, fenced := n.Annotations[capacity.AnnotationFenced]
+	return capacity.NodeState{Lost: l == nil || expired(l, now), Fenced: fenced}
 }
 
 // unknownAllocations are the allocated claims on lost nodes no operator fenced: their devices'

@@ -62,6 +62,10 @@ type Metrics struct {
 	// counts phases rolled back (by a failed gate or a rollback command).
 	RolloutGates     *prometheus.CounterVec
 	RolloutRollbacks prometheus.Counter
+	// ClaimFindings is how many claims the last hygiene scan found, by kind (leaked, stuck,
+	// node-lost); ClaimsDeleted counts leaked claims claim hygiene deleted.
+	ClaimFindings *prometheus.GaugeVec
+	ClaimsDeleted prometheus.Counter
 }
 
 // New registers all collectors in a new registry.
@@ -177,7 +181,15 @@ func New() *Metrics {
 		Namespace: "devicewarden", Subsystem: "rollout", Name: "rollbacks_total",
 		Help: "Rollout phases rolled back (new claims for their classes refused).",
 	})
-	m.Registry.MustRegister(m.CapacityViolations, m.RolloutGates, m.RolloutRollbacks)
+	m.ClaimFindings = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "devicewarden", Subsystem: "claim_hygiene", Name: "findings",
+		Help: "Claims the last hygiene scan found, by kind (leaked, stuck, node-lost).",
+	}, []string{"kind"})
+	m.ClaimsDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "devicewarden", Subsystem: "claim_hygiene", Name: "deletions_total",
+		Help: "Leaked ResourceClaims deleted by claim hygiene.",
+	})
+	m.Registry.MustRegister(m.CapacityViolations, m.RolloutGates, m.RolloutRollbacks, m.ClaimFindings, m.ClaimsDeleted)
 	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
