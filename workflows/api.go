@@ -180,7 +180,7 @@ func MigrationID(dev device.ID, workloadUID, statusVersion string) string {
 // check to require a recorded history of each.
 var All = map[string]any{"DeviceWorkflow": DeviceWorkflow, "BreakerWorkflow": BreakerWorkflow, "NodeWorkflow": NodeWorkflow,
 	"MigrateWorkflow": MigrateWorkflow, "MigrationLimiterWorkflow": MigrationLimiterWorkflow,
-	"RolloutWorkflow": RolloutWorkflow, "RolloutWindowWorkflow": RolloutWindowWorkflow}
+	"RolloutWorkflow": RolloutWorkflow, "RolloutWindowWorkflow": RolloutWindowWorkflow, "ClaimHygieneWorkflow": ClaimHygieneWorkflow}
 
 // RolloutInput starts (or continues) a rollout.
 type RolloutInput struct {

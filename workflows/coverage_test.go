@@ -122,6 +122,8 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.ExecuteWorkflow(f, RolloutInput{Plan: testPlan()})
 	case func(workflow.Context, RolloutWindowInput) (activities.WindowResult, error):
 		return nil // a schedule's action: it takes no signal or update
+	case func(workflow.Context, ClaimHygieneInput) (ClaimHygieneStatus, error):
+		return nil // it looks again on its own timer: no signal or update
 	default:
 		t.Fatalf("unknown workflow function %T", fn)
 	}

@@ -194,6 +194,8 @@ type ControllerOptions struct {
 	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence live there
 	// (default "default").
 	OwnNamespace string
+	// Hygiene is the leader's claim-hygiene scanner (zero Interval: off).
+	Hygiene HygieneOptions
 }
 
 // LeaderElection configures the watcher's Lease. Workers run on every replica; only the leader
@@ -216,6 +218,9 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		o.Breaker = policy.DefaultBreaker()
 	}
 	if err := o.Breaker.Validate(); err != nil {
+		return err
+	}
+	if err := o.Hygiene.Validate(); err != nil {
 		return err
 	}
 	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
@@ -249,10 +254,20 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		}
 		return nil
 	}
+	// The leader watches and, with claim hygiene on, scans the claims.
+	lead := func(ctx context.Context) error {
+		if o.Hygiene.Interval <= 0 {
+			return watch(ctx)
+		}
+		lg, lctx := errgroup.WithContext(ctx)
+		lg.Go(func() error { return watch(lctx) })
+		lg.Go(func() error { scanClaims(lctx, acts, tc, o.Hygiene, logger.With("component", "claim-hygiene")); return nil })
+		return lg.Wait()
+	}
 	if o.LeaderElection == nil {
-		g.Go(func() error { return watch(gctx) })
+		g.Go(func() error { return lead(gctx) })
 	} else {
-		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, watch, logger) })
+		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, lead, logger) })
 	}
 	if o.MetricsAddress != "" || o.MetricsListener != nil {
 		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, o.MetricsListener, m, ready, logger) })

@@ -149,6 +149,12 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
 	cmd.Flags().StringVar(&o.OwnNamespace, "own-namespace", "default", "DeviceWarden's own namespace: migration Leases and evidence ConfigMaps are kept there")
 	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
+	hy := app.DefaultHygiene()
+	cmd.Flags().DurationVar(&o.Hygiene.Interval, "hygiene-interval", hy.Interval, "claim hygiene: how often the leader scans ResourceClaims (0 turns it off)")
+	cmd.Flags().DurationVar(&o.Hygiene.Recheck, "hygiene-recheck", hy.Recheck, "claim hygiene: how often a standing finding is looked at again")
+	cmd.Flags().DurationVar(&o.Hygiene.Policy.LeakTimeout, "hygiene-leak-timeout", hy.Policy.LeakTimeout, "claim hygiene: an allocated claim with no consumer this long is leaked")
+	cmd.Flags().DurationVar(&o.Hygiene.Policy.StuckTimeout, "hygiene-stuck-timeout", hy.Policy.StuckTimeout, "claim hygiene: a share whose Pod has not started this long after the allocation is stuck")
+	cmd.Flags().BoolVar(&o.Hygiene.Policy.DeleteLeaked, "hygiene-delete-leaked", false, "claim hygiene: delete a leaked claim made from a template for a Pod that is gone (behind the circuit breaker); off: report only")
 	host, _ := os.Hostname()
 	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run the watcher only while holding a coordination.k8s.io Lease (for several replicas)")
 	cmd.Flags().StringVar(&f.le.Namespace, "leader-elect-namespace", "default", "namespace of the leader Lease")
@@ -167,6 +173,9 @@ func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	}
 	if o.HeartbeatInterval <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval must be positive")
+	}
+	if err := o.Hygiene.Validate(); err != nil {
+		return o, err
 	}
 	if f.leaderElect {
 		if !(f.le.RetryPeriod < f.le.RenewDeadline && f.le.RenewDeadline < f.le.LeaseDuration) {

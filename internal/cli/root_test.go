@@ -63,6 +63,8 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "broken policy file", args: []string{"run", "--policy", brokenPolicy}, wantErr: "line 4"},
 		{name: "missing policy file", args: []string{"run", "--policy", "/nonexistent/policy.yaml"}, wantErr: "read policy file"},
 		{name: "breaker cap of zero", args: []string{"run", "--breaker-max-count", "0"}, wantErr: "breaker"},
+		{name: "hygiene leak timeout of zero", args: []string{"run", "--hygiene-leak-timeout", "0"}, wantErr: "stuck timeout must be positive"},
+		{name: "negative hygiene interval", args: []string{"run", "--hygiene-interval", "-1m"}, wantErr: "must not be negative"},
 		{name: "unknown operator signal", args: []string{"device", "signal", "d/p/gpu-0", "reboot", "--actor", "x"}, wantErr: "want one of"},
 		{name: "operator signal without actor", args: []string{"device", "signal", "d/p/gpu-0", "pause"}, wantErr: "--actor"},
 		{name: "breaker resume without actor", args: []string{"breaker", "resume"}, wantErr: "--actor"},

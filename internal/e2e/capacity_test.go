@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
@@ -87,7 +89,7 @@ func TestCapacityCheckOnRealAllocations(t *testing.T) {
 	if _, err := shared.kubeCLI(ctx, "capacity", "fence", node, "--actor", "sre"); err == nil || !strings.Contains(err.Error(), "still renews") {
 		t.Fatalf("a live node was fenced: %v", err)
 	}
-	stopHeartbeat(t, ctx, node)
+	stopHeartbeat(t, ctx, kube, node)
 	eventually(t, 30*time.Second, "shares on the lost node Unknown", func() error {
 		_, rep := capacityCheck(t, ctx)
 		if got := unknownOn(rep, node); len(got) != 2 {
@@ -115,22 +117,50 @@ func unknownOn(rep map[string]any, node string) []string {
 	return out
 }
 
-// stopHeartbeat makes kwok leave the node alone and ages its Lease, as a node that died would.
-func stopHeartbeat(t *testing.T, ctx context.Context, node string) {
+// stopHeartbeat makes the node look dead: kwok leaves its Pods alone, and its Lease is aged and
+// handed to a holder that never renews. kwok keeps renewing a Lease it once held, as a node
+// agent may; an admission policy refuses any renewal but ours, as a dead kubelet makes none.
+func stopHeartbeat(t *testing.T, ctx context.Context, kube kubernetes.Interface, node string) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, localcluster.KwokNodeAnnotation)
-	if _, err := shared.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "lease aged", func() error {
-		l, err := shared.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+	const holder = "dead-kubelet"
+	name := "e2e-dead-lease-" + node
+	fail := admissionv1.Fail
+	pol := &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				ResourceNames: []string{node},
+				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule: admissionv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}}}}}},
+			Validations: []admissionv1.Validation{{Expression: fmt.Sprintf("object.metadata.namespace != %q || object.spec.holderIdentity == %q", corev1.NamespaceNodeLease, holder),
+				Message: "the node is dead: its Lease is not renewed"}}}}
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, pol, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bind := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}}}
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, bind, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "lease aged and kept aged", func() error {
+		l, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
-		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Minute)}
-		_, err = shared.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
-		return err
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder || l.Spec.RenewTime.After(time.Now().Add(-30*time.Second)) {
+			l.Spec.HolderIdentity = ptr.To(holder)
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Minute)}
+			if _, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Second) // longer than kwok's renewal at a 2 s duration
+			return fmt.Errorf("aged; looking again")
+		}
+		return nil
 	})
 }
 
@@ -138,18 +168,25 @@ func stopHeartbeat(t *testing.T, ctx context.Context, node string) {
 // the DRA driver, and waits until its slice is published.
 func sharedDRANode(t *testing.T, ctx context.Context, pool string) string {
 	t.Helper()
-	kube := shared.kube
+	return sharedDRANodes(t, ctx, shared.kube, pool, 1)[0]
+}
+
+// sharedDRANodes makes a pool of count such nodes in the cluster kube reaches.
+func sharedDRANodes(t *testing.T, ctx context.Context, kube kubernetes.Interface, pool string, count int) []string {
+	t.Helper()
 	if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: pool, Count: 1, GPUs: 1, Shared: true})
+	nodes, err := sim.CreatePool(ctx, kube, sim.PoolOptions{Pool: pool, Count: count, GPUs: 1, Shared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	patch := []byte(`{"metadata":{"labels":{"` + sim.LabelOwner + `":"` + sim.OwnerDRA + `"}}}`)
-	if _, err := kube.CoreV1().Nodes().Patch(ctx, nodes[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range nodes {
+		if _, err := kube.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		wantOwner(t, ctx, kube, n, sim.OwnerDRA, 0)
 	}
-	wantOwner(t, ctx, kube, nodes[0], sim.OwnerDRA, 0)
-	return nodes[0]
+	return nodes
 }

@@ -27,6 +27,8 @@ type childConfig struct {
 	Workers    int    `json:"workers"`
 	// Policy is a policy file's text (default: the built-in policy).
 	Policy string `json:"policy,omitempty"`
+	// Hygiene turns the claim-hygiene scanner on.
+	Hygiene *app.HygieneOptions `json:"hygiene,omitempty"`
 }
 
 // runChild is the child process: a controller until it is killed or told to stop.
@@ -50,6 +52,9 @@ func runChild(raw string) int {
 	}
 	defer tc.Close()
 	opts := app.ControllerOptions{Workers: c.Workers, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1000}}
+	if c.Hygiene != nil {
+		opts.Hygiene = *c.Hygiene
+	}
 	if c.Policy != "" {
 		if opts.Policies, err = policy.Parse([]byte(c.Policy)); err != nil {
 			fmt.Fprintln(os.Stderr, "child policy:", err)
@@ -79,7 +84,15 @@ func startChild(t *testing.T, s *stack, dir, name string) *child {
 // startChildWith runs a controller process with a policy file's text.
 func startChildWith(t *testing.T, s *stack, dir, name, policyText string) *child {
 	t.Helper()
-	raw, err := json.Marshal(childConfig{Kubeconfig: s.kubeconfig, Temporal: s.frontend, Workers: 8, Policy: policyText})
+	return startChildConfig(t, s, dir, name, childConfig{Policy: policyText})
+}
+
+// startChildConfig runs a controller process configured by c (its cluster and Temporal are the
+// stack's).
+func startChildConfig(t *testing.T, s *stack, dir, name string, cfg childConfig) *child {
+	t.Helper()
+	cfg.Kubeconfig, cfg.Temporal, cfg.Workers = s.kubeconfig, s.frontend, 8
+	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,8 +92,8 @@ type BreakerState struct {
 }
 
 // ClaimDeleted is the breaker action of deleting a leaked ResourceClaim (claim hygiene); it draws
-// on the same budget as quarantines.
-const ClaimDeleted State = "ClaimDeleted"
+// on the same budget as quarantines. It is an action, never a device's state.
+const ClaimDeleted = State("ClaimDeleted")
 
 // Key names what a request acts on: the device, or "claim:" and the claim.
 func (r PermitRequest) Key() string {
