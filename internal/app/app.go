@@ -261,7 +261,10 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		}
 		lg, lctx := errgroup.WithContext(ctx)
 		lg.Go(func() error { return watch(lctx) })
-		lg.Go(func() error { scanClaims(lctx, acts, tc, o.Hygiene, logger.With("component", "claim-hygiene")); return nil })
+		lg.Go(func() error {
+			scanClaims(lctx, acts, tc, o.Hygiene, logger.With("component", "claim-hygiene"))
+			return nil
+		})
 		return lg.Wait()
 	}
 	if o.LeaderElection == nil {
