@@ -84,7 +84,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 	check.Flags().StringVar(&tenantsPath, "tenants", "", "tenants file: the classes each restricted namespace may claim")
 	check.Flags().BoolVar(&record, "record", false, "record the request policy of each newly seen share on its claim (annotation "+capacity.AnnotationGranted+")")
 	check.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.AddCommand(check, newCapacityFitCmd(g), newCapacityFenceCmd(g))
+	cmd.AddCommand(check, newCapacityFitCmd(g), newCapacityFenceCmd(g), newCapacityHygieneCmd(g))
 	return cmd
 }
 

@@ -59,6 +59,10 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 	if !held.Finding.Deletable || len(held.Finding.ShareIDs) != 1 || held.Finding.Node != nodes[0] || held.Finding.Version == "" {
 		t.Fatalf("held finding = %+v", held.Finding)
 	}
+	out, err := s.cli(ctx, "capacity", "hygiene")
+	if err != nil || !strings.Contains(out, "hyg/"+live.Name+"  held") || !strings.Contains(out, held.Finding.ShareIDs[0]) || !strings.Contains(out, "claim hygiene test") {
+		t.Fatalf("capacity hygiene while held: %v\n%s", err, out)
+	}
 	lost := leakClaim(t, ctx, kube, "hyg", "lost", nodes[1], func() { stopHeartbeat(t, ctx, kube, nodes[1]) })
 	waitHygiene(t, ctx, tc, lost, "Unknown on the lost node", func(st workflows.ClaimHygieneStatus) bool {
 		return st.State == capacity.FindingNodeLost
@@ -102,6 +106,13 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 	}
 	eventually(t, time.Minute, "claim on the fenced node deleted", claimGone(ctx, kube, lost))
 	wantClaimEvents(t, ctx, kube, lost, map[string]int{activities.EventClaimUnknown: 1, activities.EventClaimLeaked: 1, activities.EventLeakedClaimDeleted: 1})
+	eventually(t, 30*time.Second, "both listed as deleted", func() error {
+		out, err := s.cli(ctx, "capacity", "hygiene", "--all", "-o", "json")
+		if err != nil || strings.Count(out, `"state": "deleted"`) != 2 {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
 	recordHistory(t, ctx, tc, workflows.ClaimHygieneID(string(live.UID)), "claim_hygiene_deleted.json")
 	recordRuns(t, ctx, tc, lostID, "claim_hygiene_fenced")
 }
