@@ -15,6 +15,30 @@ import (
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
+// hygieneScans times the claim-hygiene scan twice: as on a healthy fleet (no allocation old
+// enough to be a finding: one list of claims) and with every allocated claim a candidate (also
+// nodes, their Leases and the Pending Pods, and every claim classified).
+func hygieneScans(ctx context.Context, acts *activities.Activities, o RolloutOptions) error {
+	for _, c := range []struct {
+		name string
+		pol  capacity.HygienePolicy
+	}{
+		{"healthy: no candidate", capacity.HygienePolicy{LeakTimeout: time.Hour, StuckTimeout: time.Hour}},
+		{"every claim a candidate", capacity.HygienePolicy{}},
+	} {
+		var findings []capacity.Finding
+		st, err := timeRuns(o.Runs, func() (err error) {
+			findings, err = acts.ScanClaims(ctx, c.pol, time.Now())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.Out, "claim hygiene scan, %s (%s; %d findings\n", c.name, st, len(findings))
+	}
+	return nil
+}
+
 // Capacity loads the rollout benchmark's fleet (nodes x shared GPUs, allocated claims) into a
 // fresh apiserver and times the capacity check (list + check) and one what-if over every node
 // (list + the scheduler's allocator per node).
@@ -55,6 +79,6 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 			}
 		}
 		fmt.Fprintf(o.Out, "what-if on every node (list + allocator, %s; fits on %d of %d nodes\n", st, n, len(fits))
-		return nil
+		return hygieneScans(ctx, acts, o)
 	})
 }
