@@ -138,9 +138,7 @@ func deleteLeaked(ctx, actx workflow.Context, claim activities.HygieneInput, st 
 		st.State = HygieneGone
 		return true, nil
 	}
-	st.Finding = res.Finding // no longer a leak that may go: keep following it
-	if res.Finding.Kind != capacity.FindingNone {
-		st.State = res.Finding.Kind
-	}
+	// No longer a leak that may go: keep following it ("" ends it resolved).
+	st.Finding, st.State = res.Finding, res.Finding.Kind
 	return false, nil
 }

@@ -115,6 +115,41 @@ func (h *hygieneEnv) want(calls string) {
 	}
 }
 
+// The fresh look before a deletion finds the Pod came back and is Pending: the workflow shows the
+// share stuck from then on, not leaked.
+func TestLeakThatTurnsStuckIsShownStuck(t *testing.T) {
+	h := newHygieneEnv(t)
+	h.permits = []bool{true}
+	h.deletes = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}}
+	h.looks = []activities.ClaimCheck{{}}
+	h.env.RegisterDelayedCallback(func() {
+		if st := h.query(); st.State != capacity.FindingStuck {
+			t.Errorf("after the fresh look: %+v", st)
+		}
+	}, 30*time.Second)
+	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneResolved {
+		t.Fatalf("status = %+v", st)
+	}
+	h.want("record:leaked permit:granted delete look")
+	if ClaimHygieneID("u1") != "claim-hygiene/u1" {
+		t.Fatalf("ID = %s", ClaimHygieneID("u1"))
+	}
+}
+
+// Without a recheck interval the workflow looks again every minute, not in a busy loop.
+func TestRecheckDefaultsToAMinute(t *testing.T) {
+	h := newHygieneEnv(t)
+	h.looks = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}, {}}
+	start := h.env.Now()
+	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, ClaimHygieneInput{Finding: leakFinding(capacity.FindingStuck, false)})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if took := h.env.Now().Sub(start); took < 2*time.Minute {
+		t.Fatalf("two looks took %s", took)
+	}
+}
+
 func TestLeakedClaimIsRecordedThenDeletedOnce(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{true}

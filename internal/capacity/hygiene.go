@@ -77,13 +77,11 @@ func Inspect(c *resourcev1.ResourceClaim, allocatedAt time.Time, pods map[types.
 		return f
 	}
 	age := now.Sub(allocatedAt)
-	consumers := 0
-	for _, ref := range c.Status.ReservedFor {
-		if pod, looked := pods[ref.UID]; !looked || pod != nil || ref.Resource != "pods" {
-			consumers++
-		}
-	}
-	if consumers == 0 {
+	consumed := slices.ContainsFunc(c.Status.ReservedFor, func(ref resourcev1.ResourceClaimConsumerReference) bool {
+		pod, looked := pods[ref.UID]
+		return !looked || pod != nil || ref.Resource != "pods"
+	})
+	if !consumed {
 		if age < p.LeakTimeout {
 			return f
 		}
