@@ -2,13 +2,16 @@ package activities
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -64,9 +67,16 @@ func TestScanClaimsFindsEachKind(t *testing.T) {
 		templateClaim("kept", "n1", "alive"), hygienePod("alive", corev1.PodPending),
 		templateClaim("stuck", "n1", "p", "p"), hygienePod("p", corev1.PodPending),
 		templateClaim("running", "n1", "r", "r"), hygienePod("r", corev1.PodRunning),
-		templateClaim("unknown", "lost", "gone2"))
+		templateClaim("unknown", "lost", "gone2"),
+		templateClaim("replaced", "n1", "old"), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-old", Namespace: "t", UID: "new"}})
+	edge := templateClaim("edge", "n1", "alive")
+	edge.OwnerReferences = nil // orphaned: its Pod is gone
+	edge.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second).Add(-hygienePolicy.LeakTimeout))
+	if _, err := a.Kube.ResourceV1().ResourceClaims("t").Create(context.Background(), edge, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	a.Metrics = metrics.New()
-	got, err := a.ScanClaims(context.Background(), hygienePolicy, now)
+	got, err := a.ScanClaims(context.Background(), hygienePolicy, now.Truncate(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +84,13 @@ func TestScanClaimsFindsEachKind(t *testing.T) {
 	for _, f := range got {
 		kinds[f.Claim] = f
 	}
-	if len(got) != 4 || kinds["leaked"].Kind != capacity.FindingLeaked || !kinds["leaked"].Deletable ||
+	if len(got) != 6 || kinds["leaked"].Kind != capacity.FindingLeaked || !kinds["leaked"].Deletable ||
+		!kinds["replaced"].Deletable || !kinds["edge"].Deletable ||
 		kinds["kept"].Kind != capacity.FindingLeaked || kinds["kept"].Deletable ||
 		kinds["stuck"].Kind != capacity.FindingStuck || kinds["unknown"].Kind != capacity.FindingNodeLost {
 		t.Fatalf("findings = %+v", got)
 	}
-	if v := testutil.ToFloat64(a.Metrics.ClaimFindings.WithLabelValues(capacity.FindingLeaked)); v != 2 {
+	if v := testutil.ToFloat64(a.Metrics.ClaimFindings.WithLabelValues(capacity.FindingLeaked)); v != 4 {
 		t.Fatalf("leaked findings gauge = %v", v)
 	}
 }
@@ -120,6 +131,9 @@ func TestDeleteLeakedClaimActsOnceAndOnlyOnAFreshLook(t *testing.T) {
 	if res, err := a.DeleteLeakedClaim(ctx, in("leaked")); err != nil || res.Deleted || !res.Gone {
 		t.Fatalf("repeat: %+v %v", res, err)
 	}
+	if n := testutil.ToFloat64(a.Metrics.ClaimsDeleted); n != 1 {
+		t.Fatalf("deletions counted %v", n)
+	}
 	evs, _ := kube.CoreV1().Events("t").List(ctx, metav1.ListOptions{})
 	if len(evs.Items) != 1 || evs.Items[0].Reason != EventLeakedClaimDeleted || !strings.Contains(evs.Items[0].Message, "s-leaked") {
 		t.Fatalf("events = %+v", evs.Items)
@@ -159,5 +173,64 @@ func TestRecordClaimFindingOnce(t *testing.T) {
 	f.Kind = "odd"
 	if err := a.RecordClaimFinding(context.Background(), f); err == nil || !strings.Contains(err.Error(), "odd") {
 		t.Fatalf("unknown kind: %v", err)
+	}
+	f.Kind, f.UID, f.ShareIDs = capacity.FindingLeaked, "u2", nil
+	if err := a.RecordClaimFinding(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ = kube.CoreV1().Events("t").List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 2 || !strings.Contains(evs.Items[1].Message, "shares none") {
+		t.Fatalf("a claim without shares: %+v", evs.Items)
+	}
+}
+
+// The apiserver failing: a finding that cannot be recorded is an error (the activity retries); a
+// deletion whose Event fails still counts as done; a refused deletion is an error; a claim that
+// cannot be read is an error, not gone.
+func TestHygieneAPIFailures(t *testing.T) {
+	now := time.Now()
+	_, a, kube := activityEnv(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nodeLease("n1", now),
+		templateClaim("leaked", "n1", "gone"), templateClaim("conflict", "n1", "gone"))
+	ctx := context.Background()
+	kube.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("etcd is down")
+	})
+	kube.PrependReactor("delete", "resourceclaims", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if act.(k8stesting.DeleteAction).GetName() == "conflict" {
+			return true, nil, apierrors.NewConflict(resourcev1.Resource("resourceclaims"), "conflict", fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	if err := a.RecordClaimFinding(ctx, capacity.Finding{Kind: capacity.FindingLeaked, Namespace: "t", Claim: "leaked", UID: "leaked"}); err == nil || !strings.Contains(err.Error(), "etcd is down") {
+		t.Fatalf("record with the apiserver failing: %v", err)
+	}
+	res, err := a.DeleteLeakedClaim(ctx, HygieneInput{Namespace: "t", Claim: "leaked", UID: "leaked", Policy: hygienePolicy})
+	if err != nil || !res.Deleted {
+		t.Fatalf("a deletion whose Event failed: %+v %v", res, err)
+	}
+	res, err = a.DeleteLeakedClaim(ctx, HygieneInput{Namespace: "t", Claim: "conflict", UID: "conflict", Policy: hygienePolicy})
+	if err == nil || res.Deleted || !strings.Contains(err.Error(), "at version 7") {
+		t.Fatalf("a refused deletion: %+v %v", res, err)
+	}
+	kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("etcd is down")
+	})
+	if res, err := a.InspectClaim(ctx, HygieneInput{Namespace: "t", Claim: "conflict", UID: "conflict"}); err == nil || res.Gone {
+		t.Fatalf("an unreadable claim: %+v %v", res, err)
+	}
+}
+
+// InspectClaim looks at one claim: its finding, or gone.
+func TestInspectClaim(t *testing.T) {
+	now := time.Now()
+	_, a, _ := activityEnv(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nodeLease("n1", now),
+		templateClaim("stuck", "n1", "p", "p"), hygienePod("p", corev1.PodPending))
+	ctx := context.Background()
+	res, err := a.InspectClaim(ctx, HygieneInput{Namespace: "t", Claim: "stuck", UID: "stuck", Policy: hygienePolicy})
+	if err != nil || res.Gone || res.Finding.Kind != capacity.FindingStuck || res.Finding.Version != "7" {
+		t.Fatalf("stuck: %+v %v", res, err)
+	}
+	if res, err := a.InspectClaim(ctx, HygieneInput{Namespace: "t", Claim: "nope", UID: "nope", Policy: hygienePolicy}); err != nil || !res.Gone {
+		t.Fatalf("missing: %+v %v", res, err)
 	}
 }

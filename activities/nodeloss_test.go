@@ -37,7 +37,7 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 	env, a, _ := activityEnv(t,
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "live"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lost"}},
 		nodeLease("live", now), nodeLease("lost", now.Add(-time.Minute)),
-		claimOn("on-live", "live"), claimOn("on-lost", "lost"), claimOn("on-gone", "gone"))
+		claimOn("on-live", "live"), claimOn("on-lost", "lost"), claimOn("a-on-lost", "lost"), claimOn("on-gone", "gone"))
 	report := func() CapacityReport {
 		v, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{})
 		if err != nil {
@@ -48,8 +48,8 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 		return rep
 	}
 	rep := report()
-	if len(rep.Unknown) != 1 || rep.Unknown[0].Claim != "on-lost" || rep.Unknown[0].ShareIDs[0] != "s-on-lost" ||
-		!strings.Contains(rep.Unknown[0].Reason, "capacity fence lost") {
+	if len(rep.Unknown) != 2 || rep.Unknown[0].Claim != "a-on-lost" || rep.Unknown[1].Claim != "on-lost" || rep.Unknown[1].ShareIDs[0] != "s-on-lost" ||
+		!strings.Contains(rep.Unknown[1].Reason, "capacity fence lost") {
 		t.Fatalf("unknown = %+v", rep.Unknown)
 	}
 	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "live", Actor: "sre"}); err == nil || !strings.Contains(err.Error(), "still renews") {
@@ -71,7 +71,7 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "lost", Undo: true}); err != nil {
 		t.Fatal(err)
 	}
-	if rep := report(); len(rep.Unknown) != 1 {
+	if rep := report(); len(rep.Unknown) != 2 {
 		t.Fatalf("after the undo: %+v", rep.Unknown)
 	}
 }
