@@ -176,7 +176,7 @@ func reduceClaim(c *resourcev1.ResourceClaim, pods map[types.UID]*corev1.Pod, te
 func allocationTime(c *resourcev1.ResourceClaim) *time.Time {
 	var at *time.Time
 	for _, m := range c.ManagedFields {
-		if m.Subresource != "status" || m.Time == nil || m.FieldsV1 == nil || !strings.Contains(string(m.FieldsV1.Raw), `"f:allocation"`) {
+		if m.Subresource != "status" || m.Time == nil || m.FieldsV1 == nil || !strings.Contains(m.FieldsV1.GetRawString(), `"f:allocation"`) {
 			continue
 		}
 		t := m.Time.Time

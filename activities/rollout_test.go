@@ -222,7 +222,7 @@ func TestBlockNewClaimsIsIdempotentAndLifted(t *testing.T) {
 func TestReduceClaim(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	mf := func(sub string, at time.Time, fields string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Subresource: sub, Time: &metav1.Time{Time: at}, FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		return metav1.ManagedFieldsEntry{Subresource: sub, Time: &metav1.Time{Time: at}, FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	ready := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Time{Time: t0.Add(3 * time.Second)}},

@@ -95,7 +95,7 @@ func TestSourceListsWatchesAndResumes(t *testing.T) {
 	if watches[1] != "13" {
 		t.Fatalf("resumed from %q, want 13", watches[1])
 	}
-	ws[1].Error(&apierrors.NewGone("too old").ErrStatus)
+	ws[1].Error(&apierrors.NewResourceExpired("too old").ErrStatus)
 	waitUntil(t, "relist after Gone", func() bool { l, w, _ := ep.state(); return l == 6 && len(w) == 3 })
 	_, watches, _ = ep.state()
 	if watches[2] != "10" {
