@@ -2,15 +2,21 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/devicewarden
-# Packages with unit tests; the e2e package runs separately against the real stack.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v /internal/e2e)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Unit tests are every package; the e2e package is behind the e2e build tag and runs separately
+# against the real stack.
+UNIT_PKGS = ./...
+# Checkers built from the Go module proxy into the cache, like the control plane.
+TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/tools
+STATICCHECK = $(TOOLS_DIR)/staticcheck-v0.8.2/staticcheck
+WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 
-.PHONY: dev test test-unit test-e2e check fmt vet bench mutation build control-plane clean
+.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck bench mutation build control-plane clean
 
 build: ## Build the devicewarden binary
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
 	@mkdir -p bin
-	@set -o pipefail; $(GO) build -v -o $(BIN) ./cmd/devicewarden 2>&1 | \
+	@set -o pipefail; $(GO) build -v -ldflags "-X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)" -o $(BIN) ./cmd/devicewarden 2>&1 | \
 		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
 	@echo "==> $(BIN) ready"
 
@@ -29,15 +35,31 @@ test-unit: ## Unit, workflow (time-skipping) and replay tests, with the race det
 test-e2e: control-plane ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
 	@echo "==> integration tests on the real local stack"
-	$(GO) test -count=1 -timeout 30m -v ./internal/e2e/
+	$(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
 
-check: fmt vet test ## gofmt, go vet and every test
+check: fmt vet staticcheck workflowcheck test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check and every test
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./internal/e2e/
+
+$(STATICCHECK):
+	@echo "==> building staticcheck v0.8.2 from the Go module proxy into $(dir $@)"
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+$(WORKFLOWCHECK):
+	@echo "==> building workflowcheck v0.6.0 from the Go module proxy into $(dir $@)"
+	GOBIN=$(dir $@) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
+
+staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests included
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags e2e ./internal/e2e/
+
+workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workflows
+	$(WORKFLOWCHECK) ./workflows/...
 
 bench: build control-plane ## Benchmarks against the real local stack; figures go in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/

@@ -42,7 +42,7 @@ func TestReplayCoversEveryPath(t *testing.T) {
 	}
 	sort.Strings(missing)
 	for _, m := range missing {
-		t.Errorf("no recorded history takes %s: record one (DEVICEWARDEN_RECORD_HISTORY=$PWD/workflows/testdata go test ./internal/e2e/)", m)
+		t.Errorf("no recorded history takes %s: record one (DEVICEWARDEN_RECORD_HISTORY=$PWD/workflows/testdata go test -tags e2e ./internal/e2e/)", m)
 	}
 	for wf, ids := range markers {
 		for id, file := range ids {

@@ -202,6 +202,7 @@ func newRunCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var t temporalFlags
 	var ctl controllerFlags
+	var embed bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the worker and the watcher against a cluster (in-cluster config by default)",
@@ -211,6 +212,9 @@ func newRunCmd(g *globals) *cobra.Command {
 			topts, err := t.options(g)
 			if err != nil {
 				return err
+			}
+			if topts.Address == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" && !embed {
+				return fmt.Errorf("in a cluster, run needs --temporal-address: without it every replica would embed its own SQLite Temporal; pass --embed-temporal to do that anyway")
 			}
 			copts, err := ctl.load()
 			if err != nil {
@@ -232,5 +236,6 @@ func newRunCmd(g *globals) *cobra.Command {
 	k.add(cmd)
 	t.add(cmd, true)
 	addControllerFlags(cmd, &ctl)
+	cmd.Flags().BoolVar(&embed, "embed-temporal", false, "in a cluster, embed a SQLite Temporal server in this process when --temporal-address is empty (refused otherwise)")
 	return cmd
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/devicewarden/devicewarden/internal/buildinfo"
 )
 
 // Execute runs the command line and returns the process exit code.
@@ -71,8 +73,28 @@ func NewRoot() *cobra.Command {
 	pf.StringVar(&g.stateDir, "state-dir", ".devicewarden", "directory for local state: the embedded Temporal database and the local cluster")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g), newMigrationCmd(g), newApprovalsCmd(g), newRolloutCmd(g), newCapacityCmd(g))
+	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g), newMigrationCmd(g), newApprovalsCmd(g), newRolloutCmd(g), newCapacityCmd(g), newVersionCmd())
 	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use: "version", Short: "Print this build's version, VCS revision and Go version", Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			info := buildinfo.Read()
+			switch output {
+			case "json":
+				return printJSON(c.OutOrStdout(), info)
+			case "text":
+				fmt.Fprintln(c.OutOrStdout(), info)
+				return nil
+			}
+			return fmt.Errorf("-o %q: want text or json", output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {
@@ -131,5 +153,5 @@ func logConfig(logger *slog.Logger, cmd *cobra.Command) {
 		}
 		attrs = append(attrs, f.Name, v)
 	})
-	logger.Info("effective configuration", append([]any{"command", cmd.CommandPath()}, attrs...)...)
+	logger.Info("effective configuration", append([]any{"command", cmd.CommandPath(), "build", buildinfo.Read().String()}, attrs...)...)
 }

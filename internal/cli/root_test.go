@@ -5,8 +5,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/devicewarden/devicewarden/internal/buildinfo"
 )
 
 func run(t *testing.T, env map[string]string, args ...string) (string, error) {
@@ -58,6 +61,8 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "bad bool from env", env: map[string]string{"DEVICEWARDEN_DRY_RUN": "perhaps"}, args: []string{"run"}, wantErr: "DEVICEWARDEN_DRY_RUN"},
 		{name: "tls cert without key", args: []string{"run", "--temporal-address", "x:7233", "--temporal-tls-cert", "c.pem"}, wantErr: "go together"},
 		{name: "tls for the embedded server", args: []string{"run", "--temporal-api-key", "k"}, wantErr: "--temporal-address"},
+		{name: "embedded Temporal in a cluster", env: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, args: []string{"run"}, wantErr: "--embed-temporal"},
+		{name: "version output", args: []string{"version", "-o", "yaml"}, wantErr: "want text or json"},
 		{name: "nodes out of range", args: []string{"sim", "nodes", "--devices", "0"}, wantErr: "--devices"},
 		{name: "unknown flag", args: []string{"dev", "--frobnicate"}, wantErr: "unknown flag"},
 		{name: "broken policy file", args: []string{"run", "--policy", brokenPolicy}, wantErr: "line 4"},
@@ -119,5 +124,16 @@ func TestEnvironmentSetsFlagsAndTheCommandLineWins(t *testing.T) {
 	t.Setenv("DEVICEWARDEN_LOG_LEVEL", "loud")
 	if _, err := run(t, nil, "--log-level", "warn", "cluster", "status"); err != nil {
 		t.Fatalf("flag should win over a bad env value: %v", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run(t, nil, "version")
+	if err != nil || !strings.HasPrefix(out, "devicewarden "+buildinfo.Version+" (") || !strings.Contains(out, runtime.Version()) {
+		t.Fatalf("version: %v %q", err, out)
+	}
+	out, err = run(t, nil, "version", "-o", "json")
+	if err != nil || !strings.Contains(out, `"goVersion": "`+runtime.Version()+`"`) {
+		t.Fatalf("version -o json: %v %q", err, out)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package e2e runs DeviceWarden against real parts: a local etcd + kube-apiserver + kube-scheduler +
 // kube-controller-manager + kwok, and the embedded Temporal server. Nothing here is mocked.
 package e2e

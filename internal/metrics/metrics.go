@@ -2,7 +2,11 @@
 // collectors through a *Metrics so tests can use a fresh registry.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/devicewarden/devicewarden/internal/buildinfo"
+)
 
 // Metrics holds every collector.
 type Metrics struct {
@@ -190,6 +194,13 @@ func New() *Metrics {
 		Help: "Leaked ResourceClaims deleted by claim hygiene.",
 	})
 	m.Registry.MustRegister(m.CapacityViolations, m.RolloutGates, m.RolloutRollbacks, m.ClaimFindings, m.ClaimsDeleted)
+	bi := buildinfo.Read()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "devicewarden", Name: "build_info",
+		Help: "Always 1; the labels say which build runs (version, VCS revision, Go version).",
+	}, []string{"version", "revision", "goversion"})
+	build.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+	m.Registry.MustRegister(build)
 	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
