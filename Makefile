@@ -10,8 +10,10 @@ UNIT_PKGS = ./...
 TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/tools
 STATICCHECK = $(TOOLS_DIR)/staticcheck-v0.8.2/staticcheck
 WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
+HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
+CHART = deploy/helm/devicewarden
 
-.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck bench mutation build control-plane clean
+.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart bench mutation build control-plane clean
 
 build: ## Build the devicewarden binary
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -32,12 +34,12 @@ test-unit: ## Unit, workflow (time-skipping) and replay tests, with the race det
 	@echo "==> unit tests (race detector; a cold build takes minutes)"
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
-test-e2e: control-plane ## Integration tests on a real local cluster and the embedded Temporal server
+test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
 	@echo "==> integration tests on the real local stack"
-	$(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
+	DEVICEWARDEN_HELM=$(HELM) $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
 
-check: fmt vet staticcheck workflowcheck test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check and every test
+check: fmt vet staticcheck workflowcheck chart test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint and every test
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -60,6 +62,14 @@ staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests inc
 
 workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workflows
 	$(WORKFLOWCHECK) ./workflows/...
+
+$(HELM):
+	@echo "==> building helm v3.22.0 from the Go module proxy into $(dir $@) (a few minutes the first time)"
+	GOBIN=$(dir $@) $(GO) install helm.sh/helm/v3/cmd/helm@v3.22.0
+
+chart: $(HELM) ## helm lint and helm template of the chart (the e2e tests apply it to the real apiserver)
+	$(HELM) lint --strict $(CHART) --set temporal.address=temporal-frontend.temporal:7233
+	$(HELM) template devicewarden $(CHART) --kube-version 1.37.2 --set temporal.address=temporal-frontend.temporal:7233 > /dev/null
 
 bench: build control-plane ## Benchmarks against the real local stack; figures go in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/

@@ -21,6 +21,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 var gpu3 = device.ID{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-3"}
@@ -231,5 +232,43 @@ func TestQuarantineAPIErrorIsRetried(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("error")); n != 1 {
 		t.Errorf("error metric %v", n)
+	}
+}
+
+// A quarantine writes a Warning Event on each Pod and claim that reported the device (once each,
+// however often the activity runs), so kubectl describe on them tells why; no reporters, no Events.
+func TestQuarantineTellsTheReportersPodsAndClaims(t *testing.T) {
+	env, _, kube := activityEnv(t)
+	in := quarantineIn("XID 79")
+	in.Decision = string(policy.Quarantined)
+	in.Reporters = []policy.Reporter{
+		{Namespace: "team", Pod: "trainer-0", Container: "a", Claim: "trainer-0-gpu"},
+		{Namespace: "team", Pod: "trainer-0", Container: "b", Claim: "trainer-0-gpu"},
+		{Namespace: "team", Pod: "", Claim: ""},
+	}
+	for range 2 {
+		if _, err := quarantine(t, env, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := kube.CoreV1().Events("team").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range evs.Items {
+		got[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] = e.Reason + ": " + e.Message
+	}
+	if len(evs.Items) != 2 || !strings.HasPrefix(got["Pod/trainer-0"], "DeviceQuarantined: device "+gpu3.String()+" quarantined by") ||
+		!strings.Contains(got["ResourceClaim/trainer-0-gpu"], "XID 79") || !strings.Contains(got["Pod/trainer-0"], gpu3.TaintRuleName()) {
+		t.Fatalf("events = %v", got)
+	}
+	in.Decision = ""
+	in.Reporters[0].Pod = "other"
+	if _, err := quarantine(t, env, in); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := kube.CoreV1().Events("team").List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 2 {
+		t.Fatalf("a call without a decision wrote events: %d", len(evs.Items))
 	}
 }

@@ -34,6 +34,10 @@ type QuarantineInput struct {
 	Effect resourcev1.DeviceTaintEffect `json:"effect"`
 	// Key is the taint key (default the quarantine key; probation while on probation).
 	Key string `json:"key,omitempty"`
+	// Decision is the state the taint puts the device in (Quarantined, Restricted, ...); with
+	// Reporters, the Pods and claims that reported it get an Event saying so.
+	Decision  string            `json:"decision,omitempty"`
+	Reporters []policy.Reporter `json:"reporters,omitempty"`
 }
 
 // QuarantineResult says which rule holds the quarantine and whether this call created it.
@@ -110,6 +114,7 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 	_, err := rules.Create(ctx, rule, metav1.CreateOptions{FieldManager: FieldManager})
 	if err == nil {
 		a.count("created")
+		a.decisionEvents(ctx, in, name, rule.Spec.Taint.Effect)
 		return QuarantineResult{RuleName: name, Created: true, Effect: string(rule.Spec.Taint.Effect)}, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
@@ -145,6 +150,7 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		}
 		return QuarantineResult{}, fmt.Errorf("update device taint rule %s: %w", name, err)
 	}
+	a.decisionEvents(ctx, in, name, rule.Spec.Taint.Effect)
 	return res, nil
 }
 

@@ -111,6 +111,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	qin := activities.QuarantineInput{
 		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
+		Decision: string(act.To), Reporters: st.Reporters,
 	}
 	var res activities.QuarantineResult
 	if err := run(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {

@@ -244,9 +244,18 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Policies: o.Policies, Alerter: acts.Alerter,
 	})
 	g, gctx := errgroup.WithContext(ctx)
-	ready := &readiness{watcher: wt, leaderElected: o.LeaderElection != nil}
+	ready := &readiness{watcher: wt, leaderElected: o.LeaderElection != nil, temporal: func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}}
 	watch := func(ctx context.Context) error {
 		ready.leading.Store(true)
+		if m != nil {
+			m.Leading.Set(1)
+			defer m.Leading.Set(0)
+		}
 		err := wt.Run(ctx)
 		ready.stopped.Store(true)
 		if err != nil {

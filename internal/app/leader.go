@@ -67,20 +67,30 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElecti
 	return fmt.Errorf("lost the %s/%s lease", le.Namespace, le.Name)
 }
 
-// readiness answers /readyz: a replica is ready when its watcher (if it runs one: always without
-// leader election, while leading with it) has listed every source once and has not stopped. A
-// follower, whose worker serves Temporal, is ready.
+// readiness answers /readyz: a replica is ready when it reaches Temporal (its worker needs it)
+// and its watcher (if it runs one: always without leader election, while leading with it) has
+// listed every source once and has not stopped. A follower that reaches Temporal is ready.
 type readiness struct {
 	watcher       *watcher.Watcher
 	leaderElected bool
 	leading       atomic.Bool
 	stopped       atomic.Bool
+	// temporal answers whether Temporal is reachable (nil: not checked).
+	temporal func(context.Context) error
 }
 
 func (r *readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	switch {
-	case r.stopped.Load():
+	if r.stopped.Load() {
 		http.Error(w, "watcher stopped", http.StatusServiceUnavailable)
+		return
+	}
+	if r.temporal != nil {
+		if err := r.temporal(req.Context()); err != nil {
+			http.Error(w, "temporal unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	switch {
 	case r.leaderElected && !r.leading.Load():
 		_, _ = w.Write([]byte("ok: follower (worker only)"))
 	case !r.watcher.Synced():

@@ -63,6 +63,16 @@ func TestReadyz(t *testing.T) {
 	if code() != http.StatusOK {
 		t.Fatal("a follower is not ready")
 	}
+	var down error
+	r.temporal = func(context.Context) error { return down }
+	down = errors.New("connection refused")
+	if code() != http.StatusServiceUnavailable {
+		t.Fatal("a follower that cannot reach Temporal is ready")
+	}
+	down = nil
+	if code() != http.StatusOK {
+		t.Fatal("a follower that reaches Temporal again is not ready")
+	}
 	r.leading.Store(true)
 	if code() != http.StatusServiceUnavailable {
 		t.Fatal("a leader whose watcher has not synced is ready")

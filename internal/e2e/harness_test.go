@@ -217,6 +217,12 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 
 // controller runs a worker and a watcher against the stack until stop is called.
 func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()) {
+	return s.controllerAs(s.kube, opts)
+}
+
+// controllerAs runs a controller whose Kubernetes calls go through kube (another identity); the
+// simulated driver and kubelet keep the stack's.
+func (s *stack) controllerAs(kube kubernetes.Interface, opts app.ControllerOptions) (*metrics.Metrics, func()) {
 	m := metrics.New()
 	// The simulated driver and kubelet complete probe and canary Pods by the devices' fault state.
 	if !s.noKubelet {
@@ -229,7 +235,7 @@ func (s *stack) controller(opts app.ControllerOptions) (*metrics.Metrics, func()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := app.RunController(ctx, s.kube, s.temporal, opts, m, testLogger); err != nil {
+		if err := app.RunController(ctx, kube, s.temporal, opts, m, testLogger); err != nil {
 			fmt.Fprintln(os.Stderr, "controller:", err)
 		}
 	}()

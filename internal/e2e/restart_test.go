@@ -237,6 +237,9 @@ func TestLeaderElection(t *testing.T) {
 	if events := testutil.CollectAndCount(mB.WatcherEvents); events != 0 {
 		t.Fatalf("the follower watched: %d event series", events)
 	}
+	if a, b := testutil.ToFloat64(mA.Leading), testutil.ToFloat64(mB.Leading); a != 1 || b != 0 {
+		t.Fatalf("devicewarden_watcher_leading: leader %v, follower %v", a, b)
+	}
 
 	stopA()
 	eventually(t, 30*time.Second, "replica-b takes over", func() error {
@@ -256,6 +259,9 @@ func TestLeaderElection(t *testing.T) {
 		}
 		return nil
 	})
+	if a, b := testutil.ToFloat64(mA.Leading), testutil.ToFloat64(mB.Leading); a != 0 || b != 1 {
+		t.Fatalf("devicewarden_watcher_leading after the takeover: old leader %v, new %v", a, b)
+	}
 }
 
 // TestRestartWhileDeviceMissing: a device leaves its slice while allocated (Suspect, tolerance

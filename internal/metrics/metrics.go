@@ -28,6 +28,9 @@ type Metrics struct {
 	SignalSeconds prometheus.Histogram
 	// QueueDepth is the number of devices waiting to be signalled.
 	QueueDepth prometheus.Gauge
+	// Leading is 1 while this replica's watcher runs (it holds the Lease, or runs without
+	// leader election); summed over replicas it says whether anyone watches.
+	Leading prometheus.Gauge
 	// Quarantines counts quarantine activity calls by result (created, existing, error).
 	Quarantines *prometheus.CounterVec
 	// Permits counts circuit-breaker answers by result (granted, denied).
@@ -193,7 +196,11 @@ func New() *Metrics {
 		Namespace: "devicewarden", Subsystem: "claim_hygiene", Name: "deletions_total",
 		Help: "Leaked ResourceClaims deleted by claim hygiene.",
 	})
-	m.Registry.MustRegister(m.CapacityViolations, m.RolloutGates, m.RolloutRollbacks, m.ClaimFindings, m.ClaimsDeleted)
+	m.Leading = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "devicewarden", Subsystem: "watcher", Name: "leading",
+		Help: "1 while this replica's watcher runs (it holds the Lease); summed over replicas, whether anyone watches.",
+	})
+	m.Registry.MustRegister(m.CapacityViolations, m.RolloutGates, m.RolloutRollbacks, m.ClaimFindings, m.ClaimsDeleted, m.Leading)
 	bi := buildinfo.Read()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "devicewarden", Name: "build_info",

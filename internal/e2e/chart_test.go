@@ -1,0 +1,250 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// helmBinary is helm built from the Go module proxy (make test-e2e builds it; DEVICEWARDEN_HELM
+// names it).
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("DEVICEWARDEN_HELM")
+	if path == "" {
+		path = filepath.Join(localcluster.DefaultCacheDir(), "tools", "helm-v3.22.0", "helm")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("helm not built (%v): make test-e2e builds it from the Go module proxy", err)
+	}
+	return path
+}
+
+// renderChart runs helm template on the chart with these --set values.
+func renderChart(t *testing.T, release, namespace string, sets ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", release, filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--namespace", namespace, "--kube-version", "1.37.2"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(helmBinary(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("decode rendered chart: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, &u)
+		}
+	}
+}
+
+// applyObjects applies objects with server-side apply (dryRun: the apiserver validates and
+// admits them without storing them).
+func applyObjects(t *testing.T, ctx context.Context, s *stack, objs []*unstructured.Unstructured, dryRun bool) {
+	t.Helper()
+	cfg, err := app.KubeConfig(s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ContentType = "" // unstructured objects travel as JSON
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(s.kube.Discovery()))
+	opts := metav1.ApplyOptions{FieldManager: "e2e-chart", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		if _, err := ri.Apply(ctx, o.GetName(), o, opts); err != nil {
+			t.Fatalf("apply %s %s/%s (dry run %v): %v", gvk.Kind, o.GetNamespace(), o.GetName(), dryRun, err)
+		}
+	}
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	out := map[string]int{}
+	for _, o := range objs {
+		out[o.GetKind()]++
+	}
+	return out
+}
+
+// TestChartRendersAndTheAPIServerAcceptsIt: the chart rendered by helm is accepted by the real
+// apiserver (server-side dry run). Without the Prometheus Operator's API it renders no
+// ServiceMonitor or PrometheusRule; with it, both. A missing temporal.address is refused.
+func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "dwchart"
+	if _, err := shared.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	objs := renderChart(t, "dw", ns, "temporal.address=temporal-frontend.temporal:7233", "policy=version: 1")
+	k := kinds(objs)
+	for _, want := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "PodDisruptionBudget", "ConfigMap"} {
+		if k[want] == 0 {
+			t.Errorf("rendered no %s: %v", want, k)
+		}
+	}
+	if k["ServiceMonitor"] != 0 || k["PrometheusRule"] != 0 {
+		t.Errorf("Prometheus Operator objects without its API: %v", k)
+	}
+	for _, o := range objs {
+		labels := o.GetLabels()
+		if labels["app.kubernetes.io/name"] != "devicewarden" || labels["app.kubernetes.io/instance"] != "dw" || !strings.HasPrefix(labels["helm.sh/chart"], "devicewarden-") {
+			t.Errorf("%s %s lacks the standard labels: %v", o.GetKind(), o.GetName(), labels)
+		}
+	}
+	applyObjects(t, ctx, shared, objs, true)
+
+	cmd := exec.Command(helmBinary(t), "template", "dw", filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--kube-version", "1.37.2",
+		"--set", "temporal.address=t:7233", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "kind: ServiceMonitor") || !strings.Contains(string(out), "kind: PrometheusRule") || !strings.Contains(string(out), "DeviceWardenNoLeader") {
+		t.Fatalf("with the operator's API: %v\n%s", err, out)
+	}
+	cmd = exec.Command(helmBinary(t), "template", "dw", filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--kube-version", "1.37.2")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "temporal.address is required") {
+		t.Fatalf("without temporal.address: %v\n%s", err, out)
+	}
+}
+
+// TestChartRightsRunTheQuarantine: the chart's RBAC objects applied for real; a controller whose
+// every Kubernetes call is made as the chart's ServiceAccount (impersonation) quarantines an
+// Unhealthy device. Rights the chart does not give are refused: reading Secrets, updating a
+// node's Lease, writing a Lease outside its namespace, editing Pod status, and (rollout.enabled
+// off) patching nodes.
+func TestChartRightsRunTheQuarantine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInfra()
+	const ns, release = "dwrbac", "dw"
+	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var rbac []*unstructured.Unstructured
+	for _, o := range renderChart(t, release, ns, "temporal.address=t:7233", "rollout.enabled=false") {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	applyObjects(t, ctx, s, rbac, false)
+	cfg, err := app.KubeConfig(s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate.UserName = "system:serviceaccount:" + ns + ":" + release + "-devicewarden"
+	cfg.Impersonate.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	sa, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, stop := s.controllerAs(sa, app.ControllerOptions{Workers: 4, OwnNamespace: ns, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
+	defer stop()
+	ids := devicePods(t, ctx, s.kube, "rbac", 1)
+	setHealth(t, ctx, s.kube, ids, corev1.ResourceHealthStatusUnhealthy)
+	eventually(t, time.Minute, "device quarantined as the chart's ServiceAccount", func() error {
+		_, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, ids[0].TaintRuleName(), metav1.GetOptions{})
+		return err
+	})
+	// What kubectl describe pod shows: the Events on the Pod that reported the device.
+	eventually(t, 30*time.Second, "the quarantine told on the Pod", func() error {
+		pods, err := s.kube.CoreV1().Pods("rbac").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			evs, err := s.kube.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + p.Name + ",reason=DeviceQuarantined"})
+			if err != nil {
+				return err
+			}
+			if len(evs.Items) == 1 && strings.Contains(evs.Items[0].Message, ids[0].TaintRuleName()) {
+				return nil
+			}
+			return fmt.Errorf("events on %s: %+v", p.Name, evs.Items)
+		}
+		return fmt.Errorf("no rbac Pod")
+	})
+
+	forbidden := map[string]error{}
+	_, forbidden["list secrets"] = sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	nodeLease, err := s.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil || len(nodeLease.Items) == 0 {
+		t.Fatalf("node leases: %v", err)
+	}
+	l := nodeLease.Items[0]
+	l.Spec.HolderIdentity = ptr.To("devicewarden")
+	_, forbidden["update a node's Lease"] = sa.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, &l, metav1.UpdateOptions{})
+	_, forbidden["create a Lease in default"] = sa.CoordinationV1().Leases("default").Create(ctx,
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "devicewarden-watcher"}}, metav1.CreateOptions{})
+	pods, err := s.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("pods: %v", err)
+	}
+	_, forbidden["update Pod status"] = sa.CoreV1().Pods(pods.Items[0].Namespace).UpdateStatus(ctx, &pods.Items[0], metav1.UpdateOptions{})
+	_, forbidden["patch a node (rollouts off)"] = sa.CoreV1().Nodes().Patch(ctx, pods.Items[0].Spec.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+	for what, err := range forbidden {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s as the chart's ServiceAccount: want Forbidden, got %v", what, err)
+		}
+	}
+	if _, err := sa.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("reading node Leases: %v", err)
+	}
+}
