@@ -206,20 +206,18 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	// What kubectl describe pod shows: the Events on the Pod that reported the device.
 	eventually(t, 30*time.Second, "the quarantine told on the Pod", func() error {
 		pods, err := s.kube.CoreV1().Pods("rbac").List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 {
+			return fmt.Errorf("rbac Pods: %v, %d", err, len(pods.Items))
+		}
+		p := pods.Items[0]
+		evs, err := s.kube.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + p.Name + ",reason=DeviceQuarantined"})
 		if err != nil {
 			return err
 		}
-		for _, p := range pods.Items {
-			evs, err := s.kube.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + p.Name + ",reason=DeviceQuarantined"})
-			if err != nil {
-				return err
-			}
-			if len(evs.Items) == 1 && strings.Contains(evs.Items[0].Message, ids[0].TaintRuleName()) {
-				return nil
-			}
+		if len(evs.Items) != 1 || !strings.Contains(evs.Items[0].Message, ids[0].TaintRuleName()) {
 			return fmt.Errorf("events on %s: %+v", p.Name, evs.Items)
 		}
-		return fmt.Errorf("no rbac Pod")
+		return nil
 	})
 
 	forbidden := map[string]error{}

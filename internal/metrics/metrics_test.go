@@ -12,6 +12,13 @@ func TestBuildInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	if !names["go_goroutines"] || !names["process_resident_memory_bytes"] {
+		t.Fatal("the Go runtime and process collectors are not registered")
+	}
 	for _, f := range families {
 		if f.GetName() != "devicewarden_build_info" {
 			continue
