@@ -13,12 +13,12 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart bench mutation build control-plane clean
+.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build control-plane clean
 
-build: ## Build the devicewarden binary
+build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
 	@mkdir -p bin
-	@set -o pipefail; $(GO) build -v -ldflags "-X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)" -o $(BIN) ./cmd/devicewarden 2>&1 | \
+	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -ldflags "-X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)" -o $(BIN) ./cmd/devicewarden 2>&1 | \
 		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
 	@echo "==> $(BIN) ready"
 
@@ -39,7 +39,7 @@ test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and
 	@echo "==> integration tests on the real local stack"
 	DEVICEWARDEN_HELM=$(HELM) $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
 
-check: fmt vet staticcheck workflowcheck chart test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint and every test
+check: fmt vet staticcheck workflowcheck chart image-check test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -47,6 +47,7 @@ fmt:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./internal/e2e/
+	$(GO) vet -tags image ./internal/imagecheck/
 
 $(STATICCHECK):
 	@echo "==> building staticcheck v0.8.2 from the Go module proxy into $(dir $@)"
@@ -59,6 +60,7 @@ $(WORKFLOWCHECK):
 staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests included
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags e2e ./internal/e2e/
+	$(STATICCHECK) -tags image ./internal/imagecheck/
 
 workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workflows
 	$(WORKFLOWCHECK) ./workflows/...
@@ -66,6 +68,25 @@ workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workf
 $(HELM):
 	@echo "==> building helm v3.22.0 from the Go module proxy into $(dir $@) (a few minutes the first time)"
 	GOBIN=$(dir $@) $(GO) install helm.sh/helm/v3/cmd/helm@v3.22.0
+
+IMAGE = bin/devicewarden-image.tar
+BUILDAH = buildah --storage-driver vfs
+
+image: build ## The OCI image (static binary on scratch, non-root) as an archive, built by buildah with no daemon
+	@command -v buildah >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then echo "==> installing buildah (Debian package)"; apt-get install -y -q buildah >/dev/null; \
+		else echo "make image needs buildah: apt-get install buildah (as root)"; exit 1; fi; }
+	@echo "==> building the image devicewarden:$(VERSION) into $(IMAGE)"
+	@rm -rf bin/image-context $(IMAGE) && mkdir -p bin/image-context
+	cp $(BIN) bin/image-context/devicewarden
+	cp /etc/ssl/certs/ca-certificates.crt bin/image-context/
+	$(BUILDAH) bud -q --layers=false -f deploy/image/Containerfile -t devicewarden:$(VERSION) bin/image-context
+	$(BUILDAH) push -q devicewarden:$(VERSION) oci-archive:$(IMAGE):devicewarden:$(VERSION)
+	$(BUILDAH) rmi -f devicewarden:$(VERSION) >/dev/null
+	@rm -rf bin/image-context
+
+image-check: image ## Build the image and inspect the archive: user, entrypoint, the binary's version
+	DEVICEWARDEN_IMAGE=$(CURDIR)/$(IMAGE) DEVICEWARDEN_VERSION=$(VERSION) $(GO) test -tags image -count=1 ./internal/imagecheck/
 
 chart: $(HELM) ## helm lint and helm template of the chart (the e2e tests apply it to the real apiserver)
 	$(HELM) lint --strict $(CHART) --set temporal.address=temporal-frontend.temporal:7233

@@ -48,6 +48,8 @@ type TemporalOptions struct {
 	// SuggestContinueAsNewAfter lowers the embedded server's history length for continue-as-new
 	// (tests); 0 keeps the default.
 	SuggestContinueAsNewAfter int
+	// MetricsHandler receives the SDK's own metrics (nil: none).
+	MetricsHandler client.MetricsHandler
 }
 
 // Temporal is a connected client and, when embedded, the server behind it.
@@ -99,7 +101,8 @@ func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger
 
 // Dial connects to the Temporal frontend at o.Address.
 func Dial(ctx context.Context, o TemporalOptions, logger *slog.Logger) (client.Client, error) {
-	copts := client.Options{HostPort: o.Address, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(logger.With("component", "temporal-sdk"))}
+	copts := client.Options{HostPort: o.Address, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(logger.With("component", "temporal-sdk")),
+		MetricsHandler: o.MetricsHandler}
 	if o.TLSCert != "" || o.TLSCA != "" {
 		tlsCfg, err := clientTLS(o)
 		if err != nil {

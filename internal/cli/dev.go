@@ -72,6 +72,8 @@ func newDevCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(out, "simulated GPU nodes: %v (%d devices each)\n", names, simDevices)
 			}
+			m := metrics.New()
+			topts.MetricsHandler = m.TemporalHandler()
 			tc, err := app.ConnectTemporal(ctx, topts, g.logger)
 			if err != nil {
 				return err
@@ -112,7 +114,7 @@ func newDevCmd(g *globals) *cobra.Command {
 			copts.Extra = append(copts.Extra, (&sim.Checkpointer{Kube: kube, Logger: g.logger}).Run)
 			// Pools made with sim pool follow their ownership label (device plugin or DRA).
 			copts.Extra = append(copts.Extra, (&sim.OwnedDrivers{Kube: kube, Logger: g.logger}).Run)
-			err = app.RunController(ctx, kube, tc.Client, copts, metrics.New(), g.logger)
+			err = app.RunController(ctx, kube, tc.Client, copts, m, g.logger)
 			g.logger.Info("worker and watcher stopped")
 			return err
 		},
@@ -224,13 +226,15 @@ func newRunCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			m := metrics.New()
+			topts.MetricsHandler = m.TemporalHandler()
 			tc, err := app.ConnectTemporal(c.Context(), topts, g.logger)
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
 			copts.Slack = ctl.slack.notifier(topts.Namespace)
-			return app.RunController(c.Context(), kube, tc.Client, copts, metrics.New(), g.logger)
+			return app.RunController(c.Context(), kube, tc.Client, copts, m, g.logger)
 		},
 	}
 	k.add(cmd)
