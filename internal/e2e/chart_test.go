@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,12 +48,16 @@ func helmBinary(t *testing.T) string {
 	return path
 }
 
-// renderChart runs helm template on the chart with these --set values.
+// renderChart runs helm template on the chart with these --set values (or flags, "--...").
 func renderChart(t *testing.T, release, namespace string, sets ...string) []*unstructured.Unstructured {
 	t.Helper()
 	args := []string{"template", release, filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--namespace", namespace, "--kube-version", "1.37.2"}
 	for _, s := range sets {
-		args = append(args, "--set", s)
+		if strings.HasPrefix(s, "--") {
+			args = append(args, s)
+		} else {
+			args = append(args, "--set", s)
+		}
 	}
 	cmd := exec.Command(helmBinary(t), args...)
 	var stderr bytes.Buffer
@@ -61,34 +66,27 @@ func renderChart(t *testing.T, release, namespace string, sets ...string) []*uns
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatalf("decode rendered chart: %v", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, &u)
-		}
-	}
+	return decodeAll(t, out)
 }
 
 // applyObjects applies objects with server-side apply (dryRun: the apiserver validates and
 // admits them without storing them).
 func applyObjects(t *testing.T, ctx context.Context, s *stack, objs []*unstructured.Unstructured, dryRun bool) {
 	t.Helper()
+	if err := apply(ctx, s, objs, dryRun); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func apply(ctx context.Context, s *stack, objs []*unstructured.Unstructured, dryRun bool) error {
 	cfg, err := app.KubeConfig(s.kubeconfig)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cfg.ContentType = "" // unstructured objects travel as JSON
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(s.kube.Discovery()))
 	opts := metav1.ApplyOptions{FieldManager: "e2e-chart", Force: true}
@@ -99,16 +97,60 @@ func applyObjects(t *testing.T, ctx context.Context, s *stack, objs []*unstructu
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+			return fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
 		}
 		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 		if m.Scope.Name() == "namespace" {
 			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
 		}
 		if _, err := ri.Apply(ctx, o.GetName(), o, opts); err != nil {
-			t.Fatalf("apply %s %s/%s (dry run %v): %v", gvk.Kind, o.GetNamespace(), o.GetName(), dryRun, err)
+			return fmt.Errorf("apply %s %s/%s (dry run %v): %w", gvk.Kind, o.GetNamespace(), o.GetName(), dryRun, err)
 		}
 	}
+	return nil
+}
+
+// decodeAll reads every object of a multi-document YAML stream.
+func decodeAll(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("decode: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, &u)
+		}
+	}
+}
+
+// operatorCRDs are the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, from the Go
+// module proxy's copy of its module.
+func operatorCRDs(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	const mod = "github.com/prometheus-operator/prometheus-operator@v0.88.0"
+	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
+	if err != nil {
+		t.Fatalf("go mod download %s: %v\n%s", mod, err, out)
+	}
+	var info struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		t.Fatalf("go mod download %s: %v %s", mod, err, info.Error)
+	}
+	var crds []*unstructured.Unstructured
+	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		data, err := os.ReadFile(filepath.Join(info.Dir, "example", "prometheus-operator-crd", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds = append(crds, decodeAll(t, data)...)
+	}
+	return crds
 }
 
 func kinds(objs []*unstructured.Unstructured) map[string]int {
@@ -121,7 +163,8 @@ func kinds(objs []*unstructured.Unstructured) map[string]int {
 
 // TestChartRendersAndTheAPIServerAcceptsIt: the chart rendered by helm is accepted by the real
 // apiserver (server-side dry run). Without the Prometheus Operator's API it renders no
-// ServiceMonitor or PrometheusRule; with it, both. A missing temporal.address is refused.
+// ServiceMonitor or PrometheusRule; with its CRDs applied, both, and the apiserver accepts them.
+// A missing temporal.address is refused.
 func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -147,13 +190,18 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 	}
 	applyObjects(t, ctx, shared, objs, true)
 
-	cmd := exec.Command(helmBinary(t), "template", "dw", filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--kube-version", "1.37.2",
-		"--set", "temporal.address=t:7233", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
-	out, err := cmd.Output()
-	if err != nil || !strings.Contains(string(out), "kind: ServiceMonitor") || !strings.Contains(string(out), "kind: PrometheusRule") || !strings.Contains(string(out), "DeviceWardenNoLeader") {
-		t.Fatalf("with the operator's API: %v\n%s", err, out)
+	// With the Prometheus Operator's CRDs (applied from the Go module proxy's copy) the chart
+	// renders a ServiceMonitor and a PrometheusRule, and the apiserver validates them too.
+	applyObjects(t, ctx, shared, operatorCRDs(t), false)
+	withOperator := renderChart(t, "dw", ns, "temporal.address=t:7233",
+		"--api-versions=monitoring.coreos.com/v1/ServiceMonitor", "--api-versions=monitoring.coreos.com/v1/PrometheusRule")
+	if k := kinds(withOperator); k["ServiceMonitor"] != 1 || k["PrometheusRule"] != 1 {
+		t.Fatalf("with the operator's API: %v", k)
 	}
-	cmd = exec.Command(helmBinary(t), "template", "dw", filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--kube-version", "1.37.2")
+	eventually(t, time.Minute, "chart with the operator's objects accepted", func() error {
+		return apply(ctx, shared, withOperator, true)
+	})
+	cmd := exec.Command(helmBinary(t), "template", "dw", filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--kube-version", "1.37.2")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "temporal.address is required") {
 		t.Fatalf("without temporal.address: %v\n%s", err, out)
 	}
