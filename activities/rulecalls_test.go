@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,6 +133,28 @@ func TestReleaseRule(t *testing.T) {
 		env, a, _ := activityEnv(t)
 		if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("the node and the reporting Pod and claim are told, once", func(t *testing.T) {
+		env, a, kube := activityEnv(t, existingRule(quarantineIn("XID 79")))
+		told := in
+		told.Node = "node-1"
+		told.Reporters = []policy.Reporter{{Namespace: "team", Pod: "trainer-0", Claim: "trainer-0-gpu"}}
+		for range 2 {
+			if _, err := env.ExecuteActivity(a.ReleaseRule, told); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[string]string{}
+		for _, ns := range []string{"default", "team"} {
+			evs, _ := kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+			for _, e := range evs.Items {
+				got[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] = e.Reason + ": " + e.Message
+			}
+		}
+		if len(got) != 3 || !strings.HasPrefix(got["Node/node-1"], "DeviceReleased: device "+gpu3.String()+" released by devicewarden: probe") ||
+			got["Pod/trainer-0"] != got["Node/node-1"] || got["ResourceClaim/trainer-0-gpu"] == "" {
+			t.Fatalf("events = %v", got)
 		}
 	})
 	t.Run("another device's rule is left alone", func(t *testing.T) {

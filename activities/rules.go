@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -272,6 +273,9 @@ type ReleaseInput struct {
 	QuarantinedAt time.Time `json:"quarantinedAt"`
 	// FirstReviewPassed counts the release toward the false-quarantine rate.
 	FirstReviewPassed bool `json:"firstReviewPassed,omitempty"`
+	// Node and Reporters get a DeviceReleased Event (kubectl describe node, pod, claim).
+	Node      string            `json:"node,omitempty"`
+	Reporters []policy.Reporter `json:"reporters,omitempty"`
 }
 
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
@@ -290,6 +294,12 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		}
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
+	msg := fmt.Sprintf("device %s released by %s: %s", in.Device, in.Actor, in.Reason)
+	key := in.Device.TaintRuleName() + ".released." + strings.ToLower(in.QuarantinedAt.UTC().Format("20060102t150405"))
+	if in.Node != "" {
+		a.event(ctx, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: in.Node}, "DeviceReleased", corev1.EventTypeNormal, msg, in.Node+"."+key)
+	}
+	a.tellReporters(ctx, in.Reporters, "DeviceReleased", corev1.EventTypeNormal, msg, key)
 	if m := a.Metrics; m != nil {
 		m.Releases.WithLabelValues("released").Inc()
 		if !in.QuarantinedAt.IsZero() {

@@ -58,7 +58,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			}
 		case policy.ActRelease:
 			in := activities.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
-				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed()}
+				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters}
 			if err := workflow.ExecuteActivity(actx, a.ReleaseRule, in).Get(ctx, nil); err != nil {
 				acts = append(acts, st.ReleaseFailed(err.Error(), workflow.Now(ctx))...)
 				continue
