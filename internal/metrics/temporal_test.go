@@ -30,6 +30,10 @@ temporal_worker_task_slots_available{activity_type="",namespace="default",operat
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "temporal_request", "temporal_worker_task_slots_available"); err != nil {
 		t.Fatal(err)
 	}
+	h.Counter("sticky-cache.hit").Inc(1) // a name without the prefix gets it, in Prometheus' alphabet
+	if n, err := testutil.GatherAndCount(m.Registry, "temporal_sticky_cache_hit"); err != nil || n != 1 {
+		t.Fatalf("renamed counter series: %d, %v", n, err)
+	}
 	if n, err := testutil.GatherAndCount(m.Registry, "temporal_request_latency_seconds"); err != nil || n != 1 {
 		t.Fatalf("timer series: %d, %v", n, err)
 	}
