@@ -272,3 +272,20 @@ func TestQuarantineTellsTheReportersPodsAndClaims(t *testing.T) {
 		t.Fatalf("a call without a decision wrote events: %d", len(evs.Items))
 	}
 }
+
+// An Event's name stays within the 253 characters Kubernetes allows, keeping its distinct end.
+func TestDecisionEventNamesFit(t *testing.T) {
+	env, _, kube := activityEnv(t)
+	in := quarantineIn("XID 79")
+	in.Decision = string(policy.Restricted)
+	long := strings.Repeat("p", 300)
+	in.Reporters = []policy.Reporter{{Namespace: "team", Pod: long}}
+	if _, err := quarantine(t, env, in); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := kube.CoreV1().Events("team").List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 1 || len(evs.Items[0].Name) != 253 || !strings.HasSuffix(evs.Items[0].Name, "."+gpu3.TaintRuleName()+".noschedule") ||
+		evs.Items[0].Reason != "DeviceRestricted" {
+		t.Fatalf("events = %+v", evs.Items)
+	}
+}
