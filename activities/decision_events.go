@@ -44,8 +44,17 @@ func (a *Activities) tellReporters(ctx context.Context, reporters []policy.Repor
 	}
 }
 
-// event writes one Event named name (trimmed to a valid length); one already there is success.
+// event writes one Event named name (trimmed to a valid length) and logs a failure; the decision
+// stands without it.
 func (a *Activities) event(ctx context.Context, obj corev1.ObjectReference, reason, typ, msg, name string) {
+	if err := a.createEvent(ctx, obj, reason, typ, msg, name, "devicewarden.io/device"); err != nil {
+		slog.Default().WarnContext(ctx, "event not recorded", "object", obj.Kind+"/"+obj.Namespace+"/"+obj.Name, "reason", reason, "error", err)
+	}
+}
+
+// createEvent writes one Event about obj, named name (trimmed to a valid length) and reported by
+// controller; one already there by that name is success, so a fixed name writes it once.
+func (a *Activities) createEvent(ctx context.Context, obj corev1.ObjectReference, reason, typ, msg, name, controller string) error {
 	if len(name) > 253 {
 		name = name[len(name)-253:]
 	}
@@ -58,10 +67,11 @@ func (a *Activities) event(ctx context.Context, obj corev1.ObjectReference, reas
 		ObjectMeta:     metav1.ObjectMeta{Name: strings.TrimLeft(name, ".-"), Namespace: ns},
 		InvolvedObject: obj, Reason: reason, Message: msg, Type: typ,
 		Source:              corev1.EventSource{Component: "devicewarden"},
-		ReportingController: "devicewarden.io/device", ReportingInstance: "devicewarden",
+		ReportingController: controller, ReportingInstance: "devicewarden",
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	if _, err := a.Kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		slog.Default().WarnContext(ctx, "event not recorded", "object", obj.Kind+"/"+obj.Namespace+"/"+obj.Name, "reason", reason, "error", err)
+		return err
 	}
+	return nil
 }

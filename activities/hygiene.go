@@ -99,17 +99,10 @@ func (a *Activities) RecordClaimFinding(ctx context.Context, f capacity.Finding)
 // claimEvent writes an Event on a claim named after the claim's UID and a key, so it is written
 // once; an Event already there is success.
 func (a *Activities) claimEvent(ctx context.Context, c *resourcev1.ResourceClaim, f capacity.Finding, reason, key, typ, msg string) error {
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.hygiene-%s", c.UID, key), Namespace: c.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: resourcev1.SchemeGroupVersion.String(),
-			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: f.Version},
-		Reason: reason, Message: msg, Type: typ,
-		Source: corev1.EventSource{Component: "devicewarden"}, ReportingController: "devicewarden.io/claim-hygiene", ReportingInstance: "devicewarden",
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	_, err := a.Kube.CoreV1().Events(c.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	ref := corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: resourcev1.SchemeGroupVersion.String(),
+		Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: f.Version}
+	err := a.createEvent(ctx, ref, reason, typ, msg, fmt.Sprintf("%s.hygiene-%s", c.UID, key), "devicewarden.io/claim-hygiene")
+	if err != nil {
 		if reason == EventLeakedClaimDeleted {
 			slog.Default().Warn("event not recorded", "claim", c.Namespace+"/"+c.Name, "reason", reason, "error", err)
 			return nil // the deletion happened; its record is the workflow's history

@@ -63,12 +63,8 @@ func unknownAllocations(claims []*resourcev1.ResourceClaim, nodes map[string]cap
 			continue
 		}
 		f := capacity.Finding{Kind: capacity.FindingNodeLost, Namespace: c.Namespace, Claim: c.Name, UID: string(c.UID), Version: c.ResourceVersion, Node: node,
-			Reason: fmt.Sprintf("node %s stopped renewing its Lease: Unknown until it returns or is fenced (capacity fence %s)", node, node)}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.ShareID != nil {
-				f.ShareIDs = append(f.ShareIDs, string(*r.ShareID))
-			}
-		}
+			ShareIDs: capacity.ShareIDs(c.Status.Allocation),
+			Reason:   fmt.Sprintf("node %s stopped renewing its Lease: Unknown until it returns or is fenced (capacity fence %s)", node, node)}
 		out = append(out, f)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Claim < out[j].Namespace+"/"+out[j].Claim })

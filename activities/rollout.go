@@ -250,15 +250,9 @@ type HeldNode struct {
 
 // nodeEvent records an Event on a node; a failure to record is logged, never fatal.
 func (a *Activities) nodeEvent(ctx context.Context, n *corev1.Node, reason, msg string) {
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", n.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
-		Reason:         reason, Message: msg, Type: corev1.EventTypeNormal,
-		Source: corev1.EventSource{Component: "devicewarden"}, ReportingController: "devicewarden.io/rollout", ReportingInstance: "devicewarden",
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := a.Kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	ref := corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
+	name := fmt.Sprintf("%s.%x", n.Name, time.Now().UnixNano())
+	if err := a.createEvent(ctx, ref, reason, corev1.EventTypeNormal, msg, name, "devicewarden.io/rollout"); err != nil {
 		slog.Default().Warn("event not recorded", "node", n.Name, "reason", reason, "error", err)
 	}
 }

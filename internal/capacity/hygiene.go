@@ -66,11 +66,7 @@ func Inspect(c *resourcev1.ResourceClaim, allocatedAt time.Time, pods map[types.
 	if c.Status.Allocation == nil || c.DeletionTimestamp != nil {
 		return f
 	}
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.ShareID != nil {
-			f.ShareIDs = append(f.ShareIDs, string(*r.ShareID))
-		}
-	}
+	f.ShareIDs = ShareIDs(c.Status.Allocation)
 	f.Node = AllocationNode(c.Status.Allocation)
 	if n := nodes[f.Node]; n.Lost && !n.Fenced {
 		f.Kind, f.Reason = FindingNodeLost, fmt.Sprintf("node %s stopped renewing its Lease: the allocation is Unknown until the node returns or is fenced", f.Node)
@@ -149,6 +145,17 @@ func started(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// ShareIDs are the ShareIDs of an allocation's shares, in result order (nil when it has none).
+func ShareIDs(a *resourcev1.AllocationResult) []string {
+	var out []string
+	for _, r := range a.Devices.Results {
+		if r.ShareID != nil {
+			out = append(out, string(*r.ShareID))
+		}
+	}
+	return out
 }
 
 // AllocationNode is the node a node-local allocation is pinned to ("" when it is not).

@@ -56,11 +56,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 				w := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "INVARIANT\tCLAIM\tSHARE\tDEVICE\tDETAIL")
 				for _, v := range rep.Violations {
-					share := v.ShareID
-					if share == "" {
-						share = "-"
-					}
-					fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\n", v.Invariant, v.Namespace, v.Claim, share, v.Device, v.Detail)
+					fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\n", v.Invariant, v.Namespace, v.Claim, dash(v.ShareID), v.Device, v.Detail)
 				}
 				if err := w.Flush(); err != nil {
 					return err

@@ -43,15 +43,11 @@ func newCapacityHygieneCmd(g *globals) *cobra.Command {
 			fmt.Fprintln(w, "CLAIM\tSTATE\tVERSION\tSHARES\tNODE\tREASON")
 			for _, st := range list {
 				f := st.Finding
-				shares := strings.Join(f.ShareIDs, ",")
-				if shares == "" {
-					shares = "-"
-				}
 				reason := f.Reason
 				if st.Held != "" {
 					reason += " (" + st.Held + ")"
 				}
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", f.Namespace, f.Claim, st.State, f.Version, shares, dash(f.Node), reason)
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", f.Namespace, f.Claim, st.State, f.Version, dash(strings.Join(f.ShareIDs, ",")), dash(f.Node), reason)
 			}
 			return w.Flush()
 		},

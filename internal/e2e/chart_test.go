@@ -51,6 +51,16 @@ func helmBinary(t *testing.T) string {
 // renderChart runs helm template on the chart with these --set values (or flags, "--...").
 func renderChart(t *testing.T, release, namespace string, sets ...string) []*unstructured.Unstructured {
 	t.Helper()
+	out, stderr, err := helmTemplate(t, release, namespace, sets...)
+	if err != nil {
+		t.Fatalf("helm template %s %v: %v\n%s", release, sets, err, stderr)
+	}
+	return decodeAll(t, out)
+}
+
+// helmTemplate runs helm template and returns what it printed on stdout and on stderr.
+func helmTemplate(t *testing.T, release, namespace string, sets ...string) ([]byte, string, error) {
+	t.Helper()
 	args := []string{"template", release, filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--namespace", namespace, "--kube-version", "1.37.2"}
 	for _, s := range sets {
 		if strings.HasPrefix(s, "--") {
@@ -63,10 +73,7 @@ func renderChart(t *testing.T, release, namespace string, sets ...string) []*uns
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return decodeAll(t, out)
+	return out, stderr.String(), err
 }
 
 // applyObjects applies objects with server-side apply (dryRun: the apiserver validates and
@@ -201,9 +208,8 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 	eventually(t, time.Minute, "chart with the operator's objects accepted", func() error {
 		return apply(ctx, shared, withOperator, true)
 	})
-	cmd := exec.Command(helmBinary(t), "template", "dw", filepath.Join("..", "..", "deploy", "helm", "devicewarden"), "--kube-version", "1.37.2")
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "temporal.address is required") {
-		t.Fatalf("without temporal.address: %v\n%s", err, out)
+	if _, stderr, err := helmTemplate(t, "dw", ns); err == nil || !strings.Contains(stderr, "temporal.address is required") {
+		t.Fatalf("without temporal.address: %v\n%s", err, stderr)
 	}
 }
 
