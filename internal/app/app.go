@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/metrics"
@@ -279,13 +280,15 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		})
 		return lg.Wait()
 	}
+	var live liveness
 	if o.LeaderElection == nil {
 		g.Go(func() error { return lead(gctx) })
 	} else {
-		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, lead, logger) })
+		live.leader = leaderelection.NewLeaderHealthzAdaptor(WatchdogTimeout)
+		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, live.leader, lead, logger) })
 	}
 	if o.MetricsAddress != "" || o.MetricsListener != nil {
-		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, o.MetricsListener, m, ready, logger) })
+		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, o.MetricsListener, m, live, ready, logger) })
 	}
 	g.Go(func() error { pruneEvidence(gctx, acts, logger); return nil })
 	for _, fn := range o.Extra {
@@ -310,10 +313,10 @@ func pruneEvidence(ctx context.Context, acts *activities.Activities, logger *slo
 	}
 }
 
-func serveMetrics(ctx context.Context, addr string, ln net.Listener, m *metrics.Metrics, ready *readiness, logger *slog.Logger) error {
+func serveMetrics(ctx context.Context, addr string, ln net.Listener, m *metrics.Metrics, live liveness, ready *readiness, logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.Handle("/healthz", live)
 	mux.Handle("/readyz", ready)
 	if ln == nil {
 		var err error

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,7 +20,9 @@ import (
 // exits and restarts rather than risk two watchers signalling at once. A watcher that stops (it
 // could not reach Temporal at start, a source failed) gives the Lease up at once, so the other
 // replica takes over instead of waiting for a Lease held by a replica that watches nothing.
-func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection, fn func(context.Context) error, logger *slog.Logger) error {
+// watchdog (may be nil) is told about the elector, so /healthz fails while this replica leads
+// without renewing.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElection, watchdog *leaderelection.HealthzAdaptor, fn func(context.Context) error, logger *slog.Logger) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
 		Client:     kube.CoordinationV1(),
@@ -32,7 +35,7 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElecti
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, ReleaseOnCancel: true,
+		Lock: lock, ReleaseOnCancel: true, WatchDog: watchdog,
 		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
@@ -51,6 +54,9 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElecti
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
+	if watchdog != nil {
+		watchdog.SetLeaderElection(elector) // only RunOrDie does this itself
+	}
 	elector.Run(electCtx)
 	select {
 	case <-started:
@@ -65,6 +71,26 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, le LeaderElecti
 		return nil
 	}
 	return fmt.Errorf("lost the %s/%s lease", le.Namespace, le.Name)
+}
+
+// WatchdogTimeout is how long past its Lease duration a leader may go without renewing before
+// /healthz fails and the kubelet restarts it (its renewal is stuck; the other replica may lead).
+const WatchdogTimeout = 20 * time.Second
+
+// liveness answers /healthz: the process can work. A leader whose Lease renewal is stuck cannot
+// (it watches while another replica may have taken the Lease over), so it fails.
+type liveness struct {
+	leader *leaderelection.HealthzAdaptor // nil without leader election
+}
+
+func (l liveness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if l.leader != nil {
+		if err := l.leader.Check(req); err != nil {
+			http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ok"))
 }
 
 // readiness answers /readyz: a replica is ready when it reaches Temporal (its worker needs it)

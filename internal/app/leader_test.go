@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/watcher"
@@ -29,7 +33,7 @@ func TestLeaderWhoseWatcherStopsGivesTheLeaseUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	broken := errors.New("list running device workflows: connection refused")
-	err := runAsLeader(ctx, kube, le, func(context.Context) error { return broken }, logger)
+	err := runAsLeader(ctx, kube, le, nil, func(context.Context) error { return broken }, logger)
 	if !errors.Is(err, broken) {
 		t.Fatalf("runAsLeader = %v, want the watcher's error", err)
 	}
@@ -44,7 +48,7 @@ func TestLeaderWhoseWatcherStopsGivesTheLeaseUp(t *testing.T) {
 	le.Identity = "replica-b"
 	led := make(chan struct{})
 	go func() {
-		_ = runAsLeader(ctx, kube, le, func(ctx context.Context) error { close(led); <-ctx.Done(); return nil }, logger)
+		_ = runAsLeader(ctx, kube, le, nil, func(ctx context.Context) error { close(led); <-ctx.Done(); return nil }, logger)
 	}()
 	select {
 	case <-led:
@@ -106,4 +110,54 @@ func TestTemporalUnreachableAtStartTakesNoLease(t *testing.T) {
 	if leases, _ := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); len(leases.Items) != 0 {
 		t.Fatalf("took a Lease: %+v", leases.Items)
 	}
+}
+
+// A leader whose Lease renewal hangs fails /healthz once the renewal is a Lease duration plus the
+// watchdog timeout late, so the kubelet restarts it; before that it is healthy.
+func TestHealthzFailsWhileTheLeaderCannotRenew(t *testing.T) {
+	kube := fake.NewSimpleClientset()
+	le := LeaderElection{Namespace: "default", Name: "devicewarden-watcher", Identity: "replica-a",
+		LeaseDuration: time.Second, RenewDeadline: 800 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+	live := liveness{leader: leaderelection.NewLeaderHealthzAdaptor(200 * time.Millisecond)}
+	code := live.code
+	// Once hanging is set, every renewal hangs (as on a wedged connection).
+	var hanging atomic.Bool
+	hang := make(chan struct{})
+	kube.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if !hanging.Load() {
+			return false, nil, nil
+		}
+		<-hang
+		return true, nil, errors.New("hung")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	led := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = runAsLeader(ctx, kube, le, live.leader, func(ctx context.Context) error { close(led); <-ctx.Done(); return nil },
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	<-led
+	if c := code(); c != http.StatusOK {
+		t.Fatalf("a leader that renews: /healthz %d", c)
+	}
+	hanging.Store(true)
+	t.Cleanup(func() { close(hang); cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for code() == http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz still ok while the leader cannot renew: %v", live.leader.Check(nil))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c := (liveness{}).code(); c != http.StatusOK {
+		t.Fatalf("without leader election: /healthz %d", c)
+	}
+}
+
+func (l liveness) code() int {
+	w := httptest.NewRecorder()
+	l.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	return w.Code
 }

@@ -29,6 +29,10 @@ type Metrics struct {
 	SignalSeconds prometheus.Histogram
 	// QueueDepth is the number of devices waiting to be signalled.
 	QueueDepth prometheus.Gauge
+	// ReportAge is how long ago the device with a workflow that waited longest was last signalled:
+	// the heartbeat keeps it near the heartbeat interval; past the heartbeat limit its workflow
+	// counts a Healthy report as stale.
+	ReportAge prometheus.Gauge
 	// Leading is 1 while this replica's watcher runs (it holds the Lease, or runs without
 	// leader election); summed over replicas it says whether anyone watches.
 	Leading prometheus.Gauge
@@ -112,6 +116,10 @@ func New() *Metrics {
 		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "devicewarden", Subsystem: "watcher", Name: "queue_depth",
 			Help: "Devices waiting to be signalled.",
+		}),
+		ReportAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "devicewarden", Subsystem: "watcher", Name: "oldest_report_age_seconds",
+			Help: "Seconds since the longest-waiting device with a workflow and a reporting pod was last signalled (0: none). Above the heartbeat limit (10m) its workflow counts Healthy as stale.",
 		}),
 		Quarantines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "activities", Name: "quarantines_total",
@@ -212,6 +220,6 @@ func New() *Metrics {
 	// The Go runtime (go_*) and the process (process_*: CPU seconds, resident memory, open files).
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
-		m.Signals, m.SignalSeconds, m.QueueDepth, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
+		m.Signals, m.SignalSeconds, m.QueueDepth, m.ReportAge, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
 }

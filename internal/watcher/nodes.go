@@ -125,7 +125,8 @@ func (w *Watcher) leaseSource() *source {
 	}
 }
 
-// checkLeases runs the node-level decisions every interval.
+// checkLeases runs the node-level decisions every interval, and measures how old the oldest
+// delivered report is (a heartbeat that cannot reach Temporal makes reports go stale).
 func (w *Watcher) checkLeases(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -134,6 +135,7 @@ func (w *Watcher) checkLeases(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			w.cfg.Metrics.ReportAge.Set(w.store.oldestSignal(w.cfg.Clock()).Seconds())
 			down, up := w.leases.changes(w.cfg.Clock())
 			for node, msg := range down {
 				w.cfg.Logger.Warn("node outage", "node", node, "reason", msg)

@@ -370,6 +370,23 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 	return s.stamp(obs), doSignal
 }
 
+// oldestSignal is how long ago the device that waited longest was last delivered, among devices
+// with a workflow and a reporting pod (the ones the heartbeat keeps current); zero when none.
+func (s *store) oldestSignal(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var oldest time.Duration
+	for _, e := range s.devices {
+		if e.signalled == nil || len(e.reports) == 0 {
+			continue
+		}
+		if age := now.Sub(e.signalledAt); age > oldest {
+			oldest = age
+		}
+	}
+	return oldest
+}
+
 // markSignalled records a delivered observation.
 func (s *store) markSignalled(obs workflows.Observation, now time.Time) {
 	s.mu.Lock()
