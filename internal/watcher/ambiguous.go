@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -62,16 +61,11 @@ func (w *Watcher) recordAmbiguous(pod *corev1.Pod, e ResolveError, text string) 
 		{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		{Kind: "ResourceClaim", APIVersion: "resource.k8s.io/v1", Namespace: claimNS, Name: claimName},
 	}
-	now := metav1.NewTime(w.cfg.Clock())
+	now := w.cfg.Clock().UnixNano()
 	for i, ref := range refs {
 		// Named as kubelet names its events: object name, then a unique hex suffix.
-		ev := &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()+int64(i)), Namespace: ref.Namespace},
-			InvolvedObject: ref, Reason: EventAmbiguous, Message: text, Type: corev1.EventTypeWarning,
-			Source: corev1.EventSource{Component: "devicewarden"}, ReportingController: "devicewarden.io/watcher", ReportingInstance: "devicewarden",
-			FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		}
-		if _, err := w.cfg.Kube.CoreV1().Events(ref.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		name := fmt.Sprintf("%s.%x", ref.Name, now+int64(i))
+		if err := activities.CreateEvent(ctx, w.cfg.Kube, ref, EventAmbiguous, corev1.EventTypeWarning, text, name, "devicewarden.io/watcher"); err != nil {
 			w.cfg.Logger.Warn("event not recorded", "object", ref.Kind+" "+ref.Namespace+"/"+ref.Name, "error", err)
 		}
 	}
