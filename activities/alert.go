@@ -2,7 +2,11 @@ package activities
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"log/slog"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -16,7 +20,13 @@ type AlertInput struct {
 	WorkflowID string    `json:"workflowID"`
 	// Channel is the policy's Slack channel ("" = the Alerter's default).
 	Channel string `json:"channel,omitempty"`
+	// Node names the node a node-level alert is about; the alert is then also a Warning Event
+	// on that node, so `kubectl describe node` shows it.
+	Node string `json:"node,omitempty"`
 }
+
+// EventNodeEscalated is the reason of the Event on a node whose device failures escalated.
+const EventNodeEscalated = "DeviceFailuresOnNode"
 
 // Alerter delivers alerts to people (Slack, a pager). Nil means log only.
 type Alerter interface {
@@ -32,6 +42,13 @@ func (a *Activities) Alert(ctx context.Context, in AlertInput) error {
 	slog.Default().Log(ctx, alertLevel(in.Level), "alert", attrs...)
 	if a.Metrics != nil {
 		a.Metrics.Alerts.WithLabelValues(in.Level).Inc()
+	}
+	if in.Node != "" && a.Kube != nil {
+		// Named after the node and the text, so a retried alert writes one Event.
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(in.Text))
+		ref := corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: in.Node}
+		a.event(ctx, ref, EventNodeEscalated, corev1.EventTypeWarning, in.Text, fmt.Sprintf("%s.escalated.%x", in.Node, h.Sum64()))
 	}
 	if a.Alerter == nil {
 		return nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 type sent struct {
@@ -82,5 +84,28 @@ func TestRequestApproval(t *testing.T) {
 	}
 	if _, err := env.ExecuteActivity(a.RequestApproval, req); err != nil || len(to.approvals) != 1 || to.approvals[0].Channel != "#gpu-ops" {
 		t.Fatalf("posted %+v (%v)", to.approvals, err)
+	}
+}
+
+// A node-level alert is also a Warning Event on the node; the retried alert writes it once.
+func TestNodeAlertIsAnEventOnTheNode(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	in := AlertInput{Level: "critical", Text: "2 of 8 devices failed on node-1", WorkflowID: "node/node-1", Node: "node-1"}
+	for range 2 {
+		if _, err := env.ExecuteActivity(a.Alert, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := a.Kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 1 {
+		t.Fatalf("events %+v", evs.Items)
+	}
+	e := evs.Items[0]
+	if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "node-1" || e.Reason != EventNodeEscalated ||
+		e.Type != corev1.EventTypeWarning || e.Message != in.Text {
+		t.Fatalf("event %+v", e)
 	}
 }

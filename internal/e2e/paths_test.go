@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -174,6 +175,20 @@ func TestEveryWorkflowPath(t *testing.T) {
 			return fmt.Errorf("node state %+v", ns)
 		}
 		return nil
+	})
+	// kubectl describe node shows it: a Warning Event on the node.
+	eventually(t, time.Minute, "escalation Event on the node", func() error {
+		evs, err := s.kube.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == activities.EventNodeEscalated && e.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return fmt.Errorf("events on node %s: %d, none %s", node, len(evs.Items), activities.EventNodeEscalated)
 	})
 
 	// Extend, pause and resume while quarantined; the lease then ends and reviews need approval.
