@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/devicewarden
+# The lean flavour for clusters (build tag lean): no embedded Temporal server or UI, no local cluster,
+# simulator or benchmarks. The image carries it.
+BIN_LEAN := bin/devicewarden-lean
+LDFLAGS_VERSION = -X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Unit tests are every package; the e2e package is behind the e2e build tag and runs separately
 # against the real stack.
@@ -13,14 +17,21 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build control-plane clean
+.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
 	@mkdir -p bin
-	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -ldflags "-X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)" -o $(BIN) ./cmd/devicewarden 2>&1 | \
+	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -ldflags "$(LDFLAGS_VERSION)" -o $(BIN) ./cmd/devicewarden 2>&1 | \
 		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
 	@echo "==> $(BIN) ready"
+
+build-lean: ## Build the lean binary for clusters (tag lean, static, stripped): what the image carries
+	@echo "==> building $(BIN_LEAN) (lean: no embedded Temporal server, local cluster, simulator or benchmarks)"
+	@mkdir -p bin
+	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -tags lean -trimpath -ldflags "-s -w $(LDFLAGS_VERSION)" -o $(BIN_LEAN) ./cmd/devicewarden 2>&1 | \
+		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
+	@echo "==> $(BIN_LEAN) ready ($$(du -m $(BIN_LEAN) | cut -f1) MB)"
 
 control-plane: build ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok into the cache
 	@$(BIN) cluster build
@@ -33,6 +44,8 @@ test: test-unit test-e2e ## All tests
 test-unit: ## Unit, workflow (time-skipping) and replay tests, with the race detector
 	@echo "==> unit tests (race detector; a cold build takes minutes)"
 	$(GO) test -race -count=1 $(UNIT_PKGS)
+	@echo "==> the lean flavour's own tests (build tag lean)"
+	$(GO) test -tags lean -count=1 ./internal/cli/ ./internal/buildinfo/
 
 test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
@@ -48,6 +61,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./internal/e2e/
 	$(GO) vet -tags image ./internal/imagecheck/
+	$(GO) vet -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 
 $(STATICCHECK):
 	@echo "==> building staticcheck v0.8.2 from the Go module proxy into $(dir $@)"
@@ -61,6 +75,7 @@ staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests inc
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags e2e ./internal/e2e/
 	$(STATICCHECK) -tags image ./internal/imagecheck/
+	$(STATICCHECK) -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 
 workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workflows
 	$(WORKFLOWCHECK) ./workflows/...
@@ -72,13 +87,13 @@ $(HELM):
 IMAGE = bin/devicewarden-image.tar
 BUILDAH = buildah --storage-driver vfs
 
-image: build ## The OCI image (static binary on scratch, non-root) as an archive, built by buildah with no daemon
+image: build-lean ## The OCI image (the lean static binary on scratch, non-root) as an archive, built by buildah with no daemon
 	@command -v buildah >/dev/null || { \
 		if [ "$$(id -u)" = 0 ]; then echo "==> installing buildah (Debian package)"; apt-get install -y -q buildah >/dev/null; \
 		else echo "make image needs buildah: apt-get install buildah (as root)"; exit 1; fi; }
 	@echo "==> building the image devicewarden:$(VERSION) into $(IMAGE)"
 	@rm -rf bin/image-context $(IMAGE) && mkdir -p bin/image-context
-	cp $(BIN) bin/image-context/devicewarden
+	cp $(BIN_LEAN) bin/image-context/devicewarden
 	cp /etc/ssl/certs/ca-certificates.crt bin/image-context/
 	$(BUILDAH) bud -q --layers=false -f deploy/image/Containerfile -t devicewarden:$(VERSION) bin/image-context
 	$(BUILDAH) push -q devicewarden:$(VERSION) oci-archive:$(IMAGE):devicewarden:$(VERSION)

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
-	"github.com/devicewarden/devicewarden/internal/temporalserver"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -56,7 +54,20 @@ type TemporalOptions struct {
 // Temporal is a connected client and, when embedded, the server behind it.
 type Temporal struct {
 	Client client.Client
-	Server *temporalserver.Server
+	Server EmbeddedServer
+}
+
+// ErrNoEmbeddedServer is what the lean build says when asked to embed Temporal.
+var ErrNoEmbeddedServer = errors.New("this is the lean build (for clusters): it has no embedded Temporal server; " +
+	"give --temporal-address of a Temporal frontend, or use the full build (make build) to embed one")
+
+// EmbeddedServer is the Temporal server this process runs when no address is given. Only the
+// full build has one (embed.go); the lean build for clusters (build tag lean) refuses to embed.
+type EmbeddedServer interface {
+	FrontendAddress() string
+	// UIURL is the Web UI's address, empty when the UI is off.
+	UIURL() string
+	Stop() error
 }
 
 // Close closes the client and stops an embedded server.
@@ -75,11 +86,7 @@ func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger
 	t := &Temporal{}
 	addr := o.Address
 	if addr == "" {
-		srv, err := temporalserver.Start(temporalserver.Config{
-			DBPath: o.DBPath, FrontendAddress: o.FrontendAddress, UIAddress: o.UIAddress, Namespace: o.Namespace,
-			LogFile:                   filepath.Join(filepath.Dir(o.DBPath), "temporal-server.log"),
-			SuggestContinueAsNewAfter: o.SuggestContinueAsNewAfter,
-		})
+		srv, err := startEmbedded(o)
 		if err != nil {
 			return nil, err
 		}

@@ -11,7 +11,10 @@ var Version = "dev"
 
 // Info is what a build reports about itself.
 type Info struct {
-	Version   string `json:"version"`
+	Version string `json:"version"`
+	// Flavour is "full" (embedded Temporal, local cluster, simulator, benchmarks) or "lean" (for
+	// clusters: build tag lean).
+	Flavour   string `json:"flavour"`
 	Revision  string `json:"revision"`
 	Modified  bool   `json:"modified,omitempty"`
 	GoVersion string `json:"goVersion"`
@@ -20,7 +23,7 @@ type Info struct {
 // Read returns this build's version, the VCS revision the Go toolchain stamped ("unknown" when it
 // did not: go run, or a tree without VCS) and the Go version.
 func Read() Info {
-	info := Info{Version: Version, Revision: "unknown", GoVersion: runtime.Version()}
+	info := Info{Version: Version, Flavour: Flavour, Revision: "unknown", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return info
@@ -36,11 +39,11 @@ func Read() Info {
 	return info
 }
 
-// String is the one-line form: "devicewarden <version> (<revision>[+dirty], <go version>)".
+// String is the one-line form: "devicewarden <version> <flavour> (<revision>[+dirty], <go version>)".
 func (i Info) String() string {
 	rev := i.Revision
 	if i.Modified {
 		rev += "+dirty"
 	}
-	return "devicewarden " + i.Version + " (" + rev + ", " + i.GoVersion + ")"
+	return "devicewarden " + i.Version + " " + i.Flavour + " (" + rev + ", " + i.GoVersion + ")"
 }

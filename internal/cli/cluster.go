@@ -1,3 +1,5 @@
+//go:build !lean
+
 package cli
 
 import (
@@ -8,8 +10,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 )
-
-func clusterDir(g *globals) string { return filepath.Join(g.stateDir, "cluster") }
 
 func newClusterCmd(g *globals) *cobra.Command {
 	var cacheDir string

@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/localcluster"
 )
 
 // kubeFlags selects the cluster: --kubeconfig, else $KUBECONFIG, else a running local cluster.
@@ -23,9 +22,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 func (k *kubeFlags) client(g *globals) (kubernetes.Interface, error) {
 	path := k.kubeconfig
 	if path == "" {
-		if _, running, _ := localcluster.Status(clusterDir(g)); running {
-			path = localcluster.KubeconfigPath(clusterDir(g))
-		}
+		path = localKubeconfig(g)
 	}
 	cfg, err := app.KubeConfig(path)
 	if err != nil {

@@ -73,7 +73,8 @@ func NewRoot() *cobra.Command {
 	pf.StringVar(&g.stateDir, "state-dir", ".devicewarden", "directory for local state: the embedded Temporal database and the local cluster")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newClusterCmd(g), newSimCmd(g), newDevCmd(g), newRunCmd(g), newBenchCmd(g), newDeviceCmd(g), newBreakerCmd(g), newMigrationCmd(g), newApprovalsCmd(g), newRolloutCmd(g), newCapacityCmd(g), newVersionCmd())
+	root.AddCommand(localCommands(g)...)
+	root.AddCommand(newRunCmd(g), newDeviceCmd(g), newBreakerCmd(g), newMigrationCmd(g), newApprovalsCmd(g), newRolloutCmd(g), newCapacityCmd(g), newVersionCmd())
 	return root
 }
 

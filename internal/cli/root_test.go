@@ -1,8 +1,8 @@
+//go:build !lean
+
 package cli
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,20 +11,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/buildinfo"
 )
-
-func run(t *testing.T, env map[string]string, args ...string) (string, error) {
-	t.Helper()
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	root := NewRoot()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	return out.String(), err
-}
 
 var brokenPolicy, brokenPlan string
 
@@ -129,7 +115,7 @@ func TestEnvironmentSetsFlagsAndTheCommandLineWins(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	out, err := run(t, nil, "version")
-	if err != nil || !strings.HasPrefix(out, "devicewarden "+buildinfo.Version+" (") || !strings.Contains(out, runtime.Version()) {
+	if err != nil || !strings.HasPrefix(out, "devicewarden "+buildinfo.Version+" full (") || !strings.Contains(out, runtime.Version()) {
 		t.Fatalf("version: %v %q", err, out)
 	}
 	out, err = run(t, nil, "version", "-o", "json")

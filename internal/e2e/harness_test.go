@@ -25,7 +25,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/internal/temporalserver"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -39,7 +38,7 @@ type stack struct {
 	// frontend is the embedded Temporal's address, for CLI commands under test.
 	frontend string
 	// server is the embedded Temporal server, for tests that stop it.
-	server *temporalserver.Server
+	server app.EmbeddedServer
 	// kubeconfig and auditLog are the local cluster's, for child processes and write counts.
 	kubeconfig string
 	auditLog   string

@@ -66,7 +66,7 @@ func (a ociArchive) blob(t *testing.T, d descriptor, into any) []byte {
 }
 
 // TestImage: the image runs /devicewarden as a non-root user, carries CA certificates, and its
-// binary is the static build of this version.
+// binary is the static lean build of this version.
 func TestImage(t *testing.T) {
 	path, version := os.Getenv("DEVICEWARDEN_IMAGE"), os.Getenv("DEVICEWARDEN_VERSION")
 	if path == "" || version == "" {
@@ -136,9 +136,14 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the image's binary: %v", err)
 	}
-	var info struct{ Version string }
-	if err := json.Unmarshal(out, &info); err != nil || info.Version != version {
-		t.Fatalf("the image's binary reports %s (%v), want version %s", out, err, version)
+	var info struct{ Version, Flavour string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Version != version || info.Flavour != "lean" {
+		t.Fatalf("the image's binary reports %s (%v), want version %s of the lean build", out, err, version)
+	}
+	// The lean build says so when asked for what only the full build has.
+	msg, err := exec.Command(exe, "dev").CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), "not in this build") {
+		t.Errorf("the image's binary runs dev: %v %s", err, msg)
 	}
 	if strings.Contains(string(bin[:4096]), "/lib64/ld-linux") {
 		t.Error("the binary is dynamically linked: it cannot run on scratch")

@@ -213,9 +213,9 @@ func New() *Metrics {
 	bi := buildinfo.Read()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "devicewarden", Name: "build_info",
-		Help: "Always 1; the labels say which build runs (version, VCS revision, Go version).",
-	}, []string{"version", "revision", "goversion"})
-	build.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+		Help: "Always 1; the labels say which build runs (version, flavour: full or lean, VCS revision, Go version).",
+	}, []string{"version", "flavour", "revision", "goversion"})
+	build.WithLabelValues(bi.Version, bi.Flavour, bi.Revision, bi.GoVersion).Set(1)
 	m.Registry.MustRegister(build)
 	// The Go runtime (go_*) and the process (process_*: CPU seconds, resident memory, open files).
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

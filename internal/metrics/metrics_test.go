@@ -31,7 +31,7 @@ func TestBuildInfo(t *testing.T) {
 		for _, l := range m[0].GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if bi := buildinfo.Read(); labels["version"] != bi.Version || labels["revision"] != bi.Revision || labels["goversion"] != bi.GoVersion {
+		if bi := buildinfo.Read(); labels["version"] != bi.Version || labels["flavour"] != bi.Flavour || labels["revision"] != bi.Revision || labels["goversion"] != bi.GoVersion {
 			t.Fatalf("labels = %v", labels)
 		}
 		return

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// controllerFlags are the worker's and watcher's flags; load turns them into options.
+type controllerFlags struct {
+	o           app.ControllerOptions
+	slack       slackFlags
+	policyFile  string
+	leaderElect bool
+	le          app.LeaderElection
+}
+
+func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
+	o := &f.o
+	f.slack.addNotify(cmd)
+	def := policy.DefaultBreaker()
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
+	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
+	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
+	cmd.Flags().StringVar(&f.policyFile, "policy", "", "policy file (YAML) keyed by DeviceClass or driver; empty uses the default policy")
+	cmd.Flags().DurationVar(&o.Breaker.Window, "breaker-window", def.Window, "circuit breaker: sliding window for the cap")
+	cmd.Flags().IntVar(&o.Breaker.MaxCount, "breaker-max-count", def.MaxCount, "circuit breaker: most devices tainted automatically per window")
+	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
+	cmd.Flags().StringVar(&o.OwnNamespace, "own-namespace", "default", "DeviceWarden's own namespace: migration Leases and evidence ConfigMaps are kept there")
+	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
+	hy := app.DefaultHygiene()
+	cmd.Flags().DurationVar(&o.Hygiene.Interval, "hygiene-interval", hy.Interval, "claim hygiene: how often the leader scans ResourceClaims (0 turns it off)")
+	cmd.Flags().DurationVar(&o.Hygiene.Recheck, "hygiene-recheck", hy.Recheck, "claim hygiene: how often a standing finding is looked at again")
+	cmd.Flags().DurationVar(&o.Hygiene.Policy.LeakTimeout, "hygiene-leak-timeout", hy.Policy.LeakTimeout, "claim hygiene: an allocated claim with no consumer this long is leaked")
+	cmd.Flags().DurationVar(&o.Hygiene.Policy.StuckTimeout, "hygiene-stuck-timeout", hy.Policy.StuckTimeout, "claim hygiene: a share whose Pod has not started this long after the allocation is stuck")
+	cmd.Flags().BoolVar(&o.Hygiene.Policy.DeleteLeaked, "hygiene-delete-leaked", false, "claim hygiene: delete a leaked claim made from a template for a Pod that is gone (behind the circuit breaker); off: report only")
+	host, _ := os.Hostname()
+	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run the watcher only while holding a coordination.k8s.io Lease (for several replicas)")
+	cmd.Flags().StringVar(&f.le.Namespace, "leader-elect-namespace", "default", "namespace of the leader Lease")
+	cmd.Flags().StringVar(&f.le.Name, "leader-elect-name", "devicewarden-watcher", "name of the leader Lease")
+	cmd.Flags().StringVar(&f.le.Identity, "leader-elect-identity", host+"-"+strconv.Itoa(os.Getpid()), "this replica's identity in the Lease")
+	cmd.Flags().DurationVar(&f.le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease is valid without renewal")
+	cmd.Flags().DurationVar(&f.le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
+	cmd.Flags().DurationVar(&f.le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
+}
+
+// load validates the flags and reads the policy file; a broken file stops the start.
+func (f *controllerFlags) load() (app.ControllerOptions, error) {
+	o := f.o
+	if err := o.Breaker.Validate(); err != nil {
+		return o, err
+	}
+	if o.HeartbeatInterval <= 0 {
+		return o, fmt.Errorf("--heartbeat-interval must be positive")
+	}
+	if err := o.Hygiene.Validate(); err != nil {
+		return o, err
+	}
+	if f.leaderElect {
+		if !(f.le.RetryPeriod < f.le.RenewDeadline && f.le.RenewDeadline < f.le.LeaseDuration) {
+			return o, fmt.Errorf("leader election: want retry period < renew deadline < lease duration")
+		}
+		le := f.le
+		o.LeaderElection = &le
+	}
+	o.Policies = policy.DefaultSet()
+	if f.policyFile != "" {
+		set, err := policy.LoadFile(f.policyFile)
+		if err != nil {
+			return o, err
+		}
+		for _, w := range set.Warnings() {
+			slog.Warn("policy file", "file", f.policyFile, "warning", w)
+		}
+		o.Policies = set
+	}
+	return o, nil
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	var k kubeFlags
+	var t temporalFlags
+	var ctl controllerFlags
+	var embed bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the worker and the watcher against a cluster (in-cluster config by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			logConfig(g.logger, c)
+			topts, err := t.options(g)
+			if err != nil {
+				return err
+			}
+			if topts.Address == "" && !app.Embeds {
+				return app.ErrNoEmbeddedServer
+			}
+			if topts.Address == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" && !embed {
+				return fmt.Errorf("in a cluster, run needs --temporal-address: without it every replica would embed its own SQLite Temporal; pass --embed-temporal to do that anyway")
+			}
+			copts, err := ctl.load()
+			if err != nil {
+				return err
+			}
+			kube, err := k.client(g)
+			if err != nil {
+				return err
+			}
+			m := metrics.New()
+			topts.MetricsHandler = m.TemporalHandler()
+			tc, err := app.ConnectTemporal(c.Context(), topts, g.logger)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			copts.Slack = ctl.slack.notifier(topts.Namespace)
+			return app.RunController(c.Context(), kube, tc.Client, copts, m, g.logger)
+		},
+	}
+	k.add(cmd)
+	t.add(cmd, app.Embeds)
+	addControllerFlags(cmd, &ctl)
+	if !app.Embeds {
+		return cmd
+	}
+	cmd.Flags().BoolVar(&embed, "embed-temporal", false, "in a cluster, embed a SQLite Temporal server in this process when --temporal-address is empty (refused otherwise)")
+	return cmd
+}
