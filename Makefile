@@ -7,9 +7,12 @@ BIN := bin/devicewarden
 BIN_LEAN := bin/devicewarden-lean
 LDFLAGS_VERSION = -X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-# Unit tests are every package; the e2e package is behind the e2e build tag and runs separately
-# against the real stack.
-UNIT_PKGS = ./...
+# Unit tests run with the race detector over the lean build's graph (build tag lean), so the Temporal
+# server is never compiled for the race detector; the packages that differ in the full build run again
+# without it, compiled like `make build` (CGO_ENABLED=0) so they share its build cache. The e2e package
+# is behind the e2e build tag and runs separately against the real stack, also with CGO_ENABLED=0.
+FULL_PKGS = ./internal/temporalserver/ ./internal/app/ ./internal/cli/ ./internal/buildinfo/
+RACE_PKGS = $$($(GO) list ./... | grep -v /internal/temporalserver)
 # Checkers built from the Go module proxy into the cache, like the control plane.
 TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/tools
 STATICCHECK = $(TOOLS_DIR)/staticcheck-v0.8.2/staticcheck
@@ -29,7 +32,7 @@ build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can
 build-lean: ## Build the lean binary for clusters (tag lean, static, stripped): what the image carries
 	@echo "==> building $(BIN_LEAN) (lean: no embedded Temporal server, local cluster, simulator or benchmarks)"
 	@mkdir -p bin
-	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -tags lean -trimpath -ldflags "-s -w $(LDFLAGS_VERSION)" -o $(BIN_LEAN) ./cmd/devicewarden 2>&1 | \
+	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -tags lean -ldflags "-s -w $(LDFLAGS_VERSION)" -o $(BIN_LEAN) ./cmd/devicewarden 2>&1 | \
 		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
 	@echo "==> $(BIN_LEAN) ready ($$(du -m $(BIN_LEAN) | cut -f1) MB)"
 
@@ -41,16 +44,16 @@ dev: control-plane ## Local cluster + embedded Temporal + UI + worker + watcher,
 
 test: test-unit test-e2e ## All tests
 
-test-unit: ## Unit, workflow (time-skipping) and replay tests, with the race detector
-	@echo "==> unit tests (race detector; a cold build takes minutes)"
-	$(GO) test -race -count=1 $(UNIT_PKGS)
-	@echo "==> the lean flavour's own tests (build tag lean)"
-	$(GO) test -tags lean -count=1 ./internal/cli/ ./internal/buildinfo/
+test-unit: ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
+	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
+	$(GO) test -race -tags lean -count=1 $(RACE_PKGS)
+	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
+	CGO_ENABLED=0 $(GO) test -count=1 $(FULL_PKGS)
 
 test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
 	@echo "==> integration tests on the real local stack"
-	DEVICEWARDEN_HELM=$(HELM) $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
+	DEVICEWARDEN_HELM=$(HELM) CGO_ENABLED=0 $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
 
 check: fmt vet staticcheck workflowcheck chart image-check test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
 
@@ -107,7 +110,8 @@ chart: $(HELM) ## helm lint and helm template of the chart (the e2e tests apply 
 	$(HELM) lint --strict $(CHART) --set temporal.address=temporal-frontend.temporal:7233
 	$(HELM) template devicewarden $(CHART) --kube-version 1.37.2 --set temporal.address=temporal-frontend.temporal:7233 > /dev/null
 
-bench: build control-plane ## Benchmarks against the real local stack; figures go in BENCHMARKS.md
+bench: build build-lean control-plane ## Benchmarks against the real local stack; figures go in BENCHMARKS.md
+	$(BIN) bench flavours --runs 5 --log-level warn
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/
 	$(BIN) bench quarantine --devices 200 --log-level warn
 	$(BIN) bench release --devices 120 --sequential 20 --log-level error

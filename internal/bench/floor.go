@@ -43,7 +43,7 @@ func (f floorFigures) sumP50() time.Duration {
 	return p50(f.watchEvent) + p50(f.signalActivity) + p50(f.create)
 }
 
-func p50(d []time.Duration) time.Duration {
+func p50[T time.Duration | float64](d []T) T {
 	if len(d) == 0 {
 		return 0
 	}

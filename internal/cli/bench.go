@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -108,7 +109,25 @@ func newBenchCmd(_ *globals) *cobra.Command {
 		},
 	}
 	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
-	cmd.AddCommand(q, wb, rel, mig, storm, child)
+	var fl bench.FlavoursOptions
+	flavours := &cobra.Command{
+		Use:   "flavours",
+		Short: "Size, start-up time and resident memory of the full and the lean binary's run",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if fl.Runs < 1 || fl.Idle < 0 {
+				return fmt.Errorf("--runs must be >= 1 and --idle >= 0")
+			}
+			fl.Out = c.OutOrStdout()
+			return bench.Flavours(c.Context(), fl)
+		},
+	}
+	flavours.Flags().StringVar(&fl.Full, "full", "bin/devicewarden", "the full binary (make build)")
+	flavours.Flags().StringVar(&fl.Lean, "lean", "bin/devicewarden-lean", "the lean binary (make build-lean)")
+	flavours.Flags().IntVar(&fl.Runs, "runs", 5, "starts of each")
+	flavours.Flags().DurationVar(&fl.Idle, "idle", 10*time.Second, "how long each runs ready before its memory is read again")
+	flavours.Flags().StringVar(&fl.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(q, wb, rel, mig, storm, flavours, child)
 	return cmd
 }
 
