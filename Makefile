@@ -7,10 +7,12 @@ BIN := bin/devicewarden
 BIN_LEAN := bin/devicewarden-lean
 LDFLAGS_VERSION = -X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Everything is compiled as `make build` links (CGO_ENABLED=0: static), so vet, staticcheck, both
+# binaries and the e2e tests share one build cache; only the race detector needs cgo.
+export CGO_ENABLED := 0
 # Unit tests run with the race detector over the lean build's graph (build tag lean), so the Temporal
 # server is never compiled for the race detector; the packages that differ in the full build run again
-# without it, compiled like `make build` (CGO_ENABLED=0) so they share its build cache. The e2e package
-# is behind the e2e build tag and runs separately against the real stack, also with CGO_ENABLED=0.
+# without it. The e2e package is behind the e2e build tag and runs separately against the real stack.
 FULL_PKGS = ./internal/temporalserver/ ./internal/app/ ./internal/cli/ ./internal/buildinfo/
 RACE_PKGS = $$($(GO) list ./... | grep -v /internal/temporalserver)
 # Checkers built from the Go module proxy into the cache, like the control plane.
@@ -46,14 +48,14 @@ test: test-unit test-e2e ## All tests
 
 test-unit: ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
 	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
-	$(GO) test -race -tags lean -count=1 $(RACE_PKGS)
+	CGO_ENABLED=1 $(GO) test -race -tags lean -count=1 $(RACE_PKGS)
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
-	CGO_ENABLED=0 $(GO) test -count=1 $(FULL_PKGS)
+	$(GO) test -count=1 $(FULL_PKGS)
 
 test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
 	@echo "==> integration tests on the real local stack"
-	DEVICEWARDEN_HELM=$(HELM) CGO_ENABLED=0 $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
+	DEVICEWARDEN_HELM=$(HELM) $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
 
 check: fmt vet staticcheck workflowcheck chart image-check test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
 

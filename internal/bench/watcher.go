@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,10 @@ type WatcherOptions struct {
 	Concurrency int
 	CacheDir    string
 	Out         io.Writer
+	// Lean, when set, is the lean binary whose `run` is the watcher process, against the embedded
+	// Temporal server in a process of its own; the storm's device workflows are then measured live.
+	// Empty: the watcher alone in a child process, with a counting signaler in place of Temporal.
+	Lean string
 }
 
 const fleetNS = "fleet"
@@ -56,7 +62,24 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 	}
 	fmt.Fprintf(o.Out, "[bench] loaded %d pods, %d device health entries in %s\n", o.Pods, o.Pods*o.DevicesPerPod, time.Since(start).Round(time.Second))
 
-	child, stats, err := startChild(ctx, cl.Kubeconfig)
+	var child, server *exec.Cmd
+	var stats <-chan childStats
+	var address string
+	if o.Lean == "" {
+		child, stats, err = startChild(ctx, cl.Kubeconfig)
+	} else {
+		server, address, err = startTemporalChild(ctx, filepath.Join(dir, "temporal"))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = server.Process.Kill(); _ = server.Wait() }()
+		policyFile := filepath.Join(dir, "policy.yaml")
+		// Unknown devices sit on their tolerance timer for the whole bench instead of being restricted.
+		if err = os.WriteFile(policyFile, []byte("default:\n  toleranceWindow: 24h\n"), 0o644); err != nil {
+			return err
+		}
+		child, stats, err = startRun(ctx, o.Lean, cl.Kubeconfig, address, filepath.Join(dir, "watcher"), policyFile)
+	}
 	if err != nil {
 		return err
 	}
@@ -70,7 +93,8 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 
 	stormStart := time.Now()
 	cp := startCPU(cl.Pids())
-	if err := storm(ctx, kube, pods, o); err != nil {
+	turned, err := storm(ctx, kube, pods, o)
+	if err != nil {
 		return err
 	}
 	sent := time.Since(stormStart)
@@ -91,7 +115,13 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 		o.Pods, o.Pods*o.DevicesPerPod, initial.RSSMiB, final.RSSMiB, processed, cpu, processed/cpu, signals, dedup, (float64(o.Updates)-signals)/float64(o.Updates), initial.BaseRSSMiB)
 	fmt.Fprintf(o.Out, "watcher CPU over the same updates: %.2f CPU-s vs kube-apiserver + etcd %.2f CPU-s = %.1f%% of the control plane's cost\n",
 		cpu, control, 100*cpu/control)
-	return nil
+	if o.Lean == "" {
+		return nil
+	}
+	if len(turned) == 0 {
+		return fmt.Errorf("the storm turned no device Unknown: give more --updates")
+	}
+	return liveWorkflows(ctx, o.Out, server, child, address, filepath.Join(dir, "temporal"), o.Lean, len(turned), stormStart, turned[0])
 }
 
 func startChild(ctx context.Context, kubeconfig string) (*exec.Cmd, <-chan childStats, error) {
@@ -217,7 +247,10 @@ func createFleetPod(ctx context.Context, kube kubernetes.Interface, i int, node 
 }
 
 // storm writes o.Updates status updates; each goroutine owns a slice of pods, so no update conflicts.
-func storm(ctx context.Context, kube kubernetes.Interface, pods []*corev1.Pod, o WatcherOptions) error {
+// It returns the devices it turned Unknown at least once (each now has a workflow), sorted.
+func storm(ctx context.Context, kube kubernetes.Interface, pods []*corev1.Pod, o WatcherOptions) ([]string, error) {
+	var turnedMu sync.Mutex
+	turnedSet := map[string]bool{}
 	var done atomic.Int64
 	stop := progress(o.Out, "status updates", &done, int64(o.Updates))
 	defer stop()
@@ -242,6 +275,9 @@ func storm(ctx context.Context, kube kubernetes.Interface, pods []*corev1.Pod, o
 					r := &cs.AllocatedResourcesStatus[0].Resources[(k/2)%len(cs.AllocatedResourcesStatus[0].Resources)]
 					if r.Health == corev1.ResourceHealthStatusHealthy {
 						r.Health = corev1.ResourceHealthStatusUnknown
+						turnedMu.Lock()
+						turnedSet[string(r.ResourceID)] = true
+						turnedMu.Unlock()
 					} else {
 						r.Health = corev1.ResourceHealthStatusHealthy
 					}
@@ -260,7 +296,15 @@ func storm(ctx context.Context, kube kubernetes.Interface, pods []*corev1.Pod, o
 	}
 	wg.Wait()
 	close(errc)
-	return <-errc
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	turned := make([]string, 0, len(turnedSet))
+	for id := range turnedSet {
+		turned = append(turned, id)
+	}
+	slices.Sort(turned)
+	return turned, nil
 }
 
 func parallel(ctx context.Context, workers, n int, fn func(i int) error) error {

@@ -48,6 +48,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	wb.Flags().IntVar(&w.Updates, "updates", 20000, "status updates in the storm (half change health, half do not)")
 	wb.Flags().IntVar(&w.Concurrency, "concurrency", 32, "parallel writers")
 	wb.Flags().StringVar(&w.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	wb.Flags().StringVar(&w.Lean, "lean", "", "the lean binary (make build-lean): its run is the watcher, against the embedded Temporal server in its own process, and the storm's device workflows are measured live; empty: the watcher alone with a counting signaler")
 	var r bench.ReleaseOptions
 	rel := &cobra.Command{
 		Use:   "release",
@@ -109,6 +110,17 @@ func newBenchCmd(_ *globals) *cobra.Command {
 		},
 	}
 	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
+	var db string
+	server := &cobra.Command{
+		Use:    "temporal-child",
+		Hidden: true,
+		Short:  "Internal: the embedded Temporal server alone, measured by `bench watcher --lean`",
+		Args:   cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return bench.TemporalChild(c.Context(), db, c.OutOrStdout())
+		},
+	}
+	server.Flags().StringVar(&db, "db", "", "the SQLite file")
 	var fl bench.FlavoursOptions
 	flavours := &cobra.Command{
 		Use:   "flavours",
@@ -127,7 +139,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	flavours.Flags().IntVar(&fl.Runs, "runs", 5, "starts of each")
 	flavours.Flags().DurationVar(&fl.Idle, "idle", 10*time.Second, "how long each runs ready before its memory is read again")
 	flavours.Flags().StringVar(&fl.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	cmd.AddCommand(q, wb, rel, mig, storm, flavours, child)
+	cmd.AddCommand(q, wb, rel, mig, storm, flavours, child, server)
 	return cmd
 }
 

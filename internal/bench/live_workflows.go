@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+)
+
+// startTemporalChild starts `bench temporal-child` (this binary, the full flavour) on a fresh
+// SQLite file under dir and returns it with its frontend address.
+func startTemporalChild(ctx context.Context, dir string) (*exec.Cmd, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	cmd := exec.CommandContext(ctx, self, "bench", "temporal-child", "--db", filepath.Join(dir, "temporal.db"), "--log-level", "error")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("start temporal child: %w", err)
+	}
+	var hello struct{ Address string }
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &hello)
+	}
+	if err != nil || hello.Address == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, "", fmt.Errorf("temporal child did not report its address: %v %q", err, line)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return cmd, hello.Address, nil
+}
+
+// liveWorkflows measures the embedded server (its own process) while the storm's device
+// workflows run: how long until all n run, its CPU and memory while they sit on timers (the
+// watcher's heartbeat still signals each every 2 minutes), the SQLite files, and the latency of
+// operator commands run by the lean binary meanwhile.
+func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd, address, dbDir, lean string, n int, stormStart time.Time, sample string) error {
+	tc, err := app.Dial(ctx, app.TemporalOptions{Address: address, Namespace: "default"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	running := func() (int64, error) {
+		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default",
+			Query: "WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'Running'"})
+		if err != nil {
+			return 0, err
+		}
+		return resp.GetCount(), nil
+	}
+	deadline := time.Now().Add(20 * time.Minute)
+	for {
+		c, err := running()
+		if err != nil {
+			return err
+		}
+		if c >= int64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d device workflows running after 20 minutes", c, n)
+		}
+		time.Sleep(time.Second)
+	}
+	startedIn := time.Since(stormStart)
+	fmt.Fprintf(out, "[bench] %d device workflows running %s after the storm's first write\n", n, startedIn.Round(time.Second))
+
+	const sit = time.Minute
+	s0, w0 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
+	lat := operatorLatency(ctx, lean, address, sample, sit)
+	s1, w1 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
+	var dbBytes int64
+	files, _ := filepath.Glob(filepath.Join(dbDir, "temporal.db*"))
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			dbBytes += st.Size()
+		}
+	}
+	fmt.Fprintf(out, "embedded server with %d live device workflows: started %s after the storm's first write (%.0f/s); "+
+		"while they sit (%s): server %.1f%% of one CPU, RSS %.0f MiB; lean watcher+worker %.1f%% of one CPU, RSS %.0f MiB; SQLite %.1f MB\n",
+		n, startedIn.Round(time.Second), float64(n)/startedIn.Seconds(), sit,
+		100*(s1-s0).Seconds()/sit.Seconds(), procRSSMiB(fmt.Sprint(server.Process.Pid)),
+		100*(w1-w0).Seconds()/sit.Seconds(), procRSSMiB(fmt.Sprint(watcher.Process.Pid)), float64(dbBytes)/1e6)
+	for _, l := range lat {
+		fmt.Fprintln(out, l)
+	}
+	return nil
+}
+
+// operatorLatency runs operator commands with the lean binary, round after round, for about d,
+// and returns one line per command: runs, p50, p99 and max wall-clock time (process start included).
+func operatorLatency(ctx context.Context, lean, address, sample string, d time.Duration) []string {
+	cmds := [][]string{
+		{"device", "show", sample},
+		{"breaker", "status"},
+		{"device", "list", "--state", "Restricted"},
+	}
+	took := make([][]time.Duration, len(cmds))
+	failed := make([]int, len(cmds))
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		for i, args := range cmds {
+			start := time.Now()
+			err := exec.CommandContext(ctx, lean, append(args, "--temporal-address", address, "--log-level", "error")...).Run()
+			if err != nil {
+				failed[i]++
+				continue
+			}
+			took[i] = append(took[i], time.Since(start))
+		}
+	}
+	var lines []string
+	for i, args := range cmds {
+		t := took[i]
+		if len(t) == 0 {
+			lines = append(lines, fmt.Sprintf("operator command `%v`: every run failed (%d)", args, failed[i]))
+			continue
+		}
+		slices.Sort(t)
+		p99 := t[min(len(t)-1, len(t)*99/100)]
+		lines = append(lines, fmt.Sprintf("operator command `devicewarden %v` while they run: %d runs, p50 %s, p99 %s, max %s, failed %d",
+			args, len(t), t[len(t)/2].Round(time.Millisecond), p99.Round(time.Millisecond), t[len(t)-1].Round(time.Millisecond), failed[i]))
+	}
+	return lines
+}
