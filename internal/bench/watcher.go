@@ -75,7 +75,7 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 		defer func() { _ = server.Process.Kill(); _ = server.Wait() }()
 		policyFile := filepath.Join(dir, "policy.yaml")
 		// Unknown devices sit on their tolerance timer for the whole bench instead of being restricted.
-		if err = os.WriteFile(policyFile, []byte("default:\n  toleranceWindow: 24h\n"), 0o644); err != nil {
+		if err = os.WriteFile(policyFile, []byte("default:\n  toleranceWindow: 24h\n  backoffCap: 24h\n"), 0o644); err != nil {
 			return err
 		}
 		child, stats, err = startRun(ctx, o.Lean, cl.Kubeconfig, address, filepath.Join(dir, "watcher"), policyFile)
