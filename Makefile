@@ -5,6 +5,8 @@ BIN := bin/devicewarden
 # The lean flavour for clusters (build tag lean): no embedded Temporal server or UI, no local cluster,
 # simulator or benchmarks. The image carries it.
 BIN_LEAN := bin/devicewarden-lean
+# go build -v prints each package it compiles; show errors and a count every 250 packages.
+BUILD_PROGRESS = awk '/^\#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
 LDFLAGS_VERSION = -X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Everything is compiled as `make build` links (CGO_ENABLED=0: static), so vet, staticcheck, both
@@ -28,14 +30,14 @@ build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
 	@mkdir -p bin
 	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -ldflags "$(LDFLAGS_VERSION)" -o $(BIN) ./cmd/devicewarden 2>&1 | \
-		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
+		$(BUILD_PROGRESS)
 	@echo "==> $(BIN) ready"
 
 build-lean: ## Build the lean binary for clusters (tag lean, static, stripped): what the image carries
 	@echo "==> building $(BIN_LEAN) (lean: no embedded Temporal server, local cluster, simulator or benchmarks)"
 	@mkdir -p bin
 	@set -o pipefail; CGO_ENABLED=0 $(GO) build -v -tags lean -ldflags "-s -w $(LDFLAGS_VERSION)" -o $(BIN_LEAN) ./cmd/devicewarden 2>&1 | \
-		awk '/^#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
+		$(BUILD_PROGRESS)
 	@echo "==> $(BIN_LEAN) ready ($$(du -m $(BIN_LEAN) | cut -f1) MB)"
 
 control-plane: build ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok into the cache

@@ -20,6 +20,8 @@ const (
 	TaskQueue = "devicewarden"
 	// BreakerTaskQueue is the breaker workflow's own task queue, served by a worker of its own.
 	BreakerTaskQueue = "devicewarden-breaker"
+	// RunningDevicesQuery is the visibility query for every running device workflow.
+	RunningDevicesQuery = "WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'Running'"
 
 	// SignalObservation delivers a health Observation from the watcher (watchers before
 	// UpdateObservation; still taken).

@@ -89,30 +89,14 @@ type startFigures struct {
 
 // startOnce runs one `run` process until it is ready and has idled, then stops it with SIGTERM.
 func startOnce(ctx context.Context, bin, kubeconfig, stateDir string, idle time.Duration, args []string) (startFigures, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return startFigures{}, err
-	}
-	metricsAddr := l.Addr().String()
-	l.Close()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"run", "--kubeconfig", kubeconfig, "--metrics-address", metricsAddr,
-		"--state-dir", stateDir, "--hygiene-interval", "0", "--log-level", "error"}, args...)...)
-	cmd.Env = withoutEnv(os.Environ(), "KUBERNETES_SERVICE_HOST")
-	cmd.Stderr = os.Stderr
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	cmd, metricsAddr, err := runProcess(ctx, bin, kubeconfig, stateDir, args...)
+	if err != nil {
 		return startFigures{}, err
 	}
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	deadline := start.Add(2 * time.Minute)
-	for {
-		resp, err := http.Get("http://" + metricsAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
+	for !isReady(http.DefaultClient, metricsAddr) {
 		if time.Now().After(deadline) {
 			return startFigures{}, fmt.Errorf("not ready after 2 minutes")
 		}
@@ -126,6 +110,36 @@ func startOnce(ctx context.Context, bin, kubeconfig, stateDir string, idle time.
 	}
 	f.idle = procRSSMiB(strconv.Itoa(cmd.Process.Pid))
 	return f, nil
+}
+
+// runProcess starts bin's `run` against kubeconfig, with its metrics and probes on a free loopback
+// address, claim hygiene off and errors only logged; extra adds flags. It returns the process and
+// that address.
+func runProcess(ctx context.Context, bin, kubeconfig, stateDir string, extra ...string) (*exec.Cmd, string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	metricsAddr := l.Addr().String()
+	l.Close()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"run", "--kubeconfig", kubeconfig, "--metrics-address", metricsAddr,
+		"--state-dir", stateDir, "--hygiene-interval", "0", "--log-level", "error"}, extra...)...)
+	cmd.Env = withoutEnv(os.Environ(), "KUBERNETES_SERVICE_HOST")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("start %s run: %w", bin, err)
+	}
+	return cmd, metricsAddr, nil
+}
+
+// isReady says whether the run process serving at addr answers /readyz with 200.
+func isReady(client *http.Client, addr string) bool {
+	resp, err := client.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // procRSSMiB is a process's resident memory ("self" or a PID) from /proc, 0 when unreadable.

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // startTemporalChild starts `bench temporal-child` (this binary, the full flavour) on a fresh
@@ -63,7 +64,7 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 	defer tc.Close()
 	running := func() (int64, error) {
 		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default",
-			Query: "WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'Running'"})
+			Query: workflows.RunningDevicesQuery})
 		if err != nil {
 			return 0, err
 		}

@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"time"
@@ -19,18 +16,9 @@ import (
 // Temporal frontend at address, and reports what its /readyz and /metrics say, with its CPU time
 // and resident memory from /proc, every 200 ms.
 func startRun(ctx context.Context, bin, kubeconfig, address, stateDir, policyFile string) (*exec.Cmd, <-chan childStats, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	cmd, metricsAddr, err := runProcess(ctx, bin, kubeconfig, stateDir, "--temporal-address", address, "--policy", policyFile)
 	if err != nil {
 		return nil, nil, err
-	}
-	metricsAddr := l.Addr().String()
-	l.Close()
-	cmd := exec.CommandContext(ctx, bin, "run", "--kubeconfig", kubeconfig, "--temporal-address", address,
-		"--metrics-address", metricsAddr, "--state-dir", stateDir, "--hygiene-interval", "0", "--policy", policyFile, "--log-level", "error")
-	cmd.Env = withoutEnv(os.Environ(), "KUBERNETES_SERVICE_HOST")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start %s run: %w", bin, err)
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	base := 0.0
@@ -109,10 +97,6 @@ func scrape(addr string) (childStats, error) {
 	s.Dedup = sum("devicewarden_watcher_deduplicated_total", nil)
 	s.SkippedHealthy = sum("devicewarden_watcher_skipped_healthy_total", nil)
 	s.Queue = sum("devicewarden_watcher_queue_depth", nil)
-	ready, err := client.Get("http://" + addr + "/readyz")
-	if err == nil {
-		ready.Body.Close()
-		s.Synced = ready.StatusCode == http.StatusOK
-	}
+	s.Synced = isReady(&client, addr)
 	return s, nil
 }

@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -99,28 +100,10 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	storm.Flags().IntVar(&sb.Devices, "devices", 5000, "devices in the storm, 8 per node")
 	storm.Flags().StringSliceVar(&sb.Healths, "health", []string{"Unknown", "Unhealthy"}, "runs, each on a fresh stack: the health every device turns")
 	storm.Flags().StringVar(&sb.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	var kubeconfig string
-	child := &cobra.Command{
-		Use:    "watcher-child",
-		Hidden: true,
-		Short:  "Internal: the watcher process measured by `bench watcher`",
-		Args:   cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			return bench.WatcherChild(c.Context(), kubeconfig, c.OutOrStdout())
-		},
-	}
-	child.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to watch")
-	var db string
-	server := &cobra.Command{
-		Use:    "temporal-child",
-		Hidden: true,
-		Short:  "Internal: the embedded Temporal server alone, measured by `bench watcher --lean`",
-		Args:   cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			return bench.TemporalChild(c.Context(), db, c.OutOrStdout())
-		},
-	}
-	server.Flags().StringVar(&db, "db", "", "the SQLite file")
+	child := childCmd("watcher-child", "Internal: the watcher process measured by `bench watcher`",
+		"kubeconfig", "kubeconfig of the cluster to watch", bench.WatcherChild)
+	server := childCmd("temporal-child", "Internal: the embedded Temporal server alone, measured by `bench watcher --lean`",
+		"db", "the SQLite file", bench.TemporalChild)
 	var fl bench.FlavoursOptions
 	flavours := &cobra.Command{
 		Use:   "flavours",
@@ -140,6 +123,18 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	flavours.Flags().DurationVar(&fl.Idle, "idle", 10*time.Second, "how long each runs ready before its memory is read again")
 	flavours.Flags().StringVar(&fl.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(q, wb, rel, mig, storm, flavours, child, server)
+	return cmd
+}
+
+// childCmd is a hidden command a benchmark runs as a process of its own, so its CPU time and memory
+// are its own; run gets the one flag's value and writes its figures to stdout.
+func childCmd(use, short, flag, usage string, run func(context.Context, string, io.Writer) error) *cobra.Command {
+	var value string
+	cmd := &cobra.Command{
+		Use: use, Hidden: true, Short: short, Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return run(c.Context(), value, c.OutOrStdout()) },
+	}
+	cmd.Flags().StringVar(&value, flag, "", usage)
 	return cmd
 }
 

@@ -205,7 +205,7 @@ func validSignal(s string) bool {
 }
 
 func listDevices(c *cobra.Command, tc client.Client, namespace, state string) error {
-	query := "WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'Running'"
+	query := workflows.RunningDevicesQuery
 	if state != "" {
 		query += fmt.Sprintf(" AND DeviceState = '%s'", state)
 	}

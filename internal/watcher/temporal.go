@@ -82,7 +82,7 @@ func (s *TemporalSignaler) RunningDevices(ctx context.Context) ([]device.ID, err
 	var token []byte
 	for {
 		resp, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: "WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'Running'", NextPageToken: token, PageSize: 1000})
+			Query: workflows.RunningDevicesQuery, NextPageToken: token, PageSize: 1000})
 		if err != nil {
 			return nil, err
 		}
