@@ -85,7 +85,7 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 		}}}},
 	}
 	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, err)
+		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
 	}
 	spec := corev1.PodSpec{
 		RestartPolicy:                 corev1.RestartPolicyNever,
@@ -115,7 +115,7 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 		_, err = a.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: meta, Spec: spec}, metav1.CreateOptions{FieldManager: FieldManager})
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s %s/%s: %w", in.Kind, ns, name, err)
+		return fmt.Errorf("create %s %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
 	}
 	return nil
 }

@@ -292,11 +292,25 @@ func attrExpr(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1
 	return "", fmt.Errorf("attribute %q has no value", name)
 }
 
+// ensureNamespace creates a check namespace that is missing. A cluster install may not create
+// namespaces: its chart creates the ones in checks.namespaces, so Forbidden means "use it as it
+// is", and a namespace that is really missing fails the check's first create (checkNamespaceError).
 func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
 	_, err := a.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
 		Labels: map[string]string{LabelManagedBy: ManagedBy}}}, metav1.CreateOptions{FieldManager: FieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
 	return nil
+}
+
+// checkNamespaceError says what to do when a check cannot be created in its namespace.
+func checkNamespaceError(ns string, err error) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("check namespace %s does not exist and this account may not create it (a cluster install lists it in the chart's checks.namespaces): %w", ns, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("no right to create checks in namespace %s (a cluster install lists it in the chart's checks.namespaces): %w", ns, err)
+	}
+	return err
 }

@@ -14,7 +14,10 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -223,5 +226,39 @@ func TestRunCheckClearsAnOlderReview(t *testing.T) {
 				t.Fatalf("result %+v %v, want %q", res, err, tt.reason)
 			}
 		})
+	}
+}
+
+// A cluster install may not create namespaces (its chart makes the check namespaces): Forbidden
+// on the namespace is not an error, and the check runs in the namespace that is there. When the
+// namespace is really missing, the error says where the install lists it.
+func TestRunCheckWithoutTheRightToCreateNamespaces(t *testing.T) {
+	forbid := func(kube *fake.Clientset) {
+		kube.PrependReactor("create", "namespaces", func(action k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("namespaces"), "checks", errors.New("not granted"))
+		})
+	}
+	env, a, kube := activityEnv(t, gpuSlice())
+	a.CheckPoll = 50 * time.Millisecond
+	forbid(kube)
+	stop := kubelet(kube, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
+	v, err := env.ExecuteActivity(a.RunCheck, checkIn(policy.ActProbe))
+	stop()
+	var res policy.StepResult
+	if err == nil {
+		err = v.Get(&res)
+	}
+	if err != nil || !res.Passed {
+		t.Fatalf("probe without the namespace right: %+v, %v", res, err)
+	}
+
+	env, a, kube = activityEnv(t, gpuSlice())
+	forbid(kube)
+	kube.PrependReactor("create", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(corev1.Resource("namespaces"), "checks")
+	})
+	_, err = env.ExecuteActivity(a.RunCheck, checkIn(policy.ActProbe))
+	if err == nil || !strings.Contains(err.Error(), "check namespace checks does not exist") || !strings.Contains(err.Error(), "checks.namespaces") {
+		t.Fatalf("probe in a missing namespace: %v", err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
 // helmBinary is helm built from the Go module proxy (make test-e2e builds it; DEVICEWARDEN_HELM
@@ -181,7 +182,7 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 	}
 	objs := renderChart(t, "dw", ns, "temporal.address=temporal-frontend.temporal:7233", "policy=version: 1")
 	k := kinds(objs)
-	for _, want := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "PodDisruptionBudget", "ConfigMap"} {
+	for _, want := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "PodDisruptionBudget", "ConfigMap", "Namespace"} {
 		if k[want] == 0 {
 			t.Errorf("rendered no %s: %v", want, k)
 		}
@@ -195,6 +196,15 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 			t.Errorf("%s %s lacks the standard labels: %v", o.GetKind(), o.GetName(), labels)
 		}
 	}
+	// helm installs Namespaces before the objects in them; a dry run cannot place a Role in a
+	// namespace it did not store, so the check namespaces are applied for real first.
+	var namespaces []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			namespaces = append(namespaces, o)
+		}
+	}
+	applyObjects(t, ctx, shared, namespaces, false)
 	applyObjects(t, ctx, shared, objs, true)
 
 	// With the Prometheus Operator's CRDs (applied from the Go module proxy's copy) the chart
@@ -211,13 +221,23 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 	if _, stderr, err := helmTemplate(t, "dw", ns); err == nil || !strings.Contains(stderr, "temporal.address is required") {
 		t.Fatalf("without temporal.address: %v\n%s", err, stderr)
 	}
+	// A policy that runs checks where the account has no rights is refused at install time.
+	elsewhere := "policy=policies:\n  - name: nics\n    canary: {namespace: team-a}\n"
+	if _, stderr, err := helmTemplate(t, "dw", ns, "temporal.address=t:7233", elsewhere); err == nil || !strings.Contains(stderr, `namespace "team-a", which is not in checks.namespaces`) {
+		t.Fatalf("policy with a canary in team-a: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := helmTemplate(t, "dw", ns, "temporal.address=t:7233", elsewhere, "checks.namespaces={devicewarden-probes,devicewarden-canary,team-a}"); err != nil {
+		t.Fatalf("team-a listed in checks.namespaces: %v\n%s", err, stderr)
+	}
 }
 
-// TestChartRightsRunTheQuarantine: the chart's RBAC objects applied for real; a controller whose
-// every Kubernetes call is made as the chart's ServiceAccount (impersonation) quarantines an
-// Unhealthy device. Rights the chart does not give are refused: reading Secrets, updating a
-// node's Lease, writing a Lease outside its namespace, editing Pod status, and (rollout.enabled
-// off) patching nodes.
+// TestChartRightsRunTheQuarantine: the chart's RBAC objects and check namespaces applied for
+// real; a controller whose every Kubernetes call is made as the chart's ServiceAccount
+// (impersonation) quarantines an Unhealthy device, then reviews it (probe Pod, canary Job, their
+// claims in the check namespaces) and releases it. Rights the chart does not give are refused:
+// reading Secrets, updating a node's Lease, writing a Lease outside its namespace, editing Pod
+// status, deleting or creating Pods outside the check namespaces, creating namespaces, and
+// (rollout.enabled off) patching nodes.
 func TestChartRightsRunTheQuarantine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -233,7 +253,7 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	var rbac []*unstructured.Unstructured
 	for _, o := range renderChart(t, release, ns, "temporal.address=t:7233", "rollout.enabled=false") {
 		switch o.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 			rbac = append(rbac, o)
 		}
 	}
@@ -249,7 +269,12 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, stop := s.controllerAs(sa, app.ControllerOptions{Workers: 4, OwnNamespace: ns, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
+	pols, err := policy.Parse([]byte("default: {quarantineLease: 10s, stabilityWindow: 1s, probe: {timeout: 30s}, canary: {timeout: 30s}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols = pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
+	_, stop := s.controllerAs(sa, app.ControllerOptions{Workers: 4, OwnNamespace: ns, Policies: pols, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
 	defer stop()
 	ids := devicePods(t, ctx, s.kube, "rbac", 1)
 	setHealth(t, ctx, s.kube, ids, corev1.ResourceHealthStatusUnhealthy)
@@ -290,6 +315,10 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 		t.Fatalf("pods: %v", err)
 	}
 	_, forbidden["update Pod status"] = sa.CoreV1().Pods(pods.Items[0].Namespace).UpdateStatus(ctx, &pods.Items[0], metav1.UpdateOptions{})
+	forbidden["delete a Pod outside the check namespaces"] = sa.CoreV1().Pods(pods.Items[0].Namespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{})
+	_, forbidden["create a Pod outside the check namespaces"] = sa.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
+	_, forbidden["create a namespace"] = sa.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "dw-new"}}, metav1.CreateOptions{})
 	_, forbidden["patch a node (rollouts off)"] = sa.CoreV1().Nodes().Patch(ctx, pods.Items[0].Spec.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 	for what, err := range forbidden {
 		if !apierrors.IsForbidden(err) {
@@ -298,5 +327,15 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	}
 	if _, err := sa.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("reading node Leases: %v", err)
+	}
+	// The recovery review, as the same account: the job leaves the device, the probe (a Pod) and
+	// the canary (a Job) run with their claims in the chart's check namespaces, and the device
+	// is released.
+	if err := s.kube.CoreV1().Pods("rbac").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, ctx, s, ids[0], 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	if st.LastProbe == nil || !st.LastProbe.Passed || !strings.HasPrefix(st.LastProbe.Pod, policy.DefaultProbeNamespace+"/") {
+		t.Fatalf("released without a passed probe in %s: %+v", policy.DefaultProbeNamespace, st.LastProbe)
 	}
 }
