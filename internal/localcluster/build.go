@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,8 @@ type component struct {
 	goMod    func(ctx context.Context) (string, error)
 	packages map[string]string // binary name -> main package
 	ldflags  string
+	// tags are build tags (prometheus: only the static and file service discovery it is used with).
+	tags string
 	// post runs after a successful build in the helper module's directory.
 	post func(ctx context.Context, dir string) error
 	// optional components are built only when asked for by name (BuildTools).
@@ -144,6 +148,9 @@ func (b *Builder) components() []component {
 				return fmt.Sprintf("module devicewarden.local/prometheusbuild\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus %s\n", PrometheusVersion), nil
 			},
 			packages: map[string]string{"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"},
+			// The tests scrape static targets: without the cloud and Kubernetes service discovery
+			// plugins the build compiles 1,043 packages instead of 1,517.
+			tags: "remove_all_sd",
 		},
 		{
 			name: "kubernetes", version: KubernetesVersion,
@@ -201,6 +208,9 @@ func (b *Builder) goCmd(ctx context.Context, dir string, args ...string) *exec.C
 // stamp identifies a build; a binary is reused only when its stamp matches.
 func (c component) stamp() string {
 	st := c.name + "@" + c.version + " " + c.ldflags
+	if c.tags != "" {
+		st += " -tags " + c.tags
+	}
 	if c.post != nil {
 		st += " +post"
 	}
@@ -305,19 +315,8 @@ func (b *Builder) build(ctx context.Context, c component) error {
 	if err := b.run(ctx, c.name, b.goCmd(ctx, dir, "mod", "tidy")); err != nil {
 		return fmt.Errorf("go mod tidy: %w", err)
 	}
-	for bin, pkg := range c.packages {
-		fmt.Fprintf(b.Out, "[build] %s %s: compiling %s (a cold build takes minutes)\n", c.name, c.version, bin)
-		args := []string{"build", "-v", "-o", b.Binary(bin) + ".tmp"}
-		if c.ldflags != "" {
-			args = append(args, "-ldflags", c.ldflags)
-		}
-		args = append(args, pkg)
-		if err := b.run(ctx, bin, b.goCmd(ctx, dir, args...)); err != nil {
-			return err
-		}
-		if err := os.Rename(b.Binary(bin)+".tmp", b.Binary(bin)); err != nil {
-			return err
-		}
+	if err := b.compile(ctx, c, dir); err != nil {
+		return err
 	}
 	if c.post != nil {
 		if err := c.post(ctx, dir); err != nil {
@@ -329,6 +328,50 @@ func (b *Builder) build(ctx context.Context, c component) error {
 	}
 	fmt.Fprintf(b.Out, "[build] %s %s: done in %s\n", c.name, c.version, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// compile builds every binary of c in one go build, so packages they share are compiled once and
+// one binary links while another's packages compile. The binaries land in a scratch directory
+// (named as go build names them: the package path's last element) and are moved into place.
+func (b *Builder) compile(ctx context.Context, c component, dir string) error {
+	out := filepath.Join(b.BinDir(), ".build-"+c.name)
+	if err := os.RemoveAll(out); err != nil {
+		return err
+	}
+	defer os.RemoveAll(out)
+	args := []string{"build", "-v", "-o", out + string(filepath.Separator)}
+	if c.ldflags != "" {
+		args = append(args, "-ldflags", c.ldflags)
+	}
+	if c.tags != "" {
+		args = append(args, "-tags", c.tags)
+	}
+	var bins []string
+	for bin, pkg := range c.packages {
+		bins = append(bins, bin)
+		args = append(args, pkg)
+	}
+	sort.Strings(bins)
+	fmt.Fprintf(b.Out, "[build] %s %s: compiling %s (a cold build takes minutes)\n", c.name, c.version, strings.Join(bins, ", "))
+	if err := b.run(ctx, c.name, b.goCmd(ctx, dir, args...)); err != nil {
+		return err
+	}
+	for bin, pkg := range c.packages {
+		if err := os.Rename(filepath.Join(out, exeName(pkg)), b.Binary(bin)); err != nil {
+			return fmt.Errorf("install %s: %w", bin, err)
+		}
+	}
+	return nil
+}
+
+// exeName is the file go build writes for a main package: the last element of its path, or the
+// one before a major-version suffix (go.etcd.io/etcd/server/v3 -> server).
+func exeName(pkg string) string {
+	base := path.Base(pkg)
+	if len(base) > 1 && base[0] == 'v' && strings.Trim(base[1:], "0123456789") == "" {
+		return path.Base(path.Dir(pkg))
+	}
+	return base
 }
 
 // run executes a go command, turning its per-package output into a periodic progress line.
