@@ -23,6 +23,11 @@ type Workers struct {
 	Devices, Breaker sdkworker.Worker
 }
 
+// SetCacheSize bounds how many workflows this process's workers keep in memory between workflow
+// tasks (the SDK's sticky cache: one per process, 10,000 by default). A workflow that fell out of
+// it is replayed from its history on its next task: memory traded for CPU. Call it before New.
+func SetCacheSize(n int) { sdkworker.SetStickyWorkflowCacheSize(n) }
+
 // New builds the workers. The caller starts and stops them.
 func New(c client.Client, acts *activities.Activities) *Workers {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{

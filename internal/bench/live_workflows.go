@@ -87,7 +87,8 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 	startedIn := time.Since(stormStart)
 	fmt.Fprintf(out, "[bench] %d device workflows running %s after the storm's first write\n", n, startedIn.Round(time.Second))
 
-	const sit = time.Minute
+	// One heartbeat round: the watcher re-signals every device workflow once in it.
+	const sit = 2 * time.Minute
 	s0, w0 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
 	lat := operatorLatency(ctx, lean, address, sample, sit)
 	s1, w1 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)

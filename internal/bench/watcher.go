@@ -38,6 +38,8 @@ type WatcherOptions struct {
 	// Temporal server in a process of its own; the storm's device workflows are then measured live.
 	// Empty: the watcher alone in a child process, with a counting signaler in place of Temporal.
 	Lean string
+	// RunArgs are more flags for the lean binary's run (--workflow-cache-size=N).
+	RunArgs []string
 }
 
 const fleetNS = "fleet"
@@ -78,7 +80,7 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 		if err = os.WriteFile(policyFile, []byte("default:\n  toleranceWindow: 24h\n  backoffCap: 24h\n"), 0o644); err != nil {
 			return err
 		}
-		child, stats, err = startRun(ctx, o.Lean, cl.Kubeconfig, address, filepath.Join(dir, "watcher"), policyFile)
+		child, stats, err = startRun(ctx, o.Lean, cl.Kubeconfig, address, filepath.Join(dir, "watcher"), policyFile, o.RunArgs...)
 	}
 	if err != nil {
 		return err

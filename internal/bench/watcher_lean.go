@@ -15,8 +15,8 @@ import (
 // startRun starts bin's `run` (the lean flavour, as a cluster runs it) against kubeconfig and the
 // Temporal frontend at address, and reports what its /readyz and /metrics say, with its CPU time
 // and resident memory from /proc, every 200 ms.
-func startRun(ctx context.Context, bin, kubeconfig, address, stateDir, policyFile string) (*exec.Cmd, <-chan childStats, error) {
-	cmd, metricsAddr, err := runProcess(ctx, bin, kubeconfig, stateDir, "--temporal-address", address, "--policy", policyFile)
+func startRun(ctx context.Context, bin, kubeconfig, address, stateDir, policyFile string, extra ...string) (*exec.Cmd, <-chan childStats, error) {
+	cmd, metricsAddr, err := runProcess(ctx, bin, kubeconfig, stateDir, append([]string{"--temporal-address", address, "--policy", policyFile}, extra...)...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -49,6 +49,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	wb.Flags().IntVar(&w.Updates, "updates", 20000, "status updates in the storm (half change health, half do not)")
 	wb.Flags().IntVar(&w.Concurrency, "concurrency", 32, "parallel writers")
 	wb.Flags().StringVar(&w.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	wb.Flags().StringArrayVar(&w.RunArgs, "run-arg", nil, "with --lean: a flag for its run, e.g. --run-arg=--workflow-cache-size=2000 (repeatable)")
 	wb.Flags().StringVar(&w.Lean, "lean", "", "the lean binary (make build-lean): its run is the watcher, against the embedded Temporal server in its own process, and the storm's device workflows are measured live; empty: the watcher alone with a counting signaler")
 	var r bench.ReleaseOptions
 	rel := &cobra.Command{
