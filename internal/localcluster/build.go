@@ -334,8 +334,9 @@ func (b *Builder) build(ctx context.Context, c component) error {
 // one binary links while another's packages compile. The binaries land in a scratch directory
 // (named as go build names them: the package path's last element) and are moved into place.
 func (b *Builder) compile(ctx context.Context, c component, dir string) error {
-	out := filepath.Join(b.BinDir(), ".build-"+c.name)
-	if err := os.RemoveAll(out); err != nil {
+	// A directory of its own: a test beside a live make dev may build at the same moment.
+	out, err := os.MkdirTemp(b.BinDir(), ".build-"+c.name+"-")
+	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(out)
