@@ -262,3 +262,31 @@ func TestRunCheckWithoutTheRightToCreateNamespaces(t *testing.T) {
 		t.Fatalf("probe in a missing namespace: %v", err)
 	}
 }
+
+// A pool's first publication has generation 0, and while a driver republishes a pool the old
+// generation's slice may still be listed: the device is pinned from the newest one.
+func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
+	first := gpuSlice()
+	first.Spec.Pool.Generation = 0
+	_, a, _ := activityEnv(t, first)
+	sel, node, err := a.pinDevice(context.Background(), checkIn(policy.ActProbe))
+	if err != nil || node != "node-1" || !strings.HasSuffix(sel, "index == 3") {
+		t.Fatalf("generation 0: selector %q node %q err %v", sel, node, err)
+	}
+
+	newer := gpuSlice()
+	newer.Name, newer.Spec.Pool.Generation = "node-1-gpu-b", 2
+	newer.Spec.Devices[0].Attributes["index"] = resourcev1.DeviceAttribute{IntValue: ptr.To(int64(7))}
+	for _, order := range [][]*resourcev1.ResourceSlice{{gpuSlice(), newer}, {newer, gpuSlice()}} {
+		_, a, kube := activityEnv(t)
+		for _, s := range order {
+			if _, err := kube.ResourceV1().ResourceSlices().Create(context.Background(), s.DeepCopy(), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sel, _, err := a.pinDevice(context.Background(), checkIn(policy.ActProbe))
+		if err != nil || !strings.HasSuffix(sel, "index == 7") {
+			t.Fatalf("old and new generation listed: selector %q err %v", sel, err)
+		}
+	}
+}
