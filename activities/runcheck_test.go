@@ -73,10 +73,15 @@ func checkIn(kind policy.ActionKind) CheckInput {
 		Check: policy.Check{Image: "busybox", Command: []string{"true"}, Timeout: policy.JSONDuration(5 * time.Second), Namespace: "checks"}}
 }
 
-func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.ResourceHealthStatus) (policy.StepResult, *Activities, kubernetes.Interface, error) {
+// runCheck runs RunCheck against gpuSlice with a kubelet that ends check Pods in phase; setup
+// adds reactors to the fake clientset first.
+func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.ResourceHealthStatus, setup ...func(*fake.Clientset)) (policy.StepResult, *Activities, kubernetes.Interface, error) {
 	t.Helper()
 	env, a, kube := activityEnv(t, gpuSlice())
 	a.CheckPoll = 50 * time.Millisecond
+	for _, f := range setup {
+		f(kube)
+	}
 	stop := kubelet(kube, phase, health)
 	defer stop()
 	v, err := env.ExecuteActivity(a.RunCheck, in)
@@ -238,26 +243,17 @@ func TestRunCheckWithoutTheRightToCreateNamespaces(t *testing.T) {
 			return true, nil, apierrors.NewForbidden(corev1.Resource("namespaces"), "checks", errors.New("not granted"))
 		})
 	}
-	env, a, kube := activityEnv(t, gpuSlice())
-	a.CheckPoll = 50 * time.Millisecond
-	forbid(kube)
-	stop := kubelet(kube, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
-	v, err := env.ExecuteActivity(a.RunCheck, checkIn(policy.ActProbe))
-	stop()
-	var res policy.StepResult
-	if err == nil {
-		err = v.Get(&res)
-	}
+	res, _, _, err := runCheck(t, checkIn(policy.ActProbe), corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, forbid)
 	if err != nil || !res.Passed {
 		t.Fatalf("probe without the namespace right: %+v, %v", res, err)
 	}
 
-	env, a, kube = activityEnv(t, gpuSlice())
-	forbid(kube)
-	kube.PrependReactor("create", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewNotFound(corev1.Resource("namespaces"), "checks")
-	})
-	_, err = env.ExecuteActivity(a.RunCheck, checkIn(policy.ActProbe))
+	missing := func(kube *fake.Clientset) {
+		kube.PrependReactor("create", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewNotFound(corev1.Resource("namespaces"), "checks")
+		})
+	}
+	_, _, _, err = runCheck(t, checkIn(policy.ActProbe), corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, forbid, missing)
 	if err == nil || !strings.Contains(err.Error(), "check namespace checks does not exist") || !strings.Contains(err.Error(), "checks.namespaces") {
 		t.Fatalf("probe in a missing namespace: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,17 @@ func operatorCRDs(t *testing.T) []*unstructured.Unstructured {
 	return crds
 }
 
+// ofKind keeps the objects of the given kinds, in order.
+func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if slices.Contains(kinds, o.GetKind()) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 func kinds(objs []*unstructured.Unstructured) map[string]int {
 	out := map[string]int{}
 	for _, o := range objs {
@@ -198,13 +210,7 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 	}
 	// helm installs Namespaces before the objects in them; a dry run cannot place a Role in a
 	// namespace it did not store, so the check namespaces are applied for real first.
-	var namespaces []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "Namespace" {
-			namespaces = append(namespaces, o)
-		}
-	}
-	applyObjects(t, ctx, shared, namespaces, false)
+	applyObjects(t, ctx, shared, ofKind(objs, "Namespace"), false)
 	applyObjects(t, ctx, shared, objs, true)
 
 	// With the Prometheus Operator's CRDs (applied from the Go module proxy's copy) the chart
@@ -250,13 +256,8 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var rbac []*unstructured.Unstructured
-	for _, o := range renderChart(t, release, ns, "temporal.address=t:7233", "rollout.enabled=false") {
-		switch o.GetKind() {
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			rbac = append(rbac, o)
-		}
-	}
+	rbac := ofKind(renderChart(t, release, ns, "temporal.address=t:7233", "rollout.enabled=false"),
+		"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 	applyObjects(t, ctx, s, rbac, false)
 	cfg, err := app.KubeConfig(s.kubeconfig)
 	if err != nil {

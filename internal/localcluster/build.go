@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -347,12 +348,10 @@ func (b *Builder) compile(ctx context.Context, c component, dir string) error {
 	if c.tags != "" {
 		args = append(args, "-tags", c.tags)
 	}
-	var bins []string
-	for bin, pkg := range c.packages {
-		bins = append(bins, bin)
-		args = append(args, pkg)
+	bins := slices.Sorted(maps.Keys(c.packages))
+	for _, bin := range bins {
+		args = append(args, c.packages[bin])
 	}
-	sort.Strings(bins)
 	fmt.Fprintf(b.Out, "[build] %s %s: compiling %s (a cold build takes minutes)\n", c.name, c.version, strings.Join(bins, ", "))
 	if err := b.run(ctx, c.name, b.goCmd(ctx, dir, args...)); err != nil {
 		return err
