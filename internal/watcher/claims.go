@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"fmt"
+	"iter"
 	"sync"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -18,8 +19,10 @@ type Claim struct {
 	// Reserved are the UIDs of the Pods the claim is reserved for: only their reports are believed.
 	Reserved  []string
 	Allocated bool
-	Results   []AllocatedDevice
-	Classes   []RequestClass
+	// results are the allocation results, compact: most of the watcher's memory at fleet scale is
+	// these (800,000 of them for 100,000 claims of 8 devices). Read them with Results.
+	results []allocResult
+	Classes []RequestClass
 	// Troubled are devices whose driver set a Healthy or Ready condition that is not True.
 	Troubled []DeviceCondition
 }
@@ -62,15 +65,66 @@ type AllocatedDevice struct {
 	Request, Driver, Pool, Device string
 }
 
+// allocResult is an AllocatedDevice as a claim keeps it: the request, driver and pool, which the
+// devices of a claim mostly share, are one interned triple; 24 bytes instead of 64.
+type allocResult struct {
+	at     *requestPool
+	device string
+}
+
+type requestPool struct{ request, driver, pool string }
+
+// Results yields the claim's allocation results.
+func (c *Claim) Results() iter.Seq[AllocatedDevice] {
+	return func(yield func(AllocatedDevice) bool) {
+		for _, r := range c.results {
+			if !yield(AllocatedDevice{Request: r.at.request, Driver: r.at.driver, Pool: r.at.pool, Device: r.device}) {
+				return
+			}
+		}
+	}
+}
+
+// holds reports whether the claim was allocated the device.
+func (c *Claim) holds(id device.ID) bool {
+	for _, r := range c.results {
+		if r.device == id.Device && r.at.pool == id.Pool && r.at.driver == id.Driver {
+			return true
+		}
+	}
+	return false
+}
+
 // RequestClass names the DeviceClass of a request ("<request>" or "<request>/<subrequest>").
 type RequestClass struct {
 	Request, Class string
 }
 
-// interner makes repeated names (drivers, pools, device names, request names) share one string.
+// interner makes repeated names (drivers, pools, device names, request names) share one string,
+// and repeated (request, driver, pool) triples one value.
 type interner struct {
-	mu sync.Mutex
-	m  map[string]string
+	mu      sync.Mutex
+	m       map[string]string
+	triples map[requestPool]*requestPool
+}
+
+// triple returns the one shared value of (request, driver, pool); a nil interner makes a new one.
+func (in *interner) triple(request, driver, pool string) *requestPool {
+	if in == nil {
+		return &requestPool{request, driver, pool}
+	}
+	k := requestPool{in.get(request), in.get(driver), in.get(pool)}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.triples == nil {
+		in.triples = map[requestPool]*requestPool{}
+	}
+	if v, ok := in.triples[k]; ok {
+		return v
+	}
+	v := &k
+	in.triples[k] = v
+	return v
 }
 
 func (in *interner) get(s string) string {
@@ -113,9 +167,9 @@ func compactClaim(c *resourcev1.ResourceClaim, in *interner) *Claim {
 	}
 	if a := c.Status.Allocation; a != nil {
 		out.Allocated = true
-		out.Results = make([]AllocatedDevice, 0, len(a.Devices.Results))
+		out.results = make([]allocResult, 0, len(a.Devices.Results))
 		for _, r := range a.Devices.Results {
-			out.Results = append(out.Results, AllocatedDevice{Request: in.get(r.Request), Driver: in.get(r.Driver), Pool: in.get(r.Pool), Device: in.get(r.Device)})
+			out.results = append(out.results, allocResult{at: in.triple(r.Request, r.Driver, r.Pool), device: in.get(r.Device)})
 		}
 	}
 	return out
@@ -196,10 +250,8 @@ func (x *claimIndex) holding(id device.ID) string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for key, c := range x.claims {
-		for _, r := range c.Results {
-			if r.Driver == id.Driver && r.Pool == id.Pool && r.Device == id.Device {
-				return key
-			}
+		if c.holds(id) {
+			return key
 		}
 	}
 	return ""

@@ -89,7 +89,13 @@ func Resolve(pod *corev1.Pod, claims ClaimGetter, cdi Naming) ([]Report, []Resol
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil, nil
 	}
-	var reports []Report
+	entries := 0
+	for _, cs := range pod.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			entries += len(rs.Resources)
+		}
+	}
+	reports := make([]Report, 0, entries)
 	var errs []ResolveError
 	for _, cs := range pod.Status.ContainerStatuses {
 		for _, rs := range cs.AllocatedResourcesStatus {
@@ -133,21 +139,23 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 		return Report{}, &ResolveError{Reason: ReasonNotReserved, Claim: claimKey,
 			Err: fmt.Errorf("pod %s/%s (uid %s) is not among the consumers of claim %s: its report is stale", pod.Namespace, pod.Name, pod.UID, claimKey)}
 	}
-	var candidates []AllocatedDevice
-	for _, r := range claim.Results {
-		if request == "" || r.Request == request || strings.HasPrefix(r.Request, request+"/") {
-			candidates = append(candidates, r)
-		}
-	}
-	if len(candidates) == 0 {
+	chosen, n, ok := pick(claim, request, string(rh.ResourceID))
+	if n == 0 {
 		return Report{}, &ResolveError{Reason: ReasonRequestUnmatched, Claim: claimKey, Err: fmt.Errorf("claim %s has no result for request %q", claimKey, request)}
 	}
 	reporter := workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Claim: claimName, Health: health}
-	chosen, ok := match(candidates, string(rh.ResourceID), claim.UID, cdi)
 	if !ok {
-		return Report{}, &ResolveError{Reason: ReasonAmbiguous, Claim: claimKey,
-			Err:        fmt.Errorf("resourceID %q could be any of the %d devices allocated to claim %s: the driver's CDI style is not declared (drivers.<driver>.cdi in the policy file) or does not match", rh.ResourceID, len(candidates), claimKey),
-			Candidates: candidates, Class: claim.class, Health: health, Message: message(rh), Reporter: reporter, Node: pod.Spec.NodeName}
+		candidates := make([]AllocatedDevice, 0, n)
+		for r := range claim.Results() {
+			if forRequest(r.Request, request) {
+				candidates = append(candidates, r)
+			}
+		}
+		if chosen, ok = matchCDI(candidates, string(rh.ResourceID), claim.UID, cdi); !ok {
+			return Report{}, &ResolveError{Reason: ReasonAmbiguous, Claim: claimKey,
+				Err:        fmt.Errorf("resourceID %q could be any of the %d devices allocated to claim %s: the driver's CDI style is not declared (drivers.<driver>.cdi in the policy file) or does not match", rh.ResourceID, len(candidates), claimKey),
+				Candidates: candidates, Class: claim.class, Health: health, Message: message(rh), Reporter: reporter, Node: pod.Spec.NodeName}
+		}
 	}
 	return Report{
 		Device:      device.ID{Driver: chosen.Driver, Pool: chosen.Pool, Device: chosen.Device},
@@ -180,20 +188,47 @@ func message(rh corev1.ResourceHealth) string {
 	return *rh.Message
 }
 
-// match picks the allocated device a resourceID refers to. With a single candidate the ID's form
-// does not matter (it may be a CDI device ID). With several, only an exact identification is
-// accepted: the canonical <driver>/<pool>/<device>, or a CDI device ID whose name (after "=") is
-// exactly what one of the driver's declared styles makes of one candidate, and of no other.
-// Guessing would quarantine the wrong device.
-func match(candidates []AllocatedDevice, resourceID, claimUID string, cdi Naming) (AllocatedDevice, bool) {
-	if len(candidates) == 1 {
-		return candidates[0], true
-	}
-	for _, c := range candidates {
-		if c.Driver+"/"+c.Pool+"/"+c.Device == resourceID {
-			return c, true
+// pick finds, without building a list, what most reports need: how many of the claim's results
+// serve the request, and the device the report names when that is plain, that is when the
+// request has one device (the ID's form does not matter then: it may be a CDI device ID) or when
+// the ID is the canonical <driver>/<pool>/<device> of one of them.
+func pick(c *Claim, request, resourceID string) (AllocatedDevice, int, bool) {
+	var only, named AllocatedDevice
+	n, found := 0, false
+	for r := range c.Results() {
+		if !forRequest(r.Request, request) {
+			continue
+		}
+		n++
+		only = r
+		if !found && names(resourceID, r) {
+			named, found = r, true
 		}
 	}
+	if n == 1 {
+		return only, 1, true
+	}
+	return named, n, found
+}
+
+// forRequest: a result serves the pod's request "" (the whole claim), its request, or one of its
+// subrequests.
+func forRequest(result, request string) bool {
+	return request == "" || result == request || (strings.HasPrefix(result, request) && len(result) > len(request) && result[len(request)] == '/')
+}
+
+// names reports whether id is r's canonical <driver>/<pool>/<device> (without building it).
+func names(id string, r AllocatedDevice) bool {
+	d, p := len(r.Driver), len(r.Pool)
+	return len(id) == d+p+len(r.Device)+2 && id[d] == '/' && id[d+1+p] == '/' &&
+		id[:d] == r.Driver && id[d+1:d+1+p] == r.Pool && id[d+2+p:] == r.Device
+}
+
+// matchCDI picks which of several allocated devices a CDI device ID refers to. Only an exact
+// identification is accepted: an ID whose name (after "=") is exactly what one of the driver's
+// declared styles makes of one candidate, and of no other. Guessing would quarantine the wrong
+// device.
+func matchCDI(candidates []AllocatedDevice, resourceID, claimUID string, cdi Naming) (AllocatedDevice, bool) {
 	_, name, isCDI := strings.Cut(resourceID, "=")
 	if !isCDI || name == "" || cdi == nil {
 		return AllocatedDevice{}, false

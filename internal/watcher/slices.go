@@ -297,7 +297,7 @@ func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 func (w *Watcher) reportMissing(id device.ID, claim, node string) {
 	w.slices.markMissing(id, claim)
 	w.podMu.Lock()
-	ids := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
+	ids, _ := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
 		Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
 		Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil)
 	w.podMu.Unlock()
@@ -324,7 +324,7 @@ func (w *Watcher) scanMissing() {
 	var missing []held
 	w.claims.mu.RLock()
 	for key, c := range w.claims.claims {
-		for _, r := range c.Results {
+		for r := range c.Results() {
 			id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
 			if w.slices.unpublished(id) {
 				missing = append(missing, held{id, key})
@@ -354,9 +354,7 @@ func (x *sliceIndex) released(claim string, c *Claim) []device.ID {
 		if holder != claim {
 			continue
 		}
-		if c != nil && slices.ContainsFunc(c.Results, func(r AllocatedDevice) bool {
-			return r.Driver == id.Driver && r.Pool == id.Pool && r.Device == id.Device
-		}) {
+		if c != nil && c.holds(id) {
 			continue
 		}
 		out = append(out, id)
@@ -369,7 +367,7 @@ func (x *sliceIndex) released(claim string, c *Claim) []device.ID {
 func (w *Watcher) withdrawUnpublished(ids []device.ID) {
 	for _, id := range ids {
 		w.podMu.Lock()
-		changed := w.store.setPod(unpublishedKey(id), "", nil, nil, nil)
+		changed, _ := w.store.setPod(unpublishedKey(id), "", nil, nil, nil)
 		w.podMu.Unlock()
 		w.enqueueAll(changed)
 	}
@@ -407,7 +405,7 @@ func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
 // reportTaint reports a device its driver tainted as Unhealthy, with exact identity.
 func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 	w.podMu.Lock()
-	ids := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
+	ids, _ := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
 		Source: policy.SourceSlice, Reporter: workflows.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil)
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
@@ -417,7 +415,7 @@ func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 // that the driver vouches for it again, which may start a quarantined device's recovery review.
 func (w *Watcher) withdrawTaint(id device.ID) {
 	w.podMu.Lock()
-	ids := w.store.setPod(taintKey(id), "", nil, nil, nil)
+	ids, _ := w.store.setPod(taintKey(id), "", nil, nil, nil)
 	w.store.clearedByDriver(id, policy.SourceSlice)
 	w.podMu.Unlock()
 	w.enqueueAll(append(ids, id))

@@ -57,7 +57,7 @@ func TestMissingDeviceReleasedWithItsClaim(t *testing.T) {
 	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
 	x.markMissing(gpu0, "ns/a")
 	x.markMissing(gpu1, "ns/b")
-	still := &Claim{Allocated: true, Results: []AllocatedDevice{{Driver: drv, Pool: "node-1", Device: "gpu-0"}}}
+	still := compactClaim(claimWith("a", result("gpus", "gpu-0")), nil)
 	if got := x.released("ns/a", still); len(got) != 0 {
 		t.Fatalf("released while still held: %v", got)
 	}

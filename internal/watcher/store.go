@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"cmp"
+	"iter"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,19 +100,25 @@ func (e *entry) node() string {
 	return ""
 }
 
-// setPod replaces a pod's reports and returns the devices whose reports changed. keep is the
-// stripped pod to track, or nil to stop tracking it.
-func (s *store) setPod(podKey string, version string, reports []Report, claims []string, keep *corev1.Pod) []device.ID {
+// setPod replaces a pod's reports and returns the devices whose reports changed, and how many
+// devices it passed over: Healthy, without an entry, on a node not in an outage, which the worker
+// would only forget again (skipHealthy). keep is the stripped pod to track, or nil to stop
+// tracking it; a pod whose every report was passed over is not kept, as the worker would have
+// untracked it once it forgot the last of them. reports is reordered.
+func (s *store) setPod(podKey string, version string, reports []Report, claims []string, keep *corev1.Pod) ([]device.ID, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	byDevice := map[device.ID][]Report{}
-	for _, r := range reports {
-		byDevice[r.Device] = append(byDevice[r.Device], r)
+	// Sorted by device (stably: each device's reports keep their order), each device's reports
+	// are one run of the slice; no map per update.
+	slices.SortStableFunc(reports, func(a, b Report) int { return compareID(a.Device, b.Device) })
+	reported := func(id device.ID) bool {
+		_, ok := slices.BinarySearchFunc(reports, id, func(r Report, id device.ID) int { return compareID(r.Device, id) })
+		return ok
 	}
 	v, _ := strconv.ParseUint(version, 10, 64)
 	var changed []device.ID
 	for _, id := range s.podDevices[podKey] {
-		if _, still := byDevice[id]; !still {
+		if !reported(id) {
 			if e := s.devices[id]; e != nil {
 				delete(e.reports, podKey)
 				e.version = max(e.version, v)
@@ -119,10 +127,21 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 			changed = append(changed, id)
 		}
 	}
-	ids := make([]device.ID, 0, len(byDevice))
-	for id, rs := range byDevice {
+	var ids []device.ID
+	passed := 0
+	for i := 0; i < len(reports); {
+		id, j := reports[i].Device, i+1
+		for j < len(reports) && reports[j].Device == id {
+			j++
+		}
+		rs := reports[i:j]
+		i = j
 		e := s.devices[id]
 		if e == nil {
+			if s.quiet(rs) {
+				passed++
+				continue
+			}
 			e = &entry{reports: map[string][]Report{}}
 			s.devices[id] = e
 		}
@@ -131,12 +150,15 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 			// An unrelated status change (readiness, restarts): nothing for this device.
 			continue
 		}
-		e.reports[podKey] = rs
+		e.reports[podKey] = slices.Clone(rs) // not a window on the whole pod's reports
 		e.version = max(e.version, v)
 		changed = append(changed, id)
 	}
 	if len(ids) == 0 {
 		delete(s.podDevices, podKey)
+		if len(reports) > 0 {
+			keep = nil
+		}
 	} else {
 		s.podDevices[podKey] = ids
 	}
@@ -150,7 +172,25 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 			s.claimPods[c][podKey] = struct{}{}
 		}
 	}
-	return changed
+	return changed, passed
+}
+
+// quiet: one pod's reports of a device that has no entry say only Healthy, on a node that
+// heartbeats. Callers hold s.mu.
+func (s *store) quiet(rs []Report) bool {
+	for _, r := range rs {
+		if r.Health != device.Healthy || r.Source != "" {
+			return false
+		}
+		if _, down := s.outages[r.Node]; down {
+			return false
+		}
+	}
+	return true
+}
+
+func compareID(a, b device.ID) int {
+	return cmp.Or(strings.Compare(a.Driver, b.Driver), strings.Compare(a.Pool, b.Pool), strings.Compare(a.Device, b.Device))
 }
 
 func sameReports(a, b []Report) bool {
@@ -182,7 +222,8 @@ func (s *store) untrack(podKey string) {
 
 // deletePod retracts a deleted pod's reports.
 func (s *store) deletePod(podKey, version string) []device.ID {
-	return s.setPod(podKey, version, nil, nil, nil)
+	changed, _ := s.setPod(podKey, version, nil, nil, nil)
+	return changed
 }
 
 // hasReporter reports whether a reporter key (a pod, or a source of the watcher's own) has reports.
@@ -202,10 +243,10 @@ func (s *store) tracked(podKey string) bool {
 }
 
 // followsAny reports whether any of the devices has an entry.
-func (s *store) followsAny(devs []AllocatedDevice) bool {
+func (s *store) followsAny(devs iter.Seq[AllocatedDevice]) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, d := range devs {
+	for d := range devs {
 		if _, ok := s.devices[device.ID{Driver: d.Driver, Pool: d.Pool, Device: d.Device}]; ok {
 			return true
 		}

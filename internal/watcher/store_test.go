@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -22,26 +24,31 @@ func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	now := time.Unix(1700000000, 0)
 
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
-	if _, d := s.next(id, now, 0); d != skipHealthy {
-		t.Fatalf("healthy device with no workflow: decision %v, want skipHealthy", d)
+	// Healthy, and no workflow: passed over, nothing kept.
+	if changed, passed := s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil); len(changed) != 0 || passed != 1 {
+		t.Fatalf("healthy device with no workflow: changed %v, passed over %d", changed, passed)
 	}
-	// A second pod shares the device (consumable capacity) and reports it Unhealthy: worst wins.
+	if _, d := s.next(id, now, 0); d != skipNothing || len(s.devices) != 0 || len(s.podDevices) != 0 {
+		t.Fatalf("healthy device with no workflow: decision %v, %d devices kept", d, len(s.devices))
+	}
+	// A second pod shares the device (consumable capacity) and reports it Unhealthy; from then on
+	// the first pod's reports count too, and the worst wins.
 	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
+	s.setPod("ns/a", "12", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
 	obs, d := s.next(id, now, 0)
-	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "11" || len(obs.Reporters) != 2 {
+	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "12" || len(obs.Reporters) != 2 {
 		t.Fatalf("got %v %+v", d, obs)
 	}
 	s.markSignalled(obs, now)
 	// Same health again with a newer status version: nothing to signal.
-	s.setPod("ns/b", "12", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
+	s.setPod("ns/b", "13", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
 	if _, d := s.next(id, now, 0); d != skipDuplicate {
 		t.Fatalf("decision %v, want skipDuplicate", d)
 	}
 	// The unhealthy pod goes away: the device is Healthy again and, having a workflow, is signalled.
-	s.deletePod("ns/b", "13")
+	s.deletePod("ns/b", "14")
 	obs, d = s.next(id, now, 0)
-	if d != doSignal || obs.Health != device.Healthy || obs.StatusVersion != "13" {
+	if d != doSignal || obs.Health != device.Healthy || obs.StatusVersion != "14" {
 		t.Fatalf("after delete: %v %+v", d, obs)
 	}
 }
@@ -52,11 +59,11 @@ func TestStoreManyDevicesOnePod(t *testing.T) {
 	for i := 0; i < 5000; i++ {
 		reports = append(reports, rep("gpu-"+string(rune('a'+i%26))+time.Duration(i).String(), device.Unknown, "big"))
 	}
-	changed := s.setPod("ns/big", "5", reports, nil, nil)
+	changed, _ := s.setPod("ns/big", "5", reports, nil, nil)
 	if len(changed) != 5000 {
 		t.Fatalf("changed %d devices", len(changed))
 	}
-	if changed := s.setPod("ns/big", "6", nil, nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
+	if changed, _ := s.setPod("ns/big", "6", nil, nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
 		t.Fatalf("retract left %d devices", len(s.devices))
 	}
 }
@@ -221,8 +228,11 @@ func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
 	s := newStore()
 	g0 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	g1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
-	s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, nil, nil)
-	s.setPod("ns/b", "2", []Report{rep("gpu-0", device.Healthy, "b")}, nil, nil)
+	// Both turned Unknown and back before the worker looked at them.
+	s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Unknown, "a"), rep("gpu-1", device.Unknown, "a")}, nil, nil)
+	s.setPod("ns/b", "2", []Report{rep("gpu-0", device.Unknown, "b")}, nil, nil)
+	s.setPod("ns/a", "3", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, nil, nil)
+	s.setPod("ns/b", "4", []Report{rep("gpu-0", device.Healthy, "b")}, nil, nil)
 	s.forget(g0)
 	if _, ok := s.devices[g0]; ok {
 		t.Fatal("a Healthy, unsignalled device was kept")
@@ -233,16 +243,44 @@ func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
 	if left := s.podDevices["ns/a"]; len(left) != 1 || left[0] != g1 {
 		t.Fatalf("pod a holds %v, want gpu-1 only", left)
 	}
-	s.setPod("ns/c", "3", []Report{rep("gpu-1", device.Unknown, "c")}, nil, nil)
+	s.setPod("ns/c", "5", []Report{rep("gpu-1", device.Unknown, "c")}, nil, nil)
 	s.forget(g1)
 	if _, ok := s.devices[g1]; !ok {
 		t.Fatal("a device with an Unknown report was forgotten")
 	}
-	s.setPod("ns/c", "4", nil, nil, nil)
+	s.setPod("ns/c", "6", nil, nil, nil)
 	obs, _ := s.next(g1, benchNow, 0)
 	s.markSignalled(obs, benchNow)
 	s.forget(g1)
 	if _, ok := s.devices[g1]; !ok {
 		t.Fatal("a device its workflow heard about was forgotten")
+	}
+}
+
+// A pod whose reports are all passed over (Healthy devices without a workflow) is not tracked; one
+// on a node in an outage is not passed over (its Healthy is not current), nor is a pod that
+// reports nothing but is kept for an unresolved claim.
+func TestStorePassesOverHealthyDevicesWithoutWorkflow(t *testing.T) {
+	s := newStore()
+	pod := &corev1.Pod{}
+	changed, passed := s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, []string{"ns/a-claim"}, pod)
+	if len(changed) != 0 || passed != 2 || s.tracked("ns/a") || len(s.claimPods) != 0 || len(s.devices) != 0 {
+		t.Fatalf("changed %v, passed over %d, tracked %v, %d devices", changed, passed, s.tracked("ns/a"), len(s.devices))
+	}
+	// One of its devices turns Unknown: both are kept from then on (the Healthy one only until the
+	// worker forgets it), and so is the pod.
+	changed, passed = s.setPod("ns/a", "2", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Unknown, "a")}, []string{"ns/a-claim"}, pod)
+	if len(changed) != 1 || changed[0].Device != "gpu-1" || passed != 1 || !s.tracked("ns/a") {
+		t.Fatalf("changed %v, passed over %d, tracked %v", changed, passed, s.tracked("ns/a"))
+	}
+	s.setOutage("node-1", "node node-1 outage")
+	if changed, passed := s.setPod("ns/b", "3", []Report{rep("gpu-5", device.Healthy, "b")}, nil, pod); len(changed) != 1 || passed != 0 {
+		t.Fatalf("during an outage: changed %v, passed over %d", changed, passed)
+	}
+	if obs, d := s.next(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-5"}, benchNow, 0); d != doSignal || obs.Health != device.Unknown {
+		t.Fatalf("during an outage: %v %+v", d, obs)
+	}
+	if _, passed := s.setPod("ns/c", "4", nil, []string{"ns/c-claim"}, pod); passed != 0 || !s.tracked("ns/c") {
+		t.Fatal("a pod kept for an unresolved claim was dropped")
 	}
 }

@@ -269,7 +269,7 @@ func (w *Watcher) relevant(pod *corev1.Pod) bool {
 	}
 	for _, ref := range ClaimRefs(pod) {
 		ns, name, _ := strings.Cut(ref, "/")
-		if c, ok := w.claims.get(ns, name); ok && w.store.followsAny(c.Results) {
+		if c, ok := w.claims.get(ns, name); ok && w.store.followsAny(c.Results()) {
 			return true
 		}
 	}
@@ -298,7 +298,9 @@ func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
 	if len(reports) > 0 || len(errs) > 0 {
 		keep = stripPod(pod)
 	}
-	return w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod), keep)
+	ids, passed := w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod), keep)
+	w.cfg.Metrics.SkippedHealthy.Add(float64(passed))
+	return ids
 }
 
 func (w *Watcher) onPodDelete(obj runtime.Object) {
@@ -353,7 +355,7 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 		w.podMu.Unlock()
 		return
 	}
-	ids := w.store.setPod(claimConditionKey(key), version, reports, nil, nil)
+	ids, _ := w.store.setPod(claimConditionKey(key), version, reports, nil, nil)
 	for _, id := range ids {
 		if !slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
 			w.store.clearedByDriver(id, policy.SourceClaimCondition) // the driver's condition cleared

@@ -1,0 +1,49 @@
+package watcher
+
+import (
+	"slices"
+	"testing"
+
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// A claim's compact form gives back every allocation result as written, in order, and claims of
+// the same pool and request share one (request, driver, pool) value.
+func TestCompactClaimKeepsEveryResult(t *testing.T) {
+	var in interner
+	a := compactClaim(claimWith("a", result("gpus", "gpu-0"), result("gpus", "gpu-1"),
+		resourcev1.DeviceRequestAllocationResult{Request: "nic/fast", Driver: "nic.example.com", Pool: "node-2", Device: "eth-0"}), &in)
+	b := compactClaim(claimWith("b", result("gpus", "gpu-2")), &in)
+	want := []AllocatedDevice{
+		{Request: "gpus", Driver: drv, Pool: "node-1", Device: "gpu-0"},
+		{Request: "gpus", Driver: drv, Pool: "node-1", Device: "gpu-1"},
+		{Request: "nic/fast", Driver: "nic.example.com", Pool: "node-2", Device: "eth-0"},
+	}
+	if got := slices.Collect(a.Results()); !slices.Equal(got, want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+	var first []AllocatedDevice
+	for r := range a.Results() {
+		first = append(first, r)
+		break
+	}
+	if len(first) != 1 {
+		t.Fatalf("stopping after one result yielded %v", first)
+	}
+	if a.results[0].at != a.results[1].at || a.results[0].at != b.results[0].at || a.results[0].at == a.results[2].at {
+		t.Fatal("claims of one pool and request do not share their triple, or different ones do")
+	}
+	for _, id := range []device.ID{{Driver: drv, Pool: "node-1", Device: "gpu-1"}, {Driver: "nic.example.com", Pool: "node-2", Device: "eth-0"}} {
+		if !a.holds(id) {
+			t.Errorf("claim a does not hold %v", id)
+		}
+	}
+	for _, id := range []device.ID{{Driver: drv, Pool: "node-1", Device: "gpu-2"}, {Driver: drv, Pool: "node-2", Device: "gpu-0"},
+		{Driver: "other", Pool: "node-1", Device: "gpu-0"}} {
+		if a.holds(id) {
+			t.Errorf("claim a holds %v", id)
+		}
+	}
+}
