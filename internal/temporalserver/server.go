@@ -35,6 +35,9 @@ type Config struct {
 	// SuggestContinueAsNewAfter is the history length (events) at which the server suggests that
 	// a workflow continue as new; 0 keeps Temporal's default. Tests lower it to take that path.
 	SuggestContinueAsNewAfter int
+	// Settings override dynamic config keys over DynamicConfig (see ParseSetting); benches use them
+	// to measure what a setting buys.
+	Settings map[string]any
 }
 
 // Server is a running embedded Temporal server.
@@ -69,6 +72,9 @@ func (cfg Config) dynamicConfig() dynamicconfig.StaticClient {
 	dc := DynamicConfig()
 	if cfg.SuggestContinueAsNewAfter > 0 {
 		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = cfg.SuggestContinueAsNewAfter
+	}
+	for k, v := range cfg.Settings {
+		dc[dynamicconfig.MakeKey(k)] = v
 	}
 	return dc
 }
