@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,8 @@ type WatcherOptions struct {
 	Lean string
 	// RunArgs are more flags for the lean binary's run (--workflow-cache-size=N).
 	RunArgs []string
+	// ServerSettings are dynamic config key=value overrides for the embedded Temporal server.
+	ServerSettings []string
 }
 
 const fleetNS = "fleet"
@@ -70,7 +73,7 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 	if o.Lean == "" {
 		child, stats, err = startChild(ctx, cl.Kubeconfig)
 	} else {
-		server, address, err = startTemporalChild(ctx, filepath.Join(dir, "temporal"))
+		server, address, err = startTemporalChild(ctx, filepath.Join(dir, "temporal"), o.ServerSettings)
 		if err != nil {
 			return err
 		}
@@ -85,7 +88,13 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	defer func() {
+		// SIGTERM first: a child asked to profile writes its profile out as it stops.
+		_ = child.Process.Signal(syscall.SIGTERM)
+		t := time.AfterFunc(10*time.Second, func() { _ = child.Process.Kill() })
+		_ = child.Wait()
+		t.Stop()
+	}()
 	synced := time.Now()
 	initial, err := waitStats(ctx, stats, 10*time.Minute, func(s childStats) bool { return s.Synced && s.PodEvents >= float64(o.Pods) && s.Queue == 0 })
 	if err != nil {
@@ -282,6 +291,9 @@ func storm(ctx context.Context, kube kubernetes.Interface, pods []*corev1.Pod, o
 						turnedMu.Unlock()
 					} else {
 						r.Health = corev1.ResourceHealthStatusHealthy
+						turnedMu.Lock()
+						delete(turnedSet, string(r.ResourceID)) // back to Healthy: no workflow stays
+						turnedMu.Unlock()
 					}
 				} else {
 					cs.RestartCount++ // unrelated to device health

@@ -81,6 +81,10 @@ func WatcherChild(ctx context.Context, kubeconfig string, out io.Writer) error {
 			}
 		}
 	}()
+	// DEVICEWARDEN_BENCH_CPUPROFILE=<file> profiles from sync until the bench stops this process
+	// (SIGTERM ends ctx), so the storm is in it.
+	cpuProfile := os.Getenv("DEVICEWARDEN_BENCH_CPUPROFILE")
+	defer pprof.StopCPUProfile()
 	enc := json.NewEncoder(out)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -89,6 +93,12 @@ func WatcherChild(ctx context.Context, kubeconfig string, out io.Writer) error {
 		case err := <-errc:
 			return err
 		case <-tick.C:
+			if cpuProfile != "" && synced.Load() {
+				if err := startCPUProfile(cpuProfile); err != nil {
+					return err
+				}
+				cpuProfile = ""
+			}
 			st := childStats{
 				Synced:         synced.Load(),
 				PodEvents:      testutil.ToFloat64(m.WatcherEvents.WithLabelValues("pod", "add")) + testutil.ToFloat64(m.WatcherEvents.WithLabelValues("pod", "update")),
@@ -104,6 +114,15 @@ func WatcherChild(ctx context.Context, kubeconfig string, out io.Writer) error {
 			}
 		}
 	}
+}
+
+// startCPUProfile profiles this process into path until pprof.StopCPUProfile.
+func startCPUProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return pprof.StartCPUProfile(f) // the file closes with the process
 }
 
 // selfUsage returns this process's CPU seconds (user + system) and resident memory in MiB.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/bench"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
 func newBenchCmd(_ *globals) *cobra.Command {
@@ -40,6 +41,14 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if w.Pods < 1 || w.DevicesPerPod < 1 || w.Updates < 1 || w.Concurrency < 1 {
 				return fmt.Errorf("--pods, --devices-per-pod, --updates and --concurrency must be >= 1")
 			}
+			if len(w.ServerSettings) > 0 && w.Lean == "" {
+				return fmt.Errorf("--server-setting needs --lean: only then does the bench run a Temporal server")
+			}
+			for _, kv := range w.ServerSettings { // refused now, not after the fleet is loaded
+				if _, _, err := temporalserver.ParseSetting(kv); err != nil {
+					return err
+				}
+			}
 			w.Out = c.OutOrStdout()
 			return bench.Watcher(c.Context(), w)
 		},
@@ -50,6 +59,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	wb.Flags().IntVar(&w.Concurrency, "concurrency", 32, "parallel writers")
 	wb.Flags().StringVar(&w.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	wb.Flags().StringArrayVar(&w.RunArgs, "run-arg", nil, "with --lean: a flag for its run, e.g. --run-arg=--workflow-cache-size=2000 (repeatable)")
+	wb.Flags().StringArrayVar(&w.ServerSettings, "server-setting", nil, "with --lean: a dynamic config key=value for the embedded Temporal server, over its built-in tuning (repeatable)")
 	wb.Flags().StringVar(&w.Lean, "lean", "", "the lean binary (make build-lean): its run is the watcher, against the embedded Temporal server in its own process, and the storm's device workflows are measured live; empty: the watcher alone with a counting signaler")
 	var r bench.ReleaseOptions
 	rel := &cobra.Command{
@@ -103,8 +113,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	storm.Flags().StringVar(&sb.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	child := childCmd("watcher-child", "Internal: the watcher process measured by `bench watcher`",
 		"kubeconfig", "kubeconfig of the cluster to watch", bench.WatcherChild)
-	server := childCmd("temporal-child", "Internal: the embedded Temporal server alone, measured by `bench watcher --lean`",
-		"db", "the SQLite file", bench.TemporalChild)
+	server := temporalChildCmd()
 	var fl bench.FlavoursOptions
 	flavours := &cobra.Command{
 		Use:   "flavours",
@@ -136,6 +145,30 @@ func childCmd(use, short, flag, usage string, run func(context.Context, string, 
 		RunE: func(c *cobra.Command, _ []string) error { return run(c.Context(), value, c.OutOrStdout()) },
 	}
 	cmd.Flags().StringVar(&value, flag, "", usage)
+	return cmd
+}
+
+// temporalChildCmd runs the embedded Temporal server alone for `bench watcher --lean`.
+func temporalChildCmd() *cobra.Command {
+	var db string
+	var kvs []string
+	cmd := &cobra.Command{
+		Use: "temporal-child", Hidden: true, Short: "Internal: the embedded Temporal server alone, measured by `bench watcher --lean`",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			settings := map[string]any{}
+			for _, kv := range kvs {
+				k, v, err := temporalserver.ParseSetting(kv)
+				if err != nil {
+					return err
+				}
+				settings[k] = v
+			}
+			return bench.TemporalChild(c.Context(), db, settings, c.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&db, "db", "", "the SQLite file")
+	cmd.Flags().StringArrayVar(&kvs, "setting", nil, "a dynamic config key=value (repeatable)")
 	return cmd
 }
 
