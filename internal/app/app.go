@@ -49,6 +49,9 @@ type TemporalOptions struct {
 	SuggestContinueAsNewAfter int
 	// MetricsHandler receives the SDK's own metrics (nil: none).
 	MetricsHandler client.MetricsHandler
+	// Compression of requests to Temporal: "gzip", "none", or "auto" (also ""): none to a loopback
+	// address (the embedded server), where it only costs CPU on both ends; gzip elsewhere.
+	Compression string
 }
 
 // Temporal is a connected client and, when embedded, the server behind it.
@@ -67,6 +70,8 @@ type EmbeddedServer interface {
 	FrontendAddress() string
 	// UIURL is the Web UI's address, empty when the UI is off.
 	UIURL() string
+	// SearchAttributesChanged makes search attributes just added usable at once.
+	SearchAttributesChanged()
 	Stop() error
 }
 
@@ -104,6 +109,9 @@ func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger
 		t.Close()
 		return nil, err
 	}
+	if t.Server != nil {
+		t.Server.SearchAttributesChanged()
+	}
 	return t, nil
 }
 
@@ -121,6 +129,11 @@ func Dial(ctx context.Context, o TemporalOptions, logger *slog.Logger) (client.C
 	if o.APIKey != "" {
 		copts.Credentials = client.NewAPIKeyStaticCredentials(o.APIKey)
 	}
+	comp, err := grpcCompression(o.Compression, o.Address)
+	if err != nil {
+		return nil, err
+	}
+	copts.ConnectionOptions.GrpcCompression = comp
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := client.DialContext(dialCtx, copts)
@@ -128,6 +141,32 @@ func Dial(ctx context.Context, o TemporalOptions, logger *slog.Logger) (client.C
 		return nil, fmt.Errorf("dial temporal %s: %w", o.Address, err)
 	}
 	return c, nil
+}
+
+// grpcCompression picks the compression of requests to the frontend at address.
+func grpcCompression(mode, address string) (client.GrpcCompression, error) {
+	switch mode {
+	case "gzip":
+		return &client.GrpcCompressionGzip{}, nil
+	case "none":
+		return &client.GrpcCompressionNone{}, nil
+	case "", "auto":
+		if loopback(address) {
+			return &client.GrpcCompressionNone{}, nil
+		}
+		return &client.GrpcCompressionGzip{}, nil
+	}
+	return nil, fmt.Errorf("--temporal-compression %q: want auto, gzip or none", mode)
+}
+
+// loopback reports whether host:port names this machine's loopback interface.
+func loopback(address string) bool {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		host = address
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 func (t *Temporal) stopServer() {

@@ -55,6 +55,7 @@ func addConnFlags(f *pflag.FlagSet, o *app.TemporalOptions, defaultAddress, addr
 	f.StringVar(&o.TLSKey, "temporal-tls-key", "", "client key file for Temporal mTLS")
 	f.StringVar(&o.TLSCA, "temporal-tls-ca", "", "CA file that signed the Temporal server certificate")
 	f.StringVar(&o.APIKey, "temporal-api-key", "", "API key for Temporal Cloud or a server that accepts API keys")
+	f.StringVar(&o.Compression, "temporal-compression", "auto", "gzip requests to Temporal: auto (not to a loopback address, such as the embedded server), gzip or none")
 }
 
 func (t *temporalFlags) options(g *globals) (app.TemporalOptions, error) {

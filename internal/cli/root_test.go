@@ -47,6 +47,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "bad bool from env", env: map[string]string{"DEVICEWARDEN_DRY_RUN": "perhaps"}, args: []string{"run"}, wantErr: "DEVICEWARDEN_DRY_RUN"},
 		{name: "tls cert without key", args: []string{"run", "--temporal-address", "x:7233", "--temporal-tls-cert", "c.pem"}, wantErr: "go together"},
 		{name: "tls for the embedded server", args: []string{"run", "--temporal-api-key", "k"}, wantErr: "--temporal-address"},
+		{name: "unknown compression", args: []string{"device", "show", "d/p/gpu-0", "--temporal-address", "127.0.0.1:1", "--temporal-compression", "zstd"}, wantErr: "want auto, gzip or none"},
 		{name: "embedded Temporal in a cluster", env: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, args: []string{"run"}, wantErr: "--embed-temporal"},
 		{name: "version output", args: []string{"version", "-o", "yaml"}, wantErr: "want text or json"},
 		{name: "nodes out of range", args: []string{"sim", "nodes", "--devices", "0"}, wantErr: "--devices"},

@@ -43,6 +43,7 @@ type Config struct {
 // Server is a running embedded Temporal server.
 type Server struct {
 	srv          temporal.Server
+	config       *liveConfig
 	ui           *uiServer
 	frontendAddr string
 	uiURL        string
@@ -63,8 +64,6 @@ func DynamicConfig() dynamicconfig.StaticClient {
 		// One matching partition: a single worker polls, so more partitions only add latency.
 		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  1,
 		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): 1,
-		// Search attributes registered at start must be usable at once.
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
 	}
 }
 
@@ -122,11 +121,12 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.LogFile != "" {
 		serverLogger = log.NewZapLogger(log.BuildZapLogger(log.Config{Level: "warn", OutputFile: cfg.LogFile}))
 	}
+	live := newLiveConfig(cfg.dynamicConfig(), time.Now)
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(svcCfg),
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithLogger(serverLogger),
-		temporal.WithDynamicConfigClient(cfg.dynamicConfig()),
+		temporal.WithDynamicConfigClient(live),
 		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
 	)
 	if err != nil {
@@ -135,7 +135,7 @@ func Start(cfg Config) (*Server, error) {
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start temporal server: %w", err)
 	}
-	s := &Server{srv: srv, frontendAddr: frontend}
+	s := &Server{srv: srv, config: live, frontendAddr: frontend}
 	if cfg.UIAddress != "" {
 		ui, err := startUI(cfg.UIAddress, frontend, cfg.Namespace)
 		if err != nil {
@@ -146,6 +146,11 @@ func Start(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// SearchAttributesChanged says that search attributes were just added: for the next minute the
+// server reads them from its database on every use, so they are usable at once (its caches
+// refresh only every 60 s).
+func (s *Server) SearchAttributesChanged() { s.config.searchAttributesChanged() }
 
 // FrontendAddress is the host:port clients dial.
 func (s *Server) FrontendAddress() string { return s.frontendAddr }
