@@ -61,15 +61,14 @@ func startTemporalChild(ctx context.Context, dir string, settings []string) (*ex
 // workflows run: how long until all n run, its CPU and memory while they sit on timers (the
 // watcher's heartbeat still signals each every 2 minutes), the SQLite files, and the latency of
 // operator commands run by the lean binary meanwhile.
-func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd, address, dbDir, lean string, n int, stormStart time.Time, sample string) error {
+func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd, address, dbDir, lean string, n int, stormStart time.Time, sample string, sit time.Duration) error {
 	tc, err := app.Dial(ctx, app.TemporalOptions{Address: address, Namespace: "default"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
-	running := func() (int64, error) {
-		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default",
-			Query: workflows.RunningDevicesQuery})
+	count := func(query string) (int64, error) {
+		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default", Query: query})
 		if err != nil {
 			return 0, err
 		}
@@ -77,7 +76,7 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 	}
 	deadline := time.Now().Add(20 * time.Minute)
 	for {
-		c, err := running()
+		c, err := count(workflows.RunningDevicesQuery)
 		if err != nil {
 			return err
 		}
@@ -92,16 +91,24 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 	startedIn := time.Since(stormStart)
 	fmt.Fprintf(out, "[bench] %d device workflows running %s after the storm's first write\n", n, startedIn.Round(time.Second))
 
-	// One heartbeat round: the watcher re-signals every device workflow once in it. The first round
-	// runs alone, so the CPU figures are what the sitting workflows cost; the second runs operator
-	// commands throughout, whose latency is measured and whose queries the server serves too.
-	const sit = 2 * time.Minute
+	// The workflows sit for sit (by default one heartbeat round: the watcher re-signals every device
+	// workflow once in it) with nothing else running, so the CPU figures are what they cost; minute
+	// by minute too, which shows a cost that grows with their histories. Then operator commands run
+	// for 2 minutes, whose latency is measured and whose queries the server serves too.
 	s0, w0 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
 	_ = server.Process.Signal(syscall.SIGUSR1) // profiles the server when the bench asks (see TemporalChild)
-	sleep(ctx, sit)
+	for at := time.Duration(0); at < sit && ctx.Err() == nil; at += time.Minute {
+		step := min(time.Minute, sit-at)
+		sa, wa := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
+		sleep(ctx, step)
+		sb, wb := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
+		fmt.Fprintf(out, "[bench] sitting, minute %d: server %.1f%% of one CPU, lean watcher+worker %.1f%%\n",
+			at/time.Minute+1, 100*(sb-sa).Seconds()/step.Seconds(), 100*(wb-wa).Seconds()/step.Seconds())
+	}
 	s1, w1 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
 	serverRSS, watcherRSS := procRSSMiB(fmt.Sprint(server.Process.Pid)), procRSSMiB(fmt.Sprint(watcher.Process.Pid))
-	lat := operatorLatency(ctx, lean, address, sample, sit)
+	const commands = 2 * time.Minute
+	lat := operatorLatency(ctx, lean, address, sample, commands)
 	s2, w2 := procCPU(server.Process.Pid), procCPU(watcher.Process.Pid)
 	var dbBytes int64
 	files, _ := filepath.Glob(filepath.Join(dbDir, "temporal.db*"))
@@ -110,12 +117,15 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 			dbBytes += st.Size()
 		}
 	}
-	share := func(from, to time.Duration) float64 { return 100 * (to - from).Seconds() / sit.Seconds() }
+	share := func(from, to, over time.Duration) float64 { return 100 * (to - from).Seconds() / over.Seconds() }
 	fmt.Fprintf(out, "embedded server with %d live device workflows: started %s after the storm's first write (%.0f/s); "+
 		"while they sit (%s): server %.1f%% of one CPU, RSS %.0f MiB; lean watcher+worker %.1f%% of one CPU, RSS %.0f MiB; "+
 		"with operator commands running (%s): server %.1f%%, lean %.1f%%; SQLite %.1f MB\n",
 		n, startedIn.Round(time.Second), float64(n)/startedIn.Seconds(), sit,
-		share(s0, s1), serverRSS, share(w0, w1), watcherRSS, sit, share(s1, s2), share(w1, w2), float64(dbBytes)/1e6)
+		share(s0, s1, sit), serverRSS, share(w0, w1, sit), watcherRSS, commands, share(s1, s2, commands), share(w1, w2, commands), float64(dbBytes)/1e6)
+	if runs, err := count("WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'ContinuedAsNew'"); err == nil {
+		fmt.Fprintf(out, "device workflow runs continued as new while they ran: %d\n", runs)
+	}
 	for _, l := range lat {
 		fmt.Fprintln(out, l)
 	}

@@ -43,6 +43,8 @@ type WatcherOptions struct {
 	RunArgs []string
 	// ServerSettings are dynamic config key=value overrides for the embedded Temporal server.
 	ServerSettings []string
+	// Sit is how long the live workflows are measured sitting on their timers.
+	Sit time.Duration
 }
 
 const fleetNS = "fleet"
@@ -132,7 +134,7 @@ func Watcher(ctx context.Context, o WatcherOptions) error {
 	if len(turned) == 0 {
 		return fmt.Errorf("the storm turned no device Unknown: give more --updates")
 	}
-	return liveWorkflows(ctx, o.Out, server, child, address, filepath.Join(dir, "temporal"), o.Lean, len(turned), stormStart, turned[0])
+	return liveWorkflows(ctx, o.Out, server, child, address, filepath.Join(dir, "temporal"), o.Lean, len(turned), stormStart, turned[0], o.Sit)
 }
 
 func startChild(ctx context.Context, kubeconfig string) (*exec.Cmd, <-chan childStats, error) {

@@ -41,6 +41,9 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if w.Pods < 1 || w.DevicesPerPod < 1 || w.Updates < 1 || w.Concurrency < 1 {
 				return fmt.Errorf("--pods, --devices-per-pod, --updates and --concurrency must be >= 1")
 			}
+			if w.Sit < time.Minute {
+				return fmt.Errorf("--sit must be at least 1m")
+			}
 			if len(w.ServerSettings) > 0 && w.Lean == "" {
 				return fmt.Errorf("--server-setting needs --lean: only then does the bench run a Temporal server")
 			}
@@ -60,6 +63,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	wb.Flags().StringVar(&w.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	wb.Flags().StringArrayVar(&w.RunArgs, "run-arg", nil, "with --lean: a flag for its run, e.g. --run-arg=--workflow-cache-size=2000 (repeatable)")
 	wb.Flags().StringArrayVar(&w.ServerSettings, "server-setting", nil, "with --lean: a dynamic config key=value for the embedded Temporal server, over its built-in tuning (repeatable)")
+	wb.Flags().DurationVar(&w.Sit, "sit", 2*time.Minute, "with --lean: how long the live workflows are measured sitting on their timers, minute by minute")
 	wb.Flags().StringVar(&w.Lean, "lean", "", "the lean binary (make build-lean): its run is the watcher, against the embedded Temporal server in its own process, and the storm's device workflows are measured live; empty: the watcher alone with a counting signaler")
 	var r bench.ReleaseOptions
 	rel := &cobra.Command{
