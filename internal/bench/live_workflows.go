@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -125,6 +126,11 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 		share(s0, s1, sit), serverRSS, share(w0, w1, sit), watcherRSS, commands, share(s1, s2, commands), share(w1, w2, commands), float64(dbBytes)/1e6)
 	if runs, err := count("WorkflowType = 'DeviceWorkflow' AND ExecutionStatus = 'ContinuedAsNew'"); err == nil {
 		fmt.Fprintf(out, "device workflow runs continued as new while they ran: %d\n", runs)
+	}
+	if id, err := device.ParseID(sample); err == nil {
+		if d, err := tc.DescribeWorkflowExecution(ctx, id.WorkflowID(), ""); err == nil {
+			fmt.Fprintf(out, "the history of %s's current run: %d events\n", sample, d.GetWorkflowExecutionInfo().GetHistoryLength())
+		}
 	}
 	for _, l := range lat {
 		fmt.Fprintln(out, l)
