@@ -47,3 +47,19 @@ func TestCompactClaimKeepsEveryResult(t *testing.T) {
 		}
 	}
 }
+
+// A result serves the whole claim (""), its own request, or its subrequests; never a request whose
+// name merely starts the same way.
+func TestForRequest(t *testing.T) {
+	for _, tc := range []struct {
+		result, request string
+		want            bool
+	}{
+		{"gpus", "", true}, {"gpus", "gpus", true}, {"gpus/fast", "gpus", true},
+		{"gpus2", "gpus", false}, {"gpus2/fast", "gpus", false}, {"gpu", "gpus", false}, {"nics/fast", "gpus", false},
+	} {
+		if got := forRequest(tc.result, tc.request); got != tc.want {
+			t.Errorf("forRequest(%q, %q) = %v", tc.result, tc.request, got)
+		}
+	}
+}
