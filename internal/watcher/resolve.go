@@ -214,8 +214,11 @@ func pick(c *Claim, request, resourceID string) (AllocatedDevice, int, bool) {
 // forRequest: a result serves the pod's request "" (the whole claim), its request, or one of its
 // subrequests.
 func forRequest(result, request string) bool {
+	if request == "" {
+		return true
+	}
 	rest, ok := strings.CutPrefix(result, request)
-	return request == "" || ok && (rest == "" || strings.HasPrefix(rest, "/"))
+	return ok && (rest == "" || strings.HasPrefix(rest, "/"))
 }
 
 // names reports whether id is r's canonical <driver>/<pool>/<device> (without building it).
