@@ -109,11 +109,12 @@ type interner struct {
 }
 
 // triple returns the one shared value of (request, driver, pool); a nil interner makes a new one.
+// The triple is the unit shared, so its strings need no interning of their own.
 func (in *interner) triple(request, driver, pool string) *requestPool {
+	k := requestPool{request, driver, pool}
 	if in == nil {
-		return &requestPool{request, driver, pool}
+		return &k
 	}
-	k := requestPool{in.get(request), in.get(driver), in.get(pool)}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.triples == nil {
