@@ -254,7 +254,8 @@ type ControllerOptions struct {
 // DefaultWorkflowCacheSize is how many device workflows a worker keeps in memory between tasks
 // unless told otherwise. Measured with 10,016 live device workflows (BENCHMARKS.md): the SDK's
 // default of 10,000 held them all, 1,188 MiB; 2,000 held the process at 597 MiB, and the replays on
-// heartbeat signals cost no visible worker CPU (23% of one CPU, 24% before) and the server 3 points.
+// heartbeat signals of their short histories cost no visible worker CPU (23% of one CPU, 24% before)
+// and the server 3 points. A replay costs more as a history grows ("Replays as histories grow").
 const DefaultWorkflowCacheSize = 2000
 
 // LeaderElection configures the watcher's Lease. Workers run on every replica; only the leader
