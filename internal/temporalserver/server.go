@@ -45,6 +45,7 @@ type Server struct {
 	srv          temporal.Server
 	config       *liveConfig
 	ui           *uiServer
+	lock         *os.File
 	frontendAddr string
 	uiURL        string
 }
@@ -100,10 +101,26 @@ func Start(cfg Config) (*Server, error) {
 		// clusters (--temporal-address) make their own durability choices.
 		ConnectAttributes: map[string]string{"mode": "rwc", "journal_mode": "wal", "synchronous": "normal"},
 	}
+	lock, err := lockState(cfg.DBPath)
+	if err != nil {
+		return nil, err
+	}
+	s, err := start(cfg, sqlCfg, feHost, fePort, frontend)
+	if err != nil {
+		unlockState(lock)
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func start(cfg Config, sqlCfg *config.SQL, feHost string, fePort int, frontend string) (*Server, error) {
 	if _, err := os.Stat(cfg.DBPath); os.IsNotExist(err) {
 		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
 			return nil, fmt.Errorf("set up sqlite schema: %w", err)
 		}
+	} else if err := forgetMembership(sqlCfg); err != nil {
+		return nil, err
 	}
 	nsCfg, err := sqliteschema.NewNamespaceConfig("active", cfg.Namespace, false, nil)
 	if err != nil {
@@ -158,8 +175,9 @@ func (s *Server) FrontendAddress() string { return s.frontendAddr }
 // UIURL is the Web UI address, empty when the UI is off.
 func (s *Server) UIURL() string { return s.uiURL }
 
-// Stop shuts down the UI and the server.
+// Stop shuts down the UI and the server, and releases the database file.
 func (s *Server) Stop() error {
+	defer unlockState(s.lock)
 	if s.ui != nil {
 		s.ui.stop()
 	}
