@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -114,9 +113,9 @@ func New(cfg Config) *Watcher {
 func (w *Watcher) Run(ctx context.Context) error {
 	w.ctx = ctx
 	defer w.queue.ShutDown()
-	running, err := w.cfg.Signaler.RunningDevices(ctx)
-	if err != nil {
-		return fmt.Errorf("list running device workflows: %w", err)
+	running, ok := w.runningDevices(ctx)
+	if !ok {
+		return nil
 	}
 	w.store.seed(running)
 	for _, id := range running {
@@ -167,6 +166,24 @@ func (w *Watcher) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.queue.ShutDown()
 	return nil
+}
+
+// runningDevices asks Temporal which device workflows run, until it answers or ctx ends (then ok
+// is false): a Temporal that is slow or away at start delays the watcher, it never stops it.
+func (w *Watcher) runningDevices(ctx context.Context) (running []device.ID, ok bool) {
+	backoff := time.Second
+	for {
+		running, err := w.cfg.Signaler.RunningDevices(ctx)
+		if err == nil {
+			return running, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		w.cfg.Logger.Warn("list running device workflows failed; retrying", "error", err, "backoff", backoff)
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 30*time.Second)
+	}
 }
 
 // Synced reports whether every source has listed once.

@@ -29,6 +29,8 @@ type recorder struct {
 	fail int // fail this many calls first
 	// running are devices whose workflows run when the watcher starts.
 	running []device.ID
+	// failRunning fails this many RunningDevices calls first.
+	failRunning int
 }
 
 func (r *recorder) Signal(_ context.Context, obs workflows.Observation) error {
@@ -42,7 +44,15 @@ func (r *recorder) Signal(_ context.Context, obs workflows.Observation) error {
 	return nil
 }
 
-func (r *recorder) RunningDevices(context.Context) ([]device.ID, error) { return r.running, nil }
+func (r *recorder) RunningDevices(context.Context) ([]device.ID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failRunning > 0 {
+		r.failRunning--
+		return nil, errors.New("temporal unavailable")
+	}
+	return r.running, nil
+}
 
 func (r *recorder) signals() []workflows.Observation {
 	r.mu.Lock()
@@ -179,5 +189,19 @@ func TestMissingAtStartIsReported(t *testing.T) {
 	got := rec.signals()[0]
 	if got.Device.Device != "gpu-9" || got.Health != device.Unknown || !strings.Contains(got.Message, "disappeared from its ResourceSlice") {
 		t.Fatalf("signalled %+v", got)
+	}
+}
+
+// Temporal that does not answer at start delays the watcher instead of stopping it: once it
+// answers, the running workflows are learned and the missing device is reported.
+func TestTemporalAwayAtStartDelaysTheWatcher(t *testing.T) {
+	kube := fake.NewSimpleClientset()
+	rec := &recorder{failRunning: 1, running: []device.ID{{Driver: drv, Pool: "node-1", Device: "gpu-3"}}}
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
+	start(t, w)
+	waitUntil(t, "synced after Temporal answered", w.Synced)
+	waitUntil(t, "the running device re-sent", func() bool { return len(rec.signals()) == 1 })
+	if got := rec.signals()[0].Device.Device; got != "gpu-3" {
+		t.Fatalf("signalled %s, want gpu-3", got)
 	}
 }
