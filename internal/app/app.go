@@ -85,44 +85,69 @@ func (t *Temporal) Close() {
 	}
 }
 
-// ConnectTemporal starts the embedded server when no address is given, dials it, and registers
-// DeviceWarden's search attributes.
+// ConnectTemporal starts the embedded server when no address is given and returns a client for
+// it. The client connects on first use and reconnects after, so a remote Temporal that is away
+// now is no error here: RunController waits for it. With the embedded server, DeviceWarden's
+// search attributes are registered before it returns, so that they are usable at once.
 func ConnectTemporal(ctx context.Context, o TemporalOptions, logger *slog.Logger) (*Temporal, error) {
 	t := &Temporal{}
-	addr := o.Address
-	if addr == "" {
+	if o.Address == "" {
 		srv, err := startEmbedded(o)
 		if err != nil {
 			return nil, err
 		}
 		t.Server = srv
-		addr = srv.FrontendAddress()
+		o.Address = srv.FrontendAddress()
 	}
-	o.Address = addr
-	c, err := Dial(ctx, o, logger)
+	copts, err := clientOptions(o, logger)
 	if err != nil {
 		t.stopServer()
 		return nil, err
 	}
+	c, err := client.NewLazyClient(copts)
+	if err != nil {
+		t.stopServer()
+		return nil, fmt.Errorf("temporal client for %s: %w", o.Address, err)
+	}
 	t.Client = c
-	if err := worker.RegisterSearchAttributes(ctx, c, o.Namespace); err != nil {
+	if t.Server == nil {
+		return t, nil
+	}
+	st := newStartup(logger.With("component", "startup"))
+	if err := st.retry(ctx, "register search attributes", func(ctx context.Context) error {
+		return worker.RegisterSearchAttributes(ctx, c, o.Namespace)
+	}); err != nil {
 		t.Close()
-		return nil, err
+		return nil, fmt.Errorf("register search attributes: %w", err)
 	}
-	if t.Server != nil {
-		t.Server.SearchAttributesChanged()
-	}
+	t.Server.SearchAttributesChanged()
 	return t, nil
 }
 
-// Dial connects to the Temporal frontend at o.Address.
+// Dial connects to the Temporal frontend at o.Address, failing if it does not answer within 30 s
+// (for the operator commands: a person is waiting).
 func Dial(ctx context.Context, o TemporalOptions, logger *slog.Logger) (client.Client, error) {
+	copts, err := clientOptions(o, logger)
+	if err != nil {
+		return nil, err
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dialCtx, copts)
+	if err != nil {
+		return nil, fmt.Errorf("dial temporal %s: %w", o.Address, err)
+	}
+	return c, nil
+}
+
+// clientOptions are the SDK's options for reaching o.Address.
+func clientOptions(o TemporalOptions, logger *slog.Logger) (client.Options, error) {
 	copts := client.Options{HostPort: o.Address, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(logger.With("component", "temporal-sdk")),
 		MetricsHandler: o.MetricsHandler}
 	if o.TLSCert != "" || o.TLSCA != "" {
 		tlsCfg, err := clientTLS(o)
 		if err != nil {
-			return nil, err
+			return copts, err
 		}
 		copts.ConnectionOptions.TLS = tlsCfg
 	}
@@ -131,16 +156,10 @@ func Dial(ctx context.Context, o TemporalOptions, logger *slog.Logger) (client.C
 	}
 	comp, err := grpcCompression(o.Compression, o.Address)
 	if err != nil {
-		return nil, err
+		return copts, err
 	}
 	copts.ConnectionOptions.GrpcCompression = comp
-	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := client.DialContext(dialCtx, copts)
-	if err != nil {
-		return nil, fmt.Errorf("dial temporal %s: %w", o.Address, err)
-	}
-	return c, nil
+	return copts, nil
 }
 
 // grpcCompression picks the compression of requests to the frontend at address.
@@ -223,6 +242,9 @@ func KubeConfig(path string) (*rest.Config, error) {
 
 // ControllerOptions configures the worker and the watcher.
 type ControllerOptions struct {
+	// Namespace is the Temporal namespace the client uses (default "default"); its search
+	// attributes are registered at start.
+	Namespace      string
 	DryRun         bool
 	Workers        int
 	MetricsAddress string
@@ -269,10 +291,15 @@ type LeaderElection struct {
 	RetryPeriod   time.Duration
 }
 
-// RunController runs the worker and the watcher until ctx ends.
+// RunController runs the worker and the watcher until ctx ends. /metrics, /healthz and /readyz
+// are served from the start; what needs Temporal is started with retries (startup), so a
+// Temporal that is slow or away delays the process, logged and not ready, and never ends it.
 func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Client, o ControllerOptions, m *metrics.Metrics, logger *slog.Logger) error {
 	if o.Policies == nil {
 		o.Policies = policy.DefaultSet()
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
 	}
 	if o.Breaker.Window == 0 {
 		o.Breaker = policy.DefaultBreaker()
@@ -295,22 +322,15 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		o.Slack.Metrics = m
 		acts.Alerter, acts.Approvals = o.Slack, o.Slack
 	}
-	w := worker.New(tc, acts)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("start worker: %w", err)
-	}
-	defer w.Stop()
-	if err := configureBreaker(ctx, tc, o.Breaker, logger); err != nil {
-		return err
-	}
 	wt := watcher.New(watcher.Config{
 		Kube:     kube,
 		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: acts.Alerter,
 	})
+	start := newStartup(logger.With("component", "startup"))
 	g, gctx := errgroup.WithContext(ctx)
-	ready := &readiness{watcher: wt, leaderElected: o.LeaderElection != nil, temporal: func(ctx context.Context) error {
+	ready := &readiness{watcher: wt, starting: start, leaderElected: o.LeaderElection != nil, temporal: func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
@@ -343,20 +363,80 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		return lg.Wait()
 	}
 	var live liveness
-	if o.LeaderElection == nil {
-		g.Go(func() error { return lead(gctx) })
-	} else {
+	if o.LeaderElection != nil {
 		live.leader = leaderelection.NewLeaderHealthzAdaptor(WatchdogTimeout)
-		g.Go(func() error { return runAsLeader(gctx, kube, *o.LeaderElection, live.leader, lead, logger) })
 	}
 	if o.MetricsAddress != "" || o.MetricsListener != nil {
 		g.Go(func() error { return serveMetrics(gctx, o.MetricsAddress, o.MetricsListener, m, live, ready, logger) })
 	}
+	// Only a started replica contends for the Lease: one that cannot reach Temporal would lead
+	// and watch nothing.
+	g.Go(func() error {
+		w, err := startWorkers(gctx, start, tc, acts, o, logger)
+		if err != nil {
+			return nil // ctx ended while starting
+		}
+		defer w.Stop()
+		start.done()
+		logger.Info("started: worker running, watcher starting")
+		if o.LeaderElection == nil {
+			return lead(gctx)
+		}
+		return runAsLeader(gctx, kube, *o.LeaderElection, live.leader, lead, logger)
+	})
 	g.Go(func() error { pruneEvidence(gctx, acts, logger); return nil })
 	for _, fn := range o.Extra {
 		g.Go(func() error { return fn(gctx) })
 	}
 	return g.Wait()
+}
+
+// startWorkers does, with retries, what needs Temporal once at start: it answers, DeviceWarden's
+// search attributes exist, the workers run and the breaker has this worker's configuration. It
+// returns an error only when ctx ends first.
+func startWorkers(ctx context.Context, s *startup, tc client.Client, acts *activities.Activities, o ControllerOptions, logger *slog.Logger) (*worker.Workers, error) {
+	steps := []struct {
+		what string
+		do   func(context.Context) error
+	}{
+		{"reach temporal", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}},
+		{"register search attributes", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return worker.RegisterSearchAttributes(ctx, tc, o.Namespace)
+		}},
+	}
+	for _, st := range steps {
+		s.wait(st.what)
+		if err := s.retry(ctx, st.what, st.do); err != nil {
+			return nil, err
+		}
+	}
+	var w *worker.Workers
+	s.wait("start worker")
+	// A worker's Start is memoized by the SDK: each attempt builds new workers.
+	if err := s.retry(ctx, "start worker", func(context.Context) error {
+		w = worker.New(tc, acts)
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("start worker: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	s.wait("configure the breaker")
+	if err := s.retry(ctx, "configure the breaker", func(ctx context.Context) error {
+		return configureBreaker(ctx, tc, o.Breaker, logger)
+	}); err != nil {
+		w.Stop()
+		return nil, err
+	}
+	return w, nil
 }
 
 // pruneEvidence deletes migration evidence past its keep time, at start and then hourly.

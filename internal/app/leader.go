@@ -97,6 +97,8 @@ func (l liveness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // and its watcher (if it runs one: always without leader election, while leading with it) has
 // listed every source once and has not stopped. A follower that reaches Temporal is ready.
 type readiness struct {
+	// starting says what the process still waits for at start (nil: nothing to wait for).
+	starting      *startup
 	watcher       *watcher.Watcher
 	leaderElected bool
 	leading       atomic.Bool
@@ -109,6 +111,12 @@ func (r *readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if r.stopped.Load() {
 		http.Error(w, "watcher stopped", http.StatusServiceUnavailable)
 		return
+	}
+	if r.starting != nil {
+		if waiting := r.starting.Waiting(); waiting != "" {
+			http.Error(w, "starting: "+waiting, http.StatusServiceUnavailable)
+			return
+		}
 	}
 	if r.temporal != nil {
 		if err := r.temporal(req.Context()); err != nil {

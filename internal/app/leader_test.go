@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -87,28 +88,68 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
-// Temporal unreachable while a replica starts: it returns at once with the reason and never
-// campaigns for the Lease, so the replica that can reach Temporal leads.
-func TestTemporalUnreachableAtStartTakesNoLease(t *testing.T) {
+// Temporal unreachable while a replica starts: the replica keeps running and retrying, live but
+// not ready with the reason, and never campaigns for the Lease, so a replica that can reach
+// Temporal leads. It stops when told to, without an error.
+func TestTemporalUnreachableAtStartWaitsWithoutALease(t *testing.T) {
 	tc, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"}) // nothing listens on port 1
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tc.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
 	kube := fake.NewSimpleClientset()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithCancel(context.Background())
 	le := &LeaderElection{Namespace: "default", Name: "devicewarden-watcher", Identity: "a",
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
-	err = RunController(ctx, kube, tc, ControllerOptions{Workers: 1, LeaderElection: le}, metrics.New(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err == nil || !strings.Contains(err.Error(), "start worker") {
-		t.Fatalf("RunController = %v, want the worker's start error", err)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunController(ctx, kube, tc, ControllerOptions{Workers: 1, LeaderElection: le, MetricsListener: ln}, metrics.New(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
 	}
-	if ctx.Err() != nil {
-		t.Fatal("did not return promptly")
+	// Past the first attempt and its retry (1 s backoff).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get("/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "starting: reach temporal (attempt 2)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d %q, want 503 naming the second attempt to reach Temporal", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("RunController returned while Temporal was away: %v", err)
+	default:
+	}
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while waiting for Temporal = %d %q, want 200 (a restart would not help)", code, body)
 	}
 	if leases, _ := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); len(leases.Items) != 0 {
 		t.Fatalf("took a Lease: %+v", leases.Items)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RunController after its context ended: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunController did not stop")
 	}
 }
 

@@ -98,6 +98,7 @@ func newDevCmd(g *globals) *cobra.Command {
 			if tc.Server != nil && ctl.slack.uiURL == "" {
 				ctl.slack.uiURL = tc.Server.UIURL()
 			}
+			copts.Namespace = topts.Namespace
 			copts.Slack = ctl.slack.notifier(topts.Namespace)
 			approvals, err := ctl.slack.approvalsServer(tc.Client, g.logger)
 			if err != nil {

@@ -122,6 +122,7 @@ func newRunCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
+			copts.Namespace = topts.Namespace
 			copts.Slack = ctl.slack.notifier(topts.Namespace)
 			return app.RunController(c.Context(), kube, tc.Client, copts, m, g.logger)
 		},

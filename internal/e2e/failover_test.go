@@ -21,7 +21,7 @@ import (
 )
 
 // TestLeaderFailover runs replicas as a Deployment would, elected through a real Lease. A replica
-// that cannot reach Temporal when it starts stops with the reason and never takes the Lease; the
+// that cannot reach Temporal keeps retrying, not ready, and never takes the Lease; the
 // leader watches while a follower stands by (ready, worker only); a device disappears from its
 // slice and turns Suspect; the leader leaves and the follower takes over: its watcher re-sends the
 // device's state, which stays Suspect with the same tolerance window (a watcher that only knew
@@ -46,19 +46,32 @@ func TestLeaderFailover(t *testing.T) {
 		return *l.Spec.HolderIdentity
 	}
 
-	// Temporal unreachable at start: nothing listens on the address.
+	// Temporal unreachable at start: nothing listens on the address. The replica waits for it,
+	// not ready, and never contends for the Lease while the others lead.
 	dead, err := client.NewLazyClient(client.Options{HostPort: freeAddress(t), Namespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	err = app.RunController(ctx, s.kube, dead, app.ControllerOptions{Workers: 1, LeaderElection: elect("unreachable")}, metrics.New(), testLogger)
-	if err == nil || !strings.Contains(err.Error(), "start worker") {
-		t.Fatalf("replica without Temporal: %v, want it to stop on the worker's start", err)
+	lnDead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if h := holder(); h != "" {
-		t.Fatalf("the replica without Temporal took the Lease: holder %q", h)
-	}
+	readyDead := lnDead.Addr().String()
+	deadCtx, stopDead := context.WithCancel(ctx)
+	deadDone := make(chan error, 1)
+	go func() {
+		deadDone <- app.RunController(deadCtx, s.kube, dead, app.ControllerOptions{Workers: 1, LeaderElection: elect("unreachable"), MetricsListener: lnDead}, metrics.New(), testLogger)
+	}()
+	defer func() {
+		stopDead()
+		if err := <-deadDone; err != nil {
+			t.Errorf("replica without Temporal, stopped: %v", err)
+		}
+	}()
+	eventually(t, 20*time.Second, "replica without Temporal not ready, waiting for it", func() error {
+		return expectNotReady(readyDead, "starting: reach temporal")
+	})
 
 	_, stopA := s.controller(app.ControllerOptions{Workers: 4, LeaderElection: elect("a")})
 	defer stopA()
@@ -118,13 +131,22 @@ func freeAddress(t *testing.T) string {
 
 // expectReady checks that /readyz answers 200 with a body that contains want.
 func expectReady(addr, want string) error {
+	return expectReadyz(addr, http.StatusOK, want)
+}
+
+// expectNotReady checks that /readyz at addr answers 503 with a body containing want.
+func expectNotReady(addr, want string) error {
+	return expectReadyz(addr, http.StatusServiceUnavailable, want)
+}
+
+func expectReadyz(addr string, code int, want string) error {
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+	if resp.StatusCode != code || !strings.Contains(string(body), want) {
 		return fmt.Errorf("readyz %d %q", resp.StatusCode, body)
 	}
 	return nil
