@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/cli"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -98,13 +99,20 @@ func startChildConfig(t *testing.T, s *stack, dir, name string, cfg childConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startProcess(t, dir, name, childEnv+"="+string(raw))
+}
+
+// startProcess runs this test binary again as a child process with env set; its output goes to
+// a file in dir, shown if the test fails.
+func startProcess(t *testing.T, dir, name, env string) *child {
+	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	cmd.Env = append(os.Environ(), env)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,6 +127,55 @@ func startChildConfig(t *testing.T, s *stack, dir, name string, cfg childConfig)
 		}
 	})
 	return c
+}
+
+// cliEnv runs the child as the devicewarden binary does, with the JSON array of arguments it
+// holds: the real `dev` and `run` commands, in a process a test can SIGKILL or interrupt.
+const cliEnv = "DEVICEWARDEN_E2E_CLI"
+
+// runCLIChild is the child process of cliEnv: main.go's body.
+func runCLIChild(raw string) int {
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		fmt.Fprintln(os.Stderr, "cli args:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cli.Execute(ctx, args)
+}
+
+// startCLI runs devicewarden with args in a child process.
+func startCLI(t *testing.T, dir, name string, args ...string) *child {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, dir, name, cliEnv+"="+string(raw))
+}
+
+// interrupt sends SIGINT (Ctrl-C) and waits for the process to exit; it returns the exit code.
+func (c *child) interrupt(t *testing.T) int {
+	t.Helper()
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-c.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("child %d did not stop on SIGINT", c.cmd.Process.Pid)
+	}
+	return c.cmd.ProcessState.ExitCode()
+}
+
+// exited reports whether the process has ended, and how.
+func (c *child) exited() (bool, string) {
+	select {
+	case err := <-c.done:
+		c.done <- err
+		return true, fmt.Sprint(err)
+	default:
+		return false, ""
+	}
 }
 
 // kill sends SIGKILL and waits for the process to be gone.

@@ -97,6 +97,9 @@ func TestMain(m *testing.M) {
 	if raw := os.Getenv(childEnv); raw != "" {
 		os.Exit(runChild(raw))
 	}
+	if raw := os.Getenv(cliEnv); raw != "" {
+		os.Exit(runCLIChild(raw))
+	}
 	if testing.Short() {
 		fmt.Println("e2e: skipped in -short mode")
 		os.Exit(0)
@@ -162,6 +165,29 @@ type infraOptions struct {
 }
 
 func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, func(), error) {
+	s, stopCluster, err := startCluster(ctx, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{
+		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: o.address,
+		SuggestContinueAsNewAfter: o.suggestContinueAsNew,
+	}, testLogger)
+	if err != nil {
+		stopCluster()
+		return nil, nil, err
+	}
+	s.temporal, s.frontend, s.server = tc.Client, tc.Server.FrontendAddress(), tc.Server
+	stop := func() {
+		tc.Close()
+		stopCluster()
+	}
+	return s, stop, nil
+}
+
+// startCluster starts the local cluster alone: a test that runs DeviceWarden (and its Temporal)
+// in processes of its own fills in the rest.
+func startCluster(ctx context.Context, dir string) (*stack, func(), error) {
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		Dir:     filepath.Join(dir, "cluster"),
 		Builder: &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr},
@@ -175,20 +201,7 @@ func startInfraWith(ctx context.Context, dir string, o infraOptions) (*stack, fu
 		cl.Stop()
 		return nil, nil, err
 	}
-	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{
-		Namespace: "default", DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: o.address,
-		SuggestContinueAsNewAfter: o.suggestContinueAsNew,
-	}, testLogger)
-	if err != nil {
-		cl.Stop()
-		return nil, nil, err
-	}
-	stop := func() {
-		tc.Close()
-		cl.Stop()
-	}
-	return &stack{kube: kube, temporal: tc.Client, dir: dir, frontend: tc.Server.FrontendAddress(), server: tc.Server,
-		kubeconfig: cl.Kubeconfig, auditLog: cl.AuditLog()}, stop, nil
+	return &stack{kube: kube, dir: dir, kubeconfig: cl.Kubeconfig, auditLog: cl.AuditLog()}, func() { cl.Stop() }, nil
 }
 
 // queryInto runs a workflow's state query and decodes the answer into into, zeroed first: JSON
