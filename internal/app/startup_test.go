@@ -10,10 +10,38 @@ import (
 	"time"
 )
 
-func quietStartup() *startup {
-	s := newStartup(slog.New(slog.NewTextHandler(io.Discard, nil)))
+func quietStartup() *startup { return loggedStartup(io.Discard) }
+
+func loggedStartup(w io.Writer) *startup {
+	s := newStartup(slog.New(slog.NewTextHandler(w, nil)))
 	s.first, s.max = time.Millisecond, 4*time.Millisecond
 	return s
+}
+
+// The log tells an operator each failed attempt and, once a step that failed succeeds, how many
+// attempts it took; a step that succeeds at once logs nothing.
+func TestStartupLogsRetriesAndTheirEnd(t *testing.T) {
+	var log strings.Builder
+	s := loggedStartup(&log)
+	calls := 0
+	_ = s.retry(context.Background(), "start worker", func(context.Context) error {
+		if calls++; calls < 3 {
+			return errors.New("namespace default not found")
+		}
+		return nil
+	})
+	got := log.String()
+	if n := strings.Count(got, "start: step failed; retrying"); n != 2 {
+		t.Errorf("%d failures logged, want 2:\n%s", n, got)
+	}
+	if !strings.Contains(got, `msg="start: done after retries" step="start worker" attempts=3`) {
+		t.Errorf("no line for the step done after 3 attempts:\n%s", got)
+	}
+	log.Reset()
+	_ = s.retry(context.Background(), "reach temporal", func(context.Context) error { return nil })
+	if log.Len() != 0 {
+		t.Errorf("a step done at once logged %q", log.String())
+	}
 }
 
 // A step is tried until it succeeds; while it fails, what it waits for names the step, the
