@@ -33,7 +33,7 @@ type store struct {
 	// outages holds nodes whose Lease expired, with the reason.
 	outages map[string]string
 	// term and counter order this watcher's observations (policy.Seq): a watcher started later,
-	// a new leader, has a larger term.
+	// a new leader, has a larger term (Config.Term).
 	term    int64
 	counter uint64
 }
@@ -56,7 +56,14 @@ type entry struct {
 func newStore() *store {
 	return &store{devices: map[device.ID]*entry{}, podDevices: map[string][]device.ID{},
 		pods: map[string]*corev1.Pod{}, claimPods: map[string]map[string]struct{}{}, outages: map[string]string{},
-		term: time.Now().UnixNano()}
+		term: TermBase}
+}
+
+// setTerm starts this watcher's term; its observations count from 1 again.
+func (s *store) setTerm(term int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.term, s.counter = term, 0
 }
 
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.

@@ -52,6 +52,10 @@ type Config struct {
 	Policies *policy.Set
 	// Alerter, when set, also receives an alert for every ambiguous report (Slack).
 	Alerter activities.Alerter
+	// Term gives the term that orders this watcher's observations (policy.Seq), taken when Run
+	// starts, i.e. when this replica starts to lead: larger than every earlier watcher's
+	// (LeaseTerm). Nil: TermBase, for tests of one watcher.
+	Term func(context.Context) (int64, error)
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
@@ -113,10 +117,16 @@ func New(cfg Config) *Watcher {
 func (w *Watcher) Run(ctx context.Context) error {
 	w.ctx = ctx
 	defer w.queue.ShutDown()
-	running, ok := w.runningDevices(ctx)
+	term, ok := retryStart(ctx, w, "take this watcher's term", w.term)
 	if !ok {
 		return nil
 	}
+	w.store.setTerm(term)
+	running, ok := retryStart(ctx, w, "list running device workflows", w.cfg.Signaler.RunningDevices)
+	if !ok {
+		return nil
+	}
+	w.cfg.Logger.Info("watcher starting", "term", term-TermBase)
 	w.store.seed(running)
 	for _, id := range running {
 		w.enqueue(id)
@@ -168,22 +178,29 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// runningDevices asks Temporal which device workflows run, until it answers or ctx ends (then ok
-// is false): a Temporal that is slow or away at start delays the watcher, it never stops it.
-func (w *Watcher) runningDevices(ctx context.Context) (running []device.ID, ok bool) {
+// retryStart calls fn until it answers or ctx ends (then ok is false): a Temporal or apiserver
+// that is slow or away at start delays the watcher, it never stops it.
+func retryStart[T any](ctx context.Context, w *Watcher, what string, fn func(context.Context) (T, error)) (v T, ok bool) {
 	backoff := time.Second
 	for {
-		running, err := w.cfg.Signaler.RunningDevices(ctx)
+		v, err := fn(ctx)
 		if err == nil {
-			return running, true
+			return v, true
 		}
 		if ctx.Err() != nil {
-			return nil, false
+			return v, false
 		}
-		w.cfg.Logger.Warn("list running device workflows failed; retrying", "error", err, "backoff", backoff)
+		w.cfg.Logger.Warn(what+" failed; retrying", "error", err, "backoff", backoff)
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+func (w *Watcher) term(ctx context.Context) (int64, error) {
+	if w.cfg.Term == nil {
+		return TermBase, nil
+	}
+	return w.cfg.Term(ctx)
 }
 
 // Synced reports whether every source has listed once.
