@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"go.temporal.io/sdk/temporal"
 	"strings"
 	"time"
 
@@ -31,6 +33,10 @@ type GateInput struct {
 // checks the gates, and keeps the report in a ConfigMap in DeviceWarden's namespace. Each class of
 // allocation failure goes to its own alert.
 func (a *Activities) EvaluateRolloutGates(ctx context.Context, in GateInput) (rollout.Report, error) {
+	if in.Phase < 0 || in.Phase >= len(in.Plan.Phases) {
+		return rollout.Report{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("plan %s has no phase %d", in.Plan.Name, in.Phase), ErrInvalidGateInput, nil)
+	}
 	snap, err := a.rolloutSnapshot(ctx, in.Plan, in.Phase, in.Expected, true)
 	if err != nil {
 		return rollout.Report{}, err
@@ -86,14 +92,27 @@ func (a *Activities) promQueries(ctx context.Context, address string, gates []ro
 			out[i].Error = "prometheus client: " + err.Error()
 			continue
 		}
-		out[i].Value, err = queryValue(ctx, promv1.NewAPI(c), g.Query, now)
-		if err != nil {
+		v, err := queryValue(ctx, promv1.NewAPI(c), g.Query, now)
+		switch {
+		case errors.Is(err, errNoSamples):
+			out[i].NoData = "no samples"
+		case err != nil:
 			out[i].Error = err.Error()
-			err = nil
+		case rollout.NoDataOf(v) != "":
+			out[i].NoData = rollout.NoDataOf(v) // never kept as a value: JSON has no NaN or Inf
+		default:
+			out[i].Value = v
 		}
 	}
 	return out
 }
+
+// ErrInvalidGateInput is the error type of a gate measurement that no retry can make: the plan has
+// no such phase.
+const ErrInvalidGateInput = "InvalidGateInput"
+
+// errNoSamples: the query answered with an empty vector (no series matched, nothing observed).
+var errNoSamples = errors.New("no samples")
 
 // queryValue is a query's one value: a scalar, or a vector of exactly one sample.
 func queryValue(ctx context.Context, api promv1.API, q string, now time.Time) (float64, error) {
@@ -107,6 +126,9 @@ func queryValue(ctx context.Context, api promv1.API, q string, now time.Time) (f
 	case *model.Scalar:
 		return float64(v.Value), nil
 	case model.Vector:
+		if len(v) == 0 {
+			return 0, errNoSamples
+		}
 		if len(v) != 1 {
 			return 0, fmt.Errorf("query %q returned %d samples, want exactly one", q, len(v))
 		}

@@ -203,6 +203,9 @@ type RolloutStatus struct {
 	// WindowUntil is when a scheduled rollout's open window closes.
 	WindowUntil time.Time `json:"windowUntil,omitzero"`
 	SoakUntil   time.Time `json:"soakUntil,omitzero"`
+	// GatesWaitUntil bounds how long the phase's gates wait for data (onNoData: wait): one soak
+	// past the first measurement that found none.
+	GatesWaitUntil time.Time `json:"gatesWaitUntil,omitzero"`
 	// Awaiting is the phase whose next phase waits for approval.
 	Awaiting string `json:"awaiting,omitempty"`
 	// Enabled are the phases switched to DRA and not rolled back, oldest first: what a rollback undoes.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
@@ -125,10 +126,36 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	ch := r.st.Enabled[len(r.st.Enabled)-1]
 	var rep rollout.Report
 	in := activities.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
-	if err := workflow.ExecuteActivity(actx, a.EvaluateRolloutGates, in).Get(ctx, &rep); err != nil {
-		return fmt.Errorf("gates of %s: %w", ph.Name, err)
+	// Measuring is retried a bounded number of times; a phase whose gates cannot be measured has
+	// not passed them.
+	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
+		RetryPolicy: gateRetryPolicy})
+	if err := workflow.ExecuteActivity(gctx, a.EvaluateRolloutGates, in).Get(ctx, &rep); err != nil {
+		reason := fmt.Sprintf("phase %s: its gates could not be measured: %v", ph.Name, err)
+		r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
+		return r.rollback(ctx, 1, reason)
 	}
-	r.st.Reports = append(r.st.Reports, rep)
+	if n := len(r.st.Reports); n > 0 && !r.st.GatesWaitUntil.IsZero() {
+		r.st.Reports[n-1] = rep // the measurement that waited for data is replaced, not kept
+	} else {
+		r.st.Reports = append(r.st.Reports, rep)
+	}
+	if len(rep.Failed) == 0 && len(rep.Waiting) > 0 {
+		now := workflow.Now(ctx)
+		if r.st.GatesWaitUntil.IsZero() {
+			r.st.GatesWaitUntil = now.Add(ph.Soak.D())
+			r.note(ctx, fmt.Sprintf("phase %s: %s; measuring again until %s", ph.Name, rep.Waiting[0], r.st.GatesWaitUntil.UTC().Format(time.RFC3339)))
+		}
+		if now.Before(r.st.GatesWaitUntil) {
+			r.publish(ctx)
+			// Only a rollback cuts the wait short; a pause holds the next measurement.
+			_, err := workflow.AwaitWithTimeout(ctx, min(GateRemeasure, r.st.GatesWaitUntil.Sub(now)), func() bool { return r.st.RollbackPending != nil })
+			return err
+		}
+		rep.Failed = append(rep.Failed, rep.Waiting[0]+": still no data after waiting one soak")
+		r.st.Reports[len(r.st.Reports)-1] = rep
+	}
+	r.st.GatesWaitUntil = time.Time{}
 	if !rep.Passed() {
 		reason := fmt.Sprintf("phase %s failed %d gate(s): %s", ph.Name, len(rep.Failed), rep.Failed[0])
 		r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
@@ -252,6 +279,14 @@ func (r *rolloutRun) drain(ctx workflow.Context) error {
 	}
 	return nil
 }
+
+// GateRemeasure is how often a phase whose query gates wait for data is measured again.
+const GateRemeasure = 30 * time.Second
+
+// gateRetryPolicy bounds the retries of a gate measurement (about a minute and a half in all); a
+// plan the activity cannot measure (a phase it does not have) is not retried.
+var gateRetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+	MaximumAttempts: 5, NonRetryableErrorTypes: []string{activities.ErrInvalidGateInput}}
 
 // rolloutActivityOptions are the options of the rollout's activities: a call that fails is retried,
 // backing off, until it is done.

@@ -1,7 +1,9 @@
 package rollout
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
@@ -35,10 +37,16 @@ type Report struct {
 	Queries            []QueryResult `json:"queries,omitempty"`
 	// Failed lists each gate that failed, with the figure and its threshold.
 	Failed []string `json:"failed,omitempty"`
+	// Waiting lists the query gates that had no data and wait for it (onNoData: wait): the
+	// phase is measured again.
+	Waiting []string `json:"waiting,omitempty"`
+	// NoData lists what each query gate without data did (failed, passed, waiting), so the report
+	// says which gates were decided on no data.
+	NoData []string `json:"noData,omitempty"`
 }
 
-// Passed is true when no gate failed.
-func (r Report) Passed() bool { return len(r.Failed) == 0 }
+// Passed is true when no gate failed and none waits for data.
+func (r Report) Passed() bool { return len(r.Failed) == 0 && len(r.Waiting) == 0 }
 
 // Stage is one latency stage: how many claims went through it, how many are still waiting (their
 // wait so far counts in the percentiles), and p50/p99.
@@ -66,10 +74,26 @@ type Fragmentation struct {
 }
 
 // QueryResult is a PromQL gate's value (or why it has none: an unanswered query fails its gate).
+// A query that answered without a number to compare has NoData set ("no samples", "NaN", "+Inf",
+// "-Inf") and Value 0: NaN and ±Inf are never kept, so a report always encodes as JSON.
 type QueryResult struct {
-	Name  string  `json:"name"`
-	Value float64 `json:"value"`
-	Error string  `json:"error,omitempty"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	NoData string  `json:"noData,omitempty"`
+	Error  string  `json:"error,omitempty"`
+}
+
+// NoDataOf says whether v is a number a gate can compare, and if not, what it is.
+func NoDataOf(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	}
+	return ""
 }
 
 // Evaluate measures phase i of the plan over the snapshot (claims created since the phase was
@@ -111,7 +135,7 @@ func Evaluate(p Plan, i int, since time.Time, s Snapshot, queries []QueryResult)
 	r.Fragmentation = fragmentation(s, devices)
 	r.Drift = drift(p, s)
 	r.CrossNamespace = crossNamespace(p.AllowedNamespaces(i), s, devices)
-	r.Failed = ph.Gates.check(r)
+	r.Failed, r.Waiting, r.NoData = ph.Gates.check(r)
 	return r
 }
 
@@ -274,9 +298,9 @@ func crossNamespace(allowed map[string]bool, s Snapshot, devices map[string]*Dev
 	return out
 }
 
-// check lists the gates a report fails.
-func (g Gates) check(r Report) []string {
-	var out []string
+// check lists the gates a report fails, the query gates that wait for data, and what each query
+// gate without data did.
+func (g Gates) check(r Report) (out, waiting, noData []string) {
 	if r.Claims < g.MinClaims {
 		out = append(out, fmt.Sprintf("claims: %d created during the soak, the gate needs %d", r.Claims, g.MinClaims))
 	}
@@ -319,6 +343,20 @@ func (g Gates) check(r Report) []string {
 			continue
 		}
 		v := r.Queries[k].Value
+		if why := cmp.Or(r.Queries[k].NoData, NoDataOf(v)); why != "" {
+			line := fmt.Sprintf("query %s: no data (%s), onNoData: %s", q.Name, why, q.NoDataAction())
+			switch q.NoDataAction() {
+			case NoDataPass:
+				noData = append(noData, line+": passed")
+			case NoDataWait:
+				noData = append(noData, line+": waiting")
+				waiting = append(waiting, line)
+			default:
+				noData = append(noData, line+": failed")
+				out = append(out, line)
+			}
+			continue
+		}
 		if q.Max != nil && v > *q.Max {
 			out = append(out, fmt.Sprintf("query %s: %g, the gate allows at most %g", q.Name, v, *q.Max))
 		}
@@ -326,7 +364,7 @@ func (g Gates) check(r Report) []string {
 			out = append(out, fmt.Sprintf("query %s: %g, the gate needs at least %g", q.Name, v, *q.Min))
 		}
 	}
-	return out
+	return out, waiting, noData
 }
 
 func (l *Latency) check(name string, st Stage) []string {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -98,6 +99,25 @@ type PromQueryGate struct {
 	Query string   `json:"query" yaml:"query"`
 	Max   *float64 `json:"max,omitempty" yaml:"max"`
 	Min   *float64 `json:"min,omitempty" yaml:"min"`
+	// OnNoData is what the gate does when the query has no value to compare (no sample, NaN,
+	// ±Inf: a quantile with no observations, 0/0): fail (the default), pass, or wait (measure
+	// again until the data comes, for at most the phase's soak).
+	OnNoData string `json:"onNoData,omitempty" yaml:"onNoData"`
+}
+
+// What a query gate does when its query has no data.
+const (
+	NoDataFail = "fail"
+	NoDataPass = "pass"
+	NoDataWait = "wait"
+)
+
+// NoDataAction is the gate's onNoData, fail when unset.
+func (q PromQueryGate) NoDataAction() string {
+	if q.OnNoData == "" {
+		return NoDataFail
+	}
+	return q.OnNoData
 }
 
 // Defaults of a plan file.
@@ -325,7 +345,7 @@ func (g gatesFile) check() (Gates, error) {
 	if f := g.AllocationFailures; f != nil && (f.Retryable < 0 || f.NonRetryable < 0 || f.NeedsCleanup < 0) {
 		return Gates{}, errors.New("allocationFailures: limits must not be negative")
 	}
-	if v := g.MaxFragmentation; v != nil && (*v < 0 || *v > 1) {
+	if v := g.MaxFragmentation; v != nil && !(*v >= 0 && *v <= 1) { // NaN is neither
 		return Gates{}, fmt.Errorf("maxFragmentation %v: want a fraction between 0 and 1", *v)
 	}
 	if v := g.MaxDrift; v != nil && *v < 0 {
@@ -348,6 +368,16 @@ func (g gatesFile) check() (Gates, error) {
 		names[q.Name] = true
 		if q.Max == nil && q.Min == nil {
 			return Gates{}, fmt.Errorf("queries: %q sets neither max nor min", q.Name)
+		}
+		for _, b := range []*float64{q.Max, q.Min} {
+			if b != nil && (math.IsNaN(*b) || math.IsInf(*b, 0)) {
+				return Gates{}, fmt.Errorf("queries: %q: a bound of %v compares with nothing: want a finite number", q.Name, *b)
+			}
+		}
+		switch q.OnNoData {
+		case "", NoDataFail, NoDataPass, NoDataWait:
+		default:
+			return Gates{}, fmt.Errorf("queries: %q: onNoData %q: want fail, pass or wait", q.Name, q.OnNoData)
 		}
 	}
 	return out, nil

@@ -72,6 +72,10 @@ func TestParseRejects(t *testing.T) {
 		{"query without bound", "prometheus: http://p\n" + head + phase + "    gates: {queries: [{name: q, query: up}]}\n", "sets neither max nor min"},
 		{"query twice", "prometheus: http://p\n" + head + phase + "    gates: {queries: [{name: q, query: up, max: 1}, {name: q, query: up, max: 1}]}\n", "\"q\" is used twice"},
 		{"query without prometheus", head + phase + "    gates: {queries: [{name: q, query: up, max: 1}]}\n", "names no prometheus"},
+		{"onNoData unknown", "prometheus: http://p\n" + head + phase + "    gates: {queries: [{name: q, query: up, max: 1, onNoData: ignore}]}\n", `onNoData "ignore": want fail, pass or wait`},
+		{"NaN bound", "prometheus: http://p\n" + head + phase + "    gates: {queries: [{name: q, query: up, max: .nan}]}\n", "a bound of NaN compares with nothing"},
+		{"infinite bound", "prometheus: http://p\n" + head + phase + "    gates: {queries: [{name: q, query: up, min: -.inf}]}\n", "a bound of -Inf compares with nothing"},
+		{"NaN fragmentation", head + phase + "    gates: {maxFragmentation: .nan}\n", "maxFragmentation NaN: want a fraction"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

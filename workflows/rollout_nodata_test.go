@@ -1,0 +1,88 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+// onePhase is a one-phase rollout (10 min soak, 1 h rollback hold) that passes preflight.
+func onePhase(t *testing.T) (*rolloutEnv, rollout.Plan) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	return r, p
+}
+
+// gatesWaiting answers the gates with a query gate waiting for data for the first n measurements.
+func (r *rolloutEnv) gatesWaiting(n int) {
+	calls := 0
+	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+		r.record("gates", in.Plan.Phases[in.Phase].Name)
+		if calls++; calls <= n {
+			return rollout.Report{Phase: "canary", Waiting: []string{"query errors: no data (NaN), onNoData: wait"}}, nil
+		}
+		return rollout.Report{Phase: "canary", Claims: 3}, nil
+	})
+}
+
+// A query gate that waits for data is measured again every GateRemeasure; once the data comes
+// and the gates pass, the phase passes. The waiting measurements are not kept as reports.
+func TestRolloutGateWaitsForData(t *testing.T) {
+	r, p := onePhase(t)
+	r.gatesWaiting(2)
+	st := r.run(RolloutInput{Plan: p})
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "gates:canary", "gates:canary")
+	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
+		t.Fatalf("state %s, reports %+v", st.State, st.Reports)
+	}
+	if !st.GatesWaitUntil.IsZero() {
+		t.Fatalf("the wait's bound outlived it: %s", st.GatesWaitUntil)
+	}
+}
+
+// Data that never comes fails the gate after one soak of waiting: the phase is rolled back, not
+// held forever.
+func TestRolloutGateWaitingForeverFails(t *testing.T) {
+	r, p := onePhase(t)
+	r.gatesWaiting(1 << 30)
+	st := r.run(RolloutInput{Plan: p})
+	if st.State != rollout.StateRolledBack {
+		t.Fatalf("state %s, want rolled back", st.State)
+	}
+	// 10 min of waiting, measured every 30 s: the first measurement and 20 more.
+	if n := strings.Count(strings.Join(r.calls, " "), "gates:canary"); n != 21 {
+		t.Fatalf("%d measurements, want 21", n)
+	}
+	last := st.Reports[len(st.Reports)-1]
+	if len(st.Reports) != 1 || len(last.Failed) != 1 || !strings.Contains(last.Failed[0], "still no data after waiting one soak") {
+		t.Fatalf("reports %+v", st.Reports)
+	}
+}
+
+// Gates that cannot be measured are not passed, and the rollout is not lost: the phase is rolled
+// back with the reason. A measurement that no retry can make is tried once.
+func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
+	r, p := onePhase(t)
+	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+		r.record("gates", in.Plan.Phases[in.Phase].Name)
+		return rollout.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", activities.ErrInvalidGateInput, nil)
+	})
+	st := r.run(RolloutInput{Plan: p})
+	if st.State != rollout.StateRolledBack {
+		t.Fatalf("state %s, want rolled back", st.State)
+	}
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "block:canary=gpu-a", "undo:canary=plugin")
+	if countLog(st, "its gates could not be measured") == 0 {
+		t.Fatalf("log %+v", st.Log)
+	}
+}
