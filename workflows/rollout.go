@@ -206,7 +206,11 @@ func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
 	r.st.State = s
 	r.st.Retry = false
 	r.publish(ctx)
-	cond := func() bool { return r.st.Retry || (s == rollout.StateBlocked && r.st.RollbackPending != nil) }
+	// A rollback accepted while rolled back (earlier phases still enabled) is acted on at once.
+	// Before version 1 the wait looked only at resume, and such a rollback was never run.
+	onRollback := s == rollout.StateBlocked ||
+		(s == rollout.StateRolledBack && workflow.GetVersion(ctx, "rolled-back-acts-on-rollback", workflow.DefaultVersion, 1) == 1)
+	cond := func() bool { return r.st.Retry || (onRollback && r.st.RollbackPending != nil) }
 	if s == rollout.StateRolledBack {
 		deadline := workflow.Now(ctx).Add(r.plan.RollbackHold.D())
 		for {

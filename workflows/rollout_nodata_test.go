@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
@@ -84,5 +85,32 @@ func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "block:canary=gpu-a", "undo:canary=plugin")
 	if countLog(st, "its gates could not be measured") == 0 {
 		t.Fatalf("log %+v", st.Log)
+	}
+}
+
+// A rollback sent while the rollout is rolled back, with an earlier phase still enabled, is
+// acted on: the earlier phase is rolled back too, and the command is answered once it is.
+func TestRolloutRollbackWhileRolledBackIsActedOn(t *testing.T) {
+	r := newRolloutEnv(t)
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(phase, _ int) []string {
+		if phase == 1 {
+			return []string{"drift"}
+		}
+		return nil
+	})
+	r.update(11*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
+	// wide: enabled at 11 min, soaks 20 min, fails its gates and is rolled back at 31 min.
+	r.update(40*time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "all of it"}, true)
+	st := r.run(RolloutInput{Plan: testPlan()})
+	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide",
+		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
+	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 {
+		t.Fatalf("state %s with %d phases enabled", st.State, len(st.Enabled))
+	}
+	if ans, ok := r.answers[UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
+		t.Fatalf("rollback answered %v: %+v", ok, ans)
 	}
 }
