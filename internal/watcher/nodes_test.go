@@ -60,7 +60,7 @@ func TestStoreOutageTurnsFollowedHealthyDevicesUnknown(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	s.seed([]device.ID{id}) // a followed device: its workflow runs
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false)
 	s.markSignalled(mustNext(t, s, id, now, device.Healthy), now)
 	ids := s.setOutage("node-1", "node node-1 outage")
 	if len(ids) != 1 || ids[0] != id {

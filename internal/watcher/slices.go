@@ -299,7 +299,8 @@ func (w *Watcher) reportMissing(id device.ID, claim, node string) {
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
 		Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
-		Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil)
+		Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil, false)
+
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
 	go w.adoptHolders(claim)
@@ -367,7 +368,7 @@ func (x *sliceIndex) released(claim string, c *Claim) []device.ID {
 func (w *Watcher) withdrawUnpublished(ids []device.ID) {
 	for _, id := range ids {
 		w.podMu.Lock()
-		changed, _ := w.store.setPod(unpublishedKey(id), "", nil, nil, nil)
+		changed, _ := w.store.setPod(unpublishedKey(id), "", nil, nil, nil, false)
 		w.podMu.Unlock()
 		w.enqueueAll(changed)
 	}
@@ -406,7 +407,8 @@ func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
 func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
-		Source: policy.SourceSlice, Reporter: workflows.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil)
+		Source: policy.SourceSlice, Reporter: workflows.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil, false)
+
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
 }
@@ -415,7 +417,7 @@ func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 // that the driver vouches for it again, which may start a quarantined device's recovery review.
 func (w *Watcher) withdrawTaint(id device.ID) {
 	w.podMu.Lock()
-	ids, _ := w.store.setPod(taintKey(id), "", nil, nil, nil)
+	ids, _ := w.store.setPod(taintKey(id), "", nil, nil, nil, false)
 	w.store.clearedByDriver(id, policy.SourceSlice)
 	w.podMu.Unlock()
 	w.enqueueAll(append(ids, id))

@@ -112,7 +112,7 @@ func (e *entry) node() string {
 // would only forget again (skipHealthy). keep is the stripped pod to track, or nil to stop
 // tracking it; a pod whose every report was passed over is not kept, as the worker would have
 // untracked it once it forgot the last of them. reports is reordered.
-func (s *store) setPod(podKey string, version string, reports []Report, claims []string, keep *corev1.Pod) ([]device.ID, int) {
+func (s *store) setPod(podKey string, version string, reports []Report, claims []string, keep *corev1.Pod, unresolved bool) ([]device.ID, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Sorted by device (stably: each device's reports keep their order), each device's reports
@@ -163,7 +163,9 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 	}
 	if len(ids) == 0 {
 		delete(s.podDevices, podKey)
-		if len(reports) > 0 {
+		// A pod whose every report was passed over is not kept, unless one of its entries is still
+		// unresolved: a claim that arrives later must find it to re-resolve the report.
+		if len(reports) > 0 && !unresolved {
 			keep = nil
 		}
 	} else {
@@ -229,7 +231,7 @@ func (s *store) untrack(podKey string) {
 
 // deletePod retracts a deleted pod's reports.
 func (s *store) deletePod(podKey, version string) []device.ID {
-	changed, _ := s.setPod(podKey, version, nil, nil, nil)
+	changed, _ := s.setPod(podKey, version, nil, nil, nil, false)
 	return changed
 }
 

@@ -25,7 +25,7 @@ func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 
 	// Healthy, and no workflow: passed over, nothing kept.
-	if changed, passed := s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil); len(changed) != 0 || passed != 1 {
+	if changed, passed := s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false); len(changed) != 0 || passed != 1 {
 		t.Fatalf("healthy device with no workflow: changed %v, passed over %d", changed, passed)
 	}
 	if _, d := s.next(id, now, 0); d != skipNothing || len(s.devices) != 0 || len(s.podDevices) != 0 {
@@ -33,15 +33,15 @@ func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
 	}
 	// A second pod shares the device (consumable capacity) and reports it Unhealthy; from then on
 	// the first pod's reports count too, and the worst wins.
-	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
-	s.setPod("ns/a", "12", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
+	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil, false)
+	s.setPod("ns/a", "12", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false)
 	obs, d := s.next(id, now, 0)
 	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "12" || len(obs.Reporters) != 2 {
 		t.Fatalf("got %v %+v", d, obs)
 	}
 	s.markSignalled(obs, now)
 	// Same health again with a newer status version: nothing to signal.
-	s.setPod("ns/b", "13", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil)
+	s.setPod("ns/b", "13", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil, false)
 	if _, d := s.next(id, now, 0); d != skipDuplicate {
 		t.Fatalf("decision %v, want skipDuplicate", d)
 	}
@@ -59,11 +59,11 @@ func TestStoreManyDevicesOnePod(t *testing.T) {
 	for i := 0; i < 5000; i++ {
 		reports = append(reports, rep("gpu-"+string(rune('a'+i%26))+time.Duration(i).String(), device.Unknown, "big"))
 	}
-	changed, _ := s.setPod("ns/big", "5", reports, nil, nil)
+	changed, _ := s.setPod("ns/big", "5", reports, nil, nil, false)
 	if len(changed) != 5000 {
 		t.Fatalf("changed %d devices", len(changed))
 	}
-	if changed, _ := s.setPod("ns/big", "6", nil, nil, nil); len(changed) != 5000 || len(s.devices) != 0 {
+	if changed, _ := s.setPod("ns/big", "6", nil, nil, nil, false); len(changed) != 5000 || len(s.devices) != 0 {
 		t.Fatalf("retract left %d devices", len(s.devices))
 	}
 }
@@ -72,7 +72,7 @@ func TestStoreHeartbeatAndIdle(t *testing.T) {
 	s := newStore()
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	now := time.Unix(1700000000, 0)
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
 	obs, d := s.next(id, now, time.Minute)
 	if d != doSignal {
 		t.Fatalf("first: %v", d)
@@ -103,7 +103,7 @@ func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
 	healthy := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	gone := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-9"}
 	s.seed([]device.ID{healthy, gone})
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false)
 	// A Healthy device would normally cost nothing, but its workflow is running: tell it once.
 	obs, d := s.next(healthy, now, 0)
 	if d != doSignal || obs.Health != device.Healthy {
@@ -124,9 +124,9 @@ func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
 func TestRelistSweepsOnlyVanishedPods(t *testing.T) {
 	s := newStore()
 	gone := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-7"}
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
-	s.setPod("ns/b", "10", []Report{rep("gpu-1", device.Unknown, "b")}, nil, nil)
-	s.setPod(unpublishedKey(gone), "11", []Report{{Device: gone, Health: device.Unknown}}, nil, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
+	s.setPod("ns/b", "10", []Report{rep("gpu-1", device.Unknown, "b")}, nil, nil, false)
+	s.setPod(unpublishedKey(gone), "11", []Report{{Device: gone, Health: device.Unknown}}, nil, nil, false)
 	s.relistBegin()
 	s.markSeen("ns/a")
 	if got := s.relistEnd(); len(got) != 1 || got[0] != "ns/b" {
@@ -138,7 +138,7 @@ func TestStoreForgetsDeviceAfterIdleSignal(t *testing.T) {
 	s := newStore()
 	now := time.Unix(1700000000, 0)
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
 	obs, _ := s.next(id, now, 0)
 	s.markSignalled(obs, now)
 	s.deletePod("ns/a", "11")
@@ -156,7 +156,7 @@ func TestStoreStampsChangesNotHeartbeats(t *testing.T) {
 	s := newStore()
 	now := time.Unix(1700000000, 0)
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
-	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil)
+	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
 	first, d := s.next(id, now, time.Minute)
 	if d != doSignal || first.Seq == nil || first.Seq.Term != s.term {
 		t.Fatalf("first: %v %+v", d, first.Seq)
@@ -166,7 +166,7 @@ func TestStoreStampsChangesNotHeartbeats(t *testing.T) {
 	if d != doSignal || *hb.Seq != *first.Seq {
 		t.Fatalf("heartbeat got a new sequence: %+v vs %+v", hb.Seq, first.Seq)
 	}
-	s.setPod("ns/a", "11", []Report{rep("gpu-0", device.Unhealthy, "a")}, nil, nil)
+	s.setPod("ns/a", "11", []Report{rep("gpu-0", device.Unhealthy, "a")}, nil, nil, false)
 	change, d := s.next(id, now.Add(3*time.Minute), time.Minute)
 	if d != doSignal || !first.Seq.Before(*change.Seq) {
 		t.Fatalf("change not ordered after: %+v then %+v", first.Seq, change.Seq)
@@ -202,13 +202,13 @@ func TestStoreDriverClearedIsSentOnce(t *testing.T) {
 	}
 	r := rep("gpu-0", device.Unhealthy, "")
 	r.Source = policy.SourceSlice
-	s.setPod("slicetaint:x", "", []Report{r}, nil, nil)
+	s.setPod("slicetaint:x", "", []Report{r}, nil, nil, false)
 	obs, d := s.next(id, now, 0)
 	if d != doSignal || obs.Source != policy.SourceSlice {
 		t.Fatalf("taint report: %v source %q", d, obs.Source)
 	}
 	s.markSignalled(obs, now)
-	s.setPod("slicetaint:x", "", nil, nil, nil)
+	s.setPod("slicetaint:x", "", nil, nil, nil, false)
 	if !s.clearedByDriver(id, policy.SourceSlice) {
 		t.Fatal("the followed device was not marked")
 	}
@@ -229,10 +229,10 @@ func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
 	g0 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	g1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
 	// Both turned Unknown and back before the worker looked at them.
-	s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Unknown, "a"), rep("gpu-1", device.Unknown, "a")}, nil, nil)
-	s.setPod("ns/b", "2", []Report{rep("gpu-0", device.Unknown, "b")}, nil, nil)
-	s.setPod("ns/a", "3", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, nil, nil)
-	s.setPod("ns/b", "4", []Report{rep("gpu-0", device.Healthy, "b")}, nil, nil)
+	s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Unknown, "a"), rep("gpu-1", device.Unknown, "a")}, nil, nil, false)
+	s.setPod("ns/b", "2", []Report{rep("gpu-0", device.Unknown, "b")}, nil, nil, false)
+	s.setPod("ns/a", "3", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, nil, nil, false)
+	s.setPod("ns/b", "4", []Report{rep("gpu-0", device.Healthy, "b")}, nil, nil, false)
 	s.forget(g0)
 	if _, ok := s.devices[g0]; ok {
 		t.Fatal("a Healthy, unsignalled device was kept")
@@ -243,12 +243,12 @@ func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
 	if left := s.podDevices["ns/a"]; len(left) != 1 || left[0] != g1 {
 		t.Fatalf("pod a holds %v, want gpu-1 only", left)
 	}
-	s.setPod("ns/c", "5", []Report{rep("gpu-1", device.Unknown, "c")}, nil, nil)
+	s.setPod("ns/c", "5", []Report{rep("gpu-1", device.Unknown, "c")}, nil, nil, false)
 	s.forget(g1)
 	if _, ok := s.devices[g1]; !ok {
 		t.Fatal("a device with an Unknown report was forgotten")
 	}
-	s.setPod("ns/c", "6", nil, nil, nil)
+	s.setPod("ns/c", "6", nil, nil, nil, false)
 	obs, _ := s.next(g1, benchNow, 0)
 	s.markSignalled(obs, benchNow)
 	s.forget(g1)
@@ -263,24 +263,30 @@ func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
 func TestStorePassesOverHealthyDevicesWithoutWorkflow(t *testing.T) {
 	s := newStore()
 	pod := &corev1.Pod{}
-	changed, passed := s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, []string{"ns/a-claim"}, pod)
+	changed, passed := s.setPod("ns/a", "1", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Healthy, "a")}, []string{"ns/a-claim"}, pod, false)
 	if len(changed) != 0 || passed != 2 || s.tracked("ns/a") || len(s.claimPods) != 0 || len(s.devices) != 0 {
 		t.Fatalf("changed %v, passed over %d, tracked %v, %d devices", changed, passed, s.tracked("ns/a"), len(s.devices))
 	}
 	// One of its devices turns Unknown: both are kept from then on (the Healthy one only until the
 	// worker forgets it), and so is the pod.
-	changed, passed = s.setPod("ns/a", "2", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Unknown, "a")}, []string{"ns/a-claim"}, pod)
+	changed, passed = s.setPod("ns/a", "2", []Report{rep("gpu-0", device.Healthy, "a"), rep("gpu-1", device.Unknown, "a")}, []string{"ns/a-claim"}, pod, false)
 	if len(changed) != 1 || changed[0].Device != "gpu-1" || passed != 1 || !s.tracked("ns/a") {
 		t.Fatalf("changed %v, passed over %d, tracked %v", changed, passed, s.tracked("ns/a"))
 	}
 	s.setOutage("node-1", "node node-1 outage")
-	if changed, passed := s.setPod("ns/b", "3", []Report{rep("gpu-5", device.Healthy, "b")}, nil, pod); len(changed) != 1 || passed != 0 {
+	if changed, passed := s.setPod("ns/b", "3", []Report{rep("gpu-5", device.Healthy, "b")}, nil, pod, false); len(changed) != 1 || passed != 0 {
 		t.Fatalf("during an outage: changed %v, passed over %d", changed, passed)
 	}
 	if obs, d := s.next(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-5"}, benchNow, 0); d != doSignal || obs.Health != device.Unknown {
 		t.Fatalf("during an outage: %v %+v", d, obs)
 	}
-	if _, passed := s.setPod("ns/c", "4", nil, []string{"ns/c-claim"}, pod); passed != 0 || !s.tracked("ns/c") {
+	if _, passed := s.setPod("ns/c", "4", nil, []string{"ns/c-claim"}, pod, false); passed != 0 || !s.tracked("ns/c") {
 		t.Fatal("a pod kept for an unresolved claim was dropped")
+	}
+	// Healthy reports passed over, and another entry of the pod still unresolved: the pod is kept,
+	// so the claim that resolves that entry later finds it.
+	s.setOutage("node-1", "")
+	if _, passed := s.setPod("ns/d", "5", []Report{rep("gpu-6", device.Healthy, "d")}, []string{"ns/d-ready", "ns/d-late"}, pod, true); passed != 1 || !s.tracked("ns/d") || len(s.claimPods["ns/d-late"]) != 1 {
+		t.Fatal("a pod with an unresolved entry was dropped because its resolved reports were Healthy")
 	}
 }

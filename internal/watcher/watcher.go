@@ -313,11 +313,13 @@ func (w *Watcher) relevant(pod *corev1.Pod) bool {
 // handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
 func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
 	reports, errs := Resolve(pod, w.claims.get, naming{w})
+	unresolved := false
 	for _, e := range errs {
 		if e.Reason == ReasonAmbiguous {
 			reports = append(reports, w.ambiguous(pod, e)...)
 			continue
 		}
+		unresolved = true
 		w.cfg.Metrics.ResolutionFailures.WithLabelValues(e.Reason).Inc()
 		if w.logged.first(podKey(pod), e.Key+"|"+e.Reason) {
 			w.cfg.Logger.Warn("health report not resolved", "key", e.Key, "reason", e.Reason, "error", e.Err)
@@ -332,7 +334,7 @@ func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
 	if len(reports) > 0 || len(errs) > 0 {
 		keep = stripPod(pod)
 	}
-	ids, passed := w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod), keep)
+	ids, passed := w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod), keep, unresolved)
 	w.cfg.Metrics.SkippedHealthy.Add(float64(passed))
 	return ids
 }
@@ -389,7 +391,7 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 		w.podMu.Unlock()
 		return
 	}
-	ids, _ := w.store.setPod(claimConditionKey(key), version, reports, nil, nil)
+	ids, _ := w.store.setPod(claimConditionKey(key), version, reports, nil, nil, false)
 	for _, id := range ids {
 		if !slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
 			w.store.clearedByDriver(id, policy.SourceClaimCondition) // the driver's condition cleared
