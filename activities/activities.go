@@ -41,6 +41,10 @@ type Activities struct {
 	// DryRun makes every taint use effect None. It is read at each decision, so restarting the
 	// worker without it turns the preview rules of still-failed devices into real ones.
 	DryRun bool
+	// KeepLeakedClaims: this worker deletes no leaked claim (its --hygiene-delete-leaked is off).
+	// Read at each look, so turning the setting off and restarting stops the claim-hygiene
+	// workflows already running, whose input still says they may delete.
+	KeepLeakedClaims bool
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
 	Approvals Approver
 	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence ConfigMaps live

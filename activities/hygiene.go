@@ -48,8 +48,18 @@ func (a *Activities) InspectClaim(ctx context.Context, in HygieneInput) (ClaimCh
 	if err != nil || gone {
 		return ClaimCheck{Gone: gone}, err
 	}
-	f, err := a.inspect(ctx, c, in.Policy, time.Now())
+	f, err := a.inspect(ctx, c, a.hygienePolicy(in.Policy), time.Now())
 	return ClaimCheck{Finding: f}, err
+}
+
+// hygienePolicy is a workflow's hygiene policy as this worker applies it now: with this
+// worker's deletions turned off (KeepLeakedClaims), no claim is deletable, whatever the policy the
+// workflow was started with said.
+func (a *Activities) hygienePolicy(p capacity.HygienePolicy) capacity.HygienePolicy {
+	if a.KeepLeakedClaims {
+		p.DeleteLeaked = false
+	}
+	return p
 }
 
 // DeleteLeakedClaim deletes a claim only if, looked at afresh, it is still a leak that may be
@@ -61,7 +71,7 @@ func (a *Activities) DeleteLeakedClaim(ctx context.Context, in HygieneInput) (Cl
 	if err != nil || gone {
 		return ClaimCheck{Gone: gone}, err
 	}
-	f, err := a.inspect(ctx, c, in.Policy, time.Now())
+	f, err := a.inspect(ctx, c, a.hygienePolicy(in.Policy), time.Now())
 	if err != nil || !f.Deletable || a.DryRun {
 		return ClaimCheck{Finding: f}, err
 	}

@@ -138,6 +138,19 @@ func TestDeleteLeakedClaimActsOnceAndOnlyOnAFreshLook(t *testing.T) {
 	if len(evs.Items) != 1 || evs.Items[0].Reason != EventLeakedClaimDeleted || !strings.Contains(evs.Items[0].Message, "s-leaked") {
 		t.Fatalf("events = %+v", evs.Items)
 	}
+	// Deletions turned off on the worker since the workflow started: a leak its input says may go
+	// is left, and is not deletable on a look either.
+	if err := kube.Tracker().Add(templateClaim("leaked-2", "n1", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	a.KeepLeakedClaims = true
+	if res, err := a.DeleteLeakedClaim(ctx, in("leaked-2")); err != nil || res.Deleted || res.Finding.Deletable || res.Finding.Kind != capacity.FindingLeaked {
+		t.Fatalf("deletions off on the worker: %+v %v", res, err)
+	}
+	if res, err := a.InspectClaim(ctx, in("leaked-2")); err != nil || res.Finding.Deletable {
+		t.Fatalf("deletions off on the worker, inspect: %+v %v", res, err)
+	}
+	a.KeepLeakedClaims = false
 	if res, err := a.DeleteLeakedClaim(ctx, in("back")); err != nil || res.Deleted || res.Finding.Deletable {
 		t.Fatalf("a claim whose Pod exists: %+v %v", res, err)
 	}

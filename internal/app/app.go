@@ -318,7 +318,8 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
 	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
-		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, Rollouts: &worker.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace}
+		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, Rollouts: &worker.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
+		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
 		acts.Alerter, acts.Approvals = o.Slack, o.Slack
