@@ -101,11 +101,19 @@ type RequestClass struct {
 }
 
 // interner makes repeated names (drivers, pools, device names, request names) share one string,
-// and repeated (request, driver, pool) triples one value.
+// and repeated (request, driver, pool) triples one value. It keeps what it was given until the
+// claim index sweeps it (sweep): names of nodes and claims that are gone are dropped then.
 type interner struct {
 	mu      sync.Mutex
 	m       map[string]string
 	triples map[requestPool]*requestPool
+}
+
+// size is how many names and triples the interner holds.
+func (in *interner) size() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.m) + len(in.triples)
 }
 
 // triple returns the one shared value of (request, driver, pool); a nil interner makes a new one.
@@ -193,6 +201,41 @@ type claimIndex struct {
 	// seen collects keys during a relist, to sweep claims that were deleted meanwhile.
 	seen   map[string]struct{}
 	intern interner
+	// swept is the interner's size after its last sweep: it is swept again once it has doubled.
+	swept int
+}
+
+// minSweep is the interner size below which it is never swept.
+const minSweep = 4096
+
+// maybeSweep drops, once the interner has doubled since its last sweep, every name and triple no
+// claim in the index refers to: with node and claim churn it would otherwise grow for ever.
+// Amortised, each put pays a constant share of the sweep. Callers hold x.mu.
+func (x *claimIndex) maybeSweep() {
+	if x.intern.size() <= 2*max(x.swept, minSweep) {
+		return
+	}
+	live := interner{m: map[string]string{}, triples: map[requestPool]*requestPool{}}
+	keep := func(s string) { live.m[s] = s }
+	for _, c := range x.claims {
+		for _, r := range c.results {
+			live.triples[*r.at] = r.at
+			keep(r.device)
+		}
+		for _, rc := range c.Classes {
+			keep(rc.Request)
+			keep(rc.Class)
+		}
+		for _, t := range c.Troubled {
+			keep(t.Device.Driver)
+			keep(t.Device.Pool)
+			keep(t.Device.Device)
+		}
+	}
+	x.intern.mu.Lock()
+	x.intern.m, x.intern.triples = live.m, live.triples
+	x.intern.mu.Unlock()
+	x.swept = len(live.m) + len(live.triples)
 }
 
 func newClaimIndex() *claimIndex { return &claimIndex{claims: map[string]*Claim{}} }
@@ -213,6 +256,7 @@ func (x *claimIndex) put(c *resourcev1.ResourceClaim) (string, *Claim) {
 	if x.seen != nil {
 		x.seen[key] = struct{}{}
 	}
+	x.maybeSweep()
 	return key, compact
 }
 

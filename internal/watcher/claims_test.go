@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -61,5 +62,29 @@ func TestForRequest(t *testing.T) {
 		if got := forRequest(tc.result, tc.request); got != tc.want {
 			t.Errorf("forRequest(%q, %q) = %v", tc.result, tc.request, got)
 		}
+	}
+}
+
+// With node and claim churn the interner does not grow for ever: names of claims and nodes that
+// are gone are dropped once it has doubled, and a live claim's names stay shared.
+func TestInternerForgetsWhatNoClaimUses(t *testing.T) {
+	x := newClaimIndex()
+	claim := func(i int) *resourcev1.ResourceClaim {
+		c := claimWith(fmt.Sprintf("c-%d", i), resourcev1.DeviceRequestAllocationResult{Request: "gpus", Driver: drv,
+			Pool: fmt.Sprintf("node-%d", i), Device: fmt.Sprintf("gpu-%d", i)})
+		c.Spec.Devices.Requests = []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}}
+		return c
+	}
+	_, live := x.put(claim(-1)) // stays throughout
+	for i := range 100_000 {
+		x.put(claim(i))
+		x.delete(claim(i))
+	}
+	if n := x.intern.size(); n > 2*2*minSweep {
+		t.Fatalf("interner holds %d names and triples after 100,000 claims came and went, want at most %d", n, 4*minSweep)
+	}
+	_, again := x.put(claim(-1))
+	if live.results[0].at != again.results[0].at {
+		t.Fatal("the live claim's triple is no longer shared after a sweep")
 	}
 }
