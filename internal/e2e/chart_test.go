@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,8 +243,9 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 // (impersonation) quarantines an Unhealthy device, then reviews it (probe Pod, canary Job, their
 // claims in the check namespaces) and releases it. Rights the chart does not give are refused:
 // reading Secrets, updating a node's Lease, writing a Lease outside its namespace, editing Pod
-// status, deleting or creating Pods outside the check namespaces, creating namespaces, and
-// (rollout.enabled off) patching nodes.
+// status, deleting or creating Pods outside the check namespaces, creating namespaces, patching a
+// Pod outside migration.namespaces, and (rollouts off, the default) patching nodes. In a namespace
+// that opted in to migration it may patch a Pod (the checkpoint request).
 func TestChartRightsRunTheQuarantine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -256,7 +258,12 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rbac := ofKind(renderChart(t, release, ns, "temporal.address=t:7233", "rollout.enabled=false"),
+	const tenant = "dwrbac-tenant" // opts in to migration
+	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// rollout.enabled is left at its default (off).
+	rbac := ofKind(renderChart(t, release, ns, "temporal.address=t:7233", "migration.namespaces={"+tenant+"}"),
 		"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 	applyObjects(t, ctx, s, rbac, false)
 	cfg, err := app.KubeConfig(s.kubeconfig)
@@ -320,7 +327,19 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	_, forbidden["create a Pod outside the check namespaces"] = sa.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
 	_, forbidden["create a namespace"] = sa.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "dw-new"}}, metav1.CreateOptions{})
-	_, forbidden["patch a node (rollouts off)"] = sa.CoreV1().Nodes().Patch(ctx, pods.Items[0].Spec.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+	_, forbidden["patch a node (rollouts off by default)"] = sa.CoreV1().Nodes().Patch(ctx, pods.Items[0].Spec.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+	annotate := []byte(`{"metadata":{"annotations":{"devicewarden.io/test":"x"}}}`)
+	_, forbidden["patch a Pod outside migration.namespaces"] = sa.CoreV1().Pods(pods.Items[0].Namespace).Patch(ctx, pods.Items[0].Name, types.MergePatchType, annotate, metav1.PatchOptions{})
+	_, forbidden["create an admission policy (rollouts off by default)"] = sa.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx,
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "dw-test"}}, metav1.CreateOptions{})
+	tenantPod, err := s.kube.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "job-0"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.CoreV1().Pods(tenant).Patch(ctx, tenantPod.Name, types.MergePatchType, annotate, metav1.PatchOptions{}); err != nil {
+		t.Errorf("patching a Pod in %s, which opted in to migration: %v", tenant, err)
+	}
 	for what, err := range forbidden {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s as the chart's ServiceAccount: want Forbidden, got %v", what, err)
