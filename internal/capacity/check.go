@@ -6,6 +6,7 @@ package capacity
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -179,6 +180,11 @@ func policyBreach(d *resourcev1.Device, name string, q resource.Quantity, grante
 	if pol == nil {
 		return ""
 	}
+	// A request that names no amount consumes the policy's default, which the allocator grants
+	// whatever the values or range say.
+	if pol.Default != nil && pol.Default.Cmp(q) == 0 {
+		return ""
+	}
 	if len(pol.ValidValues) > 0 {
 		for _, v := range pol.ValidValues {
 			if v.Cmp(q) == 0 {
@@ -197,12 +203,37 @@ func policyBreach(d *resourcev1.Device, name string, q resource.Quantity, grante
 	if r.Max != nil && q.Cmp(*r.Max) > 0 {
 		return fmt.Sprintf("%s: %s is over the maximum %s", name, q.String(), r.Max.String())
 	}
-	if r.Step != nil && r.Min != nil && r.Step.Value() > 0 {
-		if off := q.Value() - r.Min.Value(); off%r.Step.Value() != 0 {
-			return fmt.Sprintf("%s: %s is not the minimum %s plus a multiple of the step %s", name, q.String(), r.Min.String(), r.Step.String())
-		}
+	if r.Step != nil && r.Min != nil && !onGrid(q, r, Features.FractionalCapacityRange) {
+		return fmt.Sprintf("%s: %s is not the minimum %s plus a multiple of the step %s", name, q.String(), r.Min.String(), r.Step.String())
 	}
 	return ""
+}
+
+// onGrid says whether q is a value the scheduler's allocator can grant under the range: the
+// minimum plus a whole number of steps, counted as the allocator counts them. With fractional
+// ranges on (DRAFractionalCapacityRange) and min, max and step all milli-values with a step of at
+// least 1m, it counts in milli-units (a 1500m step is 1.5); otherwise in whole units of the
+// rounded-up Value() (a 1500m step is 2), and a fractional q is never granted.
+func onGrid(q resource.Quantity, r *resourcev1.CapacityRequestPolicyRange, fractional bool) bool {
+	if fractional && fitsMilli(*r.Min) && fitsMilli(*r.Step) && (r.Max == nil || fitsMilli(*r.Max)) && r.Step.MilliValue() >= 1 {
+		if !fitsMilli(q) || q.Cmp(*resource.NewMilliQuantity(q.MilliValue(), q.Format)) != 0 {
+			return false // past the milli range, or finer than a milli-unit
+		}
+		return (q.MilliValue()-r.Min.MilliValue())%r.Step.MilliValue() == 0
+	}
+	step := r.Step.Value()
+	if step <= 0 {
+		return true
+	}
+	if q.CmpInt64(math.MaxInt64) > 0 || q.Cmp(*resource.NewQuantity(q.Value(), q.Format)) != 0 {
+		return false // past int64, or not a whole number
+	}
+	return (q.Value()-r.Min.Value())%step == 0
+}
+
+// fitsMilli says whether q's milli-value is an int64.
+func fitsMilli(q resource.Quantity) bool {
+	return q.CmpInt64(math.MaxInt64/1000) <= 0 && q.CmpInt64(math.MinInt64/1000) >= 0
 }
 
 // distinctViolations checks a claim's DistinctAttribute constraints: the devices allocated for
