@@ -2,14 +2,13 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
 )
@@ -18,7 +17,8 @@ import (
 type CapacityInput struct {
 	// Tenants restricts the classes some namespaces may claim.
 	Tenants map[string][]string `json:"tenants,omitempty"`
-	// Record writes the grant-time policy snapshot on allocated claims that have none yet.
+	// Record writes the grant-time policy record of allocated claims that have none yet (in
+	// DeviceWarden's namespace) and deletes the records of claims that are gone.
 	Record bool `json:"record,omitempty"`
 }
 
@@ -52,9 +52,15 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 		ci.Slices = append(ci.Slices, &sl.Items[i])
 		rep.Devices += len(sl.Items[i].Spec.Devices)
 	}
+	grants, err := a.grantRecords(ctx)
+	if err != nil {
+		return CapacityReport{}, err
+	}
+	live := map[string]bool{}
 	for i := range cl.Items {
 		c := &cl.Items[i]
-		had, err := ci.AddClaim(c)
+		live[string(c.UID)] = true
+		had, err := ci.AddClaim(c, grants[string(c.UID)])
 		if err != nil {
 			return CapacityReport{}, err
 		}
@@ -66,6 +72,11 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 			if recorded {
 				rep.Recorded++
 			}
+		}
+	}
+	if in.Record {
+		if err := a.pruneGrants(ctx, grants, live); err != nil {
+			return CapacityReport{}, err
 		}
 	}
 	rep.Violations = capacity.Check(ci)
@@ -82,20 +93,51 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 	return rep, nil
 }
 
+// grantRecords reads every claim's grant record from DeviceWarden's namespace, by claim UID.
+func (a *Activities) grantRecords(ctx context.Context) (map[string]string, error) {
+	list, err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).List(ctx, metav1.ListOptions{LabelSelector: capacity.GrantLabel})
+	if err != nil {
+		return nil, fmt.Errorf("list grant records in %s: %w", a.ownNamespace(), err)
+	}
+	out := make(map[string]string, len(list.Items))
+	for _, cm := range list.Items {
+		out[cm.Labels[capacity.GrantLabel]] = cm.Data[capacity.GrantKey]
+	}
+	return out, nil
+}
+
+// recordGrant writes the claim's grant record, the request policies its shares are granted under
+// now, in DeviceWarden's namespace (where tenants cannot write). A record already there is kept:
+// it was written first.
 func (a *Activities) recordGrant(ctx context.Context, c *resourcev1.ResourceClaim, slices []*resourcev1.ResourceSlice) (bool, error) {
 	snap := capacity.Snapshot(c, slices)
 	if snap == "" {
 		return false, nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": c.ResourceVersion, // the allocation it describes must still be the claim's
-		"annotations":     map[string]string{capacity.AnnotationGranted: snap}}})
-	_, err := a.Kube.ResourceV1().ResourceClaims(c.Namespace).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return false, nil // changed or gone since the list: the next check records what is there then
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: capacity.GrantConfigMap(string(c.UID)), Namespace: a.ownNamespace(),
+		Labels:      map[string]string{capacity.GrantLabel: string(c.UID)},
+		Annotations: map[string]string{"devicewarden.io/claim": c.Namespace + "/" + c.Name, "devicewarden.io/claim-version": c.ResourceVersion}},
+		Data: map[string]string{capacity.GrantKey: snap}}
+	_, err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("record the grant of claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return true, nil
+}
+
+// pruneGrants deletes the grant records of claims that are gone.
+func (a *Activities) pruneGrants(ctx context.Context, grants map[string]string, live map[string]bool) error {
+	for uid := range grants {
+		if live[uid] {
+			continue
+		}
+		err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Delete(ctx, capacity.GrantConfigMap(uid), metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete the grant record of gone claim %s: %w", uid, err)
+		}
+	}
+	return nil
 }

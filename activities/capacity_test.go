@@ -42,9 +42,9 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 		t.Fatalf("report = %+v", rep)
 	}
 	ctx := context.Background()
-	c, _ := kube.ResourceV1().ResourceClaims("t").Get(ctx, "a", metav1.GetOptions{})
-	if !strings.Contains(c.Annotations[capacity.AnnotationGranted], `"uid-a/gpu/`+drv+`/n1/gpu-0/s-a"`) {
-		t.Fatalf("grant = %q", c.Annotations[capacity.AnnotationGranted])
+	grant, err := kube.CoreV1().ConfigMaps("default").Get(ctx, capacity.GrantConfigMap("uid-a"), metav1.GetOptions{})
+	if err != nil || !strings.Contains(grant.Data[capacity.GrantKey], `"uid-a/gpu/`+drv+`/n1/gpu-0/s-a"`) || grant.Labels[capacity.GrantLabel] != "uid-a" {
+		t.Fatalf("grant = %+v %v", grant, err)
 	}
 	// The driver now wants 4Gi steps: the recorded shares still pass; a new 6Gi share does not.
 	sl.Spec.Devices[0].Capacity["memory"].RequestPolicy.ValidRange.Min = ptr.To(resource.MustParse("4Gi"))
@@ -70,12 +70,41 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 	if n := testutil.ToFloat64(a.Metrics.CapacityViolations.WithLabelValues(capacity.DuplicateShareID)); n != 0 {
 		t.Errorf("duplicate gauge %v", n)
 	}
-	// A record that does not decode is an error, not a silent pass.
-	c.Annotations[capacity.AnnotationGranted] = "{not json"
-	if _, err := kube.ResourceV1().ResourceClaims("t").Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+	// The tenant of claim c writes an empty policy onto its own claim, where the record used to
+	// be: the breach stays.
+	forged, _ := kube.ResourceV1().ResourceClaims("t").Get(ctx, "c", metav1.GetOptions{})
+	forged.Annotations = map[string]string{"devicewarden.io/granted-capacity-policy": `{"uid-c/gpu/` + drv + `/n1/gpu-0/s-c":{"memory":{}}}`}
+	if _, err := kube.ResourceV1().ResourceClaims("t").Update(ctx, forged, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{}); err == nil || !strings.Contains(err.Error(), capacity.AnnotationGranted) {
+	v, err = env.ExecuteActivity(a.CheckCapacity, CapacityInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = CapacityReport{}
+	_ = v.Get(&rep)
+	if len(rep.Violations) != 2 || rep.Violations[1].Claim != "c" || rep.Violations[1].Invariant != capacity.PolicyBreach {
+		t.Fatalf("a record the tenant wrote on its claim hid the breach: %+v", rep.Violations)
+	}
+	// A record that does not decode is an error, not a silent pass.
+	grant.Data[capacity.GrantKey] = "{not json"
+	if _, err := kube.CoreV1().ConfigMaps("default").Update(ctx, grant, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{}); err == nil || !strings.Contains(err.Error(), capacity.GrantConfigMap("uid-a")) {
 		t.Errorf("garbled record: %v", err)
+	}
+	// The records of claims that are gone are deleted by a recording check.
+	if err := kube.ResourceV1().ResourceClaims("t").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{Record: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("default").Get(ctx, capacity.GrantConfigMap("uid-a"), metav1.GetOptions{}); err == nil {
+		t.Error("the record of a claim that is gone was kept")
+	}
+	if _, err := kube.CoreV1().ConfigMaps("default").Get(ctx, capacity.GrantConfigMap("uid-b"), metav1.GetOptions{}); err != nil {
+		t.Errorf("the record of a live claim: %v", err)
 	}
 }

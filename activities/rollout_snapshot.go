@@ -71,10 +71,14 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 	}
 	tenants := p.AllowedNamespaces(i)
 	ci := capacity.Input{Slices: phaseSlices}
+	grants, err := a.grantRecords(ctx)
+	if err != nil {
+		return s, err
+	}
 	for k := range claims.Items {
 		c := &claims.Items[k]
 		s.Claims = append(s.Claims, reduceClaim(c, pods, tenants[c.Namespace]))
-		if _, err := ci.AddClaim(c); err != nil {
+		if _, err := ci.AddClaim(c, grants[string(c.UID)]); err != nil {
 			return s, err
 		}
 	}

@@ -141,18 +141,19 @@ func TestGrantedAndSnapshot(t *testing.T) {
 	if !strings.Contains(snap, `"t-a/gpu/`+drv+`/n1/gpu-0/s1"`) || !strings.Contains(snap, `"min":"4Gi"`) {
 		t.Fatalf("snapshot = %s", snap)
 	}
-	c.Annotations = map[string]string{AnnotationGranted: snap}
-	g, err := Granted(c)
+	g, err := ParseGrant(snap)
 	if err != nil || g["t-a/gpu/"+drv+"/n1/gpu-0/s1"]["memory"].ValidRange.Min.String() != "4Gi" {
 		t.Fatalf("granted = %+v %v", g, err)
 	}
-	c.Annotations[AnnotationGranted] = "{"
-	if _, err := Granted(c); err == nil {
+	if _, err := ParseGrant("{"); err == nil {
 		t.Error("a garbled record decoded")
 	}
-	delete(c.Annotations, AnnotationGranted)
-	if g, err := Granted(c); g != nil || err != nil {
+	if g, err := ParseGrant(""); g != nil || err != nil {
 		t.Errorf("no record: %v %v", g, err)
+	}
+	var in Input
+	if had, err := in.AddClaim(c, "{"); had || err == nil || !strings.Contains(err.Error(), GrantConfigMap("t-a")) {
+		t.Errorf("a garbled record added: %v %v", had, err)
 	}
 	whole := claim("t", "w", "gpu", share{req: "gpu", dev: "gpu-0"})
 	if s := Snapshot(whole, []*resourcev1.ResourceSlice{sl}); s != "" {

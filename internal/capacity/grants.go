@@ -7,30 +7,40 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 )
 
-// AnnotationGranted on a claim keeps, per share (ShareKey), the request policy of each capacity
-// it consumes as it was when DeviceWarden first saw the allocation: a policy changed later
-// applies to new claims, never to this one.
-const AnnotationGranted = "devicewarden.io/granted-capacity-policy"
+// A claim's grant record keeps, per share (ShareKey), the request policy of each capacity it
+// consumes as it was when DeviceWarden first saw the allocation: a policy changed later applies
+// to new claims, never to this one. It is a ConfigMap in DeviceWarden's own namespace
+// (GrantConfigMap), where the claim's tenant cannot write: on the claim itself (an annotation, as
+// before) a tenant could write an empty policy and hide a breach. Such an annotation is ignored.
+const (
+	// GrantLabel marks a grant record; its value is the claim's UID.
+	GrantLabel = "devicewarden.io/capacity-grant"
+	// GrantKey is the record's data key.
+	GrantKey = "policies"
+)
 
-// Granted reads the snapshots a claim carries (nil when it has none or it does not decode).
-func Granted(c *resourcev1.ResourceClaim) (map[string]map[string]resourcev1.CapacityRequestPolicy, error) {
-	raw, ok := c.Annotations[AnnotationGranted]
-	if !ok {
+// GrantConfigMap is the name of the grant record of the claim with this UID.
+func GrantConfigMap(uid string) string { return "devicewarden-grant-" + uid }
+
+// ParseGrant reads a grant record's policies ("": no record, nil).
+func ParseGrant(raw string) (map[string]map[string]resourcev1.CapacityRequestPolicy, error) {
+	if raw == "" {
 		return nil, nil
 	}
 	var out map[string]map[string]resourcev1.CapacityRequestPolicy
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		return nil, fmt.Errorf("claim %s/%s: annotation %s: %w", c.Namespace, c.Name, AnnotationGranted, err)
+		return nil, err
 	}
 	return out, nil
 }
 
-// AddClaim adds a claim to the check with the grant-time policies it records; it reports whether
-// it had a record. A record that does not decode is an error: it must not pass as no record.
-func (in *Input) AddClaim(c *resourcev1.ResourceClaim) (bool, error) {
-	g, err := Granted(c)
+// AddClaim adds a claim to the check with its grant record's text (raw, "" when it has none); it
+// reports whether it had a record. A record that does not decode is an error: it must not pass
+// as no record.
+func (in *Input) AddClaim(c *resourcev1.ResourceClaim, raw string) (bool, error) {
+	g, err := ParseGrant(raw)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("claim %s/%s: grant record %s: %w", c.Namespace, c.Name, GrantConfigMap(string(c.UID)), err)
 	}
 	in.Claims = append(in.Claims, c)
 	if in.Granted == nil && len(g) > 0 {
@@ -42,7 +52,7 @@ func (in *Input) AddClaim(c *resourcev1.ResourceClaim) (bool, error) {
 	return g != nil, nil
 }
 
-// Snapshot is the annotation value recording the current request policies of the shared devices
+// Snapshot is the grant record's text recording the current request policies of the shared devices
 // an allocated claim consumes ("" when it consumes none).
 func Snapshot(c *resourcev1.ResourceClaim, slices []*resourcev1.ResourceSlice) string {
 	if c.Status.Allocation == nil {

@@ -23,6 +23,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var tenantsPath, output string
 	var record bool
+	var ownNamespace string
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "List every oversold device, share outside its granted request policy, duplicate ShareID, DistinctAttribute breach and forbidden class; the exit code is how many (at most 100)",
@@ -44,7 +45,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := (&activities.Activities{Kube: cs}).CheckCapacity(c.Context(), in)
+			rep, err := (&activities.Activities{Kube: cs, OwnNamespace: ownNamespace}).CheckCapacity(c.Context(), in)
 			if err != nil {
 				return err
 			}
@@ -78,7 +79,8 @@ func newCapacityCmd(g *globals) *cobra.Command {
 	}
 	k.add(check)
 	check.Flags().StringVar(&tenantsPath, "tenants", "", "tenants file: the classes each restricted namespace may claim")
-	check.Flags().BoolVar(&record, "record", false, "record the request policy of each newly seen share on its claim (annotation "+capacity.AnnotationGranted+")")
+	check.Flags().BoolVar(&record, "record", false, "record the request policy of each newly seen share (ConfigMap devicewarden-grant-<claim UID> in --own-namespace, where tenants cannot write), and delete the records of claims that are gone")
+	check.Flags().StringVar(&ownNamespace, "own-namespace", "default", "DeviceWarden's own namespace, where grant records are kept")
 	check.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.AddCommand(check, newCapacityFitCmd(g), newCapacityFenceCmd(g), newCapacityHygieneCmd(g))
 	return cmd

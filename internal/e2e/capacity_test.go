@@ -57,8 +57,12 @@ func TestCapacityCheckOnRealAllocations(t *testing.T) {
 		t.Fatalf("check of the scheduler's shares: exit %d, %v", code, rep)
 	}
 	c, err := kube.ResourceV1().ResourceClaims("rocap").Get(ctx, "infer-a", metav1.GetOptions{})
-	if err != nil || !strings.Contains(c.Annotations[capacity.AnnotationGranted], `"min":"4Gi"`) {
-		t.Fatalf("grant recorded: %v %q", err, c.Annotations[capacity.AnnotationGranted])
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant, err := kube.CoreV1().ConfigMaps("default").Get(ctx, capacity.GrantConfigMap(string(c.UID)), metav1.GetOptions{})
+	if err != nil || !strings.Contains(grant.Data[capacity.GrantKey], `"min":"4Gi"`) {
+		t.Fatalf("grant recorded in DeviceWarden's namespace: %v %+v", err, grant)
 	}
 	// 16 + 16 + 10 = 42Gi of 40Gi, and 10Gi is not 4Gi plus a multiple of 4Gi.
 	bad := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "rocap"},
