@@ -352,17 +352,21 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		}
 		return nil
 	}
-	// The leader watches and, with claim hygiene on, scans the claims.
+	// The leader watches, frees the slots of migrations that ended without releasing them, and,
+	// with claim hygiene on, scans the claims.
 	lead := func(ctx context.Context) error {
-		if o.Hygiene.Interval <= 0 {
-			return watch(ctx)
-		}
 		lg, lctx := errgroup.WithContext(ctx)
 		lg.Go(func() error { return watch(lctx) })
 		lg.Go(func() error {
-			scanClaims(lctx, acts, tc, o.Hygiene, logger.With("component", "claim-hygiene"))
+			releaseGoneSlots(lctx, tc, wt.FollowsDevices, logger.With("component", "migration-limiter"))
 			return nil
 		})
+		if o.Hygiene.Interval > 0 {
+			lg.Go(func() error {
+				scanClaims(lctx, acts, tc, o.Hygiene, logger.With("component", "claim-hygiene"))
+				return nil
+			})
+		}
 		return lg.Wait()
 	}
 	var live liveness

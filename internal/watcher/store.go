@@ -66,6 +66,19 @@ func (s *store) setTerm(term int64) {
 	s.term, s.counter = term, 0
 }
 
+// followed counts the devices whose workflow was signalled.
+func (s *store) followed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.devices {
+		if e.signalled != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.
 func (s *store) stamp(obs workflows.Observation) workflows.Observation {
 	s.counter++
