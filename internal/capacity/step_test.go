@@ -43,6 +43,9 @@ func TestStepCheckCountsAsTheAllocatorDoes(t *testing.T) {
 		{"the default, off the grid, is exempt", "4Gi", "4Gi", "6Gi", "6Gi", false, false},
 		{"past the milli range, on the grid", "0", "1E", "", "8E", false, false},
 		{"past the milli range, off", "0", "3E", "", "8E", true, true},
+		{"a 1m step counts in milli-units", "0", "1m", "", "1500m", true, false},
+		{"the largest int64 is whole, past the milli range", "0", "1", "", "9223372036854775807", false, true},
+		{"the largest milli-value", "0", "1", "", "9223372036854775", false, false},
 	} {
 		pol := stepPolicy(c.min, c.step, "", c.def)
 		for _, fractional := range []bool{false, true} {
