@@ -2,6 +2,8 @@ package slackapp
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,7 +51,7 @@ type Server struct {
 // maxBody bounds an interactivity request; Slack's payloads are a few kilobytes.
 const maxBody = 1 << 20
 
-// replayWindow is how long a request signature is remembered; Slack's own check rejects
+// replayWindow is how long a signed request is remembered; Slack's own check rejects
 // timestamps older than five minutes, so nothing older can be replayed.
 const replayWindow = 10 * time.Minute
 
@@ -178,7 +180,10 @@ func (s *Server) verify(h http.Header, body []byte) error {
 	if err := v.Ensure(); err != nil {
 		return fmt.Errorf("signature check: %w", err)
 	}
-	sig := h.Get("X-Slack-Signature")
+	// Replays are known by what was signed, the timestamp and the body: the signature's own
+	// text is not unique (hex decoding ignores case, so an upper-cased copy verifies too).
+	sum := sha256.Sum256([]byte(h.Get("X-Slack-Request-Timestamp") + ":" + string(body)))
+	key := hex.EncodeToString(sum[:])
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,10 +195,10 @@ func (s *Server) verify(h http.Header, body []byte) error {
 			delete(s.seen, k)
 		}
 	}
-	if _, dup := s.seen[sig]; dup {
+	if _, dup := s.seen[key]; dup {
 		return errors.New("replayed request")
 	}
-	s.seen[sig] = now
+	s.seen[key] = now
 	return nil
 }
 

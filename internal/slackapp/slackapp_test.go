@@ -251,9 +251,19 @@ func TestInteractivityEndpoint(t *testing.T) {
 		t.Fatalf("message updates %v", updates)
 	}
 
-	// The exact request again: refused, no second decision.
+	// The exact request again: refused, no second decision. So is the same request with its
+	// signature upper-cased (hex decoding ignores case, so it still verifies).
 	if w := post(t, srv, body, sign(body, now, secret)); w.Code != http.StatusUnauthorized {
 		t.Fatalf("replay: %d", w.Code)
+	}
+	upper := sign(body, now, secret)
+	upper.Set("X-Slack-Signature", "v0="+strings.ToUpper(strings.TrimPrefix(upper.Get("X-Slack-Signature"), "v0=")))
+	if w := post(t, srv, body, upper); w.Code != http.StatusUnauthorized {
+		t.Fatalf("replay with the signature upper-cased: %d %s", w.Code, w.Body)
+	}
+	srv.Wait()
+	if d.count() != 1 {
+		t.Fatalf("a replay was decided: %+v", d.cmds)
 	}
 	// A bad signature and a stale timestamp: 401, no decision.
 	other := buttonBody("UALLOWED", ActionReject, gpu.String())
