@@ -19,6 +19,8 @@ type ApprovalRequest struct {
 	Channel string             `json:"channel,omitempty"`
 	Probe   *policy.StepResult `json:"probe,omitempty"`
 	Canary  *policy.StepResult `json:"canary,omitempty"`
+	// Review names the review asking (policy.Review.ID): the buttons decide on it alone.
+	Review string `json:"review,omitempty"`
 }
 
 // Approver posts approval requests where people can answer them (Slack buttons).

@@ -51,7 +51,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			req := activities.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
 			if r := st.Review; r != nil {
-				req.Probe, req.Canary = r.Probe, r.Canary
+				req.Probe, req.Canary, req.Review = r.Probe, r.Canary, r.ID()
 			}
 			if err := workflow.ExecuteActivity(notifyOptions(ctx), a.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)

@@ -87,16 +87,24 @@ func TestSlackApproval(t *testing.T) {
 		return nil
 	})
 	srv := &slackapp.Server{SigningSecret: "e2e-secret", Decider: slackapp.TemporalDecider{Client: shared.temporal}, AllowedUsers: []string{"UOPS"}}
-	press := func(user string) int {
-		return signedPress(srv, "e2e-secret", user, slackapp.ActionApprove, id.String())
+	press := func(user, review string) int {
+		return signedPress(srv, "e2e-secret", user, slackapp.ActionApprove, slackapp.ButtonValue(id, review))
 	}
-	if code := press("USTRANGER"); code != http.StatusOK {
+	if code := press("USTRANGER", st.Review.ID()); code != http.StatusOK {
 		t.Fatalf("stranger: %d", code)
 	}
 	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != policy.Recovering {
 		t.Fatalf("a stranger's approval changed the device: %s %v", st.State, err)
 	}
-	if code := press("UOPS"); code != http.StatusOK {
+	// A button of a message left over from an earlier review: the workflow refuses it.
+	if code := press("UOPS", st.Review.StartedAt.Add(-time.Hour).UTC().Format(time.RFC3339Nano)); code != http.StatusOK {
+		t.Fatalf("stale button: %d", code)
+	}
+	srv.Wait()
+	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != policy.Recovering {
+		t.Fatalf("a button of an earlier review changed the device: %s %v", st.State, err)
+	}
+	if code := press("UOPS", st.Review.ID()); code != http.StatusOK {
 		t.Fatalf("approver: %d", code)
 	}
 	st = waitState(t, ctx, shared, id, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Released })

@@ -37,6 +37,10 @@ type Command struct {
 	Reason string      `json:"reason,omitempty"`
 	// Duration is how much longer an `extend` keeps the quarantine, e.g. "48h" (default: one lease).
 	Duration JSONDuration `json:"duration,omitempty"`
+	// Review names the review an approve or reject was made for (Review.ID); a decision for any
+	// other review is refused. Slack's buttons always name theirs; empty means the review waiting
+	// now.
+	Review string `json:"review,omitempty"`
 }
 
 // CommandResult is a command's answer: the device's state after it and what happened.
@@ -96,6 +100,13 @@ func (st *DeviceState) Validate(c Command) error {
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return fmt.Errorf("%s: no release is waiting for approval (device is %s)", c.Kind, st.State)
 		}
+		if c.Review != "" && c.Review != st.Review.ID() {
+			return fmt.Errorf("%s: made for the review started %s, but the one waiting started %s (a message left over from an earlier review?): look at its evidence and decide on it",
+				c.Kind, c.Review, st.Review.ID())
+		}
+	}
+	if c.Review != "" && c.Kind != CmdApprove && c.Kind != CmdReleaseApproval && c.Kind != CmdReject {
+		return fmt.Errorf("%s takes no review", c.Kind)
 	}
 	return nil
 }

@@ -52,6 +52,9 @@ type Review struct {
 	ApprovedBy string    `json:"approvedBy,omitempty"`
 }
 
+// ID names the review: when it started. A decision names the review it was made for.
+func (r *Review) ID() string { return r.StartedAt.UTC().Format(time.RFC3339Nano) }
+
 // RuleInfo is what InspectRule found of the device's DeviceTaintRule.
 type RuleInfo struct {
 	Name     string `json:"name"`

@@ -662,3 +662,36 @@ func TestWatcherSequenceOrdersObservations(t *testing.T) {
 		t.Fatal("Seq.Before")
 	}
 }
+
+// A decision names the review it was made for: one for an earlier review of the same device (a
+// Slack message left over after a review approved through the CLI) is refused; one for the
+// review waiting, or naming none, is taken; only decisions name a review.
+func TestDecisionsAreBoundToTheirReview(t *testing.T) {
+	p := Default()
+	p.ApprovalRequired = true
+	st := quarantined(p)
+	end := review(t, st)
+	st.Tick(end)
+	earlier := st.Review.ID()
+	// A later review of the device waits for approval now (its first was approved through the
+	// CLI, and the device came back): it started a day later.
+	st.Review.StartedAt = st.Review.StartedAt.Add(24 * time.Hour)
+	if st.Review.Stage != StageApproval || st.Review.ID() == earlier {
+		t.Fatalf("second review: %+v", st.Review)
+	}
+	for _, kind := range []CommandKind{CmdApprove, CmdReject, CmdReleaseApproval} {
+		err := st.Validate(Command{Kind: kind, Actor: "slack:U1", Review: earlier})
+		if err == nil || !strings.Contains(err.Error(), "made for the review started "+earlier) {
+			t.Errorf("%s for the earlier review: %v", kind, err)
+		}
+		if err := st.Validate(Command{Kind: kind, Actor: "slack:U1", Review: st.Review.ID()}); err != nil {
+			t.Errorf("%s for the review waiting: %v", kind, err)
+		}
+	}
+	if err := st.Validate(Command{Kind: CmdApprove, Actor: "cli:bob"}); err != nil {
+		t.Errorf("a decision naming no review: %v", err)
+	}
+	if err := st.Validate(Command{Kind: CmdExtend, Actor: "cli:bob", Review: st.Review.ID()}); err == nil {
+		t.Error("extend took a review")
+	}
+}

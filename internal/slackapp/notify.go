@@ -16,6 +16,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -102,7 +103,14 @@ func RolloutApprovalBlocks(in activities.RolloutApprovalRequest, link string) []
 	return []slack.Block{slack.NewSectionBlock(md, nil, nil), slack.NewActionBlock("devicewarden-rollout-approval", approve)}
 }
 
-// ApprovalBlocks is the Block Kit message of an approval request; the buttons carry the device.
+// ButtonValue is what an approval button carries: the device and the review it decides on.
+func ButtonValue(id device.ID, review string) string { return id.String() + reviewSep + review }
+
+// reviewSep parts a button's device from its review (device IDs have no "|").
+const reviewSep = "|"
+
+// ApprovalBlocks is the Block Kit message of an approval request; the buttons carry the device and
+// the review, so a message left over from an earlier review decides nothing on a later one.
 func ApprovalBlocks(in activities.ApprovalRequest, link string) []slack.Block {
 	lines := []string{
 		fmt.Sprintf("*Release of `%s` waits for approval*", in.Device),
@@ -116,9 +124,10 @@ func ApprovalBlocks(in activities.ApprovalRequest, link string) []slack.Block {
 		lines = append(lines, "<"+link+"|Workflow in the Temporal UI>")
 	}
 	md := slack.NewTextBlockObject(slack.MarkdownType, strings.Join(lines, "\n"), false, false)
-	approve := slack.NewButtonBlockElement(ActionApprove, in.Device.String(), slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false))
+	value := ButtonValue(in.Device, in.Review)
+	approve := slack.NewButtonBlockElement(ActionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false))
 	approve.Style = slack.StylePrimary
-	reject := slack.NewButtonBlockElement(ActionReject, in.Device.String(), slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false))
+	reject := slack.NewButtonBlockElement(ActionReject, value, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false))
 	reject.Style = slack.StyleDanger
 	return []slack.Block{slack.NewSectionBlock(md, nil, nil), slack.NewActionBlock("devicewarden-approval", approve, reject)}
 }

@@ -87,9 +87,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind := map[string]policy.CommandKind{ActionApprove: policy.CmdApprove, ActionReject: policy.CmdReject}[act.ActionID]
-	id, err := device.ParseID(act.Value)
+	dev, review, _ := strings.Cut(act.Value, reviewSep)
+	id, err := device.ParseID(dev)
 	if kind == "" || err != nil {
 		http.Error(w, "not a DeviceWarden approval button", http.StatusBadRequest)
+		return
+	}
+	if review == "" {
+		// A message from before buttons named their review: it cannot say which it was for.
+		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false,
+			"text": fmt.Sprintf("This message names no review of %s, so it cannot say which one it was for: decide on the newest approval message, or with `devicewarden device %s`.", id, kind)})
 		return
 	}
 	if !s.allowed(r.Context(), cb.User.ID) {
@@ -99,7 +106,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-	cmd := policy.Command{Kind: kind, Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name}
+	cmd := policy.Command{Kind: kind, Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Review: review}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -30,6 +30,11 @@ import (
 
 var gpu = device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "gpu-node-0", Device: "gpu-3"}
 
+// review is the review the approval messages in these tests ask about; button is their buttons' value.
+const review = "2026-12-01T10:00:00.5Z"
+
+var button = ButtonValue(gpu, review)
+
 // webAPI is slacktest's server with chat.postMessage recorded in full (blocks included) and the
 // chat.update and usergroups.users.list methods it lacks.
 type webAPI struct {
@@ -85,7 +90,7 @@ func TestApprovalMessage(t *testing.T) {
 	api := newWebAPI(t)
 	m := metrics.New()
 	n := &Notifier{Client: api.client(), Channel: "#fallback", UIURL: "http://127.0.0.1:8233", Metrics: m}
-	req := activities.ApprovalRequest{Device: gpu, Node: "gpu-node-0", Reason: "device reported Unhealthy: XID 79", Summary: "probe passed, canary passed",
+	req := activities.ApprovalRequest{Device: gpu, Review: review, Node: "gpu-node-0", Reason: "device reported Unhealthy: XID 79", Summary: "probe passed, canary passed",
 		WorkflowID: gpu.WorkflowID(), Channel: "#gpu-ops",
 		Probe: &policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, Canary: &policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}}
 	if err := n.RequestApproval(context.Background(), req); err != nil {
@@ -110,7 +115,7 @@ func TestApprovalMessage(t *testing.T) {
 		}
 	}
 	acts := blocks.BlockSet[1].(*slack.ActionBlock).Elements.ElementSet
-	if len(acts) != 2 || acts[0].(*slack.ButtonBlockElement).ActionID != ActionApprove || acts[0].(*slack.ButtonBlockElement).Value != gpu.String() ||
+	if len(acts) != 2 || acts[0].(*slack.ButtonBlockElement).ActionID != ActionApprove || acts[0].(*slack.ButtonBlockElement).Value != button || acts[1].(*slack.ButtonBlockElement).Value != button ||
 		acts[1].(*slack.ButtonBlockElement).ActionID != ActionReject {
 		t.Fatalf("buttons %+v", acts)
 	}
@@ -235,14 +240,14 @@ func TestInteractivityEndpoint(t *testing.T) {
 	d := &decider{}
 	srv := &Server{SigningSecret: secret, Client: api.client(), Decider: d, AllowedUsers: []string{"UALLOWED"}, AllowedGroup: "S1"}
 	now := time.Now()
-	body := buttonBody("UALLOWED", ActionApprove, gpu.String())
+	body := buttonBody("UALLOWED", ActionApprove, button)
 
 	// A valid request: the decision arrives with the approver as actor, the message is updated.
 	if w := post(t, srv, body, sign(body, now, secret)); w.Code != http.StatusOK {
 		t.Fatalf("valid request: %d %s", w.Code, w.Body)
 	}
 	srv.Wait()
-	if d.count() != 1 || d.cmds[0].Kind != policy.CmdApprove || d.cmds[0].Actor != "slack:UALLOWED" || d.ids[0] != gpu {
+	if d.count() != 1 || d.cmds[0].Kind != policy.CmdApprove || d.cmds[0].Actor != "slack:UALLOWED" || d.ids[0] != gpu || d.cmds[0].Review != review {
 		t.Fatalf("decisions %+v %v", d.cmds, d.ids)
 	}
 	_, updates := api.snapshot()
@@ -266,7 +271,7 @@ func TestInteractivityEndpoint(t *testing.T) {
 		t.Fatalf("a replay was decided: %+v", d.cmds)
 	}
 	// A bad signature and a stale timestamp: 401, no decision.
-	other := buttonBody("UALLOWED", ActionReject, gpu.String())
+	other := buttonBody("UALLOWED", ActionReject, button)
 	if w := post(t, srv, other, sign(other, now, "not-the-secret")); w.Code != http.StatusUnauthorized {
 		t.Fatalf("bad signature: %d", w.Code)
 	}
@@ -274,17 +279,17 @@ func TestInteractivityEndpoint(t *testing.T) {
 		t.Fatalf("stale timestamp: %d", w.Code)
 	}
 	tampered := sign(other, now, secret)
-	if w := post(t, srv, buttonBody("UALLOWED", ActionApprove, gpu.String())+"&x=1", tampered); w.Code != http.StatusUnauthorized {
+	if w := post(t, srv, buttonBody("UALLOWED", ActionApprove, button)+"&x=1", tampered); w.Code != http.StatusUnauthorized {
 		t.Fatalf("body changed after signing: %d", w.Code)
 	}
 	// Someone not on the list: refused with a message, no decision.
-	stranger := buttonBody("USTRANGER", ActionApprove, gpu.String())
+	stranger := buttonBody("USTRANGER", ActionApprove, button)
 	w := post(t, srv, stranger, sign(stranger, now, secret))
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "not allowed") {
 		t.Fatalf("stranger: %d %s", w.Code, w.Body)
 	}
 	// A member of the allowed user group may.
-	member := buttonBody("UGROUP1", ActionReject, gpu.String())
+	member := buttonBody("UGROUP1", ActionReject, button)
 	if w := post(t, srv, member, sign(member, now, secret)); w.Code != http.StatusOK {
 		t.Fatalf("group member: %d", w.Code)
 	}
@@ -294,15 +299,24 @@ func TestInteractivityEndpoint(t *testing.T) {
 	}
 	// A refused command (the workflow's validator) is shown in the message.
 	d.err = errors.New("reject: no release is waiting for approval")
-	late := buttonBody("UALLOWED", ActionReject, gpu.String())
+	late := buttonBody("UALLOWED", ActionReject, button)
 	post(t, srv, late, sign(late, now.Add(time.Second), secret))
 	srv.Wait()
 	_, updates = api.snapshot()
 	if got := updates[len(updates)-1].Get("text"); !strings.Contains(got, "refused: reject: no release is waiting") {
 		t.Fatalf("refusal not shown: %s", got)
 	}
+	// A message from before buttons named their review: answered, and nothing decided.
+	old := buttonBody("UALLOWED", ActionApprove, gpu.String())
+	if w := post(t, srv, old, sign(old, now.Add(2*time.Second), secret)); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "names no review") {
+		t.Fatalf("a button without its review: %d %s", w.Code, w.Body)
+	}
+	srv.Wait()
+	if d.count() != 3 {
+		t.Fatalf("a button without its review decided: %+v", d.cmds)
+	}
 	// Malformed requests.
-	for _, b := range []string{"payload=%7Bnot-json", "nothing=here", buttonBody("UALLOWED", "other-action", gpu.String()), buttonBody("UALLOWED", ActionApprove, "not-a-device")} {
+	for _, b := range []string{"payload=%7Bnot-json", "nothing=here", buttonBody("UALLOWED", "other-action", button), buttonBody("UALLOWED", ActionApprove, "not-a-device")} {
 		if w := post(t, srv, b, sign(b, now, secret)); w.Code != http.StatusBadRequest {
 			t.Errorf("%q: %d", b, w.Code)
 		}
