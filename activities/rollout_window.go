@@ -20,6 +20,8 @@ type WindowInput struct {
 type WindowResult struct {
 	Phase string        `json:"phase"`
 	State rollout.State `json:"state"`
+	// Ended: a run of the rollout had ended, and the window started none (State is how it ended).
+	Ended bool `json:"ended,omitempty"`
 }
 
 // RolloutWindows opens windows on rollouts (the worker implements it with the Temporal client:

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 
 	"go.temporal.io/sdk/client"
 
@@ -16,7 +17,12 @@ type RolloutClient struct {
 
 // OpenWindow signals-with-start the rollout, then reads where it stands.
 func (r *RolloutClient) OpenWindow(ctx context.Context, in activities.WindowInput) (activities.WindowResult, error) {
-	if err := workflows.OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until); err != nil {
+	err := workflows.OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until)
+	if errors.Is(err, workflows.ErrRolloutEnded) {
+		state, err := workflows.EndedRollout(ctx, r.Client, in.Plan.Name)
+		return activities.WindowResult{State: state, Ended: true}, err
+	}
+	if err != nil {
 		return activities.WindowResult{}, err
 	}
 	v, err := r.Client.QueryWorkflow(ctx, workflows.RolloutID(in.Plan.Name), "", workflows.QueryState)

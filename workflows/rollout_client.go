@@ -2,10 +2,12 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -39,12 +41,40 @@ func StartRollout(ctx context.Context, c client.Client, p rollout.Plan) (client.
 func OpenRolloutWindow(ctx context.Context, c client.Client, p rollout.Plan, until time.Time) error {
 	opts := rolloutStart(p)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	// A window never starts a rollout again once a run of it has ended (completed, rolled back,
+	// terminated): the server refuses, and the window reads the outcome (ErrRolloutEnded). A
+	// person starts it again with `rollout start`.
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
 	_, err := c.SignalWithStartWorkflow(ctx, RolloutID(p.Name), SignalRolloutWindow, RolloutWindow{Until: until}, opts,
 		RolloutWorkflow, RolloutInput{Plan: p, Scheduled: true})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return ErrRolloutEnded
+	}
 	if err != nil {
 		return fmt.Errorf("open window on rollout %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+// ErrRolloutEnded: a run of the rollout has ended, and a window does not start another.
+var ErrRolloutEnded = errors.New("a run of the rollout has ended")
+
+// EndedRollout is how the last run of a rollout ended: its result's state when it returned one
+// (completed, rolled back), StateTerminated otherwise.
+func EndedRollout(ctx context.Context, c client.Client, name string) (rollout.State, error) {
+	d, err := c.DescribeWorkflowExecution(ctx, RolloutID(name), "")
+	if err != nil {
+		return "", fmt.Errorf("describe rollout %s: %w", name, err)
+	}
+	if d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		return rollout.StateTerminated, nil
+	}
+	var st RolloutStatus
+	if err := c.GetWorkflow(ctx, RolloutID(name), "").Get(ctx, &st); err != nil {
+		return "", fmt.Errorf("read the result of rollout %s: %w", name, err)
+	}
+	return st.State, nil
 }
 
 // SendRolloutCommand sends a command update and returns the rollout's status; a refused command

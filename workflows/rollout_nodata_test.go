@@ -8,8 +8,10 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -112,5 +114,22 @@ func TestRolloutRollbackWhileRolledBackIsActedOn(t *testing.T) {
 	}
 	if ans, ok := r.answers[UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
 		t.Fatalf("rollback answered %v: %+v", ok, ans)
+	}
+}
+
+// A window that finds the rollout's last run ended starts nothing: after a completed run it does
+// nothing; after one that rolled back or was terminated it fails, so the Schedule pauses.
+func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
+	for state, wantErr := range map[rollout.State]bool{rollout.StateCompleted: false, rollout.StateRolledBack: true, rollout.StateTerminated: true} {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestWorkflowEnvironment()
+		env.RegisterWorkflow(RolloutWindowWorkflow)
+		env.RegisterActivity(a)
+		env.OnActivity(a.OpenRolloutWindow, mock.Anything, mock.Anything).Return(activities.WindowResult{State: state, Ended: true}, nil)
+		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(time.Hour)})
+		err := env.GetWorkflowError()
+		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "ended "+string(state)+": the schedule pauses") {
+			t.Errorf("ended %s: error %v, want error %t", state, err, wantErr)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -125,11 +126,47 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recorded := false
 	for _, e := range resp.GetExecutions() {
-		if strings.HasPrefix(e.GetExecution().GetWorkflowId(), "rollout-window/sched") {
+		if strings.HasPrefix(e.GetExecution().GetWorkflowId(), "rollout-window/sched") && !recorded {
 			recordHistory(t, ctx, tc, e.GetExecution().GetWorkflowId(), "rollout_window.json")
-			return
+			recorded = true
 		}
 	}
-	t.Fatalf("no window workflow among %d", len(resp.GetExecutions()))
+	if !recorded {
+		t.Fatalf("no window workflow among %d", len(resp.GetExecutions()))
+	}
+
+	// The next window finds the run completed: it starts nothing.
+	windows := &worker.RolloutClient{Client: tc}
+	res, err := windows.OpenWindow(ctx, activities.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	if err != nil || !res.Ended || res.State != rollout.StateCompleted {
+		t.Fatalf("a window after the completed run: %+v %v", res, err)
+	}
+	runsOf := func() int64 {
+		n, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default",
+			Query: fmt.Sprintf("WorkflowId = %q", workflows.RolloutID(plan.Name))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.GetCount()
+	}
+	if n := runsOf(); n != 1 {
+		t.Fatalf("%d runs after a window on a completed rollout, want 1", n)
+	}
+	// A person starts it again, then terminates it: the next window does not start a third run
+	// from phase 0, and says how the last one ended.
+	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "stopped by hand"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = windows.OpenWindow(ctx, activities.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	if err != nil || !res.Ended || res.State != rollout.StateTerminated {
+		t.Fatalf("a window after a terminated run: %+v %v", res, err)
+	}
+	if n := runsOf(); n != 2 {
+		t.Fatalf("%d runs after a window on a terminated rollout, want 2", n)
+	}
 }

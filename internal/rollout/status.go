@@ -18,6 +18,9 @@ const (
 	StateWaitingApproval State = "waiting-approval"
 	StateRolledBack      State = "rolled-back"
 	StateCompleted       State = "completed"
+	// StateTerminated is a run that ended without a result of its own (terminated, failed, timed
+	// out or cancelled): what a schedule's window finds, never a running rollout's state.
+	StateTerminated State = "terminated"
 )
 
 // Step is a phase's step.
