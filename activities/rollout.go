@@ -138,18 +138,20 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (Pha
 	return out, nil
 }
 
-// UndoRolloutPhase routes a phase's nodes back to what they were: the ownership label as before
-// (the DRA driver withdraws its slices, the plugin advertises again). A node whose DRA devices
-// still back allocated claims is held where it is, so that the plugin never hands out a device a
-// running Pod holds; the caller tries it again later. Idempotent.
+// UndoRolloutPhase routes the phase's nodes back to their previous owner, except the nodes whose
+// DRA devices still back an allocated claim (held, for drain). A claim's node is read from its
+// allocation's own node selector, so a node whose slices are gone (a failed drift gate) still
+// counts as held; an allocated claim of the phase's drivers whose node cannot be told holds every
+// node of the phase. After each patch the node is looked at again: a claim allocated on it between
+// the list and the patch puts it back on DRA, held, so no node is ever owned by both.
 func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoResult, error) {
-	bound, err := a.boundClaimsByNode(ctx, in.Drivers)
+	bound, unplaced, err := a.boundClaimsByNode(ctx, in.Drivers)
 	if err != nil {
 		return UndoResult{}, err
 	}
 	var res UndoResult
 	for _, ch := range in.Change.Nodes {
-		if n := bound[ch.Node]; n > 0 {
+		if n := bound[ch.Node] + unplaced; n > 0 {
 			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: n})
 			continue
 		}
@@ -157,16 +159,29 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoRe
 		if !ch.HadLabel {
 			label = nil
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		dra, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{in.OwnerLabel: in.DRA}}})
+		back, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"labels":      map[string]any{in.OwnerLabel: label},
 			"annotations": map[string]any{AnnotationRolloutPrevious: nil, AnnotationRolloutDevices: nil},
 		}})
-		n, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		n, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, back, metav1.PatchOptions{FieldManager: FieldManager})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
 			return UndoResult{}, fmt.Errorf("route node %s back: %w", ch.Node, err)
+		}
+		// A claim allocated on the node after the list: the node goes back to DRA and is held.
+		after, unplacedAfter, err := a.boundClaimsByNode(ctx, in.Drivers)
+		if err != nil {
+			return UndoResult{}, err
+		}
+		if held := after[ch.Node] + unplacedAfter; held > 0 && in.DRA != "" {
+			if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, dra, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+				return UndoResult{}, fmt.Errorf("keep node %s on DRA (a claim was allocated on it meanwhile): %w", ch.Node, err)
+			}
+			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: held})
+			continue
 		}
 		res.Returned = append(res.Returned, ch.Node)
 		a.nodeEvent(ctx, n, EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again",
@@ -175,11 +190,14 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoRe
 	return res, nil
 }
 
-// boundClaimsByNode counts, per node, the allocated claims on devices the drivers publish there.
-func (a *Activities) boundClaimsByNode(ctx context.Context, drivers []string) (map[string]int, error) {
+// boundClaimsByNode counts, per node, the allocated claims on the drivers' devices there, and the
+// allocated claims of the drivers whose node it cannot tell. A claim's node is its allocation's
+// node selector (metadata.name); only a claim without one is placed through the slices that
+// publish its pool.
+func (a *Activities) boundClaimsByNode(ctx context.Context, drivers []string) (map[string]int, int, error) {
 	slices, err := a.driverSlices(ctx, drivers)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	poolNode := map[string]string{}
 	for _, sl := range slices {
@@ -189,22 +207,65 @@ func (a *Activities) boundClaimsByNode(ctx context.Context, drivers []string) (m
 	}
 	claims, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list resource claims: %w", err)
+		return nil, 0, fmt.Errorf("list resource claims: %w", err)
 	}
-	out := map[string]int{}
+	ours := map[string]bool{}
+	for _, d := range drivers {
+		ours[d] = true
+	}
+	out, unplaced := map[string]int{}, 0
 	for _, c := range claims.Items {
 		if c.Status.Allocation == nil {
 			continue
 		}
-		seen := map[string]bool{}
+		nodes := map[string]bool{}
+		mine := false
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok && !seen[node] {
-				seen[node] = true
-				out[node]++
+			if !ours[r.Driver] {
+				continue
+			}
+			mine = true
+			if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok {
+				nodes[node] = true
+			}
+		}
+		if !mine {
+			continue
+		}
+		if sel := selectedNodes(c.Status.Allocation.NodeSelector); len(sel) > 0 {
+			nodes = sel
+		}
+		if len(nodes) == 0 {
+			unplaced++
+		}
+		for node := range nodes {
+			out[node]++
+		}
+	}
+	return out, unplaced, nil
+}
+
+// selectedNodes reads the node names an allocation's node selector names (metadata.name In ...,
+// as the scheduler writes for node-local devices); nil when it names none.
+func selectedNodes(sel *corev1.NodeSelector) map[string]bool {
+	if sel == nil {
+		return nil
+	}
+	var out map[string]bool
+	for _, term := range sel.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key != "metadata.name" || f.Operator != corev1.NodeSelectorOpIn {
+				continue
+			}
+			for _, v := range f.Values {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[v] = true
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // driverSlices lists the ResourceSlices the drivers publish (checked by driver too, should a list
@@ -233,7 +294,10 @@ type UndoInput struct {
 	Change     PhaseChange `json:"change"`
 	// Drivers are the phase's drivers, whose allocated devices hold a node back.
 	Drivers []string `json:"drivers"`
-	Reason  string   `json:"reason"`
+	// DRA is the ownership label's DRA value: a node a claim was allocated on while it was being
+	// routed back is put back on it ("": left as routed, as before this field).
+	DRA    string `json:"dra,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // UndoResult says which nodes went back to the plugin and which are held by bound claims.

@@ -11,7 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -344,4 +347,75 @@ func TestRolloutSnapshotKeepsThePhase(t *testing.T) {
 	if d := s.Devices[0]; !d.Shared || d.Capacity["memory"].Value != 40<<30 || s.Devices[1].Shared {
 		t.Errorf("devices = %+v", s.Devices)
 	}
+}
+
+// allocatedOn is a claim allocated a device of drv in pool, whose allocation names node (or none).
+func allocatedOn(name, pool, node string) *resourcev1.ResourceClaim {
+	c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "t"},
+		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
+			Results: []resourcev1.DeviceRequestAllocationResult{{Driver: drv, Pool: pool, Device: "gpu-0"}}}}}}
+	if node != "" {
+		c.Status.Allocation.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}
+	}
+	return c
+}
+
+// TestUndoNeverOwnsANodeTwice: a node whose slices are gone (the drift gate failed) but whose
+// claim's allocation names it is held; a claim of the phase's driver whose node cannot be told
+// holds every node; a claim allocated on a node while it was routed back puts it back on DRA, held.
+func TestUndoNeverOwnsANodeTwice(t *testing.T) {
+	ch := PhaseChange{Phase: "a", Nodes: []NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
+	in := UndoInput{Rollout: "r", OwnerLabel: owner, Change: ch, Drivers: []string{drv}, DRA: "dra"}
+	undo := func(t *testing.T, objs ...runtime.Object) (UndoResult, *fake.Clientset) {
+		t.Helper()
+		objs = append(objs, poolNode("n1", map[string]string{owner: "dra"}, 0), poolNode("n2", map[string]string{owner: "dra"}, 0))
+		env, a, kube := activityEnv(t, objs...)
+		v, err := env.ExecuteActivity(a.UndoRolloutPhase, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res UndoResult
+		_ = v.Get(&res)
+		return res, kube
+	}
+	label := func(kube *fake.Clientset, node string) string {
+		n, _ := kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		return n.Labels[owner]
+	}
+	t.Run("slices gone", func(t *testing.T) {
+		res, kube := undo(t, allocatedOn("c", "n1", "n1")) // no slice publishes n1 any more
+		if len(res.Held) != 1 || res.Held[0].Node != "n1" || len(res.Returned) != 1 || res.Returned[0] != "n2" || label(kube, "n1") != "dra" {
+			t.Fatalf("undo = %+v, n1 %q", res, label(kube, "n1"))
+		}
+	})
+	t.Run("node unknown", func(t *testing.T) {
+		res, _ := undo(t, allocatedOn("c", "somewhere", ""))
+		if len(res.Held) != 2 || len(res.Returned) != 0 {
+			t.Fatalf("undo = %+v", res)
+		}
+	})
+	t.Run("allocated while routed back", func(t *testing.T) {
+		objs := []runtime.Object{poolNode("n1", map[string]string{owner: "dra"}, 0), poolNode("n2", map[string]string{owner: "dra"}, 0)}
+		env, a, kube := activityEnv(t, objs...)
+		patches := 0
+		kube.PrependReactor("patch", "nodes", func(act k8stesting.Action) (bool, runtime.Object, error) {
+			if patches++; patches == 2 && act.(k8stesting.PatchAction).GetName() == "n2" {
+				// The scheduler allocates a pending claim on n2 just as it is routed back.
+				if err := kube.Tracker().Add(allocatedOn("late", "n2", "n2")); err != nil {
+					t.Error(err)
+				}
+			}
+			return false, nil, nil
+		})
+		v, err := env.ExecuteActivity(a.UndoRolloutPhase, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res UndoResult
+		_ = v.Get(&res)
+		if len(res.Returned) != 1 || res.Returned[0] != "n1" || len(res.Held) != 1 || res.Held[0].Node != "n2" || label(kube, "n2") != "dra" {
+			t.Fatalf("undo = %+v, n2 %q", res, label(kube, "n2"))
+		}
+	})
 }

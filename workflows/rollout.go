@@ -182,7 +182,7 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		}
 		r.st.Blocks = appendBlock(r.st.Blocks, block)
 		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
-			Drivers: r.plan.Phases[i].Drivers()}
+			Drivers: r.plan.Phases[i].Drivers(), DRA: r.plan.DRA}
 		if err := r.undo(ctx, actx, undo); err != nil {
 			return err
 		}
@@ -276,7 +276,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in activities.UndoInput) e
 func (r *rolloutRun) drain(ctx workflow.Context) error {
 	actx := rolloutActivityOptions(ctx, 2*time.Minute)
 	for _, d := range append([]DrainingPhase(nil), r.st.Draining...) {
-		in := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason}
+		in := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason, DRA: r.plan.DRA}
 		if err := r.undo(ctx, actx, in); err != nil {
 			return err
 		}
