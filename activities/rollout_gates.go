@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -227,7 +230,55 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) error {
 	if err == nil && a.Metrics != nil {
 		a.Metrics.RolloutRollbacks.Inc() // once per rollback: a retried block finds the binding there
 	}
-	return nil
+	return a.proveBlock(ctx, name, in.Classes[0])
+}
+
+// blockProof bounds how long a block may take to be enforced after its binding is created (the
+// apiserver loads new policies within about a second).
+const blockProof = 30 * time.Second
+
+// proveBlock returns once a dry-run claim for class is refused by the block: until then new claims
+// may still be admitted, and the phase is not rolled back yet (the rollout says "blocking"). Where
+// no dry-run claim can be made (no namespace it may create claims in), the block is not proven and
+// a warning says so.
+func (a *Activities) proveBlock(ctx context.Context, name, class string) error {
+	deadline := time.Now().Add(blockProof)
+	for {
+		admitted, err := a.tryBlockedClaim(ctx, name, class)
+		switch {
+		case err != nil:
+			slog.Default().Warn("rollback block not proven: no dry-run claim could be made", "block", name, "error", err)
+			return nil
+		case !admitted:
+			return nil // refused by the block
+		case time.Now().After(deadline):
+			return fmt.Errorf("block %s not in force after %s: a dry-run claim for %s is still admitted", name, blockProof, class)
+		}
+		activity.RecordHeartbeat(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// tryBlockedClaim makes a dry-run claim for class, in the probe namespace or else in DeviceWarden's
+// own: admitted false when the block refused it. An error means neither namespace let one be made.
+func (a *Activities) tryBlockedClaim(ctx context.Context, name, class string) (admitted bool, err error) {
+	for _, ns := range []string{policy.DefaultProbeNamespace, a.ownNamespace()} {
+		claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{GenerateName: "devicewarden-block-proof-", Namespace: ns},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "proof",
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class}}}}}}
+		_, err = a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return true, nil
+		}
+		if strings.Contains(err.Error(), name) {
+			return false, nil
+		}
+	}
+	return false, err
 }
 
 // UnblockNewClaims removes a phase's admission block (idempotent).

@@ -177,6 +177,9 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		ch := r.st.Enabled[len(r.st.Enabled)-1]
 		i := r.phaseIndex(ch.Phase)
 		block := activities.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
+		// Until the block is proven in force (BlockNewClaims waits for a refused dry-run claim),
+		// the state query says blocking, never rolled back. (Not published: no new command.)
+		r.st.State = rollout.StateBlocking
 		if err := workflow.ExecuteActivity(actx, a.BlockNewClaims, block).Get(ctx, nil); err != nil {
 			return fmt.Errorf("block new claims of %s: %w", ch.Phase, err)
 		}

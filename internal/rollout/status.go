@@ -17,7 +17,10 @@ const (
 	StateBlocked         State = "blocked"
 	StateWaitingApproval State = "waiting-approval"
 	StateRolledBack      State = "rolled-back"
-	StateCompleted       State = "completed"
+	// StateBlocking: a phase is being rolled back and its admission block is not proven in force
+	// yet (new claims for its classes may still be admitted).
+	StateBlocking  State = "blocking"
+	StateCompleted State = "completed"
 	// StateTerminated is a run that ended without a result of its own (terminated, failed, timed
 	// out or cancelled): what a schedule's window finds, never a running rollout's state.
 	StateTerminated State = "terminated"
