@@ -19,9 +19,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -211,30 +209,7 @@ func TestDevKilledMidMigration(t *testing.T) {
 	defer cancel()
 	r := startDevRig(t, ctx)
 	kube := r.kube
-	if err := sim.EnsureClass(ctx, kube, migrateClass); err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := sim.CreateNodes(ctx, kube, "devmig", 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ns = "devmig"
-	if err := sim.EnsureNamespace(ctx, kube, ns); err != nil {
-		t.Fatal(err)
-	}
-	w := sim.Workload{Namespace: ns, Name: "train", Node: nodes[0], DeviceClass: migrateClass}
-	if _, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: 8 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	var bad device.ID
-	eventually(t, time.Minute, "the Job running", func() error {
-		pods, err := jobPods(ctx, kube, ns, "train")
-		if err != nil || len(pods) != 1 {
-			return fmt.Errorf("%d pods (%v)", len(pods), err)
-		}
-		bad, err = podDevice(ctx, kube, pods[0])
-		return err
-	})
+	bad := checkpointingJob(t, ctx, kube, "devmig") // dev's own simulated workload answers the checkpoint
 	policyFile := filepath.Join(r.dir, "policy.yaml")
 	if err := os.WriteFile(policyFile, []byte(migrateRestartPolicy), 0o600); err != nil {
 		t.Fatal(err)
@@ -243,42 +218,10 @@ func TestDevKilledMidMigration(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	var mid string
-	eventually(t, time.Minute, "the migration waiting for the checkpoint", func() error {
-		st, err := stateOf(ctx, r.stack, bad)
-		if err != nil || len(st.Migrations) == 0 {
-			return fmt.Errorf("device %s migrations %v (%v)", st.State, st.Migrations, err)
-		}
-		mid = st.Migrations[0]
-		var m policy.MigrationState
-		if err := queryInto(ctx, r.temporal, mid, &m); err != nil || m.Phase != policy.PhaseCheckpointing {
-			return fmt.Errorf("migration %s (%v)", m.Phase, err)
-		}
-		return nil
-	})
+	mid := migrationCheckpointing(t, ctx, r.stack, bad)
 	first.kill(t)
 	r.dev(t, "dev-2", "--policy", policyFile)
-
-	var m policy.MigrationState
-	if err := r.temporal.GetWorkflow(ctx, mid, "").Get(ctx, &m); err != nil {
-		t.Fatal(err)
-	}
-	if m.Outcome != policy.OutcomeMigrated || m.Mechanism != policy.MoveSuspend {
-		t.Fatalf("migration %+v", m)
-	}
-	events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "train").String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int32{}
-	for _, e := range events.Items {
-		if e.InvolvedObject.Kind == "Job" {
-			count[e.Reason] += max(1, e.Count)
-		}
-	}
-	if count["Suspended"] != 1 || count["Resumed"] != 1 {
-		t.Fatalf("the Job's events %v: want one Suspended and one Resumed", count)
-	}
+	movedOnce(t, ctx, r.stack, "devmig", mid)
 	leases, err := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
