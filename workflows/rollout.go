@@ -130,7 +130,25 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	// not passed them.
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
 		RetryPolicy: gateRetryPolicy})
-	if err := workflow.ExecuteActivity(gctx, a.EvaluateRolloutGates, in).Get(ctx, &rep); err != nil {
+	// Since version 1 a rollback or a pause sent while the gates are measured is acted on at once:
+	// the measurement is cancelled, and measured again after a resume.
+	yields := workflow.GetVersion(ctx, "gates-yield-to-commands", workflow.DefaultVersion, 1) == 1
+	gctx, cancel := workflow.WithCancel(gctx)
+	defer cancel()
+	measured := workflow.ExecuteActivity(gctx, a.EvaluateRolloutGates, in)
+	if yields {
+		interrupted := func() bool { return r.st.RollbackPending != nil || r.st.Paused }
+		if err := workflow.Await(ctx, func() bool { return measured.IsReady() || interrupted() }); err != nil {
+			return err
+		}
+		if !measured.IsReady() {
+			cancel()
+			_ = measured.Get(ctx, nil) // settles as cancelled
+			r.note(ctx, fmt.Sprintf("phase %s: measuring its gates stopped for a command", ph.Name))
+			return nil // the step loop acts on the rollback, or holds for the pause and measures again
+		}
+	}
+	if err := measured.Get(ctx, &rep); err != nil {
 		reason := fmt.Sprintf("phase %s: its gates could not be measured: %v", ph.Name, err)
 		r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
 		return r.rollback(ctx, 1, reason)

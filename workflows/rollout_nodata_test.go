@@ -133,3 +133,44 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 		}
 	}
 }
+
+// A rollback sent while the gates are being measured (a slow Prometheus) is acted on at once: the
+// measurement is cancelled and the phase rolled back, without waiting for it.
+func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
+	r, p := onePhase(t)
+	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+		r.record("gates", in.Plan.Phases[in.Phase].Name)
+		return rollout.Report{Phase: "canary", Claims: 3}, nil
+	})
+	// canary: enabled at 0, soaks 10 min, measured from 10 min for 90 s.
+	r.update(10*time.Minute+5*time.Second, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "stop"}, true)
+	st := r.run(RolloutInput{Plan: p})
+	// The test environment still runs the cancelled mock to its end (its "gates" call comes last);
+	// the rollback came before it, and its report was never taken.
+	if got := strings.Join(r.calls, " "); !strings.HasPrefix(got, "preflight:canary enable:canary block:canary=gpu-a undo:canary=plugin") {
+		t.Fatalf("calls %s: the rollback waited for the measurement", got)
+	}
+	if st.State != rollout.StateRolledBack || len(st.Reports) != 0 || countLog(st, "measuring its gates stopped for a command") != 1 {
+		t.Fatalf("state %s, reports %+v, log %+v", st.State, st.Reports, st.Log)
+	}
+	if ans, ok := r.answers[UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
+		t.Fatalf("rollback answered %v: %+v", ok, ans)
+	}
+}
+
+// A pause sent while the gates are measured holds the rollout at once; after the resume the gates
+// are measured again, and the phase passes on that measurement.
+func TestRolloutPauseWhileGatesAreMeasured(t *testing.T) {
+	r, p := onePhase(t)
+	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90*time.Second).Return(rollout.Report{Phase: "canary", Claims: 3}, nil)
+	r.update(10*time.Minute+5*time.Second, UpdateRolloutPause, rollout.Command{Actor: "sre"}, true)
+	paused := r.stateAt(15 * time.Minute)
+	r.update(20*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	st := r.run(RolloutInput{Plan: p})
+	if !paused.Paused || paused.Step != rollout.StepGates {
+		t.Fatalf("at 15 min: paused %v at %s", paused.Paused, paused.Step)
+	}
+	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || countLog(st, "measuring its gates stopped for a command") != 1 {
+		t.Fatalf("state %s, reports %d, log %+v", st.State, len(st.Reports), st.Log)
+	}
+}
