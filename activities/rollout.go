@@ -112,19 +112,11 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (Pha
 		if n.Labels[in.Plan.OwnerLabel] == in.Plan.DRA && n.Annotations[AnnotationRolloutPrevious] != "" {
 			continue
 		}
-		prev := ch.Previous
-		if !ch.HadLabel {
-			prev = unlabelled
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-			"labels":      map[string]any{in.Plan.OwnerLabel: in.Plan.DRA},
-			"annotations": map[string]any{AnnotationRolloutPrevious: mark + prev, AnnotationRolloutDevices: strconv.FormatInt(ch.PluginDevices, 10)},
-		}})
-		if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-			return PhaseChange{}, fmt.Errorf("switch node %s to %s: %w", n.Name, in.Plan.DRA, err)
+		if err := a.switchToDRA(ctx, in.Plan.Name, in.Plan.OwnerLabel, in.Plan.DRA, ch); err != nil {
+			return PhaseChange{}, err
 		}
 		a.nodeEvent(ctx, n, EventRolloutEnabled, fmt.Sprintf("rollout %s phase %s: %s=%s (was %s); the DRA driver owns its devices now",
-			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, prev))
+			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, previousOwner(ch)))
 	}
 	for _, c := range ph.Classes {
 		created, err := a.ensureDriverClass(ctx, c.Name, c.Driver)
@@ -138,18 +130,44 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (Pha
 	return out, nil
 }
 
+// previousOwner is the ownership label's value a node had before a switch, as its annotation
+// records it (unlabelled for none).
+func previousOwner(ch NodeChange) string {
+	if !ch.HadLabel {
+		return unlabelled
+	}
+	return ch.Previous
+}
+
+// switchToDRA labels the node for DRA and records, for the rollout, the owner and plugin devices
+// it had before (what a retried enable and an undo read back).
+func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, dra string, ch NodeChange) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels": map[string]any{ownerLabel: dra},
+		"annotations": map[string]any{AnnotationRolloutPrevious: rolloutName + "/" + previousOwner(ch),
+			AnnotationRolloutDevices: strconv.FormatInt(ch.PluginDevices, 10)},
+	}})
+	if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("switch node %s to %s: %w", ch.Node, dra, err)
+	}
+	return nil
+}
+
 // UndoRolloutPhase routes the phase's nodes back to their previous owner, except the nodes whose
 // DRA devices still back an allocated claim (held, for drain). A claim's node is read from its
 // allocation's own node selector, so a node whose slices are gone (a failed drift gate) still
 // counts as held; an allocated claim of the phase's drivers whose node cannot be told holds every
-// node of the phase. After each patch the node is looked at again: a claim allocated on it between
-// the list and the patch puts it back on DRA, held, so no node is ever owned by both.
+// node of the phase. Once the nodes are routed back the claims are looked at again: a node a
+// claim was allocated on meanwhile is switched back to DRA as enable left it, and held, so no
+// node stays owned by both.
 func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoResult, error) {
 	bound, unplaced, err := a.boundClaimsByNode(ctx, in.Drivers)
 	if err != nil {
 		return UndoResult{}, err
 	}
 	var res UndoResult
+	var routed []*corev1.Node
+	var changes []NodeChange
 	for _, ch := range in.Change.Nodes {
 		if n := bound[ch.Node] + unplaced; n > 0 {
 			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: n})
@@ -159,7 +177,6 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoRe
 		if !ch.HadLabel {
 			label = nil
 		}
-		dra, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{in.OwnerLabel: in.DRA}}})
 		back, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"labels":      map[string]any{in.OwnerLabel: label},
 			"annotations": map[string]any{AnnotationRolloutPrevious: nil, AnnotationRolloutDevices: nil},
@@ -171,20 +188,26 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoRe
 		if err != nil {
 			return UndoResult{}, fmt.Errorf("route node %s back: %w", ch.Node, err)
 		}
-		// A claim allocated on the node after the list: the node goes back to DRA and is held.
-		after, unplacedAfter, err := a.boundClaimsByNode(ctx, in.Drivers)
-		if err != nil {
+		routed, changes = append(routed, n), append(changes, ch)
+	}
+	// Claims allocated on a routed node after the first list (DRA "" : an input from before this
+	// look, routed as it was).
+	after, unplacedAfter := map[string]int{}, 0
+	if len(routed) > 0 && in.DRA != "" {
+		if after, unplacedAfter, err = a.boundClaimsByNode(ctx, in.Drivers); err != nil {
 			return UndoResult{}, err
 		}
-		if held := after[ch.Node] + unplacedAfter; held > 0 && in.DRA != "" {
-			if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, dra, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	}
+	for i, ch := range changes {
+		if held := after[ch.Node] + unplacedAfter; held > 0 {
+			if err := a.switchToDRA(ctx, in.Rollout, in.OwnerLabel, in.DRA, ch); err != nil {
 				return UndoResult{}, fmt.Errorf("keep node %s on DRA (a claim was allocated on it meanwhile): %w", ch.Node, err)
 			}
 			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: held})
 			continue
 		}
 		res.Returned = append(res.Returned, ch.Node)
-		a.nodeEvent(ctx, n, EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again",
+		a.nodeEvent(ctx, routed[i], EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again",
 			in.Rollout, in.Change.Phase, in.Reason, in.OwnerLabel, ch.Previous))
 	}
 	return res, nil

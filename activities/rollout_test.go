@@ -417,5 +417,9 @@ func TestUndoNeverOwnsANodeTwice(t *testing.T) {
 		if len(res.Returned) != 1 || res.Returned[0] != "n1" || len(res.Held) != 1 || res.Held[0].Node != "n2" || label(kube, "n2") != "dra" {
 			t.Fatalf("undo = %+v, n2 %q", res, label(kube, "n2"))
 		}
+		// Back on DRA as enable left it: a later enable or undo reads the previous owner from it.
+		if n2, _ := kube.CoreV1().Nodes().Get(context.Background(), "n2", metav1.GetOptions{}); n2.Annotations[AnnotationRolloutPrevious] != "r/plugin" {
+			t.Errorf("n2 annotations after it was kept on DRA: %v", n2.Annotations)
+		}
 	})
 }
