@@ -129,7 +129,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	// Measuring is retried a bounded number of times; a phase whose gates cannot be measured has
 	// not passed them.
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
-		RetryPolicy: gateRetryPolicy})
+		RetryPolicy: gateRetryPolicy()})
 	// Since version 1 a rollback or a pause sent while the gates are measured is acted on at once:
 	// the measurement is cancelled, and measured again after a resume.
 	yields := workflow.GetVersion(ctx, "gates-yield-to-commands", workflow.DefaultVersion, 1) == 1
@@ -308,10 +308,13 @@ func (r *rolloutRun) drain(ctx workflow.Context) error {
 // GateRemeasure is how often a phase whose query gates wait for data is measured again.
 const GateRemeasure = 30 * time.Second
 
-// gateRetryPolicy bounds the retries of a gate measurement (about a minute and a half in all); a
-// plan the activity cannot measure (a phase it does not have) is not retried.
-var gateRetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-	MaximumAttempts: 5, NonRetryableErrorTypes: []string{activities.ErrInvalidGateInput}}
+// gateRetryPolicy is the rollout's retry policy bounded to 5 attempts (about a minute and a half
+// in all); a plan the activity cannot measure (a phase it does not have) is not retried.
+func gateRetryPolicy() *temporal.RetryPolicy {
+	p := retryPolicy(activities.ErrInvalidGateInput)
+	p.MaximumAttempts = 5
+	return p
+}
 
 // rolloutActivityOptions are the options of the rollout's activities: a call that fails is retried,
 // backing off, until it is done.
