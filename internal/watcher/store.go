@@ -66,17 +66,16 @@ func (s *store) setTerm(term int64) {
 	s.term, s.counter = term, 0
 }
 
-// followed counts the devices whose workflow was signalled.
-func (s *store) followed() int {
+// signalledAny reports whether some device's workflow was signalled (it stops at the first).
+func (s *store) signalledAny() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
 	for _, e := range s.devices {
 		if e.signalled != nil {
-			n++
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.

@@ -205,7 +205,7 @@ func (w *Watcher) term(ctx context.Context) (int64, error) {
 
 // FollowsDevices reports whether any device this watcher follows has a workflow: false on a
 // healthy fleet, where nothing may cost Temporal a call.
-func (w *Watcher) FollowsDevices() bool { return w.store.followed() > 0 }
+func (w *Watcher) FollowsDevices() bool { return w.store.signalledAny() }
 
 // Synced reports whether every source has listed once.
 func (w *Watcher) Synced() bool {
