@@ -60,7 +60,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 	for {
 		if err := workflow.Await(ctx, func() bool {
-			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || historyFull(ctx)
 		}); err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 			}
 		}
-		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if historyFull(ctx) {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}

@@ -138,7 +138,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		if pending() {
 			continue
 		}
-		if st.Idle() || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if st.Idle() || historyFull(ctx) {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}

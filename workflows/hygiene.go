@@ -94,9 +94,9 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 				continue
 			}
 		}
-		if checks >= perRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if checks >= perRun || historyFull(ctx) {
 			in.Finding = st.Finding
-			return st, workflow.NewContinueAsNewError(ctx, ClaimHygieneWorkflow, in)
+			return st, continueAsNew(ctx, ClaimHygieneWorkflow, in)
 		}
 		if err := workflow.Sleep(ctx, in.Recheck); err != nil {
 			return st, err

@@ -45,8 +45,8 @@ func MigrationLimiterWorkflow(ctx workflow.Context, in LimiterInput) error {
 				granted = append(granted, st.Release(id)...)
 			}
 		}
-		if acquire.Len() == 0 && release.Len() == 0 && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return workflow.NewContinueAsNewError(ctx, MigrationLimiterWorkflow, LimiterInput{State: st})
+		if acquire.Len() == 0 && release.Len() == 0 && historyFull(ctx) {
+			return continueAsNew(ctx, MigrationLimiterWorkflow, LimiterInput{State: st})
 		}
 	}
 }

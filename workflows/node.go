@@ -36,8 +36,8 @@ func NodeWorkflow(ctx workflow.Context, in NodeInput) error {
 				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 			}
 		}
-		if ch.Len() == 0 && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return workflow.NewContinueAsNewError(ctx, NodeWorkflow, NodeInput{Node: st.Node, State: st})
+		if ch.Len() == 0 && historyFull(ctx) {
+			return continueAsNew(ctx, NodeWorkflow, NodeInput{Node: st.Node, State: st})
 		}
 	}
 }

@@ -1,0 +1,25 @@
+package workflows
+
+import "go.temporal.io/sdk/workflow"
+
+// historyBound is the history length (events) at which a long-lived run continues as new even
+// when the server does not suggest it: a cluster with the suggestion set higher or turned off.
+// Temporal warns at 10,240 events and terminates a run at 51,200.
+const historyBound = 10_000
+
+// historyFull says whether a run should continue as new: the server suggests it (by default at
+// 4,096 events or 4 MiB) or its history reached historyBound. Every loop that can outlive an hour
+// asks it where the run's whole state is in its input.
+func historyFull(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= historyBound
+}
+
+// continueAsNew ends the run once its update and signal handlers are done (an accepted update is
+// answered by this run, never dropped) and starts the next with input.
+func continueAsNew(ctx workflow.Context, fn any, input any) error {
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, fn, input)
+}
