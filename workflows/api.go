@@ -170,6 +170,18 @@ type MigrateInput struct {
 	Policy        policy.Migration `json:"policy"`
 	// Channel is the policy's Slack channel, for outcomes; a tenant's own channel comes from the policy.
 	Channel string `json:"channel,omitempty"`
+	// Carried is where the previous run stopped when it continued as new; nil in a first run.
+	Carried *MigrationCarry `json:"carried,omitempty"`
+}
+
+// MigrationCarry is what a migration hands the next run when its history is full: it waited for a
+// slot or for the breaker, and waits on.
+type MigrationCarry struct {
+	State   policy.MigrationState `json:"state"`
+	Slot    bool                  `json:"slot,omitempty"`
+	Started time.Time             `json:"started"`
+	// Anyway is the mechanism a person's migrate-anyway chose, when the wait came after it.
+	Anyway string `json:"anyway,omitempty"`
 }
 
 // MigrationID is a migration's business key: a repeated trigger for the same report joins the same
@@ -220,6 +232,8 @@ type RolloutStatus struct {
 	RollbackPending *rollout.Command `json:"rollbackPending,omitempty"`
 	// Retry is set by resume in a blocked or rolled-back rollout.
 	Retry bool `json:"retry,omitempty"`
+	// HoldUntil is when a rolled-back rollout ends unless resumed (kept across continue-as-new).
+	HoldUntil time.Time `json:"holdUntil,omitzero"`
 	// Log is the rollout's story, newest last (the last 100 entries).
 	Log []RolloutEntry `json:"log,omitempty"`
 }

@@ -35,6 +35,10 @@ type migration struct {
 	decisions workflow.Channel
 	// work is cancelled when the Lease is lost; every step runs in it.
 	work workflow.Context
+	// full: a wait stopped because the history is full; the run continues as new.
+	full bool
+	// anyway is the mechanism of a person's migrate-anyway, once given.
+	anyway string
 }
 
 // MigrateWorkflow (ID MigrationID) moves one workload off a quarantined device: it takes the
@@ -54,8 +58,13 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 	if err := r.registerDecisions(ctx); err != nil {
 		return *r.m, err
 	}
-	r.m.Mechanism = policy.MoveMechanism(in.Workload.Kind, in.Workload.Shrinkable)
-	r.m.Record(r.started, "%s %s/%s on %s: %s", in.Workload.Kind, in.Workload.Namespace, in.Workload.Name, in.Device, in.Report)
+	if c := in.Carried; c != nil {
+		r.m, r.slot, r.started, r.anyway = &c.State, c.Slot, c.Started, c.Anyway
+		r.in.Carried = nil
+	} else {
+		r.m.Mechanism = policy.MoveMechanism(in.Workload.Kind, in.Workload.Shrinkable)
+		r.m.Record(r.started, "%s %s/%s on %s: %s", in.Workload.Kind, in.Workload.Namespace, in.Workload.Name, in.Device, in.Report)
+	}
 
 	work, stopWork := workflow.WithCancel(ctx)
 	r.work = work
@@ -73,6 +82,13 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 	lost := r.holdLease(ctx, lease, stopWork)
 
 	r.proceed()
+	if r.full && *lost == "" {
+		// The next run takes the Lease again (it holds it under the same workflow ID) and keeps the slot.
+		stopWork()
+		next := r.in
+		next.Carried = &MigrationCarry{State: *r.m, Slot: r.slot, Started: r.started, Anyway: r.anyway}
+		return *r.m, continueAsNew(ctx, MigrateWorkflow, next)
+	}
 	if *lost != "" && r.m.Phase != policy.PhaseDone {
 		r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, *lost, workflow.Now(ctx))
 	}
@@ -110,6 +126,10 @@ func (r *migration) holdLease(ctx workflow.Context, lease activities.LeaseInput,
 func (r *migration) proceed() {
 	ctx := r.work
 	w := r.in.Workload
+	if r.anyway != "" {
+		r.moveAnyway()
+		return
+	}
 	if !policy.Recoverable(w.Kind, w.Checkpoint) {
 		r.decide(fmt.Sprintf("a bare Pod with %s=%s: nothing recreates it and it cannot save its work", activities.AnnotationCheckpoint, w.Checkpoint))
 		return
@@ -159,6 +179,10 @@ func (r *migration) acquireSlot() bool {
 			r.m.Record(r.m.SlotAt, "slot granted")
 			return true
 		}
+		if historyFull(ctx) {
+			r.full = true
+			return false
+		}
 	}
 }
 
@@ -193,6 +217,10 @@ func (r *migration) permit() bool {
 		}
 		r.m.Phase, r.m.Waiting = policy.PhaseWaitingForBreaker, reason
 		if workflow.Sleep(ctx, policy.BreakerRetry) != nil {
+			return false
+		}
+		if historyFull(ctx) {
+			r.full = true
 			return false
 		}
 	}
@@ -278,13 +306,18 @@ func (r *migration) decide(reason string) {
 	default:
 		r.m.Actor = d.Actor
 		r.m.Record(workflow.Now(ctx), "migrate anyway, by %s: %s", d.Actor, d.Reason)
-		mech := r.m.Mechanism
-		if mech == policy.MoveNone {
-			mech = policy.MoveEvict // a bare Pod: gone once evicted, on this person's word
+		r.anyway = r.m.Mechanism
+		if r.anyway == policy.MoveNone {
+			r.anyway = policy.MoveEvict // a bare Pod: gone once evicted, on this person's word
 		}
-		if r.acquireSlot() && r.permit() {
-			r.move(mech)
-		}
+		r.moveAnyway()
+	}
+}
+
+// moveAnyway moves the workload on a person's word, once it has a slot and the breaker's permit.
+func (r *migration) moveAnyway() {
+	if r.acquireSlot() && r.permit() {
+		r.move(r.anyway)
 	}
 }
 

@@ -29,7 +29,16 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, erro
 		return *r.st, err
 	}
 	r.publish(ctx)
+	if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
+		// The previous run continued as new while holding: hold on where it stopped.
+		if err := r.held(ctx); err != nil || r.ended {
+			return *r.st, err
+		}
+	}
 	for r.st.Phase < len(r.plan.Phases) {
+		if historyFull(ctx) {
+			return *r.st, r.continueAsNew(ctx)
+		}
 		if err := r.step(ctx); err != nil {
 			return *r.st, err
 		}
@@ -47,6 +56,8 @@ type rolloutRun struct {
 	plan  rollout.Plan
 	st    *RolloutStatus
 	ended bool
+	// windows is the window signal's channel, drained into st before continuing as new.
+	windows workflow.ReceiveChannel
 	// shown is the phase and state last written to the search attributes.
 	shown [2]string
 }
@@ -217,8 +228,13 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 	return r.hold(ctx, rollout.StateRolledBack)
 }
 
-// drainPoll is how often a rolled-back rollout looks again at nodes held by bound claims.
-const drainPoll = 15 * time.Second
+// A rolled-back rollout looks again at nodes held by bound claims drainPoll after the last look
+// that returned one, doubling up to drainPollMax while none is returned: a month-long job costs
+// about 300 looks a day, not 5,760.
+const (
+	drainPoll    = 15 * time.Second
+	drainPollMax = 5 * time.Minute
+)
 
 // hold waits in a blocked or rolled-back state for resume (retry the current phase from
 // preflight) or a rollback. Meanwhile a rolled-back rollout routes held nodes back as their
@@ -226,18 +242,31 @@ const drainPoll = 15 * time.Second
 func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
 	r.st.State = s
 	r.st.Retry = false
+	r.st.HoldUntil = time.Time{}
+	if s == rollout.StateRolledBack {
+		r.st.HoldUntil = workflow.Now(ctx).Add(r.plan.RollbackHold.D())
+	}
 	r.publish(ctx)
+	return r.held(ctx)
+}
+
+// held is hold's wait. A run whose history is full continues as new from inside it, and the next
+// run waits on, to the same deadline.
+func (r *rolloutRun) held(ctx workflow.Context) error {
+	s := r.st.State
 	// A rollback accepted while rolled back (earlier phases still enabled) is acted on at once.
 	// Before version 1 the wait looked only at resume, and such a rollback was never run.
 	onRollback := s == rollout.StateBlocked ||
 		(s == rollout.StateRolledBack && workflow.GetVersion(ctx, "rolled-back-acts-on-rollback", workflow.DefaultVersion, 1) == 1)
 	cond := func() bool { return r.st.Retry || (onRollback && r.st.RollbackPending != nil) }
 	if s == rollout.StateRolledBack {
-		deadline := workflow.Now(ctx).Add(r.plan.RollbackHold.D())
+		// Since version 1 the looks at held nodes back off while none is returned.
+		backsOff := workflow.GetVersion(ctx, "drain-backs-off", workflow.DefaultVersion, 1) == 1
+		poll := drainPoll
 		for {
-			wait := deadline.Sub(workflow.Now(ctx))
-			if len(r.st.Draining) > 0 && (wait > drainPoll || wait <= 0) {
-				wait = drainPoll
+			wait := r.st.HoldUntil.Sub(workflow.Now(ctx))
+			if len(r.st.Draining) > 0 && (wait > poll || wait <= 0) {
+				wait = poll
 			}
 			if wait <= 0 {
 				r.note(ctx, fmt.Sprintf("no resume within %s: the rollout ends rolled back; its admission blocks stay until the phases are enabled again", r.plan.RollbackHold))
@@ -252,17 +281,49 @@ func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
 			if ok {
 				break
 			}
+			held := heldNodes(r.st.Draining)
 			if err := r.drain(ctx); err != nil {
 				return err
+			}
+			if backsOff && heldNodes(r.st.Draining) < held {
+				poll = drainPoll
+			} else if backsOff {
+				poll = min(2*poll, drainPollMax)
+			}
+			if !cond() && historyFull(ctx) {
+				return r.continueAsNew(ctx)
 			}
 		}
 	} else if err := workflow.Await(ctx, cond); err != nil {
 		return err
 	}
 	r.st.Retry = false
+	r.st.HoldUntil = time.Time{}
 	r.st.State = rollout.StateRunning
 	r.publish(ctx)
 	return nil
+}
+
+// heldNodes counts the nodes that bound claims keep on DRA.
+func heldNodes(ds []DrainingPhase) int {
+	n := 0
+	for _, d := range ds {
+		n += len(d.Change.Nodes)
+	}
+	return n
+}
+
+// continueAsNew carries the rollout's whole state, pending commands and windows included, to the
+// next run.
+func (r *rolloutRun) continueAsNew(ctx workflow.Context) error {
+	for {
+		var w RolloutWindow
+		if !r.windows.ReceiveAsync(&w) {
+			break
+		}
+		r.openWindow(ctx, w)
+	}
+	return continueAsNew(ctx, RolloutWorkflow, RolloutInput{Plan: r.plan, Scheduled: r.st.Scheduled, State: r.st})
 }
 
 // undo routes a phase's nodes back; nodes held by bound claims are kept for drain.

@@ -42,18 +42,23 @@ func (r *rolloutRun) register(ctx workflow.Context) error {
 			return fmt.Errorf("register update %s: %w", name, err)
 		}
 	}
-	windows := workflow.GetSignalChannel(ctx, SignalRolloutWindow)
+	r.windows = workflow.GetSignalChannel(ctx, SignalRolloutWindow)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var w RolloutWindow
-			windows.Receive(ctx, &w) // a payload that does not decode is logged and dropped
-			if w.Until.After(r.st.WindowUntil) {
-				r.st.WindowUntil = w.Until
-				r.note(ctx, "window open until "+w.Until.UTC().Format(time.RFC3339))
-			}
+			r.windows.Receive(ctx, &w) // a payload that does not decode is logged and dropped
+			r.openWindow(ctx, w)
 		}
 	})
 	return nil
+}
+
+// openWindow lets a scheduled rollout enable phases until the window closes.
+func (r *rolloutRun) openWindow(ctx workflow.Context, w RolloutWindow) {
+	if w.Until.After(r.st.WindowUntil) {
+		r.st.WindowUntil = w.Until
+		r.note(ctx, "window open until "+w.Until.UTC().Format(time.RFC3339))
+	}
 }
 
 func (r *rolloutRun) standing() rollout.Standing {

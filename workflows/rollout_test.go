@@ -426,8 +426,9 @@ func TestRolloutKeepsDrainingPastItsHold(t *testing.T) {
 	r, p := heldRollback(t, 30*time.Second, 3)
 	start := r.env.Now()
 	st := r.run(RolloutInput{Plan: p})
-	// Held at the rollback (10 min), at 15 s and at 30 s (the hold's end), back at 45 s.
-	if took := r.env.Now().Sub(start); took != 10*time.Minute+45*time.Second {
+	// Held at the rollback (10 min), at 15 s and at 30 s (the hold's end); the looks back off
+	// (15 s, 30 s, 60 s), so it is back at 90 s.
+	if took := r.env.Now().Sub(start); took != 10*time.Minute+90*time.Second {
 		t.Errorf("ended after %s", took)
 	}
 	if st.State != rollout.StateRolledBack || len(st.Draining) != 0 {
