@@ -73,7 +73,11 @@ func (c PhaseChange) Expected() map[string]int64 {
 }
 
 // RolloutPreflight reads the phase's nodes and slices and lists what blocks the phase.
-func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) ([]rollout.Violation, error) {
+func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []rollout.Violation, err error) {
+	defer func() { err = permanent(err) }()
+	if err := checkPhase(in.Plan, in.Phase); err != nil {
+		return nil, err
+	}
 	snap, err := a.rolloutSnapshot(ctx, in.Plan, in.Phase, nil, false)
 	if err != nil {
 		return nil, err
@@ -84,7 +88,11 @@ func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) ([]rol
 // EnableRolloutPhase switches the phase's nodes to DRA (the ownership label both drivers select
 // on) and creates its DeviceClasses. It is idempotent: a node it already switched keeps the
 // previous owner it recorded then.
-func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (PhaseChange, error) {
+func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ PhaseChange, err error) {
+	defer func() { err = permanent(err) }()
+	if err := checkPhase(in.Plan, in.Phase); err != nil {
+		return PhaseChange{}, err
+	}
 	ph := in.Plan.Phases[in.Phase]
 	out := PhaseChange{Phase: ph.Name, At: time.Now()}
 	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
@@ -160,7 +168,8 @@ func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, d
 // node of the phase. Once the nodes are routed back the claims are looked at again: a node a
 // claim was allocated on meanwhile is switched back to DRA as enable left it, and held, so no
 // node stays owned by both.
-func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (UndoResult, error) {
+func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (_ UndoResult, err error) {
+	defer func() { err = permanent(err) }()
 	bound, unplaced, err := a.boundClaimsByNode(ctx, in.Drivers)
 	if err != nil {
 		return UndoResult{}, err

@@ -188,7 +188,8 @@ func BlockName(rolloutName, phase string) string {
 
 // BlockNewClaims creates a ValidatingAdmissionPolicy and its binding that refuse new
 // ResourceClaims for the phase's classes. Existing claims, bound or not, are untouched.
-func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) error {
+func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err error) {
+	defer func() { err = permanent(err) }()
 	name := BlockName(in.Rollout, in.Phase)
 	quoted := make([]string, len(in.Classes))
 	for i, c := range in.Classes {
@@ -223,7 +224,7 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) error {
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
 	}
 	bindings := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-	_, err := bindings.Create(ctx, bind, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = bindings.Create(ctx, bind, metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create admission policy binding %s: %w", name, err)
 	}
@@ -282,9 +283,10 @@ func (a *Activities) tryBlockedClaim(ctx context.Context, name, class string) (a
 }
 
 // UnblockNewClaims removes a phase's admission block (idempotent).
-func (a *Activities) UnblockNewClaims(ctx context.Context, in BlockInput) error {
+func (a *Activities) UnblockNewClaims(ctx context.Context, in BlockInput) (err error) {
+	defer func() { err = permanent(err) }()
 	name := BlockName(in.Rollout, in.Phase)
-	err := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+	err = a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete admission policy binding %s: %w", name, err)
 	}

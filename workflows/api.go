@@ -232,10 +232,18 @@ type RolloutStatus struct {
 	RollbackPending *rollout.Command `json:"rollbackPending,omitempty"`
 	// Retry is set by resume in a blocked or rolled-back rollout.
 	Retry bool `json:"retry,omitempty"`
+	// Unfinished is a rollback that could not finish; a resume tries it again.
+	Unfinished *UnfinishedRollback `json:"unfinished,omitempty"`
 	// HoldUntil is when a rolled-back rollout ends unless resumed (kept across continue-as-new).
 	HoldUntil time.Time `json:"holdUntil,omitzero"`
 	// Log is the rollout's story, newest last (the last 100 entries).
 	Log []RolloutEntry `json:"log,omitempty"`
+}
+
+// UnfinishedRollback is a rollback of the newest Phases enabled phases that stopped at an error.
+type UnfinishedRollback struct {
+	Phases int    `json:"phases"`
+	Reason string `json:"reason"`
 }
 
 // DrainingPhase is a rolled-back phase's nodes that bound claims hold on DRA.

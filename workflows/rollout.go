@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -64,6 +65,12 @@ type rolloutRun struct {
 
 // step runs the current phase's current step.
 func (r *rolloutRun) step(ctx workflow.Context) error {
+	if u := r.st.Unfinished; u != nil && r.st.RollbackPending == nil {
+		// A resume after a rollback that could not finish tries it again.
+		r.st.Unfinished = nil
+		return r.rollback(ctx, u.Phases, u.Reason)
+	}
+	r.st.Unfinished = nil // a rollback command covers it: it undoes every enabled phase
 	if r.st.RollbackPending != nil {
 		return r.rollback(ctx, len(r.st.Enabled), r.st.RollbackPending.Reason+" (by "+r.st.RollbackPending.Actor+")")
 	}
@@ -77,7 +84,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 	case rollout.StepPreflight:
 		var v []rollout.Violation
 		if err := workflow.ExecuteActivity(actx, a.RolloutPreflight, in).Get(ctx, &v); err != nil {
-			return fmt.Errorf("preflight %s: %w", ph.Name, err)
+			return r.stuck(ctx, fmt.Sprintf("preflight of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Violations = v
 		if len(v) > 0 {
@@ -87,12 +94,16 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 		r.st.Step = rollout.StepEnable
 	case rollout.StepEnable:
 		if err := r.unblock(actx, ctx, ph.Name); err != nil {
-			return err
+			r.st.Step = rollout.StepPreflight
+			return r.stuck(ctx, fmt.Sprintf("lifting the admission block of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == ph.Name })
 		var ch activities.PhaseChange
 		if err := workflow.ExecuteActivity(actx, a.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
-			return fmt.Errorf("enable %s: %w", ph.Name, err)
+			// Enable is idempotent: the nodes it switched keep the owner they had recorded, and a
+			// resume finishes the switch (a rollback can then undo it).
+			r.st.Step = rollout.StepPreflight
+			return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it", ph.Name, cause(err)))
 		}
 		ch.At = workflow.Now(ctx)
 		r.st.Enabled = append(r.st.Enabled, ch)
@@ -210,13 +221,13 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		// the state query says blocking, never rolled back. (Not published: no new command.)
 		r.st.State = rollout.StateBlocking
 		if err := workflow.ExecuteActivity(actx, a.BlockNewClaims, block).Get(ctx, nil); err != nil {
-			return fmt.Errorf("block new claims of %s: %w", ch.Phase, err)
+			return r.rollbackStuck(ctx, n, reason, fmt.Sprintf("blocking new claims of phase %s failed: %s", ch.Phase, cause(err)))
 		}
 		r.st.Blocks = appendBlock(r.st.Blocks, block)
 		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
 			Drivers: r.plan.Phases[i].Drivers(), DRA: r.plan.DRA}
 		if err := r.undo(ctx, actx, undo); err != nil {
-			return err
+			return r.rollbackStuck(ctx, n, reason, fmt.Sprintf("routing phase %s back failed: %s", ch.Phase, cause(err)))
 		}
 		r.st.Enabled = r.st.Enabled[:len(r.st.Enabled)-1]
 		retry = i
@@ -283,7 +294,8 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 			}
 			held := heldNodes(r.st.Draining)
 			if err := r.drain(ctx); err != nil {
-				return err
+				// The held nodes stay on DRA, which is safe; the next look tries again.
+				workflow.GetLogger(ctx).Warn("held nodes not looked at", "error", err)
 			}
 			if backsOff && heldNodes(r.st.Draining) < held {
 				poll = drainPoll
@@ -377,10 +389,32 @@ func gateRetryPolicy() *temporal.RetryPolicy {
 	return p
 }
 
+// rolloutAttempts bounds the tries of each rollout activity: about two and a half minutes of
+// backing off. A step that still fails holds the rollout blocked for a person.
+const rolloutAttempts = 10
+
 // rolloutActivityOptions are the options of the rollout's activities: a call that fails is retried,
-// backing off, until it is done.
+// backing off, up to rolloutAttempts times; an error no retry can fix is not retried.
 func rolloutActivityOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: timeout, RetryPolicy: retryPolicy()})
+	p := retryPolicy(activities.ErrInvalidRolloutInput, activities.ErrRolloutForbidden)
+	p.MaximumAttempts = rolloutAttempts
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: timeout, RetryPolicy: p})
+}
+
+// stuck holds the rollout blocked after a step failed: a person fixes the cause and resumes (the
+// phase starts again from preflight) or rolls back.
+func (r *rolloutRun) stuck(ctx workflow.Context, reason string) error {
+	r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; fix it, then resume or roll back", r.plan.Name, reason))
+	r.note(ctx, reason)
+	return r.hold(ctx, rollout.StateBlocked)
+}
+
+// rollbackStuck holds the rollout blocked after a rollback could not finish; the phases not undone
+// stay enabled, and a resume or a rollback command tries again.
+func (r *rolloutRun) rollbackStuck(ctx workflow.Context, n int, reason, failure string) error {
+	r.st.RollbackPending = nil
+	r.st.Unfinished = &UnfinishedRollback{Phases: n, Reason: reason}
+	return r.stuck(ctx, "rollback ("+reason+") did not finish: "+failure)
 }
 
 // waitToAdvance holds the rollout while it is paused, and a scheduled rollout's preflight and
@@ -447,4 +481,16 @@ func (r *rolloutRun) phaseIndex(name string) int {
 		}
 	}
 	return r.st.Phase
+}
+
+// cause is what a failed activity said, without the wrapping of the activity's error.
+func cause(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
+	for errors.Unwrap(err) != nil {
+		err = errors.Unwrap(err)
+	}
+	return err.Error()
 }

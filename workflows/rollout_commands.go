@@ -125,7 +125,7 @@ func (r *rolloutRun) publish(ctx workflow.Context) {
 
 // warn alerts people about the rollout (best effort: a failed alert does not stop a rollback).
 func (r *rolloutRun) warn(ctx workflow.Context, level, text string) {
-	actx := rolloutActivityOptions(ctx, time.Minute)
+	actx := notifyOptions(ctx) // bounded: Slack being down never holds back a rollback
 	in := activities.AlertInput{Level: level, Text: text, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
@@ -140,7 +140,7 @@ func (r *rolloutRun) askApproval(ctx workflow.Context) {
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: r.plan.SlackChannel,
 		Summary: fmt.Sprintf("passed: %d claims, claim->allocated p50 %s p99 %s, allocated->ready p99 %s",
 			rep.Claims, rep.ClaimToAllocated.P50, rep.ClaimToAllocated.P99, rep.AllocatedToReady.P99)}
-	actx := rolloutActivityOptions(ctx, time.Minute)
+	actx := notifyOptions(ctx)
 	if err := workflow.ExecuteActivity(actx, a.RequestRolloutApproval, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("approval request not posted", "error", err)
 	}

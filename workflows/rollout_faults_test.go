@@ -1,0 +1,119 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+// Slack being down never holds back a rollback: the alert before it is tried a bounded number of
+// times, and the phase is rolled back within a minute of its failed gate.
+func TestRolloutRollsBackWhileAlertsFail(t *testing.T) {
+	alerts := 0
+	r := newRolloutEnvWithAlert(t, func(context.Context, activities.AlertInput) error {
+		alerts++
+		return errors.New("slack: 503 service unavailable")
+	})
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.rollbackActs()
+	r.gates(func(int, int) []string { return []string{"drift"} })
+	st := r.stateAt(10*time.Minute + time.Minute) // the gates fail at the end of the 10-minute soak
+	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Hour)
+	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	if st.State != rollout.StateRolledBack {
+		t.Fatalf("a minute after the failed gate: %s, want rolled back", st.State)
+	}
+	if alerts == 0 || alerts > 5 {
+		t.Fatalf("alert tried %d times, want 1 to 5", alerts)
+	}
+}
+
+// An enable that keeps failing holds the rollout blocked, saying why, after a bounded number of
+// tries; a refusal no retry can fix is tried once. A resume retries the phase from preflight.
+func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
+	for _, tc := range []struct {
+		name, says string
+		err        error
+		tries      int
+	}{
+		{"retryable", "etcdserver: request timed out", errors.New("etcdserver: request timed out"), rolloutAttempts},
+		{"forbidden", "nodes is forbidden", temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRolloutEnv(t)
+			p := testPlan()
+			p.Phases = p.Phases[:1]
+			r.preflight(func(int) []rollout.Violation { return nil })
+			tries, fixed := 0, false
+			r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+				if !fixed {
+					tries++
+					return activities.PhaseChange{}, tc.err
+				}
+				r.record("enable", "canary")
+				return activities.PhaseChange{Phase: "canary", Nodes: []activities.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+			})
+			r.gates(func(int, int) []string { return nil })
+			blocked := r.stateAt(time.Hour)
+			r.env.RegisterDelayedCallback(func() { fixed = true }, time.Hour+time.Second)
+			r.update(time.Hour+2*time.Second, UpdateRolloutResume, rollout.Command{Actor: "alice", Reason: "RBAC fixed"}, true)
+			st := r.run(RolloutInput{Plan: p})
+			if blocked.State != rollout.StateBlocked || countLog(*blocked, "enable of phase canary failed: "+tc.says+";") != 1 {
+				t.Fatalf("an hour in: %s, log %+v", blocked.State, blocked.Log)
+			}
+			if tries != tc.tries {
+				t.Fatalf("enable tried %d times, want %d", tries, tc.tries)
+			}
+			if st.State != rollout.StateCompleted {
+				t.Fatalf("after resume: %s", st.State)
+			}
+			r.wantCalls("preflight:canary", "preflight:canary", "enable:canary", "gates:canary")
+		})
+	}
+}
+
+// A rollback whose undo keeps failing holds the rollout blocked with the rollback unfinished; the
+// phase stays enabled (and blocked to new claims), and a resume runs the rollback again.
+func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.gates(func(int, int) []string { return []string{"drift"} })
+	broken := true
+	r.env.OnActivity(a.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+		if broken {
+			return activities.UndoResult{}, errors.New("connection refused")
+		}
+		r.record("undo", in.Change.Phase)
+		return activities.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
+	})
+	r.rollbackActs() // its undo comes second: the one above answers
+	stuck := r.stateAt(time.Hour)
+	r.env.RegisterDelayedCallback(func() { broken = false }, time.Hour+time.Second)
+	r.update(time.Hour+2*time.Second, UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
+	rolledBack := r.stateAt(time.Hour + time.Minute)
+	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 2*time.Hour)
+	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	if stuck.State != rollout.StateBlocked || stuck.Unfinished == nil || len(stuck.Enabled) != 1 || countLog(*stuck, "did not finish") != 1 {
+		t.Fatalf("an hour in: %s, unfinished %+v, enabled %d", stuck.State, stuck.Unfinished, len(stuck.Enabled))
+	}
+	if rolledBack.State != rollout.StateRolledBack || rolledBack.Unfinished != nil || len(rolledBack.Enabled) != 0 {
+		t.Fatalf("after resume: %s, unfinished %+v, enabled %d", rolledBack.State, rolledBack.Unfinished, len(rolledBack.Enabled))
+	}
+	if n := strings.Count(strings.Join(r.calls, " "), "block:"); n != 2 {
+		t.Fatalf("calls %v: want the block tried again with the undo", r.calls)
+	}
+}
