@@ -117,3 +117,29 @@ func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
 		t.Fatalf("calls %v: want the block tried again with the undo", r.calls)
 	}
 }
+
+// A rollback sent while a failed gate's rollback proves its block is refused with the reason:
+// accepted, it would be cleared by the rollback under way, and the earlier phase left enabled.
+func TestRolloutRollbackDuringAGateRollbackIsRefused(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.enable()
+	r.gates(func(phase, _ int) []string {
+		if phase == 1 {
+			return []string{"drift"}
+		}
+		return nil
+	})
+	r.env.OnActivity(a.BlockNewClaims, mock.Anything, mock.Anything).After(time.Minute).Return(nil)
+	r.rollbackActs()
+	r.update(15*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
+	// canary: 10 min soak, approved at 15 min; wide: enabled then, its gates fail at 35 min.
+	blocking := r.stateAt(35*time.Minute + 30*time.Second)
+	r.update(35*time.Minute+31*time.Second, UpdateRolloutRollback, rollout.Command{Actor: "bob", Reason: "stop everything"}, false)
+	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 40*time.Minute)
+	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	if blocking.State != rollout.StateBlocking || len(blocking.Enabled) != 2 {
+		t.Fatalf("during the gate's rollback: %s with %d phases enabled", blocking.State, len(blocking.Enabled))
+	}
+}

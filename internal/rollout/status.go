@@ -91,6 +91,10 @@ func CheckCommand(name string, c Command, s Standing) error {
 		if s.RollbackPending {
 			return errors.New("a rollback is already under way")
 		}
+		if s.State == StateBlocking {
+			// The rollback under way ends by clearing what it was asked; a second one would be lost.
+			return errors.New("a phase is being rolled back: send the rollback again once it is rolled back")
+		}
 		if s.Enabled == 0 {
 			return fmt.Errorf("no phase is enabled (the rollout is %s): nothing to roll back", s.State)
 		}

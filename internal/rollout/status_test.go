@@ -28,6 +28,8 @@ func TestCheckCommand(t *testing.T) {
 		{"rollback nothing", CmdRollback, me, Standing{State: StateBlocked}, "nothing to roll back"},
 		{"rollback enabled", CmdRollback, me, run, ""},
 		{"rollback twice", CmdRollback, me, Standing{State: StateRunning, Enabled: 1, RollbackPending: true}, "already under way"},
+		{"rollback while a failed gate rolls back", CmdRollback, me, Standing{State: StateBlocking, Enabled: 2}, "send the rollback again"},
+		{"rollback blocked with phases enabled", CmdRollback, me, Standing{State: StateBlocked, Enabled: 1}, ""},
 		{"approve none", CmdApprove, Command{Actor: "sre", Phase: "a"}, run, "no phase waits"},
 		{"approve other", CmdApprove, Command{Actor: "sre", Phase: "b"}, Standing{State: StateWaitingApproval, Awaiting: "a"}, "\"a\" does"},
 		{"approve", CmdApprove, Command{Actor: "sre", Phase: "a"}, Standing{State: StateWaitingApproval, Awaiting: "a"}, ""},
