@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,12 +99,8 @@ func newDevCmd(g *globals) *cobra.Command {
 			}
 			copts.Namespace = topts.Namespace
 			copts.Slack = ctl.slack.notifier(topts.Namespace)
-			approvals, err := ctl.slack.approvalsServer(tc.Client, g.logger)
-			if err != nil {
+			if err := ctl.addApprovals(&copts, tc.Client, kube, g.logger); err != nil {
 				return err
-			}
-			if approvals != nil {
-				copts.Extra = append(copts.Extra, func(ctx context.Context) error { return serveApprovals(ctx, ctl.slack.listen, approvals, g.logger) })
 			}
 			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
 			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/metrics"
@@ -53,9 +55,23 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().DurationVar(&f.le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
 }
 
+// addApprovals serves Slack's button presses beside the controller when a signing secret or an
+// app-level token is set; what was served is remembered in DeviceWarden's own namespace.
+func (f *controllerFlags) addApprovals(o *app.ControllerOptions, tc client.Client, kube kubernetes.Interface, logger *slog.Logger) error {
+	s, err := f.slack.approvalsServer(tc, kube, o.OwnNamespace, logger)
+	if err != nil || s == nil {
+		return err
+	}
+	o.Extra = append(o.Extra, f.slack.approvalRunners(s, logger)...)
+	return nil
+}
+
 // load validates the flags and reads the policy file; a broken file stops the start.
 func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	o := f.o
+	if err := f.slack.validate(); err != nil {
+		return o, err
+	}
 	if err := o.Breaker.Validate(); err != nil {
 		return o, err
 	}
@@ -124,12 +140,16 @@ func newRunCmd(g *globals) *cobra.Command {
 			defer tc.Close()
 			copts.Namespace = topts.Namespace
 			copts.Slack = ctl.slack.notifier(topts.Namespace)
+			if err := ctl.addApprovals(&copts, tc.Client, kube, g.logger); err != nil {
+				return err
+			}
 			return app.RunController(c.Context(), kube, tc.Client, copts, m, g.logger)
 		},
 	}
 	k.add(cmd)
 	t.add(cmd, app.Embeds)
 	addControllerFlags(cmd, &ctl)
+	ctl.slack.addApprovals(cmd, ":8090")
 	if !app.Embeds {
 		return cmd
 	}

@@ -18,11 +18,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -35,6 +37,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/internal/slackapp"
 )
 
 // helmBinary is helm built from the Go module proxy (make test-e2e builds it; DEVICEWARDEN_HELM
@@ -348,6 +351,14 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	if _, err := sa.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("reading node Leases: %v", err)
 	}
+	// Served Slack requests are Leases in its own namespace, listed to delete the old ones.
+	replays := &slackapp.LeaseReplays{Kube: sa, Namespace: ns}
+	if first, err := replays.First(ctx, strings.Repeat("ab", 32), time.Now()); err != nil || !first {
+		t.Errorf("remembering a served Slack request: first %v, %v", first, err)
+	}
+	if _, err := sa.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: slackapp.LabelSlackRequest + "=true"}); err != nil {
+		t.Errorf("listing served Slack requests: %v", err)
+	}
 	// The recovery review, as the same account: the job leaves the device, the probe (a Pod) and
 	// the canary (a Job) run with their claims in the chart's check namespaces, and the device
 	// is released.
@@ -357,5 +368,92 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	st := waitState(t, ctx, s, ids[0], 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
 	if st.LastProbe == nil || !st.LastProbe.Passed || !strings.HasPrefix(st.LastProbe.Pod, policy.DefaultProbeNamespace+"/") {
 		t.Fatalf("released without a passed probe in %s: %+v", policy.DefaultProbeNamespace, st.LastProbe)
+	}
+}
+
+// envOf reads a Deployment's container env: name -> value, or "secret:<name>/<key>".
+func envOf(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	deps := ofKind(objs, "Deployment")
+	if len(deps) != 1 {
+		t.Fatalf("%d Deployments", len(deps))
+	}
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deps[0].Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			out[e.Name] = "secret:" + ref.SecretKeyRef.Name + "/" + ref.SecretKeyRef.Key
+		} else {
+			out[e.Name] = e.Value
+		}
+	}
+	return out
+}
+
+// TestChartServesSlackApprovals: with slack.approvals the chart serves Slack's buttons. As an
+// endpoint: a Service (and an optional Ingress exposing /slack/interactivity only) to every
+// replica's approvals port, the signing secret from the Secret. Over Socket Mode: no Service, the
+// app-level token from the Secret. The apiserver accepts both; approvals with nobody allowed to
+// approve, or without the Secret, are refused at install.
+func TestChartServesSlackApprovals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ns = "dwslack"
+	if _, err := shared.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	base := []string{"temporal.address=t:7233", "slack.secret=dw-slack", "slack.approvers={U1,U2}", "checks.createNamespaces=false"}
+	endpoint := renderChart(t, "dw", ns, append(base, "slack.approvals=endpoint", "slack.ingress.enabled=true", "slack.ingress.host=dw.example.com")...)
+	env := envOf(t, endpoint)
+	if env["DEVICEWARDEN_SLACK_SIGNING_SECRET"] != "secret:dw-slack/signing-secret" || env["DEVICEWARDEN_SLACK_APPROVERS"] != "U1,U2" ||
+		env["DEVICEWARDEN_APPROVALS_LISTEN"] != ":8090" || env["DEVICEWARDEN_SLACK_APP_TOKEN"] != "" {
+		t.Fatalf("endpoint env: %v", env)
+	}
+	var svc, ing *unstructured.Unstructured
+	for _, o := range endpoint {
+		if o.GetName() == "dw-devicewarden-approvals" {
+			switch o.GetKind() {
+			case "Service":
+				svc = o
+			case "Ingress":
+				ing = o
+			}
+		}
+	}
+	if svc == nil || ing == nil {
+		t.Fatalf("approvals Service %v, Ingress %v", svc != nil, ing != nil)
+	}
+	paths, _, _ := unstructured.NestedSlice(ing.Object, "spec", "rules")
+	if len(paths) != 1 || !strings.Contains(fmt.Sprint(paths[0]), "path:/slack/interactivity") || !strings.Contains(fmt.Sprint(paths[0]), "host:dw.example.com") {
+		t.Fatalf("ingress rules %v", paths)
+	}
+	applyObjects(t, ctx, shared, endpoint, true)
+
+	socket := renderChart(t, "dw", ns, append(base, "slack.approvals=socketMode")...)
+	env = envOf(t, socket)
+	if env["DEVICEWARDEN_SLACK_APP_TOKEN"] != "secret:dw-slack/app-token" || env["DEVICEWARDEN_SLACK_SIGNING_SECRET"] != "" {
+		t.Fatalf("socket mode env: %v", env)
+	}
+	for _, o := range socket {
+		if o.GetName() == "dw-devicewarden-approvals" {
+			t.Fatalf("socket mode rendered %s %s: it needs no endpoint", o.GetKind(), o.GetName())
+		}
+	}
+	applyObjects(t, ctx, shared, socket, true)
+
+	for _, bad := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"temporal.address=t:7233", "slack.secret=s", "slack.approvals=endpoint"}, "nobody may approve"},
+		{[]string{"temporal.address=t:7233", "slack.approvers={U1}", "slack.approvals=socketMode"}, "needs slack.secret"},
+		{[]string{"temporal.address=t:7233", "slack.approvals=buttons"}, "value must be one of"},
+	} {
+		if _, stderr, err := helmTemplate(t, "dw", ns, bad.sets...); err == nil || !strings.Contains(stderr, bad.want) {
+			t.Errorf("%v: %v, want %q\n%s", bad.sets, err, bad.want, stderr)
+		}
 	}
 }

@@ -40,12 +40,13 @@ type Server struct {
 	AllowedUsers []string
 	AllowedGroup string
 	Logger       *slog.Logger
+	// Replays remembers served requests; nil remembers in this process only.
+	Replays Replays
 	// Now is the clock (a seam for tests).
 	Now func() time.Time
 
-	mu   sync.Mutex
-	seen map[string]time.Time
-	wg   sync.WaitGroup
+	memory memoryReplays
+	wg     sync.WaitGroup
 }
 
 // maxBody bounds an interactivity request; Slack's payloads are a few kilobytes.
@@ -77,57 +78,66 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
+	notice, err := s.handle(cb)
+	switch {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case notice != "":
+		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false, "text": notice})
+	default:
 		w.WriteHeader(http.StatusOK)
-		return
+	}
+}
+
+// handle acts on a verified interaction, whichever way it came (the HTTP endpoint or Socket
+// Mode): it checks the button, its review and the approver, answers at once and delivers the
+// decision in the background, then updates the message with the outcome. notice is a message
+// for the clicking user alone; err means the request is not a DeviceWarden button.
+func (s *Server) handle(cb slack.InteractionCallback) (notice string, err error) {
+	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
+		return "", nil
 	}
 	act := cb.ActionCallback.BlockActions[0]
 	if act.ActionID == ActionRolloutApprove {
-		s.approveRollout(w, r, cb, act.Value)
-		return
+		return s.approveRollout(cb, act.Value)
 	}
 	kind := map[string]policy.CommandKind{ActionApprove: policy.CmdApprove, ActionReject: policy.CmdReject}[act.ActionID]
 	dev, review, _ := strings.Cut(act.Value, reviewSep)
 	id, err := device.ParseID(dev)
 	if kind == "" || err != nil {
-		http.Error(w, "not a DeviceWarden approval button", http.StatusBadRequest)
-		return
+		return "", errors.New("not a DeviceWarden approval button")
 	}
 	if review == "" {
 		// A message from before buttons named their review: it cannot say which it was for.
-		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false,
-			"text": fmt.Sprintf("This message names no review of %s, so it cannot say which one it was for: decide on the newest approval message, or with `devicewarden device %s`.", id, kind)})
-		return
+		return fmt.Sprintf("This message names no review of %s, so it cannot say which one it was for: decide on the newest approval message, or with `devicewarden device %s`.", id, kind), nil
 	}
-	if !s.allowed(r.Context(), cb.User.ID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !s.allowed(ctx, cb.User.ID) {
 		s.logger().Warn("approval refused: approver not on the allow-list", "user", cb.User.ID, "name", cb.User.Name, "device", id.String(), "decision", kind)
-		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false,
-			"text": fmt.Sprintf("You are not allowed to %s releases; this attempt was recorded.", kind)})
-		return
+		return fmt.Sprintf("You are not allowed to %s releases; this attempt was recorded.", kind), nil
 	}
-	w.WriteHeader(http.StatusOK)
 	cmd := policy.Command{Kind: kind, Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Review: review}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.deliver(id, cmd, cb.Channel.ID, cb.Container.MessageTs)
 	}()
+	return "", nil
 }
 
 // approveRollout handles a rollout phase's Approve button (value <rollout>/<phase>).
-func (s *Server) approveRollout(w http.ResponseWriter, r *http.Request, cb slack.InteractionCallback, value string) {
+func (s *Server) approveRollout(cb slack.InteractionCallback, value string) (string, error) {
 	name, phase, ok := strings.Cut(value, "/")
 	if !ok || name == "" || phase == "" || strings.Contains(phase, "/") {
-		http.Error(w, "not a DeviceWarden rollout approval button", http.StatusBadRequest)
-		return
+		return "", errors.New("not a DeviceWarden rollout approval button")
 	}
-	if !s.allowed(r.Context(), cb.User.ID) {
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !s.allowed(actx, cb.User.ID) {
 		s.logger().Warn("approval refused: approver not on the allow-list", "user", cb.User.ID, "name", cb.User.Name, "rollout", name, "phase", phase)
-		writeJSON(w, map[string]any{"response_type": "ephemeral", "replace_original": false,
-			"text": "You are not allowed to approve rollout phases; this attempt was recorded."})
-		return
+		return "You are not allowed to approve rollout phases; this attempt was recorded.", nil
 	}
-	w.WriteHeader(http.StatusOK)
 	cmd := rollout.Command{Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Phase: phase, At: s.now()}
 	s.wg.Add(1)
 	go func() {
@@ -142,6 +152,7 @@ func (s *Server) approveRollout(w http.ResponseWriter, r *http.Request, cb slack
 		s.logger().Info("slack rollout approval", "rollout", name, "phase", phase, "actor", cmd.Actor, "error", err)
 		s.update(ctx, cb.Channel.ID, cb.Container.MessageTs, outcome)
 	}()
+	return "", nil
 }
 
 // Wait returns when decisions being delivered are done (for shutdown and tests).
@@ -191,22 +202,23 @@ func (s *Server) verify(h http.Header, body []byte) error {
 	// text is not unique (hex decoding ignores case, so an upper-cased copy verifies too).
 	sum := sha256.Sum256([]byte(h.Get("X-Slack-Request-Timestamp") + ":" + string(body)))
 	key := hex.EncodeToString(sum[:])
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.seen == nil {
-		s.seen = map[string]time.Time{}
-	}
-	for k, at := range s.seen {
-		if now.Sub(at) > replayWindow {
-			delete(s.seen, k)
-		}
-	}
-	if _, dup := s.seen[key]; dup {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	first, err := s.replays().First(ctx, key, s.now())
+	switch {
+	case err != nil:
+		return fmt.Errorf("replay check: %w", err)
+	case !first:
 		return errors.New("replayed request")
 	}
-	s.seen[key] = now
 	return nil
+}
+
+func (s *Server) replays() Replays {
+	if s.Replays != nil {
+		return s.Replays
+	}
+	return &s.memory
 }
 
 func (s *Server) allowed(ctx context.Context, user string) bool {
