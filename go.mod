@@ -24,6 +24,7 @@ require (
 	k8s.io/client-go v0.37.2
 	k8s.io/dynamic-resource-allocation v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -46,6 +46,10 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	if workflow.GetVersion(ctx, "breaker-wake", workflow.DefaultVersion, 1) >= 1 {
 		st.BreakerWake = true
 	}
+	// Runs recorded before a failed probe held a restricted device in use replay without it.
+	if workflow.GetVersion(ctx, "failed-probe-holds", workflow.DefaultVersion, 1) >= 1 {
+		st.FailedProbeHolds = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}

@@ -102,13 +102,15 @@ func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Actio
 	r := &Review{From: st.State, Trigger: trigger, Actor: actor, StartedAt: now, Stage: StageProbe}
 	st.Review = r
 	st.transition(Recovering, "recovery review started: "+trigger, actor, now)
-	if r.From == Restricted && len(st.Reporters) > 0 {
+	// A failed probe outweighs any report: the device passes a probe before it goes back.
+	probeFailed := st.FailedProbeHolds && st.LastProbe != nil && !st.LastProbe.Passed
+	if r.From == Restricted && len(st.Reporters) > 0 && !probeFailed {
 		// Still in use: a probe or canary cannot get the device, and its own Pods' Healthy
 		// reports are the evidence. Probation keeps new work off it through the window.
 		r.ProbeSkipped, r.CanarySkipped = true, true
 		return st.toProbation()
 	}
-	if r.From == Restricted && !st.Policy.ProbeRestricted {
+	if r.From == Restricted && !st.Policy.ProbeRestricted && !probeFailed {
 		r.ProbeSkipped = true
 		return st.toProbation()
 	}

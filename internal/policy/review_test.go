@@ -695,3 +695,23 @@ func TestDecisionsAreBoundToTheirReview(t *testing.T) {
 		t.Error("extend took a review")
 	}
 }
+
+// Found by TestSimulateDeviceWorkflow (seed 8042649117842588117): a restricted device whose probe
+// failed was released, probe and canary skipped, on its Pods' next Healthy report. A failed probe
+// outweighs the reports: the next review runs the probe again.
+func TestFailedProbeHoldsARestrictedDeviceInUse(t *testing.T) {
+	for _, holds := range []bool{false, true} {
+		st := restricted(Default())
+		st.FailedProbeHolds = holds
+		at := t0.Add(10 * time.Minute)
+		st.LastProbe = &StepResult{Reason: "exit 1", At: at}
+		acts := st.Observe(obs(device.Healthy, 2, ""), at)
+		skipped := st.Review != nil && st.Review.CanarySkipped
+		switch {
+		case holds && (skipped || len(acts) != 1 || acts[0].Kind != ActProbe):
+			t.Fatalf("after a failed probe: review %+v, actions %+v; want the probe run again", st.Review, acts)
+		case !holds && !skipped:
+			t.Fatalf("runs from before the change must replay as they ran: review %+v", st.Review)
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"pgregory.net/rapid"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// deviceModel is the cluster as the device workflow's activities see it (the device's rule, the
+// breaker's answers, the checks' outcomes), what the test made them do next, and what the workflow
+// did: enough to hold it to its promises.
+type deviceModel struct {
+	rule        *activities.QuarantineInput // the device's rule, nil when there is none
+	names       map[string]bool             // every rule name the workflow created
+	breakerOpen bool
+	// The next quarantineFails Quarantine calls fail and may be retried; quarantineFatal makes the
+	// next one fail for good. checkFails checks fail; releaseFails ReleaseRule calls fail.
+	quarantineFails, checkFails, releaseFails int
+	quarantineFatal                           bool
+	// probeOK and canaryOK are the newest check outcomes since the rule was made.
+	probeOK, canaryOK  *bool
+	checkFailed        bool // a check ever failed: evidence of a fault
+	unhealthySeen      bool // an Unhealthy observation was sent
+	forced             bool // a force-quarantine was sent
+	permits, automatic int
+	updates            []*simUpdate
+	violations         []string
+	// trace is what happened, in order: steps, activity calls, violations.
+	trace []string
+}
+
+func (m *deviceModel) violate(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	m.violations = append(m.violations, v)
+	m.note("VIOLATION: %s", v)
+}
+
+func (m *deviceModel) note(format string, args ...any) {
+	m.trace = append(m.trace, fmt.Sprintf(format, args...))
+}
+
+// simUpdate is a sent update and how it was answered.
+type simUpdate struct {
+	what                string
+	done, accepted      bool
+	rejected, completed error
+}
+
+func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
+	env.RegisterActivity(&activities.Activities{})
+	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
+		if m.breakerOpen {
+			return policy.PermitResult{Reason: "circuit breaker open: simulated"}, nil
+		}
+		m.permits++
+		return policy.PermitResult{Granted: true}, nil
+	}).Maybe()
+	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+		if m.quarantineFatal {
+			m.quarantineFatal = false
+			return activities.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", activities.ErrRuleNameCollision, nil)
+		}
+		if m.quarantineFails > 0 {
+			m.quarantineFails--
+			return activities.QuarantineResult{}, errors.New("apiserver unavailable")
+		}
+		name := in.Device.TaintRuleName()
+		m.names[name] = true
+		m.note("Quarantine %s by %q effect %s: %s", in.Decision, in.Actor, in.Effect, in.Reason)
+		// A new automatic fence (a rule where there was none, or a stronger one) needs a permit; the
+		// same rule made again (a retried or re-run activity) does not.
+		if in.Actor != simActor && (m.rule == nil || m.rule.Decision != in.Decision) {
+			m.automatic++
+			if m.automatic > m.permits {
+				m.violate("an automatic %s taint without a granted permit (%d new fences, %d permits)", in.Decision, m.automatic, m.permits)
+			}
+		}
+		if in.Decision == string(policy.Quarantined) && !m.unhealthySeen && !m.forced && !m.checkFailed {
+			m.violate("quarantined with no Unhealthy report, no force-quarantine and no failed check: Unknown is not Unhealthy")
+		}
+		if m.rule == nil {
+			m.probeOK, m.canaryOK = nil, nil
+		}
+		rule := in
+		rule.Key = policy.TaintQuarantine // what Quarantine writes; a refresh may make it probation
+		m.rule = &rule
+		return activities.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
+	}).Maybe()
+	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+		if m.rule == nil {
+			return policy.RuleInfo{Name: in.Device.TaintRuleName()}, nil
+		}
+		return policy.RuleInfo{Present: true, Name: in.Device.TaintRuleName(), Key: m.rule.Key, Effect: string(m.rule.Effect), WantEffect: string(in.Effect)}, nil
+	}).Maybe()
+	env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+		m.note("RefreshRule present=%v", m.rule != nil)
+		if m.rule == nil {
+			return activities.RefreshResult{Missing: true}, nil
+		}
+		m.rule.ExpiresAt, m.rule.Effect = in.ExpiresAt, in.Effect
+		if in.Key != "" {
+			m.rule.Key = in.Key
+		}
+		return activities.RefreshResult{Effect: string(in.Effect)}, nil
+	}).Maybe()
+	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.CheckInput) (policy.StepResult, error) {
+		ok := m.checkFails == 0
+		if !ok {
+			m.checkFails--
+			m.checkFailed = true
+		}
+		m.note("RunCheck %s passed=%v", in.Kind, ok)
+		if in.Kind == policy.ActProbe {
+			m.probeOK = &ok
+		} else {
+			m.canaryOK = &ok
+		}
+		if !ok {
+			return policy.StepResult{Reason: "exit 1"}, nil
+		}
+		return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
+	}).Maybe()
+	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReleaseInput) error {
+		if m.releaseFails > 0 {
+			m.releaseFails--
+			return errors.New("apiserver unavailable")
+		}
+		m.note("ReleaseRule by %q: %s", in.Actor, in.Reason)
+		if (m.probeOK != nil && !*m.probeOK) || (m.canaryOK != nil && !*m.canaryOK) {
+			m.violate("rule released while the last probe or canary failed (probe %v, canary %v)", ptrBool(m.probeOK), ptrBool(m.canaryOK))
+		}
+		m.rule = nil
+		return nil
+	}).Maybe()
+	for _, name := range []string{"Alert", "RequestApproval", "ReportNodeFailure"} {
+		env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
+	}
+	env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+}
+
+func ptrBool(b *bool) string {
+	if b == nil {
+		return "none"
+	}
+	return fmt.Sprint(*b)
+}
+
+// simActor is the operator of the simulations' commands.
+const simActor = "ops"
+
+// deviceSteps draws a sequence of what a device workflow can see.
+func deviceSteps(rt *rapid.T, m *deviceModel) []step {
+	n := rapid.IntRange(1, 40).Draw(rt, "steps")
+	var steps []step
+	at := time.Second // the run has started
+	ver := 10
+	term := int64(1)
+	var seq uint64
+	for i := range n {
+		at += rapid.SampledFrom([]time.Duration{0, time.Second, 30 * time.Second, 2 * time.Minute, 6 * time.Minute, 20 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		kind := rapid.SampledFrom([]string{"observe", "observe", "observe", "command", "breaker", "fault", "wake", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i))
+		var s step
+		s.at = at
+		switch kind {
+		case "observe":
+			h := rapid.SampledFrom([]device.Health{device.Healthy, device.Unknown, device.Unhealthy}).Draw(rt, fmt.Sprintf("health%d", i))
+			ver += rapid.IntRange(-2, 2).Draw(rt, fmt.Sprintf("ver%d", i)) // stale, duplicate or newer
+			if rapid.IntRange(0, 9).Draw(rt, fmt.Sprintf("term%d", i)) == 0 {
+				term++ // a new leader
+			}
+			seq++
+			src := rapid.SampledFrom([]policy.Source{policy.SourcePodStatus, policy.SourcePodStatus, policy.SourceSlice, policy.SourceClaimCondition}).Draw(rt, fmt.Sprintf("src%d", i))
+			idle := rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("idle%d", i)) == 0
+			byUpdate := rapid.Bool().Draw(rt, fmt.Sprintf("byUpdate%d", i))
+			o := policy.Observation{Device: gpu0, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
+				Seq: &policy.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
+			if !idle {
+				o.Reporters = []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
+			}
+			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				if h == device.Unhealthy {
+					m.unhealthySeen = true
+				}
+				if byUpdate {
+					m.update(env, UpdateObservation, s.what, o)
+				} else {
+					env.SignalWorkflow(SignalObservation, o)
+				}
+			}
+		case "command":
+			c := rapid.SampledFrom(policy.Commands).Draw(rt, fmt.Sprintf("cmd%d", i))
+			actor := rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i))
+			how := rapid.SampledFrom([]string{"update", "update", "signal", "junk"}).Draw(rt, fmt.Sprintf("how%d", i))
+			cmd := policy.Command{Kind: c, Actor: actor, Reason: "simulated"}
+			if c == policy.CmdExtend || c == policy.CmdPause {
+				cmd.Duration = policy.JSONDuration(rapid.SampledFrom([]time.Duration{0, time.Hour}).Draw(rt, fmt.Sprintf("dur%d", i)))
+			}
+			s.what = fmt.Sprintf("%s %s by %q", how, c, actor)
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				if c == policy.CmdForceQuarantine {
+					m.forced = true
+				}
+				switch how {
+				case "update":
+					m.update(env, string(c), s.what, cmd)
+				case "signal":
+					if c != policy.CmdReject && c != policy.CmdApprove {
+						env.SignalWorkflow(string(c), cmd)
+					}
+				case "junk":
+					env.SignalWorkflow(SignalPause, "not a command")
+				}
+			}
+		case "breaker":
+			open := rapid.Bool().Draw(rt, fmt.Sprintf("open%d", i))
+			s.what = fmt.Sprintf("breaker open %v", open)
+			s.do = func(*testsuite.TestWorkflowEnvironment) { m.breakerOpen = open }
+		case "fault":
+			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "release"}).Draw(rt, fmt.Sprintf("fault%d", i))
+			k := rapid.IntRange(1, 3).Draw(rt, fmt.Sprintf("faults%d", i))
+			s.what = fmt.Sprintf("next %d %s calls fail", k, f)
+			s.do = func(*testsuite.TestWorkflowEnvironment) {
+				switch f {
+				case "quarantine":
+					m.quarantineFails = k
+				case "quarantine-fatal":
+					m.quarantineFatal = true
+				case "check":
+					m.checkFails = k
+				case "release":
+					m.releaseFails = k
+				}
+			}
+		case "wake":
+			s.what = "breaker wake"
+			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SignalWorkflow(SignalBreakerWake, nil) }
+		case "continue-as-new":
+			s.what = "continue-as-new suggested"
+			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SetContinueAsNewSuggested(true) }
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+// update sends an update and records how it is answered.
+func (m *deviceModel) update(env *testsuite.TestWorkflowEnvironment, name, what string, arg any) {
+	u := &simUpdate{what: what}
+	m.updates = append(m.updates, u)
+	env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+		OnReject:   func(err error) { u.done, u.rejected = true, err },
+		OnAccept:   func() { u.accepted = true },
+		OnComplete: func(_ any, err error) { u.done, u.completed = true, err },
+	}, arg)
+}
+
+// checkDevice holds the device workflow's state to the model after a step.
+func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after string) {
+	m.note("%s: %s", env.Now().Format("15:04:05"), after)
+	if env.IsWorkflowCompleted() {
+		return // an idle device's run ended; the watcher's next report starts another
+	}
+	v, err := env.QueryWorkflow(QueryState)
+	if err != nil {
+		m.violate("after %s: the state query failed: %v", after, err)
+		return
+	}
+	var st policy.DeviceState
+	if err := v.Get(&st); err != nil {
+		m.violate("after %s: the state does not decode: %v", after, err)
+		return
+	}
+	if len(m.names) > 1 {
+		m.violate("after %s: %d rule names for one device: %v", after, len(m.names), m.names)
+	}
+	for _, u := range m.updates {
+		if u.rejected != nil && u.rejected.Error() == "" {
+			m.violate("update %s refused without a reason", u.what)
+		}
+	}
+}
+
+// TestSimulateDeviceWorkflow runs generated sequences of observations (every health, stale and
+// duplicate versions, new leaders' terms, driver and Pod sources, idle reports), operator commands
+// (as updates and signals, valid, refused, unsigned and malformed), breaker answers, failing
+// activities, breaker wake-ups and continue-as-new through the device workflow, holding it after
+// every step to: one rule name per device; no automatic taint without a granted permit; Unknown
+// never quarantines by itself; a rule is released only after a passed probe and canary; the state
+// query answers; every update is answered, and every refusal says why.
+func TestSimulateDeviceWorkflow(t *testing.T) { simulate(t, 300, deviceProperty) }
+
+// deviceProperty is one generated sequence through the device workflow, held to its invariants.
+func deviceProperty(rt *rapid.T) {
+	{
+		m := &deviceModel{names: map[string]bool{}}
+		steps := deviceSteps(rt, m)
+		p := policy.Default()
+		p.ToleranceWindow = policy.JSONDuration(rapid.SampledFrom([]time.Duration{time.Minute, 5 * time.Minute}).Draw(rt, "tolerance"))
+		p.QuarantineLease = policy.JSONDuration(rapid.SampledFrom([]time.Duration{10 * time.Minute, time.Hour}).Draw(rt, "lease"))
+		p.StabilityWindow = policy.JSONDuration(time.Minute)
+		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
+		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
+		end := steps[len(steps)-1].at + time.Hour
+		newEnv := func() *testsuite.TestWorkflowEnvironment {
+			var s testsuite.WorkflowTestSuite
+			s.SetLogger(quietLogger{})
+			env := s.NewTestWorkflowEnvironment()
+			m.activities(env)
+			return env
+		}
+		err := segments(rt, DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p}, true, end, steps, newEnv, m.checkDevice)
+		if err != nil {
+			m.violate("the workflow failed: %v", err)
+		}
+		for _, u := range m.updates {
+			// One neither accepted nor refused when its run ended failed at the caller, who sends
+			// it again; one accepted must be answered.
+			if u.accepted && !u.done {
+				m.violate("update %s accepted but never answered", u.what)
+			}
+		}
+		if len(m.violations) > 0 {
+			rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package workflows
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+	"pgregory.net/rapid"
+)
+
+// The simulations generate random sequences of what a workflow can see (inputs, commands,
+// activity outcomes, time passing, continue-as-new) and check invariants after every step. A
+// failure prints the shrunk sequence and the seed: rerun it with
+//
+//	go test -run TestSimulate<Workflow> ./workflows/ -rapid.seed=<seed>
+//
+// `make simulate N=... SEED=...` runs many more. The number of sequences per workflow in `make
+// test` is simChecks (DEVICEWARDEN_SIM_CHECKS overrides it, and -rapid.checks when given).
+
+// simChecks is how many sequences a simulation runs: def, unless DEVICEWARDEN_SIM_CHECKS says.
+func simChecks(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("DEVICEWARDEN_SIM_CHECKS")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// simulate runs prop over simChecks(def) generated sequences; -rapid.checks, when given on the
+// command line, wins.
+func simulate(t *testing.T, def int, prop func(*rapid.T)) {
+	t.Helper()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
+	if !given {
+		f := flag.Lookup("rapid.checks")
+		old := f.Value.String()
+		if err := f.Value.Set(strconv.Itoa(simChecks(def))); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = f.Value.Set(old) }()
+	}
+	start := time.Now()
+	runs := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		runs++
+		prop(rt)
+	})
+	if d := time.Since(start); runs > 0 {
+		t.Logf("%d sequences in %s: %.0f a second", runs, d.Round(time.Millisecond), float64(runs)/d.Seconds())
+	}
+}
+
+// step is one generated input at an offset from the sequence's start.
+type step struct {
+	at   time.Duration
+	what string
+	do   func(env *testsuite.TestWorkflowEnvironment)
+}
+
+// segments runs steps against a workflow that may continue as new: each run gets a fresh test
+// environment (newEnv) and the steps not yet delivered, shifted to its start. A run that ends
+// before the sequence does is started again from first when restart is set (a device workflow
+// that ended idle: the watcher's next report starts another). check runs after every delivered
+// step. It returns the error a run failed with, or nil.
+func segments[In any](rt *rapid.T, fn any, first In, restart bool, end time.Duration, steps []step,
+	newEnv func() *testsuite.TestWorkflowEnvironment, check func(env *testsuite.TestWorkflowEnvironment, after string)) error {
+	in := first
+	var offset time.Duration
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	next := 0
+	for {
+		env := newEnv()
+		env.SetStartTime(t0.Add(offset))
+		for i := next; i < len(steps); i++ {
+			s, i := steps[i], i
+			env.RegisterDelayedCallback(func() {
+				if env.IsWorkflowCompleted() || next > i {
+					return // for the next run
+				}
+				next = i + 1
+				s.do(env)
+				check(env, s.what)
+			}, max(0, s.at-offset))
+		}
+		env.RegisterDelayedCallback(env.CancelWorkflow, end-offset)
+		env.ExecuteWorkflow(fn, in)
+		err := env.GetWorkflowError()
+		var can *workflow.ContinueAsNewError
+		switch {
+		case errors.As(err, &can):
+			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &in); err != nil {
+				rt.Fatalf("continue-as-new input: %v", err)
+			}
+		case err != nil && !temporal.IsCanceledError(err):
+			return err
+		case err == nil && restart && next < len(steps):
+			in = first
+		default:
+			return nil
+		}
+		offset = env.Now().Sub(t0)
+		if offset >= end {
+			return nil
+		}
+	}
+}
+
+// simRegressions are the sequences a simulation once failed on (rapid's fail files, kept in
+// testdata/sim as <workflow>_<what>.fail), each replayed by TestSimulateRegressions.
+var simRegressions = map[string]func(*rapid.T){"device": deviceProperty}
+
+// TestSimulateRegressions replays every sequence a simulation failed on, by name.
+func TestSimulateRegressions(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "sim", "*.fail"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no regression sequences in testdata/sim: %v", err)
+	}
+	f := flag.Lookup("rapid.failfile")
+	old := f.Value.String()
+	defer func() { _ = f.Value.Set(old) }()
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".fail")
+		prop := simRegressions[strings.SplitN(name, "_", 2)[0]]
+		if prop == nil {
+			t.Fatalf("%s: no simulation named by its prefix", file)
+		}
+		t.Run(name, func(t *testing.T) {
+			if err := f.Value.Set(file); err != nil {
+				t.Fatal(err)
+			}
+			rapid.Check(t, prop)
+		})
+	}
+}
+
+// quietLogger drops the test environment's logs: a simulation runs thousands of workflows.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
