@@ -32,6 +32,10 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			return err
 		}
 	}
+	// Runs recorded before an open breaker denied repeats of granted actions replay granting them.
+	if workflow.GetVersion(ctx, "open-denies-all", workflow.DefaultVersion, 1) >= 1 {
+		st.OpenDeniesAll = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}

@@ -97,9 +97,11 @@ func segments[In any](rt *rapid.T, fn any, first In, restart bool, end time.Dura
 		var can *workflow.ContinueAsNewError
 		switch {
 		case errors.As(err, &can):
-			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &in); err != nil {
+			var next In // a fresh value: decoding into the last input would keep fields the next one omits
+			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 				rt.Fatalf("continue-as-new input: %v", err)
 			}
+			in = next
 		case err != nil && !temporal.IsCanceledError(err):
 			return err
 		case err == nil && restart && next < len(steps):
@@ -114,9 +116,24 @@ func segments[In any](rt *rapid.T, fn any, first In, restart bool, end time.Dura
 	}
 }
 
+// query reads the workflow's state; ok is false before the run's first task registered its query
+// handler (the test environment panics on a query then).
+func query(env *testsuite.TestWorkflowEnvironment, into any) (ok bool, err error) {
+	defer func() {
+		if recover() != nil {
+			ok, err = false, nil
+		}
+	}()
+	v, err := env.QueryWorkflow(QueryState)
+	if err != nil {
+		return true, err
+	}
+	return true, v.Get(into)
+}
+
 // simRegressions are the sequences a simulation once failed on (rapid's fail files, kept in
 // testdata/sim as <workflow>_<what>.fail), each replayed by TestSimulateRegressions.
-var simRegressions = map[string]func(*rapid.T){"device": deviceProperty}
+var simRegressions = map[string]func(*rapid.T){"device": deviceProperty, "breaker": breakerProperty}
 
 // TestSimulateRegressions replays every sequence a simulation failed on, by name.
 func TestSimulateRegressions(t *testing.T) {

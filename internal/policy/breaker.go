@@ -85,6 +85,9 @@ type BreakerState struct {
 	WakeWaiting  bool     `json:"wakeWaiting,omitempty"`
 	Waiting      []string `json:"waiting,omitempty"`
 	ConfiguredBy string   `json:"configuredBy,omitempty"`
+	// OpenDeniesAll: an open breaker denies every request, a device already granted in the window
+	// included (before, that repeat was granted even while paused by hand). Set by newer runs.
+	OpenDeniesAll bool `json:"openDeniesAll,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
 	// waitingSet mirrors Waiting for lookups; rebuilt when nil (not part of the state's JSON).
@@ -201,6 +204,11 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 		}
 	}
 	b.Grants = kept
+	if b.Open && b.OpenDeniesAll {
+		b.Denied++
+		b.waitFor(req)
+		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
+	}
 	key := req.Key()
 	for _, g := range b.Grants {
 		if g.Device == key && g.Action == req.Action {

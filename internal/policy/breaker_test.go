@@ -173,3 +173,21 @@ func TestClaimDeletionsShareTheActionsBudget(t *testing.T) {
 		t.Fatalf("a denied device waits: %+v %v", r, b.Waiting)
 	}
 }
+
+// Found by TestSimulateBreakerWorkflow: a device already granted in the window was granted again
+// while the breaker was paused by hand. An open breaker denies every request (in runs that set
+// OpenDeniesAll; older runs replay as they ran).
+func TestOpenBreakerDeniesARepeatOfAGrantedAction(t *testing.T) {
+	for _, deniesAll := range []bool{false, true} {
+		b := &BreakerState{Config: BreakerConfig{Window: 10 * time.Minute, MaxCount: 5}, OpenDeniesAll: deniesAll}
+		req := PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: Quarantined, Config: b.Config}
+		now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		if !b.Acquire(req, now).Granted {
+			t.Fatal("first request denied")
+		}
+		b.Trip("ops", "storm", now.Add(time.Minute))
+		if got := b.Acquire(req, now.Add(2*time.Minute)).Granted; got == deniesAll {
+			t.Fatalf("OpenDeniesAll %v: the repeat while paused granted %v", deniesAll, got)
+		}
+	}
+}
