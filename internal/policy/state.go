@@ -147,11 +147,11 @@ type DeviceState struct {
 	StaleGraceOn bool `json:"staleGraceOn,omitempty"`
 	// BreakerWake: the breaker wakes this device when it may grant again, so a denied action
 	// waits for that (or BreakerFallback) instead of asking every 30 s. Set by newer runs.
-	BreakerWake     bool      `json:"breakerWake,omitempty"`
+	BreakerWake bool `json:"breakerWake,omitempty"`
 	// FailedProbeHolds: after a failed probe, a restricted device's review runs the probe again
 	// instead of taking its Pods' Healthy reports as the evidence. Set by newer runs.
-	FailedProbeHolds bool `json:"failedProbeHolds,omitempty"`
-	StaleGraceUntil time.Time `json:"staleGraceUntil,omitempty"`
+	FailedProbeHolds bool      `json:"failedProbeHolds,omitempty"`
+	StaleGraceUntil  time.Time `json:"staleGraceUntil,omitempty"`
 	// Review is the recovery review in progress (state Recovering).
 	Review *Review `json:"review,omitempty"`
 	// ReviewInterval is how long the next quarantine lasts before its review; it doubles after
