@@ -18,6 +18,7 @@ import (
 
 // breakerModel counts what the breaker granted, per budget, since the last resume.
 type breakerModel struct {
+	carrier
 	cfg        policy.BreakerConfig
 	grants     map[string][]breakerGrant // budget -> new grants
 	pausedAt   time.Time                 // a pause sent at, zero after a resume
@@ -118,7 +119,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 				if m.pausedAt.IsZero() {
 					m.pausedAt = env.Now()
 				}
-				env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: simActor, Reason: "simulated"})
+				m.signal(env, SignalBreakerPause, BreakerSignal{Actor: simActor, Reason: "simulated"})
 			}
 		case "resume":
 			// A resume gets an instant of its own: requests answered in the same instant may have
@@ -129,13 +130,13 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.pausedAt = time.Time{}
 				m.grants = map[string][]breakerGrant{}
-				env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: simActor})
+				m.signal(env, SignalBreakerResume, BreakerSignal{Actor: simActor})
 			}
 		case "wait":
 			d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("waiter%d", i))
 			s.what = fmt.Sprintf("wait gpu-%d", d)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				env.SignalWorkflow(SignalBreakerWait, []string{fmt.Sprintf("gpu.sim.devicewarden.io/node-1/gpu-%d", d)})
+				m.signal(env, SignalBreakerWait, []string{fmt.Sprintf("gpu.sim.devicewarden.io/node-1/gpu-%d", d)})
 			}
 		case "continue-as-new":
 			// Its own instant too: the test environment may end the run before a signal sent in the
@@ -183,7 +184,7 @@ func breakerProperty(rt *rapid.T) {
 		}
 	}
 	end := steps[len(steps)-1].at + time.Minute
-	if err := segments(rt, BreakerWorkflow, BreakerInput{}, false, end, steps, newEnv, check); err != nil {
+	if err := segments(rt, &m.carrier, BreakerWorkflow, BreakerInput{}, false, end, steps, newEnv, check); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	for _, u := range m.updates {

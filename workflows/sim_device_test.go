@@ -22,6 +22,7 @@ import (
 // breaker's answers, the checks' outcomes), what the test made them do next, and what the workflow
 // did: enough to hold it to its promises.
 type deviceModel struct {
+	carrier
 	rule        *activities.QuarantineInput // the device's rule, nil when there is none
 	names       map[string]bool             // every rule name the workflow created
 	breakerOpen bool
@@ -202,7 +203,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				if byUpdate {
 					m.update(env, UpdateObservation, s.what, o)
 				} else {
-					env.SignalWorkflow(SignalObservation, o)
+					m.signal(env, SignalObservation, o)
 				}
 			}
 		case "command":
@@ -223,10 +224,10 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 					m.update(env, string(c), s.what, cmd)
 				case "signal":
 					if c != policy.CmdReject && c != policy.CmdApprove {
-						env.SignalWorkflow(string(c), cmd)
+						m.signal(env, string(c), cmd)
 					}
 				case "junk":
-					env.SignalWorkflow(SignalPause, "not a command")
+					m.signal(env, SignalPause, "not a command")
 				}
 			}
 		case "breaker":
@@ -251,7 +252,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			}
 		case "wake":
 			s.what = "breaker wake"
-			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SignalWorkflow(SignalBreakerWake, nil) }
+			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.signal(env, SignalBreakerWake, nil) }
 		case "continue-as-new":
 			// An instant of its own: the test environment may end the run before a signal sent in
 			// the same instant reaches it, which the server refuses (the task is retried with it).
@@ -327,7 +328,7 @@ func deviceProperty(rt *rapid.T) {
 			m.activities(env)
 			return env
 		}
-		err := segments(rt, DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p}, true, end, steps, newEnv, m.checkDevice)
+		err := segments(rt, &m.carrier, DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p}, true, end, steps, newEnv, m.checkDevice)
 		if err != nil {
 			m.violate("the workflow failed: %v", err)
 		}

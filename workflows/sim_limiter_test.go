@@ -1,0 +1,193 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
+	"pgregory.net/rapid"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// limiterModel is the migrations around the limiter: which asked, were told they have a slot,
+// released it, or are gone (terminated: a signal to them fails).
+type limiterModel struct {
+	carrier
+	perNode, clusterWide int
+	node                 map[string]string // migration -> its node
+	told                 map[string]bool   // told it holds a slot (slot-granted reached it)
+	released             map[string]bool   // released since it was last told
+	gone                 map[string]bool
+	sweptAt              time.Duration // gone holders were released (the leader's sweep) at
+	violations           []string
+	trace                []string
+}
+
+func (m *limiterModel) violate(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	m.violations = append(m.violations, v)
+	m.trace = append(m.trace, "VIOLATION: "+v)
+}
+
+func limiterSteps(rt *rapid.T, m *limiterModel) []step {
+	n := rapid.IntRange(1, 60).Draw(rt, "steps")
+	migrations := rapid.IntRange(1, 8).Draw(rt, "migrations")
+	nodes := rapid.IntRange(1, 3).Draw(rt, "nodes")
+	var steps []step
+	at, bump := time.Second, false
+	for i := range n {
+		if bump {
+			at, bump = at+time.Second, false
+		}
+		at += rapid.SampledFrom([]time.Duration{0, 0, time.Second, time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		id := fmt.Sprintf("migrate/m%d", rapid.IntRange(0, migrations-1).Draw(rt, fmt.Sprintf("migration%d", i)))
+		node := fmt.Sprintf("node-%d", rapid.IntRange(0, nodes-1).Draw(rt, fmt.Sprintf("node%d", i)))
+		if m.node[id] == "" {
+			m.node[id] = node // a migration stays on its node
+		}
+		node = m.node[id]
+		s := step{at: at}
+		switch rapid.SampledFrom([]string{"acquire", "acquire", "release", "gone", "sweep", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
+		case "acquire":
+			req := policy.SlotRequest{ID: id, Node: node, PerNode: m.perNode, ClusterWide: m.clusterWide}
+			s.what = "acquire " + id + " on " + node
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				if !m.gone[id] {
+					m.signal(env, SignalSlotAcquire, req)
+				}
+			}
+		case "release":
+			s.what = "release " + id
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				if !m.gone[id] {
+					m.released[id], m.told[id] = true, false
+					m.signal(env, SignalSlotRelease, id)
+				}
+			}
+		case "gone":
+			s.what = id + " terminated"
+			s.do = func(*testsuite.TestWorkflowEnvironment) { m.gone[id] = true }
+		case "sweep":
+			// The leader's sweep (app.ReleaseGoneSlots): a slot held by a migration that is gone is released.
+			at += time.Second
+			s.at, bump = at, true
+			s.what = "sweep"
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				m.sweptAt = s.at
+				var st policy.SlotState
+				if ok, _ := query(env, &st); ok {
+					for _, h := range st.Holders {
+						if m.gone[h.ID] {
+							m.signal(env, SignalSlotRelease, h.ID)
+						}
+					}
+				}
+			}
+		case "continue-as-new":
+			at += time.Second
+			s.at, bump = at, true
+			s.what = "continue-as-new suggested"
+			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SetContinueAsNewSuggested(true) }
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+// checkLimiter holds the limiter's state to its caps after a step.
+func (m *limiterModel) checkLimiter(env *testsuite.TestWorkflowEnvironment, after string) {
+	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
+	if env.IsWorkflowCompleted() {
+		return
+	}
+	var st policy.SlotState
+	ok, err := query(env, &st)
+	if err != nil {
+		m.violate("after %s: the state query failed: %v", after, err)
+	}
+	if !ok || err != nil {
+		return
+	}
+	m.trace = append(m.trace, fmt.Sprintf("  holders %v, queue %d", holderIDs(st.Holders), len(st.Queue)))
+	onNode := map[string]int{}
+	for _, h := range st.Holders {
+		onNode[h.Node]++
+		if onNode[h.Node] > m.perNode {
+			m.violate("%d slots held on %s, over its cap of %d", onNode[h.Node], h.Node, m.perNode)
+		}
+	}
+	if len(st.Holders) > m.clusterWide {
+		m.violate("%d slots held, over the cluster's cap of %d", len(st.Holders), m.clusterWide)
+	}
+}
+
+func holderIDs(hs []policy.SlotRequest) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.ID)
+	}
+	return out
+}
+
+// TestSimulateMigrationLimiter runs generated sequences of slot requests (retried ones included)
+// from up to 8 migrations on up to 3 nodes, releases, migrations that are terminated while they
+// wait or hold a slot, the leader's sweep of gone holders, and continue-as-new through the limiter,
+// holding it to: never more holders on a node or in the cluster than the caps; a migration told it
+// holds a slot is a holder; at the end, once every gone holder was swept, no slot is held by a
+// migration that is gone or that released it.
+func TestSimulateMigrationLimiter(t *testing.T) { simulate(t, 300, limiterProperty) }
+
+func limiterProperty(rt *rapid.T) {
+	m := &limiterModel{perNode: rapid.IntRange(1, 2).Draw(rt, "perNode"), clusterWide: rapid.IntRange(1, 4).Draw(rt, "clusterWide"),
+		node: map[string]string{}, told: map[string]bool{}, released: map[string]bool{}, gone: map[string]bool{}}
+	steps := limiterSteps(rt, m)
+	newEnv := func() *testsuite.TestWorkflowEnvironment {
+		var s testsuite.WorkflowTestSuite
+		s.SetLogger(quietLogger{})
+		env := s.NewTestWorkflowEnvironment()
+		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
+			func(_, id, _, _ string, _ any) error {
+				if m.gone[id] {
+					return errors.New("workflow not found")
+				}
+				m.told[id], m.released[id] = true, false
+				m.trace = append(m.trace, "  told "+id)
+				return nil
+			}).Maybe()
+		return env
+	}
+	// A final sweep after everything, then a look at what is held.
+	last := steps[len(steps)-1].at + 2*time.Second
+	var final policy.SlotState
+	steps = append(steps, step{at: last, what: "final sweep", do: func(env *testsuite.TestWorkflowEnvironment) {
+		var st policy.SlotState
+		if ok, _ := query(env, &st); ok {
+			for _, h := range st.Holders {
+				if m.gone[h.ID] {
+					m.signal(env, SignalSlotRelease, h.ID)
+				}
+			}
+		}
+	}}, step{at: last + time.Second, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
+	if err := segments(rt, &m.carrier, MigrationLimiterWorkflow, LimiterInput{}, false, last+time.Minute, steps, newEnv, m.checkLimiter); err != nil {
+		m.violate("the workflow failed: %v", err)
+	}
+	for _, h := range final.Holders {
+		switch {
+		case m.gone[h.ID]:
+			m.violate("%s holds a slot after it was gone and swept: a leak", h.ID)
+		case m.released[h.ID]:
+			m.violate("%s holds a slot it released", h.ID)
+		case !m.told[h.ID]:
+			m.violate("%s holds a slot it was never told of", h.ID)
+		}
+	}
+	if len(m.violations) > 0 {
+		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
+	}
+}
