@@ -24,7 +24,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane clean
+.PHONY: simulate dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -51,6 +51,8 @@ test: test-unit test-e2e ## All tests
 test-unit: ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
 	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
 	CGO_ENABLED=1 $(GO) test -race -tags lean -count=1 $(RACE_PKGS)
+	@echo "==> the month-long workflow runs (30 simulated days each), without the race detector"
+	$(GO) test -count=1 -run 'AMonth' ./workflows/
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
 	$(GO) test -count=1 $(FULL_PKGS)
 
@@ -130,6 +132,10 @@ bench: build build-lean control-plane ## Benchmarks against the real local stack
 
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATION_PKGS = internal/policy internal/rollout internal/capacity workflows activities internal/watcher
+
+N ?= 100000
+simulate: ## Long simulations: make simulate N=100000 [SEED=...]: N generated sequences per workflow, with the sequences a second
+	$(GO) test -count=1 -timeout 0 -v -run 'TestSimulate(DeviceWorkflow|BreakerWorkflow|MigrationLimiter)$$' ./workflows/ -rapid.checks=$(N) $(if $(SEED),-rapid.seed=$(SEED)) 2>&1 | grep -E '^(---|ok|FAIL)|a second|failed after|violation'
 
 mutation: ## Mutation testing (gremlins) of the decision, orchestration, activity and watcher packages, then the mutants gremlins cannot reach
 	@for p in $(MUTATION_PKGS); do \

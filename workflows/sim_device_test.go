@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 // did: enough to hold it to its promises.
 type deviceModel struct {
 	carrier
+	// mu guards the model: local activities run on goroutines of their own, a retried one beside
+	// the attempt it replaces.
+	mu sync.Mutex
 	rule        *activities.QuarantineInput // the device's rule, nil when there is none
 	names       map[string]bool             // every rule name the workflow created
 	breakerOpen bool
@@ -62,6 +66,8 @@ type simUpdate struct {
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivity(&activities.Activities{})
 	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
 		if m.breakerOpen {
 			return policy.PermitResult{Reason: "circuit breaker open: simulated"}, nil
@@ -70,6 +76,8 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		return policy.PermitResult{Granted: true}, nil
 	}).Maybe()
 	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		if m.quarantineFatal {
 			m.quarantineFatal = false
 			return activities.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", activities.ErrRuleNameCollision, nil)
@@ -101,12 +109,16 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		return activities.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
 	}).Maybe()
 	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		if m.rule == nil {
 			return policy.RuleInfo{Name: in.Device.TaintRuleName()}, nil
 		}
 		return policy.RuleInfo{Present: true, Name: in.Device.TaintRuleName(), Key: m.rule.Key, Effect: string(m.rule.Effect), WantEffect: string(in.Effect)}, nil
 	}).Maybe()
 	env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		m.note("RefreshRule present=%v", m.rule != nil)
 		if m.rule == nil {
 			return activities.RefreshResult{Missing: true}, nil
@@ -118,6 +130,8 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		return activities.RefreshResult{Effect: string(in.Effect)}, nil
 	}).Maybe()
 	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.CheckInput) (policy.StepResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		ok := m.checkFails == 0
 		if !ok {
 			m.checkFails--
@@ -135,6 +149,8 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
 	}).Maybe()
 	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReleaseInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		if m.releaseFails > 0 {
 			m.releaseFails--
 			return errors.New("apiserver unavailable")
@@ -198,7 +214,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				if h == device.Unhealthy {
+					m.mu.Lock()
 					m.unhealthySeen = true
+					m.mu.Unlock()
 				}
 				if byUpdate {
 					m.update(env, UpdateObservation, s.what, o)
@@ -217,7 +235,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.what = fmt.Sprintf("%s %s by %q", how, c, actor)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				if c == policy.CmdForceQuarantine {
+					m.mu.Lock()
 					m.forced = true
+					m.mu.Unlock()
 				}
 				switch how {
 				case "update":
@@ -233,12 +253,18 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 		case "breaker":
 			open := rapid.Bool().Draw(rt, fmt.Sprintf("open%d", i))
 			s.what = fmt.Sprintf("breaker open %v", open)
-			s.do = func(*testsuite.TestWorkflowEnvironment) { m.breakerOpen = open }
+			s.do = func(*testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.breakerOpen = open
+			}
 		case "fault":
 			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "release"}).Draw(rt, fmt.Sprintf("fault%d", i))
 			k := rapid.IntRange(1, 3).Draw(rt, fmt.Sprintf("faults%d", i))
 			s.what = fmt.Sprintf("next %d %s calls fail", k, f)
 			s.do = func(*testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
 				switch f {
 				case "quarantine":
 					m.quarantineFails = k
@@ -279,6 +305,8 @@ func (m *deviceModel) update(env *testsuite.TestWorkflowEnvironment, name, what 
 
 // checkDevice holds the device workflow's state to the model after a step.
 func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.note("%s: %s", env.Now().Format("15:04:05"), after)
 	if env.IsWorkflowCompleted() {
 		return // an idle device's run ended; the watcher's next report starts another
