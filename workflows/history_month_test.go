@@ -139,4 +139,3 @@ func TestMigrationWaitingAMonthForTheBreakerBoundsItsHistory(t *testing.T) {
 		t.Fatalf("after a month: %+v", c)
 	}
 }
-

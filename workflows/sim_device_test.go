@@ -26,7 +26,7 @@ type deviceModel struct {
 	carrier
 	// mu guards the model: local activities run on goroutines of their own, a retried one beside
 	// the attempt it replaces.
-	mu sync.Mutex
+	mu          sync.Mutex
 	rule        *activities.QuarantineInput // the device's rule, nil when there is none
 	names       map[string]bool             // every rule name the workflow created
 	breakerOpen bool
