@@ -237,6 +237,7 @@ func TestDevKilledMidMigration(t *testing.T) {
 // for its first minute keeps running, live and not ready with the reason, and comes up once the
 // server answers: a device that fails then is fenced.
 func TestRunWaitsForAnUnreachableTemporal(t *testing.T) {
+	t.Parallel() // mostly a wait, on a stack of its own: it runs beside TestLongWaitsContinueAsNew
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)

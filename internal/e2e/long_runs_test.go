@@ -31,6 +31,7 @@ const longRunsSuggest = 30
 // and the migration moves its Job once an operator re-arms the breaker. With
 // DEVICEWARDEN_RECORD_HISTORY set it records every run for the replay tests.
 func TestLongWaitsContinueAsNew(t *testing.T) {
+	t.Parallel() // mostly waits, on a stack of its own: it runs beside TestRunWaitsForAnUnreachableTemporal
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pols, err := policy.Parse([]byte(migrateRestartPolicy))
