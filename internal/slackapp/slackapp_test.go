@@ -377,3 +377,21 @@ func TestRolloutApprovalMessage(t *testing.T) {
 		}
 	}
 }
+
+// A request stays known for the whole replay window, to the nanosecond, and is forgotten after it.
+func TestMemoryReplaysKeepTheWholeWindow(t *testing.T) {
+	var m memoryReplays
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	if first, _ := m.First(context.Background(), "k", t0); !first {
+		t.Fatal("a new request counted as a replay")
+	}
+	if first, _ := m.First(context.Background(), "k", t0.Add(replayWindow)); first {
+		t.Fatal("a replay at the end of the window passed")
+	}
+	if first, _ := m.First(context.Background(), "other", t0.Add(2*replayWindow+time.Nanosecond)); !first {
+		t.Fatal("another request refused")
+	}
+	if first, _ := m.First(context.Background(), "k", t0.Add(2*replayWindow+time.Nanosecond)); !first {
+		t.Fatal("a request past the window still remembered")
+	}
+}

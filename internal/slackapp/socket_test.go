@@ -24,6 +24,8 @@ type socketSlack struct {
 	acks       []string
 	ephemerals []string
 	appToken   string
+	// refuseOpens makes the first apps.connections.open calls fail; opens counts them all.
+	refuseOpens, opens int
 }
 
 func newSocketSlack(t *testing.T, envelopes ...map[string]any) *socketSlack {
@@ -32,7 +34,13 @@ func newSocketSlack(t *testing.T, envelopes ...map[string]any) *socketSlack {
 	mux.HandleFunc("/api/apps.connections.open", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.appToken = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		s.opens++
+		refuse := s.opens <= s.refuseOpens
 		s.mu.Unlock()
+		if refuse {
+			writeJSON(w, map[string]any{"ok": false, "error": "internal_error"})
+			return
+		}
 		writeJSON(w, map[string]any{"ok": true, "url": "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/link"})
 	})
 	mux.HandleFunc("/api/chat.postEphemeral", func(w http.ResponseWriter, r *http.Request) {
@@ -132,5 +140,34 @@ func TestSocketModeApprovals(t *testing.T) {
 	}
 	if !strings.HasPrefix(eph[0], "USTRANGER: You are not allowed") || !strings.Contains(eph[1], "names no review") {
 		t.Fatalf("ephemeral notices %v", eph)
+	}
+}
+
+// Slack refusing to open the connection (an outage) does not end Socket Mode: it opens it again,
+// backing off, and then takes the presses.
+func TestSocketModeOpensTheConnectionAgain(t *testing.T) {
+	slack := newSocketSlack(t, envelope("e1", "UOPS", ActionApprove, button, 0))
+	slack.refuseOpens = 1
+	d := &decider{}
+	srv := &Server{Client: NewSocketClient("xoxb-bot", "xapp-app", slack.srv.URL+"/api/"), Decider: d, AllowedUsers: []string{"UOPS"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.RunSocketMode(ctx, srv.Client) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for d.count() == 0 {
+		if time.Now().After(deadline) {
+			_, _, _ = slack.snapshot()
+			t.Fatalf("no decision after a refused open (%d opens)", slack.opens)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("socket mode ended with %v", err)
+	}
+	slack.mu.Lock()
+	defer slack.mu.Unlock()
+	if slack.opens < 2 {
+		t.Fatalf("%d opens: want the refused one and the next", slack.opens)
 	}
 }
