@@ -21,14 +21,15 @@ import (
 )
 
 // longRunsSuggest is the history length at which this test's server suggests continue-as-new:
-// short enough that a rollout and a migration continue as new within seconds of waiting.
-const longRunsSuggest = 30
+// short enough that a rollout and a migration continue as new at their first wait.
+const longRunsSuggest = 20
 
 // TestLongWaitsContinueAsNew takes the two workflows whose waits can last for weeks through
 // continue-as-new on the real server: a rollout rolled back while a running Pod holds its node,
 // and a migration held back by an open circuit breaker. Each continues as new while it waits, and
 // each new run carries on where the last stopped: the node goes back to the plugin once released,
-// and the migration moves its Job once an operator re-arms the breaker. With
+// and the migration, re-armed by an operator during its first wait, moves its Job from the next
+// run with the slot it carried. With
 // DEVICEWARDEN_RECORD_HISTORY set it records every run for the replay tests.
 func TestLongWaitsContinueAsNew(t *testing.T) {
 	t.Parallel() // mostly waits, on a stack of its own: it runs beside TestRunWaitsForAnUnreachableTemporal
@@ -155,15 +156,16 @@ func migrationHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 		}
 		return nil
 	})
-	run := continuedAsNew(t, ctx, s, mid, currentRun(t, ctx, s, mid))
-	var m policy.MigrationState
-	if err := queryInto(ctx, s.temporal, mid, &m); err != nil || m.Phase != policy.PhaseWaitingForBreaker || m.SlotAt.IsZero() {
-		t.Fatalf("continued run %s: %s, slot at %s (%v)", run, m.Phase, m.SlotAt, err)
-	}
+	// Resumed now, the breaker grants the next request: the run's history is full by the end of
+	// its first 30 s wait, so that request comes from the next run, which carries the slot.
+	first := currentRun(t, ctx, s, mid)
 	if out, err := s.cli(ctx, "breaker", "resume", "--actor", "sre", "--reason", "storm over"); err != nil {
 		t.Fatalf("breaker resume: %v\n%s", err, out)
 	}
-	movedOnce(t, ctx, s, "miglong", mid)
+	m := movedOnce(t, ctx, s, "miglong", mid)
+	if runs := runIDs(t, ctx, s.temporal, mid); len(runs) < 2 || runs[0] != first || m.SlotAt.IsZero() {
+		t.Fatalf("runs %v (first %s), slot at %s: want the wait continued as new, the slot carried", runs, first, m.SlotAt)
+	}
 	leases, err := s.kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{
 		LabelSelector: activities.LabelWorkloadNamespace + "=miglong," + activities.LabelWorkloadName + "=train"})
 	if err != nil || len(leases.Items) != 0 {
