@@ -75,7 +75,7 @@ func (c PhaseChange) Expected() map[string]int64 {
 // RolloutPreflight reads the phase's nodes and slices and lists what blocks the phase.
 func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []rollout.Violation, err error) {
 	defer func() { err = permanent(err) }()
-	if err := checkPhase(in.Plan, in.Phase); err != nil {
+	if err := checkPhase(in.Plan, in.Phase, ErrInvalidRolloutInput); err != nil {
 		return nil, err
 	}
 	snap, err := a.rolloutSnapshot(ctx, in.Plan, in.Phase, nil, false)
@@ -90,7 +90,7 @@ func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []r
 // previous owner it recorded then.
 func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ PhaseChange, err error) {
 	defer func() { err = permanent(err) }()
-	if err := checkPhase(in.Plan, in.Phase); err != nil {
+	if err := checkPhase(in.Plan, in.Phase, ErrInvalidRolloutInput); err != nil {
 		return PhaseChange{}, err
 	}
 	ph := in.Plan.Phases[in.Phase]

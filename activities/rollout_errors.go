@@ -20,10 +20,10 @@ const (
 	ErrRolloutForbidden = "RolloutForbidden"
 )
 
-// checkPhase refuses a phase the plan does not have.
-func checkPhase(p rollout.Plan, phase int) error {
+// checkPhase refuses, as an error of type errType that is not retried, a phase the plan does not have.
+func checkPhase(p rollout.Plan, phase int, errType string) error {
 	if phase < 0 || phase >= len(p.Phases) {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %s has no phase %d", p.Name, phase), ErrInvalidRolloutInput, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %s has no phase %d", p.Name, phase), errType, nil)
 	}
 	return nil
 }

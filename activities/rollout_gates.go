@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 	"log/slog"
 	"strings"
 	"time"
@@ -36,9 +35,8 @@ type GateInput struct {
 // checks the gates, and keeps the report in a ConfigMap in DeviceWarden's namespace. Each class of
 // allocation failure goes to its own alert.
 func (a *Activities) EvaluateRolloutGates(ctx context.Context, in GateInput) (rollout.Report, error) {
-	if in.Phase < 0 || in.Phase >= len(in.Plan.Phases) {
-		return rollout.Report{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("plan %s has no phase %d", in.Plan.Name, in.Phase), ErrInvalidGateInput, nil)
+	if err := checkPhase(in.Plan, in.Phase, ErrInvalidGateInput); err != nil {
+		return rollout.Report{}, err
 	}
 	snap, err := a.rolloutSnapshot(ctx, in.Plan, in.Phase, in.Expected, true)
 	if err != nil {

@@ -65,12 +65,14 @@ type rolloutRun struct {
 
 // step runs the current phase's current step.
 func (r *rolloutRun) step(ctx workflow.Context) error {
-	if u := r.st.Unfinished; u != nil && r.st.RollbackPending == nil {
-		// A resume after a rollback that could not finish tries it again.
+	if u := r.st.Unfinished; u != nil {
 		r.st.Unfinished = nil
-		return r.rollback(ctx, u.Phases, u.Reason)
+		if r.st.RollbackPending == nil {
+			// A resume after a rollback that could not finish tries it again; a rollback command
+			// covers it, since it undoes every enabled phase.
+			return r.rollback(ctx, u.Phases, u.Reason)
+		}
 	}
-	r.st.Unfinished = nil // a rollback command covers it: it undoes every enabled phase
 	if r.st.RollbackPending != nil {
 		return r.rollback(ctx, len(r.st.Enabled), r.st.RollbackPending.Reason+" (by "+r.st.RollbackPending.Actor+")")
 	}

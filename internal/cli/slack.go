@@ -8,12 +8,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/slackapp"
@@ -151,32 +151,15 @@ func newApprovalsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runAll(c.Context(), sf.approvalRunners(s, g.logger))
+			eg, ctx := errgroup.WithContext(c.Context())
+			for _, run := range sf.approvalRunners(s, g.logger) {
+				eg.Go(func() error { return run(ctx) })
+			}
+			return eg.Wait()
 		},
 	}
 	cf.add(cmd)
 	sf.addNotify(cmd)
 	sf.addApprovals(cmd, "127.0.0.1:8090")
 	return cmd
-}
-
-// runAll runs fns side by side until ctx ends or one fails; it returns the first error.
-func runAll(ctx context.Context, fns []func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(fns))
-	var wg sync.WaitGroup
-	for _, fn := range fns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(ctx); err != nil {
-				errs <- err
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
 }

@@ -68,7 +68,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "request body unreadable or too large", http.StatusBadRequest)
 		return
 	}
-	if err := s.verify(r.Header, body); err != nil {
+	if err := s.verify(r.Context(), r.Header, body); err != nil {
 		s.logger().Warn("slack request refused", "reason", err, "remote", r.RemoteAddr)
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
@@ -184,7 +184,7 @@ func (s *Server) update(ctx context.Context, channel, ts, outcome string) {
 
 // verify checks the signing secret, the timestamp (at most 5 minutes off) and that the exact
 // request was not seen before.
-func (s *Server) verify(h http.Header, body []byte) error {
+func (s *Server) verify(ctx context.Context, h http.Header, body []byte) error {
 	if s.SigningSecret == "" {
 		return errors.New("no signing secret configured")
 	}
@@ -202,7 +202,7 @@ func (s *Server) verify(h http.Header, body []byte) error {
 	// text is not unique (hex decoding ignores case, so an upper-cased copy verifies too).
 	sum := sha256.Sum256([]byte(h.Get("X-Slack-Request-Timestamp") + ":" + string(body)))
 	key := hex.EncodeToString(sum[:])
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	first, err := s.replays().First(ctx, key, s.now())
 	switch {
