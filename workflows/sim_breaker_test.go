@@ -76,15 +76,10 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 	n := rapid.IntRange(1, 60).Draw(rt, "steps")
 	devices := rapid.IntRange(1, 12).Draw(rt, "devices")
 	var steps []step
-	at := time.Second
-	bump := false // the step after a resume comes a second later
+	tl := &timeline{at: time.Second}
 	for i := range n {
-		if bump {
-			at, bump = at+time.Second, false
-		}
-		at += rapid.SampledFrom([]time.Duration{0, 0, time.Second, time.Minute, 4 * time.Minute, 11 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
-		var s step
-		s.at = at
+		gap := rapid.SampledFrom([]time.Duration{0, 0, time.Second, time.Minute, 4 * time.Minute, 11 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		s := step{at: tl.next(gap)}
 		switch rapid.SampledFrom([]string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
 		case "acquire":
 			d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("device%d", i))
@@ -124,8 +119,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 		case "resume":
 			// A resume gets an instant of its own: requests answered in the same instant may have
 			// been decided before or after it, and the model could not tell which window they are in.
-			at += time.Second
-			s.at, bump = at, true
+			s.at = tl.own()
 			s.what = "resume"
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.pausedAt = time.Time{}
@@ -139,12 +133,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 				m.signal(env, SignalBreakerWait, []string{fmt.Sprintf("gpu.sim.devicewarden.io/node-1/gpu-%d", d)})
 			}
 		case "continue-as-new":
-			// Its own instant too: the test environment may end the run before a signal sent in the
-			// same instant reaches it; the server refuses that (the task is retried with the signal).
-			at += time.Second
-			s.at, bump = at, true
-			s.what = "continue-as-new suggested"
-			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SetContinueAsNewSuggested(true) }
+			s = continueAsNewStep(tl)
 		}
 		steps = append(steps, s)
 	}

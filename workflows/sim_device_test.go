@@ -182,19 +182,14 @@ const simActor = "ops"
 func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 	n := rapid.IntRange(1, 40).Draw(rt, "steps")
 	var steps []step
-	at := time.Second // the run has started
+	tl := &timeline{at: time.Second} // the run has started
 	ver := 10
 	term := int64(1)
 	var seq uint64
-	bump := false // the step after a continue-as-new comes a second later
 	for i := range n {
-		if bump {
-			at, bump = at+time.Second, false
-		}
-		at += rapid.SampledFrom([]time.Duration{0, time.Second, 30 * time.Second, 2 * time.Minute, 6 * time.Minute, 20 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		gap := rapid.SampledFrom([]time.Duration{0, time.Second, 30 * time.Second, 2 * time.Minute, 6 * time.Minute, 20 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
 		kind := rapid.SampledFrom([]string{"observe", "observe", "observe", "command", "breaker", "fault", "wake", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i))
-		var s step
-		s.at = at
+		s := step{at: tl.next(gap)}
 		switch kind {
 		case "observe":
 			h := rapid.SampledFrom([]device.Health{device.Healthy, device.Unknown, device.Unhealthy}).Draw(rt, fmt.Sprintf("health%d", i))
@@ -280,12 +275,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.what = "breaker wake"
 			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.signal(env, SignalBreakerWake, nil) }
 		case "continue-as-new":
-			// An instant of its own: the test environment may end the run before a signal sent in
-			// the same instant reaches it, which the server refuses (the task is retried with it).
-			at += time.Second
-			s.at, bump = at, true
-			s.what = "continue-as-new suggested"
-			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SetContinueAsNewSuggested(true) }
+			s = continueAsNewStep(tl)
 		}
 		steps = append(steps, s)
 	}

@@ -23,7 +23,6 @@ type limiterModel struct {
 	told                 map[string]bool   // told it holds a slot (slot-granted reached it)
 	released             map[string]bool   // released since it was last told
 	gone                 map[string]bool
-	sweptAt              time.Duration // gone holders were released (the leader's sweep) at
 	violations           []string
 	trace                []string
 }
@@ -39,19 +38,16 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 	migrations := rapid.IntRange(1, 8).Draw(rt, "migrations")
 	nodes := rapid.IntRange(1, 3).Draw(rt, "nodes")
 	var steps []step
-	at, bump := time.Second, false
+	tl := &timeline{at: time.Second}
 	for i := range n {
-		if bump {
-			at, bump = at+time.Second, false
-		}
-		at += rapid.SampledFrom([]time.Duration{0, 0, time.Second, time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		gap := rapid.SampledFrom([]time.Duration{0, 0, time.Second, time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
 		id := fmt.Sprintf("migrate/m%d", rapid.IntRange(0, migrations-1).Draw(rt, fmt.Sprintf("migration%d", i)))
 		node := fmt.Sprintf("node-%d", rapid.IntRange(0, nodes-1).Draw(rt, fmt.Sprintf("node%d", i)))
 		if m.node[id] == "" {
 			m.node[id] = node // a migration stays on its node
 		}
 		node = m.node[id]
-		s := step{at: at}
+		s := step{at: tl.next(gap)}
 		switch rapid.SampledFrom([]string{"acquire", "acquire", "release", "gone", "sweep", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
 		case "acquire":
 			req := policy.SlotRequest{ID: id, Node: node, PerNode: m.perNode, ClusterWide: m.clusterWide}
@@ -64,8 +60,7 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 		case "release":
 			// An instant of its own: the limiter takes acquire and release from two channels, in no
 			// order between them, and a migration never releases and asks again at once.
-			at += time.Second
-			s.at, bump = at, true
+			s.at = tl.own()
 			s.what = "release " + id
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				if !m.gone[id] {
@@ -77,31 +72,30 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 			s.what = id + " terminated"
 			s.do = func(*testsuite.TestWorkflowEnvironment) { m.gone[id] = true }
 		case "sweep":
-			// The leader's sweep (app.ReleaseGoneSlots): a slot held by a migration that is gone is released.
-			at += time.Second
-			s.at, bump = at, true
+			s.at = tl.own()
 			s.what = "sweep"
-			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				m.sweptAt = s.at
-				var st policy.SlotState
-				if ok, _ := query(env, &st); ok {
-					for _, h := range st.Holders {
-						if m.gone[h.ID] {
-							m.released[h.ID], m.told[h.ID] = true, false
-							m.signal(env, SignalSlotRelease, h.ID)
-						}
-					}
-				}
-			}
+			s.do = m.sweep
 		case "continue-as-new":
-			at += time.Second
-			s.at, bump = at, true
-			s.what = "continue-as-new suggested"
-			s.do = func(env *testsuite.TestWorkflowEnvironment) { env.SetContinueAsNewSuggested(true) }
+			s = continueAsNewStep(tl)
 		}
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+// sweep is the leader's sweep (app.ReleaseGoneSlots): a slot held by a migration that is gone is
+// released.
+func (m *limiterModel) sweep(env *testsuite.TestWorkflowEnvironment) {
+	var st policy.SlotState
+	if ok, _ := query(env, &st); !ok {
+		return
+	}
+	for _, h := range st.Holders {
+		if m.gone[h.ID] {
+			m.released[h.ID], m.told[h.ID] = true, false
+			m.signal(env, SignalSlotRelease, h.ID)
+		}
+	}
 }
 
 // checkLimiter holds the limiter's state to its caps after a step.
@@ -181,16 +175,7 @@ func limiterProperty(rt *rapid.T) {
 	// A final sweep after everything, then a look at what is held.
 	last := steps[len(steps)-1].at + 2*time.Second
 	var final policy.SlotState
-	steps = append(steps, step{at: last, what: "final sweep", do: func(env *testsuite.TestWorkflowEnvironment) {
-		var st policy.SlotState
-		if ok, _ := query(env, &st); ok {
-			for _, h := range st.Holders {
-				if m.gone[h.ID] {
-					m.signal(env, SignalSlotRelease, h.ID)
-				}
-			}
-		}
-	}}, step{at: last + time.Second, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
+	steps = append(steps, step{at: last, what: "final sweep", do: m.sweep}, step{at: last + time.Second, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
 	if err := segments(rt, &m.carrier, MigrationLimiterWorkflow, LimiterInput{}, false, last+time.Minute, steps, newEnv, m.checkLimiter); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}

@@ -66,6 +66,38 @@ type step struct {
 	do   func(env *testsuite.TestWorkflowEnvironment)
 }
 
+// timeline hands the steps their times: the drawn gaps, and an instant of its own (a second
+// before it and a second after it) to a step whose order against others in one instant the model
+// could not tell.
+type timeline struct {
+	at    time.Duration
+	alone bool
+}
+
+// next moves on by gap and returns the step's time.
+func (tl *timeline) next(gap time.Duration) time.Duration {
+	if tl.alone {
+		tl.at, tl.alone = tl.at+time.Second, false
+	}
+	tl.at += gap
+	return tl.at
+}
+
+// own gives the current step an instant of its own and returns it.
+func (tl *timeline) own() time.Duration {
+	tl.at += time.Second
+	tl.alone = true
+	return tl.at
+}
+
+// continueAsNewStep suggests continue-as-new, at an instant of its own: the test environment may
+// end the run before a signal sent in the same instant reaches it, which the server refuses (the
+// task is retried with the signal).
+func continueAsNewStep(tl *timeline) step {
+	return step{at: tl.own(), what: "continue-as-new suggested",
+		do: func(env *testsuite.TestWorkflowEnvironment) { env.SetContinueAsNewSuggested(true) }}
+}
+
 // carrier remembers the signals sent in each instant. The test environment ends a run that
 // continues as new without the signals sent in that instant after it decided (and reports the
 // run as still going until the instant is over), while the server refuses a continue-as-new with
