@@ -143,19 +143,7 @@ func migrationHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 	if _, err := sim.SetHealth(ctx, s.kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	var mid string
-	eventually(t, time.Minute, "the migration waiting for the breaker", func() error {
-		st, err := stateOf(ctx, s, bad)
-		if err != nil || len(st.Migrations) == 0 {
-			return fmt.Errorf("device %s migrations %v (%v)", st.State, st.Migrations, err)
-		}
-		mid = st.Migrations[0]
-		var m policy.MigrationState
-		if err := queryInto(ctx, s.temporal, mid, &m); err != nil || m.Phase != policy.PhaseWaitingForBreaker {
-			return fmt.Errorf("migration %s (%v)", m.Phase, err)
-		}
-		return nil
-	})
+	mid := migrationIn(t, ctx, s, bad, policy.PhaseWaitingForBreaker)
 	// Resumed now, the breaker grants the next request: the run's history is full by the end of
 	// its first 30 s wait, so that request comes from the next run, which carries the slot.
 	first := currentRun(t, ctx, s, mid)

@@ -60,15 +60,21 @@ func checkpointingJob(t *testing.T, ctx context.Context, kube kubernetes.Interfa
 // the migration's workflow ID.
 func migrationCheckpointing(t *testing.T, ctx context.Context, s *stack, bad device.ID) string {
 	t.Helper()
+	return migrationIn(t, ctx, s, bad, policy.PhaseCheckpointing)
+}
+
+// migrationIn waits until the device's first migration is in phase and returns its workflow ID.
+func migrationIn(t *testing.T, ctx context.Context, s *stack, bad device.ID, phase policy.MigrationPhase) string {
+	t.Helper()
 	var mid string
-	eventually(t, time.Minute, "the migration waiting for the checkpoint", func() error {
+	eventually(t, time.Minute, "the migration in phase "+string(phase), func() error {
 		st, err := stateOf(ctx, s, bad)
 		if err != nil || len(st.Migrations) == 0 {
 			return fmt.Errorf("device %s migrations %v (%v)", st.State, st.Migrations, err)
 		}
 		mid = st.Migrations[0]
 		var m policy.MigrationState
-		if err := queryInto(ctx, s.temporal, mid, &m); err != nil || m.Phase != policy.PhaseCheckpointing {
+		if err := queryInto(ctx, s.temporal, mid, &m); err != nil || m.Phase != phase {
 			return fmt.Errorf("migration %s (%v)", m.Phase, err)
 		}
 		return nil

@@ -88,6 +88,29 @@ func (s *socketSlack) snapshot() (acks, ephemerals []string, appToken string) {
 	return append([]string(nil), s.acks...), append([]string(nil), s.ephemerals...), s.appToken
 }
 
+// serve runs a Server deciding with d over Socket Mode against this Slack until done holds, then
+// stops it; after 20 s it fails with what this Slack saw.
+func (s *socketSlack) serve(t *testing.T, d Decider, done func() bool) {
+	t.Helper()
+	srv := &Server{Client: NewSocketClient("xoxb-bot", "xapp-app", s.srv.URL+"/api/"), Decider: d, AllowedUsers: []string{"UOPS"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() { ended <- srv.RunSocketMode(ctx, srv.Client) }()
+	for deadline := time.Now().Add(20 * time.Second); !done(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			acks, eph, _ := s.snapshot()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			t.Fatalf("after 20 s: %d opens, acks %v, ephemeral notices %v", s.opens, acks, eph)
+		}
+	}
+	cancel()
+	if err := <-ended; err != nil {
+		t.Fatalf("socket mode ended with %v", err)
+	}
+}
+
 // envelope is an interactive Socket Mode envelope: a press of a button by user.
 func envelope(id, user, action, value string, retry int) map[string]any {
 	var payload map[string]any
@@ -109,25 +132,10 @@ func TestSocketModeApprovals(t *testing.T) {
 		envelope("e2", "USTRANGER", ActionApprove, button, 0),
 		envelope("e3", "UOPS", ActionApprove, gpu.String(), 0))
 	d := &decider{}
-	srv := &Server{Client: NewSocketClient("xoxb-bot", "xapp-app", slack.srv.URL+"/api/"), Decider: d, AllowedUsers: []string{"UOPS"}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.RunSocketMode(ctx, srv.Client) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	slack.serve(t, d, func() bool {
 		acks, eph, _ := slack.snapshot()
-		if len(acks) == 4 && len(eph) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acks %v, ephemeral notices %v", acks, eph)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("socket mode ended with %v", err)
-	}
+		return len(acks) == 4 && len(eph) == 2
+	})
 	acks, eph, appToken := slack.snapshot()
 	if appToken != "xapp-app" {
 		t.Fatalf("connection opened with %q, want the app-level token", appToken)
@@ -149,22 +157,7 @@ func TestSocketModeOpensTheConnectionAgain(t *testing.T) {
 	slack := newSocketSlack(t, envelope("e1", "UOPS", ActionApprove, button, 0))
 	slack.refuseOpens = 1
 	d := &decider{}
-	srv := &Server{Client: NewSocketClient("xoxb-bot", "xapp-app", slack.srv.URL+"/api/"), Decider: d, AllowedUsers: []string{"UOPS"}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.RunSocketMode(ctx, srv.Client) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for d.count() == 0 {
-		if time.Now().After(deadline) {
-			_, _, _ = slack.snapshot()
-			t.Fatalf("no decision after a refused open (%d opens)", slack.opens)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("socket mode ended with %v", err)
-	}
+	slack.serve(t, d, func() bool { return d.count() > 0 })
 	slack.mu.Lock()
 	defer slack.mu.Unlock()
 	if slack.opens < 2 {
