@@ -39,6 +39,11 @@ type migration struct {
 	full bool
 	// anyway is the mechanism of a person's migrate-anyway, once given.
 	anyway string
+	// suspended: this run asked for the Job's suspension and has not resumed it yet.
+	suspended bool
+	// dropStale: a grant that waits when a request starts answered an earlier one (a retried
+	// request is answered again) and is dropped, or the migration would move without a slot.
+	dropStale bool
 }
 
 // MigrateWorkflow (ID MigrationID) moves one workload off a quarantined device: it takes the
@@ -58,6 +63,7 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 	if err := r.registerDecisions(ctx); err != nil {
 		return *r.m, err
 	}
+	r.dropStale = workflow.GetVersion(ctx, "drop-stale-grants", workflow.DefaultVersion, 1) >= 1
 	if c := in.Carried; c != nil {
 		r.m, r.slot, r.started, r.anyway = &c.State, c.Slot, c.Started, c.Anyway
 		r.in.Carried = nil
@@ -90,7 +96,14 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 		return *r.m, continueAsNew(ctx, MigrateWorkflow, next)
 	}
 	if *lost != "" && r.m.Phase != policy.PhaseDone {
-		r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, *lost, workflow.Now(ctx))
+		if r.suspended {
+			// Whoever holds the Lease now may move the workload, so it is not resumed here; but a
+			// person must know it is suspended, or it may stay so.
+			r.m.Finish(policy.OutcomeFailed, policy.FailNeedsCleanup, fmt.Sprintf("%s; the %s was suspended by this migration and is not resumed: resume it unless the Lease's holder moves it",
+				*lost, strings.ToLower(r.in.Workload.Kind)), workflow.Now(ctx))
+		} else {
+			r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, *lost, workflow.Now(ctx))
+		}
 	}
 	stopWork()
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -160,6 +173,9 @@ func (r *migration) acquireSlot() bool {
 		r.in.Policy.PerNode, r.in.Node, r.in.Policy.ClusterWide)
 	req := policy.SlotRequest{ID: r.id, Node: r.in.Node, PerNode: r.in.Policy.PerNode, ClusterWide: r.in.Policy.ClusterWide}
 	granted := workflow.GetSignalChannel(ctx, SignalSlotGranted)
+	for r.dropStale && granted.ReceiveAsync(nil) {
+		r.m.Record(workflow.Now(ctx), "a grant of an earlier slot request dropped")
+	}
 	for {
 		if err := workflow.ExecuteActivity(activityOptions(ctx), a.RequestMigrationSlot, req).Get(ctx, nil); err != nil {
 			return false // only when cancelled: the activity retries until then
@@ -366,6 +382,7 @@ func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
 	if w.Kind == "JobSet" {
 		suspend.Kind, suspend.APIVersion = w.Kind, w.APIVersion
 	}
+	r.suspended = true // from the call on: one cut short may have suspended it
 	if err := workflow.ExecuteActivity(actx, a.SuspendJob, suspend).Get(ctx, nil); err != nil {
 		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" not suspended (it may be): "+err.Error())
 		return false
@@ -378,6 +395,7 @@ func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
 	resume := suspend
 	resume.Suspend = false
 	resumed := workflow.ExecuteActivity(actx, a.SuspendJob, resume).Get(ctx, nil)
+	r.suspended = resumed != nil
 	switch {
 	case resumed != nil:
 		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" left suspended: "+resumed.Error())

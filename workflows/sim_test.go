@@ -106,6 +106,9 @@ func continueAsNewStep(tl *timeline) step {
 // (senders retry).
 type carrier struct {
 	sent []sentSignal
+	// ended, when set, is called with the environment of a run that ended other than by
+	// continuing as new: its result is there to read.
+	ended func(*testsuite.TestWorkflowEnvironment)
 }
 
 type sentSignal struct {
@@ -177,6 +180,9 @@ func segments[In any](rt *rapid.T, c *carrier, fn any, first In, restart bool, e
 		env.ExecuteWorkflow(fn, in)
 		err := env.GetWorkflowError()
 		var can *workflow.ContinueAsNewError
+		if c.ended != nil && !errors.As(err, &can) {
+			c.ended(env)
+		}
 		switch {
 		case errors.As(err, &can):
 			resend = c.lastInstant(env.Now())
@@ -221,7 +227,7 @@ func query(env *testsuite.TestWorkflowEnvironment, into any) (ok bool, err error
 
 // simRegressions are the sequences a simulation once failed on (rapid's fail files, kept in
 // testdata/sim as <workflow>_<what>.fail), each replayed by TestSimulateRegressions.
-var simRegressions = map[string]func(*rapid.T){"device": deviceProperty, "breaker": breakerProperty}
+var simRegressions = map[string]func(*rapid.T){"device": deviceProperty, "breaker": breakerProperty, "migrate": migrateProperty}
 
 // TestSimulateRegressions replays every sequence a simulation failed on, by name.
 func TestSimulateRegressions(t *testing.T) {
