@@ -298,6 +298,9 @@ func (m *migrateModel) checkMigration(env *testsuite.TestWorkflowEnvironment, af
 		return
 	}
 	m.trace = append(m.trace, fmt.Sprintf("  phase %s waiting %q outcome %s", st.Phase, st.Waiting, st.Outcome))
+	if st.Phase == policy.PhaseWaitingForDecision && !st.SlotAt.IsZero() && st.SlotFreedAt.Before(st.SlotAt) {
+		m.violate("waiting for a person while holding a migration slot (granted %s)", st.SlotAt.Format("15:04:05"))
+	}
 	if m.suspensions > 1 || m.resumes > 1 {
 		m.violate("the Job was suspended %d times and resumed %d times", m.suspensions, m.resumes)
 	}
