@@ -1,0 +1,416 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"pgregory.net/rapid"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/rollout"
+)
+
+// rolloutModel is the cluster a rollout changes: each node's owner (the plugin or DRA) and the
+// owner it had before the first switch, the bound claims that keep a node on DRA, each phase's
+// admission block, what its gates would measure, and faults to inject.
+type rolloutModel struct {
+	carrier
+	mu       sync.Mutex
+	plan     rollout.Plan
+	env      *testsuite.TestWorkflowEnvironment
+	owner    map[string]string // node -> "plugin" or "dra"
+	claims   map[string]bool   // node -> a bound claim keeps it on DRA
+	blocked  map[string]bool   // phase -> new claims of its classes refused
+	enabled  map[string]time.Time
+	approved map[string]bool // phase -> an approval was accepted while it waited
+	gates    string          // "pass", "fail" or "nodata"
+	badNodes bool            // preflight finds nodes owned twice
+	// faults: the next calls fail, and may be retried; forbidden: the next fails for good; lost:
+	// the next enable or undo acts, then fails.
+	faults            int
+	forbidden, lost   bool
+	updates           []*simUpdate
+	violations, trace []string
+}
+
+func (m *rolloutModel) violate(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	m.violations = append(m.violations, v)
+	m.trace = append(m.trace, "VIOLATION: "+v)
+}
+
+// fail injects the next fault before a call acts.
+func (m *rolloutModel) fail(name string) error {
+	switch {
+	case m.forbidden:
+		m.forbidden = false
+		m.trace = append(m.trace, "  "+name+" forbidden")
+		return temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil)
+	case m.faults > 0:
+		m.faults--
+		m.trace = append(m.trace, "  "+name+" failed")
+		return errors.New("etcdserver: request timed out")
+	}
+	m.trace = append(m.trace, "  "+name)
+	return nil
+}
+
+// loseResult says whether the call that just acted loses its result.
+func (m *rolloutModel) loseResult() error {
+	if !m.lost {
+		return nil
+	}
+	m.lost = false
+	m.trace = append(m.trace, "  (result lost)")
+	return errors.New("connection reset after the write")
+}
+
+func (m *rolloutModel) nodes(phase string) []string {
+	var out []string
+	for n := range m.owner {
+		if strings.HasPrefix(n, phase+"-") {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (m *rolloutModel) phase(name string) rollout.Phase {
+	for _, ph := range m.plan.Phases {
+		if ph.Name == name {
+			return ph
+		}
+	}
+	m.violate("an activity for phase %q, not in the plan", name)
+	return rollout.Phase{}
+}
+
+func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
+	m.env = env
+	env.RegisterActivity(&activities.Activities{})
+	on := func(name string, fn any) { env.OnActivity(name, mock.Anything, mock.Anything).Return(fn).Maybe() }
+	on("RolloutPreflight", func(_ context.Context, in activities.PhaseInput) ([]rollout.Violation, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if err := m.fail("RolloutPreflight"); err != nil {
+			return nil, err
+		}
+		if m.badNodes {
+			return []rollout.Violation{{Node: m.nodes(in.Plan.Phases[in.Phase].Name)[0], Reason: "owned by both"}}, nil
+		}
+		return nil, nil
+	})
+	on("UnblockNewClaims", func(_ context.Context, in activities.BlockInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if err := m.fail("UnblockNewClaims " + in.Phase); err != nil {
+			return err
+		}
+		m.blocked[in.Phase] = false
+		return nil
+	})
+	on("EnableRolloutPhase", func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ph := in.Plan.Phases[in.Phase]
+		if m.blocked[ph.Name] {
+			m.violate("phase %s enabled while its admission block stands", ph.Name)
+		}
+		if in.Phase > 0 {
+			if prev := in.Plan.Phases[in.Phase-1]; prev.Approve && !m.approved[prev.Name] {
+				m.violate("phase %s enabled with %s not approved", ph.Name, prev.Name)
+			}
+		}
+		if err := m.fail("EnableRolloutPhase " + ph.Name); err != nil {
+			return activities.PhaseChange{}, err
+		}
+		ch := activities.PhaseChange{Phase: ph.Name}
+		for _, n := range m.nodes(ph.Name) {
+			// Idempotent: a node switched already keeps the owner recorded at its first switch.
+			m.owner[n] = "dra"
+			ch.Nodes = append(ch.Nodes, activities.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+		}
+		m.enabled[ph.Name] = m.env.Now()
+		return ch, m.loseResult()
+	})
+	on("EvaluateRolloutGates", func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ph := in.Plan.Phases[in.Phase]
+		if at, ok := m.enabled[ph.Name]; !ok || m.env.Now().Before(at.Add(ph.Soak.D())) {
+			m.violate("gates of %s measured before its soak ended (enabled %v)", ph.Name, at)
+		}
+		if err := m.fail("EvaluateRolloutGates " + ph.Name); err != nil {
+			return rollout.Report{}, err
+		}
+		rep := rollout.Report{Phase: ph.Name, Claims: 3}
+		switch m.gates {
+		case "fail":
+			rep.Failed = []string{"drift"}
+		case "nodata":
+			rep.Claims, rep.Waiting = 0, []string{"no claims of the phase's classes yet"}
+		}
+		return rep, nil
+	})
+	on("BlockNewClaims", func(_ context.Context, in activities.BlockInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if err := m.fail("BlockNewClaims " + in.Phase); err != nil {
+			return err
+		}
+		m.blocked[in.Phase] = true
+		return nil
+	})
+	on("UndoRolloutPhase", func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !m.blocked[in.Change.Phase] {
+			m.violate("phase %s routed back before new claims of its classes were refused", in.Change.Phase)
+		}
+		if err := m.fail("UndoRolloutPhase " + in.Change.Phase); err != nil {
+			return activities.UndoResult{}, err
+		}
+		var res activities.UndoResult
+		for _, c := range in.Change.Nodes {
+			if m.claims[c.Node] && m.owner[c.Node] == "dra" {
+				res.Held = append(res.Held, activities.HeldNode{NodeChange: c, Claims: 1})
+				continue
+			}
+			m.owner[c.Node] = c.Previous
+			res.Returned = append(res.Returned, c.Node)
+		}
+		return res, m.loseResult()
+	})
+	on("Alert", func(context.Context, activities.AlertInput) error { return nil })
+	on("RequestRolloutApproval", func(context.Context, activities.RolloutApprovalRequest) error { return nil })
+}
+
+func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {
+	n := rapid.IntRange(1, 30).Draw(rt, "steps")
+	var steps []step
+	tl := &timeline{at: time.Second}
+	var nodes []string
+	for n := range m.owner {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	for i := range n {
+		gap := rapid.SampledFrom([]time.Duration{0, time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		s := step{at: tl.next(gap)}
+		switch rapid.SampledFrom([]string{"command", "command", "command", "gates", "claims", "fault", "preflight", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
+		case "command":
+			name := rapid.SampledFrom([]string{UpdateRolloutPause, UpdateRolloutResume, UpdateRolloutRollback, UpdateRolloutApprove, UpdateRolloutApprove}).Draw(rt, fmt.Sprintf("cmd%d", i))
+			c := rollout.Command{Actor: rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
+			if name == UpdateRolloutApprove {
+				c.Phase = rapid.SampledFrom([]string{"canary", "canary", "wide"}).Draw(rt, fmt.Sprintf("phase%d", i))
+			}
+			s.what = fmt.Sprintf("%s %s by %q", name, c.Phase, c.Actor)
+			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.update(env, name, s.what, c) }
+		case "gates":
+			g := rapid.SampledFrom([]string{"pass", "fail", "nodata"}).Draw(rt, fmt.Sprintf("gates%d", i))
+			s.what = "the gates would measure " + g
+			s.do = func(*testsuite.TestWorkflowEnvironment) { m.mu.Lock(); m.gates = g; m.mu.Unlock() }
+		case "claims":
+			node := rapid.SampledFrom(nodes).Draw(rt, fmt.Sprintf("node%d", i))
+			bound := rapid.Bool().Draw(rt, fmt.Sprintf("bound%d", i))
+			s.what = fmt.Sprintf("claims bound on %s: %v", node, bound)
+			s.do = func(*testsuite.TestWorkflowEnvironment) { m.mu.Lock(); m.claims[node] = bound; m.mu.Unlock() }
+		case "fault":
+			f := rapid.SampledFrom([]string{"transient", "forbidden", "lost"}).Draw(rt, fmt.Sprintf("fault%d", i))
+			k := rapid.IntRange(1, 3).Draw(rt, fmt.Sprintf("faults%d", i))
+			s.what = fmt.Sprintf("fault: %s (%d)", f, k)
+			s.do = func(*testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				switch f {
+				case "transient":
+					m.faults = k
+				case "forbidden":
+					m.forbidden = true
+				case "lost":
+					m.lost = true
+				}
+			}
+		case "preflight":
+			bad := rapid.Bool().Draw(rt, fmt.Sprintf("bad%d", i))
+			s.what = fmt.Sprintf("preflight finds nodes owned twice: %v", bad)
+			s.do = func(*testsuite.TestWorkflowEnvironment) { m.mu.Lock(); m.badNodes = bad; m.mu.Unlock() }
+		case "continue-as-new":
+			s = continueAsNewStep(tl)
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+// update sends a command and records how it is answered; an approval accepted marks its phase.
+func (m *rolloutModel) update(env *testsuite.TestWorkflowEnvironment, name, what string, c rollout.Command) {
+	u := &simUpdate{what: what}
+	m.updates = append(m.updates, u)
+	env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+		OnReject: func(err error) { u.done, u.rejected = true, err },
+		OnAccept: func() {
+			u.accepted = true
+			if name == UpdateRolloutApprove {
+				m.mu.Lock()
+				m.approved[c.Phase] = true
+				m.mu.Unlock()
+			}
+		},
+		OnComplete: func(_ any, err error) { u.done, u.completed = true, err },
+	}, c)
+}
+
+// checkRollout holds the rollout's state to the cluster after a step.
+func (m *rolloutModel) checkRollout(env *testsuite.TestWorkflowEnvironment, after string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
+	for _, u := range m.updates {
+		if u.rejected != nil && u.rejected.Error() == "" {
+			m.violate("command %s refused without a reason", u.what)
+		}
+	}
+	if env.IsWorkflowCompleted() {
+		return
+	}
+	var st RolloutStatus
+	ok, err := query(env, &st)
+	if err != nil {
+		m.violate("after %s: the state query failed: %v", after, err)
+	}
+	if !ok || err != nil {
+		return
+	}
+	m.trace = append(m.trace, fmt.Sprintf("  phase %d step %s state %s paused %v enabled %d draining %d", st.Phase, st.Step, st.State, st.Paused, len(st.Enabled), len(st.Draining)))
+	m.checkOwners(st, false)
+}
+
+// checkOwners holds what the rollout lists to the nodes' owners: no node listed both enabled and
+// draining, none listed that the plugin owns; settled (nothing under way), every node DRA owns
+// is listed.
+func (m *rolloutModel) checkOwners(st RolloutStatus, settled bool) {
+	listed := map[string]string{}
+	list := func(n, as string) {
+		if was, ok := listed[n]; ok {
+			m.violate("node %s listed %s and %s", n, was, as)
+		}
+		listed[n] = as
+	}
+	for _, ch := range st.Enabled {
+		for _, c := range ch.Nodes {
+			list(c.Node, "enabled")
+		}
+	}
+	for _, d := range st.Draining {
+		for _, c := range d.Change.Nodes {
+			list(c.Node, "draining")
+		}
+	}
+	if !settled {
+		return
+	}
+	// What a call that failed after acting did, the rollout cannot know; it says so, and a resume
+	// finishes the step: a rollback that did not finish (its phases' nodes may be back with the
+	// plugin), an enable that failed (its nodes may be on DRA).
+	unsure := map[string]bool{}
+	if u := st.Unfinished; u != nil {
+		for _, ch := range st.Enabled[max(0, len(st.Enabled)-u.Phases):] {
+			unsure[ch.Phase] = true
+		}
+	}
+	if st.State == rollout.StateBlocked && st.Phase < len(m.plan.Phases) {
+		ph := m.plan.Phases[st.Phase].Name
+		unsure[ph] = unsure[ph] || countLog(st, "enable of phase "+ph+" failed") > 0
+	}
+	phaseOf := func(n string) string { return strings.SplitN(n, "-", 2)[0] }
+	for n, as := range listed {
+		if m.owner[n] != "dra" && !unsure[phaseOf(n)] {
+			m.violate("node %s listed %s, but the plugin owns it", n, as)
+		}
+	}
+	for n, o := range m.owner {
+		if o == "dra" && listed[n] == "" && !unsure[phaseOf(n)] {
+			m.violate("node %s is on DRA, but the rollout (%s) lists it neither enabled nor draining", n, st.State)
+		}
+	}
+}
+
+// TestSimulateRollout runs generated sequences through a two-phase rollout (the first needs an
+// approval): pause, resume, rollback and approve commands (signed, unsigned, for the wrong phase,
+// refused by the state), gates that pass, fail or find no data, bound claims that keep nodes on
+// DRA, preflights that find nodes owned twice, failing calls (retried, forbidden, or acting and
+// losing their result) and continue-as-new, holding it to: a phase enabled only with its admission
+// block lifted and the phase before it approved; gates measured only after the soak; nodes routed
+// back only after new claims are refused; no node listed both enabled and draining, or listed on
+// DRA while the plugin owns it; every refused command says why and every accepted one is
+// answered; the query answers; and once settled, every node on DRA is one the rollout lists.
+func TestSimulateRollout(t *testing.T) {
+	simulate(t, 300, rolloutProperty)
+	t.Logf("settled: %v", rolloutEnds)
+}
+
+func rolloutProperty(rt *rapid.T) {
+	p := testPlan()
+	m := &rolloutModel{plan: p, owner: map[string]string{}, claims: map[string]bool{}, blocked: map[string]bool{},
+		enabled: map[string]time.Time{}, approved: map[string]bool{}, gates: "pass"}
+	for _, n := range []string{"canary-0", "wide-0", "wide-1"}[:rapid.IntRange(2, 3).Draw(rt, "nodes")] {
+		m.owner[n] = "plugin"
+	}
+	steps := rolloutSteps(rt, m)
+	last := steps[len(steps)-1].at
+	// Settled: some time after the last step with nothing failing and no claim bound, then a look.
+	var final RolloutStatus
+	looked := false
+	steps = append(steps,
+		step{at: last + time.Second, what: "faults end, claims released", do: func(*testsuite.TestWorkflowEnvironment) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.faults, m.forbidden, m.lost, m.claims = 0, false, false, map[string]bool{}
+		}},
+		step{at: last + 30*time.Minute, what: "settled look", do: func(env *testsuite.TestWorkflowEnvironment) {
+			ok, err := query(env, &final)
+			looked = ok && err == nil
+		}})
+	newEnv := func() *testsuite.TestWorkflowEnvironment {
+		var s testsuite.WorkflowTestSuite
+		s.SetLogger(quietLogger{})
+		env := s.NewTestWorkflowEnvironment()
+		m.activities(env)
+		return env
+	}
+	m.ended = func(env *testsuite.TestWorkflowEnvironment) {
+		if env.GetWorkflowError() == nil {
+			looked = env.GetWorkflowResult(&final) == nil
+		}
+	}
+	if err := segments(rt, &m.carrier, RolloutWorkflow, RolloutInput{Plan: p}, false, last+31*time.Minute, steps, newEnv, m.checkRollout); err != nil {
+		m.violate("the workflow failed: %v", err)
+	}
+	for _, u := range m.updates {
+		if u.accepted && !u.done && final.State != rollout.StateCompleted {
+			m.violate("command %s accepted but never answered", u.what)
+		}
+	}
+	if looked {
+		m.trace = append(m.trace, fmt.Sprintf("settled: %s, enabled %d, draining %d", final.State, len(final.Enabled), len(final.Draining)))
+		m.checkOwners(final, true)
+	}
+	rolloutEnds[string(final.State)]++
+	if len(m.violations) > 0 {
+		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
+	}
+}
+
+// rolloutEnds counts the states the simulated rollouts settled in.
+var rolloutEnds = map[string]int{}
