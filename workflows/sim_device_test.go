@@ -30,8 +30,9 @@ type deviceModel struct {
 	rule        *activities.QuarantineInput // the device's rule, nil when there is none
 	names       map[string]bool             // every rule name the workflow created
 	breakerOpen bool
-	// The next quarantineFails Quarantine calls fail and may be retried; quarantineFatal makes the
-	// next one fail for good. checkFails checks fail; releaseFails ReleaseRule calls fail.
+	// The next quarantineFails Quarantine calls fail and may be retried, the last of them after it
+	// acted (its result was lost); quarantineFatal makes the next one fail for good. checkFails
+	// checks fail; releaseFails ReleaseRule calls fail, the last after it acted.
 	quarantineFails, checkFails, releaseFails int
 	quarantineFatal                           bool
 	// probeOK and canaryOK are the newest check outcomes since the rule was made.
@@ -82,7 +83,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.quarantineFatal = false
 			return activities.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", activities.ErrRuleNameCollision, nil)
 		}
-		if m.quarantineFails > 0 {
+		if m.quarantineFails > 1 {
 			m.quarantineFails--
 			return activities.QuarantineResult{}, errors.New("apiserver unavailable")
 		}
@@ -106,6 +107,11 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		rule := in
 		rule.Key = policy.TaintQuarantine // what Quarantine writes; a refresh may make it probation
 		m.rule = &rule
+		if m.quarantineFails == 1 {
+			m.quarantineFails = 0
+			m.note("  (result lost)")
+			return activities.QuarantineResult{}, errors.New("connection reset after the write")
+		}
 		return activities.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
 	}).Maybe()
 	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
@@ -151,7 +157,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReleaseInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.releaseFails > 0 {
+		if m.releaseFails > 1 {
 			m.releaseFails--
 			return errors.New("apiserver unavailable")
 		}
@@ -160,6 +166,11 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.violate("rule released while the last probe or canary failed (probe %v, canary %v)", ptrBool(m.probeOK), ptrBool(m.canaryOK))
 		}
 		m.rule = nil
+		if m.releaseFails == 1 {
+			m.releaseFails = 0
+			m.note("  (result lost)")
+			return errors.New("connection reset after the delete")
+		}
 		return nil
 	}).Maybe()
 	for _, name := range []string{"Alert", "RequestApproval", "ReportNodeFailure"} {
