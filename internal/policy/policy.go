@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/devicewarden/devicewarden/internal/device"
 )
 
 // Effects a quarantine taint may have.
@@ -197,6 +199,15 @@ type entry struct {
 type driverEntry struct {
 	Identity []string `yaml:"identity"`
 	CDI      styles   `yaml:"cdi"`
+	// Units says how the driver's devices form physical units (default: devices that draw on a
+	// common counter set are one unit).
+	Units *unitsEntry `yaml:"units"`
+}
+
+// unitsEntry is a driver's units: a grouping attribute, or partitions that fail independently.
+type unitsEntry struct {
+	Attribute   string `yaml:"attribute"`
+	Independent bool   `yaml:"independent"`
 }
 
 // styles reads a single CDI style or a list of them.
@@ -232,6 +243,7 @@ type Set struct {
 	policies []entry
 	identity map[string][]string
 	cdi      map[string][]string
+	units    map[string]device.Grouping
 	warnings []string
 }
 
@@ -256,6 +268,10 @@ func (s *Set) WithCDI(driver string, styles ...string) *Set {
 // CDIStyles are the ways the driver's CDI device IDs may name devices (none known: only canonical
 // <driver>/<pool>/<device> IDs identify a device of a multi-device claim).
 func (s *Set) CDIStyles(driver string) []string { return s.cdi[driver] }
+
+// Units says how the driver's devices form physical units: the drivers section's units, or by
+// shared counter sets.
+func (s *Set) Units(driver string) device.Grouping { return s.units[driver] }
 
 // CDIAttributes lists the device attributes that the driver's CDI styles read, so the watcher
 // keeps only those from its ResourceSlices.
@@ -344,7 +360,7 @@ func Parse(data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}}
+	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}, units: map[string]device.Grouping{}}
 	if w := def.migrationWarning(); w != "" {
 		s.warnings = append(s.warnings, w)
 	}
@@ -360,6 +376,12 @@ func Parse(data []byte) (*Set, error) {
 		}
 		if len(d.CDI) > 0 {
 			s.cdi[drv] = d.CDI
+		}
+		if u := d.Units; u != nil {
+			if (u.Attribute == "") == !u.Independent {
+				return nil, fmt.Errorf("drivers.%s.units: give either attribute (the attribute its partitions share with their device) or independent: true, not both or neither", drv)
+			}
+			s.units[drv] = device.Grouping{Attribute: u.Attribute, Independent: u.Independent}
 		}
 	}
 	names := map[string]int{}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
 )
 
 const good = `
@@ -176,6 +178,30 @@ func TestDriversCDIAndAmbiguous(t *testing.T) {
 	} {
 		if _, err := Parse([]byte(y)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v", y, err)
+		}
+	}
+}
+
+// A driver's units: counter sets by default, a grouping attribute, or independent partitions;
+// asking for both, or for neither, is refused with the reason.
+func TestDriverUnits(t *testing.T) {
+	set, err := Parse([]byte("drivers:\n  a.example.com: {identity: [uuid], units: {attribute: parentUUID}}\n  b.example.com: {identity: [uuid], units: {independent: true}}\n  c.example.com: {identity: [uuid]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := set.Units("a.example.com"); g.Attribute != "parentUUID" || g.Independent {
+		t.Fatalf("a: %+v", g)
+	}
+	if g := set.Units("b.example.com"); g.Attribute != "" || !g.Independent {
+		t.Fatalf("b: %+v", g)
+	}
+	if g := set.Units("c.example.com"); g != (device.Grouping{}) {
+		t.Fatalf("c: %+v, want the counter-set default", g)
+	}
+	for _, bad := range []string{"{attribute: x, independent: true}", "{}"} {
+		_, err := Parse([]byte("drivers:\n  a.example.com: {identity: [uuid], units: " + bad + "}\n"))
+		if err == nil || !strings.Contains(err.Error(), "drivers.a.example.com.units: give either attribute") {
+			t.Fatalf("units %s: %v", bad, err)
 		}
 	}
 }
