@@ -28,12 +28,12 @@ func units(us []Unit) map[string][]string {
 }
 
 func TestUnitsGroupByCounterSets(t *testing.T) {
-	offers := append(gpuOffers("gpu-0", "1g.10gb-0", "3g.40gb-0"), gpuOffers("gpu-1", "1g.10gb-0")...)
+	offers := append(gpuOffers("gpu-0", "1g-10gb-0", "3g-40gb-0"), gpuOffers("gpu-1", "1g-10gb-0")...)
 	offers = append(offers, Offer{Name: "nic-0"}) // draws on no counters: a unit of its own
 	got := units(Units("gpu.nvidia.com", "node-a", offers, Grouping{}))
 	want := map[string][]string{
-		"counters=gpu-0-counters": {"gpu-0", "gpu-0-mig-1g.10gb-0", "gpu-0-mig-3g.40gb-0"},
-		"counters=gpu-1-counters": {"gpu-1", "gpu-1-mig-1g.10gb-0"},
+		"counters=gpu-0-counters": {"gpu-0", "gpu-0-mig-1g-10gb-0", "gpu-0-mig-3g-40gb-0"},
+		"counters=gpu-1-counters": {"gpu-1", "gpu-1-mig-1g-10gb-0"},
 		"nic-0":                   {"nic-0"},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -58,22 +58,22 @@ func TestUnitsJoinCounterSetsADeviceDrawsOnTogether(t *testing.T) {
 }
 
 func TestUnitsByAttribute(t *testing.T) {
-	offers := gpuOffers("gpu-0", "1g.10gb-0", "2g.20gb-0")
+	offers := gpuOffers("gpu-0", "1g-10gb-0", "2g-20gb-0")
 	// The whole device carries uuid, its partitions parentUUID: grouping by parentUUID leaves the
 	// whole device a unit of its own, as the driver's attribute says.
 	got := units(Units("d", "p", offers, Grouping{Attribute: "parentUUID"}))
-	want := map[string][]string{"parentUUID=GPU-gpu-0": {"gpu-0-mig-1g.10gb-0", "gpu-0-mig-2g.20gb-0"}, "gpu-0": {"gpu-0"}}
+	want := map[string][]string{"parentUUID=GPU-gpu-0": {"gpu-0-mig-1g-10gb-0", "gpu-0-mig-2g-20gb-0"}, "gpu-0": {"gpu-0"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("units %v\nwant %v", got, want)
 	}
 }
 
 func TestUnitsIndependent(t *testing.T) {
-	got := Units("d", "p", gpuOffers("gpu-0", "1g.10gb-0"), Grouping{Independent: true})
+	got := Units("d", "p", gpuOffers("gpu-0", "1g-10gb-0"), Grouping{Independent: true})
 	if len(got) != 2 || got[0].Shared() || got[1].Shared() {
 		t.Fatalf("independent partitions: %+v, want one unit per device", got)
 	}
-	if u, ok := Of(got, "gpu-0-mig-1g.10gb-0"); !ok || u.ID.Key != "gpu-0-mig-1g.10gb-0" {
+	if u, ok := Of(got, "gpu-0-mig-1g-10gb-0"); !ok || u.ID.Key != "gpu-0-mig-1g-10gb-0" {
 		t.Fatalf("Of: %+v %v", u, ok)
 	}
 	if _, ok := Of(got, "gpu-9"); ok {

@@ -31,6 +31,9 @@ type Workload struct {
 	Count int
 	// Memory, when set (e.g. "8Gi"), asks for that share of a shared device's memory.
 	Memory string
+	// Profile, when set, asks for one form of a partitionable GPU: a partition profile (e.g.
+	// 1g.10gb) or ProfileWhole.
+	Profile string
 }
 
 // PodClaimName is the pod-level name of the workload's claim; RequestName its request.
@@ -66,6 +69,13 @@ func (w Workload) claimSpec() resourcev1.ResourceClaimSpec {
 		expr += fmt.Sprintf("%s.%s == %d", attr, AttrIndex, *w.Index)
 	}
 	if expr != "" {
+		req.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}
+	}
+	if w.Profile != "" {
+		if expr != "" {
+			expr += " && "
+		}
+		expr += fmt.Sprintf("%s.%s == %q", attr, AttrProfile, w.Profile)
 		req.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}
 	}
 	if w.Memory != "" {
