@@ -5,10 +5,12 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -179,6 +181,7 @@ func segments[In any](rt *rapid.T, c *carrier, fn any, first In, restart bool, e
 		env.RegisterDelayedCallback(func() { ended = true; env.CancelWorkflow() }, end-offset)
 		env.ExecuteWorkflow(fn, in)
 		err := env.GetWorkflowError()
+		stopWallTimers(env)
 		var can *workflow.ContinueAsNewError
 		if c.ended != nil && !errors.As(err, &can) {
 			c.ended(env)
@@ -207,6 +210,23 @@ func segments[In any](rt *rapid.T, c *carrier, fn any, first In, restart bool, e
 		if offset >= end {
 			return nil
 		}
+	}
+}
+
+// stopWallTimers stops the real timers a test environment left behind. The SDK's environment
+// backs a workflow timer that is pending while an activity runs with a real time.AfterFunc of
+// the timer's whole duration, and does not stop it when the run ends (as by continue-as-new): the
+// runtime keeps it, and through it the whole environment, until it fires, hours or years on.
+// Without this, 100,000 claim-hygiene sequences held 18 GB after three minutes.
+func stopWallTimers(env *testsuite.TestWorkflowEnvironment) {
+	timers := reflect.ValueOf(env).Elem().FieldByName("impl").Elem().FieldByName("timers")
+	for _, k := range timers.MapKeys() {
+		wt := timers.MapIndex(k).Elem().FieldByName("wallTimer")
+		if wt.IsNil() {
+			continue
+		}
+		usable := reflect.NewAt(wt.Type(), unsafe.Pointer(wt.UnsafeAddr())).Elem() // unexported: reach it as a pointer
+		usable.MethodByName("Stop").Call(nil)
 	}
 }
 
