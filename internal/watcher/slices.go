@@ -50,6 +50,8 @@ type sliceInfo struct {
 	attrs map[string]map[string]string
 	// taints: device -> the driver's taint on it (only tainted devices).
 	taints map[string]string
+	// units: what groups the slice's devices into physical units (units.go).
+	units unitInfo
 }
 
 func newSliceIndex() *sliceIndex {
@@ -184,6 +186,7 @@ func (w *Watcher) sliceSource() *source {
 				}
 				info.attrs[d.Name] = a
 			}
+			info.units.add(s.Spec.Driver, d, w.cfg.Policies.Units(s.Spec.Driver))
 		}
 		w.sliceChanged(s.Name, info)
 	}
