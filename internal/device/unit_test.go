@@ -152,3 +152,20 @@ func offerNamed(offers []Offer, name string) Offer {
 	}
 	return Offer{}
 }
+
+// A device whose grouping attribute is empty is a unit of its own, not one of every device with
+// an empty value; a unit names itself and its devices in full.
+func TestUnitsEmptyAttributeAndNames(t *testing.T) {
+	offers := []Offer{{Name: "a", Attributes: map[string]string{"parent": ""}}, {Name: "b", Attributes: map[string]string{"parent": ""}}}
+	if got := Units("d", "p", offers, Grouping{Attribute: "parent"}); len(got) != 2 {
+		t.Fatalf("empty attribute values grouped: %+v", got)
+	}
+	u := Units("gpu.example.com", "node-a", gpuOffers("gpu-0", "1g-10gb-0"), Grouping{})[0]
+	if s := u.ID.String(); s != "gpu.example.com/node-a/counters=gpu-0-counters" {
+		t.Fatalf("unit ID %q", s)
+	}
+	want := []ID{{Driver: "gpu.example.com", Pool: "node-a", Device: "gpu-0"}, {Driver: "gpu.example.com", Pool: "node-a", Device: "gpu-0-mig-1g-10gb-0"}}
+	if got := u.DeviceIDs(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("device IDs %v", got)
+	}
+}
