@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +47,9 @@ type PhaseChange struct {
 	// name them).
 	CreatedClasses []string  `json:"createdClasses,omitempty"`
 	At             time.Time `json:"at"`
+	// Partial: an enable that failed, having switched none, some or all of the phase's nodes
+	// (Nodes is empty): undoing it routes back the nodes its enable recorded a previous owner on.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // NodeChange is one node's ownership switch.
@@ -99,18 +101,10 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ P
 	if err != nil {
 		return PhaseChange{}, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
 	}
-	mark := in.Plan.Name + "/"
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		ch := NodeChange{Node: n.Name}
-		if rec, ok := n.Annotations[AnnotationRolloutPrevious]; ok && strings.HasPrefix(rec, mark) {
-			prev := strings.TrimPrefix(rec, mark)
-			ch.Previous, ch.HadLabel = prev, prev != unlabelled
-			if !ch.HadLabel {
-				ch.Previous = ""
-			}
-			ch.PluginDevices, _ = strconv.ParseInt(n.Annotations[AnnotationRolloutDevices], 10, 64)
-		} else {
+		ch, recorded := recordedChange(n, in.Plan.Name)
+		if !recorded {
 			ch.Previous, ch.HadLabel = n.Labels[in.Plan.OwnerLabel]
 			if q, ok := n.Status.Allocatable[corev1.ResourceName(in.Plan.PluginResource)]; ok {
 				ch.PluginDevices = q.Value()
@@ -170,6 +164,11 @@ func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, d
 // node stays owned by both.
 func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (_ UndoResult, err error) {
 	defer func() { err = permanent(err) }()
+	if in.Change.Partial && len(in.Change.Nodes) == 0 {
+		if in.Change.Nodes, err = a.switchedNodes(ctx, in.Rollout, in.Selector); err != nil {
+			return UndoResult{}, err
+		}
+	}
 	bound, unplaced, err := a.boundClaimsByNode(ctx, in.Drivers)
 	if err != nil {
 		return UndoResult{}, err
@@ -330,6 +329,9 @@ type UndoInput struct {
 	// routed back is put back on it ("": left as routed, as before this field).
 	DRA    string `json:"dra,omitempty"`
 	Reason string `json:"reason"`
+	// Selector is the phase's node selector: a partial change's nodes are those of it that the
+	// rollout's enable switched (their recorded previous owner says so).
+	Selector string `json:"selector,omitempty"`
 }
 
 // UndoResult says which nodes went back to the plugin and which are held by bound claims.

@@ -29,6 +29,9 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, erro
 	if err := r.register(ctx); err != nil {
 		return *r.st, err
 	}
+	// Since version 1 an enable that failed is listed as a partial change, so a rollback routes
+	// back the nodes it may have switched; before, they stayed on DRA with nothing to undo them.
+	r.undoFailedEnable = workflow.GetVersion(ctx, "failed-enable-undone", workflow.DefaultVersion, 1) >= 1
 	r.publish(ctx)
 	if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
 		// The previous run continued as new while holding: hold on where it stopped.
@@ -61,6 +64,8 @@ type rolloutRun struct {
 	windows workflow.ReceiveChannel
 	// shown is the phase and state last written to the search attributes.
 	shown [2]string
+	// undoFailedEnable: a failed enable is listed as a partial change (a rollback undoes it).
+	undoFailedEnable bool
 }
 
 // step runs the current phase's current step.
@@ -103,12 +108,16 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 		var ch activities.PhaseChange
 		if err := workflow.ExecuteActivity(actx, a.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
 			// Enable is idempotent: the nodes it switched keep the owner they had recorded, and a
-			// resume finishes the switch (a rollback can then undo it).
+			// resume finishes the switch; a rollback routes them back (a partial change).
 			r.st.Step = rollout.StepPreflight
-			return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it", ph.Name, cause(err)))
+			if !r.undoFailedEnable {
+				return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it", ph.Name, cause(err)))
+			}
+			r.st.Enabled = withChange(r.st.Enabled, activities.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
+			return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it or a rollback routes them back", ph.Name, cause(err)))
 		}
 		ch.At = workflow.Now(ctx)
-		r.st.Enabled = append(r.st.Enabled, ch)
+		r.st.Enabled = withChange(r.st.Enabled, ch)
 		r.st.SoakUntil = ch.At.Add(ph.Soak.D())
 		r.st.Step = rollout.StepSoak
 		r.note(ctx, fmt.Sprintf("phase %s enabled on %d node(s); soaking until %s", ph.Name, len(ch.Nodes), r.st.SoakUntil.UTC().Format(time.RFC3339)))
@@ -228,6 +237,9 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		r.st.Blocks = appendBlock(r.st.Blocks, block)
 		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
 			Drivers: r.plan.Phases[i].Drivers(), DRA: r.plan.DRA}
+		if ch.Partial {
+			undo.Selector = r.plan.Phases[i].Nodes
+		}
 		if err := r.undo(ctx, actx, undo); err != nil {
 			return r.rollbackStuck(ctx, n, reason, fmt.Sprintf("routing phase %s back failed: %s", ch.Phase, cause(err)))
 		}
@@ -464,6 +476,16 @@ func (r *rolloutRun) unblock(actx, ctx workflow.Context, phase string) error {
 	}
 	r.st.Blocks = kept
 	return nil
+}
+
+// withChange lists an enabled phase's change, in place of the partial change a failed enable of
+// the same phase left.
+func withChange(cs []activities.PhaseChange, c activities.PhaseChange) []activities.PhaseChange {
+	if n := len(cs); n > 0 && cs[n-1].Phase == c.Phase && cs[n-1].Partial {
+		cs[n-1] = c
+		return cs
+	}
+	return append(cs, c)
 }
 
 func appendBlock(bs []activities.BlockInput, b activities.BlockInput) []activities.BlockInput {

@@ -143,3 +143,34 @@ func TestRolloutRollbackDuringAGateRollbackIsRefused(t *testing.T) {
 		t.Fatalf("during the gate's rollback: %s with %d phases enabled", blocking.State, len(blocking.Enabled))
 	}
 }
+
+// An enable that fails after it may have switched nodes leaves a partial change: the rollback
+// sent then routes back, by the phase's selector, whatever the enable switched.
+func TestRolloutRollbackUndoesAFailedEnable(t *testing.T) {
+	r := newRolloutEnv(t)
+	p := testPlan()
+	p.Phases = p.Phases[:1]
+	r.preflight(func(int) []rollout.Violation { return nil })
+	r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(activities.PhaseChange{},
+		temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil))
+	var undone []activities.UndoInput
+	r.env.OnActivity(a.BlockNewClaims, mock.Anything, mock.Anything).Return(nil)
+	r.env.OnActivity(a.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+		undone = append(undone, in)
+		return activities.UndoResult{Returned: []string{"canary-0"}}, nil
+	})
+	blocked := r.stateAt(time.Minute)
+	r.update(time.Minute+time.Second, UpdateRolloutRollback, rollout.Command{Actor: "alice", Reason: "give the nodes back"}, true)
+	rolledBack := r.stateAt(2 * time.Minute)
+	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 3*time.Minute)
+	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	if blocked.State != rollout.StateBlocked || len(blocked.Enabled) != 1 || !blocked.Enabled[0].Partial {
+		t.Fatalf("after the failed enable: %s, enabled %+v", blocked.State, blocked.Enabled)
+	}
+	if len(undone) != 1 || !undone[0].Change.Partial || undone[0].Selector != "pool=a" {
+		t.Fatalf("undo calls %+v: want one of the partial change, by the phase's selector", undone)
+	}
+	if rolledBack.State != rollout.StateRolledBack || len(rolledBack.Enabled) != 0 {
+		t.Fatalf("after the rollback: %s, enabled %+v", rolledBack.State, rolledBack.Enabled)
+	}
+}

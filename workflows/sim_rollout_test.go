@@ -181,7 +181,18 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return activities.UndoResult{}, err
 		}
 		var res activities.UndoResult
-		for _, c := range in.Change.Nodes {
+		nodes := in.Change.Nodes
+		if in.Change.Partial && len(nodes) == 0 {
+			if in.Selector == "" {
+				m.violate("a partial change of %s undone without its node selector", in.Change.Phase)
+			}
+			for _, n := range m.nodes(in.Change.Phase) {
+				if m.owner[n] == "dra" { // the enable recorded its previous owner
+					nodes = append(nodes, activities.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+				}
+			}
+		}
+		for _, c := range nodes {
 			if m.claims[c.Node] && m.owner[c.Node] == "dra" {
 				res.Held = append(res.Held, activities.HeldNode{NodeChange: c, Claims: 1})
 				continue
@@ -321,17 +332,16 @@ func (m *rolloutModel) checkOwners(st RolloutStatus, settled bool) {
 		return
 	}
 	// What a call that failed after acting did, the rollout cannot know; it says so, and a resume
-	// finishes the step: a rollback that did not finish (its phases' nodes may be back with the
-	// plugin), an enable that failed (its nodes may be on DRA).
+	// or a rollback finishes the step: a rollback that did not finish (its phases' nodes may be
+	// back with the plugin), an enable that failed (a partial change: its nodes may be on DRA).
 	unsure := map[string]bool{}
 	if u := st.Unfinished; u != nil {
 		for _, ch := range st.Enabled[max(0, len(st.Enabled)-u.Phases):] {
 			unsure[ch.Phase] = true
 		}
 	}
-	if st.State == rollout.StateBlocked && st.Phase < len(m.plan.Phases) {
-		ph := m.plan.Phases[st.Phase].Name
-		unsure[ph] = unsure[ph] || countLog(st, "enable of phase "+ph+" failed") > 0
+	for _, ch := range st.Enabled {
+		unsure[ch.Phase] = unsure[ch.Phase] || ch.Partial
 	}
 	phaseOf := func(n string) string { return strings.SplitN(n, "-", 2)[0] }
 	for n, as := range listed {
@@ -369,18 +379,33 @@ func rolloutProperty(rt *rapid.T) {
 	}
 	steps := rolloutSteps(rt, m)
 	last := steps[len(steps)-1].at
-	// Settled: some time after the last step with nothing failing and no claim bound, then a look.
-	var final RolloutStatus
+	// Settled: some time after the last step with nothing failing and no claim bound, two looks a
+	// second apart. A look in the instant an activity ran may see the cluster changed and the
+	// state not yet, so the owners are checked only when both looks find the rollout at rest (a
+	// state in which no step is under way) and the same, against the owners at the second.
+	var first, final RolloutStatus
+	var owners map[string]string
 	looked := false
+	snapshot := func() map[string]string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		out := map[string]string{}
+		for n, o := range m.owner {
+			out[n] = o
+		}
+		return out
+	}
 	steps = append(steps,
 		step{at: last + time.Second, what: "faults end, claims released", do: func(*testsuite.TestWorkflowEnvironment) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.faults, m.forbidden, m.lost, m.claims = 0, false, false, map[string]bool{}
 		}},
-		step{at: last + 30*time.Minute, what: "settled look", do: func(env *testsuite.TestWorkflowEnvironment) {
+		step{at: last + 30*time.Minute, what: "first settled look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &first) }},
+		step{at: last + 30*time.Minute + time.Second, what: "second settled look", do: func(env *testsuite.TestWorkflowEnvironment) {
+			owners = snapshot()
 			ok, err := query(env, &final)
-			looked = ok && err == nil
+			looked = ok && err == nil && atRest(first, final)
 		}})
 	newEnv := func() *testsuite.TestWorkflowEnvironment {
 		var s testsuite.WorkflowTestSuite
@@ -391,7 +416,7 @@ func rolloutProperty(rt *rapid.T) {
 	}
 	m.ended = func(env *testsuite.TestWorkflowEnvironment) {
 		if env.GetWorkflowError() == nil {
-			looked = env.GetWorkflowResult(&final) == nil
+			looked, owners = env.GetWorkflowResult(&final) == nil, snapshot()
 		}
 	}
 	if err := segments(rt, &m.carrier, RolloutWorkflow, RolloutInput{Plan: p}, false, last+31*time.Minute, steps, newEnv, m.checkRollout); err != nil {
@@ -404,12 +429,22 @@ func rolloutProperty(rt *rapid.T) {
 	}
 	if looked {
 		m.trace = append(m.trace, fmt.Sprintf("settled: %s, enabled %d, draining %d", final.State, len(final.Enabled), len(final.Draining)))
+		m.owner = owners
 		m.checkOwners(final, true)
 	}
 	rolloutEnds[string(final.State)]++
 	if len(m.violations) > 0 {
 		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
 	}
+}
+
+// atRest says two looks found the rollout in the same state, one in which no step is under way.
+func atRest(a, b RolloutStatus) bool {
+	switch b.State {
+	case rollout.StateRunning, rollout.StateBlocking:
+		return false
+	}
+	return a.State == b.State && a.Phase == b.Phase && a.Step == b.Step && len(a.Enabled) == len(b.Enabled) && len(a.Draining) == len(b.Draining)
 }
 
 // rolloutEnds counts the states the simulated rollouts settled in.

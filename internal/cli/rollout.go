@@ -176,6 +176,10 @@ func printRollout(out io.Writer, st *workflows.RolloutStatus) error {
 		fmt.Fprintf(w, "Soak until:\t%s\n", st.SoakUntil.UTC().Format(time.RFC3339))
 	}
 	for _, e := range st.Enabled {
+		if e.Partial {
+			fmt.Fprintf(w, "Enabled:\t%s partly: its enable failed at %s (resume finishes it, rollback routes its switched nodes back)\n", e.Phase, e.At.UTC().Format(time.RFC3339))
+			continue
+		}
 		fmt.Fprintf(w, "Enabled:\t%s on %d node(s) at %s\n", e.Phase, len(e.Nodes), e.At.UTC().Format(time.RFC3339))
 	}
 	for _, b := range st.Blocks {
