@@ -85,16 +85,6 @@ func (m *rolloutModel) nodes(phase string) []string {
 	return out
 }
 
-func (m *rolloutModel) phase(name string) rollout.Phase {
-	for _, ph := range m.plan.Phases {
-		if ph.Name == name {
-			return ph
-		}
-	}
-	m.violate("an activity for phase %q, not in the plan", name)
-	return rollout.Phase{}
-}
-
 func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	m.env = env
 	env.RegisterActivity(&activities.Activities{})
