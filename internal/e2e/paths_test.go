@@ -247,12 +247,17 @@ func TestEveryWorkflowPath(t *testing.T) {
 	recordHistory(t, ctx, s.temporal, d0.WorkflowID(), "paths_device_updates.json")
 
 	// An operator pausing and resuming the breaker over time; a node hearing of its devices again.
+	// The breaker takes a signal that came while its handlers finished before it continues as
+	// new, so commands sent back to back can hold it off: each pair is given a moment to land.
 	for i := 0; len(runIDs(t, ctx, s.temporal, workflows.BreakerWorkflowID)) < 2; i++ {
 		if i == 20 {
 			t.Fatal("the breaker never continued as new")
 		}
 		breaker("pause", "--actor", "ops")
 		breaker("resume", "--actor", "ops")
+		for j := 0; j < 10 && len(runIDs(t, ctx, s.temporal, workflows.BreakerWorkflowID)) < 2; j++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	for i := 0; len(runIDs(t, ctx, s.temporal, workflows.NodeWorkflowID(node))) < 2; i++ {
 		if i == 60 {
