@@ -201,18 +201,22 @@ func activityCount(t *testing.T, ctx context.Context, tc client.Client, workflow
 // wantClaimEvents checks the Events on a claim, by reason, and that each was written once.
 func wantClaimEvents(t *testing.T, ctx context.Context, kube kubernetes.Interface, c *resourcev1.ResourceClaim, want map[string]int) {
 	t.Helper()
-	evs, err := kube.CoreV1().Events(c.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(c.UID)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int{}
-	for _, e := range evs.Items {
-		got[e.Reason] += int(e.Count)
-		if e.Type == corev1.EventTypeWarning && !strings.Contains(e.Message, "shares ") {
-			t.Errorf("event %s does not name the shares: %s", e.Reason, e.Message)
+	// The deletion's Event is written after the claim is gone: a look right then may not see it.
+	eventually(t, 15*time.Second, "events on "+c.Name, func() error {
+		evs, err := kube.CoreV1().Events(c.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(c.UID)})
+		if err != nil {
+			return err
 		}
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("events on %s: %v, want %v", c.Name, got, want)
-	}
+		got := map[string]int{}
+		for _, e := range evs.Items {
+			got[e.Reason] += int(e.Count)
+			if e.Type == corev1.EventTypeWarning && !strings.Contains(e.Message, "shares ") {
+				t.Errorf("event %s does not name the shares: %s", e.Reason, e.Message)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("events on %s: %v, want %v", c.Name, got, want)
+		}
+		return nil
+	})
 }
