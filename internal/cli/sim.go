@@ -28,6 +28,7 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var count, devices int
 	var prefix string
+	var partitions bool
 	cmd := &cobra.Command{
 		Use:   "nodes",
 		Short: "Create kwok GPU nodes, each publishing a ResourceSlice of simulated devices",
@@ -36,9 +37,24 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 			if count < 1 || devices < 1 || devices > 128 {
 				return fmt.Errorf("--count must be >= 1 and --devices between 1 and 128")
 			}
+			if partitions && devices > sim.MaxPartitionedGPUs {
+				return fmt.Errorf("--partitions publishes %d devices per GPU: at most %d GPUs (--devices) fit a ResourceSlice", sim.FormsPerGPU, sim.MaxPartitionedGPUs)
+			}
 			cs, err := k.client(g)
 			if err != nil {
 				return err
+			}
+			if partitions {
+				var names []string
+				for i := range count {
+					name := sim.NodeName(prefix, i)
+					if err := sim.CreatePartitionedNode(c.Context(), cs, name, devices); err != nil {
+						return err
+					}
+					names = append(names, name)
+				}
+				fmt.Fprintf(c.OutOrStdout(), "%d nodes with %d partitionable GPUs each (%d forms per GPU, driver %s): %v\n", len(names), devices, sim.FormsPerGPU, sim.Driver, names)
+				return nil
 			}
 			names, err := sim.CreateNodes(c.Context(), cs, prefix, count, devices)
 			if err != nil {
@@ -52,6 +68,7 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&count, "count", 3, "number of nodes")
 	cmd.Flags().IntVar(&devices, "devices", 8, "devices per node")
 	cmd.Flags().StringVar(&prefix, "prefix", "gpu-node", "node name prefix")
+	cmd.Flags().BoolVar(&partitions, "partitions", false, "partitionable GPUs: per GPU a counter set in a slice of its own, the whole device and its partitions (1g.10gb, 3g.40gb) drawing on it")
 	return cmd
 }
 

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -62,4 +65,53 @@ func TestPartitionableDevicesServed(t *testing.T) {
 		}
 		return fmt.Errorf("conditions %+v", p.Status.Conditions)
 	})
+}
+
+// `sim nodes --partitions` publishes partitionable GPUs, and a fault set on one partition is the
+// physical GPU's: every form of gpu-0 carries it, no form of gpu-1 does; Healthy on the whole
+// device clears them all.
+func TestSimPartitionsFaultThePhysicalGPU(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := shared.kubeCLI(ctx, "sim", "nodes", "--partitions", "--count", "1", "--devices", "2", "--prefix", "part-fault"); err != nil ||
+		!strings.Contains(out, "1 nodes with 2 partitionable GPUs each (10 forms per GPU") {
+		t.Fatalf("sim nodes --partitions: %v\n%s", err, out)
+	}
+	if out, err := shared.kubeCLI(ctx, "sim", "nodes", "--partitions", "--devices", "13"); err == nil || !strings.Contains(out+err.Error(), "at most 12 GPUs") {
+		t.Fatalf("13 partitionable GPUs on a node: %v\n%s", err, out)
+	}
+	node := sim.NodeName("part-fault", 0)
+	faults := func() map[string]sim.Fault {
+		s, err := shared.kube.ResourceV1().ResourceSlices().Get(ctx, sim.SliceName(node), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]sim.Fault{}
+		if v := s.Annotations[sim.AnnotationFaults]; v != "" {
+			if err := json.Unmarshal([]byte(v), &out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	part := device.ID{Driver: sim.Driver, Pool: node, Device: sim.PartitionName(0, "3g.40gb", 1)}
+	if err := sim.SetFault(ctx, shared.kube, part, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	got := faults()
+	if len(got) != sim.FormsPerGPU {
+		t.Fatalf("%d devices faulted, want the %d forms of gpu-0: %v", len(got), sim.FormsPerGPU, got)
+	}
+	for name := range got {
+		if name != "gpu-0" && !strings.HasPrefix(name, "gpu-0-mig-") {
+			t.Fatalf("%s faulted: not a form of gpu-0", name)
+		}
+	}
+	if err := sim.SetFault(ctx, shared.kube, device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}, corev1.ResourceHealthStatusHealthy, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := faults(); len(got) != 0 {
+		t.Fatalf("after Healthy on the whole device: %v", got)
+	}
 }

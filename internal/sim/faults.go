@@ -25,7 +25,9 @@ type Fault struct {
 	Message string                      `json:"message,omitempty"`
 }
 
-// SetFault records the device's fault state (Healthy clears it) on its pool's slice.
+// SetFault records the device's fault state (Healthy clears it) on its pool's slice. A fault is
+// the physical GPU's: on a partitionable GPU it is set on every form of it (the whole device and
+// each partition), whichever form was named.
 func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		s, err := poolSlice(ctx, cs, id)
@@ -33,10 +35,12 @@ func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health
 			return err
 		}
 		faults := readFaults(s)
-		if health == corev1.ResourceHealthStatusHealthy {
-			delete(faults, id.Device)
-		} else {
-			faults[id.Device] = Fault{Health: health, Message: message}
+		for _, d := range physicalForms(s, id.Device) {
+			if health == corev1.ResourceHealthStatusHealthy {
+				delete(faults, d)
+			} else {
+				faults[d] = Fault{Health: health, Message: message}
+			}
 		}
 		data, err := json.Marshal(faults)
 		if err != nil {
@@ -49,6 +53,27 @@ func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health
 		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// physicalForms are the slice's devices that are forms of the same physical GPU as the named
+// one (they share its parentUUID), or the named device alone.
+func physicalForms(s *resourcev1.ResourceSlice, name string) []string {
+	parent := ""
+	for _, d := range s.Spec.Devices {
+		if a, ok := d.Attributes[AttrParent]; ok && d.Name == name && a.StringValue != nil {
+			parent = *a.StringValue
+		}
+	}
+	if parent == "" {
+		return []string{name}
+	}
+	var out []string
+	for _, d := range s.Spec.Devices {
+		if a, ok := d.Attributes[AttrParent]; ok && a.StringValue != nil && *a.StringValue == parent {
+			out = append(out, d.Name)
+		}
+	}
+	return out
 }
 
 func readFaults(s *resourcev1.ResourceSlice) map[string]Fault {

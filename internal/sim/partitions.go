@@ -33,6 +33,22 @@ const (
 	gpuMemory = "80Gi"
 )
 
+// FormsPerGPU is how many devices a partitionable GPU is published as: the whole device and as
+// many partitions of each profile as fit it alone. MaxPartitionedGPUs is how many such GPUs fit
+// one ResourceSlice (128 devices).
+var (
+	FormsPerGPU        = formsPerGPU()
+	MaxPartitionedGPUs = 128 / FormsPerGPU
+)
+
+func formsPerGPU() int {
+	n := 1
+	for _, p := range Profiles {
+		n += int(gpuSlices / p.Slices)
+	}
+	return n
+}
+
 // CounterSetName is the counter set of the node's i-th partitionable GPU.
 func CounterSetName(i int) string { return "gpu-" + strconv.Itoa(i) + "-counters" }
 
