@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,23 +18,16 @@ import (
 // breakerModel counts what the breaker granted, per budget, since the last resume.
 type breakerModel struct {
 	carrier
-	cfg        policy.BreakerConfig
-	grants     map[string][]breakerGrant // budget -> new grants
-	pausedAt   time.Time                 // a pause sent at, zero after a resume
-	updates    []*simUpdate
-	violations []string
-	trace      []string
+	simLog
+	cfg      policy.BreakerConfig
+	grants   map[string][]breakerGrant // budget -> new grants
+	pausedAt time.Time                 // a pause sent at, zero after a resume
+	updates  []*simUpdate
 }
 
 type breakerGrant struct {
 	at  time.Time
 	key string
-}
-
-func (m *breakerModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.trace = append(m.trace, "VIOLATION: "+v)
 }
 
 // budget is the budget an action draws on: restrictions have their own.
@@ -95,18 +87,13 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 				sent := env.Now()
 				u := &simUpdate{what: s.what}
 				m.updates = append(m.updates, u)
-				env.UpdateWorkflow(UpdateAcquire, "", &testsuite.TestUpdateCallback{
-					OnReject: func(err error) { u.done, u.rejected = true, err },
-					OnAccept: func() { u.accepted = true },
-					OnComplete: func(v any, err error) {
-						u.done, u.completed = true, err
-						r, _ := v.(policy.PermitResult)
-						m.trace = append(m.trace, fmt.Sprintf("  %s: granted %v %s", s.what, r.Granted, r.Reason))
-						if r.Granted {
-							m.granted(req, sent, env.Now())
-						}
-					},
-				}, req)
+				sendUpdate(env, UpdateAcquire, req, u, nil, func(v any, _ error) {
+					r, _ := v.(policy.PermitResult)
+					m.note("  %s: granted %v %s", s.what, r.Granted, r.Reason)
+					if r.Granted {
+						m.granted(req, sent, env.Now())
+					}
+				})
 			}
 		case "pause":
 			s.what = "pause"
@@ -151,40 +138,23 @@ func breakerProperty(rt *rapid.T) {
 	m := &breakerModel{grants: map[string][]breakerGrant{},
 		cfg: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap")}}
 	steps := breakerSteps(rt, m)
-	newEnv := func() *testsuite.TestWorkflowEnvironment {
-		var s testsuite.WorkflowTestSuite
-		s.SetLogger(quietLogger{})
-		env := s.NewTestWorkflowEnvironment()
+	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterActivity(&activities.Activities{})
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, activities.AlertInput) error { return nil }).Maybe()
 		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(nil).Maybe()
-		return env
-	}
+	})
 	check := func(env *testsuite.TestWorkflowEnvironment, after string) {
-		m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
-		if env.IsWorkflowCompleted() {
-			return
-		}
+		m.stepped(env, after)
 		var st policy.BreakerState
-		if ok, err := query(env, &st); err != nil {
-			m.violate("after %s: the state query failed: %v", after, err)
-		} else if ok {
-			m.trace = append(m.trace, fmt.Sprintf("  state: open %v (%s), grants %v, resumed %s", st.Open, st.Reason, st.Grants, st.ResumedAt.Format("15:04:05")))
+		if m.look(env, after, &st) {
+			m.note("  state: open %v (%s), grants %v, resumed %s", st.Open, st.Reason, st.Grants, st.ResumedAt.Format("15:04:05"))
 		}
 	}
 	end := steps[len(steps)-1].at + time.Minute
 	if err := segments(rt, &m.carrier, BreakerWorkflow, BreakerInput{}, false, end, steps, newEnv, check); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
-	for _, u := range m.updates {
-		if u.accepted && !u.done {
-			m.violate("request %s accepted but never answered", u.what)
-		}
-		if u.rejected != nil && u.rejected.Error() == "" {
-			m.violate("request %s refused without a reason", u.what)
-		}
-	}
-	if len(m.violations) > 0 {
-		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-	}
+	m.checkAnswered(m.updates)
+	m.checkRefusals(m.updates)
+	m.fail(rt)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 // did: enough to hold it to its promises.
 type deviceModel struct {
 	carrier
+	simLog
 	// mu guards the model: local activities run on goroutines of their own, a retried one beside
 	// the attempt it replaces.
 	mu          sync.Mutex
@@ -42,26 +42,6 @@ type deviceModel struct {
 	forced             bool // a force-quarantine was sent
 	permits, automatic int
 	updates            []*simUpdate
-	violations         []string
-	// trace is what happened, in order: steps, activity calls, violations.
-	trace []string
-}
-
-func (m *deviceModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.note("VIOLATION: %s", v)
-}
-
-func (m *deviceModel) note(format string, args ...any) {
-	m.trace = append(m.trace, fmt.Sprintf(format, args...))
-}
-
-// simUpdate is a sent update and how it was answered.
-type simUpdate struct {
-	what                string
-	done, accepted      bool
-	rejected, completed error
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
@@ -297,36 +277,22 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 func (m *deviceModel) update(env *testsuite.TestWorkflowEnvironment, name, what string, arg any) {
 	u := &simUpdate{what: what}
 	m.updates = append(m.updates, u)
-	env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
-		OnReject:   func(err error) { u.done, u.rejected = true, err },
-		OnAccept:   func() { u.accepted = true },
-		OnComplete: func(_ any, err error) { u.done, u.completed = true, err },
-	}, arg)
+	sendUpdate(env, name, arg, u, nil, nil)
 }
 
 // checkDevice holds the device workflow's state to the model after a step.
 func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.note("%s: %s", env.Now().Format("15:04:05"), after)
-	if env.IsWorkflowCompleted() {
-		return // an idle device's run ended; the watcher's next report starts another
-	}
+	m.stepped(env, after)
 	var st policy.DeviceState
-	if ok, err := query(env, &st); err != nil {
-		m.violate("after %s: the state query failed: %v", after, err)
-		return
-	} else if !ok {
-		return
+	if !m.look(env, after, &st) {
+		return // (an idle device's run that ended: the watcher's next report starts another)
 	}
 	if len(m.names) > 1 {
 		m.violate("after %s: %d rule names for one device: %v", after, len(m.names), m.names)
 	}
-	for _, u := range m.updates {
-		if u.rejected != nil && u.rejected.Error() == "" {
-			m.violate("update %s refused without a reason", u.what)
-		}
-	}
+	m.checkRefusals(m.updates)
 }
 
 // TestSimulateDeviceWorkflow runs generated sequences of observations (every health, stale and
@@ -350,26 +316,11 @@ func deviceProperty(rt *rapid.T) {
 		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
 		end := steps[len(steps)-1].at + time.Hour
-		newEnv := func() *testsuite.TestWorkflowEnvironment {
-			var s testsuite.WorkflowTestSuite
-			s.SetLogger(quietLogger{})
-			env := s.NewTestWorkflowEnvironment()
-			m.activities(env)
-			return env
-		}
-		err := segments(rt, &m.carrier, DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p}, true, end, steps, newEnv, m.checkDevice)
+		err := segments(rt, &m.carrier, DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
 		if err != nil {
 			m.violate("the workflow failed: %v", err)
 		}
-		for _, u := range m.updates {
-			// One neither accepted nor refused when its run ended failed at the caller, who sends
-			// it again; one accepted must be answered.
-			if u.accepted && !u.done {
-				m.violate("update %s accepted but never answered", u.what)
-			}
-		}
-		if len(m.violations) > 0 {
-			rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-		}
+		m.checkAnswered(m.updates)
+		m.fail(rt)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 // claim-hygiene workflow did to it.
 type hygieneModel struct {
 	carrier
+	simLog
 	mu          sync.Mutex
 	kind        string // the claim's finding now ("" when it is fine)
 	deletable   bool
@@ -35,13 +35,6 @@ type hygieneModel struct {
 	permits, deleted, deletes int
 	recorded                  []string
 	final                     *ClaimHygieneStatus
-	violations, trace         []string
-}
-
-func (m *hygieneModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.trace = append(m.trace, "VIOLATION: "+v)
 }
 
 // finding is the claim's finding now.
@@ -56,10 +49,10 @@ func (m *hygieneModel) finding() capacity.Finding {
 func (m *hygieneModel) fault(name string) error {
 	if m.faults > 0 {
 		m.faults--
-		m.trace = append(m.trace, "  "+name+" failed")
+		m.note("  %s failed", name)
 		return errors.New("apiserver unavailable")
 	}
-	m.trace = append(m.trace, "  "+name)
+	m.note("  %s", name)
 	return nil
 }
 
@@ -117,7 +110,7 @@ func (m *hygieneModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.deleted++
 		if m.lost > 0 {
 			m.lost--
-			m.trace = append(m.trace, "  deleted, result lost")
+			m.note("  deleted, result lost")
 			return activities.ClaimCheck{}, errors.New("connection reset after the delete")
 		}
 		return activities.ClaimCheck{Deleted: true}, nil
@@ -179,20 +172,13 @@ func hygieneSteps(rt *rapid.T, m *hygieneModel) []step {
 func (m *hygieneModel) checkHygiene(env *testsuite.TestWorkflowEnvironment, after string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
+	m.stepped(env, after)
 	if m.deleted > 1 {
 		m.violate("the claim was deleted %d times", m.deleted)
 	}
-	if env.IsWorkflowCompleted() {
-		return
-	}
 	var st ClaimHygieneStatus
-	ok, err := query(env, &st)
-	if err != nil {
-		m.violate("after %s: the state query failed: %v", after, err)
-	}
-	if ok && err == nil {
-		m.trace = append(m.trace, fmt.Sprintf("  state %s held %q checks %d", st.State, st.Held, st.Checks))
+	if m.look(env, after, &st) {
+		m.note("  state %s held %q checks %d", st.State, st.Held, st.Checks)
 	}
 }
 
@@ -222,19 +208,12 @@ func hygieneProperty(rt *rapid.T) {
 			m.final = &st
 		}
 	}
-	newEnv := func() *testsuite.TestWorkflowEnvironment {
-		var s testsuite.WorkflowTestSuite
-		s.SetLogger(quietLogger{})
-		env := s.NewTestWorkflowEnvironment()
-		m.activities(env)
-		return env
-	}
 	end := steps[len(steps)-1].at + 10*time.Minute
-	if err := segments(rt, &m.carrier, ClaimHygieneWorkflow, in, false, end, steps, newEnv, m.checkHygiene); err != nil {
+	if err := segments(rt, &m.carrier, ClaimHygieneWorkflow, in, false, end, steps, quietEnv(m.activities), m.checkHygiene); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	if st := m.final; st != nil {
-		m.trace = append(m.trace, "ended "+st.State)
+		m.note("ended %s", st.State)
 		switch {
 		case st.State == HygieneDeleted && m.deleted != 1:
 			m.violate("ended deleted, but it deleted the claim %d times", m.deleted)
@@ -245,9 +224,7 @@ func hygieneProperty(rt *rapid.T) {
 		}
 	}
 	hygieneEnds[stateOf(m.final)]++
-	if len(m.violations) > 0 {
-		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-	}
+	m.fail(rt)
 }
 
 // hygieneEnds counts how the simulated workflows ended, to show what the sequences reach.

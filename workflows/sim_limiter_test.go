@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,19 +17,12 @@ import (
 // released it, or are gone (terminated: a signal to them fails).
 type limiterModel struct {
 	carrier
+	simLog
 	perNode, clusterWide int
 	node                 map[string]string // migration -> its node
 	told                 map[string]bool   // told it holds a slot (slot-granted reached it)
 	released             map[string]bool   // released since it was last told
 	gone                 map[string]bool
-	violations           []string
-	trace                []string
-}
-
-func (m *limiterModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.trace = append(m.trace, "VIOLATION: "+v)
 }
 
 func limiterSteps(rt *rapid.T, m *limiterModel) []step {
@@ -100,19 +92,12 @@ func (m *limiterModel) sweep(env *testsuite.TestWorkflowEnvironment) {
 
 // checkLimiter holds the limiter's state to its caps after a step.
 func (m *limiterModel) checkLimiter(env *testsuite.TestWorkflowEnvironment, after string) {
-	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
-	if env.IsWorkflowCompleted() {
-		return
-	}
+	m.stepped(env, after)
 	var st policy.SlotState
-	ok, err := query(env, &st)
-	if err != nil {
-		m.violate("after %s: the state query failed: %v", after, err)
-	}
-	if !ok || err != nil {
+	if !m.look(env, after, &st) {
 		return
 	}
-	m.trace = append(m.trace, fmt.Sprintf("  holders %v, queue %d", holderIDs(st.Holders), len(st.Queue)))
+	m.note("  holders %v, queue %d", holderIDs(st.Holders), len(st.Queue))
 	onNode := map[string]int{}
 	for _, h := range st.Holders {
 		onNode[h.Node]++
@@ -157,21 +142,17 @@ func limiterProperty(rt *rapid.T) {
 	m := &limiterModel{perNode: rapid.IntRange(1, 2).Draw(rt, "perNode"), clusterWide: rapid.IntRange(1, 4).Draw(rt, "clusterWide"),
 		node: map[string]string{}, told: map[string]bool{}, released: map[string]bool{}, gone: map[string]bool{}}
 	steps := limiterSteps(rt, m)
-	newEnv := func() *testsuite.TestWorkflowEnvironment {
-		var s testsuite.WorkflowTestSuite
-		s.SetLogger(quietLogger{})
-		env := s.NewTestWorkflowEnvironment()
+	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
 			func(_, id, _, _ string, _ any) error {
 				if m.gone[id] {
 					return errors.New("workflow not found")
 				}
 				m.told[id], m.released[id] = true, false
-				m.trace = append(m.trace, "  told "+id+" at "+env.Now().Format("15:04:05"))
+				m.note("  told %s at %s", id, env.Now().Format("15:04:05"))
 				return nil
 			}).Maybe()
-		return env
-	}
+	})
 	// A final sweep after everything, then a look at what is held.
 	last := steps[len(steps)-1].at + 2*time.Second
 	var final policy.SlotState
@@ -189,7 +170,5 @@ func limiterProperty(rt *rapid.T) {
 			m.violate("%s holds a slot it was never told of", h.ID)
 		}
 	}
-	if len(m.violations) > 0 {
-		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-	}
+	m.fail(rt)
 }

@@ -23,6 +23,7 @@ import (
 // breaker, the Lease, the Job's suspension and the Pods' evictions, with faults to inject.
 type migrateModel struct {
 	carrier
+	simLog
 	mu          sync.Mutex
 	breakerOpen bool
 	asked       bool // a slot request waits for the limiter's answer
@@ -45,14 +46,6 @@ type migrateModel struct {
 	updates      []*simUpdate
 	answered     int // decisions answered with the state they left
 	final        policy.MigrationState
-	violations   []string
-	trace        []string
-}
-
-func (m *migrateModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.trace = append(m.trace, "VIOLATION: "+v)
 }
 
 // effect runs act as a side effect under the injected faults: failing before it acts, or acting
@@ -60,16 +53,16 @@ func (m *migrateModel) violate(format string, args ...any) {
 func (m *migrateModel) effect(name string, act func()) error {
 	if m.faults > 0 {
 		m.faults--
-		m.trace = append(m.trace, "  "+name+" failed")
+		m.note("  %s failed", name)
 		return errors.New("apiserver unavailable")
 	}
 	act()
 	if m.lost > 0 {
 		m.lost--
-		m.trace = append(m.trace, "  "+name+" acted, result lost")
+		m.note("  %s acted, result lost", name)
 		return errors.New("connection reset after the write")
 	}
-	m.trace = append(m.trace, "  "+name)
+	m.note("  %s", name)
 	return nil
 }
 
@@ -258,20 +251,15 @@ func migrateSteps(rt *rapid.T, m *migrateModel) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				u := &simUpdate{what: s.what}
 				m.updates = append(m.updates, u)
-				env.UpdateWorkflow(kind, "", &testsuite.TestUpdateCallback{
-					OnReject: func(err error) { u.done, u.rejected = true, err },
-					OnAccept: func() { u.accepted = true },
-					OnComplete: func(res any, err error) {
-						u.done, u.completed = true, err
-						st, ok := res.(policy.MigrationState)
-						if ok {
-							m.answered++
-						}
-						if ok && err == nil && st.Outcome != "" && st.Actor != actor {
-							m.violate("%s answered with the outcome %s by %q, not by its actor", s.what, st.Outcome, st.Actor)
-						}
-					},
-				}, d)
+				sendUpdate(env, kind, d, u, nil, func(res any, err error) {
+					st, ok := res.(policy.MigrationState)
+					if ok {
+						m.answered++
+					}
+					if ok && err == nil && st.Outcome != "" && st.Actor != actor {
+						m.violate("%s answered with the outcome %s by %q, not by its actor", s.what, st.Outcome, st.Actor)
+					}
+				})
 			}
 		case "continue-as-new":
 			s = continueAsNewStep(tl)
@@ -285,19 +273,12 @@ func migrateSteps(rt *rapid.T, m *migrateModel) []step {
 func (m *migrateModel) checkMigration(env *testsuite.TestWorkflowEnvironment, after string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
-	if env.IsWorkflowCompleted() {
-		return
-	}
+	m.stepped(env, after)
 	var st policy.MigrationState
-	ok, err := query(env, &st)
-	if err != nil {
-		m.violate("after %s: the state query failed: %v", after, err)
-	}
-	if !ok || err != nil {
+	if !m.look(env, after, &st) {
 		return
 	}
-	m.trace = append(m.trace, fmt.Sprintf("  phase %s waiting %q outcome %s", st.Phase, st.Waiting, st.Outcome))
+	m.note("  phase %s waiting %q outcome %s", st.Phase, st.Waiting, st.Outcome)
 	if st.Phase == policy.PhaseWaitingForDecision && !st.SlotAt.IsZero() && st.SlotFreedAt.Before(st.SlotAt) {
 		m.violate("waiting for a person while holding a migration slot (granted %s)", st.SlotAt.Format("15:04:05"))
 	}
@@ -309,11 +290,7 @@ func (m *migrateModel) checkMigration(env *testsuite.TestWorkflowEnvironment, af
 			m.violate("pod %s evicted %d times", p, n)
 		}
 	}
-	for _, u := range m.updates {
-		if u.rejected != nil && u.rejected.Error() == "" {
-			m.violate("decision %s refused without a reason", u.what)
-		}
-	}
+	m.checkRefusals(m.updates)
 }
 
 // TestSimulateMigration runs generated sequences through one migration (every workload kind, with
@@ -350,14 +327,7 @@ func migrateProperty(rt *rapid.T) {
 	}
 	steps := migrateSteps(rt, m)
 	end := steps[len(steps)-1].at + 3*time.Hour
-	newEnv := func() *testsuite.TestWorkflowEnvironment {
-		var s testsuite.WorkflowTestSuite
-		s.SetLogger(quietLogger{})
-		env := s.NewTestWorkflowEnvironment()
-		m.activities(env)
-		return env
-	}
-	if err := segments(rt, &m.carrier, MigrateWorkflow, in, false, end, steps, newEnv, m.checkMigration); err != nil {
+	if err := segments(rt, &m.carrier, MigrateWorkflow, in, false, end, steps, quietEnv(m.activities), m.checkMigration); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	m.checkEnd()
@@ -372,18 +342,12 @@ func migrateProperty(rt *rapid.T) {
 	if m.answered > 0 {
 		migrateEnds["decisions answered"] += m.answered
 	}
-	if len(m.violations) > 0 {
-		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-	}
+	m.fail(rt)
 }
 
 // checkEnd holds a migration that finished to what it leaves behind.
 func (m *migrateModel) checkEnd() {
-	for _, u := range m.updates {
-		if u.accepted && !u.done {
-			m.violate("decision %s accepted but never answered", u.what)
-		}
-	}
+	m.checkAnswered(m.updates)
 	if len(m.records) == 0 {
 		return // still waiting when the sequence ended
 	}
@@ -391,7 +355,7 @@ func (m *migrateModel) checkEnd() {
 		m.violate("the migration was counted %d times", len(m.records))
 	}
 	rec := m.records[0]
-	m.trace = append(m.trace, fmt.Sprintf("ended %s (%s)", rec.Outcome, rec.Class))
+	m.note("ended %s (%s)", rec.Outcome, rec.Class)
 	// A grant that reached the migration after it stopped waiting (its Lease lost, or cancelled) is
 	// freed by the leader's sweep of gone holders (TestSimulateMigrationLimiter holds the limiter to
 	// that); a slot the migration knew it held, it frees itself.

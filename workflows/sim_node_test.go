@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,21 +22,15 @@ import (
 // node workflow sent.
 type nodeModel struct {
 	carrier
-	mu                sync.Mutex
-	failed            map[string]bool // devices reported failed
-	threshold         int             // the newest threshold reported
-	reachedAt         int             // failed devices when the threshold was first reached (0: not yet)
-	alertDown         int             // the next Alert attempts fail
-	alerts            int             // escalation alerts delivered
-	escalated         bool            // the state said escalated
-	alertLost         bool            // an alert failed every attempt
-	violations, trace []string
-}
-
-func (m *nodeModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.trace = append(m.trace, "VIOLATION: "+v)
+	simLog
+	mu        sync.Mutex
+	failed    map[string]bool // devices reported failed
+	threshold int             // the newest threshold reported
+	reachedAt int             // failed devices when the threshold was first reached (0: not yet)
+	alertDown int             // the next Alert attempts fail
+	alerts    int             // escalation alerts delivered
+	escalated bool            // the state said escalated
+	alertLost bool            // an alert failed every attempt
 }
 
 func (m *nodeModel) activities(env *testsuite.TestWorkflowEnvironment) {
@@ -48,12 +41,12 @@ func (m *nodeModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if m.alertDown > 0 {
 			m.alertDown--
 			n := activity.GetInfo(ctx).Attempt
-			m.trace = append(m.trace, fmt.Sprintf("  Alert attempt %d failed", n))
+			m.note("  Alert attempt %d failed", n)
 			m.alertLost = m.alertLost || n >= 5 // notifyOptions: 5 attempts
 			return errors.New("slack unavailable")
 		}
 		m.alerts++
-		m.trace = append(m.trace, "  Alert "+in.Level+": "+in.Text)
+		m.note("  Alert %s: %s", in.Level, in.Text)
 		return nil
 	}).Maybe()
 }
@@ -100,22 +93,15 @@ func nodeSteps(rt *rapid.T, m *nodeModel) []step {
 func (m *nodeModel) checkNode(env *testsuite.TestWorkflowEnvironment, after string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
+	m.stepped(env, after)
 	if m.alerts > 1 {
 		m.violate("the node escalated %d times", m.alerts)
 	}
-	if env.IsWorkflowCompleted() {
-		return
-	}
 	var st policy.NodeState
-	ok, err := query(env, &st)
-	if err != nil {
-		m.violate("after %s: the state query failed: %v", after, err)
-	}
-	if !ok || err != nil {
+	if !m.look(env, after, &st) {
 		return
 	}
-	m.trace = append(m.trace, fmt.Sprintf("  failed %v threshold %d escalated %v", st.Failed, st.Threshold, st.Escalated))
+	m.note("  failed %v threshold %d escalated %v", st.Failed, st.Threshold, st.Escalated)
 	for _, d := range st.Failed {
 		if !m.failed[d] {
 			m.violate("%s listed failed, never reported", d)
@@ -147,14 +133,7 @@ func nodeProperty(rt *rapid.T) {
 	last := steps[len(steps)-1].at + time.Minute
 	var final policy.NodeState
 	steps = append(steps, step{at: last, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
-	newEnv := func() *testsuite.TestWorkflowEnvironment {
-		var s testsuite.WorkflowTestSuite
-		s.SetLogger(quietLogger{})
-		env := s.NewTestWorkflowEnvironment()
-		m.activities(env)
-		return env
-	}
-	if err := segments(rt, &m.carrier, NodeWorkflow, NodeInput{Node: "node-1"}, false, last+time.Minute, steps, newEnv, m.checkNode); err != nil {
+	if err := segments(rt, &m.carrier, NodeWorkflow, NodeInput{Node: "node-1"}, false, last+time.Minute, steps, quietEnv(m.activities), m.checkNode); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	if len(final.Failed) != len(m.failed) {
@@ -166,7 +145,5 @@ func nodeProperty(rt *rapid.T) {
 	if final.Escalated && m.alerts == 0 && !m.alertLost {
 		m.violate("escalated without an alert, and Slack was not down through every retry")
 	}
-	if len(m.violations) > 0 {
-		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-	}
+	m.fail(rt)
 }

@@ -24,6 +24,7 @@ import (
 // admission block, what its gates would measure, and faults to inject.
 type rolloutModel struct {
 	carrier
+	simLog
 	mu       sync.Mutex
 	plan     rollout.Plan
 	env      *testsuite.TestWorkflowEnvironment
@@ -36,31 +37,24 @@ type rolloutModel struct {
 	badNodes bool            // preflight finds nodes owned twice
 	// faults: the next calls fail, and may be retried; forbidden: the next fails for good; lost:
 	// the next enable or undo acts, then fails.
-	faults            int
-	forbidden, lost   bool
-	updates           []*simUpdate
-	violations, trace []string
+	faults          int
+	forbidden, lost bool
+	updates         []*simUpdate
 }
 
-func (m *rolloutModel) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	m.violations = append(m.violations, v)
-	m.trace = append(m.trace, "VIOLATION: "+v)
-}
-
-// fail injects the next fault before a call acts.
-func (m *rolloutModel) fail(name string) error {
+// fault injects the next fault before a call acts.
+func (m *rolloutModel) fault(name string) error {
 	switch {
 	case m.forbidden:
 		m.forbidden = false
-		m.trace = append(m.trace, "  "+name+" forbidden")
+		m.note("  %s forbidden", name)
 		return temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil)
 	case m.faults > 0:
 		m.faults--
-		m.trace = append(m.trace, "  "+name+" failed")
+		m.note("  %s failed", name)
 		return errors.New("etcdserver: request timed out")
 	}
-	m.trace = append(m.trace, "  "+name)
+	m.note("  %s", name)
 	return nil
 }
 
@@ -70,7 +64,7 @@ func (m *rolloutModel) loseResult() error {
 		return nil
 	}
 	m.lost = false
-	m.trace = append(m.trace, "  (result lost)")
+	m.note("  (result lost)")
 	return errors.New("connection reset after the write")
 }
 
@@ -92,7 +86,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	on("RolloutPreflight", func(_ context.Context, in activities.PhaseInput) ([]rollout.Violation, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.fail("RolloutPreflight"); err != nil {
+		if err := m.fault("RolloutPreflight"); err != nil {
 			return nil, err
 		}
 		if m.badNodes {
@@ -103,7 +97,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	on("UnblockNewClaims", func(_ context.Context, in activities.BlockInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.fail("UnblockNewClaims " + in.Phase); err != nil {
+		if err := m.fault("UnblockNewClaims " + in.Phase); err != nil {
 			return err
 		}
 		m.blocked[in.Phase] = false
@@ -121,7 +115,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 				m.violate("phase %s enabled with %s not approved", ph.Name, prev.Name)
 			}
 		}
-		if err := m.fail("EnableRolloutPhase " + ph.Name); err != nil {
+		if err := m.fault("EnableRolloutPhase " + ph.Name); err != nil {
 			return activities.PhaseChange{}, err
 		}
 		ch := activities.PhaseChange{Phase: ph.Name}
@@ -140,7 +134,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if at, ok := m.enabled[ph.Name]; !ok || m.env.Now().Before(at.Add(ph.Soak.D())) {
 			m.violate("gates of %s measured before its soak ended (enabled %v)", ph.Name, at)
 		}
-		if err := m.fail("EvaluateRolloutGates " + ph.Name); err != nil {
+		if err := m.fault("EvaluateRolloutGates " + ph.Name); err != nil {
 			return rollout.Report{}, err
 		}
 		rep := rollout.Report{Phase: ph.Name, Claims: 3}
@@ -155,7 +149,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	on("BlockNewClaims", func(_ context.Context, in activities.BlockInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if err := m.fail("BlockNewClaims " + in.Phase); err != nil {
+		if err := m.fault("BlockNewClaims " + in.Phase); err != nil {
 			return err
 		}
 		m.blocked[in.Phase] = true
@@ -167,7 +161,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if !m.blocked[in.Change.Phase] {
 			m.violate("phase %s routed back before new claims of its classes were refused", in.Change.Phase)
 		}
-		if err := m.fail("UndoRolloutPhase " + in.Change.Phase); err != nil {
+		if err := m.fault("UndoRolloutPhase " + in.Change.Phase); err != nil {
 			return activities.UndoResult{}, err
 		}
 		var res activities.UndoResult
@@ -258,42 +252,26 @@ func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {
 func (m *rolloutModel) update(env *testsuite.TestWorkflowEnvironment, name, what string, c rollout.Command) {
 	u := &simUpdate{what: what}
 	m.updates = append(m.updates, u)
-	env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
-		OnReject: func(err error) { u.done, u.rejected = true, err },
-		OnAccept: func() {
-			u.accepted = true
-			if name == UpdateRolloutApprove {
-				m.mu.Lock()
-				m.approved[c.Phase] = true
-				m.mu.Unlock()
-			}
-		},
-		OnComplete: func(_ any, err error) { u.done, u.completed = true, err },
-	}, c)
+	sendUpdate(env, name, c, u, func() {
+		if name == UpdateRolloutApprove {
+			m.mu.Lock()
+			m.approved[c.Phase] = true
+			m.mu.Unlock()
+		}
+	}, nil)
 }
 
 // checkRollout holds the rollout's state to the cluster after a step.
 func (m *rolloutModel) checkRollout(env *testsuite.TestWorkflowEnvironment, after string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.trace = append(m.trace, env.Now().Format("15:04:05")+": "+after)
-	for _, u := range m.updates {
-		if u.rejected != nil && u.rejected.Error() == "" {
-			m.violate("command %s refused without a reason", u.what)
-		}
-	}
-	if env.IsWorkflowCompleted() {
-		return
-	}
+	m.stepped(env, after)
+	m.checkRefusals(m.updates)
 	var st RolloutStatus
-	ok, err := query(env, &st)
-	if err != nil {
-		m.violate("after %s: the state query failed: %v", after, err)
-	}
-	if !ok || err != nil {
+	if !m.look(env, after, &st) {
 		return
 	}
-	m.trace = append(m.trace, fmt.Sprintf("  phase %d step %s state %s paused %v enabled %d draining %d", st.Phase, st.Step, st.State, st.Paused, len(st.Enabled), len(st.Draining)))
+	m.note("  phase %d step %s state %s paused %v enabled %d draining %d", st.Phase, st.Step, st.State, st.Paused, len(st.Enabled), len(st.Draining))
 	m.checkOwners(st, false)
 }
 
@@ -397,35 +375,24 @@ func rolloutProperty(rt *rapid.T) {
 			ok, err := query(env, &final)
 			looked = ok && err == nil && atRest(first, final)
 		}})
-	newEnv := func() *testsuite.TestWorkflowEnvironment {
-		var s testsuite.WorkflowTestSuite
-		s.SetLogger(quietLogger{})
-		env := s.NewTestWorkflowEnvironment()
-		m.activities(env)
-		return env
-	}
 	m.ended = func(env *testsuite.TestWorkflowEnvironment) {
 		if env.GetWorkflowError() == nil {
 			looked, owners = env.GetWorkflowResult(&final) == nil, snapshot()
 		}
 	}
-	if err := segments(rt, &m.carrier, RolloutWorkflow, RolloutInput{Plan: p}, false, last+31*time.Minute, steps, newEnv, m.checkRollout); err != nil {
+	if err := segments(rt, &m.carrier, RolloutWorkflow, RolloutInput{Plan: p}, false, last+31*time.Minute, steps, quietEnv(m.activities), m.checkRollout); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
-	for _, u := range m.updates {
-		if u.accepted && !u.done && final.State != rollout.StateCompleted {
-			m.violate("command %s accepted but never answered", u.what)
-		}
+	if final.State != rollout.StateCompleted {
+		m.checkAnswered(m.updates)
 	}
 	if looked {
-		m.trace = append(m.trace, fmt.Sprintf("settled: %s, enabled %d, draining %d", final.State, len(final.Enabled), len(final.Draining)))
+		m.note("settled: %s, enabled %d, draining %d", final.State, len(final.Enabled), len(final.Draining))
 		m.owner = owners
 		m.checkOwners(final, true)
 	}
 	rolloutEnds[string(final.State)]++
-	if len(m.violations) > 0 {
-		rt.Fatalf("%d violation(s), first: %s\n%s", len(m.violations), m.violations[0], strings.Join(m.trace, "\n"))
-	}
+	m.fail(rt)
 }
 
 // atRest says two looks found the rollout in the same state, one in which no step is under way.

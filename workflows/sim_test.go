@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -275,6 +276,108 @@ func TestSimulateRegressions(t *testing.T) {
 			}
 			rapid.Check(t, prop)
 		})
+	}
+}
+
+// simLog is what one sequence saw: its trace (steps, activity calls and violations, in order)
+// and the invariants it broke. Every model embeds one.
+type simLog struct {
+	violations, trace []string
+}
+
+// violate records a broken invariant, in the trace too.
+func (l *simLog) violate(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	l.violations = append(l.violations, v)
+	l.note("VIOLATION: %s", v)
+}
+
+// note adds a line to the trace.
+func (l *simLog) note(format string, args ...any) {
+	l.trace = append(l.trace, fmt.Sprintf(format, args...))
+}
+
+// stepped notes a step as it was delivered.
+func (l *simLog) stepped(env *testsuite.TestWorkflowEnvironment, after string) {
+	l.note("%s: %s", env.Now().Format("15:04:05"), after)
+}
+
+// look reads the workflow's state after a step into into; false when there is none to hold (the
+// run ended, or its first task has not registered the query) or the query failed, which is a
+// violation: every query answers.
+func (l *simLog) look(env *testsuite.TestWorkflowEnvironment, after string, into any) bool {
+	if env.IsWorkflowCompleted() {
+		return false
+	}
+	ok, err := query(env, into)
+	if err != nil {
+		l.violate("after %s: the state query failed: %v", after, err)
+	}
+	return ok && err == nil
+}
+
+// fail fails the sequence when an invariant broke, with the first and the whole trace.
+func (l *simLog) fail(rt *rapid.T) {
+	if len(l.violations) > 0 {
+		rt.Fatalf("%d violation(s), first: %s\n%s", len(l.violations), l.violations[0], strings.Join(l.trace, "\n"))
+	}
+}
+
+// quietEnv makes test environments that log nothing (a simulation runs thousands), each with its
+// activities (and mocks) set up by register.
+func quietEnv(register func(*testsuite.TestWorkflowEnvironment)) func() *testsuite.TestWorkflowEnvironment {
+	return func() *testsuite.TestWorkflowEnvironment {
+		var s testsuite.WorkflowTestSuite
+		s.SetLogger(quietLogger{})
+		env := s.NewTestWorkflowEnvironment()
+		register(env)
+		return env
+	}
+}
+
+// simUpdate is a sent update and how it was answered.
+type simUpdate struct {
+	what                string
+	done, accepted      bool
+	rejected, completed error
+}
+
+// sendUpdate sends an update and records in u how it is answered; onAccept and onComplete, when
+// set, run then too.
+func sendUpdate(env *testsuite.TestWorkflowEnvironment, name string, arg any, u *simUpdate, onAccept func(), onComplete func(any, error)) {
+	env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+		OnReject: func(err error) { u.done, u.rejected = true, err },
+		OnAccept: func() {
+			u.accepted = true
+			if onAccept != nil {
+				onAccept()
+			}
+		},
+		OnComplete: func(res any, err error) {
+			u.done, u.completed = true, err
+			if onComplete != nil {
+				onComplete(res, err)
+			}
+		},
+	}, arg)
+}
+
+// checkRefusals holds every refused update to saying why.
+func (l *simLog) checkRefusals(us []*simUpdate) {
+	for _, u := range us {
+		if u.rejected != nil && u.rejected.Error() == "" {
+			l.violate("%s refused without a reason", u.what)
+		}
+	}
+}
+
+// checkAnswered holds every accepted update to an answer. (One neither accepted nor refused when
+// its run ended failed at the caller, who sends it again.)
+func (l *simLog) checkAnswered(us []*simUpdate) {
+	for _, u := range us {
+		if u.accepted && !u.done {
+			l.violate("%s accepted but never answered", u.what)
+		}
 	}
 }
 
