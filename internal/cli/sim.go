@@ -45,13 +45,9 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if partitions {
-				var names []string
-				for i := range count {
-					name := sim.NodeName(prefix, i)
-					if err := sim.CreatePartitionedNode(c.Context(), cs, name, devices); err != nil {
-						return err
-					}
-					names = append(names, name)
+				names, err := sim.CreatePartitionedNodes(c.Context(), cs, prefix, count, devices)
+				if err != nil {
+					return err
 				}
 				fmt.Fprintf(c.OutOrStdout(), "%d nodes with %d partitionable GPUs each (%d forms per GPU, driver %s): %v\n", len(names), devices, sim.FormsPerGPU, sim.Driver, names)
 				return nil

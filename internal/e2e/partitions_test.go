@@ -26,10 +26,12 @@ func TestPartitionableDevicesServed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	node, ns := "part-served-0", "part-served"
-	if err := sim.CreatePartitionedNode(ctx, kube, node, 2); err != nil {
+	ns := "part-served"
+	names, err := sim.CreatePartitionedNodes(ctx, kube, "part-served", 1, 2)
+	if err != nil {
 		t.Fatal(err)
 	}
+	node := names[0]
 	counters, err := kube.ResourceV1().ResourceSlices().Get(ctx, node+"-gpu.sim-counters", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

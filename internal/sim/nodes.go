@@ -66,6 +66,14 @@ func NodeName(prefix string, i int) string { return prefix + "-" + strconv.Itoa(
 // CreateNodes creates count kwok nodes named <prefix>-<i>, each publishing one ResourceSlice with
 // devices gpu-0..gpu-(devices-1). Existing nodes and slices are left as they are.
 func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, count, devices int) ([]string, error) {
+	return createNodes(ctx, cs, prefix, count, func(node string) []*resourcev1.ResourceSlice {
+		return []*resourcev1.ResourceSlice{nodeSlice(node, devices, false)}
+	})
+}
+
+// createNodes creates count kwok nodes named <prefix>-<i>, each publishing the slices slices
+// makes for it. Existing nodes and slices are left as they are.
+func createNodes(ctx context.Context, cs kubernetes.Interface, prefix string, count int, slices func(node string) []*resourcev1.ResourceSlice) ([]string, error) {
 	if err := EnsureDeviceClass(ctx, cs); err != nil {
 		return nil, err
 	}
@@ -75,8 +83,10 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, co
 		if err := createNode(ctx, cs, name); err != nil {
 			return nil, err
 		}
-		if err := createSlice(ctx, cs, name, devices); err != nil {
-			return nil, err
+		for _, s := range slices(name) {
+			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("create resource slice %s: %w", s.Name, err)
+			}
 		}
 		names = append(names, name)
 	}
@@ -116,14 +126,6 @@ func createNode(ctx context.Context, cs kubernetes.Interface, name string) error
 		l[PluginResource] = *resource.NewQuantity(PluginDevices, resource.DecimalSI)
 	}
 	return ensureNode(ctx, cs, node)
-}
-
-func createSlice(ctx context.Context, cs kubernetes.Interface, node string, devices int) error {
-	_, err := cs.ResourceV1().ResourceSlices().Create(ctx, nodeSlice(node, devices, false), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create resource slice for %s: %w", node, err)
-	}
-	return nil
 }
 
 // SliceName is the name of the ResourceSlice the simulated driver publishes for a node.

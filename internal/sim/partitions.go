@@ -2,12 +2,10 @@ package sim
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -122,19 +120,8 @@ const (
 	ProfileWhole = "whole"
 )
 
-// CreatePartitionedNode creates a kwok node whose gpus GPUs are partitionable, publishing
-// PartitionedSlices. An existing node or slice is left as it is.
-func CreatePartitionedNode(ctx context.Context, cs kubernetes.Interface, node string, gpus int) error {
-	if err := EnsureDeviceClass(ctx, cs); err != nil {
-		return err
-	}
-	if err := createNode(ctx, cs, node); err != nil {
-		return err
-	}
-	for _, s := range PartitionedSlices(node, gpus) {
-		if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create resource slice %s: %w", s.Name, err)
-		}
-	}
-	return nil
+// CreatePartitionedNodes creates count kwok nodes named <prefix>-<i> whose gpus GPUs are
+// partitionable, each publishing PartitionedSlices. Existing nodes and slices are left as they are.
+func CreatePartitionedNodes(ctx context.Context, cs kubernetes.Interface, prefix string, count, gpus int) ([]string, error) {
+	return createNodes(ctx, cs, prefix, count, func(node string) []*resourcev1.ResourceSlice { return PartitionedSlices(node, gpus) })
 }
