@@ -172,6 +172,7 @@ func (w *Watcher) sliceSource() *source {
 			info.node = *s.Spec.NodeName
 		}
 		names := w.cfg.Policies.CDIAttributes(s.Spec.Driver)
+		grouping := w.cfg.Policies.Units(s.Spec.Driver)
 		for _, d := range s.Spec.Devices {
 			info.devices = append(info.devices, w.slices.intern.get(d.Name))
 			if msg := driverTaint(d.Taints); msg != "" {
@@ -186,7 +187,7 @@ func (w *Watcher) sliceSource() *source {
 				}
 				info.attrs[d.Name] = a
 			}
-			info.units.add(s.Spec.Driver, d, w.cfg.Policies.Units(s.Spec.Driver))
+			info.units.add(s.Spec.Driver, d, grouping)
 		}
 		w.sliceChanged(s.Name, info)
 	}
