@@ -19,6 +19,8 @@ type Offer struct {
 	Name        string
 	CounterSets []string
 	Attributes  map[string]string
+	// Whole marks the form that takes every counter of the sets it draws on: the whole device.
+	Whole bool
 }
 
 // Grouping says how a driver's devices form units. The zero value groups by shared counter sets.
@@ -47,7 +49,18 @@ func (u UnitID) String() string { return u.Driver + "/" + u.Pool + "/" + u.Key }
 type Unit struct {
 	ID      UnitID   `json:"id"`
 	Devices []string `json:"devices"`
+	// Whole is the device that takes the whole unit ("" when the driver offers none): a probe on
+	// it proves every form at once.
+	Whole string `json:"whole,omitempty"`
 }
+
+// Device is the ID a shared unit's reports and workflow go by: the unit's key in its pool's
+// place of a device name.
+func (u Unit) Device() ID { return ID{Driver: u.ID.Driver, Pool: u.ID.Pool, Device: u.ID.Key} }
+
+// IsUnitKey reports whether a device name is a shared unit's key, not a device's: device names
+// are DNS labels, and unit keys carry '='.
+func IsUnitKey(name string) bool { return strings.Contains(name, "=") }
 
 // Shared says whether the unit offers more than one device.
 func (u Unit) Shared() bool { return len(u.Devices) > 1 }
@@ -66,6 +79,12 @@ func (u Unit) DeviceIDs() []ID {
 // the counter sets a device draws on together.
 func Units(driver, pool string, offers []Offer, g Grouping) []Unit {
 	byKey := map[string][]string{}
+	whole := map[string]bool{}
+	for _, o := range offers {
+		if o.Whole {
+			whole[o.Name] = true
+		}
+	}
 	switch {
 	case g.Independent:
 		for _, o := range offers {
@@ -75,7 +94,8 @@ func Units(driver, pool string, offers []Offer, g Grouping) []Unit {
 		for _, o := range offers {
 			key := o.Name
 			if v, ok := o.Attributes[g.Attribute]; ok && v != "" {
-				key = g.Attribute + "=" + v
+				// A key never holds '/': it takes a device name's place in IDs and workflow IDs.
+				key = strings.ReplaceAll(g.Attribute+"="+v, "/", "_")
 			}
 			byKey[key] = append(byKey[key], o.Name)
 		}
@@ -85,7 +105,11 @@ func Units(driver, pool string, offers []Offer, g Grouping) []Unit {
 	out := make([]Unit, 0, len(byKey))
 	for key, devs := range byKey {
 		slices.Sort(devs)
-		out = append(out, Unit{ID: UnitID{Driver: driver, Pool: pool, Key: key}, Devices: slices.Compact(devs)})
+		u := Unit{ID: UnitID{Driver: driver, Pool: pool, Key: key}, Devices: slices.Compact(devs)}
+		if i := slices.IndexFunc(u.Devices, func(d string) bool { return whole[d] }); i >= 0 && u.Shared() {
+			u.Whole = u.Devices[i]
+		}
+		out = append(out, u)
 	}
 	slices.SortFunc(out, func(a, b Unit) int { return strings.Compare(a.ID.Key, b.ID.Key) })
 	return out

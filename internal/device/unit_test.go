@@ -169,3 +169,34 @@ func TestUnitsEmptyAttributeAndNames(t *testing.T) {
 		t.Fatalf("device IDs %v", got)
 	}
 }
+
+// The whole device is the form a probe proves the unit on; a unit of one device has none to name,
+// and a unit whose driver offers no whole form has none.
+func TestUnitsNameTheWholeDevice(t *testing.T) {
+	offers := gpuOffers("gpu-0", "1g-10gb-0", "1g-10gb-1")
+	offers[0].Whole = true
+	offers = append(offers, gpuOffers("gpu-1", "3g-40gb-0", "3g-40gb-1")[1:]...)
+	offers = append(offers, Offer{Name: "nic-0", Whole: true})
+	var got []string
+	for _, u := range Units("d", "p", offers, Grouping{}) {
+		got = append(got, u.ID.Key+":"+u.Whole)
+	}
+	want := []string{"counters=gpu-0-counters:gpu-0", "counters=gpu-1-counters:", "nic-0:"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("whole devices %v, want %v", got, want)
+	}
+}
+
+// A unit's ID stands in a device's place, so its key holds no '/' even when the grouping
+// attribute is qualified by its domain.
+func TestUnitKeysHoldNoSlash(t *testing.T) {
+	offers := []Offer{{Name: "a", Attributes: map[string]string{"gpu.example.com/parent": "GPU-1"}},
+		{Name: "b", Attributes: map[string]string{"gpu.example.com/parent": "GPU-1"}}}
+	us := Units("d", "p", offers, Grouping{Attribute: "gpu.example.com/parent"})
+	if len(us) != 1 || !us[0].Device().Valid() || !IsUnitKey(us[0].ID.Key) {
+		t.Fatalf("units %+v: want one unit whose ID is a valid device ID", us)
+	}
+	if IsUnitKey("gpu-0-mig-1g-10gb-0") {
+		t.Fatal("a device name read as a unit key")
+	}
+}
