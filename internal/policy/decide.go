@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -35,8 +36,18 @@ func NewState(id device.ID, node string, p Policy, dryRun bool) *DeviceState {
 	return &DeviceState{Device: id, Node: node, Policy: p, DryRun: dryRun, State: Healthy, Health: device.Healthy}
 }
 
-// Observe takes a report from the watcher and returns what to do.
+// Observe takes a report from the watcher and returns what to do. A unit that grew while fenced
+// has its new devices fenced first.
 func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
+	grew := st.joinUnit(obs.Unit)
+	acts := st.observe(obs, now)
+	if len(grew) > 0 && st.fenced() {
+		acts = append([]Action{st.fenceMembers(strings.Join(grew, ", ") + " joined unit " + st.Unit.ID.String())}, acts...)
+	}
+	return acts
+}
+
+func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	if !st.newer(obs) {
 		st.Ignored++
 		if obs.StatusVersion == st.StatusVersion && obs.Health == st.Health && obs.Message == st.Message {

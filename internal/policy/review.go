@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -66,6 +67,9 @@ type RuleInfo struct {
 	WantEffect string `json:"wantEffect,omitempty"`
 	// Actor is the last writer named in the rule's managedFields ("" when unknown).
 	Actor string `json:"actor,omitempty"`
+	// Missing are the unit's devices that have no rule while others do (the fields above are
+	// then of the rules that stand).
+	Missing []string `json:"missing,omitempty"`
 }
 
 // InForce reports whether the rule still fences the device.
@@ -290,6 +294,9 @@ func (st *DeviceState) RuleSeen(info RuleInfo, now time.Time) []Action {
 			acts = append(acts, st.evaluate(st.Health, now, "device still reported "+string(st.Health)+" after its rule was removed")...)
 		}
 		return acts
+	}
+	if len(info.Missing) > 0 {
+		return []Action{st.fenceMembers(fmt.Sprintf("rules missing for %s of unit %s", strings.Join(info.Missing, ", "), st.Unit.ID))}
 	}
 	if info.WantEffect != "" && info.Effect != info.WantEffect {
 		return []Action{{Kind: ActRefreshRule, Key: info.Key, Effect: st.wantEffect(st.stateBeforeReview()), ExpiresAt: st.Quarantine.ExpiresAt,

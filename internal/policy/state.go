@@ -28,6 +28,9 @@ type Reporter struct {
 	Health    device.Health `json:"health"`
 	// Slice names the ResourceSlice when the driver itself reported the device (its own taint).
 	Slice string `json:"slice,omitempty"`
+	// Device names the form of a shared unit the report is about (a partition, the whole GPU);
+	// empty for a device that is a unit of its own.
+	Device string `json:"device,omitempty"`
 }
 
 // Observation is one aggregated health report for one device, sent by the watcher.
@@ -52,6 +55,9 @@ type Observation struct {
 	ObservedAt time.Time `json:"observedAt"`
 	// Reporters is empty when no pod holds the device any more.
 	Reporters []Reporter `json:"reporters,omitempty"`
+	// Unit is set when Device is a shared physical unit (device.Unit.Device): the devices it is
+	// published as now, each of which a fence must cover.
+	Unit *device.Unit `json:"unit,omitempty"`
 }
 
 // Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;
@@ -169,6 +175,9 @@ type DeviceState struct {
 	Transitions []Transition `json:"transitions,omitempty"`
 	// Ignored counts observations dropped as duplicates or older than the last one.
 	Ignored int `json:"ignored"`
+	// Unit is the physical unit this workflow fences, for a device published in several forms:
+	// while fenced, every device it was ever seen with (a rule stands for each).
+	Unit *device.Unit `json:"unit,omitempty"`
 }
 
 // ActionKind is what an Action asks the workflow to do.
@@ -189,6 +198,9 @@ const (
 	ActRequestApproval ActionKind = "request-approval"
 	// ActRelease deletes the device's rule; success goes to ReleaseDone.
 	ActRelease ActionKind = "release"
+	// ActFenceMembers extends a standing fence to every device of the unit (one joined it, or a
+	// member's rule went missing) with the fence's key, effect, reason and expiry.
+	ActFenceMembers ActionKind = "fence-members"
 )
 
 // Alert levels.

@@ -1,0 +1,71 @@
+package policy
+
+import (
+	"slices"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// A device published in several forms (a GPU and its partitions) is one physical unit: the
+// watcher sends its forms' reports as one observation, keyed by the unit, and the workflow fences,
+// probes and releases the unit as a whole.
+
+// joinUnit takes the unit's devices from an observation and returns those new to a standing
+// fence. While fenced, the unit keeps every device it was seen with: each has a rule until the
+// release, even one a reconfiguration took away. Otherwise the unit is what the driver publishes now.
+func (st *DeviceState) joinUnit(u *device.Unit) []string {
+	if u == nil {
+		return nil
+	}
+	if st.Unit == nil || !st.fenced() {
+		c := *u
+		c.Devices = slices.Clone(u.Devices)
+		st.Unit = &c
+		return nil
+	}
+	var grew []string
+	for _, d := range u.Devices {
+		if !slices.Contains(st.Unit.Devices, d) {
+			grew = append(grew, d)
+		}
+	}
+	if len(grew) > 0 {
+		st.Unit.Devices = append(st.Unit.Devices, grew...)
+		slices.Sort(st.Unit.Devices)
+	}
+	if u.Whole != "" {
+		st.Unit.Whole = u.Whole
+	}
+	return grew
+}
+
+// Members are the device names a fence covers: the unit's devices, or nil for a device that is
+// a unit of its own.
+func (st *DeviceState) Members() []string {
+	if st.Unit == nil {
+		return nil
+	}
+	return st.Unit.Devices
+}
+
+// CheckTargets are the devices a probe or canary must pass on: the device itself; for a unit,
+// its whole device, or every device when the driver offers no whole form.
+func (st *DeviceState) CheckTargets() []device.ID {
+	if st.Unit == nil {
+		return []device.ID{st.Device}
+	}
+	if st.Unit.Whole != "" {
+		return []device.ID{{Driver: st.Device.Driver, Pool: st.Device.Pool, Device: st.Unit.Whole}}
+	}
+	return st.Unit.DeviceIDs()
+}
+
+// fenceMembers re-applies the standing fence to every device of the unit.
+func (st *DeviceState) fenceMembers(reason string) Action {
+	q := st.Quarantine
+	key, effect := TaintQuarantine, st.wantEffect(st.stateBeforeReview())
+	if r := st.Review; r != nil && r.Stage != StageProbe {
+		key, effect = TaintProbation, EffectNoSchedule
+	}
+	return Action{Kind: ActFenceMembers, Key: key, Effect: effect, ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor}
+}

@@ -1,0 +1,56 @@
+package policy
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+func unitOf(devices ...string) *device.Unit {
+	return &device.Unit{ID: device.UnitID{Driver: dev.Driver, Pool: dev.Pool, Key: "counters=set"}, Devices: devices, Whole: devices[0]}
+}
+
+// A unit takes the forms it is published as while unfenced; fenced, it keeps every form it had
+// and fences the new ones (with the standing key), and a form whose rule went missing is fenced
+// again rather than read as a release.
+func TestUnitMembershipWhileFenced(t *testing.T) {
+	st := NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	o := obs(device.Unknown, 1, "")
+	o.Unit = unitOf("g", "g-a", "g-b")
+	st.Observe(o, t0)
+	o = obs(device.Unknown, 2, "")
+	o.Unit = unitOf("g", "g-a") // reconfigured before any fence: the unit is what is published
+	st.Observe(o, t0)
+	if !slices.Equal(st.Members(), []string{"g", "g-a"}) {
+		t.Fatalf("unfenced members %v", st.Members())
+	}
+	o = obs(device.Unhealthy, 3, "")
+	o.Unit = unitOf("g", "g-a")
+	for _, a := range st.Observe(o, t0) {
+		if a.Kind == ActTaint {
+			st.Applied(a, "r", t0)
+		}
+	}
+	if st.State != Quarantined {
+		t.Fatalf("state %s", st.State)
+	}
+	o = obs(device.Unhealthy, 4, "")
+	o.Unit = unitOf("g", "g-c")
+	acts := st.Observe(o, t0.Add(time.Minute))
+	if len(acts) == 0 || acts[0].Kind != ActFenceMembers || acts[0].Key != TaintQuarantine || acts[0].Effect != EffectNoSchedule {
+		t.Fatalf("actions on growth while fenced %+v", acts)
+	}
+	if !slices.Equal(st.Members(), []string{"g", "g-a", "g-c"}) {
+		t.Fatalf("fenced members %v: want every form seen while fenced", st.Members())
+	}
+	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
+	if len(acts) != 1 || acts[0].Kind != ActFenceMembers || st.State != Quarantined {
+		t.Fatalf("a form's rule missing: %+v, state %s", acts, st.State)
+	}
+	if targets := st.CheckTargets(); len(targets) != 1 || targets[0].Device != "g" {
+		t.Fatalf("check targets %v, want the whole device", targets)
+	}
+}
