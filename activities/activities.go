@@ -24,6 +24,8 @@ const (
 	AnnotationActor     = "devicewarden.io/actor"
 	AnnotationWorkflow  = "devicewarden.io/workflow-id"
 	AnnotationExpiresAt = "devicewarden.io/expires-at"
+	// AnnotationUnit names the physical unit a rule fences one form of (driver/pool/key).
+	AnnotationUnit = "devicewarden.io/unit"
 )
 
 // Activities holds the clients every activity uses. The worker builds it once.

@@ -39,6 +39,11 @@ type QuarantineInput struct {
 	// Reporters, the Pods and claims that reported it get an Event saying so.
 	Decision  string            `json:"decision,omitempty"`
 	Reporters []policy.Reporter `json:"reporters,omitempty"`
+	// Members, when set, are the devices of the physical unit Device names (device.Unit.Device):
+	// each gets its own rule, and all of them stand or fall together.
+	Members []string `json:"members,omitempty"`
+	// Unit is set on the rule of one member: the unit it fences a form of.
+	Unit string `json:"unit,omitempty"`
 }
 
 // QuarantineResult says which rule holds the quarantine and whether this call created it.
@@ -80,6 +85,7 @@ func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 				AnnotationActor:     in.Actor,
 				AnnotationWorkflow:  in.WorkflowID,
 				AnnotationExpiresAt: in.ExpiresAt.UTC().Format(time.RFC3339),
+				AnnotationUnit:      in.Unit,
 			},
 		},
 		Spec: resourcev1.DeviceTaintRuleSpec{
@@ -98,6 +104,9 @@ func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 // device, so retries and repeated signals never make a second rule. A rule that is being deleted is
 // not in force: the call fails (and is retried) until it is gone, then creates a new one.
 func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	if len(in.Members) > 0 {
+		return a.quarantineUnit(ctx, in)
+	}
 	if in.Device.DevicePlugin() {
 		// No API taints a single device-plugin device; kubelet already withholds a device its plugin
 		// reports Unhealthy. The quarantine is the workflow's record and alert.
@@ -189,10 +198,15 @@ func (a *Activities) ownRule(ctx context.Context, id device.ID) (*resourcev1.Dev
 type InspectInput struct {
 	Device device.ID `json:"device"`
 	Effect string    `json:"effect"`
+	// Members are a unit's devices (QuarantineInput.Members).
+	Members []string `json:"members,omitempty"`
 }
 
 // InspectRule reads the device's rule so the workflow can tell whether its fence still stands.
 func (a *Activities) InspectRule(ctx context.Context, in InspectInput) (policy.RuleInfo, error) {
+	if len(in.Members) > 0 {
+		return a.inspectUnit(ctx, in)
+	}
 	info := policy.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}
 	if in.Device.DevicePlugin() {
 		// Nothing to inspect: a device-plugin quarantine is a record only.
@@ -236,6 +250,9 @@ type RefreshResult struct {
 // RefreshRule rewrites an existing rule's taint key, effect, reason and expiry. It never creates
 // one: a rule that is gone was removed by someone, which the workflow records instead.
 func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (RefreshResult, error) {
+	if len(in.Members) > 0 {
+		return a.refreshUnit(ctx, in)
+	}
 	if in.Device.DevicePlugin() {
 		return RefreshResult{Effect: string(a.effect(in.Effect))}, nil
 	}
@@ -276,21 +293,19 @@ type ReleaseInput struct {
 	// Node and Reporters get a DeviceReleased Event (kubectl describe node, pod, claim).
 	Node      string            `json:"node,omitempty"`
 	Reporters []policy.Reporter `json:"reporters,omitempty"`
+	// Members are a unit's devices (QuarantineInput.Members): every one's rule is deleted.
+	Members []string `json:"members,omitempty"`
 }
 
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
 func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
-	if !in.Device.DevicePlugin() {
-		r, err := a.ownRule(ctx, in.Device)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
+	fenced := []device.ID{in.Device}
+	if len(in.Members) > 0 {
+		fenced = memberIDs(in.Device, in.Members)
+	}
+	for _, id := range fenced {
+		if err := a.deleteOwnRule(ctx, id); err != nil {
 			return err
-		default:
-			err = a.Kube.ResourceV1().DeviceTaintRules().Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete device taint rule %s: %w", r.Name, err)
-			}
 		}
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
@@ -308,6 +323,25 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		if in.FirstReviewPassed {
 			m.FalseQuarantines.Inc()
 		}
+	}
+	return nil
+}
+
+// deleteOwnRule deletes the device's rule, if it has one and it is the device's own.
+func (a *Activities) deleteOwnRule(ctx context.Context, id device.ID) error {
+	if id.DevicePlugin() {
+		return nil
+	}
+	r, err := a.ownRule(ctx, id)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	err = a.Kube.ResourceV1().DeviceTaintRules().Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete device taint rule %s: %w", r.Name, err)
 	}
 	return nil
 }
