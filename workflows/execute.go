@@ -8,6 +8,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -37,7 +38,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			acts = append(acts, taint(actx, st, act)...)
 		case policy.ActInspectRule:
 			var info policy.RuleInfo
-			in := activities.InspectInput{Device: st.Device, Effect: act.Effect}
+			in := activities.InspectInput{Device: st.Device, Effect: act.Effect, Members: st.Members()}
 			if err := executeLocal(actx, a.InspectRule, in).Get(ctx, &info); err != nil {
 				workflow.GetLogger(ctx).Warn("rule not inspected", "error", err)
 				continue
@@ -45,6 +46,8 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			acts = append(acts, st.RuleSeen(info, workflow.Now(ctx))...)
 		case policy.ActRefreshRule:
 			acts = append(acts, refresh(actx, st, act)...)
+		case policy.ActFenceMembers:
+			fenceMembers(actx, st, act)
 		case policy.ActProbe, policy.ActCanary:
 			acts = append(acts, check(ctx, st, act)...)
 		case policy.ActRequestApproval:
@@ -58,7 +61,8 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			}
 		case policy.ActRelease:
 			in := activities.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
-				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters}
+				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
+				Members: st.Members()}
 			if err := workflow.ExecuteActivity(actx, a.ReleaseRule, in).Get(ctx, nil); err != nil {
 				acts = append(acts, st.ReleaseFailed(err.Error(), workflow.Now(ctx))...)
 				continue
@@ -111,7 +115,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	qin := activities.QuarantineInput{
 		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
-		Decision: string(act.To), Reporters: st.Reporters,
+		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),
 	}
 	var res activities.QuarantineResult
 	if err := run(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
@@ -140,7 +144,8 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 
 func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
 	in := activities.QuarantineInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor, Key: act.Key,
-		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect)}
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
+		Members: st.Members()}
 	if st.Quarantine != nil && act.Reason != st.Quarantine.Reason {
 		in.Reason = st.Quarantine.Reason // the rule keeps the quarantine's reason; the step is in history
 	}
@@ -154,14 +159,42 @@ func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []
 	return st.RuleRefreshed(act, res.Effect, "", workflow.Now(ctx))
 }
 
-// check runs a probe or canary Pod; an activity that fails outright is a failed check.
+// fenceMembers extends a unit's standing fence to every device it is published as. A failure is
+// logged: the heartbeat's look at the rules finds the device still unfenced and asks again.
+func fenceMembers(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
+	in := activities.QuarantineInput{Device: st.Device, Reason: st.Quarantine.Reason, Actor: st.Quarantine.Actor, Key: act.Key,
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
+		Members: st.Members()}
+	if err := executeLocal(ctx, a.Quarantine, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("unit not fenced in full", "unit", st.Device.String(), "why", act.Reason, "error", err)
+	}
+}
+
+// check runs a probe or canary Pod on each device the unit is proven on (the device itself, a
+// unit's whole device, or every form of it); the first failure is the result.
 func check(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+	var res policy.StepResult
+	targets := st.CheckTargets()
+	for _, id := range targets {
+		res = checkOne(ctx, st, act, id)
+		if len(targets) > 1 {
+			res.Reason = id.Device + ": " + res.Reason
+		}
+		if !res.Passed {
+			break
+		}
+	}
+	return st.CheckDone(act.Kind, res, workflow.Now(ctx))
+}
+
+// checkOne runs one probe or canary Pod; an activity that fails outright is a failed check.
+func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, id device.ID) policy.StepResult {
 	c := *act.Check
 	class := c.DeviceClass
 	if class == "" {
 		class = st.DeviceClass
 	}
-	in := activities.CheckInput{Device: st.Device, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
+	in := activities.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if st.Quarantine != nil {
 		in.Review = st.Quarantine.Reviews
@@ -176,7 +209,7 @@ func check(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	if err := workflow.ExecuteActivity(cctx, a.RunCheck, in).Get(ctx, &res); err != nil {
 		res = policy.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
 	}
-	return st.CheckDone(act.Kind, res, workflow.Now(ctx))
+	return res
 }
 
 // executeLocal runs an activity as a local activity with the same timeout and retry policy.
