@@ -44,7 +44,7 @@ func BenchmarkStoreUpdate(b *testing.B) {
 	for b.Loop() {
 		k := i % len(reports)
 		ids, _ := s.setPod(fmt.Sprintf("ns/p%d", k), "7", reports[k][(i/len(reports))%2], nil, nil, false)
-		if _, d := s.next(ids[0], benchNow, 0); d != doSignal {
+		if _, d := s.next(ids[0], benchNow, 0, nil); d != doSignal {
 			b.Fatalf("decision %v", d)
 		}
 		i++

@@ -3,6 +3,7 @@ package watcher
 import (
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -287,6 +288,20 @@ func (x *claimIndex) relistEnd() []string {
 	}
 	x.seen = nil
 	return gone
+}
+
+// holdingAny returns the keys of the claims allocated any of the devices (one scan).
+func (x *claimIndex) holdingAny(ids []device.ID) []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []string
+	for key, c := range x.claims {
+		if slices.ContainsFunc(ids, c.holds) {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // holding returns the key of a claim allocated the device, or "" (a rare scan: only when a

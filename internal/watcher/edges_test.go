@@ -176,7 +176,7 @@ func TestAggregateChoosesTheWorstReport(t *testing.T) {
 	s.setPod("ns/b", "11", []Report{with(device.Unhealthy, "b", "XID 48", "node-b", "class-b")}, nil, nil, false)
 	s.setPod("ns/c", "12", []Report{with(device.Unhealthy, "c", "XID 79", "node-c", "class-c")}, nil, nil, false)
 	s.setPod("ns/d", "13", []Report{with(device.Unhealthy, "d", "XID 13", "node-d", "class-d")}, nil, nil, false)
-	obs, d := s.next(id, now, 0)
+	obs, d := s.next(id, now, 0, nil)
 	if d != doSignal || obs.Health != device.Unhealthy || obs.Message != "XID 79" || obs.Node != "node-c" || obs.DeviceClass != "class-c" || len(obs.Reporters) != 4 {
 		t.Fatalf("%v %+v", d, obs)
 	}

@@ -66,13 +66,13 @@ func TestStoreOutageTurnsFollowedHealthyDevicesUnknown(t *testing.T) {
 	if len(ids) != 1 || ids[0] != id {
 		t.Fatalf("outage affects %v", ids)
 	}
-	obs, d := s.next(id, now, 0)
+	obs, d := s.next(id, now, 0, nil)
 	if d != doSignal || obs.Health != device.Unknown || obs.Message != "node node-1 outage" {
 		t.Fatalf("during outage: %v %+v", d, obs)
 	}
 	s.markSignalled(obs, now)
 	s.setOutage("node-1", "")
-	if obs, d := s.next(id, now, 0); d != doSignal || obs.Health != device.Healthy {
+	if obs, d := s.next(id, now, 0, nil); d != doSignal || obs.Health != device.Healthy {
 		t.Fatalf("after outage: %v %+v", d, obs)
 	}
 }

@@ -34,6 +34,9 @@ type sliceIndex struct {
 	attrs map[device.ID]map[string]string
 	// taints holds, per slice, the taints its driver put on its devices (only tainted devices).
 	taints map[string]sliceTaints
+	// poolSlices names each pool's slices; units caches each pool's physical units (units.go).
+	poolSlices map[poolKey]map[string]struct{}
+	units      map[poolKey]*poolUnits
 }
 
 // sliceTaints are one slice's driver taints: device -> what the taint says.
@@ -56,7 +59,8 @@ type sliceInfo struct {
 
 func newSliceIndex() *sliceIndex {
 	return &sliceIndex{slices: map[string]sliceInfo{}, pools: map[poolKey]map[string]int{}, missing: map[device.ID]string{},
-		attrs: map[device.ID]map[string]string{}, taints: map[string]sliceTaints{}}
+		attrs: map[device.ID]map[string]string{}, taints: map[string]sliceTaints{},
+		poolSlices: map[poolKey]map[string]struct{}{}, units: map[poolKey]*poolUnits{}}
 }
 
 // taintChanges records a slice's driver taints (info nil: the slice is gone) and returns the
@@ -111,6 +115,19 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 		pk, node = old.pool, old.node
 	} else {
 		return nil, nil, ""
+	}
+	delete(x.units, pk)
+	if had && old.pool != pk {
+		delete(x.units, old.pool)
+		delete(x.poolSlices[old.pool], name)
+	}
+	if info != nil {
+		if x.poolSlices[pk] == nil {
+			x.poolSlices[pk] = map[string]struct{}{}
+		}
+		x.poolSlices[pk][name] = struct{}{}
+	} else if delete(x.poolSlices[pk], name); len(x.poolSlices[pk]) == 0 {
+		delete(x.poolSlices, pk)
 	}
 	counts := x.pools[pk]
 	if counts == nil {
@@ -171,6 +188,7 @@ func (w *Watcher) sliceSource() *source {
 		if s.Spec.NodeName != nil {
 			info.node = *s.Spec.NodeName
 		}
+		info.units.addCounters(s.Spec.SharedCounters)
 		names := w.cfg.Policies.CDIAttributes(s.Spec.Driver)
 		grouping := w.cfg.Policies.Units(s.Spec.Driver)
 		for _, d := range s.Spec.Devices {
@@ -279,6 +297,7 @@ func attributeValues(driver string, d resourcev1.Device, names []string) map[str
 // sliceChanged reports devices that vanished while allocated as Unknown, and withdraws that
 // report when they are published again.
 func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
+	pk, ok := w.slices.poolOf(name, info)
 	gone, back, node := w.slices.set(name, info)
 	tainted, cleared := w.slices.taintChanges(name, info)
 	for id, msg := range tainted {
@@ -295,6 +314,21 @@ func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 		w.reportMissing(id, claim, node)
 	}
 	w.withdrawUnpublished(back)
+	if ok {
+		// The pool's units may have changed: their workflows hear of new forms to fence.
+		w.enqueueAll(w.store.unitsIn(pk.driver, pk.pool))
+	}
+}
+
+// poolOf is the pool of a slice: the one it is recorded with now (info nil), or info's.
+func (x *sliceIndex) poolOf(name string, info *sliceInfo) (poolKey, bool) {
+	if info != nil {
+		return info.pool, true
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old, ok := x.slices[name]
+	return old.pool, ok
 }
 
 // reportMissing reports an allocated device that its driver no longer publishes as Unknown.
@@ -424,5 +458,5 @@ func (w *Watcher) withdrawTaint(id device.ID) {
 	ids, _ := w.store.setPod(taintKey(id), "", nil, nil, nil, false)
 	w.store.clearedByDriver(id, policy.SourceSlice)
 	w.podMu.Unlock()
-	w.enqueueAll(append(ids, id))
+	w.enqueueAll(append(ids, w.unitID(id)))
 }

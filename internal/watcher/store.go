@@ -36,6 +36,9 @@ type store struct {
 	// a new leader, has a larger term (Config.Term).
 	term    int64
 	counter uint64
+	// unitOf names the shared physical unit a device is a form of, and the device's name in it
+	// ("" when the device is a unit of its own): the unit's forms report as one (units.go).
+	unitOf func(device.ID) (device.ID, string)
 }
 
 type entry struct {
@@ -129,6 +132,7 @@ func (s *store) setPod(podKey string, version string, reports []Report, claims [
 	defer s.mu.Unlock()
 	// Sorted by device (stably: each device's reports keep their order), each device's reports
 	// are one run of the slice; no map per update.
+	s.toUnits(reports)
 	slices.SortStableFunc(reports, func(a, b Report) int { return compareID(a.Device, b.Device) })
 	reported := func(id device.ID) bool {
 		_, ok := slices.BinarySearchFunc(reports, id, func(r Report, id device.ID) int { return compareID(r.Device, id) })
@@ -268,7 +272,7 @@ func (s *store) followsAny(devs iter.Seq[AllocatedDevice]) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for d := range devs {
-		if _, ok := s.devices[device.ID{Driver: d.Driver, Pool: d.Pool, Device: d.Device}]; ok {
+		if _, ok := s.devices[s.unitID(device.ID{Driver: d.Driver, Pool: d.Pool, Device: d.Device})]; ok {
 			return true
 		}
 	}
@@ -377,14 +381,14 @@ type decision int
 const (
 	skipNothing   decision = iota // nothing known about the device
 	skipHealthy                   // healthy and no workflow: costs Temporal nothing
-	skipDuplicate                 // same health and message as last signalled
+	skipDuplicate                 // same health, message, reporters and unit as last signalled
 	doSignal
 )
 
 // next computes the device's aggregate observation and whether it must be signalled. A device
 // with a workflow is re-signalled unchanged once per heartbeat interval, so the workflow can tell
 // a current Healthy from a stale one.
-func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (workflows.Observation, decision) {
+func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit *device.Unit) (workflows.Observation, decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[id]
@@ -404,11 +408,12 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 		if e.version > 0 {
 			version = strconv.FormatUint(e.version, 10)
 		}
-		obs := workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now}
+		obs := workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now, Unit: unit}
 		obs.Source = e.driverCleared
 		return s.stamp(obs), doSignal
 	}
 	obs := aggregate(id, e, now)
+	obs.Unit = unit
 	if e.driverCleared != "" && obs.Health == device.Healthy {
 		obs.Source = e.driverCleared
 	}
@@ -422,7 +427,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration) (work
 	case e.signalled == nil && obs.Health == device.Healthy:
 		return obs, skipHealthy
 	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message &&
-		len(e.signalled.Reporters) > 0:
+		len(e.signalled.Reporters) > 0 && sameUnit(e.signalled.Unit, unit) && slices.Equal(e.signalled.Reporters, obs.Reporters):
 		if heartbeat > 0 && now.Sub(e.signalledAt) >= heartbeat {
 			// Same content, version and sequence as last time: the workflow treats it as a heartbeat.
 			return *e.signalled, doSignal
@@ -449,19 +454,21 @@ func (s *store) oldestSignal(now time.Time) time.Duration {
 	return oldest
 }
 
-// markSignalled records a delivered observation.
-func (s *store) markSignalled(obs workflows.Observation, now time.Time) {
+// markSignalled records a delivered observation, and says whether it was the device's first.
+func (s *store) markSignalled(obs workflows.Observation, now time.Time) (first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
 		if len(obs.Reporters) == 0 && len(e.reports) == 0 {
 			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep.
 			delete(s.devices, obs.Device)
-			return
+			return false
 		}
+		first = e.signalled == nil
 		o := obs
 		e.signalled, e.signalledAt, e.seeded, e.driverCleared = &o, now, false, ""
 	}
+	return first
 }
 
 // aggregate: the worst current report wins; every reporter is listed, in a stable order.
@@ -493,10 +500,54 @@ func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
 func (s *store) clearedByDriver(id device.ID, source policy.Source) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.devices[id]
+	e := s.devices[s.unitID(id)]
 	if e == nil || e.signalled == nil {
 		return false
 	}
 	e.driverCleared = source
 	return true
+}
+
+// unitID is the ID a device's reports go by: its shared unit's, or its own.
+func (s *store) unitID(id device.ID) device.ID {
+	if s.unitOf == nil {
+		return id
+	}
+	u, _ := s.unitOf(id)
+	return u
+}
+
+// toUnits files each report of a form of a shared unit under the unit, naming the form in its
+// reporter.
+func (s *store) toUnits(reports []Report) {
+	if s.unitOf == nil {
+		return
+	}
+	for i := range reports {
+		if u, member := s.unitOf(reports[i].Device); member != "" {
+			reports[i].Device, reports[i].Reporter.Device = u, member
+		}
+	}
+}
+
+// sameUnit: a unit whose devices changed (a partition published or withdrawn) is news to its
+// workflow, which fences every device of it.
+func sameUnit(a, b *device.Unit) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Whole == b.Whole && slices.Equal(a.Devices, b.Devices)
+}
+
+// unitsIn are the followed shared units of a pool.
+func (s *store) unitsIn(driver, pool string) []device.ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []device.ID
+	for id := range s.devices {
+		if id.Driver == driver && id.Pool == pool && device.IsUnitKey(id.Device) {
+			out = append(out, id)
+		}
+	}
+	return out
 }

@@ -28,26 +28,26 @@ func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {
 	if changed, passed := s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false); len(changed) != 0 || passed != 1 {
 		t.Fatalf("healthy device with no workflow: changed %v, passed over %d", changed, passed)
 	}
-	if _, d := s.next(id, now, 0); d != skipNothing || len(s.devices) != 0 || len(s.podDevices) != 0 {
+	if _, d := s.next(id, now, 0, nil); d != skipNothing || len(s.devices) != 0 || len(s.podDevices) != 0 {
 		t.Fatalf("healthy device with no workflow: decision %v, %d devices kept", d, len(s.devices))
 	}
 	// A second pod shares the device (consumable capacity) and reports it Unhealthy; from then on
 	// the first pod's reports count too, and the worst wins.
 	s.setPod("ns/b", "11", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil, false)
 	s.setPod("ns/a", "12", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false)
-	obs, d := s.next(id, now, 0)
+	obs, d := s.next(id, now, 0, nil)
 	if d != doSignal || obs.Health != device.Unhealthy || obs.StatusVersion != "12" || len(obs.Reporters) != 2 {
 		t.Fatalf("got %v %+v", d, obs)
 	}
 	s.markSignalled(obs, now)
 	// Same health again with a newer status version: nothing to signal.
 	s.setPod("ns/b", "13", []Report{rep("gpu-0", device.Unhealthy, "b")}, nil, nil, false)
-	if _, d := s.next(id, now, 0); d != skipDuplicate {
+	if _, d := s.next(id, now, 0, nil); d != skipDuplicate {
 		t.Fatalf("decision %v, want skipDuplicate", d)
 	}
 	// The unhealthy pod goes away: the device is Healthy again and, having a workflow, is signalled.
 	s.deletePod("ns/b", "14")
-	obs, d = s.next(id, now, 0)
+	obs, d = s.next(id, now, 0, nil)
 	if d != doSignal || obs.Health != device.Healthy || obs.StatusVersion != "14" {
 		t.Fatalf("after delete: %v %+v", d, obs)
 	}
@@ -73,26 +73,26 @@ func TestStoreHeartbeatAndIdle(t *testing.T) {
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	now := time.Unix(1700000000, 0)
 	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
-	obs, d := s.next(id, now, time.Minute)
+	obs, d := s.next(id, now, time.Minute, nil)
 	if d != doSignal {
 		t.Fatalf("first: %v", d)
 	}
 	s.markSignalled(obs, now)
-	if _, d := s.next(id, now.Add(30*time.Second), time.Minute); d != skipDuplicate {
+	if _, d := s.next(id, now.Add(30*time.Second), time.Minute, nil); d != skipDuplicate {
 		t.Fatalf("before heartbeat: %v", d)
 	}
-	hb, d := s.next(id, now.Add(time.Minute), time.Minute)
+	hb, d := s.next(id, now.Add(time.Minute), time.Minute, nil)
 	if d != doSignal || hb.StatusVersion != obs.StatusVersion || hb.Health != obs.Health {
 		t.Fatalf("heartbeat: %v %+v", d, hb)
 	}
 	// The pod goes away: the workflow hears once that nobody holds the device.
 	s.deletePod("ns/a", "11")
-	idle, d := s.next(id, now.Add(2*time.Minute), time.Minute)
+	idle, d := s.next(id, now.Add(2*time.Minute), time.Minute, nil)
 	if d != doSignal || len(idle.Reporters) != 0 || idle.StatusVersion != "11" {
 		t.Fatalf("idle: %v %+v", d, idle)
 	}
 	s.markSignalled(idle, now.Add(2*time.Minute))
-	if _, d := s.next(id, now.Add(10*time.Minute), time.Minute); d != skipNothing {
+	if _, d := s.next(id, now.Add(10*time.Minute), time.Minute, nil); d != skipNothing {
 		t.Fatalf("after idle: %v", d)
 	}
 }
@@ -105,17 +105,17 @@ func TestStoreSeededDevicesAreResentOnce(t *testing.T) {
 	s.seed([]device.ID{healthy, gone})
 	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Healthy, "a")}, nil, nil, false)
 	// A Healthy device would normally cost nothing, but its workflow is running: tell it once.
-	obs, d := s.next(healthy, now, 0)
+	obs, d := s.next(healthy, now, 0, nil)
 	if d != doSignal || obs.Health != device.Healthy {
 		t.Fatalf("seeded healthy: %v %+v", d, obs)
 	}
 	s.markSignalled(obs, now)
-	if _, d := s.next(healthy, now, 0); d != skipDuplicate {
+	if _, d := s.next(healthy, now, 0, nil); d != skipDuplicate {
 		t.Fatalf("second time: %v", d)
 	}
 	// A device nobody holds any more: its workflow hears that nobody reports it, with no status
 	// version (none is known after a restart: the workflow orders by observation time).
-	obs, d = s.next(gone, now, 0)
+	obs, d = s.next(gone, now, 0, nil)
 	if d != doSignal || len(obs.Reporters) != 0 || obs.StatusVersion != "" || obs.Health != device.Healthy {
 		t.Fatalf("seeded idle: %v %+v", d, obs)
 	}
@@ -139,10 +139,10 @@ func TestStoreForgetsDeviceAfterIdleSignal(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
-	obs, _ := s.next(id, now, 0)
+	obs, _ := s.next(id, now, 0, nil)
 	s.markSignalled(obs, now)
 	s.deletePod("ns/a", "11")
-	idle, d := s.next(id, now, 0)
+	idle, d := s.next(id, now, 0, nil)
 	if d != doSignal {
 		t.Fatalf("idle: %v", d)
 	}
@@ -157,17 +157,17 @@ func TestStoreStampsChangesNotHeartbeats(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
 	s.setPod("ns/a", "10", []Report{rep("gpu-0", device.Unknown, "a")}, nil, nil, false)
-	first, d := s.next(id, now, time.Minute)
+	first, d := s.next(id, now, time.Minute, nil)
 	if d != doSignal || first.Seq == nil || first.Seq.Term != s.term {
 		t.Fatalf("first: %v %+v", d, first.Seq)
 	}
 	s.markSignalled(first, now)
-	hb, d := s.next(id, now.Add(2*time.Minute), time.Minute)
+	hb, d := s.next(id, now.Add(2*time.Minute), time.Minute, nil)
 	if d != doSignal || *hb.Seq != *first.Seq {
 		t.Fatalf("heartbeat got a new sequence: %+v vs %+v", hb.Seq, first.Seq)
 	}
 	s.setPod("ns/a", "11", []Report{rep("gpu-0", device.Unhealthy, "a")}, nil, nil, false)
-	change, d := s.next(id, now.Add(3*time.Minute), time.Minute)
+	change, d := s.next(id, now.Add(3*time.Minute), time.Minute, nil)
 	if d != doSignal || !first.Seq.Before(*change.Seq) {
 		t.Fatalf("change not ordered after: %+v then %+v", first.Seq, change.Seq)
 	}
@@ -203,7 +203,7 @@ func TestStoreDriverClearedIsSentOnce(t *testing.T) {
 	r := rep("gpu-0", device.Unhealthy, "")
 	r.Source = policy.SourceSlice
 	s.setPod("slicetaint:x", "", []Report{r}, nil, nil, false)
-	obs, d := s.next(id, now, 0)
+	obs, d := s.next(id, now, 0, nil)
 	if d != doSignal || obs.Source != policy.SourceSlice {
 		t.Fatalf("taint report: %v source %q", d, obs.Source)
 	}
@@ -212,12 +212,12 @@ func TestStoreDriverClearedIsSentOnce(t *testing.T) {
 	if !s.clearedByDriver(id, policy.SourceSlice) {
 		t.Fatal("the followed device was not marked")
 	}
-	cleared, d := s.next(id, now, 0)
+	cleared, d := s.next(id, now, 0, nil)
 	if d != doSignal || cleared.Source != policy.SourceSlice || cleared.Health != device.Healthy {
 		t.Fatalf("cleared: %v %+v", d, cleared)
 	}
 	s.markSignalled(cleared, now)
-	if _, d := s.next(id, now, 0); d == doSignal {
+	if _, d := s.next(id, now, 0, nil); d == doSignal {
 		t.Fatal("the driver's word was sent twice")
 	}
 }
@@ -249,7 +249,7 @@ func TestStoreForgetsOnlyHealthyUnsignalled(t *testing.T) {
 		t.Fatal("a device with an Unknown report was forgotten")
 	}
 	s.setPod("ns/c", "6", nil, nil, nil, false)
-	obs, _ := s.next(g1, benchNow, 0)
+	obs, _ := s.next(g1, benchNow, 0, nil)
 	s.markSignalled(obs, benchNow)
 	s.forget(g1)
 	if _, ok := s.devices[g1]; !ok {
@@ -277,7 +277,7 @@ func TestStorePassesOverHealthyDevicesWithoutWorkflow(t *testing.T) {
 	if changed, passed := s.setPod("ns/b", "3", []Report{rep("gpu-5", device.Healthy, "b")}, nil, pod, false); len(changed) != 1 || passed != 0 {
 		t.Fatalf("during an outage: changed %v, passed over %d", changed, passed)
 	}
-	if obs, d := s.next(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-5"}, benchNow, 0); d != doSignal || obs.Health != device.Unknown {
+	if obs, d := s.next(device.ID{Driver: drv, Pool: "node-1", Device: "gpu-5"}, benchNow, 0, nil); d != doSignal || obs.Health != device.Unknown {
 		t.Fatalf("during an outage: %v %+v", d, obs)
 	}
 	if _, passed := s.setPod("ns/c", "4", nil, []string{"ns/c-claim"}, pod, false); passed != 0 || !s.tracked("ns/c") {

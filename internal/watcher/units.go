@@ -1,16 +1,23 @@
 package watcher
 
 import (
+	"slices"
+	"strings"
+
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
-// unitInfo is what groups a slice's devices into physical units: the counter sets each draws on,
-// and its value of the driver's grouping attribute when the policy names one. Devices that draw
-// on nothing and carry no such attribute are not listed.
+// unitInfo is what groups a slice's devices into physical units: the counter sets each draws on
+// and how much of each counter, the counter sets the slice offers, and each device's value of
+// the driver's grouping attribute when the policy names one. Devices that draw on nothing and
+// carry no such attribute are not listed.
 type unitInfo struct {
 	counterSets map[string][]string
+	takes       map[string]map[string]resource.Quantity // device -> "set/counter" -> amount
+	capacity    map[string]resource.Quantity            // "set/counter" -> what the set holds
 	attr        map[string]string
 }
 
@@ -18,9 +25,15 @@ type unitInfo struct {
 func (u *unitInfo) add(driver string, d resourcev1.Device, g device.Grouping) {
 	for _, c := range d.ConsumesCounters {
 		if u.counterSets == nil {
-			u.counterSets = map[string][]string{}
+			u.counterSets, u.takes = map[string][]string{}, map[string]map[string]resource.Quantity{}
 		}
 		u.counterSets[d.Name] = append(u.counterSets[d.Name], c.CounterSet)
+		for name, v := range c.Counters {
+			if u.takes[d.Name] == nil {
+				u.takes[d.Name] = map[string]resource.Quantity{}
+			}
+			u.takes[d.Name][c.CounterSet+"/"+name] = v.Value
+		}
 	}
 	if g.Attribute == "" {
 		return
@@ -33,20 +46,62 @@ func (u *unitInfo) add(driver string, d resourcev1.Device, g device.Grouping) {
 	}
 }
 
+// addCounters records the counter sets a slice offers.
+func (u *unitInfo) addCounters(sets []resourcev1.CounterSet) {
+	for _, s := range sets {
+		for name, c := range s.Counters {
+			if u.capacity == nil {
+				u.capacity = map[string]resource.Quantity{}
+			}
+			u.capacity[s.Name+"/"+name] = c.Value
+		}
+	}
+}
+
+// poolUnits are a pool's units under one grouping, built from its slices when first asked for
+// and dropped when any slice of the pool changes.
+type poolUnits struct {
+	grouping device.Grouping
+	byDevice map[string]*device.Unit
+	byKey    map[string]*device.Unit
+}
+
 // unit is the physical unit of a published device under the grouping, from every slice of its
 // pool; false when no slice publishes the device.
 func (x *sliceIndex) unit(id device.ID, g device.Grouping) (device.Unit, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	pk := poolKey{id.Driver, id.Pool}
-	if x.pools[pk][id.Device] == 0 {
+	u := x.poolUnits(poolKey{id.Driver, id.Pool}, g).byDevice[id.Device]
+	if u == nil {
 		return device.Unit{}, false
 	}
+	return *u, true
+}
+
+// unitByKey is the unit a shared unit's ID names (device.Unit.Device), as its pool publishes it now.
+func (x *sliceIndex) unitByKey(id device.ID, g device.Grouping) (device.Unit, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	u := x.poolUnits(poolKey{id.Driver, id.Pool}, g).byKey[id.Device]
+	if u == nil {
+		return device.Unit{}, false
+	}
+	return *u, true
+}
+
+// poolUnits returns the pool's units, building them if needed. Callers hold x.mu.
+func (x *sliceIndex) poolUnits(pk poolKey, g device.Grouping) *poolUnits {
+	if pu := x.units[pk]; pu != nil && pu.grouping == g {
+		return pu
+	}
 	seen := map[string]bool{}
+	capacity := map[string]resource.Quantity{}
 	var offers []device.Offer
-	for _, s := range x.slices {
-		if s.pool != pk {
-			continue
+	var takes []map[string]resource.Quantity
+	for name := range x.poolSlices[pk] {
+		s := x.slices[name]
+		for k, v := range s.units.capacity {
+			capacity[k] = v
 		}
 		for _, d := range s.devices {
 			if seen[d] {
@@ -58,7 +113,68 @@ func (x *sliceIndex) unit(id device.ID, g device.Grouping) (device.Unit, bool) {
 				o.Attributes = map[string]string{g.Attribute: v}
 			}
 			offers = append(offers, o)
+			takes = append(takes, s.units.takes[d])
 		}
 	}
-	return device.Of(device.Units(id.Driver, id.Pool, offers, g), id.Device)
+	for i := range offers {
+		offers[i].Whole = takesAll(offers[i].CounterSets, takes[i], capacity)
+	}
+	pu := &poolUnits{grouping: g, byDevice: map[string]*device.Unit{}, byKey: map[string]*device.Unit{}}
+	for _, u := range device.Units(pk.driver, pk.pool, offers, g) {
+		u := u
+		pu.byKey[u.ID.Key] = &u
+		for _, d := range u.Devices {
+			pu.byDevice[d] = &u
+		}
+	}
+	x.units[pk] = pu
+	return pu
+}
+
+// takesAll says whether a device takes every counter of every set it draws on in full: it is the
+// whole device, and no other form fits beside it.
+func takesAll(sets []string, takes map[string]resource.Quantity, capacity map[string]resource.Quantity) bool {
+	if len(sets) == 0 {
+		return false
+	}
+	counted := 0
+	for key, cap := range capacity {
+		if !slices.Contains(sets, key[:strings.LastIndexByte(key, '/')]) {
+			continue
+		}
+		counted++
+		if v, ok := takes[key]; !ok || v.Cmp(cap) < 0 {
+			return false
+		}
+	}
+	return counted > 0
+}
+
+// unitOf names the shared physical unit a published device is a form of, with the device's name
+// in it; a device that is a unit of its own (or not published, or a unit's ID) is its own ID with
+// no name. The policy's drivers section says how the driver's devices group.
+func (w *Watcher) unitOf(id device.ID) (device.ID, string) {
+	if id.DevicePlugin() || device.IsUnitKey(id.Device) {
+		return id, ""
+	}
+	u, ok := w.slices.unit(id, w.cfg.Policies.Units(id.Driver))
+	if !ok || !u.Shared() {
+		return id, ""
+	}
+	return u.Device(), id.Device
+}
+
+// unitID is the ID a device's reports and workflow go by.
+func (w *Watcher) unitID(id device.ID) device.ID {
+	u, _ := w.unitOf(id)
+	return u
+}
+
+// adoptUnitHolders looks at the Pods of every claim allocated a form of the unit: a Pod on a
+// sibling partition that reports Healthy still runs on the failing hardware, and its workflow
+// must know it to move it.
+func (w *Watcher) adoptUnitHolders(u device.Unit) {
+	for _, claim := range w.claims.holdingAny(u.DeviceIDs()) {
+		w.adoptHolders(claim)
+	}
 }

@@ -98,7 +98,7 @@ func New(cfg Config) *Watcher {
 	if cfg.LeaseCheckInterval <= 0 {
 		cfg.LeaseCheckInterval = 2 * time.Second
 	}
-	return &Watcher{
+	w := &Watcher{
 		cfg:    cfg,
 		store:  newStore(),
 		claims: newClaimIndex(),
@@ -110,6 +110,8 @@ func New(cfg Config) *Watcher {
 		synced: make(chan struct{}),
 		ctx:    context.Background(),
 	}
+	w.store.unitOf = w.unitOf
+	return w
 }
 
 // Run watches until ctx ends. Devices whose workflows are already running are learned first, so
@@ -141,6 +143,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	// Slices before pods: a report of a partition is filed under its physical unit, which the
+	// pool's slices say.
+	slicesSynced := make(chan struct{})
+	wg.Add(1)
+	go func() { defer wg.Done(); w.sliceSource().run(ctx, slicesSynced) }()
+	select {
+	case <-slicesSynced:
+	case <-ctx.Done():
+		return nil
+	}
 	wg.Add(1)
 	go func() { defer wg.Done(); w.podSource().run(ctx, podsSynced) }()
 	select {
@@ -148,14 +160,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	leasesSynced, slicesSynced := make(chan struct{}), make(chan struct{})
-	wg.Add(3)
+	leasesSynced := make(chan struct{})
+	wg.Add(2)
 	go func() { defer wg.Done(); w.leaseSource().run(ctx, leasesSynced) }()
-	go func() { defer wg.Done(); w.sliceSource().run(ctx, slicesSynced) }()
 	go func() { defer wg.Done(); w.checkLeases(ctx, w.cfg.LeaseCheckInterval) }()
 	// Nothing is sent before every source has listed once: a restarted leader must re-send what
 	// is true now (a device missing from its slice is still Unknown), not what it saw change.
-	for _, ch := range []chan struct{}{leasesSynced, slicesSynced} {
+	for _, ch := range []chan struct{}{leasesSynced} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -438,7 +449,13 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	defer w.queue.Done(id)
 	w.cfg.Metrics.QueueDepth.Set(float64(w.queue.Len()))
-	obs, d := w.store.next(id, w.cfg.Clock(), w.cfg.HeartbeatInterval)
+	var unit *device.Unit
+	if device.IsUnitKey(id.Device) {
+		if u, ok := w.slices.unitByKey(id, w.cfg.Policies.Units(id.Driver)); ok {
+			unit = &u
+		}
+	}
+	obs, d := w.store.next(id, w.cfg.Clock(), w.cfg.HeartbeatInterval, unit)
 	if d != doSignal {
 		switch d {
 		case skipDuplicate:
@@ -465,7 +482,10 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		return true
 	}
 	w.cfg.Metrics.Signals.WithLabelValues("ok").Inc()
-	w.store.markSignalled(obs, w.cfg.Clock())
+	if first := w.store.markSignalled(obs, w.cfg.Clock()); first && unit != nil {
+		// Every form's holders belong to the unit's decision, not only the reporters'.
+		go w.adoptUnitHolders(*unit)
+	}
 	w.queue.Forget(id)
 	if len(obs.Reporters) > 0 {
 		// Come back for the next heartbeat; an earlier change re-queues the device anyway.
