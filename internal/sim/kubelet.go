@@ -89,7 +89,15 @@ func (k *Kubelet) faults(ctx context.Context) (faultState, error) {
 	}
 	out := faultState{}
 	for i := range list.Items {
-		out[list.Items[i].Spec.Pool.Name] = readFaults(&list.Items[i])
+		// A pool of partitionable GPUs has a counters slice beside its devices slice: a pool's
+		// faults are every one of its slices'.
+		pool := list.Items[i].Spec.Pool.Name
+		for d, f := range readFaults(&list.Items[i]) {
+			if out[pool] == nil {
+				out[pool] = map[string]Fault{}
+			}
+			out[pool][d] = f
+		}
 	}
 	return out, nil
 }
