@@ -35,7 +35,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex)},
+	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols.WithIdentity(sim.Driver, sim.Identity...)},
 		func(kube kubernetes.Interface, opts *app.ControllerOptions) {
 			opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: kube}).Run)
 		})

@@ -103,7 +103,7 @@ func newDevCmd(g *globals) *cobra.Command {
 				return err
 			}
 			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
-			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
+			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)
 			// Simulated workloads (sim workload --job --checkpoint annotation) answer checkpoint requests.
 			copts.Extra = append(copts.Extra, (&sim.Checkpointer{Kube: kube, Logger: g.logger}).Run)

@@ -284,7 +284,7 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pols = pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
+	pols = pols.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 	_, stop := s.controllerAs(sa, app.ControllerOptions{Workers: 4, OwnNamespace: ns, Policies: pols, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
 	defer stop()
 	ids := devicePods(t, ctx, s.kube, "rbac", 1)

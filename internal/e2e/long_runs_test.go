@@ -39,7 +39,7 @@ func TestLongWaitsContinueAsNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pols = pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex)
+	pols = pols.WithIdentity(sim.Driver, sim.Identity...)
 	s, stopInfra, err := startInfraWith(ctx, t.TempDir(), infraOptions{address: "127.0.0.1:0", suggestContinueAsNew: longRunsSuggest})
 	if err != nil {
 		t.Fatal(err)

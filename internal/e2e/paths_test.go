@@ -60,7 +60,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pols = pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex)
+	pols = pols.WithIdentity(sim.Driver, sim.Identity...)
 	s, stopInfra, err := startInfraWith(ctx, t.TempDir(), infraOptions{address: "127.0.0.1:0", suggestContinueAsNew: suggestContinueAsNew})
 	if err != nil {
 		t.Fatal(err)

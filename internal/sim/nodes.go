@@ -30,6 +30,10 @@ const (
 	AttrUUID  = "uuid"
 )
 
+// Identity are the attributes that single out one simulated device for a probe: its node and
+// index, and its UUID, which tells apart the forms of a partitionable GPU (they share the index).
+var Identity = []string{AttrNode, AttrIndex, AttrUUID}
+
 // PluginResource is the extended resource a simulated device plugin advertises on every sim node.
 const PluginResource = "fpga.sim.devicewarden.io/fpga"
 
