@@ -126,6 +126,11 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		if err := execute(ctx, st, acts); err != nil {
 			return err
 		}
+		if pods := st.HoldersToMove(); len(pods) > 0 {
+			// A unit's holders are learnt of after its decision; each moves once.
+			startMigrations(ctx, st, pods)
+			st.MovingStarted(pods)
+		}
 		if answer != nil {
 			answer.reply.SetValue(policy.CommandResult{State: st.State, Message: lastReason(st)})
 		}

@@ -138,6 +138,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	}
 	if pods := st.MigrationPods(act); len(pods) > 0 && workflow.GetVersion(ctx, "migrate", workflow.DefaultVersion, 1) >= 1 {
 		startMigrations(ctx, st, pods)
+		st.MovingStarted(pods)
 	}
 	return nil
 }

@@ -265,7 +265,7 @@ func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
 	if len(st.Closed) > maxClosed {
 		st.Closed = st.Closed[len(st.Closed)-maxClosed:]
 	}
-	st.Quarantine, st.Review = nil, nil
+	st.Quarantine, st.Review, st.Moving = nil, nil, nil
 }
 
 // RuleSeen reconciles the workflow with the device's rule in the cluster: a rule someone else

@@ -139,6 +139,8 @@ type DeviceState struct {
 	Quarantine      *QuarantineRecord `json:"quarantine,omitempty"`
 	// Migrations are the IDs of the migrations this device's quarantines started.
 	Migrations []string `json:"migrations,omitempty"`
+	// Moving are the Pods the current quarantine started migrations for.
+	Moving []PodRef `json:"moving,omitempty"`
 	// Held is an automatic action the circuit breaker withheld; it is retried at RetryAt.
 	Held       *Action   `json:"held,omitempty"`
 	HeldReason string    `json:"heldReason,omitempty"`

@@ -69,3 +69,21 @@ func (st *DeviceState) fenceMembers(reason string) Action {
 	}
 	return Action{Kind: ActFenceMembers, Key: key, Effect: effect, ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor}
 }
+
+// HoldersToMove are the Pods on a quarantined unit that no migration has been started for: a Pod
+// on a sibling form is learnt of after the decision, and it runs on the failing hardware too.
+func (st *DeviceState) HoldersToMove() []PodRef {
+	if st.Unit == nil || st.Quarantine == nil || st.State != Quarantined {
+		return nil
+	}
+	var out []PodRef
+	for _, p := range st.MigrationPods(Action{To: Quarantined}) {
+		if !slices.Contains(st.Moving, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// MovingStarted records the Pods migrations were started for in this quarantine.
+func (st *DeviceState) MovingStarted(pods []PodRef) { st.Moving = append(st.Moving, pods...) }

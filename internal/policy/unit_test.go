@@ -54,3 +54,40 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 		t.Fatalf("check targets %v, want the whole device", targets)
 	}
 }
+
+// The Pods on a quarantined unit move once each: those known at the decision, then a sibling
+// form's Pod learnt of later; a device of its own is left to the decision's migrations.
+func TestUnitHoldersMoveOnceEach(t *testing.T) {
+	p := Default()
+	p.Migration.Enabled = true
+	st := NewState(dev, "node-1", p, false)
+	st.ReleasePath = true
+	o := obs(device.Unhealthy, 1, "")
+	o.Unit = unitOf("g", "g-a", "g-b")
+	for _, a := range st.Observe(o, t0) {
+		if a.Kind == ActTaint {
+			st.Applied(a, "r", t0)
+			st.MovingStarted(st.MigrationPods(a))
+		}
+	}
+	if got := st.HoldersToMove(); len(got) != 0 {
+		t.Fatalf("holders to move right after the decision: %v", got)
+	}
+	o = obs(device.Unhealthy, 2, "")
+	o.Unit = unitOf("g", "g-a", "g-b")
+	o.Reporters = append(o.Reporters, Reporter{Namespace: "ns", Pod: "sibling", Device: "g-b", Health: device.Healthy})
+	st.Observe(o, t0.Add(time.Second))
+	got := st.HoldersToMove()
+	if len(got) != 1 || got[0].Name != "sibling" {
+		t.Fatalf("holders to move %v, want the sibling", got)
+	}
+	st.MovingStarted(got)
+	if got := st.HoldersToMove(); len(got) != 0 {
+		t.Fatalf("moved twice: %v", got)
+	}
+	st.Unit = nil
+	st.Moving = nil
+	if got := st.HoldersToMove(); len(got) != 0 {
+		t.Fatalf("a device of its own: %v", got)
+	}
+}

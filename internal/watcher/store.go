@@ -397,7 +397,8 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 	}
 	if len(e.reports) == 0 {
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
-		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0) {
+		regrouped := unit != nil && e.signalled != nil && !sameUnit(e.signalled.Unit, unit)
+		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0) && !regrouped {
 			return workflows.Observation{}, skipNothing
 		}
 		node := ""
@@ -459,8 +460,10 @@ func (s *store) markSignalled(obs workflows.Observation, now time.Time) (first b
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
-		if len(obs.Reporters) == 0 && len(e.reports) == 0 {
+		if len(obs.Reporters) == 0 && len(e.reports) == 0 && !device.IsUnitKey(obs.Device.Device) {
 			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep.
+			// A shared unit is kept: a form published later must reach its workflow, which may
+			// still fence it (one small entry per unit that ever had a workflow).
 			delete(s.devices, obs.Device)
 			return false
 		}
@@ -537,6 +540,14 @@ func sameUnit(a, b *device.Unit) bool {
 		return a == b
 	}
 	return a.Whole == b.Whole && slices.Equal(a.Devices, b.Devices)
+}
+
+// follows reports whether the device has an entry.
+func (s *store) follows(id device.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.devices[id]
+	return ok
 }
 
 // unitsIn are the followed shared units of a pool.

@@ -4,10 +4,13 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // unitInfo is what groups a slice's devices into physical units: the counter sets each draws on
@@ -177,4 +180,28 @@ func (w *Watcher) adoptUnitHolders(u device.Unit) {
 	for _, claim := range w.claims.holdingAny(u.DeviceIDs()) {
 		w.adoptHolders(claim)
 	}
+}
+
+// unitHolders are the reports a Pod makes by holding a form of a followed shared unit without
+// reporting its health: its Pod is on the failing hardware all the same, so the unit's workflow
+// counts it among the holders (Healthy: it said nothing against the device).
+func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
+	var out []Report
+	for _, ref := range ClaimRefs(pod) {
+		ns, name, _ := strings.Cut(ref, "/")
+		c, ok := w.claims.get(ns, name)
+		if !ok {
+			continue
+		}
+		for r := range c.Results() {
+			id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+			u, member := w.unitOf(id)
+			if member == "" || !w.store.follows(u) || slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
+				continue
+			}
+			out = append(out, Report{Device: id, Node: pod.Spec.NodeName, Health: device.Healthy,
+				Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Claim: name, Health: device.Healthy}})
+		}
+	}
+	return out
 }

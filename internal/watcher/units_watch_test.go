@@ -54,13 +54,15 @@ func holder(name, dev, health string) (*corev1.Pod, *resourcev1.ResourceClaim) {
 
 // A report from one partition of gpu-0 goes to one workflow, keyed by gpu-0's counter set, with
 // every form of gpu-0 in the observation; the Pod on its sibling partition, which reports
-// Healthy, is adopted as a holder; gpu-1's Pod is not. A partition published later makes the
+// nothing, is adopted as a holder; gpu-1's Pod is not. A partition published later makes the
 // unit's workflow hear of it.
 func TestPartitionReportsGoToTheirPhysicalUnit(t *testing.T) {
 	counters, devs := partitionedPool()
-	// h is listed before r, so when h is first seen nothing follows gpu-0 yet.
+	// h is listed before r, so when h is first seen nothing follows gpu-0 yet; and h reports
+	// nothing at all, yet holds a form of gpu-0.
 	a, ca := holder("r", "gpu-0-mig-a", "Unhealthy")
 	b, cb := holder("h", "gpu-0-mig-b", "Healthy")
+	b.Status.ContainerStatuses[0].AllocatedResourcesStatus = nil
 	c, cc := holder("c", "gpu-1-mig-a", "Healthy")
 	kube := fake.NewSimpleClientset(counters, devs, a, ca, b, cb, c, cc)
 	rec := &recorder{}
@@ -109,4 +111,22 @@ func TestPartitionReportsGoToTheirPhysicalUnit(t *testing.T) {
 	if o := last(); o.Device != unit || o.Health != device.Unhealthy || o.Seq == nil {
 		t.Fatalf("after growth: %+v", o)
 	}
+
+	// The holders leave; the unit's workflow may still fence it, so a form published after that
+	// reaches it too.
+	for _, name := range []string{"r", "h"} {
+		if err := kube.CoreV1().Pods("ns").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "no holder left", func() bool { return len(last().Reporters) == 0 })
+	_, regrown := partitionedPool(gpuForm("gpu-0-mig-c", "gpu-0-counters", 1), gpuForm("gpu-0-mig-d", "gpu-0-counters", 1))
+	regrown.ResourceVersion = "3"
+	if _, err := kube.ResourceV1().ResourceSlices().Update(ctx, regrown, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the unit without holders signalled its new form", func() bool {
+		u := last().Unit
+		return u != nil && slices.Contains(u.Devices, "gpu-0-mig-d")
+	})
 }

@@ -328,6 +328,7 @@ func (w *Watcher) relevant(pod *corev1.Pod) bool {
 // handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
 func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
 	reports, errs := Resolve(pod, w.claims.get, naming{w})
+	reports = append(reports, w.unitHolders(pod, reports)...)
 	unresolved := false
 	for _, e := range errs {
 		if e.Reason == ReasonAmbiguous {
