@@ -58,13 +58,16 @@ const ambiguousClass = "ambiguous.gpu.sim.devicewarden.io"
 // approvalClass devices need a person's approval before release.
 const approvalClass = "approval.gpu.sim.devicewarden.io"
 
+// unitClass devices (partitionable GPUs) are reviewed within seconds and move their workloads.
+const unitClass = "unit.gpu.sim.devicewarden.io"
+
 // testPolicies is the policy set of the test controllers.
 func testPolicies() (*policy.Set, error) {
 	pols, err := policy.Parse([]byte(testPolicy))
 	if err != nil {
 		return nil, err
 	}
-	return pols.WithIdentity(sim.Driver, sim.AttrNode, sim.AttrIndex).WithCDI(sim.Driver, sim.DeclaredCDIStyles...), nil
+	return pols.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...), nil
 }
 
 const testPolicy = `
@@ -84,6 +87,13 @@ policies:
     stabilityWindow: 1s
     approvalRequired: true
     approvalTimeout: 5m
+  - name: unit-test
+    match: {deviceClass: ` + unitClass + `}
+    quarantineLease: 6s
+    stabilityWindow: 2s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    migration: {enabled: true, perNode: 2, clusterWide: 10, checkpointTimeout: 30s, readyTimeout: 2m, decisionTimeout: 5m}
   - name: release-test
     match: {deviceClass: ` + releaseClass + `}
     quarantineLease: 6s

@@ -1,0 +1,259 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// unitRules are the forms of a unit that DeviceTaintRules fence now, with their taint keys.
+func unitRules(ctx context.Context, kube kubernetes.Interface, unit device.ID) (map[string]string, error) {
+	rules, err := kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range rules.Items {
+		if r.Annotations[activities.AnnotationUnit] == unit.String() && r.DeletionTimestamp == nil {
+			out[*r.Spec.DeviceSelector.Device] = r.Spec.Taint.Key
+		}
+	}
+	return out, nil
+}
+
+// unschedulable waits for a Pod the scheduler cannot place.
+func unschedulable(t *testing.T, ctx context.Context, kube kubernetes.Interface, ns, name string) {
+	t.Helper()
+	eventually(t, time.Minute, name+" unschedulable", func() error {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("%s was scheduled to %s", name, p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", p.Status.Conditions)
+	})
+}
+
+// A partition of gpu-0 reports Unhealthy: every form of gpu-0 is fenced by one decision on one
+// breaker permit, both of gpu-0's workloads are moved (after their evidence is kept), the
+// scheduler refuses every form of gpu-0 while gpu-1's partitions still allocate, a profile
+// published during the quarantine is fenced too, the probe proves the whole gpu-0, and the
+// release lifts every form's rule together.
+func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	if err := sim.EnsureClass(ctx, kube, unitClass); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreatePartitionedNodes(ctx, kube, "unit", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := "unit", nodes[0]
+	unit := device.ID{Driver: sim.Driver, Pool: node, Device: device.CounterSetsKey + sim.CounterSetName(0)}
+
+	// What the probes and canaries on this node were allocated.
+	var allocs recorder
+	for _, checkNS := range []string{policy.DefaultProbeNamespace, policy.DefaultCanaryNamespace} {
+		if err := sim.EnsureNamespace(ctx, kube, checkNS); err != nil {
+			t.Fatal(err)
+		}
+		cw, err := kube.ResourceV1().ResourceClaims(checkNS).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchInto(ctx, cw, func(ev watch.Event) {
+			if c, ok := ev.Object.(*resourcev1.ResourceClaim); ok && c.Status.Allocation != nil {
+				for _, r := range c.Status.Allocation.Devices.Results {
+					if r.Pool == node {
+						allocs.add(c.Labels[activities.LabelRole] + " " + r.Device)
+					}
+				}
+			}
+		})
+	}
+
+	part := func(name string, gpu int, profile string) sim.Workload {
+		return sim.Workload{Namespace: ns, Name: name, Node: node, Index: ptr.To(gpu), Profile: profile, DeviceClass: unitClass, Template: true}
+	}
+	holders := map[string]device.ID{}
+	for _, w := range []sim.Workload{part("small-0", 0, "1g.10gb"), part("large-0", 0, "3g.40gb"), part("small-1", 1, "1g.10gb")} {
+		p := runningPod(t, ctx, kube, w)
+		id, err := podDevice(ctx, kube, *p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders[w.Name] = id
+	}
+	bad := holders["small-0"]
+	if err := sim.SetFault(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+
+	// One decision for the physical GPU: its workflow is the unit's, every form is fenced.
+	st := waitState(t, ctx, shared, unit, time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	if st.Unit == nil || st.Unit.Whole != "gpu-0" || len(st.Unit.Devices) != sim.FormsPerGPU {
+		t.Fatalf("unit %+v: want gpu-0's %d forms", st.Unit, sim.FormsPerGPU)
+	}
+	eventually(t, 30*time.Second, "every form of gpu-0 fenced", func() error {
+		rules, err := unitRules(ctx, kube, unit)
+		if err != nil {
+			return err
+		}
+		for _, d := range st.Unit.Devices {
+			if rules[d] != policy.TaintQuarantine {
+				return fmt.Errorf("%s not fenced: %v", d, rules)
+			}
+		}
+		return nil
+	})
+	if _, err := stateOf(ctx, shared, bad); err == nil {
+		t.Fatalf("a workflow of its own for the partition %s", bad)
+	}
+	br, err := breakerState(ctx, shared.temporal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grants []string
+	for _, g := range br.Grants {
+		if strings.Contains(g.Device, "/"+node+"/") {
+			grants = append(grants, g.Device)
+		}
+	}
+	if !slices.Equal(grants, []string{unit.String()}) {
+		t.Fatalf("breaker grants on %s: %v, want one for the unit", node, grants)
+	}
+
+	// Both of gpu-0's workloads get a migration, the one whose Pod reported nothing included;
+	// bare Pods keep their evidence and wait for a person, who moves them.
+	st = waitState(t, ctx, shared, unit, 30*time.Second, func(st policy.DeviceState) bool { return len(st.Migrations) == 2 })
+	var moved []string
+	for _, mid := range st.Migrations {
+		var ms policy.MigrationState
+		eventually(t, 30*time.Second, "migration "+mid+" waiting for a decision", func() error {
+			var err error
+			if ms, err = migrationState(ctx, mid); err != nil || ms.Phase != policy.PhaseWaitingForDecision || ms.Evidence == "" {
+				return fmt.Errorf("migration %s, evidence %q (%v)", ms.Phase, ms.Evidence, err)
+			}
+			return nil
+		})
+		if out, err := shared.cli(ctx, "migration", workflows.UpdateMigrateAnyway, mid, "--actor", "alice", "--reason", "e2e"); err != nil {
+			t.Fatalf("migrate-anyway: %v (%s)", err, out)
+		}
+		res := migrationResult(t, ctx, mid)
+		if res.Outcome != policy.OutcomeMigrated || len(res.Moved) != 1 {
+			t.Fatalf("migration %s: %+v", mid, res)
+		}
+		moved = append(moved, res.Moved[0][strings.LastIndex(res.Moved[0], "/")+1:])
+	}
+	slices.Sort(moved)
+	if !slices.Equal(moved, []string{"large-0", "small-0"}) {
+		t.Fatalf("moved %v, want both of gpu-0's workloads", moved)
+	}
+	for _, name := range moved {
+		eventually(t, 30*time.Second, name+" gone from gpu-0", func() error {
+			if _, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+				return fmt.Errorf("still there")
+			}
+			return nil
+		})
+	}
+
+	// gpu-0's counters are free now; only the fence keeps new claims off every form of it.
+	for _, w := range []sim.Workload{part("new-whole-0", 0, sim.ProfileWhole), part("new-small-0", 0, "1g.10gb")} {
+		if _, err := w.Create(ctx, kube); err != nil {
+			t.Fatal(err)
+		}
+		unschedulable(t, ctx, kube, ns, w.Name)
+	}
+	runningPod(t, ctx, kube, part("new-small-1", 1, "1g.10gb"))
+	for _, name := range []string{"new-whole-0", "new-small-0", "new-small-1", "small-1"} {
+		if err := kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A reconfiguration publishes a new profile of gpu-0 while it is quarantined: it is fenced too.
+	const added = "gpu-0-mig-2g-20gb-0"
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		s, err := kube.ResourceV1().ResourceSlices().Get(ctx, sim.SliceName(node), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d := s.Spec.Devices[1].DeepCopy() // a partition of gpu-0
+		d.Name = added
+		d.Attributes[sim.AttrUUID] = resourcev1.DeviceAttribute{StringValue: ptr.To(sim.UUID(device.ID{Driver: sim.Driver, Pool: node, Device: added}))}
+		d.Attributes[sim.AttrProfile] = resourcev1.DeviceAttribute{StringValue: ptr.To("2g.20gb")}
+		d.ConsumesCounters[0].Counters["slices"] = resourcev1.Counter{Value: *resource.NewQuantity(2, resource.DecimalSI)}
+		d.ConsumesCounters[0].Counters["memory"] = resourcev1.Counter{Value: resource.MustParse("20Gi")}
+		s.Spec.Devices = append(s.Spec.Devices, *d)
+		_, err = kube.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the new profile fenced", func() error {
+		rules, err := unitRules(ctx, kube, unit)
+		if err != nil {
+			return err
+		}
+		if rules[added] == "" {
+			st, _ := stateOf(ctx, shared, unit)
+			return fmt.Errorf("%s not fenced: %v; state %s unit %+v transitions %+v", added, rules, st.State, st.Unit, st.Transitions)
+		}
+		return nil
+	})
+
+	// The probe on the broken GPU fails; fixed, the next review proves the whole gpu-0 and the
+	// release lifts every form's rule at once.
+	st = waitState(t, ctx, shared, unit, time.Minute, func(st policy.DeviceState) bool { return st.LastProbe != nil })
+	if st.LastProbe.Passed || st.State != policy.Quarantined {
+		t.Fatalf("probe of the broken GPU: %+v, state %s", st.LastProbe, st.State)
+	}
+	if err := sim.SetFault(ctx, kube, device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}, corev1.ResourceHealthStatusHealthy, ""); err != nil {
+		t.Fatal(err)
+	}
+	st = waitState(t, ctx, shared, unit, 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	if rules, err := unitRules(ctx, kube, unit); err != nil || len(rules) != 0 {
+		t.Fatalf("rules after the release: %v (%v)", rules, err)
+	}
+	if len(st.Closed) != 1 || !slices.Contains(st.Unit.Devices, added) {
+		t.Fatalf("closed %+v, unit %+v", st.Closed, st.Unit)
+	}
+	if got := allocs.all(); !slices.Equal(got, []string{"probe gpu-0", "canary gpu-0"}) {
+		t.Fatalf("check allocations %v, want probes then a canary on the whole gpu-0", got)
+	}
+	recordHistory(t, ctx, shared.temporal, unit.WorkflowID(), "device_unit_release.json")
+}
