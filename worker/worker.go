@@ -66,7 +66,7 @@ func (w *Workers) Stop() {
 	w.Breaker.Stop()
 }
 
-// RegisterSearchAttributes adds DeviceWarden's Keyword search attributes to the namespace if missing.
+// RegisterSearchAttributes adds DeviceWarden's search attributes to the namespace if missing.
 func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	op := c.OperatorService()
 	have, err := op.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
@@ -77,6 +77,11 @@ func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace st
 	for _, name := range workflows.SearchAttributeNames {
 		if _, ok := have.GetCustomAttributes()[name]; !ok {
 			missing[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+		}
+	}
+	for _, name := range workflows.SearchAttributeLists {
+		if _, ok := have.GetCustomAttributes()[name]; !ok {
+			missing[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST
 		}
 	}
 	if len(missing) == 0 {

@@ -97,8 +97,16 @@ var (
 	SearchDeviceState  = temporal.NewSearchAttributeKeyKeyword("DeviceState")
 )
 
-// SearchAttributeNames lists every custom search attribute, for registration.
-var SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "RolloutName", "RolloutPhase", "RolloutState"}
+// SearchDeviceForms (KeywordList) are the devices a physical unit's workflow fences, as
+// "<driver>/<pool>/<device>": `DeviceForms = '<a partition>'` finds the unit a partition is of.
+var SearchDeviceForms = temporal.NewSearchAttributeKeyKeywordList("DeviceForms")
+
+// SearchAttributeNames lists every custom Keyword search attribute, for registration;
+// SearchAttributeLists the KeywordList ones.
+var (
+	SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "RolloutName", "RolloutPhase", "RolloutState"}
+	SearchAttributeLists = []string{"DeviceForms"}
+)
 
 // Search attributes (Keyword) of a rollout, so the Temporal UI lists rollouts and where they stand.
 var (

@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -80,6 +81,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	}
 	var tm deadlineTimer
 	lastState, lastSummary := st.State, ""
+	var lastForms []string
 	for {
 		tm.reset(ctx, st.NextDeadline())
 		var acts []policy.Action
@@ -140,6 +142,13 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
+		if forms := unitForms(st); forms != nil && !slices.Equal(forms, lastForms) {
+			// A unit's forms are searchable, so any of them leads to its workflow.
+			lastForms = forms
+			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceForms.ValueSet(forms)); err != nil {
+				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
+			}
+		}
 		if s := st.Summary(); st.ReleasePath && s != lastSummary {
 			lastSummary = s
 			workflow.SetCurrentDetails(ctx, s)
@@ -187,6 +196,18 @@ func (t *deadlineTimer) reset(ctx workflow.Context, next time.Time) {
 }
 
 func (t *deadlineTimer) fired() { t.future, t.at = nil, time.Time{} }
+
+// unitForms are a unit's devices as IDs ("<driver>/<pool>/<device>"); nil for a device of its own.
+func unitForms(st *policy.DeviceState) []string {
+	if st.Unit == nil {
+		return nil
+	}
+	out := make([]string, 0, len(st.Unit.Devices))
+	for _, id := range st.Unit.DeviceIDs() {
+		out = append(out, id.String())
+	}
+	return out
+}
 
 func lastReason(st *policy.DeviceState) string {
 	if n := len(st.Transitions); n > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -85,6 +86,9 @@ func newDeviceCmd(g *globals) *cobra.Command {
 			}
 			if output != "text" && output != "json" {
 				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			if id, err = cf.deciderOf(c, g, id); err != nil {
+				return err
 			}
 			var st policy.DeviceState
 			if output == "json" {
@@ -169,6 +173,12 @@ func newDeviceCmd(g *globals) *cobra.Command {
 					}
 					start = &workflows.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
 				}
+				if start == nil {
+					// A partition's command goes to its physical unit's workflow.
+					if id, err = cf.deciderOf(c, g, id); err != nil {
+						return err
+					}
+				}
 				tc, err := cf.dial(c, g)
 				if err != nil {
 					return err
@@ -210,7 +220,7 @@ func listDevices(c *cobra.Command, tc client.Client, namespace, state string) er
 		query += fmt.Sprintf(" AND DeviceState = '%s'", state)
 	}
 	w := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "DEVICE\tSTATE\tNODE\tSINCE")
+	fmt.Fprintln(w, "DEVICE\tFORMS\tSTATE\tNODE\tSINCE")
 	err := eachWorkflow(c.Context(), tc, namespace, query, func(e *workflowpb.WorkflowExecutionInfo) {
 		fields := e.GetSearchAttributes().GetIndexedFields()
 		attr := func(name string) string {
@@ -220,7 +230,13 @@ func listDevices(c *cobra.Command, tc client.Client, namespace, state string) er
 			}
 			return v
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", attr("DeviceID"), attr("DeviceState"), attr("DeviceNode"), e.GetStartTime().AsTime().Format(time.RFC3339))
+		forms := "1"
+		if p, ok := fields["DeviceForms"]; ok {
+			var list []string
+			_ = converter.GetDefaultDataConverter().FromPayload(p, &list)
+			forms = strconv.Itoa(len(list))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", attr("DeviceID"), forms, attr("DeviceState"), attr("DeviceNode"), e.GetStartTime().AsTime().Format(time.RFC3339))
 	})
 	if err != nil {
 		return fmt.Errorf("list device workflows: %w", err)

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +22,14 @@ func printDevice(out io.Writer, st *policy.DeviceState) error {
 	}
 	fmt.Fprintf(w, "Device:\t%s\n", st.Device)
 	fmt.Fprintf(w, "Node:\t%s\n", st.Node)
+	if u := st.Unit; u != nil {
+		whole := u.Whole
+		if whole == "" {
+			whole = "none (probes run on every form)"
+		}
+		fmt.Fprintf(w, "Physical unit:\t%s: %d forms, whole device %s\n", u.ID, len(u.Devices), whole)
+		fmt.Fprintf(w, "Forms:\t%s\n", strings.Join(u.Devices, ", "))
+	}
 	fmt.Fprintf(w, "State:\t%s\n", st.Summary())
 	fmt.Fprintf(w, "Policy:\t%s (lease %s, stability %s, approval required %t)\n", st.Policy.Name, st.Policy.QuarantineLease, st.Policy.StabilityWindow, st.Policy.ApprovalRequired)
 	fmt.Fprintf(w, "Last report:\t%s %s (status version %s, %s)\n", st.Health, st.Message, st.StatusVersion, ts(st.ObservedAt))
@@ -35,7 +44,11 @@ func printDevice(out io.Writer, st *policy.DeviceState) error {
 		fmt.Fprintf(w, "Last probe:\tpassed=%t %s (%s)\n", p.Passed, p.Reason, ts(p.At))
 	}
 	for _, rep := range st.Reporters {
-		fmt.Fprintf(w, "Reported by:\t%s/%s container %s claim %s: %s\n", rep.Namespace, rep.Pod, rep.Container, rep.Claim, rep.Health)
+		on := ""
+		if rep.Device != "" {
+			on = " on " + rep.Device
+		}
+		fmt.Fprintf(w, "Reported by:\t%s/%s container %s claim %s%s: %s\n", rep.Namespace, rep.Pod, rep.Container, rep.Claim, on, rep.Health)
 	}
 	for _, c := range st.Closed {
 		fmt.Fprintf(w, "Closed:\t%s by %s: %s\n", ts(c.ClosedAt), c.ClosedBy, c.CloseReason)

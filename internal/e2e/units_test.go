@@ -155,6 +155,33 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		t.Fatalf("breaker grants on %s: %v, want one for the unit", node, grants)
 	}
 
+	// The operator sees the unit from any of its forms, and one line for it in the list.
+	eventually(t, 30*time.Second, "device show on a partition shows its unit", func() error {
+		out, err := shared.cli(ctx, "device", "show", bad.String())
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		for _, want := range []string{"Physical unit:", unit.String(), "whole device gpu-0", "small-0", "on " + bad.Device, "large-0"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("no %q in\n%s", want, out)
+			}
+		}
+		return nil
+	})
+	out, err := shared.cli(ctx, "device", "list")
+	if err != nil {
+		t.Fatalf("device list: %v (%s)", err, out)
+	}
+	var rows []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "/"+node+"/") {
+			rows = append(rows, strings.Join(strings.Fields(line)[:3], " "))
+		}
+	}
+	if want := unit.String() + " " + fmt.Sprint(sim.FormsPerGPU) + " Quarantined"; !slices.Equal(rows, []string{want}) {
+		t.Fatalf("device list rows of %s: %q, want %q\n%s", node, rows, want, out)
+	}
+
 	// Both of gpu-0's workloads get a migration, the one whose Pod reported nothing included;
 	// bare Pods keep their evidence and wait for a person, who moves them.
 	st = waitState(t, ctx, shared, unit, 30*time.Second, func(st policy.DeviceState) bool { return len(st.Migrations) == 2 })
