@@ -38,7 +38,7 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--count must be >= 1 and --devices between 1 and 128")
 			}
 			if partitions && devices > sim.MaxPartitionedGPUs {
-				return fmt.Errorf("--partitions publishes %d devices per GPU: at most %d GPUs (--devices) fit a ResourceSlice", sim.FormsPerGPU, sim.MaxPartitionedGPUs)
+				return fmt.Errorf("--partitions publishes a counter set per GPU: at most %d GPUs (--devices), as many counter sets as a ResourceSlice holds", sim.MaxPartitionedGPUs)
 			}
 			cs, err := k.client(g)
 			if err != nil {

@@ -80,8 +80,8 @@ func TestSimPartitionsFaultThePhysicalGPU(t *testing.T) {
 		!strings.Contains(out, "1 nodes with 2 partitionable GPUs each (10 forms per GPU") {
 		t.Fatalf("sim nodes --partitions: %v\n%s", err, out)
 	}
-	if out, err := shared.kubeCLI(ctx, "sim", "nodes", "--partitions", "--devices", "13"); err == nil || !strings.Contains(out+err.Error(), "at most 12 GPUs") {
-		t.Fatalf("13 partitionable GPUs on a node: %v\n%s", err, out)
+	if out, err := shared.kubeCLI(ctx, "sim", "nodes", "--partitions", "--devices", "9"); err == nil || !strings.Contains(out+err.Error(), "at most 8 GPUs") {
+		t.Fatalf("9 partitionable GPUs on a node: %v\n%s", err, out)
 	}
 	node := sim.NodeName("part-fault", 0)
 	faults := func() map[string]sim.Fault {

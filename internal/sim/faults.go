@@ -30,12 +30,13 @@ type Fault struct {
 // each partition), whichever form was named.
 func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		s, err := poolSlice(ctx, cs, id)
+		pool, err := poolSlices(ctx, cs, id)
 		if err != nil {
 			return err
 		}
+		s := faultSlice(pool)
 		faults := readFaults(s)
-		for _, d := range physicalForms(s, id.Device) {
+		for _, d := range physicalForms(pool, id.Device) {
 			if health == corev1.ResourceHealthStatusHealthy {
 				delete(faults, d)
 			} else {
@@ -55,22 +56,37 @@ func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health
 	})
 }
 
-// physicalForms are the slice's devices that are forms of the same physical GPU as the named
-// one (they share its parentUUID), or the named device alone.
-func physicalForms(s *resourcev1.ResourceSlice, name string) []string {
+// faultSlice is the slice of a pool that keeps the pool's faults: SliceName(pool), or the pool's
+// first slice if none has that name.
+func faultSlice(pool []resourcev1.ResourceSlice) *resourcev1.ResourceSlice {
+	for i := range pool {
+		if pool[i].Name == SliceName(pool[i].Spec.Pool.Name) {
+			return &pool[i]
+		}
+	}
+	return &pool[0]
+}
+
+// physicalForms are the pool's devices that are forms of the same physical GPU as the named one
+// (they share its parentUUID), or the named device alone.
+func physicalForms(pool []resourcev1.ResourceSlice, name string) []string {
 	parent := ""
-	for _, d := range s.Spec.Devices {
-		if a, ok := d.Attributes[AttrParent]; ok && d.Name == name && a.StringValue != nil {
-			parent = *a.StringValue
+	for _, s := range pool {
+		for _, d := range s.Spec.Devices {
+			if a, ok := d.Attributes[AttrParent]; ok && d.Name == name && a.StringValue != nil {
+				parent = *a.StringValue
+			}
 		}
 	}
 	if parent == "" {
 		return []string{name}
 	}
 	var out []string
-	for _, d := range s.Spec.Devices {
-		if a, ok := d.Attributes[AttrParent]; ok && a.StringValue != nil && *a.StringValue == parent {
-			out = append(out, d.Name)
+	for _, s := range pool {
+		for _, d := range s.Spec.Devices {
+			if a, ok := d.Attributes[AttrParent]; ok && a.StringValue != nil && *a.StringValue == parent {
+				out = append(out, d.Name)
+			}
 		}
 	}
 	return out
@@ -84,16 +100,20 @@ func readFaults(s *resourcev1.ResourceSlice) map[string]Fault {
 	return faults
 }
 
-// poolSlice finds the slice that publishes the device's pool.
-func poolSlice(ctx context.Context, cs kubernetes.Interface, id device.ID) (*resourcev1.ResourceSlice, error) {
+// poolSlices are the slices that publish the device's pool.
+func poolSlices(ctx context.Context, cs kubernetes.Interface, id device.ID) ([]resourcev1.ResourceSlice, error) {
 	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + id.Driver})
 	if err != nil {
 		return nil, fmt.Errorf("list resource slices: %w", err)
 	}
+	var out []resourcev1.ResourceSlice
 	for i := range list.Items {
 		if list.Items[i].Spec.Pool.Name == id.Pool {
-			return &list.Items[i], nil
+			out = append(out, list.Items[i])
 		}
 	}
-	return nil, fmt.Errorf("no resource slice publishes pool %s of driver %s", id.Pool, id.Driver)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no resource slice publishes pool %s of driver %s", id.Pool, id.Driver)
+	}
+	return out, nil
 }

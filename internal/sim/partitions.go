@@ -32,12 +32,16 @@ const (
 )
 
 // FormsPerGPU is how many devices a partitionable GPU is published as: the whole device and as
-// many partitions of each profile as fit it alone. MaxPartitionedGPUs is how many such GPUs fit
-// one ResourceSlice (128 devices).
+// many partitions of each profile as fit it alone. A ResourceSlice whose devices draw on counters
+// holds at most 64 of them, so a node's devices are published GPUsPerSlice GPUs to a slice; its
+// counter sets, at most 8 to a slice, all in one: MaxPartitionedGPUs.
 var (
-	FormsPerGPU        = formsPerGPU()
-	MaxPartitionedGPUs = 128 / FormsPerGPU
+	FormsPerGPU  = formsPerGPU()
+	GPUsPerSlice = resourcev1.ResourceSliceMaxDevicesWithAdvancedFeatures / FormsPerGPU
 )
+
+// MaxPartitionedGPUs is how many partitionable GPUs a simulated node may have.
+const MaxPartitionedGPUs = resourcev1.ResourceSliceMaxCounterSets
 
 func formsPerGPU() int {
 	n := 1
@@ -57,20 +61,19 @@ func PartitionName(i int, profile string, k int) string {
 }
 
 // PartitionedSlices are the ResourceSlices a driver with dynamic partitioning publishes for a
-// node of gpus GPUs, as two slices of one pool: one carrying a counter set per GPU (its compute
-// slices and memory), the other the devices drawing on them: per GPU the whole device gpu-<i>
-// (every counter) and each profile's partitions, as many as fit the GPU alone. The scheduler
-// allocates a set of them only while their counters add up.
+// node of gpus GPUs, in one pool: one slice carrying a counter set per GPU (its compute slices and
+// memory), and slices of the devices drawing on them, GPUsPerSlice GPUs each (the first named
+// SliceName(node), the others SliceName(node)-<k>): per GPU the whole device gpu-<i> (every
+// counter) and each profile's partitions, as many as fit the GPU alone. The scheduler allocates a
+// set of them only while their counters add up.
 func PartitionedSlices(node string, gpus int) []*resourcev1.ResourceSlice {
-	pool := resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
+	chunks := (gpus + GPUsPerSlice - 1) / GPUsPerSlice
+	pool := resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(1 + chunks)}
 	counters := &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.sim-counters"},
 		Spec:       resourcev1.ResourceSliceSpec{Driver: Driver, NodeName: ptr.To(node), Pool: pool},
 	}
-	devices := &resourcev1.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: SliceName(node)},
-		Spec:       resourcev1.ResourceSliceSpec{Driver: Driver, NodeName: ptr.To(node), Pool: pool},
-	}
+	out := []*resourcev1.ResourceSlice{counters}
 	for i := range gpus {
 		counters.Spec.SharedCounters = append(counters.Spec.SharedCounters, resourcev1.CounterSet{
 			Name: CounterSetName(i),
@@ -78,6 +81,17 @@ func PartitionedSlices(node string, gpus int) []*resourcev1.ResourceSlice {
 				"slices": {Value: *resource.NewQuantity(gpuSlices, resource.DecimalSI)},
 				"memory": {Value: resource.MustParse(gpuMemory)},
 			}})
+		if i%GPUsPerSlice == 0 {
+			name := SliceName(node)
+			if k := i / GPUsPerSlice; k > 0 {
+				name += "-" + strconv.Itoa(k)
+			}
+			out = append(out, &resourcev1.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       resourcev1.ResourceSliceSpec{Driver: Driver, NodeName: ptr.To(node), Pool: pool},
+			})
+		}
+		devices := out[len(out)-1]
 		devices.Spec.Devices = append(devices.Spec.Devices, partitionDevice(node, i, "gpu-"+strconv.Itoa(i), ProfileWhole, gpuSlices, gpuMemory))
 		for _, p := range Profiles {
 			for k := range int(gpuSlices / p.Slices) {
@@ -85,7 +99,7 @@ func PartitionedSlices(node string, gpus int) []*resourcev1.ResourceSlice {
 			}
 		}
 	}
-	return []*resourcev1.ResourceSlice{counters, devices}
+	return out
 }
 
 // partitionDevice is one form of the node's i-th GPU: the whole device or a partition.
