@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -36,18 +37,33 @@ func (in QuarantineInput) member(id device.ID) QuarantineInput {
 	return one
 }
 
-// quarantineUnit fences every device of the unit; it fails if any rule could not be made, and a
-// retry makes only what is missing. The result names the first device's rule.
+// unitParallel is how many of a unit's rules are written at once: a GPU of 7-profile MIG is ten
+// rules, and one at a time they cost ten apiserver round trips in a row (see BENCHMARKS.md).
+const unitParallel = 8
+
+// quarantineUnit fences every device of the unit, unitParallel rules at a time; it fails if any
+// rule could not be made, and a retry makes only what is missing. The result names the first
+// device's rule.
 func (a *Activities) quarantineUnit(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
-	var res QuarantineResult
-	for i, id := range memberIDs(in.Device, in.Members) {
-		r, err := a.Quarantine(ctx, in.member(id))
-		if err != nil {
-			return QuarantineResult{}, unitError("fence", id, in.Device, err)
-		}
-		if i == 0 {
-			res = r
-		}
+	ids := memberIDs(in.Device, in.Members)
+	results := make([]QuarantineResult, len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(unitParallel)
+	for i, id := range ids {
+		g.Go(func() error {
+			r, err := a.Quarantine(gctx, in.member(id))
+			if err != nil {
+				return unitError("fence", id, in.Device, err)
+			}
+			results[i] = r
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return QuarantineResult{}, err
+	}
+	res := results[0]
+	for _, r := range results {
 		res.Created = res.Created || r.Created
 	}
 	if in.Decision != "" {
