@@ -32,6 +32,21 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	}
 	q.Flags().IntVar(&o.Devices, "devices", 64, "devices to flip Unhealthy (one pod each)")
 	q.Flags().StringVar(&o.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var uo bench.UnitsOptions
+	units := &cobra.Command{
+		Use:   "units",
+		Short: "Fence latency of a partitionable GPU's every form, against a plain GPU's one rule on the same stack",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if uo.Nodes < 1 {
+				return fmt.Errorf("--nodes must be >= 1")
+			}
+			uo.Out = c.OutOrStdout()
+			return bench.Units(c.Context(), uo)
+		},
+	}
+	units.Flags().IntVar(&uo.Nodes, "nodes", 4, "nodes of 8 partitionable GPUs (and as many of 8 plain GPUs)")
+	units.Flags().StringVar(&uo.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	var w bench.WatcherOptions
 	wb := &cobra.Command{
 		Use:   "watcher",
@@ -136,7 +151,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	flavours.Flags().IntVar(&fl.Runs, "runs", 5, "starts of each")
 	flavours.Flags().DurationVar(&fl.Idle, "idle", 10*time.Second, "how long each runs ready before its memory is read again")
 	flavours.Flags().StringVar(&fl.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
-	cmd.AddCommand(q, wb, rel, mig, storm, flavours, child, server)
+	cmd.AddCommand(q, units, wb, rel, mig, storm, flavours, child, server)
 	return cmd
 }
 
