@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
@@ -55,10 +56,30 @@ func BenchmarkStoreUpdate(b *testing.B) {
 // 8 allocated devices is updated, alternately one device turning Unknown <-> Healthy and only its
 // restart count changing, and the queue is drained through the signal decision. One op is one
 // update.
-func BenchmarkPodUpdate(b *testing.B) {
+func BenchmarkPodUpdate(b *testing.B) { benchPodUpdate(b, false) }
+
+// BenchmarkPodUpdateOnPartitions is BenchmarkPodUpdate on partitionable GPUs: each node's 80
+// devices are forms of 8 GPUs (10 forms each, one counter set per GPU), every Pod holding a form
+// of each, so a report is filed under its GPU's unit and a unit's other holders are looked for.
+func BenchmarkPodUpdateOnPartitions(b *testing.B) { benchPodUpdate(b, true) }
+
+func benchPodUpdate(b *testing.B, onPartitions bool) {
 	const pods = 1000
 	sig := &counter{}
-	w := New(Config{Signaler: sig, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// The Kube client answers only the adoption of a unit's other holders (Pods it does not have).
+	w := New(Config{Kube: fake.NewClientset(), Signaler: sig, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if onPartitions {
+		for n := range pods / 10 {
+			pk := poolKey{drv, fmt.Sprintf("node-%d", n)}
+			var devs []resourcev1.Device
+			for p := range 10 {
+				for d := range 8 {
+					devs = append(devs, partitioned(fmt.Sprintf("gpu-%d-%d", p, d), fmt.Sprintf("set-%d", d), ""))
+				}
+			}
+			w.slices.set(pk.pool, sliceOf(pk, device.Grouping{}, devs...))
+		}
+	}
 	updates := make([][2]*corev1.Pod, pods) // [health change, unrelated change]
 	for i := range updates {
 		name := fmt.Sprintf("pod-%d", i)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,9 @@ type sliceIndex struct {
 	// poolSlices names each pool's slices; units caches each pool's physical units (units.go).
 	poolSlices map[poolKey]map[string]struct{}
 	units      map[poolKey]*poolUnits
+	// grouping counts the slices whose devices may share a unit (they draw on counters or carry
+	// the grouping attribute): while it is zero, no report needs a unit looked up.
+	grouping atomic.Int64
 }
 
 // sliceTaints are one slice's driver taints: device -> what the taint says.
@@ -117,6 +121,12 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 		return nil, nil, ""
 	}
 	delete(x.units, pk)
+	if had && old.units.grouped() {
+		x.grouping.Add(-1)
+	}
+	if info != nil && info.units.grouped() {
+		x.grouping.Add(1)
+	}
 	if had && old.pool != pk {
 		delete(x.units, old.pool)
 		delete(x.poolSlices[old.pool], name)

@@ -49,6 +49,9 @@ func (u *unitInfo) add(driver string, d resourcev1.Device, g device.Grouping) {
 	}
 }
 
+// grouped says whether any device of the slice may share a unit with another.
+func (u *unitInfo) grouped() bool { return len(u.counterSets) > 0 || len(u.attr) > 0 }
+
 // addCounters records the counter sets a slice offers.
 func (u *unitInfo) addCounters(sets []resourcev1.CounterSet) {
 	for _, s := range sets {
@@ -157,7 +160,7 @@ func takesAll(sets []string, takes map[string]resource.Quantity, capacity map[st
 // in it; a device that is a unit of its own (or not published, or a unit's ID) is its own ID with
 // no name. The policy's drivers section says how the driver's devices group.
 func (w *Watcher) unitOf(id device.ID) (device.ID, string) {
-	if id.DevicePlugin() || device.IsUnitKey(id.Device) {
+	if w.slices.grouping.Load() == 0 || id.DevicePlugin() || device.IsUnitKey(id.Device) {
 		return id, ""
 	}
 	u, ok := w.slices.unit(id, w.cfg.Policies.Units(id.Driver))
@@ -186,6 +189,9 @@ func (w *Watcher) adoptUnitHolders(u device.Unit) {
 // reporting its health: its Pod is on the failing hardware all the same, so the unit's workflow
 // counts it among the holders (Healthy: it said nothing against the device).
 func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
+	if w.slices.grouping.Load() == 0 {
+		return nil // no driver publishes shared units: the common fleet pays nothing
+	}
 	var out []Report
 	for _, ref := range ClaimRefs(pod) {
 		ns, name, _ := strings.Cut(ref, "/")
