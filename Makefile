@@ -120,6 +120,7 @@ bench: build build-lean control-plane ## Benchmarks against the real local stack
 	$(BIN) bench flavours --runs 5 --log-level warn
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/watcher/
 	$(BIN) bench quarantine --devices 200 --log-level warn
+	$(BIN) bench units --nodes 8 --log-level error
 	$(BIN) bench release --devices 120 --sequential 20 --log-level error
 	$(BIN) bench migrate --workloads 20 --log-level error
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/rollout/
