@@ -89,6 +89,12 @@ func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
 }
 
 func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+	if st.UnitUnknown() {
+		// A unit's ID names no device: without its devices there is nothing to fence. The
+		// watcher's next report says which they are; the action waits for it.
+		st.Hold(act, "the unit's devices are not known yet", workflow.Now(ctx))
+		return nil
+	}
 	// Permit and quarantine are short calls: as local activities they skip two task
 	// dispatches (measured: see BENCHMARKS.md). Older runs replay the regular path.
 	run := workflow.ExecuteActivity

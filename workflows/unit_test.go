@@ -98,3 +98,34 @@ func TestUnitWithoutAWholeFormIsProbedOnEveryForm(t *testing.T) {
 		t.Fatalf("last probe %+v, want gpu-0-mig-b's failure", got.LastProbe)
 	}
 }
+
+// A report for a unit that arrives without its devices (its slices not listed) fences nothing:
+// the action waits, and goes through once a report names the devices.
+func TestUnitReportWithoutItsDevicesWaits(t *testing.T) {
+	h := newHarness(0)
+	unit := gpu0Unit("gpu-0", "gpu-0-mig-a")
+	send := func(at time.Duration, ver string, u *device.Unit) {
+		h.env.RegisterDelayedCallback(func() {
+			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+				StatusVersion: ver, Unit: u, Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
+		}, at)
+	}
+	send(time.Second, "10", nil)
+	var held policy.DeviceState
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryState)
+		if err != nil || v.Get(&held) != nil {
+			t.Errorf("query: %v", err)
+		}
+	}, 10*time.Second)
+	send(time.Minute, "11", unit)
+	var got policy.DeviceState
+	queryThenCancel(t, h.env, 2*time.Minute, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: unit.Device(), Node: "node-1", Policy: policy.Default()})
+	if held.Held == nil || held.HeldReason != "the unit's devices are not known yet" || held.State != policy.Healthy {
+		t.Fatalf("before the devices are known: state %s, held %+v (%s)", held.State, held.Held, held.HeldReason)
+	}
+	if got.State != policy.Quarantined || len(h.quarantine) != 1 || !slices.Equal(h.quarantine[0].Members, unit.Devices) {
+		t.Fatalf("after: state %s, quarantine calls %+v", got.State, h.quarantine)
+	}
+}

@@ -73,6 +73,9 @@ func (st *DeviceState) Validate(c Command) error {
 		if st.State == Quarantined {
 			return fmt.Errorf("force-quarantine: already quarantined (%s)", st.Quarantine.Reason)
 		}
+		if st.UnitUnknown() {
+			return fmt.Errorf("force-quarantine: %s is a physical unit whose devices are not known yet; quarantine one of its devices, or wait for the watcher's report", st.Device)
+		}
 	case CmdRelease:
 		if st.State == Recovering {
 			return fmt.Errorf("release: a recovery review is already running (stage %s)", st.Review.Stage)

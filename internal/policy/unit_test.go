@@ -2,6 +2,7 @@ package policy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,26 @@ func TestUnitHoldersMoveOnceEach(t *testing.T) {
 	st.Moving = nil
 	if got := st.HoldersToMove(); len(got) != 0 {
 		t.Fatalf("a device of its own: %v", got)
+	}
+}
+
+// A unit's workflow that has not heard which devices it is refuses a force-quarantine (its ID
+// selects no device), and takes one once an observation names them.
+func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
+	id := device.ID{Driver: dev.Driver, Pool: dev.Pool, Device: "counters=set"}
+	st := NewState(id, "node-1", Default(), false)
+	st.ReleasePath = true
+	cmd := Command{Kind: CmdForceQuarantine, Actor: "alice"}
+	if err := st.Validate(cmd); err == nil || !strings.Contains(err.Error(), "not known yet") {
+		t.Fatalf("force-quarantine of a unit of unknown devices: %v", err)
+	}
+	o := obs(device.Healthy, 1, "")
+	o.Device, o.Unit = id, unitOf("g", "g-a")
+	st.Observe(o, t0)
+	if err := st.Validate(cmd); err != nil {
+		t.Fatalf("force-quarantine once the devices are known: %v", err)
+	}
+	if NewState(dev, "node-1", Default(), false).UnitUnknown() {
+		t.Fatal("a plain device read as a unit of unknown devices")
 	}
 }
