@@ -135,7 +135,7 @@ GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATION_PKGS = internal/policy internal/rollout internal/capacity workflows activities internal/watcher
 
 N ?= 100000
-SIM_WORKFLOWS = DeviceWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
+SIM_WORKFLOWS = DeviceWorkflow UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
 # A process runs at most SIM_CHUNK sequences: the SDK's test environment keeps an activity that
 # waits to retry when its run ends (a goroutine and the environment), so memory grows with the
 # sequences a process runs (about 330 KB each for the migration).

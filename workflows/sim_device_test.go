@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,13 @@ type deviceModel struct {
 	forced             bool // a force-quarantine was sent
 	permits, automatic int
 	updates            []*simUpdate
+	// Unit mode (sim_unit_test.go): unit is what the driver publishes now, forms the forms that
+	// have a rule; quarantineFaulted: a Quarantine call failed, so a fence may lag until the next
+	// look; lost: a form's rule was deleted by hand and no call has written it since.
+	unit              *device.Unit
+	forms             map[string]bool
+	quarantineFaulted bool
+	lost              bool
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
@@ -60,12 +68,19 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.quarantineFatal {
-			m.quarantineFatal = false
+			m.quarantineFatal, m.quarantineFaulted = false, true
 			return activities.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", activities.ErrRuleNameCollision, nil)
 		}
 		if m.quarantineFails > 1 {
 			m.quarantineFails--
+			m.quarantineFaulted = true
 			return activities.QuarantineResult{}, errors.New("apiserver unavailable")
+		}
+		if len(in.Members) > 0 {
+			return m.quarantineUnit(in)
+		}
+		if m.unit != nil {
+			m.violate("the unit's ID %s fenced as a device (no forms): its rule would select no device", in.Device)
 		}
 		name := in.Device.TaintRuleName()
 		m.names[name] = true
@@ -97,6 +112,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		if len(in.Members) > 0 {
+			return m.inspectUnit(in), nil
+		}
 		if m.rule == nil {
 			return policy.RuleInfo{Name: in.Device.TaintRuleName()}, nil
 		}
@@ -106,6 +124,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("RefreshRule present=%v", m.rule != nil)
+		if len(in.Members) > 0 {
+			return m.refreshUnit(in), nil
+		}
 		if m.rule == nil {
 			return activities.RefreshResult{Missing: true}, nil
 		}
@@ -146,6 +167,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.violate("rule released while the last probe or canary failed (probe %v, canary %v)", ptrBool(m.probeOK), ptrBool(m.canaryOK))
 		}
 		m.rule = nil
+		if m.unit != nil {
+			m.releaseUnit(in)
+		}
 		if m.releaseFails == 1 {
 			m.releaseFails = 0
 			m.note("  (result lost)")
@@ -171,6 +195,12 @@ const simActor = "ops"
 
 // deviceSteps draws a sequence of what a device workflow can see.
 func deviceSteps(rt *rapid.T, m *deviceModel) []step {
+	id := gpu0
+	kinds := []string{"observe", "observe", "observe", "command", "breaker", "fault", "wake", "continue-as-new"}
+	if m.unit != nil {
+		id = m.unit.Device()
+		kinds = append(kinds, "reconfigure", "lose-rule")
+	}
 	n := rapid.IntRange(1, 40).Draw(rt, "steps")
 	var steps []step
 	tl := &timeline{at: time.Second} // the run has started
@@ -179,7 +209,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 	var seq uint64
 	for i := range n {
 		gap := rapid.SampledFrom([]time.Duration{0, time.Second, 30 * time.Second, 2 * time.Minute, 6 * time.Minute, 20 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
-		kind := rapid.SampledFrom([]string{"observe", "observe", "observe", "command", "breaker", "fault", "wake", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i))
+		kind := rapid.SampledFrom(kinds).Draw(rt, fmt.Sprintf("kind%d", i))
 		s := step{at: tl.next(gap)}
 		switch kind {
 		case "observe":
@@ -192,18 +222,24 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			src := rapid.SampledFrom([]policy.Source{policy.SourcePodStatus, policy.SourcePodStatus, policy.SourceSlice, policy.SourceClaimCondition}).Draw(rt, fmt.Sprintf("src%d", i))
 			idle := rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("idle%d", i)) == 0
 			byUpdate := rapid.Bool().Draw(rt, fmt.Sprintf("byUpdate%d", i))
-			o := policy.Observation{Device: gpu0, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
+			o := policy.Observation{Device: id, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
 				Seq: &policy.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
 			if !idle {
 				o.Reporters = []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
 			}
 			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
 				if h == device.Unhealthy {
-					m.mu.Lock()
 					m.unhealthySeen = true
-					m.mu.Unlock()
 				}
+				if m.unit != nil {
+					// What the watcher sends: the forms published when it looks.
+					u := *m.unit
+					u.Devices = slices.Clone(m.unit.Devices)
+					o.Unit = &u
+				}
+				m.mu.Unlock()
 				if byUpdate {
 					m.update(env, UpdateObservation, s.what, o)
 				} else {
@@ -267,6 +303,8 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.signal(env, SignalBreakerWake, nil) }
 		case "continue-as-new":
 			s = continueAsNewStep(tl)
+		default:
+			s = m.unitStep(rt, i, s)
 		}
 		steps = append(steps, s)
 	}
@@ -292,6 +330,9 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 	if len(m.names) > 1 {
 		m.violate("after %s: %d rule names for one device: %v", after, len(m.names), m.names)
 	}
+	if m.unit != nil {
+		m.checkUnit(after, &st)
+	}
 	m.checkRefusals(m.updates)
 }
 
@@ -305,10 +346,17 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 func TestSimulateDeviceWorkflow(t *testing.T) { simulate(t, 300, deviceProperty) }
 
 // deviceProperty is one generated sequence through the device workflow, held to its invariants.
-func deviceProperty(rt *rapid.T) {
+func deviceProperty(rt *rapid.T) { runDevice(rt, nil) }
+
+// runDevice runs one generated sequence; with a unit, the workflow is that unit's (sim_unit_test.go).
+func runDevice(rt *rapid.T, unit *device.Unit) {
 	{
-		m := &deviceModel{names: map[string]bool{}}
+		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}}
 		steps := deviceSteps(rt, m)
+		id := gpu0
+		if unit != nil {
+			id = unit.Device()
+		}
 		p := policy.Default()
 		p.ToleranceWindow = policy.JSONDuration(rapid.SampledFrom([]time.Duration{time.Minute, 5 * time.Minute}).Draw(rt, "tolerance"))
 		p.QuarantineLease = policy.JSONDuration(rapid.SampledFrom([]time.Duration{10 * time.Minute, time.Hour}).Draw(rt, "lease"))
@@ -316,7 +364,7 @@ func deviceProperty(rt *rapid.T) {
 		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
 		end := steps[len(steps)-1].at + time.Hour
-		err := segments(rt, &m.carrier, DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
+		err := segments(rt, &m.carrier, DeviceWorkflow, DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
 		if err != nil {
 			m.violate("the workflow failed: %v", err)
 		}

@@ -252,7 +252,7 @@ func query(env *testsuite.TestWorkflowEnvironment, into any) (ok bool, err error
 
 // simRegressions are the sequences a simulation once failed on (rapid's fail files, kept in
 // testdata/sim as <workflow>_<what>.fail), each replayed by TestSimulateRegressions.
-var simRegressions = map[string]func(*rapid.T){"device": deviceProperty, "breaker": breakerProperty, "migrate": migrateProperty,
+var simRegressions = map[string]func(*rapid.T){"device": deviceProperty, "unit": unitProperty, "breaker": breakerProperty, "migrate": migrateProperty,
 	"limiter": limiterProperty, "rollout": rolloutProperty, "hygiene": hygieneProperty, "node": nodeProperty}
 
 // TestSimulateRegressions replays every sequence a simulation failed on, by name.
