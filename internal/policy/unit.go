@@ -90,4 +90,6 @@ func (st *DeviceState) MovingStarted(pods []PodRef) { st.Moving = append(st.Movi
 
 // UnitUnknown: the workflow is a physical unit's (its device is a unit key) but has not heard
 // which devices the unit is (no observation since it started): it cannot fence anything yet.
-func (st *DeviceState) UnitUnknown() bool { return st.Unit == nil && device.IsUnitKey(st.Device.Device) }
+func (st *DeviceState) UnitUnknown() bool {
+	return st.Unit == nil && device.IsUnitKey(st.Device.Device)
+}
