@@ -12,13 +12,16 @@ import (
 
 // Labels and annotations DeviceWarden puts on the objects it owns.
 const (
-	TaintKey            = policy.TaintQuarantine
-	FieldManager        = "devicewarden"
-	LabelManagedBy      = "app.kubernetes.io/managed-by"
-	ManagedBy           = "devicewarden"
-	LabelDriver         = "devicewarden.io/driver"
-	LabelPool           = "devicewarden.io/pool"
-	LabelDevice         = "devicewarden.io/device"
+	TaintKey       = policy.TaintQuarantine
+	FieldManager   = "devicewarden"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "devicewarden"
+	LabelDriver    = "devicewarden.io/driver"
+	LabelPool      = "devicewarden.io/pool"
+	LabelDevice    = "devicewarden.io/device"
+	// LabelUnit marks the rules of one physical unit's forms (a hash of the unit's ID), so the
+	// unit's release finds every one of them, a form no longer published included.
+	LabelUnit           = "devicewarden.io/unit"
 	AnnotationDevice    = "devicewarden.io/device-id"
 	AnnotationReason    = "devicewarden.io/reason"
 	AnnotationActor     = "devicewarden.io/actor"

@@ -70,6 +70,14 @@ func (in QuarantineInput) key() string {
 
 // rule is the DeviceTaintRule the input asks for.
 func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
+	r := a.deviceRule(in)
+	if in.Unit != "" {
+		r.Labels[LabelUnit] = unitLabel(in.Unit)
+	}
+	return r
+}
+
+func (a *Activities) deviceRule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 	return &resourcev1.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: in.Device.TaintRuleName(),
@@ -299,14 +307,12 @@ type ReleaseInput struct {
 
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
 func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
-	fenced := []device.ID{in.Device}
 	if len(in.Members) > 0 {
-		fenced = memberIDs(in.Device, in.Members)
-	}
-	for _, id := range fenced {
-		if err := a.deleteOwnRule(ctx, id); err != nil {
+		if err := a.releaseUnitRules(ctx, in.Device, in.Members); err != nil {
 			return err
 		}
+	} else if err := a.deleteOwnRule(ctx, in.Device); err != nil {
+		return err
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
 	msg := fmt.Sprintf("device %s released by %s: %s", in.Device, in.Actor, in.Reason)

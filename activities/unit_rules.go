@@ -2,12 +2,15 @@ package activities
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
@@ -141,4 +144,36 @@ func (a *Activities) refreshUnit(ctx context.Context, in QuarantineInput) (Refre
 		}
 	}
 	return res, nil
+}
+
+// unitLabel is the LabelUnit value of a unit: its ID's hash (an ID holds '=' and '/').
+func unitLabel(unit string) string {
+	sum := sha256.Sum256([]byte(unit))
+	return hex.EncodeToString(sum[:])[:32]
+}
+
+// releaseUnitRules deletes every rule of the unit's forms: the members', and any other that
+// names the unit, such as the rule of a form a reconfiguration withdrew after a fence whose
+// result was lost. Each is deleted only if it is DeviceWarden's and names exactly this unit.
+func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, members []string) error {
+	for _, id := range memberIDs(unit, members) {
+		if err := a.deleteOwnRule(ctx, id); err != nil {
+			return unitError("release", id, unit, err)
+		}
+	}
+	rules, err := a.Kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{
+		LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelUnit + "=" + unitLabel(unit.String())})
+	if err != nil {
+		return fmt.Errorf("list the rules of unit %s: %w", unit, err)
+	}
+	for _, r := range rules.Items {
+		if r.Annotations[AnnotationUnit] != unit.String() || r.Spec.DeviceSelector == nil || r.Spec.DeviceSelector.Device == nil {
+			continue
+		}
+		id := device.ID{Driver: unit.Driver, Pool: unit.Pool, Device: *r.Spec.DeviceSelector.Device}
+		if err := a.deleteOwnRule(ctx, id); err != nil {
+			return unitError("release", id, unit, err)
+		}
+	}
+	return nil
 }

@@ -81,7 +81,26 @@ func TestUnitRulesStandAndFallTogether(t *testing.T) {
 	if got := fencedDevices(t, kube); !slices.Equal(got, wantProbation) {
 		t.Fatalf("after refresh rules select %v, want %v", got, wantProbation)
 	}
+	// A fence whose result was lost covered a form that a reconfiguration then withdrew: the unit
+	// no longer lists it, and its release still deletes that form's rule.
+	withdrawn := in
+	withdrawn.Members, withdrawn.Decision, withdrawn.Reporters = []string{"gpu-0-mig-c"}, "", nil
+	if _, err := env.ExecuteActivity(a.Quarantine, withdrawn); err != nil {
+		t.Fatal(err)
+	}
+	other := quarantineIn("another unit")
+	other.Device, other.Members = device.ID{Driver: unitGPU.Driver, Pool: unitGPU.Pool, Device: "counters=gpu-1-counters"}, []string{"gpu-1"}
+	if _, err := env.ExecuteActivity(a.Quarantine, other); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := env.ExecuteActivity(a.ReleaseRule, ReleaseInput{Device: unitGPU, Actor: "devicewarden", Members: in.Members}); err != nil {
+		t.Fatal(err)
+	}
+	left, err := kube.ResourceV1().DeviceTaintRules().List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(left.Items) != 1 || *left.Items[0].Spec.DeviceSelector.Device != "gpu-1" {
+		t.Fatalf("after the unit's release, rules left: %+v (%v); want only the other unit's", left.Items, err)
+	}
+	if err := kube.ResourceV1().DeviceTaintRules().Delete(context.Background(), left.Items[0].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fencedDevices(t, kube); len(got) != 0 {

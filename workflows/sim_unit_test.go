@@ -150,14 +150,14 @@ func (m *deviceModel) refreshUnit(in activities.QuarantineInput) activities.Refr
 	return activities.RefreshResult{Effect: string(in.Effect)}
 }
 
-// releaseUnit deletes the members' rules; a form's rule left behind would fence it forever.
+// releaseUnit deletes every rule of the unit, as ReleaseRule does with a unit's members (the
+// rule of a form no longer listed included); released as a device, the forms' rules would stay.
 func (m *deviceModel) releaseUnit(in activities.ReleaseInput) {
-	for _, f := range in.Members {
-		delete(m.forms, f)
+	if len(in.Members) == 0 {
+		m.violate("the unit released as a device: the rules of %v stay", m.forms)
+		return
 	}
-	if len(m.forms) > 0 {
-		m.violate("the unit's release left rules of %v", m.forms)
-	}
+	clear(m.forms)
 	m.lost = false
 }
 
