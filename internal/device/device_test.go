@@ -2,6 +2,7 @@ package device
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -85,5 +86,13 @@ func TestTaintRuleNamesArePinned(t *testing.T) {
 		if got := id.TaintRuleName(); got != want {
 			t.Errorf("%s: rule name %q, pinned %q", id, got, want)
 		}
+	}
+}
+
+// A long device name is cut to 30 characters in its rule's name, whose length is then fixed.
+func TestTaintRuleNameCutsALongDeviceName(t *testing.T) {
+	id := ID{Driver: "gpu.example.com", Pool: "node-1", Device: strings.Repeat("g", 40)}
+	if n := id.TaintRuleName(); len(n) != len("devicewarden-")+30+1+16 || !strings.HasPrefix(n, "devicewarden-"+strings.Repeat("g", 30)+"-") {
+		t.Fatalf("rule name %q (%d characters)", n, len(n))
 	}
 }
