@@ -121,3 +121,53 @@ func TestUnitRulesStandAndFallTogether(t *testing.T) {
 		t.Fatalf("refresh of a released unit %+v %v", res, err)
 	}
 }
+
+// A form's rule that was lost is written again and the call says it created one; a form's rule
+// someone edited is what the look reports (the unit's fence is broken); a rule that carries the
+// unit's label but names another unit is not the unit's to release.
+func TestUnitRulesEditedLostAndForeign(t *testing.T) {
+	env, a, kube := activityEnv(t)
+	ctx := context.Background()
+	in := quarantineIn("XID 79")
+	in.Device, in.Members = unitGPU, []string{"gpu-0", "gpu-0-mig-a", "gpu-0-mig-b"}
+	if _, err := env.ExecuteActivity(a.Quarantine, in); err != nil {
+		t.Fatal(err)
+	}
+	middle := device.ID{Driver: unitGPU.Driver, Pool: unitGPU.Pool, Device: "gpu-0-mig-a"}.TaintRuleName()
+	if err := kube.ResourceV1().DeviceTaintRules().Delete(ctx, middle, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := env.ExecuteActivity(a.Quarantine, in)
+	var res QuarantineResult
+	if err != nil || v.Get(&res) != nil || !res.Created {
+		t.Fatalf("re-fence after a lost rule: %+v %v, want created", res, err)
+	}
+	r, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, middle, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Taint.Key = "example.com/other"
+	if _, err := kube.ResourceV1().DeviceTaintRules().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err = env.ExecuteActivity(a.InspectRule, InspectInput{Device: unitGPU, Effect: "NoSchedule", Members: in.Members})
+	var info policy.RuleInfo
+	if err != nil || v.Get(&info) != nil || info.InForce() || info.Key != "example.com/other" {
+		t.Fatalf("inspect with an edited form's rule: %+v %v, want the edited rule", info, err)
+	}
+	foreign := r.DeepCopy()
+	foreignName := device.ID{Driver: unitGPU.Driver, Pool: unitGPU.Pool, Device: "gpu-9"}.TaintRuleName()
+	foreign.ObjectMeta = metav1.ObjectMeta{Name: foreignName, Labels: r.Labels,
+		Annotations: map[string]string{AnnotationUnit: "gpu.example.com/node-1/counters=other", AnnotationDevice: "gpu.example.com/node-1/gpu-9"}}
+	gpu9 := "gpu-9"
+	foreign.Spec.DeviceSelector.Device = &gpu9
+	if _, err := kube.ResourceV1().DeviceTaintRules().Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.ExecuteActivity(a.ReleaseRule, ReleaseInput{Device: unitGPU, Actor: "devicewarden", Members: in.Members}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, foreignName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("another unit's rule deleted: %v", err)
+	}
+}

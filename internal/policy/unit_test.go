@@ -113,3 +113,66 @@ func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
 		t.Fatal("a plain device read as a unit of unknown devices")
 	}
 }
+
+// A standing fence extends with the key it stands on: the quarantine key while a probe runs,
+// probation's once the unit is on probation; a report naming a whole device keeps it current.
+func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
+	st := NewState(dev, "node-1", Default(), false)
+	st.ReleasePath = true
+	o := obs(device.Unhealthy, 1, "")
+	o.Unit = unitOf("g", "g-a")
+	for _, a := range st.Observe(o, t0) {
+		if a.Kind == ActTaint {
+			st.Applied(a, "r", t0)
+		}
+	}
+	st.startReview("test", "alice", t0)
+	if st.Review == nil || st.Review.Stage != StageProbe {
+		t.Fatalf("review %+v", st.Review)
+	}
+	if a := st.fenceMembers("x"); a.Key != TaintQuarantine {
+		t.Fatalf("key while probing %s", a.Key)
+	}
+	st.toProbation()
+	if a := st.fenceMembers("x"); a.Key != TaintProbation || a.Effect != EffectNoSchedule {
+		t.Fatalf("key on probation %s %s", a.Key, a.Effect)
+	}
+	u := unitOf("g2", "g", "g-a")
+	st.joinUnit(u)
+	if st.Unit.Whole != "g2" {
+		t.Fatalf("whole device %q, want the report's g2", st.Unit.Whole)
+	}
+	u = unitOf("g", "g-a")
+	u.Whole = ""
+	st.joinUnit(u)
+	if st.Unit.Whole != "g2" {
+		t.Fatalf("a report without a whole device dropped it: %q", st.Unit.Whole)
+	}
+}
+
+// Holders move only from a quarantined unit (a restricted one keeps its Pods: Unknown moves no
+// job), and a new quarantine moves the Pods an earlier one had moved, should they be back.
+func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
+	p := Default()
+	p.Migration.Enabled = true
+	st := NewState(dev, "node-1", p, false)
+	st.ReleasePath = true
+	o := obs(device.Unhealthy, 1, "")
+	o.Unit = unitOf("g", "g-a")
+	for _, a := range st.Observe(o, t0) {
+		if a.Kind == ActTaint {
+			st.Applied(a, "r", t0)
+		}
+	}
+	st.MovingStarted(st.HoldersToMove())
+	st.closeRecord("alice", "test", t0)
+	st.State = Restricted
+	st.Quarantine = &QuarantineRecord{RuleName: "r"}
+	if got := st.HoldersToMove(); got != nil {
+		t.Fatalf("holders moved from a restricted unit: %v", got)
+	}
+	st.State = Quarantined
+	if got := st.HoldersToMove(); len(got) != 1 || got[0].Name != "p" {
+		t.Fatalf("holders of a new quarantine %v, want p again", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -65,5 +66,32 @@ func TestSliceIndexUnitsByAttribute(t *testing.T) {
 	u, _ := x.unit(device.ID{Driver: drv, Pool: "node-1", Device: "p-0"}, g)
 	if !reflect.DeepEqual(u.Devices, []string{"p-0", "p-1"}) || u.ID.Key != "parentUUID=G0" {
 		t.Fatalf("unit %+v", u)
+	}
+}
+
+// The whole device is the form that takes its counter set in full, whatever its name; a device
+// of its own is no unit's member; and once the pool's grouped slices are gone, no report looks
+// for a unit.
+func TestWholeFormAndDevicesOfTheirOwn(t *testing.T) {
+	w := New(Config{})
+	pk := poolKey{drv, "node-1"}
+	counters := &sliceInfo{pool: pk}
+	counters.units.addCounters([]resourcev1.CounterSet{{Name: "set", Counters: map[string]resourcev1.Counter{
+		"slices": {Value: *resource.NewQuantity(7, resource.DecimalSI)}}}})
+	w.slices.set("counters", counters)
+	w.slices.set("devices", sliceOf(pk, device.Grouping{}, gpuForm("a-part", "set", 1), gpuForm("z-whole", "set", 7), resourcev1.Device{Name: "nic-0"}))
+	if u, ok := w.slices.unit(device.ID{Driver: drv, Pool: "node-1", Device: "a-part"}, device.Grouping{}); !ok || u.Whole != "z-whole" {
+		t.Fatalf("unit %+v: want z-whole as the whole device", u)
+	}
+	nic := device.ID{Driver: drv, Pool: "node-1", Device: "nic-0"}
+	if id, member := w.unitOf(nic); id != nic || member != "" {
+		t.Fatalf("a device of its own: %v %q", id, member)
+	}
+	if w.slices.grouping.Load() != 1 {
+		t.Fatalf("grouped slices %d, want 1", w.slices.grouping.Load())
+	}
+	w.slices.set("devices", nil)
+	if w.slices.grouping.Load() != 0 {
+		t.Fatalf("grouped slices %d after the slice is gone", w.slices.grouping.Load())
 	}
 }
