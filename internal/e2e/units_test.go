@@ -168,6 +168,14 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		}
 		return nil
 	})
+	// The stock temporal CLI finds the unit by any of its forms, as README says.
+	eventually(t, 30*time.Second, "temporal workflow list by a form", func() error {
+		out, err := temporalCLI(t, ctx, "workflow", "list", "--query", fmt.Sprintf("DeviceForms = '%s'", bad))
+		if err != nil || !strings.Contains(out, unit.WorkflowID()) {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
 	out, err := shared.cli(ctx, "device", "list")
 	if err != nil {
 		t.Fatalf("device list: %v (%s)", err, out)
