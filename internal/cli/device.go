@@ -102,6 +102,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 	}
 	show.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	var actor, reason, policyFile string
+	var kf kubeFlags
 	var dur time.Duration
 	signal := &cobra.Command{
 		Use:   "signal DRIVER/POOL/DEVICE " + strings.Join(workflows.OperatorSignals, "|"),
@@ -171,7 +172,10 @@ func newDeviceCmd(g *globals) *cobra.Command {
 							return err
 						}
 					}
-					start = &workflows.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
+					if start, err = cf.quarantineStart(c, g, &kf, id, pol); err != nil {
+						return err
+					}
+					id = start.Device
 				}
 				if start == nil {
 					// A partition's command goes to its physical unit's workflow.
@@ -199,6 +203,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 		}
 		if k.kind == policy.CmdForceQuarantine {
 			sub.Flags().StringVar(&policyFile, "policy", "", "policy file for a device that has no workflow yet (default: built-in policy)")
+			kf.add(sub)
 		}
 		cmd.AddCommand(sub)
 	}

@@ -7,7 +7,11 @@ import (
 	"github.com/spf13/cobra"
 	workflowpb "go.temporal.io/api/workflow/v1"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/watcher"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -37,4 +41,52 @@ func (f *clientFlags) deciderOf(c *cobra.Command, g *globals, id device.ID) (dev
 		return u, nil
 	}
 	return id, nil
+}
+
+// quarantineStart is the workflow a force-quarantine of id goes to, and how it starts if it is
+// not running: the workflow of id's physical unit when id is a form of a partitionable GPU (one
+// that runs already, or one started with the unit's devices read from the cluster's
+// ResourceSlices), else id's own. A cluster that cannot be read leaves id's own, with a warning:
+// a partition is then fenced alone.
+func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlags, id device.ID, pol *policy.Set) (*workflows.DeviceInput, error) {
+	own := &workflows.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
+	if id.DevicePlugin() || device.IsUnitKey(id.Device) {
+		return own, nil
+	}
+	decider, err := f.deciderOf(c, g, id)
+	if err != nil {
+		return nil, err
+	}
+	if decider != id {
+		return &workflows.DeviceInput{Device: decider, Policy: pol.For("", id.Driver)}, nil
+	}
+	unit, node, err := readUnit(c, g, kf, id, pol)
+	if err != nil {
+		fmt.Fprintf(c.ErrOrStderr(), "warning: %v; if %s is one form of a partitionable GPU, only it is fenced\n", err, id)
+		return own, nil
+	}
+	if !unit.Shared() {
+		return own, nil
+	}
+	st := policy.NewState(unit.Device(), node, pol.For("", id.Driver), false)
+	st.Unit = &unit
+	fmt.Fprintf(c.OutOrStdout(), "%s is one of %d forms of %s: quarantining them all\n", id, len(unit.Devices), unit.ID)
+	return &workflows.DeviceInput{Device: unit.Device(), Node: node, Policy: st.Policy, State: st}, nil
+}
+
+// readUnit reads the device's pool from the cluster and returns its physical unit and node.
+func readUnit(c *cobra.Command, g *globals, kf *kubeFlags, id device.ID, pol *policy.Set) (device.Unit, string, error) {
+	cs, err := kf.client(g)
+	if err != nil {
+		return device.Unit{}, "", fmt.Errorf("cannot read the ResourceSlices of %s: %w", id.Driver, err)
+	}
+	list, err := cs.ResourceV1().ResourceSlices().List(c.Context(), metav1.ListOptions{FieldSelector: "spec.driver=" + id.Driver})
+	if err != nil {
+		return device.Unit{}, "", fmt.Errorf("cannot read the ResourceSlices of %s: %w", id.Driver, err)
+	}
+	u, node, ok := watcher.UnitOf(list.Items, id, pol)
+	if !ok {
+		return device.Unit{}, "", fmt.Errorf("no ResourceSlice publishes %s", id)
+	}
+	return u, node, nil
 }

@@ -292,3 +292,42 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 	}
 	recordHistory(t, ctx, shared.temporal, unit.WorkflowID(), "device_unit_release.json")
 }
+
+// An operator quarantining one partition of a GPU that has no workflow yet quarantines the GPU:
+// the command reads the pool's slices, starts the unit's workflow with its devices, and every form
+// is fenced; a release named by another form goes to the same workflow.
+func TestForceQuarantineOfAPartitionFencesItsGPU(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	nodes, err := sim.CreatePartitionedNodes(ctx, kube, "unit-force", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodes[0]
+	part := device.ID{Driver: sim.Driver, Pool: node, Device: sim.PartitionName(1, "3g.40gb", 1)}
+	unit := device.ID{Driver: sim.Driver, Pool: node, Device: device.CounterSetsKey + sim.CounterSetName(1)}
+	out, err := runCLI(ctx, "device", "quarantine", part.String(), "--actor", "alice", "--reason", "XID 79 seen by hand",
+		"--temporal-address", shared.frontend, "--kubeconfig", shared.kubeconfig)
+	if err != nil || !strings.Contains(out, "one of 10 forms of "+unit.String()) || !strings.Contains(out, "Quarantined") {
+		t.Fatalf("device quarantine %s: %v\n%s", part, err, out)
+	}
+	eventually(t, 30*time.Second, "every form of gpu-1 fenced", func() error {
+		rules, err := unitRules(ctx, kube, unit)
+		if err != nil {
+			return err
+		}
+		if len(rules) != sim.FormsPerGPU {
+			return fmt.Errorf("%d forms fenced: %v", len(rules), rules)
+		}
+		return nil
+	})
+	if _, err := stateOf(ctx, shared, part); err == nil {
+		t.Fatalf("a workflow of its own for the partition %s", part)
+	}
+	other := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-1"}
+	if out, err := shared.cli(ctx, "device", "extend", other.String(), "--actor", "alice", "--duration", "1h"); err != nil || !strings.Contains(out, unit.String()) {
+		t.Fatalf("extend by the whole device's name: %v\n%s", err, out)
+	}
+}

@@ -194,29 +194,7 @@ func (w *Watcher) sliceSource() *source {
 			return
 		}
 		w.cfg.Metrics.WatcherEvents.WithLabelValues("slice", action).Inc()
-		info := &sliceInfo{pool: poolKey{w.slices.intern.get(s.Spec.Driver), w.slices.intern.get(s.Spec.Pool.Name)}}
-		if s.Spec.NodeName != nil {
-			info.node = *s.Spec.NodeName
-		}
-		info.units.addCounters(s.Spec.SharedCounters)
-		names := w.cfg.Policies.CDIAttributes(s.Spec.Driver)
-		grouping := w.cfg.Policies.Units(s.Spec.Driver)
-		for _, d := range s.Spec.Devices {
-			info.devices = append(info.devices, w.slices.intern.get(d.Name))
-			if msg := driverTaint(d.Taints); msg != "" {
-				if info.taints == nil {
-					info.taints = map[string]string{}
-				}
-				info.taints[d.Name] = msg
-			}
-			if a := attributeValues(s.Spec.Driver, d, names); a != nil {
-				if info.attrs == nil {
-					info.attrs = map[string]map[string]string{}
-				}
-				info.attrs[d.Name] = a
-			}
-			info.units.add(s.Spec.Driver, d, grouping)
-		}
+		info := sliceInfoOf(s, w.cfg.Policies, &w.slices.intern)
 		w.sliceChanged(s.Name, info)
 	}
 	return &source{
@@ -250,6 +228,35 @@ func (w *Watcher) sliceSource() *source {
 			}
 		},
 	}
+}
+
+// sliceInfoOf is what the watcher keeps of a slice: its pool and node, its devices, their driver
+// taints, the attributes the driver's CDI styles read, and what groups them into units.
+func sliceInfoOf(s *resourcev1.ResourceSlice, pols *policy.Set, intern *interner) *sliceInfo {
+	info := &sliceInfo{pool: poolKey{intern.get(s.Spec.Driver), intern.get(s.Spec.Pool.Name)}}
+	if s.Spec.NodeName != nil {
+		info.node = *s.Spec.NodeName
+	}
+	info.units.addCounters(s.Spec.SharedCounters)
+	names := pols.CDIAttributes(s.Spec.Driver)
+	grouping := pols.Units(s.Spec.Driver)
+	for _, d := range s.Spec.Devices {
+		info.devices = append(info.devices, intern.get(d.Name))
+		if msg := driverTaint(d.Taints); msg != "" {
+			if info.taints == nil {
+				info.taints = map[string]string{}
+			}
+			info.taints[d.Name] = msg
+		}
+		if a := attributeValues(s.Spec.Driver, d, names); a != nil {
+			if info.attrs == nil {
+				info.attrs = map[string]map[string]string{}
+			}
+			info.attrs[d.Name] = a
+		}
+		info.units.add(s.Spec.Driver, d, grouping)
+	}
+	return info
 }
 
 // driverTaint describes the taints a driver put on a device in its own slice ("" when none acts:

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -210,4 +211,23 @@ func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
 		}
 	}
 	return out
+}
+
+// UnitOf is the physical unit of a device as the given slices publish its pool, under the
+// policy's grouping of its driver, and the node of the pool; false when no slice publishes the
+// device. It is for callers without a watcher (an operator command), which list the slices.
+func UnitOf(slices []resourcev1.ResourceSlice, id device.ID, pols *policy.Set) (device.Unit, string, bool) {
+	x := newSliceIndex()
+	node := ""
+	for i := range slices {
+		s := &slices[i]
+		if s.Spec.Driver != id.Driver || s.Spec.Pool.Name != id.Pool {
+			continue
+		}
+		info := sliceInfoOf(s, pols, &x.intern)
+		node = max(node, info.node)
+		x.set(s.Name, info)
+	}
+	u, ok := x.unit(id, pols.Units(id.Driver))
+	return u, node, ok
 }
