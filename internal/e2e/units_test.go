@@ -141,6 +141,19 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 	if _, err := stateOf(ctx, shared, bad); err == nil {
 		t.Fatalf("a workflow of its own for the partition %s", bad)
 	}
+	// The reporter's Event names the physical device and its forms.
+	eventually(t, 30*time.Second, "an Event naming the physical device", func() error {
+		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=small-0"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "DeviceQuarantined" && strings.Contains(e.Message, "physical device "+unit.String()+" (10 forms") {
+				return nil
+			}
+		}
+		return fmt.Errorf("events %d", len(evs.Items))
+	})
 	br, err := breakerState(ctx, shared.temporal)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -129,4 +130,36 @@ func TestPartitionReportsGoToTheirPhysicalUnit(t *testing.T) {
 		u := last().Unit
 		return u != nil && slices.Contains(u.Devices, "gpu-0-mig-d")
 	})
+}
+
+// The policy decides a driver's units: by a published attribute (the forms of one GPU share a
+// parent UUID, whatever counters they draw on), or not at all (independent partitions: each
+// report goes to its own device's workflow).
+func TestPolicyGroupsUnitsByAttributeOrNotAtAll(t *testing.T) {
+	for _, tt := range []struct {
+		units, want string
+	}{
+		{"{attribute: parentUUID}", "parentUUID=G0"},
+		{"{independent: true}", "gpu-0-mig-a"},
+	} {
+		t.Run(tt.units, func(t *testing.T) {
+			pols, err := policy.Parse([]byte("drivers:\n  " + drv + ": {identity: [uuid], units: " + tt.units + "}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1}
+			devs := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-devices"},
+				Spec: resourcev1.ResourceSliceSpec{Driver: drv, Pool: pool, NodeName: ptr.To("node-1"), Devices: []resourcev1.Device{
+					partitioned("gpu-0", "set-a", "G0"), partitioned("gpu-0-mig-a", "set-b", "G0"), partitioned("gpu-1", "set-a", "G1")}}}
+			a, ca := holder("r", "gpu-0-mig-a", "Unhealthy")
+			rec := &recorder{}
+			w := New(Config{Kube: fake.NewSimpleClientset(devs, a, ca), Signaler: rec, Metrics: metrics.New(), Policies: pols,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
+			start(t, w)
+			waitUntil(t, "a signal", func() bool { return len(rec.signals()) > 0 })
+			if got := rec.signals()[0]; got.Device.Device != tt.want {
+				t.Fatalf("signalled %s, want %s", got.Device, tt.want)
+			}
+		})
+	}
 }
