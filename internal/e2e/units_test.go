@@ -61,11 +61,11 @@ func unschedulable(t *testing.T, ctx context.Context, kube kubernetes.Interface,
 	})
 }
 
-// A partition of gpu-0 reports Unhealthy: every form of gpu-0 is fenced by one decision on one
-// breaker permit, both of gpu-0's workloads are moved (after their evidence is kept), the
-// scheduler refuses every form of gpu-0 while gpu-1's partitions still allocate, a profile
-// published during the quarantine is fenced too, the probe proves the whole gpu-0, and the
-// release lifts every form's rule together.
+// Two partitions of gpu-0 report Unhealthy: every form of gpu-0 is fenced by one decision on one
+// breaker permit; all three of gpu-0's workloads (one silent) are moved after their evidence is
+// kept; the scheduler refuses every form of gpu-0 while gpu-1's partitions still allocate; a
+// profile published during the quarantine is fenced too; the probe proves the whole gpu-0; and
+// the release lifts every form's rule together.
 func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -105,7 +105,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		return sim.Workload{Namespace: ns, Name: name, Node: node, Index: ptr.To(gpu), Profile: profile, DeviceClass: unitClass, Template: true}
 	}
 	holders := map[string]device.ID{}
-	for _, w := range []sim.Workload{part("small-0", 0, "1g.10gb"), part("large-0", 0, "3g.40gb"), part("small-1", 1, "1g.10gb")} {
+	for _, w := range []sim.Workload{part("small-0", 0, "1g.10gb"), part("other-0", 0, "1g.10gb"), part("large-0", 0, "3g.40gb"), part("small-1", 1, "1g.10gb")} {
 		p := runningPod(t, ctx, kube, w)
 		id, err := podDevice(ctx, kube, *p)
 		if err != nil {
@@ -117,8 +117,11 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 	if err := sim.SetFault(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
-		t.Fatal(err)
+	// Two partitions' Pods report at once; large-0's Pod says nothing.
+	for _, d := range []device.ID{bad, holders["other-0"]} {
+		if _, err := sim.SetHealth(ctx, kube, d, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// One decision for the physical GPU: its workflow is the unit's, every form is fenced.
@@ -203,9 +206,9 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		t.Fatalf("device list rows of %s: %q, want %q\n%s", node, rows, want, out)
 	}
 
-	// Both of gpu-0's workloads get a migration, the one whose Pod reported nothing included;
+	// Each of gpu-0's workloads gets a migration, the one whose Pod reported nothing included;
 	// bare Pods keep their evidence and wait for a person, who moves them.
-	st = waitState(t, ctx, shared, unit, 30*time.Second, func(st policy.DeviceState) bool { return len(st.Migrations) == 2 })
+	st = waitState(t, ctx, shared, unit, 30*time.Second, func(st policy.DeviceState) bool { return len(st.Migrations) == 3 })
 	var moved []string
 	for _, mid := range st.Migrations {
 		var ms policy.MigrationState
@@ -226,8 +229,8 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		moved = append(moved, res.Moved[0][strings.LastIndex(res.Moved[0], "/")+1:])
 	}
 	slices.Sort(moved)
-	if !slices.Equal(moved, []string{"large-0", "small-0"}) {
-		t.Fatalf("moved %v, want both of gpu-0's workloads", moved)
+	if !slices.Equal(moved, []string{"large-0", "other-0", "small-0"}) {
+		t.Fatalf("moved %v, want all three of gpu-0's workloads", moved)
 	}
 	for _, name := range moved {
 		eventually(t, 30*time.Second, name+" gone from gpu-0", func() error {
