@@ -163,3 +163,29 @@ func TestPolicyGroupsUnitsByAttributeOrNotAtAll(t *testing.T) {
 		})
 	}
 }
+
+// A watcher that starts while a unit's workflow runs (a restart, a new leader) re-sends the unit's
+// state with its devices, though no Pod holds it, and a form published afterwards still reaches it.
+func TestRestartedWatcherResendsARunningUnit(t *testing.T) {
+	counters, devs := partitionedPool()
+	unit := device.ID{Driver: drv, Pool: "node-1", Device: "counters=gpu-0-counters"}
+	kube := fake.NewSimpleClientset(counters, devs)
+	rec := &recorder{running: []device.ID{unit}}
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
+	ctx := start(t, w)
+	waitUntil(t, "the running unit re-sent", func() bool { return len(rec.signals()) > 0 })
+	o := rec.signals()[0]
+	if o.Device != unit || o.Unit == nil || !slices.Equal(o.Unit.Devices, []string{"gpu-0", "gpu-0-mig-a", "gpu-0-mig-b"}) {
+		t.Fatalf("re-sent %+v unit %+v", o, o.Unit)
+	}
+	_, grown := partitionedPool(gpuForm("gpu-0-mig-c", "gpu-0-counters", 1))
+	grown.ResourceVersion = "2"
+	if _, err := kube.ResourceV1().ResourceSlices().Update(ctx, grown, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the new form sent", func() bool {
+		got := rec.signals()
+		u := got[len(got)-1].Unit
+		return u != nil && slices.Contains(u.Devices, "gpu-0-mig-c")
+	})
+}
