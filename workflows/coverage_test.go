@@ -144,6 +144,7 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 		t.Fatal(err)
 	}
 	bodies := map[string][]*ast.BlockStmt{} // function or method name -> bodies
+	consts := map[string]string{}           // package-level string constants, for change IDs
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -159,6 +160,18 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 		for _, d := range file.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				bodies[fd.Name.Name] = append(bodies[fd.Name.Name], fd.Body)
+			}
+			if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.CONST {
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, n := range vs.Names {
+						if i < len(vs.Values) {
+							if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+								consts[n.Name], _ = strconv.Unquote(lit.Value)
+							}
+						}
+					}
+				}
 			}
 		}
 	}
@@ -194,12 +207,26 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 						if id, ok := n.Fun.(*ast.Ident); ok {
 							visit(id.Name)
 						}
-						if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "GetVersion" && len(n.Args) > 1 {
-							if lit, ok := n.Args[1].(*ast.BasicLit); ok {
-								id, _ := strconv.Unquote(lit.Value)
+						// A change is read by workflow.GetVersion, or by changed(ctx, id) (changes.go),
+						// named by a literal or a package constant.
+						sel, isSel := n.Fun.(*ast.SelectorExpr)
+						callee, isIdent := n.Fun.(*ast.Ident)
+						// changed's own GetVersion reads what its callers name.
+						if fn != "changed" && (isSel && sel.Sel.Name == "GetVersion" || isIdent && callee.Name == "changed") && len(n.Args) > 1 {
+							switch arg := n.Args[1].(type) {
+							case *ast.BasicLit:
+								id, _ := strconv.Unquote(arg.Value)
 								paths["version "+id] = true
-							} else {
-								t.Errorf("GetVersion at %s: change ID is not a literal", fset.Position(n.Pos()))
+							case *ast.Ident:
+								if id, ok := consts[arg.Name]; ok {
+									paths["version "+id] = true
+								} else {
+									t.Errorf("GetVersion at %s: change ID %s is no string constant", fset.Position(n.Pos()), arg.Name)
+								}
+							default:
+								if !(isIdent && callee.Name == "changed") {
+									t.Errorf("GetVersion at %s: change ID is not a literal", fset.Position(n.Pos()))
+								}
 							}
 						}
 					}

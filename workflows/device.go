@@ -35,20 +35,21 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		}
 		st = policy.NewState(in.Device, in.Node, in.Policy, in.DryRun)
 	}
+	ctx = withChanges(ctx)
 	// Runs recorded before the release path replay without it.
-	if workflow.GetVersion(ctx, "release-path", workflow.DefaultVersion, 1) >= 1 {
+	if changed(ctx, "release-path") {
 		st.ReleasePath = true
 	}
 	// Runs recorded before the stale grace replay without it.
-	if workflow.GetVersion(ctx, "stale-grace", workflow.DefaultVersion, 1) >= 1 {
+	if changed(ctx, "stale-grace") {
 		st.StaleGraceOn = true
 	}
 	// Runs recorded before the breaker woke waiting devices replay with 30 s retries.
-	if workflow.GetVersion(ctx, "breaker-wake", workflow.DefaultVersion, 1) >= 1 {
+	if changed(ctx, "breaker-wake") {
 		st.BreakerWake = true
 	}
 	// Runs recorded before a failed probe held a restricted device in use replay without it.
-	if workflow.GetVersion(ctx, "failed-probe-holds", workflow.DefaultVersion, 1) >= 1 {
+	if changed(ctx, "failed-probe-holds") {
 		st.FailedProbeHolds = true
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {

@@ -98,7 +98,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	// Permit and quarantine are short calls: as local activities they skip two task
 	// dispatches (measured: see BENCHMARKS.md). Older runs replay the regular path.
 	run := workflow.ExecuteActivity
-	if workflow.GetVersion(ctx, "local-taint", workflow.DefaultVersion, 1) >= 1 {
+	if changed(ctx, "local-taint") {
 		run = executeLocal
 	}
 	if act.Automatic {
@@ -136,13 +136,13 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	}
 	st.Applied(act, res.RuleName, workflow.Now(ctx))
 	// Workflows started before node escalation existed must replay without this activity.
-	if workflow.GetVersion(ctx, "node-escalation", workflow.DefaultVersion, 1) >= 1 {
+	if changed(ctx, "node-escalation") {
 		f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
 		if err := workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f).Get(ctx, nil); err != nil {
 			workflow.GetLogger(ctx).Warn("node escalation not reported", "error", err)
 		}
 	}
-	if pods := st.MigrationPods(act); len(pods) > 0 && workflow.GetVersion(ctx, "migrate", workflow.DefaultVersion, 1) >= 1 {
+	if pods := st.MigrationPods(act); len(pods) > 0 && changed(ctx, "migrate") {
 		startMigrations(ctx, st, pods)
 		st.MovingStarted(pods)
 	}
