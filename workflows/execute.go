@@ -83,12 +83,7 @@ func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
 	if st.ReleasePath {
 		in.Channel = st.Policy.SlackChannel
 	}
-	// An alert as a local activity costs the server no task: in a storm every held device alerts.
-	run := workflow.ExecuteActivity
-	if changes(ctx) >= 2 {
-		run = executeLocal
-	}
-	if err := run(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}
 }
