@@ -11,7 +11,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -53,26 +52,11 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 	var lat []time.Duration
 	starts := make([]time.Time, 0, len(targets))
 	for _, tg := range targets {
-		pod, err := kube.CoreV1().Pods(tg.t.Namespace).Get(ctx, tg.t.Pod, metav1.GetOptions{})
+		start, at, err := flip(ctx, kube, tg, []device.ID{tg.id}, seen)
 		if err != nil {
 			return err
 		}
-		if !sim.SetEntry(pod, tg.t, sim.CDIDeviceID(tg.id), corev1.ResourceHealthStatusUnhealthy, "bench") {
-			return fmt.Errorf("pod %s has no container status", tg.t.Pod)
-		}
-		start := time.Now()
-		starts = append(starts, start)
-		if _, err := kube.CoreV1().Pods(tg.t.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("write status: %w", err)
-		}
-		select {
-		case at := <-seen(tg.id.TaintRuleName()):
-			lat = append(lat, at.Sub(start))
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("no DeviceTaintRule for %s after 30s", tg.id)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		starts, lat = append(starts, start), append(lat, at[0])
 	}
 	printLatency(o.Out, "status write -> DeviceTaintRule visible", lat)
 	if err := breakdown(ctx, o.Out, tc, targets, starts, lat); err != nil {

@@ -55,7 +55,7 @@ func Units(ctx context.Context, o UnitsOptions) error {
 	fmt.Fprintf(o.Out, "[bench] flipping %d plain GPUs and %d partitions (one per GPU) Unhealthy, one at a time, alternating\n", len(plain), len(parts))
 	var single, first, whole []time.Duration
 	for i := range parts {
-		lat, err := flip(ctx, kube, plain[i], []device.ID{plain[i].id}, seen)
+		_, lat, err := flip(ctx, kube, plain[i], []device.ID{plain[i].id}, seen)
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func Units(ctx context.Context, o UnitsOptions) error {
 		for _, d := range partitionedForms(parts[i].id) {
 			forms = append(forms, device.ID{Driver: parts[i].id.Driver, Pool: parts[i].id.Pool, Device: d})
 		}
-		lat, err = flip(ctx, kube, parts[i], forms, seen)
+		_, lat, err = flip(ctx, kube, parts[i], forms, seen)
 		if err != nil {
 			return err
 		}
@@ -76,18 +76,19 @@ func Units(ctx context.Context, o UnitsOptions) error {
 	return nil
 }
 
-// flip writes Unhealthy into the target's status and returns, per rule wanted, when it was seen.
-func flip(ctx context.Context, kube kubernetes.Interface, tg benchTarget, rules []device.ID, seen func(string) <-chan time.Time) ([]time.Duration, error) {
+// flip writes Unhealthy into the target's status and returns when it wrote it and, per rule
+// wanted, how long until the rule was seen.
+func flip(ctx context.Context, kube kubernetes.Interface, tg benchTarget, rules []device.ID, seen func(string) <-chan time.Time) (time.Time, []time.Duration, error) {
 	pod, err := kube.CoreV1().Pods(tg.t.Namespace).Get(ctx, tg.t.Pod, metav1.GetOptions{})
 	if err != nil {
-		return nil, err
+		return time.Time{}, nil, err
 	}
 	if !sim.SetEntry(pod, tg.t, sim.CDIDeviceID(tg.id), corev1.ResourceHealthStatusUnhealthy, "bench") {
-		return nil, fmt.Errorf("pod %s has no container status", tg.t.Pod)
+		return time.Time{}, nil, fmt.Errorf("pod %s has no container status", tg.t.Pod)
 	}
 	start := time.Now()
 	if _, err := kube.CoreV1().Pods(tg.t.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		return nil, fmt.Errorf("write status: %w", err)
+		return time.Time{}, nil, fmt.Errorf("write status: %w", err)
 	}
 	out := make([]time.Duration, 0, len(rules))
 	for _, id := range rules {
@@ -95,12 +96,12 @@ func flip(ctx context.Context, kube kubernetes.Interface, tg benchTarget, rules 
 		case at := <-seen(id.TaintRuleName()):
 			out = append(out, at.Sub(start))
 		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("no DeviceTaintRule for %s after 30s (report on %s)", id, tg.id)
+			return time.Time{}, nil, fmt.Errorf("no DeviceTaintRule for %s after 30s (report on %s)", id, tg.id)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return time.Time{}, nil, ctx.Err()
 		}
 	}
-	return out, nil
+	return start, out, nil
 }
 
 // partitionedForms are the device names of the GPU a partition belongs to (sim.PartitionedSlices).
