@@ -11,10 +11,13 @@ import (
 )
 
 // quarantined returns a release-path state quarantined at t0 (Unhealthy, version 1).
-func quarantined(p Policy) *DeviceState {
+func quarantined(p Policy) *DeviceState { return quarantinedBy(p, obs(device.Unhealthy, 1, "")) }
+
+// quarantinedBy returns a release-path state quarantined at t0 by the observation.
+func quarantinedBy(p Policy, o Observation) *DeviceState {
 	st := NewState(dev, "node-1", p, false)
 	st.ReleasePath = true
-	for _, a := range st.Observe(obs(device.Unhealthy, 1, ""), t0) {
+	for _, a := range st.Observe(o, t0) {
 		if a.Kind == ActTaint {
 			st.Applied(a, dev.TaintRuleName(), t0)
 		}

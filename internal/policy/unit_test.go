@@ -13,6 +13,13 @@ func unitOf(devices ...string) *device.Unit {
 	return &device.Unit{ID: device.UnitID{Driver: dev.Driver, Pool: dev.Pool, Key: "counters=set"}, Devices: devices, Whole: devices[0]}
 }
 
+// quarantinedUnit returns a release-path state of the unit of devices, quarantined at t0.
+func quarantinedUnit(p Policy, devices ...string) *DeviceState {
+	o := obs(device.Unhealthy, 1, "")
+	o.Unit = unitOf(devices...)
+	return quarantinedBy(p, o)
+}
+
 // A unit takes the forms it is published as while unfenced; fenced, it keeps every form it had
 // and fences the new ones (with the standing key), and a form whose rule went missing is fenced
 // again rather than read as a release.
@@ -61,20 +68,12 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 func TestUnitHoldersMoveOnceEach(t *testing.T) {
 	p := Default()
 	p.Migration.Enabled = true
-	st := NewState(dev, "node-1", p, false)
-	st.ReleasePath = true
-	o := obs(device.Unhealthy, 1, "")
-	o.Unit = unitOf("g", "g-a", "g-b")
-	for _, a := range st.Observe(o, t0) {
-		if a.Kind == ActTaint {
-			st.Applied(a, "r", t0)
-			st.MovingStarted(st.MigrationPods(a))
-		}
-	}
+	st := quarantinedUnit(p, "g", "g-a", "g-b")
+	st.MovingStarted(st.MigrationPods(Action{To: Quarantined})) // what the decision's taint moved
 	if got := st.HoldersToMove(); len(got) != 0 {
 		t.Fatalf("holders to move right after the decision: %v", got)
 	}
-	o = obs(device.Unhealthy, 2, "")
+	o := obs(device.Unhealthy, 2, "")
 	o.Unit = unitOf("g", "g-a", "g-b")
 	o.Reporters = append(o.Reporters, Reporter{Namespace: "ns", Pod: "sibling", Device: "g-b", Health: device.Healthy})
 	st.Observe(o, t0.Add(time.Second))
@@ -117,15 +116,7 @@ func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
 // A standing fence extends with the key it stands on: the quarantine key while a probe runs,
 // probation's once the unit is on probation; a report naming a whole device keeps it current.
 func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
-	st := NewState(dev, "node-1", Default(), false)
-	st.ReleasePath = true
-	o := obs(device.Unhealthy, 1, "")
-	o.Unit = unitOf("g", "g-a")
-	for _, a := range st.Observe(o, t0) {
-		if a.Kind == ActTaint {
-			st.Applied(a, "r", t0)
-		}
-	}
+	st := quarantinedUnit(Default(), "g", "g-a")
 	st.startReview("test", "alice", t0)
 	if st.Review == nil || st.Review.Stage != StageProbe {
 		t.Fatalf("review %+v", st.Review)
@@ -155,15 +146,7 @@ func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
 func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
 	p := Default()
 	p.Migration.Enabled = true
-	st := NewState(dev, "node-1", p, false)
-	st.ReleasePath = true
-	o := obs(device.Unhealthy, 1, "")
-	o.Unit = unitOf("g", "g-a")
-	for _, a := range st.Observe(o, t0) {
-		if a.Kind == ActTaint {
-			st.Applied(a, "r", t0)
-		}
-	}
+	st := quarantinedUnit(p, "g", "g-a")
 	st.MovingStarted(st.HoldersToMove())
 	st.closeRecord("alice", "test", t0)
 	st.State = Restricted
