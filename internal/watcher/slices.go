@@ -315,6 +315,7 @@ func attributeValues(driver string, d resourcev1.Device, names []string) map[str
 // report when they are published again.
 func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 	pk, ok := w.slices.poolOf(name, info)
+	groupedBefore := w.slices.grouping.Load() > 0
 	gone, back, node := w.slices.set(name, info)
 	tainted, cleared := w.slices.taintChanges(name, info)
 	for id, msg := range tainted {
@@ -331,8 +332,10 @@ func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
 		w.reportMissing(id, claim, node)
 	}
 	w.withdrawUnpublished(back)
-	if ok {
-		// The pool's units may have changed: their workflows hear of new forms to fence.
+	if ok && (groupedBefore || w.slices.grouping.Load() > 0) {
+		// The pool's units may have changed: their workflows hear of new forms to fence. Where no
+		// slice groups devices (before or after this one), no unit can have changed: a cluster
+		// without partitionable drivers scans nothing per slice event.
 		w.enqueueAll(w.store.unitsIn(pk.driver, pk.pool))
 	}
 }

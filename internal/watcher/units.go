@@ -225,7 +225,9 @@ func UnitOf(slices []resourcev1.ResourceSlice, id device.ID, pols *policy.Set) (
 			continue
 		}
 		info := sliceInfoOf(s, pols, &x.intern)
-		node = max(node, info.node)
+		if info.node != "" {
+			node = info.node
+		}
 		x.set(s.Name, info)
 	}
 	u, ok := x.unit(id, pols.Units(id.Driver))
