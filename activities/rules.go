@@ -68,17 +68,9 @@ func (in QuarantineInput) key() string {
 	return in.Key
 }
 
-// rule is the DeviceTaintRule the input asks for.
+// rule is the DeviceTaintRule the input asks for; a form of a unit's is labelled with the unit.
 func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
-	r := a.deviceRule(in)
-	if in.Unit != "" {
-		r.Labels[LabelUnit] = unitLabel(in.Unit)
-	}
-	return r
-}
-
-func (a *Activities) deviceRule(in QuarantineInput) *resourcev1.DeviceTaintRule {
-	return &resourcev1.DeviceTaintRule{
+	r := &resourcev1.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: in.Device.TaintRuleName(),
 			Labels: map[string]string{
@@ -105,6 +97,10 @@ func (a *Activities) deviceRule(in QuarantineInput) *resourcev1.DeviceTaintRule 
 			Taint: resourcev1.DeviceTaint{Key: in.key(), Value: "true", Effect: a.effect(in.Effect)},
 		},
 	}
+	if in.Unit != "" {
+		r.Labels[LabelUnit] = unitLabel(in.Unit)
+	}
+	return r
 }
 
 // Quarantine creates the device's DeviceTaintRule, or brings the existing one up to date (a
