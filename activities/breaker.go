@@ -51,6 +51,26 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.
 	return res, nil
 }
 
+// PermitRevoker takes back leased permits this worker holds (see policy.Lease).
+type PermitRevoker interface {
+	Revoke(leases []int64) []policy.LeaseReport
+}
+
+// RevokeInput names the leases the breaker takes back from one worker.
+type RevokeInput struct {
+	Leases []int64 `json:"leases"`
+}
+
+// RevokePermits gives back what this worker holds of the named leases: the breaker was paused.
+// It runs on the worker's own task queue, so it reaches the one process that holds them.
+func (a *Activities) RevokePermits(_ context.Context, in RevokeInput) ([]policy.LeaseReport, error) {
+	r, ok := a.Breaker.(PermitRevoker)
+	if !ok {
+		return nil, nil
+	}
+	return r.Revoke(in.Leases), nil
+}
+
 // deviceCount caches the number of devices published in ResourceSlices: the breaker's percentage
 // cap needs the fleet size, and counting on every request would list every slice.
 type deviceCount struct {

@@ -23,13 +23,26 @@ import (
 // refused, it refuses that budget itself for OpenFor, with the breaker's reason, and hands the
 // devices to the breaker's wait list in one signal per second, so a resume wakes them. A device
 // the breaker woke always asks the breaker.
+//
+// A client with a Worker name leases permits ahead (see permits.go): its devices take them from
+// a batch in process, and it asks the breaker only when its batch is empty.
 type BreakerClient struct {
 	Client client.Client
+	// Worker names this worker process to the breaker; empty: ask for every permit.
+	Worker string
+	// Queue is the task queue where this worker answers the breaker's revocations.
+	Queue string
 
 	mu       sync.Mutex
 	open     map[string]seenOpen // budget -> when this worker last saw it refused
 	pending  []string            // devices refused here, not yet on the breaker's wait list
 	flushing bool
+
+	batches  map[string]*batch        // budget -> the lease spent from
+	asking   map[string]chan struct{} // budget -> closed when the request in flight is answered
+	spent    []spentPermit            // spent here, not yet reported
+	returned []policy.LeaseReport     // batches given up, not yet reported
+	granted  map[string]time.Time     // device|action -> granted here (repeats in the window)
 }
 
 // OpenFor is how long a worker answers for a breaker it saw refuse a budget.
@@ -53,7 +66,13 @@ func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (
 	if res, ok := b.refuseHere(req); ok {
 		return res, nil
 	}
-	res, err := b.acquire(ctx, req)
+	var res policy.PermitResult
+	var err error
+	if b.Worker != "" && req.Claim == "" && !req.Woken {
+		res, err = b.lease(ctx, req)
+	} else {
+		res, err = b.acquire(ctx, req)
+	}
 	if err == nil {
 		b.remember(req, res)
 	}
@@ -77,11 +96,16 @@ func (b *BreakerClient) refuseHere(req policy.PermitRequest) (policy.PermitResul
 	if len(b.pending) < 100000 {
 		b.pending = append(b.pending, req.Device.String())
 	}
+	b.startFlush()
+	return policy.PermitResult{Reason: seen.reason}, true
+}
+
+// startFlush starts the reporter unless it runs. Callers hold b.mu.
+func (b *BreakerClient) startFlush() {
 	if !b.flushing {
 		b.flushing = true
 		go b.flush()
 	}
-	return policy.PermitResult{Reason: seen.reason}, true
 }
 
 // remember keeps the breaker's refusal of a budget (an open breaker refuses both) for OpenFor.
@@ -102,31 +126,46 @@ func (b *BreakerClient) remember(req policy.PermitRequest, res policy.PermitResu
 	}
 }
 
-// flush hands the devices refused here to the breaker's wait list, once a second while any are.
+// flush hands the devices refused here to the breaker's wait list, and reports the permits
+// spent and returned here, once a second while there is any (or a batch may still run out).
 func (b *BreakerClient) flush() {
 	for {
 		time.Sleep(time.Second)
 		b.mu.Lock()
-		batch := b.pending
+		waiting := b.pending
 		b.pending = nil
-		if len(batch) == 0 {
+		reps := b.reports(time.Now())
+		if len(waiting) == 0 && len(reps) == 0 && len(b.batches) == 0 {
 			b.flushing = false
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := b.Client.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.SignalBreakerWait, batch)
-		cancel()
-		if err != nil {
-			// The devices still retry on their fallback timer; nothing is lost but the wake-up.
-			b.mu.Lock()
-			if len(b.pending) < 100000 {
-				b.pending = append(b.pending, batch...)
+		if len(waiting) > 0 {
+			// On failure the devices still retry on their fallback timer; nothing is lost but the wake-up.
+			if err := b.signal(workflows.SignalBreakerWait, waiting); err != nil {
+				b.mu.Lock()
+				if len(b.pending) < 100000 {
+					b.pending = append(b.pending, waiting...)
+				}
+				b.mu.Unlock()
 			}
-			b.mu.Unlock()
+		}
+		if len(reps) > 0 {
+			// On failure the permits still count as used until their lease leaves the window.
+			if err := b.signal(workflows.SignalPermitsReport, reps); err != nil {
+				b.mu.Lock()
+				b.returned = append(b.returned, reps...)
+				b.mu.Unlock()
+			}
 		}
 	}
+}
+
+func (b *BreakerClient) signal(name string, arg any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return b.Client.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", name, arg)
 }
 
 func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {

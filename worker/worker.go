@@ -19,8 +19,12 @@ import (
 // the breaker. A device workflow keeps its workflow-task slot while its permit request (a local
 // activity) waits for the breaker; sharing slots, 64 devices asking at once left none for the
 // breaker's own workflow task, and every request waited for its timeout.
+//
+// A worker that leases permits ahead has a third, on a task queue of its own, where the breaker
+// takes back its leases when paused.
 type Workers struct {
 	Devices, Breaker sdkworker.Worker
+	Permits          sdkworker.Worker
 }
 
 // SetCacheSize bounds how many workflows this process's workers keep in memory between workflow
@@ -45,7 +49,12 @@ func New(c client.Client, acts *activities.Activities) *Workers {
 	})
 	b.RegisterWorkflow(workflows.BreakerWorkflow)
 	b.RegisterActivity(acts)
-	return &Workers{Devices: w, Breaker: b}
+	ws := &Workers{Devices: w, Breaker: b}
+	if bc, ok := acts.Breaker.(*BreakerClient); ok && bc.Queue != "" {
+		ws.Permits = sdkworker.New(c, bc.Queue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 2})
+		ws.Permits.RegisterActivity(acts.RevokePermits)
+	}
+	return ws
 }
 
 // Start starts both workers.
@@ -53,8 +62,17 @@ func (w *Workers) Start() error {
 	if err := w.Breaker.Start(); err != nil {
 		return err
 	}
+	if w.Permits != nil {
+		if err := w.Permits.Start(); err != nil {
+			w.Breaker.Stop()
+			return err
+		}
+	}
 	if err := w.Devices.Start(); err != nil {
 		w.Breaker.Stop()
+		if w.Permits != nil {
+			w.Permits.Stop()
+		}
 		return err
 	}
 	return nil
@@ -64,6 +82,9 @@ func (w *Workers) Start() error {
 func (w *Workers) Stop() {
 	w.Devices.Stop()
 	w.Breaker.Stop()
+	if w.Permits != nil {
+		w.Permits.Stop()
+	}
 }
 
 // RegisterSearchAttributes adds DeviceWarden's search attributes to the namespace if missing.

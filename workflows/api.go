@@ -60,6 +60,14 @@ const (
 	// SignalBreakerWait hands the breaker devices a worker denied on its behalf ([]string of
 	// device IDs), so that a resume wakes them too.
 	SignalBreakerWait = "wait"
+	// UpdateLease asks the breaker for a permit and a batch of permits to keep
+	// (policy.LeaseRequest -> policy.LeaseResult).
+	UpdateLease = "lease"
+	// SignalPermitsReport tells the breaker what became of leased permits ([]policy.LeaseReport).
+	SignalPermitsReport = "permits-used"
+	// UpdateBreakerPause opens the breaker by hand and answers once no worker can spend a leased
+	// permit any more (BreakerSignal -> policy.BreakerState).
+	UpdateBreakerPause = "pause"
 
 	// SignalDeviceFailed tells a node's workflow that one of its devices was tainted
 	// (payload policy.NodeFailure).
@@ -133,6 +141,10 @@ type DeviceInput struct {
 	// State carries the state across continue-as-new.
 	State *policy.DeviceState `json:"state,omitempty"`
 }
+
+// PermitQueue is the task queue where one worker process answers the breaker's revocation of
+// the permits it leased.
+func PermitQueue(worker string) string { return "devicewarden-permits/" + worker }
 
 // BreakerInput starts (or continues) the breaker workflow.
 type BreakerInput struct {

@@ -57,6 +57,10 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	if err != nil {
 		return fmt.Errorf("register update: %w", err)
 	}
+	if err := registerLeases(ctx, st, &alerts); err != nil {
+		return err
+	}
+	reportCh := workflow.GetSignalChannel(ctx, SignalPermitsReport)
 	resumeCh := workflow.GetSignalChannel(ctx, SignalBreakerResume)
 	pauseCh := workflow.GetSignalChannel(ctx, SignalBreakerPause)
 	waitCh := workflow.GetSignalChannel(ctx, SignalBreakerWait)
@@ -64,9 +68,16 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 	for {
 		if err := workflow.Await(ctx, func() bool {
-			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || historyFull(ctx)
+			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || historyFull(ctx)
 		}); err != nil {
 			return err
+		}
+		for reportCh.Len() > 0 {
+			var reps []policy.LeaseReport
+			reportCh.Receive(ctx, &reps)
+			for _, r := range reps {
+				st.Report(r, workflow.Now(ctx))
+			}
 		}
 		for waitCh.Len() > 0 {
 			var devices []string
@@ -82,6 +93,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			}
 			st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
 			alerts = append(alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
+			revokeLeases(ctx, st)
 		}
 		for len(alerts) > 0 {
 			al := alerts[0]
@@ -94,7 +106,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
-			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || len(alerts) > 0) {
+			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || len(alerts) > 0) {
 				continue // a signal that came while handlers finished is taken before moving on
 			}
 			return workflow.NewContinueAsNewError(ctx, BreakerWorkflow, BreakerInput{State: st})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
@@ -23,6 +24,84 @@ type breakerModel struct {
 	grants   map[string][]breakerGrant // budget -> new grants
 	pausedAt time.Time                 // a pause sent at, zero after a resume
 	updates  []*simUpdate
+	// workers lease permits ahead and spend them in process; paused: a pause update was
+	// answered (no leased permit may be spent until a resume).
+	workers [3]simWorker
+	paused  bool
+	spends  int
+}
+
+// simWorker is a worker process holding leased permits: dead ones spend and answer nothing, cut
+// ones spend but cannot be reached to give them back.
+type simWorker struct {
+	leases    []*simLease
+	dead, cut bool
+}
+
+type simLease struct {
+	l     policy.Lease
+	left  int
+	spent []policy.Grant
+}
+
+// spend takes a permit from one of worker w's leases as the worker package does: only while
+// the lease runs, a second before its end.
+func (m *breakerModel) spend(w int, now time.Time) string {
+	wk := &m.workers[w]
+	if wk.dead {
+		return "dead"
+	}
+	for _, sl := range wk.leases {
+		if sl.left == 0 || !now.Before(sl.l.Until.Add(-time.Second)) {
+			continue
+		}
+		if m.paused {
+			m.violate("worker %d spent a permit of lease %d after a pause was answered", w, sl.l.ID)
+		}
+		sl.left--
+		m.spends++
+		key := fmt.Sprintf("gpu.sim.devicewarden.io/node-1/leased-%d", m.spends)
+		sl.spent = append(sl.spent, policy.Grant{Device: key, Action: sl.l.Action, At: now})
+		m.countGrant(budget(sl.l.Action), key+"/"+string(sl.l.Action), now)
+		return fmt.Sprintf("spent one of lease %d (%d left)", sl.l.ID, sl.left)
+	}
+	return "nothing to spend"
+}
+
+// reports is what worker w tells the breaker of its leases; a lease that ran out is returned.
+func (m *breakerModel) reports(w int, now time.Time, all bool) []policy.LeaseReport {
+	wk := &m.workers[w]
+	var out []policy.LeaseReport
+	kept := wk.leases[:0]
+	for _, sl := range wk.leases {
+		r := policy.LeaseReport{Worker: fmt.Sprint(w), Lease: sl.l.ID, Spent: sl.spent}
+		sl.spent = nil
+		if all || !now.Before(sl.l.Until.Add(-time.Second)) {
+			r.Returned, sl.left = sl.left, 0
+		}
+		if len(r.Spent) > 0 || r.Returned > 0 {
+			out = append(out, r)
+		}
+		if sl.left > 0 {
+			kept = append(kept, sl)
+		}
+	}
+	wk.leases = kept
+	return out
+}
+
+// revoke answers the breaker's revocation on worker w's queue.
+func (m *breakerModel) revoke(queue string, in activities.RevokeInput, now time.Time) ([]policy.LeaseReport, error) {
+	var w int
+	if _, err := fmt.Sscanf(queue, "q%d", &w); err != nil || w < 0 || w >= len(m.workers) {
+		return nil, fmt.Errorf("no worker polls %q", queue)
+	}
+	if m.workers[w].dead || m.workers[w].cut {
+		m.note("  revoke on %s: not reached", queue)
+		return nil, fmt.Errorf("worker %d not reached", w)
+	}
+	m.note("  revoke %v on %s", in.Leases, queue)
+	return m.reports(w, now, true), nil
 }
 
 type breakerGrant struct {
@@ -46,6 +125,11 @@ func (m *breakerModel) granted(req policy.PermitRequest, sent, now time.Time) {
 	if !m.pausedAt.IsZero() && sent.After(m.pausedAt) {
 		m.violate("%s granted while the breaker was paused by hand", key) // a repeat of a grant too
 	}
+	m.countGrant(b, key, now)
+}
+
+// countGrant counts a new grant (or spent permit) of a budget and checks the cap.
+func (m *breakerModel) countGrant(b, key string, now time.Time) {
 	var kept []breakerGrant
 	for _, g := range m.grants[b] {
 		if g.at.After(now.Add(-m.cfg.Window)) {
@@ -64,15 +148,89 @@ func (m *breakerModel) granted(req policy.PermitRequest, sent, now time.Time) {
 	}
 }
 
-func breakerSteps(rt *rapid.T, m *breakerModel) []step {
+// workerStep is one step of a worker process: ask for a lease (with a permit), spend one in
+// process, report what it spent and returned, die, or be cut off from the breaker.
+func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (string, func(*testsuite.TestWorkflowEnvironment)) {
+	w := rapid.IntRange(0, len(m.workers)-1).Draw(rt, fmt.Sprintf("worker%d", i))
+	switch kind {
+	case "lease":
+		d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("device%d", i))
+		action := rapid.SampledFrom([]policy.State{policy.Quarantined, policy.Restricted}).Draw(rt, fmt.Sprintf("action%d", i))
+		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: fmt.Sprintf("gpu-%d", d)},
+			Action: action, Config: m.cfg}, Worker: fmt.Sprint(w), Queue: fmt.Sprintf("q%d", w), Want: policy.LeaseBatch}
+		what := fmt.Sprintf("worker %d leases %s for gpu-%d", w, action, d)
+		return what, func(env *testsuite.TestWorkflowEnvironment) {
+			if m.workers[w].dead {
+				return
+			}
+			sent := env.Now()
+			u := &simUpdate{what: what}
+			m.updates = append(m.updates, u)
+			sendUpdate(env, UpdateLease, req, u, nil, func(v any, _ error) {
+				r, _ := v.(policy.LeaseResult)
+				m.note("  %s: granted %v %s, lease %+v", what, r.Granted, r.Reason, r.Lease)
+				if r.Granted {
+					m.granted(req.PermitRequest, sent, env.Now())
+				}
+				if r.Lease != nil && !m.workers[w].dead {
+					m.workers[w].leases = append(m.workers[w].leases, &simLease{l: *r.Lease, left: r.Lease.Count})
+				}
+			})
+		}
+	case "spend":
+		return fmt.Sprintf("worker %d spends", w), func(env *testsuite.TestWorkflowEnvironment) {
+			m.note("  %s", m.spend(w, env.Now()))
+		}
+	case "report":
+		return fmt.Sprintf("worker %d reports", w), func(env *testsuite.TestWorkflowEnvironment) {
+			if m.workers[w].dead {
+				return
+			}
+			if reps := m.reports(w, env.Now(), false); len(reps) > 0 {
+				m.signal(env, SignalPermitsReport, reps)
+			}
+		}
+	case "kill":
+		return fmt.Sprintf("worker %d dies", w), func(*testsuite.TestWorkflowEnvironment) { m.workers[w].dead = true }
+	default:
+		return fmt.Sprintf("worker %d cut off (or back)", w), func(*testsuite.TestWorkflowEnvironment) { m.workers[w].cut = !m.workers[w].cut }
+	}
+}
+
+func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 	n := rapid.IntRange(1, 60).Draw(rt, "steps")
 	devices := rapid.IntRange(1, 12).Draw(rt, "devices")
 	var steps []step
 	tl := &timeline{at: time.Second}
 	for i := range n {
-		gap := rapid.SampledFrom([]time.Duration{0, 0, time.Second, time.Minute, 4 * time.Minute, 11 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
+		gaps := []time.Duration{0, 0, time.Second, time.Minute, 4 * time.Minute, 11 * time.Minute}
+		if leasing { // leases run for seconds: most steps come within one
+			gaps = []time.Duration{0, 0, 0, time.Second, time.Second, 5 * time.Second, time.Minute, 11 * time.Minute}
+		}
+		gap := rapid.SampledFrom(gaps).Draw(rt, fmt.Sprintf("gap%d", i))
 		s := step{at: tl.next(gap)}
-		switch rapid.SampledFrom([]string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
+		kinds := []string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new"}
+		if leasing {
+			kinds = append(kinds, "lease", "lease", "lease", "spend", "spend", "spend", "spend", "report", "kill", "cut", "pause-update")
+		}
+		switch kind := rapid.SampledFrom(kinds).Draw(rt, fmt.Sprintf("kind%d", i)); kind {
+		case "lease", "spend", "report", "kill", "cut":
+			s.what, s.do = m.workerStep(rt, kind, i, devices)
+		case "pause-update":
+			s.what = "pause (update)"
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				if m.pausedAt.IsZero() {
+					m.pausedAt = env.Now()
+				}
+				u := &simUpdate{what: s.what}
+				m.updates = append(m.updates, u)
+				sendUpdate(env, UpdateBreakerPause, BreakerSignal{Actor: simActor, Reason: "simulated"}, u, nil, func(v any, err error) {
+					if err == nil && !m.pausedAt.IsZero() {
+						m.paused = true
+					}
+					m.note("  pause answered at %s", env.Now().Format("15:04:05"))
+				})
+			}
 		case "acquire":
 			d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("device%d", i))
 			action := rapid.SampledFrom([]policy.State{policy.Quarantined, policy.Restricted, policy.ActionMigrate}).Draw(rt, fmt.Sprintf("action%d", i))
@@ -109,7 +267,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 			s.at = tl.own()
 			s.what = "resume"
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				m.pausedAt = time.Time{}
+				m.pausedAt, m.paused = time.Time{}, false
 				m.grants = map[string][]breakerGrant{}
 				m.signal(env, SignalBreakerResume, BreakerSignal{Actor: simActor})
 			}
@@ -132,16 +290,23 @@ func breakerSteps(rt *rapid.T, m *breakerModel) []step {
 // continue-as-new through the breaker, holding it to: no budget grants more than its cap in any
 // window (a device already granted in the window is not a new grant); nothing is granted while it
 // is paused by hand; every request is answered (a refusal with its reason); the state query answers.
+//
+// With leases, three worker processes also lease permits ahead, spend them in process, report,
+// die holding them or are cut off from the breaker; spent permits count against the cap like
+// grants, and once a pause is answered no worker spends a leased permit until a resume.
 func TestSimulateBreakerWorkflow(t *testing.T) { simulate(t, 300, breakerProperty) }
 
 func breakerProperty(rt *rapid.T) {
 	m := &breakerModel{grants: map[string][]breakerGrant{},
 		cfg: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap")}}
-	steps := breakerSteps(rt, m)
+	steps := breakerSteps(rt, m, rapid.IntRange(0, 3).Draw(rt, "leasing") > 0)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterActivity(&activities.Activities{})
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, activities.AlertInput) error { return nil }).Maybe()
 		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(nil).Maybe()
+		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RevokeInput) ([]policy.LeaseReport, error) {
+			return m.revoke(activity.GetInfo(ctx).TaskQueue, in, env.Now())
+		}).Maybe()
 	})
 	check := func(env *testsuite.TestWorkflowEnvironment, after string) {
 		m.stepped(env, after)

@@ -317,7 +317,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if o.WorkflowCacheSize > 0 {
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
-	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: &worker.BreakerClient{Client: tc}, BreakerConfig: o.Breaker,
+	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: worker.NewBreakerClient(tc), BreakerConfig: o.Breaker,
 		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, Rollouts: &worker.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
 		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
 	if o.Slack != nil {
@@ -383,7 +383,17 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		if err != nil {
 			return nil // ctx ended while starting
 		}
-		defer w.Stop()
+		defer func() {
+			w.Stop()
+			// Give back the permits leased ahead, so they do not count as used for a window.
+			if bc, ok := acts.Breaker.(*worker.BreakerClient); ok {
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := bc.Close(cctx); err != nil {
+					logger.Warn("leased permits not returned; they count as used until they leave the window", "error", err)
+				}
+				cancel()
+			}
+		}()
 		start.done()
 		logger.Info("started: worker running, watcher starting")
 		if o.LeaderElection == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -290,10 +291,14 @@ func newBreakerCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer tc.Close()
-				// Signal-with-start: pausing must work even before the first permit started the breaker.
+				// With start: pausing must work even before the first permit started the breaker.
 				opts := client.StartWorkflowOptions{ID: workflows.BreakerWorkflowID, TaskQueue: workflows.BreakerTaskQueue}
+				sig := workflows.BreakerSignal{Actor: actor, Reason: reason, At: time.Now()}
+				if name == workflows.SignalBreakerPause {
+					return pauseBreaker(c, tc, opts, sig)
+				}
 				if _, err := tc.SignalWithStartWorkflow(c.Context(), workflows.BreakerWorkflowID, name,
-					workflows.BreakerSignal{Actor: actor, Reason: reason, At: time.Now()}, opts, workflows.BreakerWorkflow, workflows.BreakerInput{}); err != nil {
+					sig, opts, workflows.BreakerWorkflow, workflows.BreakerInput{}); err != nil {
 					return fmt.Errorf("signal breaker: %w", err)
 				}
 				fmt.Fprintf(c.OutOrStdout(), "sent %s to %s\n", name, workflows.BreakerWorkflowID)
@@ -306,6 +311,31 @@ func newBreakerCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(status, send(workflows.SignalBreakerResume), send(workflows.SignalBreakerPause))
 	return cmd
+}
+
+// pauseBreaker opens the breaker with the pause update, which answers once every worker gave back
+// the permits it leased ahead (or they ran out): from then on no automatic action starts.
+func pauseBreaker(c *cobra.Command, tc client.Client, opts client.StartWorkflowOptions, sig workflows.BreakerSignal) error {
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	h, err := tc.UpdateWithStartWorkflow(c.Context(), client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: tc.NewWithStartWorkflowOperation(opts, workflows.BreakerWorkflow, workflows.BreakerInput{}),
+		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.UpdateBreakerPause, Args: []any{sig},
+			WaitForStage: client.WorkflowUpdateStageCompleted},
+	})
+	if err != nil {
+		return fmt.Errorf("pause breaker: %w", err)
+	}
+	var st policy.BreakerState
+	if err := h.Get(c.Context(), &st); err != nil {
+		return fmt.Errorf("pause breaker: %w", err)
+	}
+	leased := 0
+	for _, l := range st.Leases {
+		leased += l.Count
+	}
+	fmt.Fprintf(c.OutOrStdout(), "paused %s: %d automatic actions in the window, %d leased permits not reported (counted as used); no worker can take another\n",
+		workflows.BreakerWorkflowID, len(st.Grants), leased)
+	return nil
 }
 
 func printJSON(out io.Writer, v any) error {

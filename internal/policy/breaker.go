@@ -90,6 +90,10 @@ type BreakerState struct {
 	OpenDeniesAll bool `json:"openDeniesAll,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
+	// Leases are batches of permits handed to workers ahead of their devices' requests (see
+	// Lease); their unreported permits count as used.
+	Leases    []Lease `json:"leases,omitempty"`
+	NextLease int64   `json:"nextLease,omitempty"`
 	// waitingSet mirrors Waiting for lookups; rebuilt when nil (not part of the state's JSON).
 	waitingSet map[string]struct{}
 }
@@ -196,14 +200,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 	if req.KnownDevices > 0 {
 		b.Known = req.KnownDevices
 	}
-	cutoff := now.Add(-b.Config.Window)
-	kept := b.Grants[:0]
-	for _, g := range b.Grants {
-		if g.At.After(cutoff) {
-			kept = append(kept, g)
-		}
-	}
-	b.Grants = kept
+	b.prune(now)
 	if b.Open && b.OpenDeniesAll {
 		b.Denied++
 		b.waitFor(req)
@@ -227,12 +224,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 			b.waitFor(req)
 			return PermitResult{Reason: "restrictions held: " + b.RestrictionsReason}
 		}
-		used := 0
-		for _, g := range b.Grants {
-			if g.Action == Restricted {
-				used++
-			}
-		}
+		used := b.used("restrictions")
 		if used >= limit {
 			b.RestrictionsOpen, b.Denied = true, b.Denied+1
 			b.waitFor(req)
@@ -243,12 +235,7 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
 		return PermitResult{Granted: true}
 	}
-	used := 0
-	for _, g := range b.Grants {
-		if b.budget(g.Action) == "actions" {
-			used++
-		}
-	}
+	used := b.used("actions")
 	if used >= limit {
 		b.Open, b.OpenedAt, b.Denied = true, now, b.Denied+1
 		b.waitFor(req)

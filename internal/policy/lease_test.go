@@ -1,0 +1,230 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+func leaseReq(worker, dev string, action State, cfg BreakerConfig) LeaseRequest {
+	return LeaseRequest{PermitRequest: PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: dev}, Action: action, Config: cfg},
+		Worker: worker, Queue: "q-" + worker, Want: LeaseBatch}
+}
+
+// A lease grants the request's own permit and at most half of what is still free; reports turn
+// spent permits into grants naming their devices and give returned ones back.
+func TestLeaseGrantsHalfOfWhatIsFree(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	res := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
+	if !res.Granted || res.Lease == nil || res.Lease.Count != 8 || res.Lease.Until != t0.Add(LeaseFor) {
+		t.Fatalf("first lease = %+v %+v", res, res.Lease)
+	}
+	if got := b.used("actions"); got != 9 {
+		t.Fatalf("used = %d, want 9 (1 granted + 8 leased)", got)
+	}
+	res = b.Lease(leaseReq("w2", "gpu-1", Quarantined, cfg), t0)
+	if res.Lease == nil || res.Lease.Count != 5 { // 20 - 10 = 10 free, half of it
+		t.Fatalf("second lease = %+v", res.Lease)
+	}
+	b.Report(LeaseReport{Worker: "w1", Lease: 1, Spent: []Grant{{Device: "d/p/gpu-7", At: t0.Add(time.Second)}}, Returned: 3}, t0.Add(2*time.Second))
+	if len(b.Leases) != 2 || b.Leases[0].Count != 4 || b.used("actions") != 12 {
+		t.Fatalf("after a report: leases %+v, used %d", b.Leases, b.used("actions"))
+	}
+	g := b.Grants[len(b.Grants)-1]
+	if g.Device != "d/p/gpu-7" || g.Action != Quarantined || !g.At.Equal(t0.Add(time.Second)) {
+		t.Fatalf("spent permit became %+v", g)
+	}
+	// A report from another worker, of a lease it does not hold, changes nothing.
+	b.Report(LeaseReport{Worker: "w2", Lease: 1, Returned: 4}, t0.Add(2*time.Second))
+	if b.Leases[0].Count != 4 {
+		t.Fatalf("another worker returned w1's permits: %+v", b.Leases[0])
+	}
+	// More reported than the lease holds counts no further, and the empty lease is forgotten.
+	b.Report(LeaseReport{Worker: "w1", Lease: 1, Returned: 40}, t0.Add(2*time.Second))
+	if len(b.Leases) != 1 || b.Leases[0].ID != 2 || b.used("actions") != 8 {
+		t.Fatalf("after returning the rest: %+v, used %d", b.Leases, b.used("actions"))
+	}
+	// A spent permit stamped outside the lease is counted from now.
+	b.Report(LeaseReport{Worker: "w2", Lease: 2, Spent: []Grant{{Device: "d/p/gpu-8", At: t0.Add(-time.Hour)}}}, t0.Add(3*time.Second))
+	if g := b.Grants[len(b.Grants)-1]; !g.At.Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("a spend before its lease counted at %s", g.At)
+	}
+	// Restrictions lease from their own budget.
+	res = b.Lease(leaseReq("w1", "gpu-2", Restricted, cfg), t0)
+	if res.Lease == nil || res.Lease.Count != 8 || b.used("restrictions") != 9 || b.used("actions") != 8 {
+		t.Fatalf("restriction lease %+v: used %d / %d", res.Lease, b.used("restrictions"), b.used("actions"))
+	}
+}
+
+// Near the cap the breaker leases nothing more, and when every permit is granted or leased the
+// next request opens it: what workers hold counts as used.
+func TestLeasesCountTowardTheCap(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 4}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	r1 := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0) // 1 + half of 3
+	r2 := b.Lease(leaseReq("w2", "gpu-1", Quarantined, cfg), t0) // 1, 0 leased (1 free)
+	r3 := b.Lease(leaseReq("w3", "gpu-2", Quarantined, cfg), t0) // the last one
+	if r1.Lease == nil || r1.Lease.Count != 1 || r2.Lease != nil || !r3.Granted || r3.Lease != nil {
+		t.Fatalf("leases: %+v / %+v / %+v", r1.Lease, r2, r3)
+	}
+	r4 := b.Lease(leaseReq("w3", "gpu-3", Quarantined, cfg), t0)
+	if r4.Granted || !r4.Tripped || !b.Open {
+		t.Fatalf("over the cap: %+v", r4)
+	}
+	// The lease of a worker that never reports counts for a window after it could be spent.
+	b.Resume("op", t0.Add(time.Minute))
+	if b.used("actions") != 1 {
+		t.Fatalf("a resume forgot the lease: used %d", b.used("actions"))
+	}
+	b.prune(t0.Add(LeaseFor + cfg.Window - time.Second))
+	if b.used("actions") != 1 {
+		t.Fatal("the lease left the window before its last possible spend did")
+	}
+	b.prune(t0.Add(LeaseFor + cfg.Window + time.Second))
+	if b.used("actions") != 0 || len(b.Leases) != 0 {
+		t.Fatalf("an expired lease still counts: %+v", b.Leases)
+	}
+}
+
+// A repeat, a claim and a refusal lease nothing.
+func TestLeaseOnlyWithAFreshGrant(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
+	if r := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0); !r.Granted || r.Lease != nil {
+		t.Fatalf("a repeat leased %+v", r)
+	}
+	claim := leaseReq("w1", "", ClaimDeleted, cfg)
+	claim.Device, claim.Claim = device.ID{}, "ns/c/u"
+	if r := b.Lease(claim, t0); !r.Granted || r.Lease != nil {
+		t.Fatalf("a claim leased %+v", r)
+	}
+	none := leaseReq("w1", "gpu-1", Quarantined, cfg)
+	none.Want = 0
+	if r := b.Lease(none, t0); !r.Granted || r.Lease != nil {
+		t.Fatalf("a request for no batch leased %+v", r)
+	}
+	b.Trip("op", "test", t0)
+	if r := b.Lease(leaseReq("w1", "gpu-2", Quarantined, cfg), t0); r.Granted || r.Lease != nil {
+		t.Fatalf("a paused breaker leased %+v", r)
+	}
+}
+
+// A revocation lists each worker's spendable leases once, by queue; leases it could not reach
+// hold the breaker until they can no longer be spent.
+func TestOutstandingAndUnreachable(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 100}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
+	b.Lease(leaseReq("w2", "gpu-1", Quarantined, cfg), t0.Add(time.Second))
+	b.Lease(leaseReq("w1", "gpu-2", Restricted, cfg), t0.Add(2*time.Second))
+	queues, ids := b.Outstanding(t0.Add(3 * time.Second))
+	if fmt.Sprint(queues) != "[q-w1 q-w2]" || fmt.Sprint(ids["q-w1"]) != "[1 3]" || fmt.Sprint(ids["q-w2"]) != "[2]" {
+		t.Fatalf("outstanding %v %v", queues, ids)
+	}
+	if q, _ := b.Outstanding(t0.Add(LeaseFor + 2*time.Second)); len(q) != 0 {
+		t.Fatalf("leases that ran out are still revoked: %v", q)
+	}
+	if !b.SpendableUntil(t0).IsZero() {
+		t.Fatal("reachable leases held the breaker")
+	}
+	b.Unreachable([]int64{2, 3})
+	if got := b.SpendableUntil(t0.Add(3 * time.Second)); !got.Equal(t0.Add(2*time.Second + LeaseFor)) {
+		t.Fatalf("spendable until %s", got)
+	}
+	if q, _ := b.Outstanding(t0.Add(3 * time.Second)); fmt.Sprint(q) != "[q-w1]" {
+		t.Fatalf("unreachable leases revoked again: %v", q)
+	}
+	if !b.SpendableUntil(t0.Add(time.Hour)).IsZero() {
+		t.Fatal("leases that ran out still hold the breaker")
+	}
+}
+
+// Many workers lease, spend, report, return and die in any order: the devices that acted in any
+// window since the last resume never outnumber the cap, and a lease is never spent after it ran
+// out. The model's workers spend only what they hold, as the worker package does.
+func TestLeasesNeverExceedTheCap(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 30).Draw(rt, "cap")}
+		b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+		type held struct {
+			lease Lease
+			left  int
+			spent []Grant
+		}
+		workers := make([][]*held, 3)
+		dead := make([]bool, 3)
+		var acted []time.Time // since the last resume
+		now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		dev := 0
+		act := func() {
+			acted = append(acted, now)
+			n := 0
+			for _, at := range acted {
+				if at.After(now.Add(-cfg.Window)) {
+					n++
+				}
+			}
+			if n > cfg.MaxCount {
+				rt.Fatalf("%d devices acted within %s, cap %d", n, cfg.Window, cfg.MaxCount)
+			}
+		}
+		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
+		for i := range steps {
+			w := rapid.IntRange(0, 2).Draw(rt, fmt.Sprintf("w%d", i))
+			switch rapid.SampledFrom([]string{"ask", "ask", "spend", "spend", "spend", "report", "return", "die", "wait", "resume"}).Draw(rt, fmt.Sprintf("k%d", i)) {
+			case "ask":
+				if dead[w] {
+					continue
+				}
+				dev++
+				res := b.Lease(leaseReq(fmt.Sprint(w), fmt.Sprintf("gpu-%d", dev), Quarantined, cfg), now)
+				if res.Granted {
+					act()
+				}
+				if res.Lease != nil {
+					workers[w] = append(workers[w], &held{lease: *res.Lease, left: res.Lease.Count})
+				}
+			case "spend":
+				for _, h := range workers[w] {
+					if !dead[w] && h.left > 0 && now.Before(h.lease.Until) {
+						dev++
+						h.left--
+						h.spent = append(h.spent, Grant{Device: fmt.Sprintf("d/p/gpu-%d", dev), At: now})
+						act()
+						break
+					}
+				}
+			case "report", "return":
+				if dead[w] {
+					continue
+				}
+				for _, h := range workers[w] {
+					r := LeaseReport{Worker: fmt.Sprint(w), Lease: h.lease.ID, Spent: h.spent}
+					h.spent = nil
+					if !now.Before(h.lease.Until) || rapid.Bool().Draw(rt, fmt.Sprintf("ret%d", i)) {
+						r.Returned, h.left = h.left, 0
+					}
+					b.Report(r, now)
+				}
+			case "die":
+				dead[w] = true
+			case "wait":
+				now = now.Add(rapid.SampledFrom([]time.Duration{time.Second, 5 * time.Second, time.Minute, 10 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i)))
+			case "resume":
+				b.Resume("op", now)
+				// Leases carry over into the fresh window: their spends count as new actions.
+				acted = nil
+			}
+		}
+	})
+}

@@ -1,0 +1,234 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// A worker's permits leased ahead (see policy.Lease). Its devices take from the batch in process,
+// under the client's lock, so two devices never take one permit; only an empty or expired batch
+// asks the breaker, and one request per budget is in flight at a time while the others wait for
+// its batch. What was spent is reported to the breaker once a second; a revocation (a pause)
+// takes back the rest at once.
+
+// spendMargin keeps a worker from spending a permit in the last moment of its lease, so a clock
+// a little ahead of the breaker's cannot spend one the breaker already stopped counting.
+const spendMargin = time.Second
+
+// NewBreakerClient builds the breaker client of one worker process, which leases permits ahead
+// under a name of its own and answers the breaker's revocations on its own task queue.
+func NewBreakerClient(c client.Client) *BreakerClient {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return &BreakerClient{Client: c, Worker: id, Queue: workflows.PermitQueue(id)}
+}
+
+// batch is the lease this worker spends from for one budget.
+type batch struct {
+	lease policy.Lease
+	left  int
+}
+
+// takeLeased spends a permit of the request's budget from this worker's batch, if one is left.
+// A device granted the same action here within the window is granted again at no cost.
+// Callers hold b.mu.
+func (b *BreakerClient) takeLeased(req policy.PermitRequest, now time.Time) (policy.PermitResult, bool) {
+	key := req.Key() + "|" + string(req.Action)
+	if at, ok := b.granted[key]; ok && now.Sub(at) < req.Config.Window {
+		return policy.PermitResult{Granted: true, Reason: "already granted in this window"}, true
+	}
+	bt := b.batches[budget(req.Action)]
+	if bt == nil || bt.left == 0 || !now.Before(bt.lease.Until.Add(-spendMargin)) {
+		return policy.PermitResult{}, false
+	}
+	bt.left--
+	b.spent = append(b.spent, spentPermit{lease: bt.lease.ID, grant: policy.Grant{Device: req.Key(), Action: req.Action, At: now}})
+	b.grantedHere(key, now, req.Config.Window)
+	b.startFlush()
+	return policy.PermitResult{Granted: true}, true
+}
+
+// grantedHere remembers a grant for repeats within the window; old entries are dropped as it grows.
+func (b *BreakerClient) grantedHere(key string, now time.Time, window time.Duration) {
+	if b.granted == nil {
+		b.granted = map[string]time.Time{}
+	}
+	if len(b.granted) > 10000 {
+		for k, at := range b.granted {
+			if now.Sub(at) >= window {
+				delete(b.granted, k)
+			}
+		}
+	}
+	b.granted[key] = now
+}
+
+type spentPermit struct {
+	lease int64
+	grant policy.Grant
+}
+
+// lease asks the breaker for the request's permit and a batch to keep. One request per budget is
+// in flight: the others wait for it and then take from its batch.
+func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+	for {
+		b.mu.Lock()
+		if res, ok := b.takeLeased(req, time.Now()); ok {
+			b.mu.Unlock()
+			return res, nil
+		}
+		bud := budget(req.Action)
+		if wait, busy := b.asking[bud]; busy {
+			b.mu.Unlock()
+			select {
+			case <-wait:
+				if res, ok := b.refuseHere(req); ok {
+					return res, nil
+				}
+				continue
+			case <-ctx.Done():
+				return policy.PermitResult{}, ctx.Err()
+			}
+		}
+		if b.asking == nil {
+			b.asking = map[string]chan struct{}{}
+		}
+		done := make(chan struct{})
+		b.asking[bud] = done
+		b.retireBatch(bud)
+		b.mu.Unlock()
+
+		var res policy.LeaseResult
+		err := b.update(ctx, workflows.UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch}, &res)
+		if err == nil {
+			b.remember(req, res.PermitResult) // before the waiters wake, so a refusal answers them
+		}
+		b.mu.Lock()
+		delete(b.asking, bud)
+		close(done)
+		if err == nil && res.Granted {
+			if res.Reason == "" {
+				b.grantedHere(req.Key()+"|"+string(req.Action), time.Now(), req.Config.Window)
+			}
+			if res.Lease != nil {
+				if b.batches == nil {
+					b.batches = map[string]*batch{}
+				}
+				b.batches[bud] = &batch{lease: *res.Lease, left: res.Lease.Count}
+			}
+		}
+		b.mu.Unlock()
+		if err != nil {
+			return policy.PermitResult{}, err
+		}
+		return res.PermitResult, nil
+	}
+}
+
+// retireBatch returns what is left of a budget's batch before a new one is asked for.
+// Callers hold b.mu.
+func (b *BreakerClient) retireBatch(bud string) {
+	bt := b.batches[bud]
+	if bt == nil {
+		return
+	}
+	delete(b.batches, bud)
+	if bt.left > 0 {
+		b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Lease: bt.lease.ID, Returned: bt.left})
+		b.startFlush()
+	}
+}
+
+// Revoke takes back the named leases at once (the breaker was paused): what was spent and not
+// yet reported, and the count left unspent. Nothing of them is spent afterwards.
+func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[int64]*policy.LeaseReport{}
+	var order []int64
+	report := func(id int64) *policy.LeaseReport {
+		if r, ok := out[id]; ok {
+			return r
+		}
+		out[id] = &policy.LeaseReport{Worker: b.Worker, Lease: id}
+		order = append(order, id)
+		return out[id]
+	}
+	want := map[int64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	kept := b.spent[:0]
+	for _, s := range b.spent {
+		if want[s.lease] {
+			r := report(s.lease)
+			r.Spent = append(r.Spent, s.grant)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	b.spent = kept
+	for bud, bt := range b.batches {
+		if want[bt.lease.ID] {
+			report(bt.lease.ID).Returned += bt.left
+			delete(b.batches, bud)
+		}
+	}
+	reports := make([]policy.LeaseReport, 0, len(order))
+	for _, id := range order {
+		reports = append(reports, *out[id])
+	}
+	return reports
+}
+
+// reports takes what is waiting to be reported: spent permits by lease, and returned batches;
+// a batch whose lease ran out is returned here too. Callers hold b.mu.
+func (b *BreakerClient) reports(now time.Time) []policy.LeaseReport {
+	for bud, bt := range b.batches {
+		if !now.Before(bt.lease.Until.Add(-spendMargin)) {
+			b.retireBatch(bud)
+		}
+	}
+	byLease := map[int64]int{}
+	out := b.returned
+	b.returned = nil
+	for _, s := range b.spent {
+		i, ok := byLease[s.lease]
+		if !ok {
+			i = len(out)
+			byLease[s.lease] = i
+			out = append(out, policy.LeaseReport{Worker: b.Worker, Lease: s.lease})
+		}
+		out[i].Spent = append(out[i].Spent, s.grant)
+	}
+	b.spent = nil
+	return out
+}
+
+// Close returns this worker's unspent permits and reports the spent ones, as the worker stops.
+func (b *BreakerClient) Close(ctx context.Context) error {
+	b.mu.Lock()
+	for bud := range b.batches {
+		b.retireBatch(bud)
+	}
+	reps := b.reports(time.Now())
+	b.mu.Unlock()
+	if len(reps) == 0 {
+		return nil
+	}
+	if err := b.Client.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.SignalPermitsReport, reps); err != nil {
+		return fmt.Errorf("return leased permits: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
+	"github.com/devicewarden/devicewarden/workflows"
+)
+
+// permitProcess is one worker process as far as permits go: its own client, its breaker client
+// and the worker on its own queue that answers revocations.
+type permitProcess struct {
+	client  client.Client
+	breaker *BreakerClient
+	revoker sdkworker.Worker
+}
+
+func startPermitProcess(t *testing.T, addr string) *permitProcess {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: addr, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := NewBreakerClient(c)
+	w := sdkworker.New(c, bc.Queue, sdkworker.Options{})
+	w.RegisterActivity((&activities.Activities{Breaker: bc}).RevokePermits)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &permitProcess{client: c, breaker: bc, revoker: w}
+}
+
+// kill stops the process without giving anything back, as a crash would.
+func (p *permitProcess) kill() {
+	p.revoker.Stop()
+	p.client.Close()
+}
+
+// Three worker processes lease permits from one breaker on a real Temporal server while 500
+// devices ask at once, and one of them is killed holding a batch: the permits granted never
+// exceed the cap, the dead worker's batch still counts as used, and a pause answers only once
+// no worker can spend a leased permit, with every granted permit accounted for.
+func TestManyWorkersNeverPassTheCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Temporal server")
+	}
+	srv, err := temporalserver.Start(temporalserver.Config{DBPath: filepath.Join(t.TempDir(), "temporal.db"), FrontendAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Stop() }()
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bw := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{})
+	bw.RegisterWorkflow(workflows.BreakerWorkflow)
+	bw.RegisterActivity(&activities.Activities{})
+	if err := bw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer bw.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 50}
+	if err := (&BreakerClient{Client: c}).Configure(ctx, cfg, "test"); err != nil {
+		t.Fatal(err)
+	}
+	procs := []*permitProcess{startPermitProcess(t, srv.FrontendAddress()), startPermitProcess(t, srv.FrontendAddress()), startPermitProcess(t, srv.FrontendAddress())}
+	defer func() {
+		for _, p := range procs[:2] {
+			p.kill()
+		}
+	}()
+
+	var granted atomic.Int64
+	ask := func(from, to int, workers []*permitProcess) {
+		var wg sync.WaitGroup
+		for i := from; i < to; i++ {
+			wg.Go(func() {
+				req := policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, Config: cfg}
+				res, err := workers[i%len(workers)].breaker.Acquire(ctx, req)
+				if err != nil {
+					t.Errorf("gpu-%d: %v", i, err)
+					return
+				}
+				if res.Granted {
+					granted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// A first wave leaves each worker holding a batch.
+	ask(0, 30, procs)
+	dead := procs[2].breaker
+	dead.mu.Lock()
+	held := 0
+	if bt := dead.batches["actions"]; bt != nil {
+		held = bt.left
+	}
+	dead.mu.Unlock()
+	if held == 0 {
+		t.Fatalf("the worker to be killed holds no permits (granted so far %d)", granted.Load())
+	}
+	procs[2].kill()
+	// The rest ask at once through the two left.
+	ask(30, 500, procs[:2])
+	if n := granted.Load(); n > int64(cfg.MaxCount) {
+		t.Fatalf("%d permits granted, over the cap of %d", n, cfg.MaxCount)
+	}
+	if n := granted.Load(); n+int64(held) > int64(cfg.MaxCount) {
+		t.Fatalf("%d granted and %d held by the dead worker: over the cap of %d", n, held, cfg.MaxCount)
+	}
+
+	time.Sleep(1500 * time.Millisecond) // the live workers report what they spent
+	start := time.Now()
+	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{ID: workflows.BreakerWorkflowID, TaskQueue: workflows.BreakerTaskQueue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, workflows.BreakerWorkflow, workflows.BreakerInput{}),
+		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.UpdateBreakerPause, Args: []any{workflows.BreakerSignal{Actor: "sre", Reason: "test"}},
+			WaitForStage: client.WorkflowUpdateStageCompleted},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st policy.BreakerState
+	if err := h.Get(ctx, &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("granted %d of %d; the dead worker held %d; pause answered in %s; breaker: %d grants, leases %+v",
+		granted.Load(), cfg.MaxCount, held, time.Since(start).Round(time.Millisecond), len(st.Grants), st.Leases)
+	leased, deadLeased := 0, 0
+	for _, l := range st.Leases {
+		leased += l.Count
+		if l.Worker == dead.Worker {
+			deadLeased += l.Count
+		}
+	}
+	// The dead worker's batch counts, and so do the permits it spent without reporting them.
+	if deadLeased < held {
+		t.Fatalf("the dead worker's %d permits count as %d", held, deadLeased)
+	}
+	if len(st.Grants)+leased > cfg.MaxCount {
+		t.Fatalf("the breaker counts %d grants and %d leased: over the cap of %d", len(st.Grants), leased, cfg.MaxCount)
+	}
+	if int64(len(st.Grants)+deadLeased-held) < granted.Load() {
+		t.Fatalf("%d permits granted; the breaker names %d and holds %d the dead worker may have spent", granted.Load(), len(st.Grants), deadLeased-held)
+	}
+	if !st.Open {
+		t.Fatal("the pause left the breaker closed")
+	}
+	recordBreaker(t, ctx, c, "breaker_leases.json")
+	for _, p := range procs[:2] {
+		if res, err := p.breaker.Acquire(ctx, policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: "late"}, Action: policy.Quarantined, Config: cfg}); err != nil || res.Granted {
+			t.Fatalf("after the pause a worker granted %+v (%v)", res, err)
+		}
+	}
+}
+
+// recordBreaker writes the breaker's history for the replay tests in package workflows when
+// DEVICEWARDEN_RECORD_HISTORY names their directory.
+func recordBreaker(t *testing.T, ctx context.Context, c client.Client, file string) {
+	dir := os.Getenv("DEVICEWARDEN_RECORD_HISTORY")
+	if dir == "" {
+		return
+	}
+	var h historypb.History
+	it := c.GetWorkflowHistory(ctx, workflows.BreakerWorkflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
