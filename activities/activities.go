@@ -65,6 +65,7 @@ type Activities struct {
 	CheckPoll time.Duration
 
 	devices deviceCount
+	held    heldAlerts
 }
 
 func (a *Activities) count(result string) {

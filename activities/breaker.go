@@ -26,6 +26,9 @@ type PermitInput struct {
 	Action policy.State `json:"action"`
 	// Woken: the breaker woke the device; ask it even if it was just seen open.
 	Woken bool `json:"woken,omitempty"`
+	// HeldAlert, when set, is the device's alert: if the action is held, the worker sends it with
+	// the other held devices' (see heldAlerts) and the result says Alerted.
+	HeldAlert *AlertInput `json:"heldAlert,omitempty"`
 }
 
 // AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
@@ -47,6 +50,10 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.
 		if res.Tripped {
 			a.Metrics.BreakerTrips.Inc()
 		}
+	}
+	if !res.Granted && in.HeldAlert != nil {
+		a.holdAlert(*in.HeldAlert, res.Reason)
+		res.Alerted = true
 	}
 	return res, nil
 }

@@ -7,22 +7,36 @@ import "go.temporal.io/sdk/workflow"
 // node-escalation and migrate. Every GetVersion a run takes records a marker and upserts the
 // TemporalChangeVersion search attribute (a visibility write on the server), seven per device
 // that is quarantined. A run started now takes them all at once, through one change.
+//
+// Later changes raise that change's version, so a run still takes one marker:
+//   - 2: a device the breaker holds hands its alert to the worker, which sends the alerts of
+//     held devices together (heldAlerts), instead of running one Alert activity each.
 const deviceChanges = "device-changes-2026-12"
+
+// deviceChangesNow is the version of deviceChanges that runs started by this code take.
+const deviceChangesNow workflow.Version = 2
 
 type changesKey struct{}
 
-// withChanges asks once whether this run takes every change (a run started by this code) or
-// decides each as its history says (a run recorded before).
+// withChanges asks once which of the changes this run takes: every one (a run started by this
+// code), those up to the version its history recorded, or each as its own GetVersion says (a
+// run recorded before the changes were gathered).
 func withChanges(ctx workflow.Context) workflow.Context {
-	all := workflow.GetVersion(ctx, deviceChanges, workflow.DefaultVersion, 1) >= 1
-	return workflow.WithValue(ctx, changesKey{}, all)
+	v := workflow.GetVersion(ctx, deviceChanges, workflow.DefaultVersion, deviceChangesNow)
+	return workflow.WithValue(ctx, changesKey{}, v)
 }
 
-// changed reports whether the run takes the change: always in a run that takes them all,
-// else as its own GetVersion says.
+// changed reports whether the run takes one of the first changes: always in a run that took
+// deviceChanges, else as its own GetVersion says.
 func changed(ctx workflow.Context, change string) bool {
-	if all, _ := ctx.Value(changesKey{}).(bool); all {
+	if v, ok := ctx.Value(changesKey{}).(workflow.Version); ok && v >= 1 {
 		return true
 	}
 	return workflow.GetVersion(ctx, change, workflow.DefaultVersion, 1) >= 1
+}
+
+// takes reports whether the run takes the changes of deviceChanges version v (2 and later).
+func takes(ctx workflow.Context, v workflow.Version) bool {
+	got, ok := ctx.Value(changesKey{}).(workflow.Version)
+	return ok && got >= v
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,8 @@ type harness struct {
 	// fail makes an activity type fail without retry, with this message.
 	fail   map[string]string
 	alerts []activities.AlertInput
+	// held are the alerts the permit requests carried and the worker took (the action held).
+	held []activities.AlertInput
 	// ruleMissing makes RefreshRule find no rule.
 	ruleMissing bool
 }
@@ -96,6 +99,10 @@ func newHarness(denyFirst int) *harness {
 			}
 			if h.denyFirst > 0 {
 				h.denyFirst--
+				if in.HeldAlert != nil {
+					h.held = append(h.held, *in.HeldAlert)
+					return policy.PermitResult{Reason: "circuit breaker open: test", Alerted: true}, nil
+				}
 				return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
 			}
 			return policy.PermitResult{Granted: true}, nil
@@ -368,5 +375,23 @@ func TestDeviceWorkflowDeniedDoesNotPoll(t *testing.T) {
 	got := h.run(t, policy.BreakerFallback-time.Second, ob(time.Second, device.Unhealthy, "10"))
 	if h.permits != 1 || got.Held == nil || !got.BreakerWake {
 		t.Fatalf("%d permit requests in %s, held %v", h.permits, policy.BreakerFallback, got.Held)
+	}
+}
+
+// A held device's alert rides with its permit request, and the worker sends it with the others
+// held: no Alert activity of its own. Granted on a later try, the quarantine's alerts are its own.
+func TestDeviceWorkflowHeldAlertRidesWithThePermit(t *testing.T) {
+	h := newHarness(1)
+	got := h.run(t, 2*time.Minute, ob(time.Second, device.Unhealthy, "10"), event{at: time.Minute, signal: SignalBreakerWake})
+	if len(h.held) != 1 || h.held[0].Level != policy.LevelCritical || !strings.Contains(h.held[0].Text, "device reported Unhealthy") || h.held[0].Device != gpu0 {
+		t.Fatalf("alerts carried with the permit: %+v", h.held)
+	}
+	for _, a := range h.alerts {
+		if a.Text == h.held[0].Text {
+			t.Fatalf("the held alert also went as an activity: %+v", h.alerts)
+		}
+	}
+	if got.State != policy.Quarantined || h.permits != 2 {
+		t.Fatalf("state %s after %d permit requests", got.State, h.permits)
 	}
 }

@@ -35,7 +35,17 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 		case policy.ActAlert:
 			alert(ctx, st, act)
 		case policy.ActTaint:
-			acts = append(acts, taint(actx, st, act)...)
+			// The alert that goes with an automatic taint rides along with the permit request:
+			// if the breaker holds the action, the worker sends it with the others held.
+			var held *policy.Action
+			if act.Automatic && len(acts) > 0 && acts[0].Kind == policy.ActAlert && takes(ctx, 2) {
+				held = &acts[0]
+			}
+			more, alerted := taint(actx, st, act, held)
+			if alerted {
+				acts = acts[1:]
+			}
+			acts = append(acts, more...)
 		case policy.ActInspectRule:
 			var info policy.RuleInfo
 			in := activities.InspectInput{Device: st.Device, Effect: act.Effect, Members: st.Members()}
@@ -78,22 +88,30 @@ func notifyOptions(ctx workflow.Context) workflow.Context {
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 }
 
-func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
+// alertInput is the alert of an action about the device.
+func alertInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action) activities.AlertInput {
 	in := activities.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if st.ReleasePath {
 		in.Channel = st.Policy.SlackChannel
 	}
+	return in
+}
+
+func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
+	in := alertInput(ctx, st, act)
 	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}
 }
 
-func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+// taint carries out a taint: an automatic one asks the circuit breaker first. With held set, the
+// permit request carries that alert, and alerted says the worker took it.
+func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held *policy.Action) (more []policy.Action, alerted bool) {
 	if st.UnitUnknown() {
 		// A unit's ID names no device: without its devices there is nothing to fence. The
 		// watcher's next report says which they are; the action waits for it.
 		st.Hold(act, "the unit's devices are not known yet", workflow.Now(ctx))
-		return nil
+		return nil, false
 	}
 	// Permit and quarantine are short calls: as local activities they skip two task
 	// dispatches (measured: see BENCHMARKS.md). Older runs replay the regular path.
@@ -103,14 +121,19 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	}
 	if act.Automatic {
 		var permit policy.PermitResult
-		err := run(ctx, a.AcquirePermit, activities.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}).Get(ctx, &permit)
+		in := activities.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}
+		if held != nil {
+			al := alertInput(ctx, st, *held)
+			in.HeldAlert = &al
+		}
+		err := run(ctx, a.AcquirePermit, in).Get(ctx, &permit)
 		if err != nil {
 			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
-			return nil
+			return nil, false
 		}
 		if !permit.Granted {
 			st.Denied(act, permit.Reason, workflow.Now(ctx))
-			return nil
+			return nil, permit.Alerted
 		}
 	}
 	now := workflow.Now(ctx)
@@ -126,10 +149,10 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 	var res activities.QuarantineResult
 	if err := run(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
 		if st.ReleasePath {
-			return st.TaintFailed(act, err.Error(), now)
+			return st.TaintFailed(act, err.Error(), now), false
 		}
 		st.Hold(act, "taint failed: "+err.Error(), now)
-		return nil
+		return nil, false
 	}
 	if st.ReleasePath && res.Effect != "" {
 		act.Effect = res.Effect
@@ -146,7 +169,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 		startMigrations(ctx, st, pods)
 		st.MovingStarted(pods)
 	}
-	return nil
+	return nil, false
 }
 
 func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {

@@ -52,6 +52,9 @@ type PermitResult struct {
 	Reason  string `json:"reason,omitempty"`
 	// Tripped is true only for the request that opened the breaker, so exactly one alert goes out.
 	Tripped bool `json:"tripped,omitempty"`
+	// Alerted: the worker took the held device's alert to send with the others held (never set
+	// by the breaker itself).
+	Alerted bool `json:"alerted,omitempty"`
 }
 
 // Grant is one automatic action the breaker allowed.
