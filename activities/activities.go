@@ -66,6 +66,7 @@ type Activities struct {
 
 	devices deviceCount
 	held    heldAlerts
+	notes   heldAlerts
 }
 
 func (a *Activities) count(result string) {

@@ -25,37 +25,49 @@ const maxHeldListed = 20
 type heldAlerts struct {
 	mu       sync.Mutex
 	pending  []AlertInput
-	reason   string
+	title    string // the summary's first line, after how many
 	flushing bool
 	every    time.Duration // HeldAlertEvery unless set (tests)
 }
 
 // holdAlert takes the alert of a device whose automatic action the breaker held.
 func (a *Activities) holdAlert(in AlertInput, held string) {
-	slog.Default().Log(context.Background(), alertLevel(in.Level), "alert", "level", in.Level, "text", in.Text,
-		"workflow", in.WorkflowID, "device", in.Device.String(), "held", held)
+	a.gather(&a.held, in, "devices held by the circuit breaker ("+held+"); each waits for an operator's resume:", "held", held)
+}
+
+// NoteAlert takes an alert that a fleet-wide event raises on many devices at once (an Unknown
+// report tolerated, a device Healthy again within its window), run as a local activity: it is
+// logged and counted at once and reaches people with the others of the last few seconds, so a
+// fleet that turns Unknown at once costs one Slack message, not one activity per device.
+func (a *Activities) NoteAlert(_ context.Context, in AlertInput) error {
+	a.gather(&a.notes, in, "device alerts in the last seconds:")
+	return nil
+}
+
+// gather logs and counts an alert and queues it for the next summary of h.
+func (a *Activities) gather(h *heldAlerts, in AlertInput, title string, attrs ...any) {
+	slog.Default().Log(context.Background(), alertLevel(in.Level), "alert", append([]any{"level", in.Level, "text", in.Text,
+		"workflow", in.WorkflowID, "device", in.Device.String()}, attrs...)...)
 	if a.Metrics != nil {
 		a.Metrics.Alerts.WithLabelValues(in.Level).Inc()
 	}
 	if a.Alerter == nil {
 		return
 	}
-	h := &a.held
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.pending) < 100000 {
 		h.pending = append(h.pending, in)
 	}
-	h.reason = held
+	h.title = title
 	if !h.flushing {
 		h.flushing = true
-		go a.flushHeld()
+		go a.flushHeld(h)
 	}
 }
 
-// flushHeld sends what was held, every HeldAlertEvery while there is any.
-func (a *Activities) flushHeld() {
-	h := &a.held
+// flushHeld sends what h gathered, every HeldAlertEvery while there is any.
+func (a *Activities) flushHeld(h *heldAlerts) {
 	every := HeldAlertEvery
 	if h.every > 0 {
 		every = h.every
@@ -63,7 +75,7 @@ func (a *Activities) flushHeld() {
 	for {
 		time.Sleep(every)
 		h.mu.Lock()
-		batch, reason := h.pending, h.reason
+		batch, title := h.pending, h.title
 		h.pending = nil
 		if len(batch) == 0 {
 			h.flushing = false
@@ -71,7 +83,7 @@ func (a *Activities) flushHeld() {
 			return
 		}
 		h.mu.Unlock()
-		for _, in := range heldSummaries(batch, reason) {
+		for _, in := range heldSummaries(batch, title) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			if err := a.Alerter.Alert(ctx, in); err != nil {
 				slog.Default().Warn("held devices' alert not delivered", "error", err, "devices", len(batch))
@@ -81,9 +93,9 @@ func (a *Activities) flushHeld() {
 	}
 }
 
-// heldSummaries makes one alert per channel of the alerts held together: the most severe level,
+// heldSummaries makes one alert per channel of the alerts gathered together: the most severe level,
 // how many, and the first devices with their reasons.
-func heldSummaries(batch []AlertInput, reason string) []AlertInput {
+func heldSummaries(batch []AlertInput, title string) []AlertInput {
 	byChannel := map[string][]AlertInput{}
 	var channels []string
 	for _, in := range batch {
@@ -103,7 +115,7 @@ func heldSummaries(batch []AlertInput, reason string) []AlertInput {
 			}
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "%d devices held by the circuit breaker (%s); each waits for an operator's resume:", len(ins), reason)
+		fmt.Fprintf(&b, "%d %s", len(ins), title)
 		for i, in := range ins {
 			if i == maxHeldListed {
 				fmt.Fprintf(&b, "\n... and %d more (devicewarden device list)", len(ins)-maxHeldListed)

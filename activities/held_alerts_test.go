@@ -71,3 +71,38 @@ func TestHeldAlertsGoTogether(t *testing.T) {
 		t.Fatalf("a granted permit took the alert: %+v", res)
 	}
 }
+
+// Notes (warnings and notices) go together too, and a reason with a percent sign is kept whole.
+func TestNotesGoTogether(t *testing.T) {
+	box := &alertBox{}
+	a := &Activities{Alerter: box}
+	a.notes.every, a.held.every = 20*time.Millisecond, 20*time.Millisecond
+	for i := range 3 {
+		if err := a.NoteAlert(context.Background(), AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Level: "warning", Text: "device reported Unknown"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.holdAlert(AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Level: "critical", Text: "x"}, "cap of 20 (10% of 200)")
+	deadline := time.Now().Add(5 * time.Second)
+	for len(box.all()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := box.all()
+	if len(got) != 2 {
+		t.Fatalf("summaries %+v", got)
+	}
+	var notes, held AlertInput
+	for _, g := range got {
+		if strings.Contains(g.Text, "held") {
+			held = g
+		} else {
+			notes = g
+		}
+	}
+	if !strings.HasPrefix(notes.Text, "3 device alerts in the last seconds:") || notes.Level != "warning" || !strings.Contains(notes.Text, "d/p/gpu-2: device reported Unknown") {
+		t.Fatalf("notes %+v", notes)
+	}
+	if !strings.Contains(held.Text, "(cap of 20 (10% of 200))") {
+		t.Fatalf("held %q", held.Text)
+	}
+}

@@ -11,10 +11,13 @@ import "go.temporal.io/sdk/workflow"
 // Later changes raise that change's version, so a run still takes one marker:
 //   - 2: a device the breaker holds hands its alert to the worker, which sends the alerts of
 //     held devices together (heldAlerts), instead of running one Alert activity each.
+//   - 3: the alerts a fleet-wide event raises on many devices at once (Action.Gather: an
+//     Unknown report tolerated, Healthy again in the window) go to the worker's summary the
+//     same way, through the local activity NoteAlert.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 2
+const deviceChangesNow workflow.Version = 3
 
 type changesKey struct{}
 

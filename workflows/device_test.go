@@ -62,8 +62,9 @@ type harness struct {
 	// fail makes an activity type fail without retry, with this message.
 	fail   map[string]string
 	alerts []activities.AlertInput
-	// held are the alerts the permit requests carried and the worker took (the action held).
-	held []activities.AlertInput
+	// held are the alerts the permit requests carried and the worker took (the action held);
+	// notes the alerts handed to the worker's summary (NoteAlert).
+	held, notes []activities.AlertInput
 	// ruleMissing makes RefreshRule find no rule.
 	ruleMissing bool
 }
@@ -107,6 +108,10 @@ func newHarness(denyFirst int) *harness {
 			}
 			return policy.PermitResult{Granted: true}, nil
 		})
+	h.env.OnActivity("NoteAlert", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AlertInput) error {
+		h.notes = append(h.notes, in)
+		return nil
+	}).Maybe()
 	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
 		h.seen(ctx, "Alert")
 		h.alerts = append(h.alerts, in)
@@ -393,5 +398,18 @@ func TestDeviceWorkflowHeldAlertRidesWithThePermit(t *testing.T) {
 	}
 	if got.State != policy.Quarantined || h.permits != 2 {
 		t.Fatalf("state %s after %d permit requests", got.State, h.permits)
+	}
+}
+
+// The warning of a tolerated Unknown report, and the notice of Healthy again within the window,
+// join the worker's summary (NoteAlert): no Alert activity of their own.
+func TestDeviceWorkflowUnknownAlertsJoinTheSummary(t *testing.T) {
+	h := newHarness(0)
+	h.run(t, 2*time.Minute, ob(time.Second, device.Unknown, "10"), ob(time.Minute, device.Healthy, "11"))
+	if len(h.notes) != 2 || h.notes[0].Level != policy.LevelWarning || h.notes[1].Level != policy.LevelInfo || h.notes[0].Device != gpu0 {
+		t.Fatalf("notes %+v", h.notes)
+	}
+	if len(h.alerts) != 0 {
+		t.Fatalf("alerts as activities: %+v", h.alerts)
 	}
 }

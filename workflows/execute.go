@@ -99,6 +99,14 @@ func alertInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action)
 
 func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
 	in := alertInput(ctx, st, act)
+	if act.Gather && takes(ctx, 3) {
+		// An alert many devices raise at once joins the worker's summary: no activity task,
+		// no second workflow task.
+		if err := executeLocal(notifyOptions(ctx), a.NoteAlert, in).Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
+		}
+		return
+	}
 	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}

@@ -139,7 +139,8 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 		window = min(window, st.Policy.BackoffCap.D())
 		st.ToleranceUntil = now.Add(window)
 		st.transition(Suspect, fmt.Sprintf("%s; tolerating for %s (episode %d)", reason, window, st.UnknownEpisodes), Actor, now)
-		return []Action{{Kind: ActAlert, Level: LevelWarning, Reason: fmt.Sprintf("%s; new allocations restricted at %s unless it reports Healthy", reason, st.ToleranceUntil.UTC().Format(time.RFC3339))}}
+		return []Action{{Kind: ActAlert, Level: LevelWarning, Gather: true,
+			Reason: fmt.Sprintf("%s; new allocations restricted at %s unless it reports Healthy", reason, st.ToleranceUntil.UTC().Format(time.RFC3339))}}
 	default: // Healthy
 		if st.Held != nil && st.Held.To == Restricted {
 			st.clearHeld()
@@ -147,7 +148,7 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 		if st.State == Suspect {
 			st.ToleranceUntil = time.Time{}
 			st.transition(Healthy, "Healthy inside the tolerance window", Actor, now)
-			return []Action{{Kind: ActAlert, Level: LevelInfo, Reason: "device reported Healthy again before the tolerance window ended"}}
+			return []Action{{Kind: ActAlert, Level: LevelInfo, Reason: "device reported Healthy again before the tolerance window ended", Gather: true}}
 		}
 		return nil
 	}

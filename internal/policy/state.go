@@ -237,4 +237,7 @@ type Action struct {
 	// Woken marks an automatic action retried because the breaker woke the device: its permit
 	// request goes to the breaker even where a worker saw it open a moment ago.
 	Woken bool `json:"woken,omitempty"`
+	// Gather marks an alert that a fleet-wide event raises on many devices at once (an Unknown
+	// report tolerated, Healthy again within the window): the worker may send it with others.
+	Gather bool `json:"gather,omitempty"`
 }
