@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,8 @@ type breakerModel struct {
 	workers [3]simWorker
 	paused  bool
 	spends  int
+	// mu: the breaker revokes on several workers' queues at once, each a goroutine of its own.
+	mu sync.Mutex
 }
 
 // simWorker is a worker process holding leased permits: dead ones spend and answer nothing, cut
@@ -90,17 +93,19 @@ func (m *breakerModel) reports(w int, now time.Time, all bool) []policy.LeaseRep
 	return out
 }
 
-// revoke answers the breaker's revocation on worker w's queue.
+// revoke answers the breaker's revocation on a worker's queue; it runs on the activity's goroutine.
 func (m *breakerModel) revoke(queue string, in activities.RevokeInput, now time.Time) ([]policy.LeaseReport, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var w int
 	if _, err := fmt.Sscanf(queue, "q%d", &w); err != nil || w < 0 || w >= len(m.workers) {
 		return nil, fmt.Errorf("no worker polls %q", queue)
 	}
+	// No note here: the trace belongs to the test's goroutine, and the breaker's log says what
+	// it revoked and what it could not reach.
 	if m.workers[w].dead || m.workers[w].cut {
-		m.note("  revoke on %s: not reached", queue)
 		return nil, fmt.Errorf("worker %d not reached", w)
 	}
-	m.note("  revoke %v on %s", in.Leases, queue)
 	return m.reports(w, now, true), nil
 }
 
@@ -172,28 +177,43 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 				if r.Granted {
 					m.granted(req.PermitRequest, sent, env.Now())
 				}
+				m.mu.Lock()
 				if r.Lease != nil && !m.workers[w].dead {
 					m.workers[w].leases = append(m.workers[w].leases, &simLease{l: *r.Lease, left: r.Lease.Count})
 				}
+				m.mu.Unlock()
 			})
 		}
 	case "spend":
 		return fmt.Sprintf("worker %d spends", w), func(env *testsuite.TestWorkflowEnvironment) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
 			m.note("  %s", m.spend(w, env.Now()))
 		}
 	case "report":
 		return fmt.Sprintf("worker %d reports", w), func(env *testsuite.TestWorkflowEnvironment) {
-			if m.workers[w].dead {
-				return
+			m.mu.Lock()
+			var reps []policy.LeaseReport
+			if !m.workers[w].dead {
+				reps = m.reports(w, env.Now(), false)
 			}
-			if reps := m.reports(w, env.Now(), false); len(reps) > 0 {
+			m.mu.Unlock()
+			if len(reps) > 0 {
 				m.signal(env, SignalPermitsReport, reps)
 			}
 		}
 	case "kill":
-		return fmt.Sprintf("worker %d dies", w), func(*testsuite.TestWorkflowEnvironment) { m.workers[w].dead = true }
+		return fmt.Sprintf("worker %d dies", w), func(*testsuite.TestWorkflowEnvironment) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.workers[w].dead = true
+		}
 	default:
-		return fmt.Sprintf("worker %d cut off (or back)", w), func(*testsuite.TestWorkflowEnvironment) { m.workers[w].cut = !m.workers[w].cut }
+		return fmt.Sprintf("worker %d cut off (or back)", w), func(*testsuite.TestWorkflowEnvironment) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.workers[w].cut = !m.workers[w].cut
+		}
 	}
 }
 
