@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"errors"
+	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,10 +26,13 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 	env.RegisterActivity(&activities.Activities{})
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 	start := env.Now()
+	var mu sync.Mutex // one revocation per worker queue, at once
 	var revoked []string
 	env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RevokeInput) ([]policy.LeaseReport, error) {
 		q := activity.GetInfo(ctx).TaskQueue
+		mu.Lock()
 		revoked = append(revoked, q)
+		mu.Unlock()
 		if q == "q-w2" {
 			return nil, errors.New("worker gone")
 		}
@@ -59,6 +64,7 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, time.Minute)
 	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
 
+	sort.Strings(revoked)
 	if len(revoked) != 2 || revoked[0] != "q-w1" || revoked[1] != "q-w2" {
 		t.Fatalf("revoked on %v", revoked)
 	}
