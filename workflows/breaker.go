@@ -91,9 +91,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 				wakeWaiting(ctx, st)
 				continue
 			}
-			st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
-			alerts = append(alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
-			revokeLeases(ctx, st)
+			pause(ctx, st, sig.BreakerSignal, &alerts)
 		}
 		for len(alerts) > 0 {
 			al := alerts[0]

@@ -38,9 +38,7 @@ func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]act
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateBreakerPause,
 		func(ctx workflow.Context, sig BreakerSignal) (policy.BreakerState, error) {
-			st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
-			*alerts = append(*alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
-			revokeLeases(ctx, st)
+			pause(ctx, st, sig, alerts)
 			return *st, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, sig BreakerSignal) error {
@@ -53,6 +51,13 @@ func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]act
 		return fmt.Errorf("register update %s: %w", UpdateBreakerPause, err)
 	}
 	return nil
+}
+
+// pause opens the breaker by hand, by signal or update alike: the alert, then every lease revoked.
+func pause(ctx workflow.Context, st *policy.BreakerState, sig BreakerSignal, alerts *[]activities.AlertInput) {
+	st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
+	*alerts = append(*alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
+	revokeLeases(ctx, st)
 }
 
 // RevokeWithin bounds how long the breaker waits for a worker to give back its leases; one that
