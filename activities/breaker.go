@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -79,12 +80,15 @@ func (a *Activities) RevokePermits(_ context.Context, in RevokeInput) ([]policy.
 }
 
 // deviceCount caches the number of devices published in ResourceSlices: the breaker's percentage
-// cap needs the fleet size, and counting on every request would list every slice.
+// cap needs the fleet size, and counting on every request would list every slice. Only the first
+// request waits for the count; once it is older than ttl, the next request starts a recount in the
+// background and goes on with the old one, so no device's permit waits for a list of the fleet.
 type deviceCount struct {
-	mu  sync.Mutex
-	n   int
-	at  time.Time
-	ttl time.Duration
+	mu         sync.Mutex
+	n          int
+	at         time.Time
+	ttl        time.Duration
+	refreshing bool
 }
 
 func (a *Activities) knownDevices(ctx context.Context) (int, error) {
@@ -94,9 +98,38 @@ func (a *Activities) knownDevices(ctx context.Context) (int, error) {
 	if c.ttl == 0 {
 		c.ttl = 30 * time.Second
 	}
-	if !c.at.IsZero() && time.Since(c.at) < c.ttl {
-		return c.n, nil
+	if c.at.IsZero() {
+		n, err := a.countDevices(ctx)
+		if err != nil {
+			return 0, err
+		}
+		c.n, c.at = n, time.Now()
+		return n, nil
 	}
+	if time.Since(c.at) >= c.ttl && !c.refreshing {
+		c.refreshing = true
+		go a.recountDevices()
+	}
+	return c.n, nil
+}
+
+// recountDevices refreshes the cached count; a failed count keeps the old one until the next try.
+func (a *Activities) recountDevices() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := a.countDevices(ctx)
+	c := &a.devices
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
+	if err != nil {
+		slog.Default().Warn("devices not recounted; the breaker keeps the last count", "count", c.n, "error", err)
+		return
+	}
+	c.n, c.at = n, time.Now()
+}
+
+func (a *Activities) countDevices(ctx context.Context) (int, error) {
 	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return 0, fmt.Errorf("count devices in resource slices: %w", err)
@@ -105,7 +138,6 @@ func (a *Activities) knownDevices(ctx context.Context) (int, error) {
 	for _, s := range slices.Items {
 		n += len(s.Spec.Devices)
 	}
-	c.n, c.at = n, time.Now()
 	return n, nil
 }
 

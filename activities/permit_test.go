@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -138,5 +140,52 @@ func TestReportNodeFailure(t *testing.T) {
 	_, err := env.ExecuteActivity(a.ReportNodeFailure, f)
 	if err == nil || !strings.Contains(err.Error(), "report failure of "+gpu3.String()+" to node node-1") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestStaleDeviceCountIsRefreshedInTheBackground: once the count is older than its time to live,
+// a permit request goes on with the old count and a recount runs beside it; a failed recount
+// keeps the last count.
+func TestStaleDeviceCountIsRefreshedInTheBackground(t *testing.T) {
+	_, a, kube := activityEnv(t, slice("node-1", 3))
+	ctx := context.Background()
+	if n, err := a.knownDevices(ctx); err != nil || n != 3 {
+		t.Fatalf("first count %d, %v; want 3", n, err)
+	}
+	if _, err := kube.ResourceV1().ResourceSlices().Create(ctx, slice("node-2", 5), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.knownDevices(ctx); n != 3 {
+		t.Fatalf("count %d within its time to live, want the cached 3", n)
+	}
+	a.devices.mu.Lock()
+	a.devices.ttl = time.Nanosecond
+	a.devices.mu.Unlock()
+	if n, _ := a.knownDevices(ctx); n != 3 {
+		t.Fatalf("stale count %d: the request waited for the recount, want the cached 3", n)
+	}
+	recounted := func(want int) bool {
+		for range 500 {
+			a.devices.mu.Lock()
+			n, busy := a.devices.n, a.devices.refreshing
+			a.devices.mu.Unlock()
+			if n == want && !busy {
+				return true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
+	if !recounted(8) {
+		t.Fatal("the background recount never saw the new slice")
+	}
+	kube.PrependReactor("list", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver down")
+	})
+	if n, _ := a.knownDevices(ctx); n != 8 {
+		t.Fatalf("count %d, want the cached 8", n)
+	}
+	if !recounted(8) {
+		t.Fatal("a failed recount lost the last count")
 	}
 }
