@@ -27,6 +27,10 @@ type QuarantineOptions struct {
 	Devices  int
 	CacheDir string
 	Out      io.Writer
+	// Settle is the pause after each rule is seen before the next status write: the floor's parts
+	// are each measured on a quiet stack, and without it each sample shares the 2 cores with the
+	// previous device's follow-up (its critical alert, its node report, the node's workflow).
+	Settle time.Duration
 }
 
 // Quarantine starts a fresh cluster, embedded Temporal, worker and watcher; runs one pod per device;
@@ -48,7 +52,7 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 		return err
 	}
 	defer stopWatch()
-	fmt.Fprintf(o.Out, "[bench] flipping %d devices Unhealthy, one at a time\n", len(targets))
+	fmt.Fprintf(o.Out, "[bench] flipping %d devices Unhealthy, one at a time, %s apart once each rule is seen\n", len(targets), o.Settle)
 	var lat []time.Duration
 	starts := make([]time.Time, 0, len(targets))
 	for _, tg := range targets {
@@ -57,6 +61,11 @@ func Quarantine(ctx context.Context, o QuarantineOptions) error {
 			return err
 		}
 		starts, lat = append(starts, start), append(lat, at[0])
+		select {
+		case <-time.After(o.Settle):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	printLatency(o.Out, "status write -> DeviceTaintRule visible", lat)
 	if err := breakdown(ctx, o.Out, tc, targets, starts, lat); err != nil {

@@ -26,11 +26,16 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if o.Devices < 1 {
 				return fmt.Errorf("--devices must be >= 1")
 			}
+			if o.Settle < 0 {
+				return fmt.Errorf("--settle must be >= 0")
+			}
 			o.Out = c.OutOrStdout()
 			return bench.Quarantine(c.Context(), o)
 		},
 	}
 	q.Flags().IntVar(&o.Devices, "devices", 64, "devices to flip Unhealthy (one pod each)")
+	q.Flags().DurationVar(&o.Settle, "settle", 300*time.Millisecond,
+		"pause after each rule is seen, so the previous device's alert and node report are done before the next write (0: back to back)")
 	q.Flags().StringVar(&o.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	var uo bench.UnitsOptions
 	units := &cobra.Command{

@@ -50,6 +50,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "unknown compression", args: []string{"device", "show", "d/p/gpu-0", "--temporal-address", "127.0.0.1:1", "--temporal-compression", "zstd"}, wantErr: "want auto, gzip or none"},
 		{name: "embedded Temporal in a cluster", env: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, args: []string{"run"}, wantErr: "--embed-temporal"},
 		{name: "version output", args: []string{"version", "-o", "yaml"}, wantErr: "want text or json"},
+		{name: "negative bench settle", args: []string{"bench", "quarantine", "--settle", "-1s"}, wantErr: "--settle"},
 		{name: "nodes out of range", args: []string{"sim", "nodes", "--devices", "0"}, wantErr: "--devices"},
 		{name: "unknown flag", args: []string{"dev", "--frobnicate"}, wantErr: "unknown flag"},
 		{name: "broken policy file", args: []string{"run", "--policy", brokenPolicy}, wantErr: "line 4"},
