@@ -14,10 +14,12 @@ import "go.temporal.io/sdk/workflow"
 //   - 3: the alerts a fleet-wide event raises on many devices at once (Action.Gather: an
 //     Unknown report tolerated, Healthy again in the window) go to the worker's summary the
 //     same way, through the local activity NoteAlert.
+//   - 4: an automatic taint takes its permit and creates its rule in one local activity
+//     (QuarantineWithPermit) instead of AcquirePermit then Quarantine: one marker, one call.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 3
+const deviceChangesNow workflow.Version = 4
 
 type changesKey struct{}
 

@@ -41,6 +41,8 @@ type harness struct {
 	quarantine []activities.QuarantineInput
 	denyFirst  int // AcquirePermit denies this many requests first
 	permits    int
+	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
+	combined int
 	// nodeReports are the failures reported to the node's workflow.
 	nodeReports []policy.NodeFailure
 	// rule is what InspectRule answers; checks are the outcomes RunCheck returns in order
@@ -83,31 +85,21 @@ func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
 	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}, fail: map[string]string{}}
 	h.env.RegisterActivity(&activities.Activities{})
-	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
-			h.seen(ctx, "Quarantine")
-			if err := h.failed("Quarantine"); err != nil {
-				return activities.QuarantineResult{}, err
+	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(h.quarantineRule)
+	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(h.acquirePermit)
+	h.env.OnActivity("QuarantineWithPermit", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.QuarantineWithPermitInput) (activities.QuarantineWithPermitResult, error) {
+			h.combined++
+			permit, err := h.acquirePermit(ctx, in.Permit)
+			if err != nil {
+				return activities.QuarantineWithPermitResult{}, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrPermitUnavailable, err)
 			}
-			h.quarantine = append(h.quarantine, in)
-			return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
-		})
-	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
-			h.permits++
-			if err := h.failed("AcquirePermit"); err != nil {
-				return policy.PermitResult{}, err
+			if !permit.Granted {
+				return activities.QuarantineWithPermitResult{Permit: permit}, nil
 			}
-			if h.denyFirst > 0 {
-				h.denyFirst--
-				if in.HeldAlert != nil {
-					h.held = append(h.held, *in.HeldAlert)
-					return policy.PermitResult{Reason: "circuit breaker open: test", Alerted: true}, nil
-				}
-				return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
-			}
-			return policy.PermitResult{Granted: true}, nil
-		})
+			rule, err := h.quarantineRule(ctx, in.Quarantine)
+			return activities.QuarantineWithPermitResult{Permit: permit, Rule: rule}, err
+		}).Maybe()
 	h.env.OnActivity("NoteAlert", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AlertInput) error {
 		h.notes = append(h.notes, in)
 		return nil
@@ -165,6 +157,31 @@ func newHarness(denyFirst int) *harness {
 			return nil
 		})
 	return h
+}
+
+func (h *harness) quarantineRule(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+	h.seen(ctx, "Quarantine")
+	if err := h.failed("Quarantine"); err != nil {
+		return activities.QuarantineResult{}, err
+	}
+	h.quarantine = append(h.quarantine, in)
+	return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
+}
+
+func (h *harness) acquirePermit(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+	h.permits++
+	if err := h.failed("AcquirePermit"); err != nil {
+		return policy.PermitResult{}, err
+	}
+	if h.denyFirst > 0 {
+		h.denyFirst--
+		if in.HeldAlert != nil {
+			h.held = append(h.held, *in.HeldAlert)
+			return policy.PermitResult{Reason: "circuit breaker open: test", Alerted: true}, nil
+		}
+		return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
+	}
+	return policy.PermitResult{Granted: true}, nil
 }
 
 // run delivers the events, queries the state at `end`, then cancels the workflow.
@@ -371,6 +388,30 @@ func TestDeviceWorkflowObservationUpdate(t *testing.T) {
 	}
 	if got.State != policy.Quarantined || got.StatusVersion != "5" || len(h.quarantine) != 1 {
 		t.Fatalf("state %s version %q quarantines %d", got.State, got.StatusVersion, len(h.quarantine))
+	}
+}
+
+// An automatic taint takes its permit and creates its rule in one local activity. Which half
+// failed still decides what the device waits for: an unreachable breaker, or a failed taint.
+func TestDeviceWorkflowPermitAndRuleInOneActivity(t *testing.T) {
+	h := newHarness(0)
+	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "10"))
+	if got.State != policy.Quarantined || h.combined != 1 || h.permits != 1 || len(h.quarantine) != 1 {
+		t.Fatalf("state %s after %d combined calls, %d permits, %d rules", got.State, h.combined, h.permits, len(h.quarantine))
+	}
+	for _, tc := range []struct{ fail, reason string }{
+		{"AcquirePermit", "circuit breaker unreachable"},
+		{"Quarantine", "taint failed"},
+	} {
+		h := newHarness(0)
+		h.fail[tc.fail] = "apiserver unavailable"
+		got := h.run(t, 10*time.Second, ob(time.Second, device.Unhealthy, "10"))
+		if got.State == policy.Quarantined || got.Held == nil || !strings.HasPrefix(got.HeldReason, tc.reason) || !strings.Contains(got.HeldReason, "apiserver unavailable") {
+			t.Errorf("%s failing: state %s, held %v for %q; want held for %q", tc.fail, got.State, got.Held, got.HeldReason, tc.reason)
+		}
+		if len(h.quarantine) != 0 {
+			t.Errorf("%s failing: %d rules recorded", tc.fail, len(h.quarantine))
+		}
 	}
 }
 

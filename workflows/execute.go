@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -127,14 +128,11 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	if changed(ctx, "local-taint") {
 		run = executeLocal
 	}
-	if act.Automatic {
+	permitIn := permitInput(ctx, st, act, held)
+	// Older runs ask for the permit in a local activity of its own, then create the rule.
+	if permitIn != nil && !takes(ctx, 4) {
 		var permit policy.PermitResult
-		in := activities.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}
-		if held != nil {
-			al := alertInput(ctx, st, *held)
-			in.HeldAlert = &al
-		}
-		err := run(ctx, a.AcquirePermit, in).Get(ctx, &permit)
+		err := run(ctx, a.AcquirePermit, *permitIn).Get(ctx, &permit)
 		if err != nil {
 			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
 			return nil, false
@@ -143,19 +141,30 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 			st.Denied(act, permit.Reason, workflow.Now(ctx))
 			return nil, permit.Alerted
 		}
+		permitIn = nil
 	}
 	now := workflow.Now(ctx)
-	lease := st.Policy.QuarantineLease.D()
-	if st.ReviewInterval > 0 && st.ReleasePath {
-		lease = st.ReviewInterval.D()
-	}
-	qin := activities.QuarantineInput{
-		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
-		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),
-	}
+	qin := quarantineInput(ctx, st, act, now)
 	var res activities.QuarantineResult
-	if err := run(ctx, a.Quarantine, qin).Get(ctx, &res); err != nil {
+	var err error
+	if permitIn != nil {
+		// The permit and the rule in one local activity: nothing between the report and the rule.
+		var both activities.QuarantineWithPermitResult
+		err = executeLocal(ctx, a.QuarantineWithPermit, activities.QuarantineWithPermitInput{Permit: *permitIn, Quarantine: qin}).Get(ctx, &both)
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.Type() == activities.ErrPermitUnavailable {
+			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
+			return nil, false
+		}
+		if err == nil && !both.Permit.Granted {
+			st.Denied(act, both.Permit.Reason, workflow.Now(ctx))
+			return nil, both.Permit.Alerted
+		}
+		res = both.Rule
+	} else {
+		err = run(ctx, a.Quarantine, qin).Get(ctx, &res)
+	}
+	if err != nil {
 		if st.ReleasePath {
 			return st.TaintFailed(act, err.Error(), now), false
 		}
@@ -248,6 +257,34 @@ func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, i
 		res = policy.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
 	}
 	return res
+}
+
+// permitInput is the breaker request an automatic taint needs (nil for an operator's). With held
+// set, the request carries that alert for the worker to send if the action is held.
+func permitInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held *policy.Action) *activities.PermitInput {
+	if !act.Automatic {
+		return nil
+	}
+	in := &activities.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}
+	if held != nil {
+		al := alertInput(ctx, st, *held)
+		in.HeldAlert = &al
+	}
+	return in
+}
+
+// quarantineInput is the rule a taint writes: expiring after the quarantine lease, or after the
+// review interval while on the release path.
+func quarantineInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, now time.Time) activities.QuarantineInput {
+	lease := st.Policy.QuarantineLease.D()
+	if st.ReviewInterval > 0 && st.ReleasePath {
+		lease = st.ReviewInterval.D()
+	}
+	return activities.QuarantineInput{
+		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
+		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
+		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),
+	}
 }
 
 // executeLocal runs an activity as a local activity with the same timeout and retry policy.
