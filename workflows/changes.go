@@ -16,10 +16,12 @@ import "go.temporal.io/sdk/workflow"
 //     same way, through the local activity NoteAlert.
 //   - 4: an automatic taint takes its permit and creates its rule in one local activity
 //     (QuarantineWithPermit) instead of AcquirePermit then Quarantine: one marker, one call.
+//   - 5: the alerts and the node report an execution sends are scheduled together and waited
+//     for after an operator's command is answered (followUps), not one after the other before.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 4
+const deviceChangesNow workflow.Version = 5
 
 type changesKey struct{}
 

@@ -126,7 +126,8 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			// An operator cancelled the workflow: stop deciding; rules already created stay.
 			return ctx.Err()
 		}
-		if err := execute(ctx, st, acts); err != nil {
+		xctx, notices := withFollowUps(ctx)
+		if err := execute(xctx, st, acts); err != nil {
 			return err
 		}
 		if pods := st.HoldersToMove(); len(pods) > 0 {
@@ -137,6 +138,8 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		if answer != nil {
 			answer.reply.SetValue(policy.CommandResult{State: st.State, Message: lastReason(st)})
 		}
+		// The operator has the answer; now the alerts and the node report it set off.
+		notices.wait(ctx)
 		if st.State != lastState {
 			lastState = st.State
 			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceState.ValueSet(string(st.State))); err != nil {

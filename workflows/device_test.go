@@ -69,6 +69,10 @@ type harness struct {
 	held, notes []activities.AlertInput
 	// ruleMissing makes RefreshRule find no rule.
 	ruleMissing bool
+	// nodeReportFailures makes ReportNodeFailure fail this many times first (each retry waits);
+	// nodeReportedAt is the test clock when one succeeded.
+	nodeReportFailures int
+	nodeReportedAt     time.Time
 }
 
 // failed answers for an activity type the test made fail.
@@ -153,7 +157,12 @@ func newHarness(denyFirst int) *harness {
 		})
 	h.env.OnActivity("ReportNodeFailure", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, f policy.NodeFailure) error {
+			if h.nodeReportFailures > 0 {
+				h.nodeReportFailures--
+				return errors.New("node workflow unreachable")
+			}
 			h.nodeReports = append(h.nodeReports, f)
+			h.nodeReportedAt = h.env.Now()
 			return nil
 		})
 	return h
@@ -412,6 +421,35 @@ func TestDeviceWorkflowPermitAndRuleInOneActivity(t *testing.T) {
 		if len(h.quarantine) != 0 {
 			t.Errorf("%s failing: %d rules recorded", tc.fail, len(h.quarantine))
 		}
+	}
+}
+
+// An operator's force-quarantine is answered once the rule is there: the node report and the
+// alert it sets off follow, and a slow one does not hold the answer back.
+func TestDeviceWorkflowOperatorAnswerDoesNotWaitForNotices(t *testing.T) {
+	h := newHarness(0)
+	h.nodeReportFailures = 3 // retried at +200 ms, +400 ms, +800 ms
+	var answeredAt time.Time
+	var res policy.CommandResult
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(string(policy.CmdForceQuarantine), "force", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				if err != nil {
+					t.Errorf("force-quarantine failed: %v", err)
+				}
+				res, _ = v.(policy.CommandResult)
+				answeredAt = h.env.Now()
+			},
+		}, policy.Command{Actor: "alice", Reason: "bad fan"})
+	}, time.Second)
+	got := h.run(t, time.Minute)
+	if res.State != policy.Quarantined || got.State != policy.Quarantined || len(h.quarantine) != 1 {
+		t.Fatalf("answer %+v, state %s, %d rules", res, got.State, len(h.quarantine))
+	}
+	if len(h.nodeReports) != 1 || answeredAt.IsZero() || !answeredAt.Before(h.nodeReportedAt) {
+		t.Fatalf("answered at %s, node reported at %s (%d reports): the answer waited for the report",
+			answeredAt.Format(time.StampMilli), h.nodeReportedAt.Format(time.StampMilli), len(h.nodeReports))
 	}
 }
 

@@ -103,14 +103,10 @@ func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
 	if act.Gather && takes(ctx, 3) {
 		// An alert many devices raise at once joins the worker's summary: no activity task,
 		// no second workflow task.
-		if err := executeLocal(notifyOptions(ctx), a.NoteAlert, in).Get(ctx, nil); err != nil {
-			workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
-		}
+		notice(ctx, "alert not delivered", executeLocal(notifyOptions(ctx), a.NoteAlert, in))
 		return
 	}
-	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
-		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
-	}
+	notice(ctx, "alert not delivered", workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in))
 }
 
 // taint carries out a taint: an automatic one asks the circuit breaker first. With held set, the
@@ -178,9 +174,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	// Workflows started before node escalation existed must replay without this activity.
 	if changed(ctx, "node-escalation") {
 		f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
-		if err := workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f).Get(ctx, nil); err != nil {
-			workflow.GetLogger(ctx).Warn("node escalation not reported", "error", err)
-		}
+		notice(ctx, "node escalation not reported", workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f))
 	}
 	if pods := st.MigrationPods(act); len(pods) > 0 && changed(ctx, "migrate") {
 		startMigrations(ctx, st, pods)
