@@ -45,6 +45,12 @@ type cpuSpent struct {
 
 func (m *cpuMeter) stop() cpuSpent {
 	pprof.StopCPUProfile()
+	if path := os.Getenv("DEVICEWARDEN_BENCH_CPUPROFILE"); path != "" {
+		// The whole profile, for go tool pprof: the split below only names owners.
+		if err := os.WriteFile(path, m.profile.Bytes(), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "[bench] CPU profile not written: %v\n", err)
+		}
+	}
 	s := cpuSpent{self: selfCPU() - m.self, procs: map[string]time.Duration{}}
 	for name, pid := range m.pids {
 		s.procs[name] = procCPU(pid) - m.start[name]
