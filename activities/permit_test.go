@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -158,6 +159,14 @@ func TestStaleDeviceCountIsRefreshedInTheBackground(t *testing.T) {
 	if n, _ := a.knownDevices(ctx); n != 3 {
 		t.Fatalf("count %d within its time to live, want the cached 3", n)
 	}
+	// A recount marks itself busy before the request returns and lists before it is done: either
+	// shows if one started.
+	a.devices.mu.Lock()
+	busy := a.devices.refreshing
+	a.devices.mu.Unlock()
+	if lists := listsOf(kube, "resourceslices"); busy || lists != 1 {
+		t.Fatalf("a recount started within the time to live (busy %v, %d lists)", busy, lists)
+	}
 	a.devices.mu.Lock()
 	a.devices.ttl = time.Nanosecond
 	a.devices.mu.Unlock()
@@ -188,4 +197,15 @@ func TestStaleDeviceCountIsRefreshedInTheBackground(t *testing.T) {
 	if !recounted(8) {
 		t.Fatal("a failed recount lost the last count")
 	}
+}
+
+// listsOf counts the list calls made to a resource.
+func listsOf(kube *fake.Clientset, resource string) int {
+	n := 0
+	for _, act := range kube.Actions() {
+		if act.GetVerb() == "list" && act.GetResource().Resource == resource {
+			n++
+		}
+	}
+	return n
 }
