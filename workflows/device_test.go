@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,9 @@ func ob(at time.Duration, h device.Health, ver string) event {
 }
 
 type harness struct {
+	// mu guards what the activity mocks record: the workflow may run several activities at once
+	// (an alert beside the node report), each on a goroutine of its own.
+	mu         sync.Mutex
 	env        *testsuite.TestWorkflowEnvironment
 	pol        *policy.Policy // the device's policy (default policy.Default())
 	quarantine []activities.QuarantineInput
@@ -89,10 +93,22 @@ func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
 	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}, fail: map[string]string{}}
 	h.env.RegisterActivity(&activities.Activities{})
-	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(h.quarantineRule)
-	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(h.acquirePermit)
+	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.quarantineRule(ctx, in)
+		})
+	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.acquirePermit(ctx, in)
+		})
 	h.env.OnActivity("QuarantineWithPermit", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.QuarantineWithPermitInput) (activities.QuarantineWithPermitResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			h.combined++
 			permit, err := h.acquirePermit(ctx, in.Permit)
 			if err != nil {
@@ -105,10 +121,14 @@ func newHarness(denyFirst int) *harness {
 			return activities.QuarantineWithPermitResult{Permit: permit, Rule: rule}, err
 		}).Maybe()
 	h.env.OnActivity("NoteAlert", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AlertInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		h.notes = append(h.notes, in)
 		return nil
 	}).Maybe()
 	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		h.seen(ctx, "Alert")
 		h.alerts = append(h.alerts, in)
 		return nil
@@ -116,10 +136,14 @@ func newHarness(denyFirst int) *harness {
 	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
 	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			return h.rule, h.failed("InspectRule")
 		})
 	h.env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			h.refreshed = append(h.refreshed, in)
 			if err := h.failed("RefreshRule"); err != nil {
 				return activities.RefreshResult{}, err
@@ -128,6 +152,8 @@ func newHarness(denyFirst int) *harness {
 		})
 	h.env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.CheckInput) (policy.StepResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			h.seen(ctx, "RunCheck")
 			h.ran = append(h.ran, in)
 			if err := h.failed("RunCheck"); err != nil {
@@ -142,6 +168,8 @@ func newHarness(denyFirst int) *harness {
 		})
 	h.env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.ReleaseInput) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			h.releaseAttempts = append(h.releaseAttempts, h.env.Now())
 			if h.releaseFailures > 0 {
 				h.releaseFailures--
@@ -152,11 +180,15 @@ func newHarness(denyFirst int) *harness {
 		})
 	h.env.OnActivity("RequestApproval", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ApprovalRequest) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			h.approvals = append(h.approvals, in)
 			return nil
 		})
 	h.env.OnActivity("ReportNodeFailure", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, f policy.NodeFailure) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			if h.nodeReportFailures > 0 {
 				h.nodeReportFailures--
 				return errors.New("node workflow unreachable")
