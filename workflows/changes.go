@@ -18,10 +18,12 @@ import "go.temporal.io/sdk/workflow"
 //     (QuarantineWithPermit) instead of AcquirePermit then Quarantine: one marker, one call.
 //   - 5: the alerts and the node report an execution sends are scheduled together and waited
 //     for after an operator's command is answered (followUps), not one after the other before.
+//   - 6: the search attributes (state, a unit's forms) are written with the answer, before the
+//     notices are waited for: at v5 a form's next command could look its unit up too early.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 5
+const deviceChangesNow workflow.Version = 6
 
 type changesKey struct{}
 

@@ -138,8 +138,9 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		if answer != nil {
 			answer.reply.SetValue(policy.CommandResult{State: st.State, Message: lastReason(st)})
 		}
-		// The operator has the answer; now the alerts and the node report it set off.
-		notices.wait(ctx)
+		if !takes(ctx, 6) {
+			notices.wait(ctx) // v5 waited for the notices before the search attributes
+		}
 		if st.State != lastState {
 			lastState = st.State
 			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceState.ValueSet(string(st.State))); err != nil {
@@ -157,6 +158,9 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			lastSummary = s
 			workflow.SetCurrentDetails(ctx, s)
 		}
+		// The operator has the answer and the search attributes say where the device stands (a
+		// form's next command finds its unit by them); now the alerts and the node report.
+		notices.wait(ctx)
 		if pending() {
 			continue
 		}
