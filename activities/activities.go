@@ -7,28 +7,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
-)
-
-// Labels and annotations DeviceWarden puts on the objects it owns.
-const (
-	TaintKey       = policy.TaintQuarantine
-	FieldManager   = "devicewarden"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "devicewarden"
-	LabelDriver    = "devicewarden.io/driver"
-	LabelPool      = "devicewarden.io/pool"
-	LabelDevice    = "devicewarden.io/device"
-	// LabelUnit marks the rules of one physical unit's forms (a hash of the unit's ID), so the
-	// unit's release finds every one of them, a form no longer published included.
-	LabelUnit           = "devicewarden.io/unit"
-	AnnotationDevice    = "devicewarden.io/device-id"
-	AnnotationReason    = "devicewarden.io/reason"
-	AnnotationActor     = "devicewarden.io/actor"
-	AnnotationWorkflow  = "devicewarden.io/workflow-id"
-	AnnotationExpiresAt = "devicewarden.io/expires-at"
-	// AnnotationUnit names the physical unit a rule fences one form of (driver/pool/key).
-	AnnotationUnit = "devicewarden.io/unit"
 )
 
 // Activities holds the clients every activity uses. The worker builds it once.
@@ -39,8 +19,8 @@ type Activities struct {
 	// Breaker answers permit requests; BreakerConfig is the cap sent with each one.
 	Breaker       BreakerClient
 	BreakerConfig policy.BreakerConfig
-	// Alerter may be nil: alerts are then only logged and counted.
-	Alerter Alerter
+	// notify.Alerter may be nil: alerts are then only logged and counted.
+	Alerter notify.Alerter
 	// Nodes receives device failures for node-level escalation; nil disables it.
 	Nodes NodeReporter
 	// DryRun makes every taint use effect None. It is read at each decision, so restarting the
@@ -51,7 +31,7 @@ type Activities struct {
 	// workflows already running, whose input still says they may delete.
 	KeepLeakedClaims bool
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
-	Approvals Approver
+	Approvals notify.Approver
 	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence ConfigMaps live
 	// there, never in a tenant's (default "default").
 	OwnNamespace string

@@ -10,6 +10,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // labelRE is the API's label value syntax.
@@ -107,7 +109,7 @@ func TestCheckOutcome(t *testing.T) {
 func TestLastOtherWriter(t *testing.T) {
 	at := func(s int) *metav1.Time { return &metav1.Time{Time: time.Unix(int64(s), 0)} }
 	fields := []metav1.ManagedFieldsEntry{
-		{Manager: FieldManager, Time: at(300)},
+		{Manager: kubeobj.FieldManager, Time: at(300)},
 		{Manager: "kubectl-edit", Time: at(200)},
 		{Manager: "argocd", Time: at(100)},
 		{Manager: "no-time"},

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -29,7 +30,7 @@ type PermitInput struct {
 	Woken bool `json:"woken,omitempty"`
 	// HeldAlert, when set, is the device's alert: if the action is held, the worker sends it with
 	// the other held devices' (see heldAlerts) and the result says Alerted.
-	HeldAlert *AlertInput `json:"heldAlert,omitempty"`
+	HeldAlert *notify.AlertInput `json:"heldAlert,omitempty"`
 }
 
 // AcquirePermit asks the circuit breaker whether an automatic action may go ahead.

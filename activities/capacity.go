@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // CapacityInput asks for a shared-capacity check.
@@ -118,7 +119,7 @@ func (a *Activities) recordGrant(ctx context.Context, c *resourcev1.ResourceClai
 		Labels:      map[string]string{capacity.GrantLabel: string(c.UID)},
 		Annotations: map[string]string{"devicewarden.io/claim": c.Namespace + "/" + c.Name, "devicewarden.io/claim-version": c.ResourceVersion}},
 		Data: map[string]string{capacity.GrantKey: snap}}
-	_, err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Create(ctx, cm, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
 	}

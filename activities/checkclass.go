@@ -10,6 +10,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // CheckClassName is the DeviceClass DeviceWarden keeps for checking a driver's devices that no
@@ -24,12 +26,12 @@ func CheckClassName(driver string) string {
 // exists; created says whether this call made it.
 func (a *Activities) ensureDriverClass(ctx context.Context, name, driver string) (created bool, err error) {
 	class := &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy}},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
 			CEL: &resourcev1.CELDeviceSelector{Expression: "device.driver == " + strconv.Quote(driver)},
 		}}},
 	}
-	_, err = a.Kube.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = a.Kube.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return false, nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -48,7 +49,7 @@ func (a *Activities) clearStale(ctx context.Context, kind policy.ActionKind, ns,
 			labels, deleting = p.Labels, p.DeletionTimestamp != nil
 		}
 	}
-	if labels != nil && labels[LabelReview] == strconv.Itoa(review) && !deleting {
+	if labels != nil && labels[kubeobj.LabelReview] == strconv.Itoa(review) && !deleting {
 		return nil
 	}
 	a.deleteCheck(ns, name)
@@ -66,9 +67,9 @@ func (a *Activities) clearStale(ctx context.Context, kind policy.ActionKind, ns,
 
 // createCheck creates the check's claim and its Pod (probe) or Job (canary).
 func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string) error {
-	labels := map[string]string{LabelManagedBy: ManagedBy, LabelRole: string(in.Kind), LabelReview: strconv.Itoa(in.Review),
-		LabelDevice: labelValue(in.Device.Device), LabelCheck: name}
-	annotations := map[string]string{AnnotationDevice: in.Device.String(), AnnotationWorkflow: in.WorkflowID}
+	labels := map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRole: string(in.Kind), kubeobj.LabelReview: strconv.Itoa(in.Review),
+		kubeobj.LabelDevice: labelValue(in.Device.Device), LabelCheck: name}
+	annotations := map[string]string{kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationWorkflow: in.WorkflowID}
 	tolerate := policy.TaintQuarantine
 	if in.Kind == policy.ActCanary {
 		tolerate = policy.TaintProbation
@@ -84,7 +85,7 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 			},
 		}}}},
 	}
-	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
 	}
 	spec := corev1.PodSpec{
@@ -110,9 +111,9 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 			ActiveDeadlineSeconds: ptr.To(int64(in.Check.Timeout.D().Seconds()) + 1),
 			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec},
 		}}
-		_, err = a.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err = a.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	} else {
-		_, err = a.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: meta, Spec: spec}, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err = a.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: meta, Spec: spec}, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create %s %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))

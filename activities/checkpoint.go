@@ -8,13 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-)
 
-// The checkpoint handshake: DeviceWarden writes the request on the workload's Pods, the workload's
-// own code answers on the same Pods once its progress is saved.
-const (
-	AnnotationCheckpointRequested = "devicewarden.io/checkpoint-requested"
-	AnnotationCheckpointCompleted = "devicewarden.io/checkpoint-completed"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // CheckpointInput names a workload's Pods and the checkpoint asked of them (the migration's ID).
@@ -34,12 +29,12 @@ type CheckpointStatus struct {
 // RequestCheckpoint writes checkpoint-requested=<id> on each Pod (a merge patch: nothing else of
 // the Pod changes; writing it again is harmless). A Pod that is gone is skipped.
 func (a *Activities) RequestCheckpoint(ctx context.Context, in CheckpointInput) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationCheckpointRequested: in.ID}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kubeobj.AnnotationCheckpointRequested: in.ID}}})
 	if err != nil {
 		return err
 	}
 	for _, name := range in.Pods {
-		_, err := a.Kube.CoreV1().Pods(in.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		_, err := a.Kube.CoreV1().Pods(in.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kubeobj.FieldManager})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("request checkpoint %s of pod %s/%s: %w", in.ID, in.Namespace, name, err)
 		}
@@ -60,7 +55,7 @@ func (a *Activities) CheckpointDone(ctx context.Context, in CheckpointInput) (Ch
 		if err != nil {
 			return st, fmt.Errorf("read checkpoint of pod %s/%s: %w", in.Namespace, name, err)
 		}
-		if pod.Annotations[AnnotationCheckpointCompleted] != in.ID {
+		if pod.Annotations[kubeobj.AnnotationCheckpointCompleted] != in.ID {
 			st.Waiting = append(st.Waiting, name)
 		}
 	}

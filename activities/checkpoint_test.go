@@ -5,18 +5,20 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 func TestCheckpointHandshake(t *testing.T) {
 	env, a, kube := activityEnv(t,
-		pod("train-0", nil, map[string]string{AnnotationCheckpoint: "annotation", "team.example.com/owner": "ml"}),
-		pod("train-1", nil, map[string]string{AnnotationCheckpointCompleted: "migrate-old"}))
+		pod("train-0", nil, map[string]string{kubeobj.AnnotationCheckpoint: "annotation", "team.example.com/owner": "ml"}),
+		pod("train-1", nil, map[string]string{kubeobj.AnnotationCheckpointCompleted: "migrate-old"}))
 	in := CheckpointInput{Namespace: "team-a", Pods: []string{"train-0", "train-1", "gone"}, ID: "migrate-1"}
 	if _, err := env.ExecuteActivity(a.RequestCheckpoint, in); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := kube.CoreV1().Pods("team-a").Get(context.Background(), "train-0", metav1.GetOptions{})
-	if p.Annotations[AnnotationCheckpointRequested] != "migrate-1" || p.Annotations["team.example.com/owner"] != "ml" {
+	if p.Annotations[kubeobj.AnnotationCheckpointRequested] != "migrate-1" || p.Annotations["team.example.com/owner"] != "ml" {
 		t.Fatalf("annotations after the request: %v", p.Annotations)
 	}
 	status := func() CheckpointStatus {
@@ -37,7 +39,7 @@ func TestCheckpointHandshake(t *testing.T) {
 	}
 	for _, name := range []string{"train-0", "train-1"} {
 		p, _ := kube.CoreV1().Pods("team-a").Get(context.Background(), name, metav1.GetOptions{})
-		p.Annotations[AnnotationCheckpointCompleted] = "migrate-1"
+		p.Annotations[kubeobj.AnnotationCheckpointCompleted] = "migrate-1"
 		if _, err := kube.CoreV1().Pods("team-a").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}

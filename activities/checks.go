@@ -19,16 +19,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// Labels on probe and canary Pods.
-const (
-	LabelRole   = "devicewarden.io/role"
-	LabelReview = "devicewarden.io/review"
-	// ErrNoIdentity is the non-retryable error type of a device that cannot be singled out.
-	ErrNoIdentity = "NoDeviceIdentity"
-)
+// ErrNoIdentity is the non-retryable error type of a device that cannot be singled out.
+const ErrNoIdentity = "NoDeviceIdentity"
 
 // CheckInput runs a probe or canary Pod on exactly one device.
 type CheckInput struct {
@@ -297,7 +293,7 @@ func attrExpr(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1
 // is", and a namespace that is really missing fails the check's first create (checkNamespaceError).
 func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
 	_, err := a.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{LabelManagedBy: ManagedBy}}}, metav1.CreateOptions{FieldManager: FieldManager})
+		Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy}}}, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}

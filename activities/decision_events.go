@@ -8,10 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -53,33 +51,7 @@ func (a *Activities) event(ctx context.Context, obj corev1.ObjectReference, reas
 	}
 }
 
-// createEvent writes one Event about obj through CreateEvent.
+// createEvent writes one Event about obj through kubeobj.CreateEvent.
 func (a *Activities) createEvent(ctx context.Context, obj corev1.ObjectReference, reason, typ, msg, name, controller string) error {
-	return CreateEvent(ctx, a.Kube, obj, reason, typ, msg, name, controller)
-}
-
-// CreateEvent writes one Event about obj, named name (trimmed to a valid length) and reported by
-// controller; one already there by that name is success, so a fixed name writes it once. Every
-// Event DeviceWarden writes (decisions, claim hygiene, rollouts, the watcher's ambiguous reports)
-// goes through it.
-func CreateEvent(ctx context.Context, kube kubernetes.Interface, obj corev1.ObjectReference, reason, typ, msg, name, controller string) error {
-	if len(name) > 253 {
-		name = name[len(name)-253:]
-	}
-	ns := obj.Namespace
-	if ns == "" {
-		ns = metav1.NamespaceDefault // cluster-scoped objects (nodes) keep their Events there
-	}
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: strings.TrimLeft(name, ".-"), Namespace: ns},
-		InvolvedObject: obj, Reason: reason, Message: msg, Type: typ,
-		Source:              corev1.EventSource{Component: "devicewarden"},
-		ReportingController: controller, ReportingInstance: "devicewarden",
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	return nil
+	return kubeobj.CreateEvent(ctx, a.Kube, obj, reason, typ, msg, name, controller)
 }

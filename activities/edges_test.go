@@ -16,12 +16,13 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // The current review's own canary Job is adopted, not deleted and recreated.
 func TestClearStaleAdoptsTheCurrentCanaryJob(t *testing.T) {
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "checks", Name: "canary-1", Labels: map[string]string{LabelReview: "2"}}}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "checks", Name: "canary-1", Labels: map[string]string{kubeobj.LabelReview: "2"}}}
 	_, a, kube := activityEnv(t, job)
 	if err := a.clearStale(context.Background(), policy.ActCanary, "checks", "canary-1", 2); err != nil {
 		t.Fatal(err)

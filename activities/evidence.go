@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // LabelEvidence marks the ConfigMaps that keep a workload's evidence.
@@ -92,13 +93,13 @@ func (a *Activities) PreserveEvidence(ctx context.Context, in EvidenceInput) (st
 	data["events.txt"] = strings.Join(events, "\n")
 	trim(data)
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy, LabelEvidence: "true",
-			LabelWorkloadNamespace: labelValue(ns), LabelWorkloadName: labelValue(in.Workload.Name), LabelDevice: labelValue(in.Device.Device)},
-			Annotations: map[string]string{AnnotationWorkflow: in.WorkflowID, AnnotationDevice: in.Device.String(),
-				AnnotationExpiresAt: time.Now().Add(in.Keep).UTC().Format(time.RFC3339)}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, LabelEvidence: "true",
+			kubeobj.LabelWorkloadNamespace: labelValue(ns), kubeobj.LabelWorkloadName: labelValue(in.Workload.Name), kubeobj.LabelDevice: labelValue(in.Device.Device)},
+			Annotations: map[string]string{kubeobj.AnnotationWorkflow: in.WorkflowID, kubeobj.AnnotationDevice: in.Device.String(),
+				kubeobj.AnnotationExpiresAt: time.Now().Add(in.Keep).UTC().Format(time.RFC3339)}},
 		Data: data,
 	}
-	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("create evidence %s: %w", name, err)
 	}
 	return name, nil
@@ -161,7 +162,7 @@ func (a *Activities) PruneEvidence(ctx context.Context, now time.Time) (int, err
 	}
 	n := 0
 	for _, cm := range list.Items {
-		until, err := time.Parse(time.RFC3339, cm.Annotations[AnnotationExpiresAt])
+		until, err := time.Parse(time.RFC3339, cm.Annotations[kubeobj.AnnotationExpiresAt])
 		if err != nil || now.Before(until) {
 			continue
 		}

@@ -12,6 +12,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 func TestPreserveEvidence(t *testing.T) {
@@ -44,7 +46,7 @@ func TestPreserveEvidence(t *testing.T) {
 		d["pod-train-1.json"] != "gone before the evidence was taken" || d["events.txt"] != "2026-11-30T09:00:00Z Warning BackOff Pod/train-0: restarting failed container" {
 		t.Fatalf("evidence data %v", d)
 	}
-	if len(cm.OwnerReferences) != 0 || cm.Labels[LabelEvidence] != "true" || cm.Annotations[AnnotationWorkflow] != in.WorkflowID || cm.Annotations[AnnotationExpiresAt] == "" {
+	if len(cm.OwnerReferences) != 0 || cm.Labels[LabelEvidence] != "true" || cm.Annotations[kubeobj.AnnotationWorkflow] != in.WorkflowID || cm.Annotations[kubeobj.AnnotationExpiresAt] == "" {
 		t.Fatalf("evidence meta %+v", cm.ObjectMeta)
 	}
 	// A retry keeps the first evidence.
@@ -80,7 +82,7 @@ func TestPruneEvidenceKeepsWhatIsNotDue(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	ev := func(name, expires string, evidence bool) *corev1.ConfigMap {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{},
-			Annotations: map[string]string{AnnotationExpiresAt: expires}}}
+			Annotations: map[string]string{kubeobj.AnnotationExpiresAt: expires}}}
 		if evidence {
 			cm.Labels[LabelEvidence] = "true"
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/notify"
 )
 
 // In a storm the breaker holds every device past its cap, and each held device has an alert to
@@ -24,14 +26,14 @@ const maxHeldListed = 20
 
 type heldAlerts struct {
 	mu       sync.Mutex
-	pending  []AlertInput
+	pending  []notify.AlertInput
 	title    string // the summary's first line, after how many
 	flushing bool
 	every    time.Duration // HeldAlertEvery unless set (tests)
 }
 
 // holdAlert takes the alert of a device whose automatic action the breaker held.
-func (a *Activities) holdAlert(in AlertInput, held string) {
+func (a *Activities) holdAlert(in notify.AlertInput, held string) {
 	a.gather(&a.held, in, "devices held by the circuit breaker ("+held+"); each waits for an operator's resume:", "held", held)
 }
 
@@ -39,13 +41,13 @@ func (a *Activities) holdAlert(in AlertInput, held string) {
 // report tolerated, a device Healthy again within its window), run as a local activity: it is
 // logged and counted at once and reaches people with the others of the last few seconds, so a
 // fleet that turns Unknown at once costs one Slack message, not one activity per device.
-func (a *Activities) NoteAlert(_ context.Context, in AlertInput) error {
+func (a *Activities) NoteAlert(_ context.Context, in notify.AlertInput) error {
 	a.gather(&a.notes, in, "device alerts in the last seconds:")
 	return nil
 }
 
 // gather logs and counts an alert and queues it for the next summary of h.
-func (a *Activities) gather(h *heldAlerts, in AlertInput, title string, attrs ...any) {
+func (a *Activities) gather(h *heldAlerts, in notify.AlertInput, title string, attrs ...any) {
 	slog.Default().Log(context.Background(), alertLevel(in.Level), "alert", append([]any{"level", in.Level, "text", in.Text,
 		"workflow", in.WorkflowID, "device", in.Device.String()}, attrs...)...)
 	if a.Metrics != nil {
@@ -95,8 +97,8 @@ func (a *Activities) flushHeld(h *heldAlerts) {
 
 // heldSummaries makes one alert per channel of the alerts gathered together: the most severe level,
 // how many, and the first devices with their reasons.
-func heldSummaries(batch []AlertInput, title string) []AlertInput {
-	byChannel := map[string][]AlertInput{}
+func heldSummaries(batch []notify.AlertInput, title string) []notify.AlertInput {
+	byChannel := map[string][]notify.AlertInput{}
 	var channels []string
 	for _, in := range batch {
 		if _, ok := byChannel[in.Channel]; !ok {
@@ -105,7 +107,7 @@ func heldSummaries(batch []AlertInput, title string) []AlertInput {
 		byChannel[in.Channel] = append(byChannel[in.Channel], in)
 	}
 	sort.Strings(channels)
-	out := make([]AlertInput, 0, len(channels))
+	out := make([]notify.AlertInput, 0, len(channels))
 	for _, ch := range channels {
 		ins := byChannel[ch]
 		level := "info"
@@ -123,7 +125,7 @@ func heldSummaries(batch []AlertInput, title string) []AlertInput {
 			}
 			fmt.Fprintf(&b, "\n%s: %s", in.Device.String(), in.Text)
 		}
-		out = append(out, AlertInput{Level: level, Text: b.String(), Channel: ch})
+		out = append(out, notify.AlertInput{Level: level, Text: b.String(), Channel: ch})
 	}
 	return out
 }

@@ -11,25 +11,26 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 type alertBox struct {
 	mu  sync.Mutex
-	got []AlertInput
+	got []notify.AlertInput
 }
 
-func (b *alertBox) Alert(_ context.Context, in AlertInput) error {
+func (b *alertBox) Alert(_ context.Context, in notify.AlertInput) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.got = append(b.got, in)
 	return nil
 }
 
-func (b *alertBox) all() []AlertInput {
+func (b *alertBox) all() []notify.AlertInput {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]AlertInput(nil), b.got...)
+	return append([]notify.AlertInput(nil), b.got...)
 }
 
 // A denied permit that carries the device's alert says Alerted, and the worker sends the alerts
@@ -41,7 +42,7 @@ func TestHeldAlertsGoTogether(t *testing.T) {
 	a := &Activities{Kube: fake.NewClientset(), Breaker: b, Alerter: box, BreakerConfig: policy.DefaultBreaker()}
 	a.held.every = 20 * time.Millisecond
 	for i := range 25 {
-		al := AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Level: "critical", Text: "device reported Unhealthy"}
+		al := notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Level: "critical", Text: "device reported Unhealthy"}
 		if i == 24 {
 			al.Channel, al.Level = "#other", "warning"
 		}
@@ -66,7 +67,7 @@ func TestHeldAlertsGoTogether(t *testing.T) {
 		t.Fatalf("second channel %+v", got[1])
 	}
 	b.res = policy.PermitResult{Granted: true}
-	al := AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-x"}, Level: "critical", Text: "x"}
+	al := notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-x"}, Level: "critical", Text: "x"}
 	if res, _ := a.AcquirePermit(context.Background(), PermitInput{Device: al.Device, Action: policy.Quarantined, HeldAlert: &al}); !res.Granted || res.Alerted {
 		t.Fatalf("a granted permit took the alert: %+v", res)
 	}
@@ -78,11 +79,11 @@ func TestNotesGoTogether(t *testing.T) {
 	a := &Activities{Alerter: box}
 	a.notes.every, a.held.every = 20*time.Millisecond, 20*time.Millisecond
 	for i := range 3 {
-		if err := a.NoteAlert(context.Background(), AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Level: "warning", Text: "device reported Unknown"}); err != nil {
+		if err := a.NoteAlert(context.Background(), notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Level: "warning", Text: "device reported Unknown"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a.holdAlert(AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Level: "critical", Text: "x"}, "cap of 20 (10% of 200)")
+	a.holdAlert(notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Level: "critical", Text: "x"}, "cap of 20 (10% of 200)")
 	deadline := time.Now().Add(5 * time.Second)
 	for len(box.all()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -91,7 +92,7 @@ func TestNotesGoTogether(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("summaries %+v", got)
 	}
-	var notes, held AlertInput
+	var notes, held notify.AlertInput
 	for _, g := range got {
 		if strings.Contains(g.Text, "held") {
 			held = g

@@ -14,14 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
-)
-
-// Event reasons claim hygiene writes on a ResourceClaim.
-const (
-	EventClaimLeaked        = "ClaimLeaked"
-	EventClaimShareStuck    = "ClaimShareStuck"
-	EventClaimUnknown       = "ClaimAllocationUnknown"
-	EventLeakedClaimDeleted = "LeakedClaimDeleted"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // HygieneInput names one claim for claim hygiene.
@@ -86,7 +79,7 @@ func (a *Activities) DeleteLeakedClaim(ctx context.Context, in HygieneInput) (Cl
 	if a.Metrics != nil {
 		a.Metrics.ClaimsDeleted.Inc()
 	}
-	a.claimEvent(ctx, c, f, EventLeakedClaimDeleted, "deleted", corev1.EventTypeNormal,
+	a.claimEvent(ctx, c, f, kubeobj.EventLeakedClaimDeleted, "deleted", corev1.EventTypeNormal,
 		fmt.Sprintf("deleted at version %s (shares %s): %s", version, strings.Join(f.ShareIDs, ","), f.Reason))
 	return ClaimCheck{Finding: f, Deleted: true}, nil
 }
@@ -94,7 +87,7 @@ func (a *Activities) DeleteLeakedClaim(ctx context.Context, in HygieneInput) (Cl
 // RecordClaimFinding writes a Warning Event on the claim: once per claim and kind, however often
 // it is retried (the Event's name is fixed).
 func (a *Activities) RecordClaimFinding(ctx context.Context, f capacity.Finding) error {
-	reason := map[string]string{capacity.FindingLeaked: EventClaimLeaked, capacity.FindingStuck: EventClaimShareStuck, capacity.FindingNodeLost: EventClaimUnknown}[f.Kind]
+	reason := map[string]string{capacity.FindingLeaked: kubeobj.EventClaimLeaked, capacity.FindingStuck: kubeobj.EventClaimShareStuck, capacity.FindingNodeLost: kubeobj.EventClaimUnknown}[f.Kind]
 	if reason == "" {
 		return fmt.Errorf("no event for finding kind %q", f.Kind)
 	}
@@ -113,7 +106,7 @@ func (a *Activities) claimEvent(ctx context.Context, c *resourcev1.ResourceClaim
 		Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: f.Version}
 	err := a.createEvent(ctx, ref, reason, typ, msg, fmt.Sprintf("%s.hygiene-%s", c.UID, key), "devicewarden.io/claim-hygiene")
 	if err != nil {
-		if reason == EventLeakedClaimDeleted {
+		if reason == kubeobj.EventLeakedClaimDeleted {
 			slog.Default().Warn("event not recorded", "claim", c.Namespace+"/"+c.Name, "reason", reason, "error", err)
 			return nil // the deletion happened; its record is the workflow's history
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 )
 
@@ -135,7 +136,7 @@ func TestDeleteLeakedClaimActsOnceAndOnlyOnAFreshLook(t *testing.T) {
 		t.Fatalf("deletions counted %v", n)
 	}
 	evs, _ := kube.CoreV1().Events("t").List(ctx, metav1.ListOptions{})
-	if len(evs.Items) != 1 || evs.Items[0].Reason != EventLeakedClaimDeleted || !strings.Contains(evs.Items[0].Message, "s-leaked") {
+	if len(evs.Items) != 1 || evs.Items[0].Reason != kubeobj.EventLeakedClaimDeleted || !strings.Contains(evs.Items[0].Message, "s-leaked") {
 		t.Fatalf("events = %+v", evs.Items)
 	}
 	// Deletions turned off on the worker since the workflow started: a leak its input says may go
@@ -178,7 +179,7 @@ func TestRecordClaimFindingOnce(t *testing.T) {
 		}
 	}
 	evs, _ := kube.CoreV1().Events("t").List(context.Background(), metav1.ListOptions{})
-	if len(evs.Items) != 1 || evs.Items[0].Reason != EventClaimShareStuck || evs.Items[0].Type != corev1.EventTypeWarning ||
+	if len(evs.Items) != 1 || evs.Items[0].Reason != kubeobj.EventClaimShareStuck || evs.Items[0].Type != corev1.EventTypeWarning ||
 		evs.Items[0].InvolvedObject.Kind != "ResourceClaim" || evs.Items[0].InvolvedObject.UID != "u1" ||
 		!strings.Contains(evs.Items[0].Message, "version 9, shares s1") {
 		t.Fatalf("events = %+v", evs.Items)

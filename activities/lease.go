@@ -13,16 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // ErrLeaseLost is the non-retryable error type of a migration whose Lease another holder took.
 const ErrLeaseLost = "MigrationLeaseLost"
-
-// Labels on migration Leases.
-const (
-	LabelWorkloadNamespace = "devicewarden.io/workload-namespace"
-	LabelWorkloadName      = "devicewarden.io/workload-name"
-)
 
 // LeaseInput names a workload's migration Lease and who asks for it (a migration workflow's ID).
 type LeaseInput struct {
@@ -62,12 +58,12 @@ func (a *Activities) TakeMigrationLease(ctx context.Context, in LeaseInput) (Lea
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		l = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy,
-				LabelWorkloadNamespace: labelValue(in.Workload.Namespace), LabelWorkloadName: labelValue(in.Workload.Name)}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy,
+				kubeobj.LabelWorkloadNamespace: labelValue(in.Workload.Namespace), kubeobj.LabelWorkloadName: labelValue(in.Workload.Name)}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(in.Holder), LeaseDurationSeconds: ptr.To(int32(in.Duration.Seconds())),
 				AcquireTime: &now, RenewTime: &now},
 		}
-		if _, err := leases.Create(ctx, l, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 			return LeaseResult{}, fmt.Errorf("create migration lease %s: %w", name, err) // a racing creator: retried, then seen as held
 		}
 		return LeaseResult{Held: true, Holder: in.Holder}, nil
@@ -84,7 +80,7 @@ func (a *Activities) TakeMigrationLease(ctx context.Context, in LeaseInput) (Lea
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	}
 	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, ptr.To(int32(in.Duration.Seconds()))
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 		return LeaseResult{}, fmt.Errorf("take migration lease %s: %w", name, err) // a conflict is retried and re-read
 	}
 	return LeaseResult{Held: true, Holder: in.Holder}, nil
@@ -143,7 +139,7 @@ func (a *Activities) renewMigrationLease(ctx context.Context, in LeaseInput) (st
 	}
 	now := metav1.NewMicroTime(time.Now())
 	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, ptr.To(int32(in.Duration.Seconds()))
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 		return "", fmt.Errorf("renew migration lease %s: %w", name, err) // a conflict is re-read next time
 	}
 	return holder, nil

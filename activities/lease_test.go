@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 var trainJob = Workload{Kind: "Job", APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "uid-train"}
@@ -41,7 +43,7 @@ func TestMigrationLease(t *testing.T) {
 		t.Fatalf("first take: %+v", res)
 	}
 	l, err := kube.CoordinationV1().Leases("devicewarden").Get(context.Background(), MigrationLeaseName(trainJob), metav1.GetOptions{})
-	if err != nil || *l.Spec.HolderIdentity != first.Holder || *l.Spec.LeaseDurationSeconds != 15 || l.Labels[LabelWorkloadName] != "train" {
+	if err != nil || *l.Spec.HolderIdentity != first.Holder || *l.Spec.LeaseDurationSeconds != 15 || l.Labels[kubeobj.LabelWorkloadName] != "train" {
 		t.Fatalf("lease %+v %v", l, err)
 	}
 	if res := takeLease(t, env, a, second); res.Held || res.Holder != first.Holder {

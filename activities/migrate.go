@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -186,7 +187,7 @@ func (a *Activities) readyElsewhere(ctx context.Context, in ReadyInput, old map[
 	var ready []string
 	for i := range pods {
 		p := &pods[i]
-		if old[string(p.UID)] || !PodReady(p) {
+		if old[string(p.UID)] || !kubeobj.PodReady(p) {
 			continue
 		}
 		uses, err := a.usesDevice(ctx, p, in.Device)
@@ -198,19 +199,6 @@ func (a *Activities) readyElsewhere(ctx context.Context, in ReadyInput, old map[
 		}
 	}
 	return ready, nil
-}
-
-// PodReady says whether a Pod runs, is Ready and is not being deleted.
-func PodReady(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // usesDevice reads the allocations of the Pod's claims.

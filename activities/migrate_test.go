@@ -17,11 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/policy"
+
 	"go.temporal.io/sdk/worker"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // readyPod is a running, Ready Pod of a Job whose claim holds the given device.
@@ -88,7 +89,7 @@ func TestWorkloadPodsAndReadyElsewhere(t *testing.T) {
 }
 
 func TestWaitPodsGoneAndCheckpoint(t *testing.T) {
-	p := pod("train-0", nil, map[string]string{AnnotationCheckpointCompleted: "m-1"})
+	p := pod("train-0", nil, map[string]string{kubeobj.AnnotationCheckpointCompleted: "m-1"})
 	env, a, kube := activityEnv(t, p)
 	a.MigratePoll = 10 * time.Millisecond
 	// A newer Pod of the same name does not keep the wait going.

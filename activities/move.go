@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // ErrEvictionBlocked is the (retryable) error type of an eviction a PodDisruptionBudget refused:
@@ -71,7 +73,7 @@ func (a *Activities) SuspendJob(ctx context.Context, in SuspendInput) error {
 			AbsPath("/apis", in.APIVersion, "namespaces", in.Namespace, "jobsets", in.Job).
 			Body(patch).Do(ctx).Error()
 	} else {
-		_, err = a.Kube.BatchV1().Jobs(in.Namespace).Patch(ctx, in.Job, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		_, err = a.Kube.BatchV1().Jobs(in.Namespace).Patch(ctx, in.Job, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kubeobj.FieldManager})
 	}
 	if err != nil {
 		return fmt.Errorf("set suspend=%t on %s %s/%s: %w", in.Suspend, strings.ToLower(kindOrJob(in.Kind)), in.Namespace, in.Job, err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // nodeLeaseNamespace holds the nodes' heartbeat Leases.
@@ -97,7 +98,7 @@ func (a *Activities) FenceNode(ctx context.Context, in FenceInput) error {
 		value = in.Actor + " " + time.Now().UTC().Format(time.RFC3339)
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{capacity.AnnotationFenced: value}}})
-	if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 		return fmt.Errorf("fence node %s: %w", in.Node, err)
 	}
 	return nil

@@ -8,32 +8,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/notify"
 )
 
 type sent struct {
-	alerts    []AlertInput
-	approvals []ApprovalRequest
-	rollouts  []RolloutApprovalRequest
+	alerts    []notify.AlertInput
+	approvals []notify.ApprovalRequest
+	rollouts  []notify.RolloutApprovalRequest
 	err       error
 }
 
-func (s *sent) Alert(_ context.Context, in AlertInput) error {
+func (s *sent) Alert(_ context.Context, in notify.AlertInput) error {
 	s.alerts = append(s.alerts, in)
 	return s.err
 }
-func (s *sent) RequestApproval(_ context.Context, in ApprovalRequest) error {
+func (s *sent) RequestApproval(_ context.Context, in notify.ApprovalRequest) error {
 	s.approvals = append(s.approvals, in)
 	return s.err
 }
 
-func (s *sent) RequestRolloutApproval(_ context.Context, in RolloutApprovalRequest) error {
+func (s *sent) RequestRolloutApproval(_ context.Context, in notify.RolloutApprovalRequest) error {
 	s.rollouts = append(s.rollouts, in)
 	return s.err
 }
 
 func TestRequestRolloutApproval(t *testing.T) {
 	env, a, _ := activityEnv(t)
-	req := RolloutApprovalRequest{Rollout: "gpu-dra", Phase: "canary", Next: "wide"}
+	req := notify.RolloutApprovalRequest{Rollout: "gpu-dra", Phase: "canary", Next: "wide"}
 	if _, err := env.ExecuteActivity(a.RequestRolloutApproval, req); err != nil {
 		t.Fatalf("without an approver (CLI only): %v", err)
 	}
@@ -46,7 +49,7 @@ func TestRequestRolloutApproval(t *testing.T) {
 
 func TestAlert(t *testing.T) {
 	env, a, _ := activityEnv(t)
-	in := AlertInput{Device: gpu3, Level: "critical", Text: "taint failed", WorkflowID: gpu3.WorkflowID(), Channel: "#gpu-ops"}
+	in := notify.AlertInput{Device: gpu3, Level: "critical", Text: "taint failed", WorkflowID: gpu3.WorkflowID(), Channel: "#gpu-ops"}
 	if _, err := env.ExecuteActivity(a.Alert, in); err != nil {
 		t.Fatalf("without an alerter: %v", err)
 	}
@@ -56,7 +59,7 @@ func TestAlert(t *testing.T) {
 		t.Fatalf("delivered %+v (%v)", to.alerts, err)
 	}
 	to.err = errors.New("slack: rate limited")
-	if _, err := env.ExecuteActivity(a.Alert, AlertInput{Level: "warning", Text: "breaker open"}); err == nil {
+	if _, err := env.ExecuteActivity(a.Alert, notify.AlertInput{Level: "warning", Text: "breaker open"}); err == nil {
 		t.Fatal("a failed delivery must fail the activity (it is retried)")
 	}
 	if n := testutil.ToFloat64(a.Metrics.Alerts.WithLabelValues("critical")); n != 2 {
@@ -71,7 +74,7 @@ func TestAlert(t *testing.T) {
 
 func TestRequestApproval(t *testing.T) {
 	env, a, _ := activityEnv(t)
-	req := ApprovalRequest{Device: gpu3, Node: "node-1", Reason: "XID 79", WorkflowID: gpu3.WorkflowID(), Channel: "#gpu-ops"}
+	req := notify.ApprovalRequest{Device: gpu3, Node: "node-1", Reason: "XID 79", WorkflowID: gpu3.WorkflowID(), Channel: "#gpu-ops"}
 	if _, err := env.ExecuteActivity(a.RequestApproval, req); err != nil {
 		t.Fatalf("without an approver (CLI only): %v", err)
 	}
@@ -90,7 +93,7 @@ func TestRequestApproval(t *testing.T) {
 // A node-level alert is also a Warning Event on the node; the retried alert writes it once.
 func TestNodeAlertIsAnEventOnTheNode(t *testing.T) {
 	env, a, _ := activityEnv(t)
-	in := AlertInput{Level: "critical", Text: "2 of 8 devices failed on node-1", WorkflowID: "node/node-1", Node: "node-1"}
+	in := notify.AlertInput{Level: "critical", Text: "2 of 8 devices failed on node-1", WorkflowID: "node/node-1", Node: "node-1"}
 	for range 2 {
 		if _, err := env.ExecuteActivity(a.Alert, in); err != nil {
 			t.Fatal(err)
@@ -104,7 +107,7 @@ func TestNodeAlertIsAnEventOnTheNode(t *testing.T) {
 		t.Fatalf("events %+v", evs.Items)
 	}
 	e := evs.Items[0]
-	if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "node-1" || e.Reason != EventNodeEscalated ||
+	if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "node-1" || e.Reason != kubeobj.EventNodeEscalated ||
 		e.Type != corev1.EventTypeWarning || e.Message != in.Text {
 		t.Fatalf("event %+v", e)
 	}

@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -92,17 +93,17 @@ func TestQuarantineCreatesTheRule(t *testing.T) {
 	if *sel.Driver != gpu3.Driver || *sel.Pool != gpu3.Pool || *sel.Device != gpu3.Device {
 		t.Fatalf("selector %+v", sel)
 	}
-	if r.Spec.Taint != (resourcev1.DeviceTaint{Key: TaintKey, Value: "true", Effect: resourcev1.DeviceTaintEffectNoSchedule}) {
+	if r.Spec.Taint != (resourcev1.DeviceTaint{Key: kubeobj.TaintKey, Value: "true", Effect: resourcev1.DeviceTaintEffectNoSchedule}) {
 		t.Fatalf("taint %+v", r.Spec.Taint)
 	}
-	want := map[string]string{AnnotationDevice: gpu3.String(), AnnotationReason: "XID 79", AnnotationActor: "devicewarden",
-		AnnotationWorkflow: gpu3.WorkflowID(), AnnotationExpiresAt: "2026-12-01T00:00:00Z"}
+	want := map[string]string{kubeobj.AnnotationDevice: gpu3.String(), kubeobj.AnnotationReason: "XID 79", kubeobj.AnnotationActor: "devicewarden",
+		kubeobj.AnnotationWorkflow: gpu3.WorkflowID(), kubeobj.AnnotationExpiresAt: "2026-12-01T00:00:00Z"}
 	for k, v := range want {
 		if r.Annotations[k] != v {
 			t.Errorf("annotation %s = %q, want %q", k, r.Annotations[k], v)
 		}
 	}
-	if r.Labels[LabelManagedBy] != ManagedBy || r.Labels[LabelDevice] != "gpu-3" || r.Labels[LabelPool] != "node-1" {
+	if r.Labels[kubeobj.LabelManagedBy] != kubeobj.ManagedBy || r.Labels[kubeobj.LabelDevice] != "gpu-3" || r.Labels[kubeobj.LabelPool] != "node-1" {
 		t.Errorf("labels %v", r.Labels)
 	}
 	if n := testutil.ToFloat64(a.Metrics.Quarantines.WithLabelValues("created")); n != 1 {
@@ -146,7 +147,7 @@ func TestQuarantineUpdatesARestriction(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	r, _ := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
-	if r.Spec.Taint.Key != TaintKey || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute || r.Annotations[AnnotationReason] != "XID 79" ||
+	if r.Spec.Taint.Key != kubeobj.TaintKey || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute || r.Annotations[kubeobj.AnnotationReason] != "XID 79" ||
 		r.Annotations["team.example.com/ticket"] != "OPS-42" {
 		t.Fatalf("rule after update: %+v %v", r.Spec.Taint, r.Annotations)
 	}
@@ -205,7 +206,7 @@ func TestQuarantineWaitsForADeletingRule(t *testing.T) {
 
 func TestQuarantineRefusesARuleNameCollision(t *testing.T) {
 	other := existingRule(quarantineIn("XID 79"))
-	other.Annotations[AnnotationDevice] = "gpu.example.com/node-9/gpu-0"
+	other.Annotations[kubeobj.AnnotationDevice] = "gpu.example.com/node-9/gpu-0"
 	env, a, _ := activityEnv(t, other)
 	_, err := quarantine(t, env, quarantineIn("XID 79"))
 	var app *temporal.ApplicationError

@@ -15,23 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
-// Annotations enable leaves on a node it switched, so a retried enable (or the rollback) finds
-// what the node was before, whoever's worker runs it.
-const (
-	AnnotationRolloutPrevious = "devicewarden.io/rollout-previous-owner"
-	AnnotationRolloutDevices  = "devicewarden.io/rollout-plugin-devices"
-	// unlabelled records that the node had no ownership label.
-	unlabelled = "-"
-)
-
-// Event reasons on nodes a rollout switches.
-const (
-	EventRolloutEnabled    = "RolloutEnabled"
-	EventRolloutRolledBack = "RolloutRolledBack"
-)
+// unlabelled records that the node had no ownership label (in kubeobj.AnnotationRolloutPrevious).
+const unlabelled = "-"
 
 // PhaseInput names one phase of a rollout plan.
 type PhaseInput struct {
@@ -111,13 +100,13 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ P
 			}
 		}
 		out.Nodes = append(out.Nodes, ch)
-		if n.Labels[in.Plan.OwnerLabel] == in.Plan.DRA && n.Annotations[AnnotationRolloutPrevious] != "" {
+		if n.Labels[in.Plan.OwnerLabel] == in.Plan.DRA && n.Annotations[kubeobj.AnnotationRolloutPrevious] != "" {
 			continue
 		}
 		if err := a.switchToDRA(ctx, in.Plan.Name, in.Plan.OwnerLabel, in.Plan.DRA, ch); err != nil {
 			return PhaseChange{}, err
 		}
-		a.nodeEvent(ctx, n, EventRolloutEnabled, fmt.Sprintf("rollout %s phase %s: %s=%s (was %s); the DRA driver owns its devices now",
+		a.nodeEvent(ctx, n, kubeobj.EventRolloutEnabled, fmt.Sprintf("rollout %s phase %s: %s=%s (was %s); the DRA driver owns its devices now",
 			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, previousOwner(ch)))
 	}
 	for _, c := range ph.Classes {
@@ -146,10 +135,10 @@ func previousOwner(ch NodeChange) string {
 func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, dra string, ch NodeChange) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels": map[string]any{ownerLabel: dra},
-		"annotations": map[string]any{AnnotationRolloutPrevious: rolloutName + "/" + previousOwner(ch),
-			AnnotationRolloutDevices: strconv.FormatInt(ch.PluginDevices, 10)},
+		"annotations": map[string]any{kubeobj.AnnotationRolloutPrevious: rolloutName + "/" + previousOwner(ch),
+			kubeobj.AnnotationRolloutDevices: strconv.FormatInt(ch.PluginDevices, 10)},
 	}})
-	if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 		return fmt.Errorf("switch node %s to %s: %w", ch.Node, dra, err)
 	}
 	return nil
@@ -187,9 +176,9 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (_ Undo
 		}
 		back, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"labels":      map[string]any{in.OwnerLabel: label},
-			"annotations": map[string]any{AnnotationRolloutPrevious: nil, AnnotationRolloutDevices: nil},
+			"annotations": map[string]any{kubeobj.AnnotationRolloutPrevious: nil, kubeobj.AnnotationRolloutDevices: nil},
 		}})
-		n, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, back, metav1.PatchOptions{FieldManager: FieldManager})
+		n, err := a.Kube.CoreV1().Nodes().Patch(ctx, ch.Node, types.MergePatchType, back, metav1.PatchOptions{FieldManager: kubeobj.FieldManager})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -215,7 +204,7 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (_ Undo
 			continue
 		}
 		res.Returned = append(res.Returned, ch.Node)
-		a.nodeEvent(ctx, routed[i], EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again",
+		a.nodeEvent(ctx, routed[i], kubeobj.EventRolloutRolledBack, fmt.Sprintf("rollout %s phase %s rolled back (%s): %s=%s again",
 			in.Rollout, in.Change.Phase, in.Reason, in.OwnerLabel, ch.Previous))
 	}
 	return res, nil

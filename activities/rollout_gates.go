@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go.temporal.io/sdk/activity"
 	"log/slog"
 	"strings"
 	"time"
+
+	"go.temporal.io/sdk/activity"
 
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -19,6 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -71,7 +74,7 @@ func (a *Activities) EvaluateRolloutGates(ctx context.Context, in GateInput) (ro
 				objs = append(objs, f.Object+" ("+f.Reason+")")
 			}
 		}
-		_ = a.Alert(ctx, AlertInput{Level: level, WorkflowID: RolloutWorkflowID(in.Plan.Name),
+		_ = a.Alert(ctx, notify.AlertInput{Level: level, WorkflowID: RolloutWorkflowID(in.Plan.Name),
 			Text: fmt.Sprintf("rollout %s phase %s: %d %s allocation failures: %s", in.Plan.Name, ph.Name, counts[class], class, strings.Join(objs, "; "))})
 	}
 	return r, nil
@@ -138,11 +141,6 @@ func queryValue(ctx context.Context, api promv1.API, q string, now time.Time) (f
 	return 0, fmt.Errorf("query %q returned a %s, want a scalar or one sample", q, v.Type())
 }
 
-// ReportConfigMap is the name of the ConfigMap that keeps a rollout phase's last gate report.
-func ReportConfigMap(rolloutName, phase string) string {
-	return "devicewarden-rollout-" + rolloutName + "-" + phase
-}
-
 func (a *Activities) saveReport(ctx context.Context, name string, r rollout.Report) error {
 	var data strings.Builder
 	enc := json.NewEncoder(&data)
@@ -152,13 +150,13 @@ func (a *Activities) saveReport(ctx context.Context, name string, r rollout.Repo
 		return fmt.Errorf("encode gate report: %w", err)
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: ReportConfigMap(name, r.Phase), Namespace: a.ownNamespace(),
-			Labels: map[string]string{LabelManagedBy: ManagedBy, LabelRollout: name}},
+		ObjectMeta: metav1.ObjectMeta{Name: kubeobj.ReportConfigMap(name, r.Phase), Namespace: a.ownNamespace(),
+			Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRollout: name}},
 		Data: map[string]string{"report.json": data.String()},
 	}
 	cms := a.Kube.CoreV1().ConfigMaps(cm.Namespace)
-	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager}); apierrors.IsAlreadyExists(err) {
-		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); apierrors.IsAlreadyExists(err) {
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
 		if err != nil {
 			return fmt.Errorf("keep gate report: %w", err)
 		}
@@ -168,9 +166,6 @@ func (a *Activities) saveReport(ctx context.Context, name string, r rollout.Repo
 	return nil
 }
 
-// LabelRollout names the rollout that owns an object (reports, admission blocks).
-const LabelRollout = "devicewarden.io/rollout"
-
 // BlockInput names the classes whose new claims a rolled-back phase refuses.
 type BlockInput struct {
 	Rollout string   `json:"rollout"`
@@ -179,16 +174,11 @@ type BlockInput struct {
 	Reason  string   `json:"reason"`
 }
 
-// BlockName is the ValidatingAdmissionPolicy (and binding) that holds a phase's classes.
-func BlockName(rolloutName, phase string) string {
-	return "devicewarden-rollout-" + rolloutName + "-" + phase
-}
-
 // BlockNewClaims creates a ValidatingAdmissionPolicy and its binding that refuse new
 // ResourceClaims for the phase's classes. Existing claims, bound or not, are untouched.
 func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err error) {
 	defer func() { err = permanent(err) }()
-	name := BlockName(in.Rollout, in.Phase)
+	name := kubeobj.BlockName(in.Rollout, in.Phase)
 	quoted := make([]string, len(in.Classes))
 	for i, c := range in.Classes {
 		quoted[i] = fmt.Sprintf("%q", c)
@@ -196,7 +186,7 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err err
 	list := "[" + strings.Join(quoted, ", ") + "]"
 	expr := fmt.Sprintf("!has(object.spec.devices) || !has(object.spec.devices.requests) || !object.spec.devices.requests.exists(r, "+
 		"(has(r.exactly) && r.exactly.deviceClassName in %s) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in %s)))", list, list)
-	labels := map[string]string{LabelManagedBy: ManagedBy, LabelRollout: in.Rollout}
+	labels := map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRollout: in.Rollout}
 	fail := admissionv1.Fail
 	pol := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -213,7 +203,7 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err err
 		},
 	}
 	vaps := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	if _, err := vaps.Create(ctx, pol, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := vaps.Create(ctx, pol, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create admission policy %s: %w", name, err)
 	}
 	bind := &admissionv1.ValidatingAdmissionPolicyBinding{
@@ -222,7 +212,7 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err err
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
 	}
 	bindings := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-	_, err = bindings.Create(ctx, bind, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = bindings.Create(ctx, bind, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create admission policy binding %s: %w", name, err)
 	}
@@ -283,7 +273,7 @@ func (a *Activities) tryBlockedClaim(ctx context.Context, name, class string) (a
 // UnblockNewClaims removes a phase's admission block (idempotent).
 func (a *Activities) UnblockNewClaims(ctx context.Context, in BlockInput) (err error) {
 	defer func() { err = permanent(err) }()
-	name := BlockName(in.Rollout, in.Phase)
+	name := kubeobj.BlockName(in.Rollout, in.Phase)
 	err = a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete admission policy binding %s: %w", name, err)

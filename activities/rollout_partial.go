@@ -9,13 +9,15 @@ import (
 	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // recordedChange is the switch a rollout's enable recorded on a node (its previous owner and the
 // plugin's devices then), and whether there is one.
 func recordedChange(n *corev1.Node, rollout string) (NodeChange, bool) {
 	ch := NodeChange{Node: n.Name}
-	rec, ok := n.Annotations[AnnotationRolloutPrevious]
+	rec, ok := n.Annotations[kubeobj.AnnotationRolloutPrevious]
 	if !ok || !strings.HasPrefix(rec, rollout+"/") {
 		return ch, false
 	}
@@ -24,7 +26,7 @@ func recordedChange(n *corev1.Node, rollout string) (NodeChange, bool) {
 	if !ch.HadLabel {
 		ch.Previous = ""
 	}
-	ch.PluginDevices, _ = strconv.ParseInt(n.Annotations[AnnotationRolloutDevices], 10, 64)
+	ch.PluginDevices, _ = strconv.ParseInt(n.Annotations[kubeobj.AnnotationRolloutDevices], 10, 64)
 	return ch, true
 }
 

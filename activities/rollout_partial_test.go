@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // An enable that failed after switching some nodes is undone by its phase's selector: the nodes
@@ -13,10 +15,10 @@ import (
 // switched, and one another rollout switched, are left alone.
 func TestUndoOfAFailedEnableFindsTheNodesItSwitched(t *testing.T) {
 	switched := poolNode("n1", map[string]string{owner: "dra"}, 0)
-	switched.Annotations = map[string]string{AnnotationRolloutPrevious: "r/plugin", AnnotationRolloutDevices: "8"}
+	switched.Annotations = map[string]string{kubeobj.AnnotationRolloutPrevious: "r/plugin", kubeobj.AnnotationRolloutDevices: "8"}
 	untouched := poolNode("n2", map[string]string{owner: "plugin"}, 8)
 	other := poolNode("n3", map[string]string{owner: "dra"}, 0)
-	other.Annotations = map[string]string{AnnotationRolloutPrevious: "another/plugin"}
+	other.Annotations = map[string]string{kubeobj.AnnotationRolloutPrevious: "another/plugin"}
 	env, a, kube := activityEnv(t, switched, untouched, other)
 	in := UndoInput{Rollout: "r", OwnerLabel: owner, Change: PhaseChange{Phase: "a", Partial: true}, Drivers: []string{drv}, Selector: "pool=a"}
 	v, err := env.ExecuteActivity(a.UndoRolloutPhase, in)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -94,7 +95,7 @@ func TestEnableRecordsThePreviousOwnerOnce(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"n1", "n2"} {
 		n, _ := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if n.Labels[owner] != "dra" || !strings.HasPrefix(n.Annotations[AnnotationRolloutPrevious], "r/") {
+		if n.Labels[owner] != "dra" || !strings.HasPrefix(n.Annotations[kubeobj.AnnotationRolloutPrevious], "r/") {
 			t.Errorf("%s after enable: labels %v annotations %v", name, n.Labels, n.Annotations)
 		}
 	}
@@ -141,10 +142,10 @@ func TestEnableRecordsThePreviousOwnerOnce(t *testing.T) {
 	}
 	n1, _ = kube.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	n2, _ := kube.CoreV1().Nodes().Get(ctx, "n2", metav1.GetOptions{})
-	if n1.Labels[owner] != "plugin" || n1.Annotations[AnnotationRolloutPrevious] != "" {
+	if n1.Labels[owner] != "plugin" || n1.Annotations[kubeobj.AnnotationRolloutPrevious] != "" {
 		t.Errorf("n1 after undo: %v %v", n1.Labels, n1.Annotations)
 	}
-	if _, ok := n2.Labels[owner]; ok || n2.Annotations[AnnotationRolloutDevices] != "" {
+	if _, ok := n2.Labels[owner]; ok || n2.Annotations[kubeobj.AnnotationRolloutDevices] != "" {
 		t.Errorf("n2 after undo: %v %v", n2.Labels, n2.Annotations)
 	}
 }
@@ -186,7 +187,7 @@ func TestBlockNewClaimsIsIdempotentAndLifted(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	pol, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, BlockName("r", "a"), metav1.GetOptions{})
+	pol, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, kubeobj.BlockName("r", "a"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestBlockNewClaimsIsIdempotentAndLifted(t *testing.T) {
 	if r := pol.Spec.MatchConstraints.ResourceRules[0]; r.Resources[0] != "resourceclaims" || r.Operations[0] != "CREATE" {
 		t.Errorf("rule = %+v", r)
 	}
-	b, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, BlockName("r", "a"), metav1.GetOptions{})
+	b, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, kubeobj.BlockName("r", "a"), metav1.GetOptions{})
 	if err != nil || b.Spec.PolicyName != pol.Name || b.Spec.ValidationActions[0] != "Deny" {
 		t.Fatalf("binding = %+v (%v)", b, err)
 	}
@@ -418,7 +419,7 @@ func TestUndoNeverOwnsANodeTwice(t *testing.T) {
 			t.Fatalf("undo = %+v, n2 %q", res, label(kube, "n2"))
 		}
 		// Back on DRA as enable left it: a later enable or undo reads the previous owner from it.
-		if n2, _ := kube.CoreV1().Nodes().Get(context.Background(), "n2", metav1.GetOptions{}); n2.Annotations[AnnotationRolloutPrevious] != "r/plugin" {
+		if n2, _ := kube.CoreV1().Nodes().Get(context.Background(), "n2", metav1.GetOptions{}); n2.Annotations[kubeobj.AnnotationRolloutPrevious] != "r/plugin" {
 			t.Errorf("n2 annotations after it was kept on DRA: %v", n2.Annotations)
 		}
 	})

@@ -17,13 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 func TestInspectRule(t *testing.T) {
 	ours := existingRule(quarantineIn("XID 79"))
 	at := func(s int) *metav1.Time { return &metav1.Time{Time: time.Unix(int64(s), 0)} }
-	ours.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Time: at(30)}, {Manager: "kubectl-edit", Time: at(10)},
+	ours.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: kubeobj.FieldManager, Time: at(30)}, {Manager: "kubectl-edit", Time: at(10)},
 		{Manager: "device-taint-eviction-controller", Time: at(20)}}
 	deleting := ours.DeepCopy()
 	deleting.DeletionTimestamp, deleting.Finalizers = at(40), []string{"example.com/hold"}
@@ -34,12 +35,12 @@ func TestInspectRule(t *testing.T) {
 		want policy.RuleInfo
 	}{
 		{"missing", nil, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), WantEffect: "NoSchedule"}},
-		{"present", ours, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Key: TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule",
+		{"present", ours, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Key: kubeobj.TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule",
 			Actor: "device-taint-eviction-controller"}},
-		{"deleting", deleting, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Deleting: true, Key: TaintKey, Effect: "NoSchedule",
+		{"deleting", deleting, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Deleting: true, Key: kubeobj.TaintKey, Effect: "NoSchedule",
 			WantEffect: "NoSchedule", Actor: "device-taint-eviction-controller"}},
 		{"device plugin", nil, device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"},
-			policy.RuleInfo{Name: device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"}.TaintRuleName(), Present: true, Key: TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule"}},
+			policy.RuleInfo{Name: device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"}.TaintRuleName(), Present: true, Key: kubeobj.TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,7 +85,7 @@ func TestRefreshRule(t *testing.T) {
 			t.Fatalf("result %+v %v", res, err)
 		}
 		r, _ := kube.ResourceV1().DeviceTaintRules().Get(context.Background(), gpu3.TaintRuleName(), metav1.GetOptions{})
-		if r.Annotations[AnnotationExpiresAt] != "2026-12-03T00:00:00Z" || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute {
+		if r.Annotations[kubeobj.AnnotationExpiresAt] != "2026-12-03T00:00:00Z" || r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoExecute {
 			t.Fatalf("rule %v %+v", r.Annotations, r.Spec.Taint)
 		}
 	})
@@ -160,7 +161,7 @@ func TestReleaseRule(t *testing.T) {
 	})
 	t.Run("another device's rule is left alone", func(t *testing.T) {
 		other := existingRule(quarantineIn("XID 79"))
-		other.Annotations[AnnotationDevice] = "gpu.example.com/node-9/gpu-0"
+		other.Annotations[kubeobj.AnnotationDevice] = "gpu.example.com/node-9/gpu-0"
 		env, a, kube := activityEnv(t, other)
 		_, err := env.ExecuteActivity(a.ReleaseRule, in)
 		var app *temporal.ApplicationError

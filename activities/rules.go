@@ -15,10 +15,11 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
+
+	"go.temporal.io/sdk/temporal"
 )
 
 // ErrRuleNameCollision is the non-retryable error type of a rule name that belongs to another device.
@@ -74,18 +75,18 @@ func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: in.Device.TaintRuleName(),
 			Labels: map[string]string{
-				LabelManagedBy: ManagedBy,
-				LabelDriver:    labelValue(in.Device.Driver),
-				LabelPool:      labelValue(in.Device.Pool),
-				LabelDevice:    labelValue(in.Device.Device),
+				kubeobj.LabelManagedBy: kubeobj.ManagedBy,
+				kubeobj.LabelDriver:    labelValue(in.Device.Driver),
+				kubeobj.LabelPool:      labelValue(in.Device.Pool),
+				kubeobj.LabelDevice:    labelValue(in.Device.Device),
 			},
 			Annotations: map[string]string{
-				AnnotationDevice:    in.Device.String(),
-				AnnotationReason:    in.Reason,
-				AnnotationActor:     in.Actor,
-				AnnotationWorkflow:  in.WorkflowID,
-				AnnotationExpiresAt: in.ExpiresAt.UTC().Format(time.RFC3339),
-				AnnotationUnit:      in.Unit,
+				kubeobj.AnnotationDevice:    in.Device.String(),
+				kubeobj.AnnotationReason:    in.Reason,
+				kubeobj.AnnotationActor:     in.Actor,
+				kubeobj.AnnotationWorkflow:  in.WorkflowID,
+				kubeobj.AnnotationExpiresAt: in.ExpiresAt.UTC().Format(time.RFC3339),
+				kubeobj.AnnotationUnit:      in.Unit,
 			},
 		},
 		Spec: resourcev1.DeviceTaintRuleSpec{
@@ -98,7 +99,7 @@ func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 		},
 	}
 	if in.Unit != "" {
-		r.Labels[LabelUnit] = unitLabel(in.Unit)
+		r.Labels[kubeobj.LabelUnit] = unitLabel(in.Unit)
 	}
 	return r
 }
@@ -125,7 +126,7 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		slog.Default().InfoContext(ctx, "dry run: would quarantine", "device", in.Device.String(), "rule", name, "reason", in.Reason, "actor", in.Actor)
 	}
 	rules := a.Kube.ResourceV1().DeviceTaintRules()
-	_, err := rules.Create(ctx, rule, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err := rules.Create(ctx, rule, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	if err == nil {
 		a.count("created")
 		a.decisionEvents(ctx, in, name, rule.Spec.Taint.Effect)
@@ -146,11 +147,11 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		}
 		res = QuarantineResult{RuleName: name, Effect: string(rule.Spec.Taint.Effect)}
 		if existing.Spec.Taint.Key == rule.Spec.Taint.Key && existing.Spec.Taint.Effect == rule.Spec.Taint.Effect &&
-			existing.Annotations[AnnotationReason] == in.Reason && existing.Annotations[AnnotationExpiresAt] == rule.Annotations[AnnotationExpiresAt] {
+			existing.Annotations[kubeobj.AnnotationReason] == in.Reason && existing.Annotations[kubeobj.AnnotationExpiresAt] == rule.Annotations[kubeobj.AnnotationExpiresAt] {
 			a.count("existing")
 			return nil
 		}
-		_, err = rules.Update(ctx, withTaint(existing, rule), metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = rules.Update(ctx, withTaint(existing, rule), metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
 		if err == nil {
 			a.count("updated")
 		}
@@ -190,9 +191,9 @@ func (a *Activities) ownRule(ctx context.Context, id device.ID) (*resourcev1.Dev
 	if err != nil {
 		return nil, fmt.Errorf("get device taint rule %s: %w", name, err)
 	}
-	if existing.Annotations[AnnotationDevice] != id.String() {
+	if existing.Annotations[kubeobj.AnnotationDevice] != id.String() {
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("device taint rule %s belongs to %q, not %s", name, existing.Annotations[AnnotationDevice], id),
+			fmt.Sprintf("device taint rule %s belongs to %q, not %s", name, existing.Annotations[kubeobj.AnnotationDevice], id),
 			ErrRuleNameCollision, nil)
 	}
 	return existing, nil
@@ -235,7 +236,7 @@ func lastOtherWriter(fields []metav1.ManagedFieldsEntry) string {
 	var who string
 	var at time.Time
 	for _, f := range fields {
-		if f.Manager == FieldManager || f.Time == nil {
+		if f.Manager == kubeobj.FieldManager || f.Time == nil {
 			continue
 		}
 		if who == "" || !f.Time.Time.Before(at) {
@@ -276,7 +277,7 @@ func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (Refre
 			return nil
 		}
 		res.Effect = string(want.Spec.Taint.Effect)
-		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, withTaint(r, want), metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, withTaint(r, want), metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
 		return err
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -213,7 +214,7 @@ func TestRunCheckClearsAnOlderReview(t *testing.T) {
 		t.Run("review "+tt.review, func(t *testing.T) {
 			env, a, kube := activityEnv(t, gpuSlice())
 			a.CheckPoll = 50 * time.Millisecond
-			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "checks", Labels: map[string]string{LabelReview: tt.review, LabelCheck: name}},
+			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "checks", Labels: map[string]string{kubeobj.LabelReview: tt.review, LabelCheck: name}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe"}}},
 				Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "probe",
 					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "ECC error"}}}}}}

@@ -12,11 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/policy"
+
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // A physical unit (a GPU and its partitions) is fenced by one DeviceTaintRule per device it is
@@ -146,7 +147,7 @@ func (a *Activities) refreshUnit(ctx context.Context, in QuarantineInput) (Refre
 	return res, nil
 }
 
-// unitLabel is the LabelUnit value of a unit: its ID's hash (an ID holds '=' and '/').
+// unitLabel is the kubeobj.LabelUnit value of a unit: its ID's hash (an ID holds '=' and '/').
 func unitLabel(unit string) string {
 	sum := sha256.Sum256([]byte(unit))
 	return hex.EncodeToString(sum[:])[:32]
@@ -162,12 +163,12 @@ func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, membe
 		}
 	}
 	rules, err := a.Kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{
-		LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelUnit + "=" + unitLabel(unit.String())})
+		LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy + "," + kubeobj.LabelUnit + "=" + unitLabel(unit.String())})
 	if err != nil {
 		return fmt.Errorf("list the rules of unit %s: %w", unit, err)
 	}
 	for _, r := range rules.Items {
-		if r.Annotations[AnnotationUnit] != unit.String() || r.Spec.DeviceSelector == nil || r.Spec.DeviceSelector.Device == nil {
+		if r.Annotations[kubeobj.AnnotationUnit] != unit.String() || r.Spec.DeviceSelector == nil || r.Spec.DeviceSelector.Device == nil {
 			continue
 		}
 		id := device.ID{Driver: unit.Driver, Pool: unit.Pool, Device: *r.Spec.DeviceSelector.Device}

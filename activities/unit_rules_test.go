@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -26,7 +27,7 @@ func fencedDevices(t *testing.T, kube *fake.Clientset) []string {
 	}
 	var out []string
 	for _, r := range rules.Items {
-		if r.Annotations[AnnotationUnit] != unitGPU.String() || r.Annotations[AnnotationDevice] != "gpu.example.com/node-1/"+*r.Spec.DeviceSelector.Device {
+		if r.Annotations[kubeobj.AnnotationUnit] != unitGPU.String() || r.Annotations[kubeobj.AnnotationDevice] != "gpu.example.com/node-1/"+*r.Spec.DeviceSelector.Device {
 			t.Fatalf("rule %s annotations %v", r.Name, r.Annotations)
 		}
 		out = append(out, *r.Spec.DeviceSelector.Device+":"+r.Spec.Taint.Key)
@@ -158,7 +159,7 @@ func TestUnitRulesEditedLostAndForeign(t *testing.T) {
 	foreign := r.DeepCopy()
 	foreignName := device.ID{Driver: unitGPU.Driver, Pool: unitGPU.Pool, Device: "gpu-9"}.TaintRuleName()
 	foreign.ObjectMeta = metav1.ObjectMeta{Name: foreignName, Labels: r.Labels,
-		Annotations: map[string]string{AnnotationUnit: "gpu.example.com/node-1/counters=other", AnnotationDevice: "gpu.example.com/node-1/gpu-9"}}
+		Annotations: map[string]string{kubeobj.AnnotationUnit: "gpu.example.com/node-1/counters=other", kubeobj.AnnotationDevice: "gpu.example.com/node-1/gpu-9"}}
 	gpu9 := "gpu-9"
 	foreign.Spec.DeviceSelector.Device = &gpu9
 	if _, err := kube.ResourceV1().DeviceTaintRules().Create(ctx, foreign, metav1.CreateOptions{}); err != nil {

@@ -9,17 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-// How a workload declares itself to migration, in annotations on its Pod template (so on its Pods).
-const (
-	AnnotationCheckpoint = "devicewarden.io/checkpoint"
-	AnnotationShrinkable = "devicewarden.io/shrinkable"
-	// CheckpointNone (the default): the workload cannot save its progress on request.
-	CheckpointNone = "none"
-	// CheckpointAnnotation: the workload's code answers checkpoint-requested=<id> with
-	// checkpoint-completed=<id> on its Pods.
-	CheckpointAnnotation = "annotation"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // PodRef names a Pod that uses a failed device.
@@ -120,20 +111,20 @@ func (a *Activities) ownerOf(ctx context.Context, pod *corev1.Pod) (Workload, er
 // declarations reads a Pod's migration annotations; a value it does not know is a problem, and the
 // safe reading (no checkpoint, not shrinkable) stands.
 func declarations(ann map[string]string) (checkpoint string, shrinkable bool, problems []string) {
-	checkpoint = CheckpointNone
-	switch v := strings.TrimSpace(ann[AnnotationCheckpoint]); v {
-	case "", CheckpointNone:
-	case CheckpointAnnotation:
+	checkpoint = kubeobj.CheckpointNone
+	switch v := strings.TrimSpace(ann[kubeobj.AnnotationCheckpoint]); v {
+	case "", kubeobj.CheckpointNone:
+	case kubeobj.CheckpointAnnotation:
 		checkpoint = v
 	default:
-		problems = append(problems, fmt.Sprintf("%s=%q is not %s or %s: taken as %s", AnnotationCheckpoint, v, CheckpointNone, CheckpointAnnotation, CheckpointNone))
+		problems = append(problems, fmt.Sprintf("%s=%q is not %s or %s: taken as %s", kubeobj.AnnotationCheckpoint, v, kubeobj.CheckpointNone, kubeobj.CheckpointAnnotation, kubeobj.CheckpointNone))
 	}
-	switch v := strings.TrimSpace(ann[AnnotationShrinkable]); v {
+	switch v := strings.TrimSpace(ann[kubeobj.AnnotationShrinkable]); v {
 	case "", "false":
 	case "true":
 		shrinkable = true
 	default:
-		problems = append(problems, fmt.Sprintf("%s=%q is not true or false: taken as false", AnnotationShrinkable, v))
+		problems = append(problems, fmt.Sprintf("%s=%q is not true or false: taken as false", kubeobj.AnnotationShrinkable, v))
 	}
 	return checkpoint, shrinkable, problems
 }

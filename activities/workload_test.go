@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 func ownedBy(apiVersion, kind, name string) []metav1.OwnerReference {
@@ -24,15 +26,15 @@ func pod(name string, owners []metav1.OwnerReference, ann map[string]string) *co
 
 func TestFindWorkloads(t *testing.T) {
 	objs := []runtime.Object{
-		pod("bare", nil, map[string]string{AnnotationCheckpoint: "annotation"}),
-		pod("train-0", ownedBy("batch/v1", "Job", "train"), map[string]string{AnnotationCheckpoint: "annotation", AnnotationShrinkable: "true"}),
-		pod("train-1", ownedBy("batch/v1", "Job", "train"), map[string]string{AnnotationCheckpoint: "annotation", AnnotationShrinkable: "true"}),
+		pod("bare", nil, map[string]string{kubeobj.AnnotationCheckpoint: "annotation"}),
+		pod("train-0", ownedBy("batch/v1", "Job", "train"), map[string]string{kubeobj.AnnotationCheckpoint: "annotation", kubeobj.AnnotationShrinkable: "true"}),
+		pod("train-1", ownedBy("batch/v1", "Job", "train"), map[string]string{kubeobj.AnnotationCheckpoint: "annotation", kubeobj.AnnotationShrinkable: "true"}),
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "train"}},
 		pod("shard-0", ownedBy("batch/v1", "Job", "shards-workers-0"), nil),
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "shards-workers-0", OwnerReferences: ownedBy("jobset.x-k8s.io/v1alpha2", "JobSet", "shards")}},
 		pod("web-abc", ownedBy("apps/v1", "ReplicaSet", "web-7d9"), nil),
 		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web-7d9", OwnerReferences: ownedBy("apps/v1", "Deployment", "web")}},
-		pod("db-0", ownedBy("apps/v1", "StatefulSet", "db"), map[string]string{AnnotationCheckpoint: "criu", AnnotationShrinkable: "yes"}),
+		pod("db-0", ownedBy("apps/v1", "StatefulSet", "db"), map[string]string{kubeobj.AnnotationCheckpoint: "criu", kubeobj.AnnotationShrinkable: "yes"}),
 	}
 	env, a, _ := activityEnv(t, objs...)
 	refs := []PodRef{{"team-a", "bare"}, {"team-a", "train-1"}, {"team-a", "train-0"}, {"team-a", "shard-0"}, {"team-a", "web-abc"}, {"team-a", "db-0"}, {"team-a", "gone"}}

@@ -8,8 +8,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -39,12 +39,12 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
-	var alerts []activities.AlertInput
+	var alerts []notify.AlertInput
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAcquire,
 		func(ctx workflow.Context, req policy.PermitRequest) (policy.PermitResult, error) {
 			res := st.Acquire(req, workflow.Now(ctx))
 			if res.Tripped {
-				alerts = append(alerts, activities.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
+				alerts = append(alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
 			}
 			return res, nil
 		},
@@ -87,7 +87,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 		for _, sig := range operatorSignals(ctx, resumeCh, pauseCh) {
 			if sig.resume {
 				st.Resume(sig.Actor, workflow.Now(ctx))
-				alerts = append(alerts, activities.AlertInput{Level: "info", Text: "circuit breaker resumed by " + sig.Actor, WorkflowID: BreakerWorkflowID})
+				alerts = append(alerts, notify.AlertInput{Level: "info", Text: "circuit breaker resumed by " + sig.Actor, WorkflowID: BreakerWorkflowID})
 				wakeWaiting(ctx, st)
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -15,12 +16,12 @@ import (
 // `lease` update, and the `pause` update that answers once no worker can spend a leased permit.
 // Runs recorded before leases existed saw none of these, and with no lease outstanding a pause
 // schedules nothing, so they replay as they were.
-func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]activities.AlertInput) error {
+func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]notify.AlertInput) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateLease,
 		func(ctx workflow.Context, req policy.LeaseRequest) (policy.LeaseResult, error) {
 			res := st.Lease(req, workflow.Now(ctx))
 			if res.Tripped {
-				*alerts = append(*alerts, activities.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
+				*alerts = append(*alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
 			}
 			return res, nil
 		},
@@ -54,9 +55,9 @@ func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]act
 }
 
 // pause opens the breaker by hand, by signal or update alike: the alert, then every lease revoked.
-func pause(ctx workflow.Context, st *policy.BreakerState, sig BreakerSignal, alerts *[]activities.AlertInput) {
+func pause(ctx workflow.Context, st *policy.BreakerState, sig BreakerSignal, alerts *[]notify.AlertInput) {
 	st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
-	*alerts = append(*alerts, activities.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
+	*alerts = append(*alerts, notify.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
 	revokeLeases(ctx, st)
 }
 

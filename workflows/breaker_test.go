@@ -17,6 +17,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -50,7 +51,7 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
 	alerts := 0
-	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, _ activities.AlertInput) error { alerts++; return nil })
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, _ notify.AlertInput) error { alerts++; return nil })
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
 	wakes := recordWakes(env)
 	var before, after updateResult

@@ -17,6 +17,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -56,7 +57,7 @@ type harness struct {
 	ran       []activities.CheckInput
 	refreshed []activities.QuarantineInput
 	released  []activities.ReleaseInput
-	approvals []activities.ApprovalRequest
+	approvals []notify.ApprovalRequest
 	// appliedEffect is the effect Quarantine says it applied ("" = none said, as older workers).
 	appliedEffect string
 	// releaseFailures makes ReleaseRule fail this many times first; releaseAttempts are the
@@ -67,10 +68,10 @@ type harness struct {
 	info map[string]activity.Info
 	// fail makes an activity type fail without retry, with this message.
 	fail   map[string]string
-	alerts []activities.AlertInput
+	alerts []notify.AlertInput
 	// held are the alerts the permit requests carried and the worker took (the action held);
 	// notes the alerts handed to the worker's summary (NoteAlert).
-	held, notes []activities.AlertInput
+	held, notes []notify.AlertInput
 	// ruleMissing makes RefreshRule find no rule.
 	ruleMissing bool
 	// nodeReportFailures makes ReportNodeFailure fail this many times first (each retry waits);
@@ -120,13 +121,13 @@ func newHarness(denyFirst int) *harness {
 			rule, err := h.quarantineRule(ctx, in.Quarantine)
 			return activities.QuarantineWithPermitResult{Permit: permit, Rule: rule}, err
 		}).Maybe()
-	h.env.OnActivity("NoteAlert", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AlertInput) error {
+	h.env.OnActivity("NoteAlert", mock.Anything, mock.Anything).Return(func(_ context.Context, in notify.AlertInput) error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.notes = append(h.notes, in)
 		return nil
 	}).Maybe()
-	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
+	h.env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in notify.AlertInput) error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.seen(ctx, "Alert")
@@ -179,7 +180,7 @@ func newHarness(denyFirst int) *harness {
 			return nil
 		})
 	h.env.OnActivity("RequestApproval", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.ApprovalRequest) error {
+		func(_ context.Context, in notify.ApprovalRequest) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.approvals = append(h.approvals, in)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -62,7 +63,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 		case policy.ActProbe, policy.ActCanary:
 			acts = append(acts, check(ctx, st, act)...)
 		case policy.ActRequestApproval:
-			req := activities.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
+			req := notify.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
 			if r := st.Review; r != nil {
 				req.Probe, req.Canary, req.Review = r.Probe, r.Canary, r.ID()
@@ -90,8 +91,8 @@ func notifyOptions(ctx workflow.Context) workflow.Context {
 }
 
 // alertInput is the alert of an action about the device.
-func alertInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action) activities.AlertInput {
-	in := activities.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+func alertInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action) notify.AlertInput {
+	in := notify.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if st.ReleasePath {
 		in.Channel = st.Policy.SlackChannel
 	}

@@ -10,6 +10,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -144,13 +146,13 @@ func (r *migration) proceed() {
 		return
 	}
 	if !policy.Recoverable(w.Kind, w.Checkpoint) {
-		r.decide(fmt.Sprintf("a bare Pod with %s=%s: nothing recreates it and it cannot save its work", activities.AnnotationCheckpoint, w.Checkpoint))
+		r.decide(fmt.Sprintf("a bare Pod with %s=%s: nothing recreates it and it cannot save its work", kubeobj.AnnotationCheckpoint, w.Checkpoint))
 		return
 	}
 	if !r.acquireSlot() || !r.permit() {
 		return
 	}
-	if w.Checkpoint == activities.CheckpointAnnotation {
+	if w.Checkpoint == kubeobj.CheckpointAnnotation {
 		ok, reason := r.checkpoint()
 		if ctx.Err() != nil {
 			return
@@ -248,7 +250,7 @@ func (r *migration) checkpoint() (bool, string) {
 	w := r.in.Workload
 	r.m.Phase = policy.PhaseCheckpointing
 	timeout := r.in.Policy.CheckpointTimeout.D()
-	r.m.Waiting = fmt.Sprintf("%s=%s on %v (up to %s)", activities.AnnotationCheckpointCompleted, r.id, w.Pods, timeout)
+	r.m.Waiting = fmt.Sprintf("%s=%s on %v (up to %s)", kubeobj.AnnotationCheckpointCompleted, r.id, w.Pods, timeout)
 	in := activities.CheckpointInput{Namespace: w.Namespace, Pods: w.Pods, ID: r.id}
 	if err := workflow.ExecuteActivity(activityOptions(ctx), a.RequestCheckpoint, in).Get(ctx, nil); err != nil {
 		return false, "checkpoint not requested: " + err.Error()
@@ -472,7 +474,7 @@ func (r *migration) finish(ctx workflow.Context) {
 }
 
 func (r *migration) notify(ctx workflow.Context, level, channel, text string) {
-	in := activities.AlertInput{Device: r.in.Device, Level: level, Text: text, WorkflowID: r.id, Channel: channel}
+	in := notify.AlertInput{Device: r.in.Device, Level: level, Text: text, WorkflowID: r.id, Channel: channel}
 	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}

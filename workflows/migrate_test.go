@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -28,7 +29,7 @@ type mharness struct {
 	evictBlocked, loseLeaseAfter, denyPermits int
 	suspends                                  []bool
 	suspendKinds                              []string
-	alerts                                    []activities.AlertInput
+	alerts                                    []notify.AlertInput
 	records                                   []activities.MigrationRecord
 	slotReleased                              int
 }
@@ -99,7 +100,7 @@ func newMigration(t *testing.T) *mharness {
 		}
 		return activities.EvidenceName(in.WorkflowID), nil
 	})
-	on("Alert", func(_ context.Context, in activities.AlertInput) error {
+	on("Alert", func(_ context.Context, in notify.AlertInput) error {
 		h.alerts = append(h.alerts, in)
 		return nil
 	})

@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -31,7 +31,7 @@ func NodeWorkflow(ctx workflow.Context, in NodeInput) error {
 		var f policy.NodeFailure
 		ch.Receive(ctx, &f)
 		for _, act := range st.Fail(f, workflow.Now(ctx)) {
-			in := activities.AlertInput{Level: act.Level, Text: act.Reason, WorkflowID: NodeWorkflowID(st.Node), Node: st.Node}
+			in := notify.AlertInput{Level: act.Level, Text: act.Reason, WorkflowID: NodeWorkflowID(st.Node), Node: st.Node}
 			if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 			}

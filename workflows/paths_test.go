@@ -14,6 +14,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -150,9 +151,9 @@ func TestNodeWorkflowEscalatesOnce(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
-	var alerts []activities.AlertInput
+	var alerts []notify.AlertInput
 	var info activity.Info
-	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in notify.AlertInput) error {
 		alerts, info = append(alerts, in), activity.GetInfo(ctx)
 		return nil
 	})

@@ -6,7 +6,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -126,7 +126,7 @@ func (r *rolloutRun) publish(ctx workflow.Context) {
 // warn alerts people about the rollout (best effort: a failed alert does not stop a rollback).
 func (r *rolloutRun) warn(ctx workflow.Context, level, text string) {
 	actx := notifyOptions(ctx) // bounded: Slack being down never holds back a rollback
-	in := activities.AlertInput{Level: level, Text: text, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	in := notify.AlertInput{Level: level, Text: text, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}
@@ -136,7 +136,7 @@ func (r *rolloutRun) warn(ctx workflow.Context, level, text string) {
 // the Temporal CLI approve as well).
 func (r *rolloutRun) askApproval(ctx workflow.Context) {
 	rep := r.st.Reports[len(r.st.Reports)-1]
-	in := activities.RolloutApprovalRequest{Rollout: r.plan.Name, Phase: r.st.Awaiting, Next: r.plan.Phases[r.st.Phase+1].Name,
+	in := notify.RolloutApprovalRequest{Rollout: r.plan.Name, Phase: r.st.Awaiting, Next: r.plan.Phases[r.st.Phase+1].Name,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: r.plan.SlackChannel,
 		Summary: fmt.Sprintf("passed: %d claims, claim->allocated p50 %s p99 %s, allocated->ready p99 %s",
 			rep.Claims, rep.ClaimToAllocated.P50, rep.ClaimToAllocated.P99, rep.AllocatedToReady.P99)}

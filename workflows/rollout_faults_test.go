@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -18,7 +19,7 @@ import (
 // times, and the phase is rolled back within a minute of its failed gate.
 func TestRolloutRollsBackWhileAlertsFail(t *testing.T) {
 	alerts := 0
-	r := newRolloutEnvWithAlert(t, func(context.Context, activities.AlertInput) error {
+	r := newRolloutEnvWithAlert(t, func(context.Context, notify.AlertInput) error {
 		alerts++
 		return errors.New("slack: 503 service unavailable")
 	})

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -40,17 +41,17 @@ type rolloutEnv struct {
 }
 
 func newRolloutEnv(t *testing.T) *rolloutEnv {
-	return newRolloutEnvWithAlert(t, func(context.Context, activities.AlertInput) error { return nil })
+	return newRolloutEnvWithAlert(t, func(context.Context, notify.AlertInput) error { return nil })
 }
 
 // newRolloutEnvWithAlert is newRolloutEnv with the Alert activity answered by alert.
-func newRolloutEnvWithAlert(t *testing.T, alert func(context.Context, activities.AlertInput) error) *rolloutEnv {
+func newRolloutEnvWithAlert(t *testing.T, alert func(context.Context, notify.AlertInput) error) *rolloutEnv {
 	var s testsuite.WorkflowTestSuite
 	r := &rolloutEnv{t: t, env: s.NewTestWorkflowEnvironment()}
 	r.env.RegisterWorkflow(RolloutWorkflow)
 	r.env.RegisterActivity(a)
 	r.env.OnActivity(a.Alert, mock.Anything, mock.Anything).Return(alert).Maybe()
-	r.env.OnActivity(a.RequestRolloutApproval, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RolloutApprovalRequest) error {
+	r.env.OnActivity(a.RequestRolloutApproval, mock.Anything, mock.Anything).Return(func(_ context.Context, in notify.RolloutApprovalRequest) error {
 		r.record("ask", in.Phase+">"+in.Next)
 		return nil
 	}).Maybe()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -322,7 +323,7 @@ func breakerProperty(rt *rapid.T) {
 	steps := breakerSteps(rt, m, rapid.IntRange(0, 3).Draw(rt, "leasing") > 0)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterActivity(&activities.Activities{})
-		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, activities.AlertInput) error { return nil }).Maybe()
+		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, notify.AlertInput) error { return nil }).Maybe()
 		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(nil).Maybe()
 		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RevokeInput) ([]policy.LeaseReport, error) {
 			return m.revoke(activity.GetInfo(ctx).TaskQueue, in, env.Now())

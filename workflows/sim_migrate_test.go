@@ -16,6 +16,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -198,7 +200,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.records = append(m.records, rec)
 		return nil
 	})
-	on("Alert", func(context.Context, activities.AlertInput) error { return nil })
+	on("Alert", func(context.Context, notify.AlertInput) error { return nil })
 }
 
 func migrateSteps(rt *rapid.T, m *migrateModel) []step {
@@ -313,7 +315,7 @@ var migrateEnds = map[string]int{}
 func migrateProperty(rt *rapid.T) {
 	m := &migrateModel{evictions: map[string]int{}}
 	kind := rapid.SampledFrom([]string{"Job", "JobSet", "Deployment", "Pod"}).Draw(rt, "kind")
-	in := migrateInput(kind, rapid.SampledFrom([]string{"none", activities.CheckpointAnnotation}).Draw(rt, "checkpoint"), rapid.Bool().Draw(rt, "shrinkable"))
+	in := migrateInput(kind, rapid.SampledFrom([]string{"none", kubeobj.CheckpointAnnotation}).Draw(rt, "checkpoint"), rapid.Bool().Draw(rt, "shrinkable"))
 	in.Workload.Pods = []string{"w-0", "w-1"}[:rapid.IntRange(1, 2).Draw(rt, "pods")]
 	in.Policy.CheckpointTimeout = policy.JSONDuration(10 * time.Minute)
 	in.Policy.ReadyTimeout = policy.JSONDuration(15 * time.Minute)

@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -35,7 +36,7 @@ type nodeModel struct {
 
 func (m *nodeModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivity(&activities.Activities{})
-	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.AlertInput) error {
+	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in notify.AlertInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.alertDown > 0 {

@@ -16,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -186,8 +187,8 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return res, m.loseResult()
 	})
-	on("Alert", func(context.Context, activities.AlertInput) error { return nil })
-	on("RequestRolloutApproval", func(context.Context, activities.RolloutApprovalRequest) error { return nil })
+	on("Alert", func(context.Context, notify.AlertInput) error { return nil })
+	on("RequestRolloutApproval", func(context.Context, notify.RolloutApprovalRequest) error { return nil })
 }
 
 func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -57,7 +57,7 @@ func Migrate(ctx context.Context, o MigrateOptions) error {
 	fmt.Fprintf(o.Out, "[bench] starting %d checkpointing Jobs, one per node\n", o.Workloads)
 	for i, n := range nodes {
 		w := sim.Workload{Namespace: "bench", Name: fmt.Sprintf("train-%d", i), Node: n}
-		if _, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation}); err != nil {
+		if _, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: kubeobj.CheckpointAnnotation}); err != nil {
 			return err
 		}
 	}
@@ -149,7 +149,7 @@ func suspendFloor(ctx context.Context, kube kubernetes.Interface, n int, out io.
 		if err := waitUntil(ctx, time.Minute, func() (bool, error) {
 			pods, err := kube.CoreV1().Pods("bench").List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
 			for _, p := range pods.Items {
-				if !old[string(p.UID)] && activities.PodReady(&p) {
+				if !old[string(p.UID)] && kubeobj.PodReady(&p) {
 					return true, err
 				}
 			}
@@ -192,7 +192,7 @@ func watchReady(ctx context.Context, kube kubernetes.Interface, first map[string
 				continue
 			}
 			job := p.Labels["batch.kubernetes.io/job-name"]
-			if seen[job] || string(p.UID) == first[job].uid || !activities.PodReady(p) {
+			if seen[job] || string(p.UID) == first[job].uid || !kubeobj.PodReady(p) {
 				continue
 			}
 			seen[job] = true

@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -96,9 +96,9 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 				return err
 			}
 			switch jo.Checkpoint {
-			case "", activities.CheckpointNone, activities.CheckpointAnnotation:
+			case "", kubeobj.CheckpointNone, kubeobj.CheckpointAnnotation:
 			default:
-				return fmt.Errorf("--checkpoint %q: want %s or %s", jo.Checkpoint, activities.CheckpointNone, activities.CheckpointAnnotation)
+				return fmt.Errorf("--checkpoint %q: want %s or %s", jo.Checkpoint, kubeobj.CheckpointNone, kubeobj.CheckpointAnnotation)
 			}
 			if job {
 				j, err := w.CreateJob(c.Context(), cs, jo)

@@ -15,9 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/cli"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -103,7 +103,7 @@ func TestBreakerCapsAStorm(t *testing.T) {
 		}
 		return nil
 	})
-	rules, err := s.kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: activities.LabelManagedBy + "=" + activities.ManagedBy})
+	rules, err := s.kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
 )
@@ -83,7 +83,7 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 	if n := activityCount(t, ctx, tc, workflows.ClaimHygieneID(string(live.UID)), "DeleteLeakedClaim"); n != 1 {
 		t.Fatalf("DeleteLeakedClaim ran %d times over the runs, want once", n)
 	}
-	wantClaimEvents(t, ctx, kube, live, map[string]int{activities.EventClaimLeaked: 1, activities.EventLeakedClaimDeleted: 1})
+	wantClaimEvents(t, ctx, kube, live, map[string]int{kubeobj.EventClaimLeaked: 1, kubeobj.EventLeakedClaimDeleted: 1})
 
 	// The lost node's claim outlives rechecks and a continue-as-new: nothing is reclaimed on an
 	// unfenced lost node.
@@ -107,7 +107,7 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 		t.Fatalf("fence: %v\n%s", err, out)
 	}
 	eventually(t, time.Minute, "claim on the fenced node deleted", claimGone(ctx, kube, lost))
-	wantClaimEvents(t, ctx, kube, lost, map[string]int{activities.EventClaimUnknown: 1, activities.EventClaimLeaked: 1, activities.EventLeakedClaimDeleted: 1})
+	wantClaimEvents(t, ctx, kube, lost, map[string]int{kubeobj.EventClaimUnknown: 1, kubeobj.EventClaimLeaked: 1, kubeobj.EventLeakedClaimDeleted: 1})
 	eventually(t, 30*time.Second, "both listed as deleted", func() error {
 		out, err := s.cli(ctx, "capacity", "hygiene", "--all", "-o", "json")
 		if err != nil || strings.Count(out, `"state": "deleted"`) != 2 {

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -155,7 +155,7 @@ func migrationHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 		t.Fatalf("runs %v (first %s), slot at %s: want the wait continued as new, the slot carried", runs, first, m.SlotAt)
 	}
 	leases, err := s.kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{
-		LabelSelector: activities.LabelWorkloadNamespace + "=miglong," + activities.LabelWorkloadName + "=train"})
+		LabelSelector: kubeobj.LabelWorkloadNamespace + "=miglong," + kubeobj.LabelWorkloadName + "=train"})
 	if err != nil || len(leases.Items) != 0 {
 		t.Fatalf("leases left: %v (%v)", leases, err)
 	}

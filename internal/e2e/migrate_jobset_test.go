@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -76,7 +76,7 @@ func TestJobSetIsSuspendedAsAWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := sim.Workload{Namespace: ns, Name: "train-workers-0", Node: nodes[0], DeviceClass: migrateClass}
-	job, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: 500 * time.Millisecond})
+	job, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: kubeobj.CheckpointAnnotation, CheckpointDelay: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestJobSetIsSuspendedAsAWhole(t *testing.T) {
 	// the migration ends, must not write it again).
 	time.Sleep(time.Second)
 	leases, err := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{
-		LabelSelector: activities.LabelWorkloadNamespace + "=" + ns + "," + activities.LabelWorkloadName + "=train"})
+		LabelSelector: kubeobj.LabelWorkloadNamespace + "=" + ns + "," + kubeobj.LabelWorkloadName + "=train"})
 	if err != nil || len(leases.Items) != 0 {
 		t.Fatalf("leases left: %d (%v)", len(leases.Items), err)
 	}

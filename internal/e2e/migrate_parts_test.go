@@ -21,6 +21,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -45,7 +46,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	labels := map[string]string{"app": "train"}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "train"}, Spec: batchv1.JobSpec{
 		Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{activities.AnnotationCheckpoint: "annotation"}},
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{kubeobj.AnnotationCheckpoint: "annotation"}},
 			// On a kwok node, which runs it (a budget only protects running, Ready Pods).
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "train", Image: "trainer"}},
 				NodeName: nodes[0]},
@@ -84,7 +85,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	if err := a.RequestCheckpoint(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, activities.AnnotationCheckpointCompleted, mine.Holder)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, kubeobj.AnnotationCheckpointCompleted, mine.Holder)
 	if _, err := kube.CoreV1().Pods(ns).Patch(ctx, pod.Name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

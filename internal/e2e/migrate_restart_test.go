@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -41,7 +41,7 @@ func checkpointingJob(t *testing.T, ctx context.Context, kube kubernetes.Interfa
 		t.Fatal(err)
 	}
 	w := sim.Workload{Namespace: ns, Name: "train", Node: nodes[0], DeviceClass: migrateClass}
-	if _, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: 8 * time.Second}); err != nil {
+	if _, err := w.CreateJob(ctx, kube, sim.JobOptions{Checkpoint: kubeobj.CheckpointAnnotation, CheckpointDelay: 8 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	var bad device.ID

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -129,7 +129,7 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := sim.Workload{Namespace: "mig-ckpt", Name: "train", Node: nodes[0], DeviceClass: migrateClass}
-	pods, ids := runningJob(t, ctx, w, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: time.Second})
+	pods, ids := runningJob(t, ctx, w, sim.JobOptions{Checkpoint: kubeobj.CheckpointAnnotation, CheckpointDelay: time.Second})
 	bad := ids[0]
 	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 	if err != nil || len(now) != 1 || now[0].UID == pods[0].UID {
 		t.Fatalf("pods after the move: %v (%v)", now, err)
 	}
-	if now[0].Annotations[activities.AnnotationCheckpoint] != activities.CheckpointAnnotation {
+	if now[0].Annotations[kubeobj.AnnotationCheckpoint] != kubeobj.CheckpointAnnotation {
 		t.Fatalf("the new Pod lost its template's declarations: %v", now[0].Annotations)
 	}
 	moved, err := podDevice(ctx, kube, now[0])
@@ -155,7 +155,7 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 	}
 	// The Lease is gone once the migration ended.
 	leases, err := kube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{
-		LabelSelector: activities.LabelWorkloadNamespace + "=" + w.Namespace + "," + activities.LabelWorkloadName + "=train"})
+		LabelSelector: kubeobj.LabelWorkloadNamespace + "=" + w.Namespace + "," + kubeobj.LabelWorkloadName + "=train"})
 	if err != nil || len(leases.Items) != 0 {
 		t.Fatalf("leases left: %v (%v)", leases, err)
 	}
@@ -314,7 +314,7 @@ func TestCheckpointTimeoutWaitsThenMovesOnDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := sim.Workload{Namespace: "mig-slow", Name: "train", Node: nodes[0], DeviceClass: migrateSlowClass}
-	_, ids := runningJob(t, ctx, w, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: time.Hour})
+	_, ids := runningJob(t, ctx, w, sim.JobOptions{Checkpoint: kubeobj.CheckpointAnnotation, CheckpointDelay: time.Hour})
 	if _, err := sim.SetHealth(ctx, kube, ids[0], corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
 	var bad []device.ID
 	for i := 0; i < 3; i++ {
 		w := sim.Workload{Namespace: "mig-limit", Name: fmt.Sprintf("train-%d", i), Node: nodes[0], DeviceClass: migrateClass}
-		_, ids := runningJob(t, ctx, w, sim.JobOptions{Checkpoint: activities.CheckpointAnnotation, CheckpointDelay: time.Second})
+		_, ids := runningJob(t, ctx, w, sim.JobOptions{Checkpoint: kubeobj.CheckpointAnnotation, CheckpointDelay: time.Second})
 		bad = append(bad, ids[0])
 	}
 	setHealth(t, ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy)

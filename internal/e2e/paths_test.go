@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/worker"
@@ -184,11 +184,11 @@ func TestEveryWorkflowPath(t *testing.T) {
 			return err
 		}
 		for _, e := range evs.Items {
-			if e.Reason == activities.EventNodeEscalated && e.Type == corev1.EventTypeWarning {
+			if e.Reason == kubeobj.EventNodeEscalated && e.Type == corev1.EventTypeWarning {
 				return nil
 			}
 		}
-		return fmt.Errorf("events on node %s: %d, none %s", node, len(evs.Items), activities.EventNodeEscalated)
+		return fmt.Errorf("events on node %s: %d, none %s", node, len(evs.Items), kubeobj.EventNodeEscalated)
 	})
 
 	// Extend, pause and resume while quarantined; the lease then ends and reviews need approval.

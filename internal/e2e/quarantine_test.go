@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -128,11 +128,11 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 	if sel == nil || ptr.Deref(sel.Driver, "") != bad.Driver || ptr.Deref(sel.Pool, "") != bad.Pool || ptr.Deref(sel.Device, "") != bad.Device {
 		t.Fatalf("rule selects %+v, want %s", sel, bad)
 	}
-	if rule.Spec.Taint.Key != activities.TaintKey || rule.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule {
+	if rule.Spec.Taint.Key != kubeobj.TaintKey || rule.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule {
 		t.Fatalf("taint = %+v", rule.Spec.Taint)
 	}
-	if rule.Annotations[activities.AnnotationWorkflow] != bad.WorkflowID() || rule.Annotations[activities.AnnotationActor] != workflows.Actor ||
-		rule.Annotations[activities.AnnotationReason] == "" || rule.Annotations[activities.AnnotationExpiresAt] == "" {
+	if rule.Annotations[kubeobj.AnnotationWorkflow] != bad.WorkflowID() || rule.Annotations[kubeobj.AnnotationActor] != workflows.Actor ||
+		rule.Annotations[kubeobj.AnnotationReason] == "" || rule.Annotations[kubeobj.AnnotationExpiresAt] == "" {
 		t.Fatalf("rule annotations = %v", rule.Annotations)
 	}
 	eventually(t, 10*time.Second, "workflow state Quarantined", func() error {
@@ -181,7 +181,7 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 			return nil
 		})
 		rules, err := kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{
-			LabelSelector: fmt.Sprintf("%s=%s,%s=%s", activities.LabelPool, bad.Pool, activities.LabelDevice, bad.Device)})
+			LabelSelector: fmt.Sprintf("%s=%s,%s=%s", kubeobj.LabelPool, bad.Pool, kubeobj.LabelDevice, bad.Device)})
 		if err != nil {
 			t.Fatal(err)
 		}

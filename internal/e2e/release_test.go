@@ -20,6 +20,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -147,7 +148,7 @@ func TestReleasePath(t *testing.T) {
 				if len(p.OwnerReferences) > 0 {
 					owner = p.OwnerReferences[0].Kind
 				}
-				pods.add(p.Labels[activities.LabelRole] + " " + owner + " " + string(p.Status.Phase))
+				pods.add(p.Labels[kubeobj.LabelRole] + " " + owner + " " + string(p.Status.Phase))
 			}
 			maxPods = max(maxPods, len(live))
 		})
@@ -158,7 +159,7 @@ func TestReleasePath(t *testing.T) {
 		watchInto(ctx, cw, func(ev watch.Event) {
 			if c, ok := ev.Object.(*resourcev1.ResourceClaim); ok && c.Status.Allocation != nil {
 				for _, r := range c.Status.Allocation.Devices.Results {
-					allocs.add(c.Labels[activities.LabelRole] + " " + r.Pool + "/" + r.Device)
+					allocs.add(c.Labels[kubeobj.LabelRole] + " " + r.Pool + "/" + r.Device)
 				}
 			}
 		})
@@ -192,8 +193,8 @@ func TestReleasePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339); r.Annotations[activities.AnnotationExpiresAt] != want {
-		t.Fatalf("rule expiry %s, want the extended %s", r.Annotations[activities.AnnotationExpiresAt], want)
+	if want := st.Quarantine.ExpiresAt.UTC().Format(time.RFC3339); r.Annotations[kubeobj.AnnotationExpiresAt] != want {
+		t.Fatalf("rule expiry %s, want the extended %s", r.Annotations[kubeobj.AnnotationExpiresAt], want)
 	}
 
 	// The device is fixed; the next review passes.
@@ -324,8 +325,8 @@ func TestOperatorCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Annotations[activities.AnnotationActor] != "alice" {
-		t.Fatalf("rule actor %q", r.Annotations[activities.AnnotationActor])
+	if r.Annotations[kubeobj.AnnotationActor] != "alice" {
+		t.Fatalf("rule actor %q", r.Annotations[kubeobj.AnnotationActor])
 	}
 	if _, err := workflows.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "already quarantined") {
@@ -399,7 +400,7 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule || r.Annotations[activities.AnnotationExpiresAt] != later.Format(time.RFC3339) {
+	if r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule || r.Annotations[kubeobj.AnnotationExpiresAt] != later.Format(time.RFC3339) {
 		t.Fatalf("rule after refresh: %s %v", r.Spec.Taint.Effect, r.Annotations)
 	}
 	// A finalizer keeps the deleted rule around: it is not in force, and a quarantine waits.

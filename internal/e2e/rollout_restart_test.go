@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/worker"
@@ -71,7 +72,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 	if enables != 1 {
 		t.Fatalf("EnableRolloutPhase scheduled %d times, want once", enables)
 	}
-	evs, err := s.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + nodes[0] + ",reason=" + activities.EventRolloutEnabled})
+	evs, err := s.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + nodes[0] + ",reason=" + kubeobj.EventRolloutEnabled})
 	if err != nil || len(evs.Items) != 1 {
 		t.Fatalf("RolloutEnabled events: %v, %d", err, len(evs.Items))
 	}

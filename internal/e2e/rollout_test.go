@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
@@ -260,7 +260,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 	if err != nil || len(c.Status.ReservedFor) != 1 {
 		t.Fatalf("bound claim after rollback: %v", err)
 	}
-	cm, err := kube.CoreV1().ConfigMaps("default").Get(ctx, activities.ReportConfigMap(plan.Name, "canary"), metav1.GetOptions{})
+	cm, err := kube.CoreV1().ConfigMaps("default").Get(ctx, kubeobj.ReportConfigMap(plan.Name, "canary"), metav1.GetOptions{})
 	if err != nil || !strings.Contains(cm.Data["report.json"], "claim->allocated p99") {
 		t.Fatalf("gate report kept: %v", err)
 	}
@@ -273,7 +273,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 	}
 	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
 	eventually(t, 10*time.Second, "rollback Event on the node", func() error {
-		evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + activities.EventRolloutRolledBack})
+		evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + kubeobj.EventRolloutRolledBack})
 		if err != nil || len(evs.Items) != 1 {
 			return fmt.Errorf("%v: %d events", err, len(evs.Items))
 		}
@@ -288,7 +288,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking again", soaking(0))
-	_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, activities.BlockName(plan.Name, "canary"), metav1.GetOptions{})
+	_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, kubeobj.BlockName(plan.Name, "canary"), metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("admission block after resume: %v", err)
 	}

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -34,7 +34,7 @@ func unitRules(ctx context.Context, kube kubernetes.Interface, unit device.ID) (
 	}
 	out := map[string]string{}
 	for _, r := range rules.Items {
-		if r.Annotations[activities.AnnotationUnit] == unit.String() && r.DeletionTimestamp == nil {
+		if r.Annotations[kubeobj.AnnotationUnit] == unit.String() && r.DeletionTimestamp == nil {
 			out[*r.Spec.DeviceSelector.Device] = r.Spec.Taint.Key
 		}
 	}
@@ -94,7 +94,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 			if c, ok := ev.Object.(*resourcev1.ResourceClaim); ok && c.Status.Allocation != nil {
 				for _, r := range c.Status.Allocation.Devices.Results {
 					if r.Pool == node {
-						allocs.add(c.Labels[activities.LabelRole] + " " + r.Device)
+						allocs.add(c.Labels[kubeobj.LabelRole] + " " + r.Device)
 					}
 				}
 			}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // Checkpointer plays a workload's own code in the checkpoint handshake: a Pod that declares
@@ -41,10 +41,10 @@ func (c *Checkpointer) Run(ctx context.Context) error {
 		if err == nil {
 			now := time.Now()
 			for _, p := range pods.Items {
-				id := p.Annotations[activities.AnnotationCheckpointRequested]
+				id := p.Annotations[kubeobj.AnnotationCheckpointRequested]
 				delay, derr := time.ParseDuration(p.Annotations[AnnotationCheckpointDelay])
-				if id == "" || derr != nil || p.Annotations[activities.AnnotationCheckpoint] != activities.CheckpointAnnotation ||
-					p.Annotations[activities.AnnotationCheckpointCompleted] == id {
+				if id == "" || derr != nil || p.Annotations[kubeobj.AnnotationCheckpoint] != kubeobj.CheckpointAnnotation ||
+					p.Annotations[kubeobj.AnnotationCheckpointCompleted] == id {
 					continue
 				}
 				key := string(p.UID) + "/" + id
@@ -54,7 +54,7 @@ func (c *Checkpointer) Run(ctx context.Context) error {
 				if now.Sub(seen[key]) < delay {
 					continue
 				}
-				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{activities.AnnotationCheckpointCompleted: id}}})
+				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kubeobj.AnnotationCheckpointCompleted: id}}})
 				if _, err := c.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
 					logger.Warn("sim workload: checkpoint not answered", "pod", p.Namespace+"/"+p.Name, "error", err)
 				}

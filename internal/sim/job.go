@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // AnnotationCheckpointDelay tells the simulated workload how long it takes to save its work when
@@ -41,13 +41,13 @@ func (w Workload) CreateJob(ctx context.Context, cs kubernetes.Interface, o JobO
 	pods := int32(max(1, o.Pods))
 	ann := map[string]string{}
 	if o.Checkpoint != "" {
-		ann[activities.AnnotationCheckpoint] = o.Checkpoint
+		ann[kubeobj.AnnotationCheckpoint] = o.Checkpoint
 	}
-	if o.Checkpoint == activities.CheckpointAnnotation {
+	if o.Checkpoint == kubeobj.CheckpointAnnotation {
 		ann[AnnotationCheckpointDelay] = o.CheckpointDelay.String()
 	}
 	if o.Shrinkable {
-		ann[activities.AnnotationShrinkable] = "true"
+		ann[kubeobj.AnnotationShrinkable] = "true"
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace},

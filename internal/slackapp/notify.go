@@ -15,9 +15,9 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -29,7 +29,7 @@ const (
 	ActionRolloutApprove = "devicewarden-rollout-approve"
 )
 
-// Notifier posts to Slack. It implements activities.Alerter and activities.Approver.
+// Notifier posts to Slack. It implements notify.Alerter and notify.Approver.
 type Notifier struct {
 	Client *slack.Client
 	// Channel receives messages of policies that name none.
@@ -58,7 +58,7 @@ func NewClient(token, apiURL string) *slack.Client {
 
 // Alert posts an alert. Slack being down never blocks a remediation: after bounded retries the
 // failure is logged and counted, and the alert returns no error.
-func (n *Notifier) Alert(ctx context.Context, in activities.AlertInput) error {
+func (n *Notifier) Alert(ctx context.Context, in notify.AlertInput) error {
 	text := fmt.Sprintf("%s %s", levelEmoji(in.Level), in.Text)
 	if in.Device.Valid() {
 		text = fmt.Sprintf("%s *%s*: %s", levelEmoji(in.Level), in.Device, in.Text)
@@ -71,7 +71,7 @@ func (n *Notifier) Alert(ctx context.Context, in activities.AlertInput) error {
 }
 
 // RequestApproval posts the approval message with Approve and Reject buttons.
-func (n *Notifier) RequestApproval(ctx context.Context, in activities.ApprovalRequest) error {
+func (n *Notifier) RequestApproval(ctx context.Context, in notify.ApprovalRequest) error {
 	if _, err := n.post(ctx, n.channel(in.Channel), slack.MsgOptionText("Release of "+in.Device.String()+" waits for approval", false),
 		slack.MsgOptionBlocks(ApprovalBlocks(in, n.workflowLink(in.WorkflowID))...)); err != nil {
 		return err
@@ -80,7 +80,7 @@ func (n *Notifier) RequestApproval(ctx context.Context, in activities.ApprovalRe
 }
 
 // RequestRolloutApproval posts a rollout phase's approval message with an Approve button.
-func (n *Notifier) RequestRolloutApproval(ctx context.Context, in activities.RolloutApprovalRequest) error {
+func (n *Notifier) RequestRolloutApproval(ctx context.Context, in notify.RolloutApprovalRequest) error {
 	_, err := n.post(ctx, n.channel(in.Channel), slack.MsgOptionText("Rollout "+in.Rollout+" waits for approval past phase "+in.Phase, false),
 		slack.MsgOptionBlocks(RolloutApprovalBlocks(in, n.workflowLink(in.WorkflowID))...))
 	return err
@@ -88,7 +88,7 @@ func (n *Notifier) RequestRolloutApproval(ctx context.Context, in activities.Rol
 
 // RolloutApprovalBlocks is the message of a rollout phase's approval; the button carries
 // <rollout>/<phase>.
-func RolloutApprovalBlocks(in activities.RolloutApprovalRequest, link string) []slack.Block {
+func RolloutApprovalBlocks(in notify.RolloutApprovalRequest, link string) []slack.Block {
 	lines := []string{
 		fmt.Sprintf("*Rollout `%s` passed phase `%s` and waits for approval*", in.Rollout, in.Phase),
 		"*Next phase:* " + orDash(in.Next),
@@ -111,7 +111,7 @@ const reviewSep = "|"
 
 // ApprovalBlocks is the Block Kit message of an approval request; the buttons carry the device and
 // the review, so a message left over from an earlier review decides nothing on a later one.
-func ApprovalBlocks(in activities.ApprovalRequest, link string) []slack.Block {
+func ApprovalBlocks(in notify.ApprovalRequest, link string) []slack.Block {
 	lines := []string{
 		fmt.Sprintf("*Release of `%s` waits for approval*", in.Device),
 		"*Node:* " + orDash(in.Node),

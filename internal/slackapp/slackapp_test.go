@@ -21,9 +21,9 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slacktest"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -90,7 +90,7 @@ func TestApprovalMessage(t *testing.T) {
 	api := newWebAPI(t)
 	m := metrics.New()
 	n := &Notifier{Client: api.client(), Channel: "#fallback", UIURL: "http://127.0.0.1:8233", Metrics: m}
-	req := activities.ApprovalRequest{Device: gpu, Review: review, Node: "gpu-node-0", Reason: "device reported Unhealthy: XID 79", Summary: "probe passed, canary passed",
+	req := notify.ApprovalRequest{Device: gpu, Review: review, Node: "gpu-node-0", Reason: "device reported Unhealthy: XID 79", Summary: "probe passed, canary passed",
 		WorkflowID: gpu.WorkflowID(), Channel: "#gpu-ops",
 		Probe: &policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, Canary: &policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}}
 	if err := n.RequestApproval(context.Background(), req); err != nil {
@@ -121,7 +121,7 @@ func TestApprovalMessage(t *testing.T) {
 	}
 
 	// Alerts go to the policy's channel, or the default one.
-	if err := n.Alert(context.Background(), activities.AlertInput{Device: gpu, Level: policy.LevelCritical, Text: "device reported Unhealthy: XID 79"}); err != nil {
+	if err := n.Alert(context.Background(), notify.AlertInput{Device: gpu, Level: policy.LevelCritical, Text: "device reported Unhealthy: XID 79"}); err != nil {
 		t.Fatal(err)
 	}
 	posts, _ = api.snapshot()
@@ -135,13 +135,13 @@ func TestSlackDownNeverFailsAnAlert(t *testing.T) {
 	api.down = true
 	m := metrics.New()
 	n := &Notifier{Client: api.client(), Channel: "#ops", Metrics: m, Backoff: time.Millisecond}
-	if err := n.Alert(context.Background(), activities.AlertInput{Device: gpu, Level: policy.LevelWarning, Text: "x"}); err != nil {
+	if err := n.Alert(context.Background(), notify.AlertInput{Device: gpu, Level: policy.LevelWarning, Text: "x"}); err != nil {
 		t.Fatalf("alert with Slack down: %v", err)
 	}
 	if got := counter(t, m, "devicewarden_slack_notifications_total", "failed"); got != 1 {
 		t.Fatalf("failed notifications = %v", got)
 	}
-	if err := n.RequestApproval(context.Background(), activities.ApprovalRequest{Device: gpu}); err == nil {
+	if err := n.RequestApproval(context.Background(), notify.ApprovalRequest{Device: gpu}); err == nil {
 		t.Fatal("an approval request Slack never got reported success")
 	}
 }
@@ -369,7 +369,7 @@ func TestRolloutApprovalButton(t *testing.T) {
 }
 
 func TestRolloutApprovalMessage(t *testing.T) {
-	blocks := RolloutApprovalBlocks(activities.RolloutApprovalRequest{Rollout: "gpu-dra", Phase: "canary", Next: "tenants", Summary: "passed; 3 claims"}, "http://ui/x")
+	blocks := RolloutApprovalBlocks(notify.RolloutApprovalRequest{Rollout: "gpu-dra", Phase: "canary", Next: "tenants", Summary: "passed; 3 claims"}, "http://ui/x")
 	b, _ := json.Marshal(blocks)
 	for _, want := range []string{"passed phase `canary`", "*Next phase:* tenants", "passed; 3 claims", ActionRolloutApprove, `"value":"gpu-dra/canary"`, "http://ui/x"} {
 		if !strings.Contains(string(b), want) {

@@ -8,8 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -65,12 +66,12 @@ func (w *Watcher) recordAmbiguous(pod *corev1.Pod, e ResolveError, text string) 
 	for i, ref := range refs {
 		// Named as kubelet names its events: object name, then a unique hex suffix.
 		name := fmt.Sprintf("%s.%x", ref.Name, now+int64(i))
-		if err := activities.CreateEvent(ctx, w.cfg.Kube, ref, EventAmbiguous, corev1.EventTypeWarning, text, name, "devicewarden.io/watcher"); err != nil {
+		if err := kubeobj.CreateEvent(ctx, w.cfg.Kube, ref, EventAmbiguous, corev1.EventTypeWarning, text, name, "devicewarden.io/watcher"); err != nil {
 			w.cfg.Logger.Warn("event not recorded", "object", ref.Kind+" "+ref.Namespace+"/"+ref.Name, "error", err)
 		}
 	}
 	if w.cfg.Alerter != nil {
-		if err := w.cfg.Alerter.Alert(ctx, activities.AlertInput{Level: policy.LevelCritical, Text: text}); err != nil {
+		if err := w.cfg.Alerter.Alert(ctx, notify.AlertInput{Level: policy.LevelCritical, Text: text}); err != nil {
 			w.cfg.Logger.Warn("ambiguous report not alerted", "error", err)
 		}
 	}

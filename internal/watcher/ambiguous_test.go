@@ -15,19 +15,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
 type alerts struct {
 	mu  sync.Mutex
-	got []activities.AlertInput
+	got []notify.AlertInput
 }
 
-func (a *alerts) Alert(_ context.Context, in activities.AlertInput) error {
+func (a *alerts) Alert(_ context.Context, in notify.AlertInput) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.got = append(a.got, in)

@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
 )
@@ -51,7 +51,7 @@ type Config struct {
 	// (default: the built-in policy, no CDI styles).
 	Policies *policy.Set
 	// Alerter, when set, also receives an alert for every ambiguous report (Slack).
-	Alerter activities.Alerter
+	Alerter notify.Alerter
 	// Term gives the term that orders this watcher's observations (policy.Seq), taken when Run
 	// starts, i.e. when this replica starts to lead: larger than every earlier watcher's
 	// (LeaseTerm). Nil: TermBase, for tests of one watcher.

@@ -1,0 +1,80 @@
+// Package kubeobj names what DeviceWarden writes on Kubernetes objects: the labels, annotations,
+// field manager and Event reasons of the objects it owns or marks, and the Event writer. The
+// activities, the watcher, the simulator and the Slack app all read these names from here.
+package kubeobj
+
+import "github.com/devicewarden/devicewarden/internal/policy"
+
+// Who owns an object, and the taint key of every quarantine.
+const (
+	TaintKey       = policy.TaintQuarantine
+	FieldManager   = "devicewarden"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "devicewarden"
+)
+
+// Labels and annotations on DeviceTaintRules.
+const (
+	LabelDriver = "devicewarden.io/driver"
+	LabelPool   = "devicewarden.io/pool"
+	LabelDevice = "devicewarden.io/device"
+	// LabelUnit marks the rules of one physical unit's forms (a hash of the unit's ID), so the
+	// unit's release finds every one of them, a form no longer published included.
+	LabelUnit           = "devicewarden.io/unit"
+	AnnotationDevice    = "devicewarden.io/device-id"
+	AnnotationReason    = "devicewarden.io/reason"
+	AnnotationActor     = "devicewarden.io/actor"
+	AnnotationWorkflow  = "devicewarden.io/workflow-id"
+	AnnotationExpiresAt = "devicewarden.io/expires-at"
+	// AnnotationUnit names the physical unit a rule fences one form of (driver/pool/key).
+	AnnotationUnit = "devicewarden.io/unit"
+)
+
+// Labels on probe and canary Pods.
+const (
+	LabelRole   = "devicewarden.io/role"
+	LabelReview = "devicewarden.io/review"
+)
+
+// How a workload declares itself to migration, in annotations on its Pod template (so on its Pods).
+const (
+	AnnotationCheckpoint = "devicewarden.io/checkpoint"
+	AnnotationShrinkable = "devicewarden.io/shrinkable"
+	// CheckpointNone (the default): the workload cannot save its progress on request.
+	CheckpointNone = "none"
+	// CheckpointAnnotation: the workload's code answers checkpoint-requested=<id> with
+	// checkpoint-completed=<id> on its Pods.
+	CheckpointAnnotation = "annotation"
+)
+
+// The checkpoint handshake: DeviceWarden writes the request on the workload's Pods, the workload's
+// own code answers on the same Pods once its progress is saved.
+const (
+	AnnotationCheckpointRequested = "devicewarden.io/checkpoint-requested"
+	AnnotationCheckpointCompleted = "devicewarden.io/checkpoint-completed"
+)
+
+// Labels on migration Leases and evidence.
+const (
+	LabelWorkloadNamespace = "devicewarden.io/workload-namespace"
+	LabelWorkloadName      = "devicewarden.io/workload-name"
+)
+
+// What a rollout writes. Enable leaves the two annotations on a node it switched, so a retried
+// enable (or the rollback) finds what the node was before, whoever's worker runs it. LabelRollout
+// names the rollout that owns an object (reports, admission blocks).
+const (
+	AnnotationRolloutPrevious = "devicewarden.io/rollout-previous-owner"
+	AnnotationRolloutDevices  = "devicewarden.io/rollout-plugin-devices"
+	LabelRollout              = "devicewarden.io/rollout"
+)
+
+// ReportConfigMap is the name of the ConfigMap that keeps a rollout phase's last gate report.
+func ReportConfigMap(rolloutName, phase string) string {
+	return "devicewarden-rollout-" + rolloutName + "-" + phase
+}
+
+// BlockName is the ValidatingAdmissionPolicy (and binding) that holds a phase's classes.
+func BlockName(rolloutName, phase string) string {
+	return "devicewarden-rollout-" + rolloutName + "-" + phase
+}
