@@ -18,7 +18,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
@@ -41,7 +41,7 @@ func startPermitProcess(t *testing.T, addr string) *permitProcess {
 	}
 	bc := NewBreakerClient(c)
 	w := sdkworker.New(c, bc.Queue, sdkworker.Options{})
-	w.RegisterActivity((&activities.Activities{Breaker: bc}).RevokePermits)
+	w.RegisterActivity((&remediation.Activities{Breaker: bc}).RevokePermits)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	defer c.Close()
 	bw := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{})
 	bw.RegisterWorkflow(workflows.BreakerWorkflow)
-	bw.RegisterActivity(&activities.Activities{})
+	NewActivities(Deps{}).register(bw)
 	if err := bw.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -16,28 +16,28 @@ type RolloutClient struct {
 }
 
 // OpenWindow signals-with-start the rollout, then reads where it stands.
-func (r *RolloutClient) OpenWindow(ctx context.Context, in activities.WindowInput) (activities.WindowResult, error) {
+func (r *RolloutClient) OpenWindow(ctx context.Context, in rollouts.WindowInput) (rollouts.WindowResult, error) {
 	err := workflows.OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until)
 	if errors.Is(err, workflows.ErrRolloutEnded) {
 		state, err := workflows.EndedRollout(ctx, r.Client, in.Plan.Name)
-		return activities.WindowResult{State: state, Ended: true}, err
+		return rollouts.WindowResult{State: state, Ended: true}, err
 	}
 	if err != nil {
-		return activities.WindowResult{}, err
+		return rollouts.WindowResult{}, err
 	}
 	v, err := r.Client.QueryWorkflow(ctx, workflows.RolloutID(in.Plan.Name), "", workflows.QueryState)
 	if err != nil {
-		return activities.WindowResult{}, err
+		return rollouts.WindowResult{}, err
 	}
 	var st workflows.RolloutStatus
 	if err := v.Get(&st); err != nil {
-		return activities.WindowResult{}, err
+		return rollouts.WindowResult{}, err
 	}
-	res := activities.WindowResult{State: st.State}
+	res := rollouts.WindowResult{State: st.State}
 	if st.Phase < len(in.Plan.Phases) {
 		res.Phase = in.Plan.Phases[st.Phase].Name
 	}
 	return res, nil
 }
 
-var _ activities.RolloutWindows = (*RolloutClient)(nil)
+var _ rollouts.RolloutWindows = (*RolloutClient)(nil)

@@ -11,7 +11,6 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -33,7 +32,7 @@ type Workers struct {
 func SetCacheSize(n int) { sdkworker.SetStickyWorkflowCacheSize(n) }
 
 // New builds the workers. The caller starts and stops them.
-func New(c client.Client, acts *activities.Activities) *Workers {
+func New(c client.Client, acts *Activities) *Workers {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize:     64,
 		MaxConcurrentWorkflowTaskExecutionSize: 64,
@@ -42,17 +41,17 @@ func New(c client.Client, acts *activities.Activities) *Workers {
 	for name, fn := range workflows.All {
 		w.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 	}
-	w.RegisterActivity(acts)
+	acts.register(w)
 	b := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize:     8,
 		MaxConcurrentWorkflowTaskExecutionSize: 8,
 	})
 	b.RegisterWorkflow(workflows.BreakerWorkflow)
-	b.RegisterActivity(acts)
+	acts.register(b)
 	ws := &Workers{Devices: w, Breaker: b}
-	if bc, ok := acts.Breaker.(*BreakerClient); ok && bc.Queue != "" {
+	if bc, ok := acts.Remediation.Breaker.(*BreakerClient); ok && bc.Queue != "" {
 		ws.Permits = sdkworker.New(c, bc.Queue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 2})
-		ws.Permits.RegisterActivity(acts.RevokePermits)
+		ws.Permits.RegisterActivity(acts.Remediation.RevokePermits)
 	}
 	return ws
 }

@@ -8,8 +8,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/activities"
-
+	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
@@ -179,9 +179,9 @@ type LimiterInput struct {
 
 // MigrateInput starts the migration of one workload off a quarantined device.
 type MigrateInput struct {
-	Device   device.ID           `json:"device"`
-	Node     string              `json:"node"`
-	Workload activities.Workload `json:"workload"`
+	Device   device.ID          `json:"device"`
+	Node     string             `json:"node"`
+	Workload migration.Workload `json:"workload"`
 	// StatusVersion is the Pod status version of the report that quarantined the device.
 	StatusVersion string `json:"statusVersion"`
 	// Report is that report, as the device workflow recorded it (kept with the evidence).
@@ -241,13 +241,13 @@ type RolloutStatus struct {
 	// Awaiting is the phase whose next phase waits for approval.
 	Awaiting string `json:"awaiting,omitempty"`
 	// Enabled are the phases switched to DRA and not rolled back, oldest first: what a rollback undoes.
-	Enabled []activities.PhaseChange `json:"enabled,omitempty"`
+	Enabled []rollouts.PhaseChange `json:"enabled,omitempty"`
 	// Draining are rolled-back phases' nodes kept on DRA while claims are allocated on them.
 	Draining []DrainingPhase `json:"draining,omitempty"`
 	// Blocks are the admission blocks of rolled-back phases, lifted when a phase is enabled again.
-	Blocks     []activities.BlockInput `json:"blocks,omitempty"`
-	Violations []rollout.Violation     `json:"violations,omitempty"`
-	Reports    []rollout.Report        `json:"reports,omitempty"`
+	Blocks     []rollouts.BlockInput `json:"blocks,omitempty"`
+	Violations []rollout.Violation   `json:"violations,omitempty"`
+	Reports    []rollout.Report      `json:"reports,omitempty"`
 	// RollbackPending is a rollback command not carried out yet.
 	RollbackPending *rollout.Command `json:"rollbackPending,omitempty"`
 	// Retry is set by resume in a blocked or rolled-back rollout.
@@ -268,9 +268,9 @@ type UnfinishedRollback struct {
 
 // DrainingPhase is a rolled-back phase's nodes that bound claims hold on DRA.
 type DrainingPhase struct {
-	Change  activities.PhaseChange `json:"change"`
-	Drivers []string               `json:"drivers"`
-	Reason  string                 `json:"reason"`
+	Change  rollouts.PhaseChange `json:"change"`
+	Drivers []string             `json:"drivers"`
+	Reason  string               `json:"reason"`
 }
 
 // Phase is the phase's name.
@@ -294,4 +294,4 @@ type RolloutWindowInput struct {
 }
 
 // RolloutID is a rollout's workflow ID.
-func RolloutID(name string) string { return activities.RolloutWorkflowID(name) }
+func RolloutID(name string) string { return rollouts.RolloutWorkflowID(name) }

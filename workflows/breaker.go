@@ -96,7 +96,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 		for len(alerts) > 0 {
 			al := alerts[0]
 			alerts = alerts[1:]
-			if err := workflow.ExecuteActivity(actx, a.Alert, al).Get(ctx, nil); err != nil {
+			if err := workflow.ExecuteActivity(actx, rem.Alert, al).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -75,7 +75,7 @@ func revokeLeases(ctx workflow.Context, st *policy.BreakerState) {
 		rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue: q, ScheduleToStartTimeout: RevokeWithin, StartToCloseTimeout: RevokeWithin,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
-		futures[i] = workflow.ExecuteActivity(rctx, a.RevokePermits, activities.RevokeInput{Leases: ids[q]})
+		futures[i] = workflow.ExecuteActivity(rctx, rem.RevokePermits, remediation.RevokeInput{Leases: ids[q]})
 	}
 	for i, f := range futures {
 		var reps []policy.LeaseReport

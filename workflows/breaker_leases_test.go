@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -23,12 +23,12 @@ import (
 func TestBreakerPauseRevokesLeases(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 	start := env.Now()
 	var mu sync.Mutex // one revocation per worker queue, at once
 	var revoked []string
-	env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RevokeInput) ([]policy.LeaseReport, error) {
+	env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]policy.LeaseReport, error) {
 		q := activity.GetInfo(ctx).TaskQueue
 		mu.Lock()
 		revoked = append(revoked, q)
@@ -83,7 +83,7 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 func TestBreakerTakesLeaseReports(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 40}
 	env.RegisterDelayedCallback(func() {
 		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: policy.Quarantined, Config: cfg},

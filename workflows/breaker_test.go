@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -49,7 +48,7 @@ func (u *updateResult) callbacks() *testsuite.TestUpdateCallback {
 func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	alerts := 0
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, _ notify.AlertInput) error { alerts++; return nil })
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
@@ -95,7 +94,7 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 func TestBreakerConfigureOwnsTheConfig(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
 	owned := policy.BreakerConfig{Window: time.Hour, MaxCount: 2, MaxPercent: 100}
 	other := policy.BreakerConfig{Window: time.Minute, MaxCount: 50, MaxPercent: 100}
@@ -133,7 +132,7 @@ func TestBreakerConfigureOwnsTheConfig(t *testing.T) {
 func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).After(10 * time.Second).Return(nil)
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"}) }, time.Minute)
@@ -160,7 +159,7 @@ func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
 func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
 	wakes := recordWakes(env)
 	env.RegisterDelayedCallback(func() {
@@ -214,7 +213,7 @@ func TestBreakerAppliesPauseAndResumeInOrderSent(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var s testsuite.WorkflowTestSuite
 			env := s.NewTestWorkflowEnvironment()
-			env.RegisterActivity(&activities.Activities{})
+			registerActivities(env)
 			env.OnActivity("Alert", mock.Anything, mock.Anything).After(10 * time.Second).Return(nil)
 			env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 			env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "ops", Reason: "first"}) }, time.Minute)

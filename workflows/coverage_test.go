@@ -17,7 +17,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -108,8 +109,8 @@ func handlerPaths(t *testing.T, fn any) []string {
 	case func(workflow.Context, LimiterInput) error:
 		env.ExecuteWorkflow(f, LimiterInput{})
 	case func(workflow.Context, MigrateInput) (policy.MigrationState, error):
-		env.RegisterActivity(&activities.Activities{})
-		env.OnActivity("TakeMigrationLease", mock.Anything, mock.Anything).Return(activities.LeaseResult{Held: true}, nil).Maybe()
+		registerActivities(env)
+		env.OnActivity("TakeMigrationLease", mock.Anything, mock.Anything).Return(migration.LeaseResult{Held: true}, nil).Maybe()
 		for _, name := range []string{"HoldMigrationLease", "RequestMigrationSlot", "ReleaseMigrationLease"} {
 			env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
 		}
@@ -117,10 +118,10 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 		env.ExecuteWorkflow(f, MigrateInput{Device: gpu0, Node: "node-1"})
 	case func(workflow.Context, RolloutInput) (RolloutStatus, error):
-		env.RegisterActivity(&activities.Activities{})
+		registerActivities(env)
 		env.OnActivity("RolloutPreflight", mock.Anything, mock.Anything).Return([]rollout.Violation{{Node: "n"}}, nil).Maybe()
 		env.ExecuteWorkflow(f, RolloutInput{Plan: testPlan()})
-	case func(workflow.Context, RolloutWindowInput) (activities.WindowResult, error):
+	case func(workflow.Context, RolloutWindowInput) (rollouts.WindowResult, error):
 		return nil // a schedule's action: it takes no signal or update
 	case func(workflow.Context, ClaimHygieneInput) (ClaimHygieneStatus, error):
 		return nil // it looks again on its own timer: no signal or update

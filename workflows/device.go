@@ -8,14 +8,11 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Actor is recorded on decisions DeviceWarden makes by itself.
 const Actor = policy.Actor
-
-var a *activities.Activities
 
 // commandRequest is an operator update waiting for the main loop to apply it.
 type commandRequest struct {

@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -43,7 +43,7 @@ type harness struct {
 	mu         sync.Mutex
 	env        *testsuite.TestWorkflowEnvironment
 	pol        *policy.Policy // the device's policy (default policy.Default())
-	quarantine []activities.QuarantineInput
+	quarantine []remediation.QuarantineInput
 	denyFirst  int // AcquirePermit denies this many requests first
 	permits    int
 	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
@@ -54,9 +54,9 @@ type harness struct {
 	// (a pass once they run out); ran, refreshed, released and approvals record the calls.
 	rule      policy.RuleInfo
 	checks    []policy.StepResult
-	ran       []activities.CheckInput
-	refreshed []activities.QuarantineInput
-	released  []activities.ReleaseInput
+	ran       []remediation.CheckInput
+	refreshed []remediation.QuarantineInput
+	released  []remediation.ReleaseInput
 	approvals []notify.ApprovalRequest
 	// appliedEffect is the effect Quarantine says it applied ("" = none said, as older workers).
 	appliedEffect string
@@ -93,33 +93,33 @@ func (h *harness) seen(ctx context.Context, name string) { h.info[name] = activi
 func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
 	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}, fail: map[string]string{}}
-	h.env.RegisterActivity(&activities.Activities{})
+	registerActivities(h.env)
 	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+		func(ctx context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return h.quarantineRule(ctx, in)
 		})
 	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+		func(ctx context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return h.acquirePermit(ctx, in)
 		})
 	h.env.OnActivity("QuarantineWithPermit", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.QuarantineWithPermitInput) (activities.QuarantineWithPermitResult, error) {
+		func(ctx context.Context, in remediation.QuarantineWithPermitInput) (remediation.QuarantineWithPermitResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.combined++
 			permit, err := h.acquirePermit(ctx, in.Permit)
 			if err != nil {
-				return activities.QuarantineWithPermitResult{}, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrPermitUnavailable, err)
+				return remediation.QuarantineWithPermitResult{}, temporal.NewNonRetryableApplicationError(err.Error(), remediation.ErrPermitUnavailable, err)
 			}
 			if !permit.Granted {
-				return activities.QuarantineWithPermitResult{Permit: permit}, nil
+				return remediation.QuarantineWithPermitResult{Permit: permit}, nil
 			}
 			rule, err := h.quarantineRule(ctx, in.Quarantine)
-			return activities.QuarantineWithPermitResult{Permit: permit, Rule: rule}, err
+			return remediation.QuarantineWithPermitResult{Permit: permit, Rule: rule}, err
 		}).Maybe()
 	h.env.OnActivity("NoteAlert", mock.Anything, mock.Anything).Return(func(_ context.Context, in notify.AlertInput) error {
 		h.mu.Lock()
@@ -136,23 +136,23 @@ func newHarness(denyFirst int) *harness {
 	})
 	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
 	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+		func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return h.rule, h.failed("InspectRule")
 		})
 	h.env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+		func(_ context.Context, in remediation.QuarantineInput) (remediation.RefreshResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.refreshed = append(h.refreshed, in)
 			if err := h.failed("RefreshRule"); err != nil {
-				return activities.RefreshResult{}, err
+				return remediation.RefreshResult{}, err
 			}
-			return activities.RefreshResult{Effect: string(in.Effect), Missing: h.ruleMissing}, nil
+			return remediation.RefreshResult{Effect: string(in.Effect), Missing: h.ruleMissing}, nil
 		})
 	h.env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.CheckInput) (policy.StepResult, error) {
+		func(ctx context.Context, in remediation.CheckInput) (policy.StepResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.seen(ctx, "RunCheck")
@@ -168,7 +168,7 @@ func newHarness(denyFirst int) *harness {
 			return r, nil
 		})
 	h.env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ReleaseInput) error {
+		func(ctx context.Context, in remediation.ReleaseInput) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.releaseAttempts = append(h.releaseAttempts, h.env.Now())
@@ -201,16 +201,16 @@ func newHarness(denyFirst int) *harness {
 	return h
 }
 
-func (h *harness) quarantineRule(ctx context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+func (h *harness) quarantineRule(ctx context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 	h.seen(ctx, "Quarantine")
 	if err := h.failed("Quarantine"); err != nil {
-		return activities.QuarantineResult{}, err
+		return remediation.QuarantineResult{}, err
 	}
 	h.quarantine = append(h.quarantine, in)
-	return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
+	return remediation.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
 }
 
-func (h *harness) acquirePermit(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
 	h.permits++
 	if err := h.failed("AcquirePermit"); err != nil {
 		return policy.PermitResult{}, err

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 	resourcev1 "k8s.io/api/resource/v1"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -20,7 +20,7 @@ func activityOptions(ctx workflow.Context) workflow.Context {
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-			NonRetryableErrorTypes: []string{activities.ErrRuleNameCollision},
+			NonRetryableErrorTypes: []string{remediation.ErrRuleNameCollision},
 		},
 	})
 }
@@ -50,8 +50,8 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			acts = append(acts, more...)
 		case policy.ActInspectRule:
 			var info policy.RuleInfo
-			in := activities.InspectInput{Device: st.Device, Effect: act.Effect, Members: st.Members()}
-			if err := executeLocal(actx, a.InspectRule, in).Get(ctx, &info); err != nil {
+			in := remediation.InspectInput{Device: st.Device, Effect: act.Effect, Members: st.Members()}
+			if err := executeLocal(actx, rem.InspectRule, in).Get(ctx, &info); err != nil {
 				workflow.GetLogger(ctx).Warn("rule not inspected", "error", err)
 				continue
 			}
@@ -68,14 +68,14 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			if r := st.Review; r != nil {
 				req.Probe, req.Canary, req.Review = r.Probe, r.Canary, r.ID()
 			}
-			if err := workflow.ExecuteActivity(notifyOptions(ctx), a.RequestApproval, req).Get(ctx, nil); err != nil {
+			if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)
 			}
 		case policy.ActRelease:
-			in := activities.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
+			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
 				Members: st.Members()}
-			if err := workflow.ExecuteActivity(actx, a.ReleaseRule, in).Get(ctx, nil); err != nil {
+			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
 				acts = append(acts, st.ReleaseFailed(err.Error(), workflow.Now(ctx))...)
 				continue
 			}
@@ -104,10 +104,10 @@ func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
 	if act.Gather && takes(ctx, 3) {
 		// An alert many devices raise at once joins the worker's summary: no activity task,
 		// no second workflow task.
-		notice(ctx, "alert not delivered", executeLocal(notifyOptions(ctx), a.NoteAlert, in))
+		notice(ctx, "alert not delivered", executeLocal(notifyOptions(ctx), rem.NoteAlert, in))
 		return
 	}
-	notice(ctx, "alert not delivered", workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in))
+	notice(ctx, "alert not delivered", workflow.ExecuteActivity(notifyOptions(ctx), rem.Alert, in))
 }
 
 // taint carries out a taint: an automatic one asks the circuit breaker first. With held set, the
@@ -129,7 +129,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	// Older runs ask for the permit in a local activity of its own, then create the rule.
 	if permitIn != nil && !takes(ctx, 4) {
 		var permit policy.PermitResult
-		err := run(ctx, a.AcquirePermit, *permitIn).Get(ctx, &permit)
+		err := run(ctx, rem.AcquirePermit, *permitIn).Get(ctx, &permit)
 		if err != nil {
 			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
 			return nil, false
@@ -142,14 +142,14 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	}
 	now := workflow.Now(ctx)
 	qin := quarantineInput(ctx, st, act, now)
-	var res activities.QuarantineResult
+	var res remediation.QuarantineResult
 	var err error
 	if permitIn != nil {
 		// The permit and the rule in one local activity: nothing between the report and the rule.
-		var both activities.QuarantineWithPermitResult
-		err = executeLocal(ctx, a.QuarantineWithPermit, activities.QuarantineWithPermitInput{Permit: *permitIn, Quarantine: qin}).Get(ctx, &both)
+		var both remediation.QuarantineWithPermitResult
+		err = executeLocal(ctx, rem.QuarantineWithPermit, remediation.QuarantineWithPermitInput{Permit: *permitIn, Quarantine: qin}).Get(ctx, &both)
 		var appErr *temporal.ApplicationError
-		if errors.As(err, &appErr) && appErr.Type() == activities.ErrPermitUnavailable {
+		if errors.As(err, &appErr) && appErr.Type() == remediation.ErrPermitUnavailable {
 			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
 			return nil, false
 		}
@@ -159,7 +159,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 		}
 		res = both.Rule
 	} else {
-		err = run(ctx, a.Quarantine, qin).Get(ctx, &res)
+		err = run(ctx, rem.Quarantine, qin).Get(ctx, &res)
 	}
 	if err != nil {
 		if st.ReleasePath {
@@ -175,7 +175,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	// Workflows started before node escalation existed must replay without this activity.
 	if changed(ctx, "node-escalation") {
 		f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
-		notice(ctx, "node escalation not reported", workflow.ExecuteActivity(ctx, a.ReportNodeFailure, f))
+		notice(ctx, "node escalation not reported", workflow.ExecuteActivity(ctx, rem.ReportNodeFailure, f))
 	}
 	if pods := st.MigrationPods(act); len(pods) > 0 && changed(ctx, "migrate") {
 		startMigrations(ctx, st, pods)
@@ -185,14 +185,14 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 }
 
 func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
-	in := activities.QuarantineInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor, Key: act.Key,
+	in := remediation.QuarantineInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor, Key: act.Key,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Members: st.Members()}
 	if st.Quarantine != nil && act.Reason != st.Quarantine.Reason {
 		in.Reason = st.Quarantine.Reason // the rule keeps the quarantine's reason; the step is in history
 	}
-	var res activities.RefreshResult
-	if err := executeLocal(ctx, a.RefreshRule, in).Get(ctx, &res); err != nil {
+	var res remediation.RefreshResult
+	if err := executeLocal(ctx, rem.RefreshRule, in).Get(ctx, &res); err != nil {
 		return st.RuleRefreshed(act, "", err.Error(), workflow.Now(ctx))
 	}
 	if res.Missing {
@@ -204,10 +204,10 @@ func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []
 // fenceMembers extends a unit's standing fence to every device it is published as. A failure is
 // logged: the heartbeat's look at the rules finds the device still unfenced and asks again.
 func fenceMembers(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
-	in := activities.QuarantineInput{Device: st.Device, Reason: st.Quarantine.Reason, Actor: st.Quarantine.Actor, Key: act.Key,
+	in := remediation.QuarantineInput{Device: st.Device, Reason: st.Quarantine.Reason, Actor: st.Quarantine.Actor, Key: act.Key,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Members: st.Members()}
-	if err := executeLocal(ctx, a.Quarantine, in).Get(ctx, nil); err != nil {
+	if err := executeLocal(ctx, rem.Quarantine, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("unit not fenced in full", "unit", st.Device.String(), "why", act.Reason, "error", err)
 	}
 }
@@ -236,7 +236,7 @@ func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, i
 	if class == "" {
 		class = st.DeviceClass
 	}
-	in := activities.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
+	in := remediation.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if st.Quarantine != nil {
 		in.Review = st.Quarantine.Reviews
@@ -245,10 +245,10 @@ func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, i
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3,
-			NonRetryableErrorTypes: []string{activities.ErrNoIdentity}},
+			NonRetryableErrorTypes: []string{remediation.ErrNoIdentity}},
 	})
 	var res policy.StepResult
-	if err := workflow.ExecuteActivity(cctx, a.RunCheck, in).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteActivity(cctx, rem.RunCheck, in).Get(ctx, &res); err != nil {
 		res = policy.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
 	}
 	return res
@@ -256,11 +256,11 @@ func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, i
 
 // permitInput is the breaker request an automatic taint needs (nil for an operator's). With held
 // set, the request carries that alert for the worker to send if the action is held.
-func permitInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held *policy.Action) *activities.PermitInput {
+func permitInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held *policy.Action) *remediation.PermitInput {
 	if !act.Automatic {
 		return nil
 	}
-	in := &activities.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}
+	in := &remediation.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}
 	if held != nil {
 		al := alertInput(ctx, st, *held)
 		in.HeldAlert = &al
@@ -270,12 +270,12 @@ func permitInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action
 
 // quarantineInput is the rule a taint writes: expiring after the quarantine lease, or after the
 // review interval while on the release path.
-func quarantineInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, now time.Time) activities.QuarantineInput {
+func quarantineInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, now time.Time) remediation.QuarantineInput {
 	lease := st.Policy.QuarantineLease.D()
 	if st.ReviewInterval > 0 && st.ReleasePath {
 		lease = st.ReviewInterval.D()
 	}
-	return activities.QuarantineInput{
+	return remediation.QuarantineInput{
 		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),

@@ -6,7 +6,8 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/hygiene"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -71,7 +72,7 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 	// Each activity is a few reads and at most one write: a short timeout lets the next worker
 	// retry soon after one dies mid-call.
 	actx := rolloutActivityOptions(ctx, 15*time.Second)
-	claim := activities.HygieneInput{Namespace: in.Finding.Namespace, Claim: in.Finding.Claim, UID: in.Finding.UID, Policy: in.Policy}
+	claim := hygiene.HygieneInput{Namespace: in.Finding.Namespace, Claim: in.Finding.Claim, UID: in.Finding.UID, Policy: in.Policy}
 	for checks := 0; ; checks++ {
 		f := st.Finding
 		if f.Kind == capacity.FindingNone {
@@ -80,7 +81,7 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 		}
 		st.State, st.Held = f.Kind, ""
 		if f.Kind != in.Recorded {
-			if err := workflow.ExecuteActivity(actx, a.RecordClaimFinding, f).Get(ctx, nil); err != nil {
+			if err := workflow.ExecuteActivity(actx, hyg.RecordClaimFinding, f).Get(ctx, nil); err != nil {
 				return st, err
 			}
 			in.Recorded = f.Kind
@@ -101,8 +102,8 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 		if err := workflow.Sleep(ctx, in.Recheck); err != nil {
 			return st, err
 		}
-		var look activities.ClaimCheck
-		if err := workflow.ExecuteActivity(actx, a.InspectClaim, claim).Get(ctx, &look); err != nil {
+		var look hygiene.ClaimCheck
+		if err := workflow.ExecuteActivity(actx, hyg.InspectClaim, claim).Get(ctx, &look); err != nil {
 			return st, err
 		}
 		st.Checks++
@@ -116,18 +117,18 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 
 // deleteLeaked asks the breaker, then deletes the claim if a fresh look still finds it a leak
 // that may go; done when the claim is gone either way.
-func deleteLeaked(ctx, actx workflow.Context, claim activities.HygieneInput, st *ClaimHygieneStatus) (bool, error) {
+func deleteLeaked(ctx, actx workflow.Context, claim hygiene.HygieneInput, st *ClaimHygieneStatus) (bool, error) {
 	var permit policy.PermitResult
 	key := claim.Namespace + "/" + claim.Claim + "/" + claim.UID
-	if err := workflow.ExecuteActivity(actx, a.AcquirePermit, activities.PermitInput{Claim: key, Action: policy.ClaimDeleted}).Get(ctx, &permit); err != nil {
+	if err := workflow.ExecuteActivity(actx, rem.AcquirePermit, remediation.PermitInput{Claim: key, Action: policy.ClaimDeleted}).Get(ctx, &permit); err != nil {
 		return false, err
 	}
 	if !permit.Granted {
 		st.State, st.Held = HygieneHeld, permit.Reason
 		return false, nil
 	}
-	var res activities.ClaimCheck
-	if err := workflow.ExecuteActivity(actx, a.DeleteLeakedClaim, claim).Get(ctx, &res); err != nil {
+	var res hygiene.ClaimCheck
+	if err := workflow.ExecuteActivity(actx, hyg.DeleteLeakedClaim, claim).Get(ctx, &res); err != nil {
 		return false, err
 	}
 	switch {

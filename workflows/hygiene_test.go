@@ -12,7 +12,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/hygiene"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -23,9 +24,9 @@ type hygieneEnv struct {
 	t       *testing.T
 	env     *testsuite.TestWorkflowEnvironment
 	calls   []string
-	looks   []activities.ClaimCheck
+	looks   []hygiene.ClaimCheck
 	permits []bool
-	deletes []activities.ClaimCheck
+	deletes []hygiene.ClaimCheck
 }
 
 func leakFinding(kind string, deletable bool) capacity.Finding {
@@ -37,18 +38,18 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 	var s testsuite.WorkflowTestSuite
 	h := &hygieneEnv{t: t, env: s.NewTestWorkflowEnvironment()}
 	h.env.RegisterWorkflow(ClaimHygieneWorkflow)
-	h.env.RegisterActivity(a)
-	next := func(list []activities.ClaimCheck) activities.ClaimCheck {
+	registerActivities(h.env)
+	next := func(list []hygiene.ClaimCheck) hygiene.ClaimCheck {
 		if len(list) == 0 {
 			t.Fatal("no answer left")
 		}
 		return list[0]
 	}
-	h.env.OnActivity(a.RecordClaimFinding, mock.Anything, mock.Anything).Return(func(_ context.Context, f capacity.Finding) error {
+	h.env.OnActivity(hyg.RecordClaimFinding, mock.Anything, mock.Anything).Return(func(_ context.Context, f capacity.Finding) error {
 		h.calls = append(h.calls, "record:"+f.Kind)
 		return nil
 	}).Maybe()
-	h.env.OnActivity(a.AcquirePermit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+	h.env.OnActivity(rem.AcquirePermit, mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
 		if in.Claim != "t/job-0-gpu/u1" || in.Action != policy.ClaimDeleted {
 			t.Errorf("permit asked for %+v", in)
 		}
@@ -62,7 +63,7 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 		}
 		return policy.PermitResult{Granted: true}, nil
 	}).Maybe()
-	h.env.OnActivity(a.DeleteLeakedClaim, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.HygieneInput) (activities.ClaimCheck, error) {
+	h.env.OnActivity(hyg.DeleteLeakedClaim, mock.Anything, mock.Anything).Return(func(_ context.Context, in hygiene.HygieneInput) (hygiene.ClaimCheck, error) {
 		if in.UID != "u1" || in.Claim != "job-0-gpu" || !in.Policy.DeleteLeaked {
 			t.Errorf("delete asked for %+v", in)
 		}
@@ -73,7 +74,7 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 		}
 		return res, nil
 	}).Maybe()
-	h.env.OnActivity(a.InspectClaim, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.HygieneInput) (activities.ClaimCheck, error) {
+	h.env.OnActivity(hyg.InspectClaim, mock.Anything, mock.Anything).Return(func(_ context.Context, in hygiene.HygieneInput) (hygiene.ClaimCheck, error) {
 		h.calls = append(h.calls, "look")
 		res := next(h.looks)
 		if len(h.looks) > 1 {
@@ -120,8 +121,8 @@ func (h *hygieneEnv) want(calls string) {
 func TestLeakThatTurnsStuckIsShownStuck(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{true}
-	h.deletes = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}}
-	h.looks = []activities.ClaimCheck{{}}
+	h.deletes = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}}
+	h.looks = []hygiene.ClaimCheck{{}}
 	h.env.RegisterDelayedCallback(func() {
 		if st := h.query(); st.State != capacity.FindingStuck {
 			t.Errorf("after the fresh look: %+v", st)
@@ -139,7 +140,7 @@ func TestLeakThatTurnsStuckIsShownStuck(t *testing.T) {
 // Without a recheck interval the workflow looks again every minute, not in a busy loop.
 func TestRecheckDefaultsToAMinute(t *testing.T) {
 	h := newHygieneEnv(t)
-	h.looks = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}, {}}
+	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}, {}}
 	start := h.env.Now()
 	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, ClaimHygieneInput{Finding: leakFinding(capacity.FindingStuck, false)})
 	if err := h.env.GetWorkflowError(); err != nil {
@@ -153,7 +154,7 @@ func TestRecheckDefaultsToAMinute(t *testing.T) {
 func TestLeakedClaimIsRecordedThenDeletedOnce(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{true}
-	h.deletes = []activities.ClaimCheck{{Deleted: true, Finding: leakFinding(capacity.FindingLeaked, true)}}
+	h.deletes = []hygiene.ClaimCheck{{Deleted: true, Finding: leakFinding(capacity.FindingLeaked, true)}}
 	st := h.run(leakFinding(capacity.FindingLeaked, true))
 	if st.State != HygieneDeleted || st.Finding.Version != "41" || st.Finding.ShareIDs[0] != "s1" {
 		t.Fatalf("status = %+v", st)
@@ -166,8 +167,8 @@ func TestLeakedClaimIsRecordedThenDeletedOnce(t *testing.T) {
 func TestLeakedClaimHeldByTheBreakerWaits(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{false, true}
-	h.looks = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, true)}}
-	h.deletes = []activities.ClaimCheck{{Deleted: true}}
+	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, true)}}
+	h.deletes = []hygiene.ClaimCheck{{Deleted: true}}
 	h.env.RegisterDelayedCallback(func() {
 		if st := h.query(); st.State != HygieneHeld || !strings.Contains(st.Held, "paused") || st.Finding.ShareIDs[0] != "s1" {
 			t.Errorf("while held: %+v", st)
@@ -184,9 +185,9 @@ func TestLeakedClaimHeldByTheBreakerWaits(t *testing.T) {
 func TestClaimOnALostNodeWaitsForTheFence(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{true}
-	h.looks = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingNodeLost, false)}, {Finding: leakFinding(capacity.FindingNodeLost, false)},
+	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingNodeLost, false)}, {Finding: leakFinding(capacity.FindingNodeLost, false)},
 		{Finding: leakFinding(capacity.FindingLeaked, true)}}
-	h.deletes = []activities.ClaimCheck{{Deleted: true}}
+	h.deletes = []hygiene.ClaimCheck{{Deleted: true}}
 	h.env.RegisterDelayedCallback(func() {
 		if st := h.query(); st.State != capacity.FindingNodeLost || st.Checks != 1 {
 			t.Errorf("before the fence: %+v", st)
@@ -201,7 +202,7 @@ func TestClaimOnALostNodeWaitsForTheFence(t *testing.T) {
 // A stuck share stays visible (ShareID, version, reason) until its Pod starts.
 func TestStuckShareStaysVisibleUntilItsPodStarts(t *testing.T) {
 	h := newHygieneEnv(t)
-	h.looks = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}, {}}
+	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}, {}}
 	h.env.RegisterDelayedCallback(func() {
 		st := h.query()
 		if st.State != capacity.FindingStuck || st.Finding.Version != "41" || st.Finding.Reason != "stuck reason" || st.Finding.ShareIDs[0] != "s1" {
@@ -219,7 +220,7 @@ func TestStuckShareStaysVisibleUntilItsPodStarts(t *testing.T) {
 func TestFreshLookBeforeTheDeletionDecides(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{true}
-	h.deletes = []activities.ClaimCheck{{Finding: capacity.Finding{Namespace: "t", Claim: "job-0-gpu", UID: "u1"}}}
+	h.deletes = []hygiene.ClaimCheck{{Finding: capacity.Finding{Namespace: "t", Claim: "job-0-gpu", UID: "u1"}}}
 	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneResolved || st.Checks != 0 {
 		t.Fatalf("status = %+v", st)
 	}
@@ -227,12 +228,12 @@ func TestFreshLookBeforeTheDeletionDecides(t *testing.T) {
 
 	h = newHygieneEnv(t)
 	h.permits = []bool{true}
-	h.deletes = []activities.ClaimCheck{{Gone: true}}
+	h.deletes = []hygiene.ClaimCheck{{Gone: true}}
 	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneGone {
 		t.Fatalf("status = %+v", st)
 	}
 	h = newHygieneEnv(t)
-	h.looks = []activities.ClaimCheck{{Gone: true}}
+	h.looks = []hygiene.ClaimCheck{{Gone: true}}
 	if st := h.run(leakFinding(capacity.FindingLeaked, false)); st.State != HygieneGone || st.Checks != 1 {
 		t.Fatalf("report-only leak deleted by someone: %+v", st)
 	}
@@ -243,7 +244,7 @@ func TestFreshLookBeforeTheDeletionDecides(t *testing.T) {
 // run does not write the Event again.
 func TestStandingFindingContinuesAsNew(t *testing.T) {
 	h := newHygieneEnv(t)
-	h.looks = []activities.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, false)}}
+	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, false)}}
 	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, ClaimHygieneInput{Finding: leakFinding(capacity.FindingLeaked, false), Recheck: time.Minute})
 	err := h.env.GetWorkflowError()
 	var can *workflow.ContinueAsNewError

@@ -9,7 +9,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -28,7 +29,7 @@ const (
 )
 
 // migration is one run's working state.
-type migration struct {
+type migrationRun struct {
 	in        MigrateInput
 	m         *policy.MigrationState
 	id        string
@@ -54,7 +55,7 @@ type migration struct {
 // through the Eviction API) and waits for it to be Ready on other devices. A workload that cannot
 // move without losing its work keeps its evidence and waits for a person's migrate-anyway or abandon.
 func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationState, error) {
-	r := &migration{in: in, m: &policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
+	r := &migrationRun{in: in, m: &policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		started: workflow.Now(ctx), decisions: workflow.NewBufferedChannel(ctx, 1)}
 	if r.in.Policy.DecisionTimeout <= 0 {
 		r.in.Policy.DecisionTimeout = policy.DefaultMigration().DecisionTimeout
@@ -76,9 +77,9 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 
 	work, stopWork := workflow.WithCancel(ctx)
 	r.work = work
-	lease := activities.LeaseInput{Workload: in.Workload, Holder: r.id, Duration: MigrationLease}
-	var held activities.LeaseResult
-	if err := workflow.ExecuteActivity(activityOptions(ctx), a.TakeMigrationLease, lease).Get(ctx, &held); err != nil || !held.Held {
+	lease := migration.LeaseInput{Workload: in.Workload, Holder: r.id, Duration: MigrationLease}
+	var held migration.LeaseResult
+	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.TakeMigrationLease, lease).Get(ctx, &held); err != nil || !held.Held {
 		reason := fmt.Sprintf("migration lease held by %s: another migration moves this workload", held.Holder)
 		if err != nil {
 			reason = "migration lease not taken: " + err.Error()
@@ -109,7 +110,7 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 	}
 	stopWork()
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := workflow.ExecuteActivity(activityOptions(dctx), a.ReleaseMigrationLease, lease).Get(dctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(activityOptions(dctx), mig.ReleaseMigrationLease, lease).Get(dctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("migration lease not released; it expires", "error", err)
 	}
 	r.finish(dctx)
@@ -117,15 +118,15 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 }
 
 // holdLease renews the Lease in the background; losing it cancels the work and says why.
-func (r *migration) holdLease(ctx workflow.Context, lease activities.LeaseInput, stopWork workflow.CancelFunc) *string {
+func (r *migrationRun) holdLease(ctx workflow.Context, lease migration.LeaseInput, stopWork workflow.CancelFunc) *string {
 	lost := new(string)
 	p := r.in.Policy
 	hctx := workflow.WithActivityOptions(r.work, workflow.ActivityOptions{
 		StartToCloseTimeout: p.CheckpointTimeout.D() + 2*p.ReadyTimeout.D() + p.DecisionTimeout.D() + time.Hour,
 		HeartbeatTimeout:    MigrationLease / 2,
-		RetryPolicy:         retryPolicy(activities.ErrLeaseLost),
+		RetryPolicy:         retryPolicy(migration.ErrLeaseLost),
 	})
-	f := workflow.ExecuteActivity(hctx, a.HoldMigrationLease, lease)
+	f := workflow.ExecuteActivity(hctx, mig.HoldMigrationLease, lease)
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		err := f.Get(gctx, nil)
 		if err != nil && !temporal.IsCanceledError(err) && r.work.Err() == nil {
@@ -138,7 +139,7 @@ func (r *migration) holdLease(ctx workflow.Context, lease activities.LeaseInput,
 
 // proceed takes the migration from its slot to its outcome; it returns when m is Done or the work
 // was cancelled.
-func (r *migration) proceed() {
+func (r *migrationRun) proceed() {
 	ctx := r.work
 	w := r.in.Workload
 	if r.anyway != "" {
@@ -166,7 +167,7 @@ func (r *migration) proceed() {
 }
 
 // acquireSlot asks the limiter and waits for its answer; the query shows the wait.
-func (r *migration) acquireSlot() bool {
+func (r *migrationRun) acquireSlot() bool {
 	ctx := r.work
 	if r.slot {
 		return true
@@ -179,7 +180,7 @@ func (r *migration) acquireSlot() bool {
 		r.m.Record(workflow.Now(ctx), "a grant of an earlier slot request dropped")
 	}
 	for {
-		if err := workflow.ExecuteActivity(activityOptions(ctx), a.RequestMigrationSlot, req).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(activityOptions(ctx), mig.RequestMigrationSlot, req).Get(ctx, nil); err != nil {
 			return false // only when cancelled: the activity retries until then
 		}
 		tctx, cancel := workflow.WithCancel(ctx)
@@ -205,11 +206,11 @@ func (r *migration) acquireSlot() bool {
 }
 
 // releaseSlot frees the slot for the next migration.
-func (r *migration) releaseSlot(ctx workflow.Context) {
+func (r *migrationRun) releaseSlot(ctx workflow.Context) {
 	if !r.slot {
 		return
 	}
-	if err := workflow.ExecuteActivity(activityOptions(ctx), a.ReleaseMigrationSlot, r.id).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.ReleaseMigrationSlot, r.id).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("migration slot not released", "error", err)
 		return
 	}
@@ -217,11 +218,11 @@ func (r *migration) releaseSlot(ctx workflow.Context) {
 }
 
 // permit asks the circuit breaker, waiting while it is open.
-func (r *migration) permit() bool {
+func (r *migrationRun) permit() bool {
 	ctx := r.work
 	for {
 		var res policy.PermitResult
-		err := executeLocal(activityOptions(ctx), a.AcquirePermit, activities.PermitInput{Device: r.in.Device, Action: policy.ActionMigrate}).Get(ctx, &res)
+		err := executeLocal(activityOptions(ctx), rem.AcquirePermit, remediation.PermitInput{Device: r.in.Device, Action: policy.ActionMigrate}).Get(ctx, &res)
 		if ctx.Err() != nil {
 			return false
 		}
@@ -245,14 +246,14 @@ func (r *migration) permit() bool {
 }
 
 // checkpoint asks the workload to save its work and waits for its answer up to the policy's timeout.
-func (r *migration) checkpoint() (bool, string) {
+func (r *migrationRun) checkpoint() (bool, string) {
 	ctx := r.work
 	w := r.in.Workload
 	r.m.Phase = policy.PhaseCheckpointing
 	timeout := r.in.Policy.CheckpointTimeout.D()
 	r.m.Waiting = fmt.Sprintf("%s=%s on %v (up to %s)", kubeobj.AnnotationCheckpointCompleted, r.id, w.Pods, timeout)
-	in := activities.CheckpointInput{Namespace: w.Namespace, Pods: w.Pods, ID: r.id}
-	if err := workflow.ExecuteActivity(activityOptions(ctx), a.RequestCheckpoint, in).Get(ctx, nil); err != nil {
+	in := migration.CheckpointInput{Namespace: w.Namespace, Pods: w.Pods, ID: r.id}
+	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.RequestCheckpoint, in).Get(ctx, nil); err != nil {
 		return false, "checkpoint not requested: " + err.Error()
 	}
 	asked := workflow.Now(ctx)
@@ -261,8 +262,8 @@ func (r *migration) checkpoint() (bool, string) {
 	defer cancel()
 	wait := workflow.ExecuteActivity(workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
 		StartToCloseTimeout: timeout + time.Minute, HeartbeatTimeout: waitHeartbeat,
-		RetryPolicy: retryPolicy()}), a.WaitCheckpoint, in)
-	var st activities.CheckpointStatus
+		RetryPolicy: retryPolicy()}), mig.WaitCheckpoint, in)
+	var st migration.CheckpointStatus
 	var err error
 	answered := false
 	sel := workflow.NewSelector(ctx)
@@ -284,14 +285,14 @@ func (r *migration) checkpoint() (bool, string) {
 }
 
 // decide keeps the evidence, tells the tenant, frees the slot and waits for a person's decision.
-func (r *migration) decide(reason string) {
+func (r *migrationRun) decide(reason string) {
 	ctx := r.work
 	w := r.in.Workload
 	r.releaseSlot(ctx)
 	r.m.Record(workflow.Now(ctx), "not moved: %s", reason)
 	var name string
-	ev := activities.EvidenceInput{WorkflowID: r.id, Device: r.in.Device, Workload: w, Report: r.in.Report, Keep: r.in.Policy.EvidenceKeep.D()}
-	if err := workflow.ExecuteActivity(activityOptions(ctx), a.PreserveEvidence, ev).Get(ctx, &name); err != nil {
+	ev := migration.EvidenceInput{WorkflowID: r.id, Device: r.in.Device, Workload: w, Report: r.in.Report, Keep: r.in.Policy.EvidenceKeep.D()}
+	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.PreserveEvidence, ev).Get(ctx, &name); err != nil {
 		if ctx.Err() == nil {
 			r.m.Finish(policy.OutcomeFailed, policy.FailRetryable, "evidence not kept: "+err.Error(), workflow.Now(ctx))
 		}
@@ -333,7 +334,7 @@ func (r *migration) decide(reason string) {
 }
 
 // moveAnyway moves the workload on a person's word, once it has a slot and the breaker's permit.
-func (r *migration) moveAnyway() {
+func (r *migrationRun) moveAnyway() {
 	if r.acquireSlot() && r.permit() {
 		r.move(r.anyway)
 	}
@@ -341,12 +342,12 @@ func (r *migration) moveAnyway() {
 
 // move suspends (and resumes) a Job or evicts the Pods on the device, then waits for the workload
 // to be Ready elsewhere.
-func (r *migration) move(mech string) {
+func (r *migrationRun) move(mech string) {
 	ctx := r.work
 	w := r.in.Workload
 	r.m.Phase, r.m.Mechanism = policy.PhaseMoving, mech
-	var before []activities.PodInfo
-	if err := workflow.ExecuteActivity(activityOptions(ctx), a.WorkloadPods, w).Get(ctx, &before); err != nil {
+	var before []migration.PodInfo
+	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.WorkloadPods, w).Get(ctx, &before); err != nil {
 		r.failUnlessCancelled(policy.FailRetryable, "workload's Pods not listed: "+err.Error())
 		return
 	}
@@ -364,11 +365,11 @@ func (r *migration) move(mech string) {
 	r.m.Phase = policy.PhaseWaitingForReady
 	timeout := r.in.Policy.ReadyTimeout.D()
 	r.m.Waiting = fmt.Sprintf("%d new Pod(s) Ready on other devices (up to %s)", len(w.Pods), timeout)
-	in := activities.ReadyInput{Workload: w, Device: r.in.Device, Before: before, Want: len(w.Pods)}
+	in := migration.ReadyInput{Workload: w, Device: r.in.Device, Before: before, Want: len(w.Pods)}
 	wctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ScheduleToCloseTimeout: timeout, StartToCloseTimeout: timeout,
 		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
 	var ready []string
-	if err := workflow.ExecuteActivity(wctx, a.WaitWorkloadReady, in).Get(ctx, &ready); err != nil {
+	if err := workflow.ExecuteActivity(wctx, mig.WaitWorkloadReady, in).Get(ctx, &ready); err != nil {
 		r.failUnlessCancelled(policy.FailRetryable, fmt.Sprintf("not Ready on other devices within %s: %v", timeout, err))
 		return
 	}
@@ -376,27 +377,27 @@ func (r *migration) move(mech string) {
 	r.m.Finish(policy.OutcomeMigrated, "", fmt.Sprintf("Ready on other devices: %v", ready), workflow.Now(ctx))
 }
 
-func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
+func (r *migrationRun) suspendAndResume(before []migration.PodInfo) bool {
 	ctx := r.work
 	w := r.in.Workload
 	actx := activityOptions(ctx)
-	suspend := activities.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: true}
+	suspend := migration.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: true}
 	if w.Kind == "JobSet" {
 		suspend.Kind, suspend.APIVersion = w.Kind, w.APIVersion
 	}
 	r.suspended = true // from the call on: one cut short may have suspended it
-	if err := workflow.ExecuteActivity(actx, a.SuspendJob, suspend).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, mig.SuspendJob, suspend).Get(ctx, nil); err != nil {
 		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" not suspended (it may be): "+err.Error())
 		return false
 	}
 	r.m.Record(workflow.Now(ctx), "%s suspended", strings.ToLower(w.Kind))
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
 		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
-	gone := workflow.ExecuteActivity(gctx, a.WaitPodsGone, activities.WaitGoneInput{Namespace: w.Namespace, Pods: before}).Get(ctx, nil)
+	gone := workflow.ExecuteActivity(gctx, mig.WaitPodsGone, migration.WaitGoneInput{Namespace: w.Namespace, Pods: before}).Get(ctx, nil)
 	// Resume even when the Pods did not go: a Job left suspended is the worse outcome.
 	resume := suspend
 	resume.Suspend = false
-	resumed := workflow.ExecuteActivity(actx, a.SuspendJob, resume).Get(ctx, nil)
+	resumed := workflow.ExecuteActivity(actx, mig.SuspendJob, resume).Get(ctx, nil)
 	r.suspended = resumed != nil
 	switch {
 	case resumed != nil:
@@ -414,7 +415,7 @@ func (r *migration) suspendAndResume(before []activities.PodInfo) bool {
 }
 
 // evict evicts the workload's Pods on the device, retrying a budget's refusal until the ready timeout.
-func (r *migration) evict(before []activities.PodInfo) bool {
+func (r *migrationRun) evict(before []migration.PodInfo) bool {
 	ctx := r.work
 	w := r.in.Workload
 	uids := map[string]string{}
@@ -430,7 +431,7 @@ func (r *migration) evict(before []activities.PodInfo) bool {
 			continue // gone already
 		}
 		r.m.Waiting = "eviction of " + pod + " (PodDisruptionBudgets respected)"
-		if err := workflow.ExecuteActivity(ectx, a.EvictPod, activities.EvictInput{Namespace: w.Namespace, Pod: pod, UID: uid}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(ectx, mig.EvictPod, migration.EvictInput{Namespace: w.Namespace, Pod: pod, UID: uid}).Get(ctx, nil); err != nil {
 			r.failUnlessCancelled(policy.FailRetryable, "eviction of "+pod+" not allowed: "+err.Error())
 			return false
 		}
@@ -441,21 +442,21 @@ func (r *migration) evict(before []activities.PodInfo) bool {
 	return true
 }
 
-func (r *migration) failUnlessCancelled(class policy.FailureClass, reason string) {
+func (r *migrationRun) failUnlessCancelled(class policy.FailureClass, reason string) {
 	if r.work.Err() == nil {
 		r.m.Finish(policy.OutcomeFailed, class, reason, workflow.Now(r.work))
 	}
 }
 
 // finish frees the slot, counts the outcome and alerts on it.
-func (r *migration) finish(ctx workflow.Context) {
+func (r *migrationRun) finish(ctx workflow.Context) {
 	r.releaseSlot(ctx)
 	now := workflow.Now(ctx)
-	rec := activities.MigrationRecord{Outcome: r.m.Outcome, Class: r.m.Class, Duration: now.Sub(r.started), CheckpointWait: r.m.CheckpointWait.D()}
+	rec := migration.MigrationRecord{Outcome: r.m.Outcome, Class: r.m.Class, Duration: now.Sub(r.started), CheckpointWait: r.m.CheckpointWait.D()}
 	if r.m.Outcome == policy.OutcomeMigrated && !r.in.QuarantinedAt.IsZero() {
 		rec.OnDevice = now.Sub(r.in.QuarantinedAt)
 	}
-	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.RecordMigration, rec).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(notifyOptions(ctx), mig.RecordMigration, rec).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("migration not counted", "error", err)
 	}
 	level := policy.LevelWarning
@@ -473,9 +474,9 @@ func (r *migration) finish(ctx workflow.Context) {
 	r.notify(ctx, level, r.in.Channel, fmt.Sprintf("migration %s: %s %s/%s off device %s: %s", outcome, w.Kind, w.Namespace, w.Name, r.in.Device, r.m.Reason))
 }
 
-func (r *migration) notify(ctx workflow.Context, level, channel, text string) {
+func (r *migrationRun) notify(ctx workflow.Context, level, channel, text string) {
 	in := notify.AlertInput{Device: r.in.Device, Level: level, Text: text, WorkflowID: r.id, Channel: channel}
-	if err := workflow.ExecuteActivity(notifyOptions(ctx), a.Alert, in).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}
 }
@@ -487,7 +488,7 @@ type decision struct {
 }
 
 // registerDecisions makes migrate-anyway and abandon updates, validated against the phase.
-func (r *migration) registerDecisions(ctx workflow.Context) error {
+func (r *migrationRun) registerDecisions(ctx workflow.Context) error {
 	for _, kind := range []string{UpdateMigrateAnyway, UpdateAbandon} {
 		kind := kind
 		err := workflow.SetUpdateHandlerWithOptions(ctx, kind,

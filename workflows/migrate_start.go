@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -15,12 +15,12 @@ import (
 // per workload, abandoned by this workflow (they outlive its continue-as-new). A migration of the
 // same report already started (a repeated trigger) is joined, not started twice.
 func startMigrations(ctx workflow.Context, st *policy.DeviceState, pods []policy.PodRef) {
-	in := activities.FindWorkloadsInput{}
+	in := migration.FindWorkloadsInput{}
 	for _, p := range pods {
-		in.Pods = append(in.Pods, activities.PodRef{Namespace: p.Namespace, Name: p.Name})
+		in.Pods = append(in.Pods, migration.PodRef{Namespace: p.Namespace, Name: p.Name})
 	}
-	var ws []activities.Workload
-	if err := workflow.ExecuteActivity(activityOptions(ctx), a.FindWorkloads, in).Get(ctx, &ws); err != nil {
+	var ws []migration.Workload
+	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.FindWorkloads, in).Get(ctx, &ws); err != nil {
 		workflow.GetLogger(ctx).Warn("workloads not found; nothing moved", "error", err)
 		return
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -32,11 +32,11 @@ func TestQuarantineStartsMigrations(t *testing.T) {
 			p.Migration = policy.DefaultMigration()
 			p.Migration.Enabled = true
 			h.pol = &p
-			var found []activities.FindWorkloadsInput
+			var found []migration.FindWorkloadsInput
 			h.env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(
-				func(_ context.Context, in activities.FindWorkloadsInput) ([]activities.Workload, error) {
+				func(_ context.Context, in migration.FindWorkloadsInput) ([]migration.Workload, error) {
 					found = append(found, in)
-					return []activities.Workload{{Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid", Pods: []string{"p"}},
+					return []migration.Workload{{Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid", Pods: []string{"p"}},
 						{Kind: "Deployment", Namespace: "ns", Name: "serve", UID: "rs-uid", Pods: []string{"q"}}}, nil
 				})
 			var started []MigrateInput
@@ -56,7 +56,7 @@ func TestQuarantineStartsMigrations(t *testing.T) {
 				}
 				return
 			}
-			if len(found) != 1 || len(found[0].Pods) != 1 || found[0].Pods[0] != (activities.PodRef{Namespace: "ns", Name: "p"}) {
+			if len(found) != 1 || len(found[0].Pods) != 1 || found[0].Pods[0] != (migration.PodRef{Namespace: "ns", Name: "p"}) {
 				t.Fatalf("FindWorkloads %+v", found)
 			}
 			if len(started) != 2 || started[0].StatusVersion != "10" || started[0].Node != "node-1" || !started[0].Policy.Enabled ||

@@ -11,7 +11,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -30,7 +31,7 @@ type mharness struct {
 	suspends                                  []bool
 	suspendKinds                              []string
 	alerts                                    []notify.AlertInput
-	records                                   []activities.MigrationRecord
+	records                                   []migration.MigrationRecord
 	slotReleased                              int
 }
 
@@ -38,27 +39,27 @@ func newMigration(t *testing.T) *mharness {
 	var s testsuite.WorkflowTestSuite
 	h := &mharness{env: s.NewTestWorkflowEnvironment()}
 	env := h.env
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	on := func(name string, fn any) { env.OnActivity(name, mock.Anything, mock.Anything).Return(fn) }
-	on("TakeMigrationLease", func(_ context.Context, in activities.LeaseInput) (activities.LeaseResult, error) {
+	on("TakeMigrationLease", func(_ context.Context, in migration.LeaseInput) (migration.LeaseResult, error) {
 		h.calls = append(h.calls, "TakeMigrationLease")
 		if h.holder != "" {
-			return activities.LeaseResult{Holder: h.holder}, nil
+			return migration.LeaseResult{Holder: h.holder}, nil
 		}
-		return activities.LeaseResult{Held: true, Holder: in.Holder}, nil
+		return migration.LeaseResult{Held: true, Holder: in.Holder}, nil
 	})
 	renewals := 0
-	on("HoldMigrationLease", func(context.Context, activities.LeaseInput) error {
+	on("HoldMigrationLease", func(context.Context, migration.LeaseInput) error {
 		renewals++
 		if h.loseLeaseAfter > 0 && renewals > h.loseLeaseAfter {
-			return temporal.NewNonRetryableApplicationError("migration lease taken by someone-else", activities.ErrLeaseLost, nil)
+			return temporal.NewNonRetryableApplicationError("migration lease taken by someone-else", migration.ErrLeaseLost, nil)
 		}
 		if h.loseLeaseAfter > 0 {
 			return errors.New("renewal failed") // retried after a backoff timer: time passes
 		}
 		return nil
 	})
-	on("ReleaseMigrationLease", func(context.Context, activities.LeaseInput) error {
+	on("ReleaseMigrationLease", func(context.Context, migration.LeaseInput) error {
 		h.calls = append(h.calls, "ReleaseMigrationLease")
 		return nil
 	})
@@ -71,7 +72,7 @@ func newMigration(t *testing.T) *mharness {
 		h.calls = append(h.calls, "ReleaseMigrationSlot")
 		return nil
 	})
-	on("AcquirePermit", func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+	on("AcquirePermit", func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
 		if in.Action != policy.ActionMigrate {
 			t.Errorf("permit asked for %s, want %s", in.Action, policy.ActionMigrate)
 		}
@@ -82,36 +83,36 @@ func newMigration(t *testing.T) *mharness {
 		}
 		return policy.PermitResult{Granted: true}, nil
 	})
-	on("RequestCheckpoint", func(_ context.Context, in activities.CheckpointInput) error {
+	on("RequestCheckpoint", func(_ context.Context, in migration.CheckpointInput) error {
 		h.calls = append(h.calls, "RequestCheckpoint")
 		return nil
 	})
-	on("WaitCheckpoint", func(_ context.Context, in activities.CheckpointInput) (activities.CheckpointStatus, error) {
+	on("WaitCheckpoint", func(_ context.Context, in migration.CheckpointInput) (migration.CheckpointStatus, error) {
 		if h.checkpointNever {
-			return activities.CheckpointStatus{}, later("still waiting")
+			return migration.CheckpointStatus{}, later("still waiting")
 		}
 		h.calls = append(h.calls, "WaitCheckpoint")
-		return activities.CheckpointStatus{Done: true}, nil
+		return migration.CheckpointStatus{Done: true}, nil
 	})
-	on("PreserveEvidence", func(_ context.Context, in activities.EvidenceInput) (string, error) {
+	on("PreserveEvidence", func(_ context.Context, in migration.EvidenceInput) (string, error) {
 		h.calls = append(h.calls, "PreserveEvidence")
 		if h.evidenceFails {
 			return "", temporal.NewNonRetryableApplicationError("configmaps is forbidden", "Test", nil)
 		}
-		return activities.EvidenceName(in.WorkflowID), nil
+		return migration.EvidenceName(in.WorkflowID), nil
 	})
 	on("Alert", func(_ context.Context, in notify.AlertInput) error {
 		h.alerts = append(h.alerts, in)
 		return nil
 	})
-	on("WorkloadPods", func(_ context.Context, w activities.Workload) ([]activities.PodInfo, error) {
-		var out []activities.PodInfo
+	on("WorkloadPods", func(_ context.Context, w migration.Workload) ([]migration.PodInfo, error) {
+		var out []migration.PodInfo
 		for _, p := range w.Pods {
-			out = append(out, activities.PodInfo{Name: p, UID: "uid-" + p})
+			out = append(out, migration.PodInfo{Name: p, UID: "uid-" + p})
 		}
 		return out, nil
 	})
-	on("SuspendJob", func(_ context.Context, in activities.SuspendInput) error {
+	on("SuspendJob", func(_ context.Context, in migration.SuspendInput) error {
 		h.suspends = append(h.suspends, in.Suspend)
 		h.suspendKinds = append(h.suspendKinds, in.Kind+" "+in.APIVersion)
 		h.calls = append(h.calls, "SuspendJob")
@@ -120,29 +121,29 @@ func newMigration(t *testing.T) *mharness {
 		}
 		return nil
 	})
-	on("WaitPodsGone", func(context.Context, activities.WaitGoneInput) error {
+	on("WaitPodsGone", func(context.Context, migration.WaitGoneInput) error {
 		h.calls = append(h.calls, "WaitPodsGone")
 		return nil
 	})
-	on("EvictPod", func(_ context.Context, in activities.EvictInput) error {
+	on("EvictPod", func(_ context.Context, in migration.EvictInput) error {
 		if in.UID != "uid-"+in.Pod {
 			t.Errorf("eviction of %s pinned to uid %q", in.Pod, in.UID)
 		}
 		if h.evictBlocked > 0 {
 			h.evictBlocked--
-			return temporal.NewApplicationError("cannot evict: disruption budget", activities.ErrEvictionBlocked)
+			return temporal.NewApplicationError("cannot evict: disruption budget", migration.ErrEvictionBlocked)
 		}
 		h.calls = append(h.calls, "EvictPod")
 		return nil
 	})
-	on("WaitWorkloadReady", func(_ context.Context, in activities.ReadyInput) ([]string, error) {
+	on("WaitWorkloadReady", func(_ context.Context, in migration.ReadyInput) ([]string, error) {
 		if h.readyNever {
 			return nil, later("not ready yet")
 		}
 		h.calls = append(h.calls, "WaitWorkloadReady")
 		return []string{"train-new"}, nil
 	})
-	on("RecordMigration", func(_ context.Context, r activities.MigrationRecord) error {
+	on("RecordMigration", func(_ context.Context, r migration.MigrationRecord) error {
 		h.records = append(h.records, r)
 		return nil
 	})
@@ -161,7 +162,7 @@ func migrateInput(kind, checkpoint string, shrinkable bool) MigrateInput {
 	p.TenantChannels = map[string]string{"team-a": "#team-a"}
 	return MigrateInput{Device: gpu0, Node: "node-1", StatusVersion: "42", Report: "XID 79", Policy: p, Channel: "#gpu-ops",
 		QuarantinedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
-		Workload: activities.Workload{Kind: kind, APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "w-1",
+		Workload: migration.Workload{Kind: kind, APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "w-1",
 			Pods: []string{"train-0"}, Checkpoint: checkpoint, Shrinkable: shrinkable}}
 }
 

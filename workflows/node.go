@@ -32,7 +32,7 @@ func NodeWorkflow(ctx workflow.Context, in NodeInput) error {
 		ch.Receive(ctx, &f)
 		for _, act := range st.Fail(f, workflow.Now(ctx)) {
 			in := notify.AlertInput{Level: act.Level, Text: act.Reason, WorkflowID: NodeWorkflowID(st.Node), Node: st.Node}
-			if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
+			if err := workflow.ExecuteActivity(actx, rem.Alert, in).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -27,7 +26,7 @@ func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 	}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	var br policy.BreakerState
 	queryThenCancel(t, env, time.Minute, &br)
 	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
@@ -75,7 +74,7 @@ func TestSignalWithoutPayloadIsRefusedForItsActor(t *testing.T) {
 func TestBreakerKeepsRestrictionsOffTheQuarantineBudget(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 	recordWakes(env)
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 2, MaxPercent: 100}
@@ -150,7 +149,7 @@ func startToClose(info activity.Info) time.Duration {
 func TestNodeWorkflowEscalatesOnce(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	var alerts []notify.AlertInput
 	var info activity.Info
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in notify.AlertInput) error {
@@ -243,7 +242,7 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 func TestBreakerRefusesMalformedRequests(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 	wakes := recordWakes(env)
 	var rejected []string

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -85,12 +85,12 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 		return err
 	}
 	ph := r.plan.Phases[r.st.Phase]
-	in := activities.PhaseInput{Plan: r.plan, Phase: r.st.Phase}
+	in := rollouts.PhaseInput{Plan: r.plan, Phase: r.st.Phase}
 	actx := rolloutActivityOptions(ctx, 2*time.Minute)
 	switch r.st.Step {
 	case rollout.StepPreflight:
 		var v []rollout.Violation
-		if err := workflow.ExecuteActivity(actx, a.RolloutPreflight, in).Get(ctx, &v); err != nil {
+		if err := workflow.ExecuteActivity(actx, rol.RolloutPreflight, in).Get(ctx, &v); err != nil {
 			return r.stuck(ctx, fmt.Sprintf("preflight of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Violations = v
@@ -105,15 +105,15 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			return r.stuck(ctx, fmt.Sprintf("lifting the admission block of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == ph.Name })
-		var ch activities.PhaseChange
-		if err := workflow.ExecuteActivity(actx, a.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
+		var ch rollouts.PhaseChange
+		if err := workflow.ExecuteActivity(actx, rol.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
 			// Enable is idempotent: the nodes it switched keep the owner they had recorded, and a
 			// resume finishes the switch; a rollback routes them back (a partial change).
 			r.st.Step = rollout.StepPreflight
 			if !r.undoFailedEnable {
 				return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it", ph.Name, cause(err)))
 			}
-			r.st.Enabled = withChange(r.st.Enabled, activities.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
+			r.st.Enabled = withChange(r.st.Enabled, rollouts.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
 			return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it or a rollback routes them back", ph.Name, cause(err)))
 		}
 		ch.At = workflow.Now(ctx)
@@ -158,7 +158,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	ph := r.plan.Phases[r.st.Phase]
 	ch := r.st.Enabled[len(r.st.Enabled)-1]
 	var rep rollout.Report
-	in := activities.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
+	in := rollouts.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
 	// Measuring is retried a bounded number of times; a phase whose gates cannot be measured has
 	// not passed them.
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
@@ -168,7 +168,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	yields := workflow.GetVersion(ctx, "gates-yield-to-commands", workflow.DefaultVersion, 1) == 1
 	gctx, cancel := workflow.WithCancel(gctx)
 	defer cancel()
-	measured := workflow.ExecuteActivity(gctx, a.EvaluateRolloutGates, in)
+	measured := workflow.ExecuteActivity(gctx, rol.EvaluateRolloutGates, in)
 	if yields {
 		interrupted := func() bool { return r.st.RollbackPending != nil || r.st.Paused }
 		if err := workflow.Await(ctx, func() bool { return measured.IsReady() || interrupted() }); err != nil {
@@ -227,15 +227,15 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 	for n > 0 && len(r.st.Enabled) > 0 {
 		ch := r.st.Enabled[len(r.st.Enabled)-1]
 		i := r.phaseIndex(ch.Phase)
-		block := activities.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
+		block := rollouts.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
 		// Until the block is proven in force (BlockNewClaims waits for a refused dry-run claim),
 		// the state query says blocking, never rolled back. (Not published: no new command.)
 		r.st.State = rollout.StateBlocking
-		if err := workflow.ExecuteActivity(actx, a.BlockNewClaims, block).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(actx, rol.BlockNewClaims, block).Get(ctx, nil); err != nil {
 			return r.rollbackStuck(ctx, n, reason, fmt.Sprintf("blocking new claims of phase %s failed: %s", ch.Phase, cause(err)))
 		}
 		r.st.Blocks = appendBlock(r.st.Blocks, block)
-		undo := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
+		undo := rollouts.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: ch, Reason: reason,
 			Drivers: r.plan.Phases[i].Drivers(), DRA: r.plan.DRA}
 		if ch.Partial {
 			undo.Selector = r.plan.Phases[i].Nodes
@@ -353,9 +353,9 @@ func (r *rolloutRun) continueAsNew(ctx workflow.Context) error {
 }
 
 // undo routes a phase's nodes back; nodes held by bound claims are kept for drain.
-func (r *rolloutRun) undo(ctx, actx workflow.Context, in activities.UndoInput) error {
-	var res activities.UndoResult
-	if err := workflow.ExecuteActivity(actx, a.UndoRolloutPhase, in).Get(ctx, &res); err != nil {
+func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) error {
+	var res rollouts.UndoResult
+	if err := workflow.ExecuteActivity(actx, rol.UndoRolloutPhase, in).Get(ctx, &res); err != nil {
 		return fmt.Errorf("route %s back: %w", in.Change.Phase, err)
 	}
 	before := len(r.st.Draining)
@@ -367,7 +367,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in activities.UndoInput) e
 	if len(res.Held) == 0 {
 		return nil
 	}
-	held := activities.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
+	held := rollouts.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
 	var names []string
 	for _, h := range res.Held {
 		held.Nodes = append(held.Nodes, h.NodeChange)
@@ -384,7 +384,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in activities.UndoInput) e
 func (r *rolloutRun) drain(ctx workflow.Context) error {
 	actx := rolloutActivityOptions(ctx, 2*time.Minute)
 	for _, d := range append([]DrainingPhase(nil), r.st.Draining...) {
-		in := activities.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason, DRA: r.plan.DRA}
+		in := rollouts.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason, DRA: r.plan.DRA}
 		if err := r.undo(ctx, actx, in); err != nil {
 			return err
 		}
@@ -398,7 +398,7 @@ const GateRemeasure = 30 * time.Second
 // gateRetryPolicy is the rollout's retry policy bounded to 5 attempts (about a minute and a half
 // in all); a plan the activity cannot measure (a phase it does not have) is not retried.
 func gateRetryPolicy() *temporal.RetryPolicy {
-	p := retryPolicy(activities.ErrInvalidGateInput)
+	p := retryPolicy(rollouts.ErrInvalidGateInput)
 	p.MaximumAttempts = 5
 	return p
 }
@@ -410,7 +410,7 @@ const rolloutAttempts = 10
 // rolloutActivityOptions are the options of the rollout's activities: a call that fails is retried,
 // backing off, up to rolloutAttempts times; an error no retry can fix is not retried.
 func rolloutActivityOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
-	p := retryPolicy(activities.ErrInvalidRolloutInput, activities.ErrRolloutForbidden)
+	p := retryPolicy(rollouts.ErrInvalidRolloutInput, rollouts.ErrRolloutForbidden)
 	p.MaximumAttempts = rolloutAttempts
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: timeout, RetryPolicy: p})
 }
@@ -470,7 +470,7 @@ func (r *rolloutRun) unblock(actx, ctx workflow.Context, phase string) error {
 			kept = append(kept, b)
 			continue
 		}
-		if err := workflow.ExecuteActivity(actx, a.UnblockNewClaims, b).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(actx, rol.UnblockNewClaims, b).Get(ctx, nil); err != nil {
 			return fmt.Errorf("lift the admission block of %s: %w", phase, err)
 		}
 	}
@@ -480,7 +480,7 @@ func (r *rolloutRun) unblock(actx, ctx workflow.Context, phase string) error {
 
 // withChange lists an enabled phase's change, in place of the partial change a failed enable of
 // the same phase left.
-func withChange(cs []activities.PhaseChange, c activities.PhaseChange) []activities.PhaseChange {
+func withChange(cs []rollouts.PhaseChange, c rollouts.PhaseChange) []rollouts.PhaseChange {
 	if n := len(cs); n > 0 && cs[n-1].Phase == c.Phase && cs[n-1].Partial {
 		cs[n-1] = c
 		return cs
@@ -488,7 +488,7 @@ func withChange(cs []activities.PhaseChange, c activities.PhaseChange) []activit
 	return append(cs, c)
 }
 
-func appendBlock(bs []activities.BlockInput, b activities.BlockInput) []activities.BlockInput {
+func appendBlock(bs []rollouts.BlockInput, b rollouts.BlockInput) []rollouts.BlockInput {
 	for i := range bs {
 		if bs[i].Phase == b.Phase {
 			bs[i] = b

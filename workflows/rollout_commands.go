@@ -127,7 +127,7 @@ func (r *rolloutRun) publish(ctx workflow.Context) {
 func (r *rolloutRun) warn(ctx workflow.Context, level, text string) {
 	actx := notifyOptions(ctx) // bounded: Slack being down never holds back a rollback
 	in := notify.AlertInput{Level: level, Text: text, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
-	if err := workflow.ExecuteActivity(actx, a.Alert, in).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, rem.Alert, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("alert not delivered", "error", err)
 	}
 }
@@ -141,7 +141,7 @@ func (r *rolloutRun) askApproval(ctx workflow.Context) {
 		Summary: fmt.Sprintf("passed: %d claims, claim->allocated p50 %s p99 %s, allocated->ready p99 %s",
 			rep.Claims, rep.ClaimToAllocated.P50, rep.ClaimToAllocated.P99, rep.AllocatedToReady.P99)}
 	actx := notifyOptions(ctx)
-	if err := workflow.ExecuteActivity(actx, a.RequestRolloutApproval, in).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, rol.RequestRolloutApproval, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("approval request not posted", "error", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -49,7 +49,7 @@ func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
 		tries      int
 	}{
 		{"retryable", "etcdserver: request timed out", errors.New("etcdserver: request timed out"), rolloutAttempts},
-		{"forbidden", "nodes is forbidden", temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil), 1},
+		{"forbidden", "nodes is forbidden", temporal.NewNonRetryableApplicationError("nodes is forbidden", rollouts.ErrRolloutForbidden, nil), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRolloutEnv(t)
@@ -57,13 +57,13 @@ func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
 			p.Phases = p.Phases[:1]
 			r.preflight(func(int) []rollout.Violation { return nil })
 			tries, fixed := 0, false
-			r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+			r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
 				if !fixed {
 					tries++
-					return activities.PhaseChange{}, tc.err
+					return rollouts.PhaseChange{}, tc.err
 				}
 				r.record("enable", "canary")
-				return activities.PhaseChange{Phase: "canary", Nodes: []activities.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+				return rollouts.PhaseChange{Phase: "canary", Nodes: []rollouts.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
 			})
 			r.gates(func(int, int) []string { return nil })
 			blocked := r.stateAt(time.Hour)
@@ -94,12 +94,12 @@ func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
 	r.enable()
 	r.gates(func(int, int) []string { return []string{"drift"} })
 	broken := true
-	r.env.OnActivity(a.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+	r.env.OnActivity(rol.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.UndoInput) (rollouts.UndoResult, error) {
 		if broken {
-			return activities.UndoResult{}, errors.New("connection refused")
+			return rollouts.UndoResult{}, errors.New("connection refused")
 		}
 		r.record("undo", in.Change.Phase)
-		return activities.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
+		return rollouts.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
 	})
 	r.rollbackActs() // its undo comes second: the one above answers
 	stuck := r.stateAt(time.Hour)
@@ -132,7 +132,7 @@ func TestRolloutRollbackDuringAGateRollbackIsRefused(t *testing.T) {
 		}
 		return nil
 	})
-	r.env.OnActivity(a.BlockNewClaims, mock.Anything, mock.Anything).After(time.Minute).Return(nil)
+	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).After(time.Minute).Return(nil)
 	r.rollbackActs()
 	r.update(15*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
 	// canary: 10 min soak, approved at 15 min; wide: enabled then, its gates fail at 35 min.
@@ -152,13 +152,13 @@ func TestRolloutRollbackUndoesAFailedEnable(t *testing.T) {
 	p := testPlan()
 	p.Phases = p.Phases[:1]
 	r.preflight(func(int) []rollout.Violation { return nil })
-	r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(activities.PhaseChange{},
-		temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil))
-	var undone []activities.UndoInput
-	r.env.OnActivity(a.BlockNewClaims, mock.Anything, mock.Anything).Return(nil)
-	r.env.OnActivity(a.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(rollouts.PhaseChange{},
+		temporal.NewNonRetryableApplicationError("nodes is forbidden", rollouts.ErrRolloutForbidden, nil))
+	var undone []rollouts.UndoInput
+	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(nil)
+	r.env.OnActivity(rol.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.UndoInput) (rollouts.UndoResult, error) {
 		undone = append(undone, in)
-		return activities.UndoResult{Returned: []string{"canary-0"}}, nil
+		return rollouts.UndoResult{Returned: []string{"canary-0"}}, nil
 	})
 	blocked := r.stateAt(time.Minute)
 	r.update(time.Minute+time.Second, UpdateRolloutRollback, rollout.Command{Actor: "alice", Reason: "give the nodes back"}, true)

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -29,7 +29,7 @@ func onePhase(t *testing.T) (*rolloutEnv, rollout.Plan) {
 // gatesWaiting answers the gates with a query gate waiting for data for the first n measurements.
 func (r *rolloutEnv) gatesWaiting(n int) {
 	calls := 0
-	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		if calls++; calls <= n {
 			return rollout.Report{Phase: "canary", Waiting: []string{"query errors: no data (NaN), onNoData: wait"}}, nil
@@ -76,9 +76,9 @@ func TestRolloutGateWaitingForeverFails(t *testing.T) {
 // back with the reason. A measurement that no retry can make is tried once.
 func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
-		return rollout.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", activities.ErrInvalidGateInput, nil)
+		return rollout.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", rollouts.ErrInvalidGateInput, nil)
 	})
 	st := r.run(RolloutInput{Plan: p})
 	if st.State != rollout.StateRolledBack {
@@ -124,8 +124,8 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 		var s testsuite.WorkflowTestSuite
 		env := s.NewTestWorkflowEnvironment()
 		env.RegisterWorkflow(RolloutWindowWorkflow)
-		env.RegisterActivity(a)
-		env.OnActivity(a.OpenRolloutWindow, mock.Anything, mock.Anything).Return(activities.WindowResult{State: state, Ended: true}, nil)
+		registerActivities(env)
+		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(rollouts.WindowResult{State: state, Ended: true}, nil)
 		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(time.Hour)})
 		err := env.GetWorkflowError()
 		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "ended "+string(state)+": the schedule pauses") {
@@ -138,7 +138,7 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 // measurement is cancelled and the phase rolled back, without waiting for it.
 func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		return rollout.Report{Phase: "canary", Claims: 3}, nil
 	})
@@ -162,7 +162,7 @@ func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 // are measured again, and the phase passes on that measurement.
 func TestRolloutPauseWhileGatesAreMeasured(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90*time.Second).Return(rollout.Report{Phase: "canary", Claims: 3}, nil)
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90*time.Second).Return(rollout.Report{Phase: "canary", Claims: 3}, nil)
 	r.update(10*time.Minute+5*time.Second, UpdateRolloutPause, rollout.Command{Actor: "sre"}, true)
 	paused := r.stateAt(15 * time.Minute)
 	r.update(20*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
@@ -49,9 +49,9 @@ func newRolloutEnvWithAlert(t *testing.T, alert func(context.Context, notify.Ale
 	var s testsuite.WorkflowTestSuite
 	r := &rolloutEnv{t: t, env: s.NewTestWorkflowEnvironment()}
 	r.env.RegisterWorkflow(RolloutWorkflow)
-	r.env.RegisterActivity(a)
-	r.env.OnActivity(a.Alert, mock.Anything, mock.Anything).Return(alert).Maybe()
-	r.env.OnActivity(a.RequestRolloutApproval, mock.Anything, mock.Anything).Return(func(_ context.Context, in notify.RolloutApprovalRequest) error {
+	registerActivities(r.env)
+	r.env.OnActivity(rem.Alert, mock.Anything, mock.Anything).Return(alert).Maybe()
+	r.env.OnActivity(rol.RequestRolloutApproval, mock.Anything, mock.Anything).Return(func(_ context.Context, in notify.RolloutApprovalRequest) error {
 		r.record("ask", in.Phase+">"+in.Next)
 		return nil
 	}).Maybe()
@@ -61,23 +61,23 @@ func newRolloutEnvWithAlert(t *testing.T, alert func(context.Context, notify.Ale
 func (r *rolloutEnv) record(name string, phase string) { r.calls = append(r.calls, name+":"+phase) }
 
 func (r *rolloutEnv) preflight(violations func(phase int) []rollout.Violation) {
-	r.env.OnActivity(a.RolloutPreflight, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) ([]rollout.Violation, error) {
+	r.env.OnActivity(rol.RolloutPreflight, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) ([]rollout.Violation, error) {
 		r.record("preflight", in.Plan.Phases[in.Phase].Name)
 		return violations(in.Phase), nil
 	})
 }
 
 func (r *rolloutEnv) enable() {
-	r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
 		ph := in.Plan.Phases[in.Phase].Name
 		r.record("enable", ph)
-		return activities.PhaseChange{Phase: ph, Nodes: []activities.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+		return rollouts.PhaseChange{Phase: ph, Nodes: []rollouts.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
 	})
 }
 
 func (r *rolloutEnv) gates(failed func(phase int, attempt int) []string) {
 	attempts := map[int]int{}
-	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
 		ph := in.Plan.Phases[in.Phase].Name
 		r.record("gates", ph)
 		if in.Expected[ph+"-0"] != 8 {
@@ -89,19 +89,19 @@ func (r *rolloutEnv) gates(failed func(phase int, attempt int) []string) {
 }
 
 func (r *rolloutEnv) rollbackActs() {
-	r.env.OnActivity(a.BlockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.BlockInput) error {
+	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.BlockInput) error {
 		r.record("block", in.Phase+"="+strings.Join(in.Classes, ","))
 		return nil
 	}).Maybe()
-	r.env.OnActivity(a.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+	r.env.OnActivity(rol.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.UndoInput) (rollouts.UndoResult, error) {
 		r.record("undo", in.Change.Phase+"="+in.Change.Nodes[0].Previous)
 		if r.held > 0 {
 			r.held--
-			return activities.UndoResult{Held: []activities.HeldNode{{NodeChange: in.Change.Nodes[0], Claims: 1}}}, nil
+			return rollouts.UndoResult{Held: []rollouts.HeldNode{{NodeChange: in.Change.Nodes[0], Claims: 1}}}, nil
 		}
-		return activities.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
+		return rollouts.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
 	}).Maybe()
-	r.env.OnActivity(a.UnblockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.BlockInput) error {
+	r.env.OnActivity(rol.UnblockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.BlockInput) error {
 		r.record("unblock", in.Phase)
 		return nil
 	}).Maybe()
@@ -313,10 +313,10 @@ func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
 	r.preflight(func(int) []rollout.Violation { return nil })
 	var enabledAt []time.Duration
 	start := r.env.Now()
-	r.env.OnActivity(a.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
 		enabledAt = append(enabledAt, r.env.Now().Sub(start))
 		ph := in.Plan.Phases[in.Phase].Name
-		return activities.PhaseChange{Phase: ph, Nodes: []activities.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
+		return rollouts.PhaseChange{Phase: ph, Nodes: []rollouts.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
 	})
 	r.gates(func(int, int) []string { return nil })
 	window := func(at, length time.Duration) {
@@ -369,12 +369,12 @@ func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
 		var s testsuite.WorkflowTestSuite
 		env := s.NewTestWorkflowEnvironment()
 		env.RegisterWorkflow(RolloutWindowWorkflow)
-		env.RegisterActivity(a)
+		registerActivities(env)
 		start := env.Now()
-		var asked activities.WindowInput
-		env.OnActivity(a.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.WindowInput) (activities.WindowResult, error) {
+		var asked rollouts.WindowInput
+		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.WindowInput) (rollouts.WindowResult, error) {
 			asked = in
-			return activities.WindowResult{Phase: "canary", State: state}, nil
+			return rollouts.WindowResult{Phase: "canary", State: state}, nil
 		})
 		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(2 * time.Hour)})
 		err := env.GetWorkflowError()
@@ -455,7 +455,7 @@ func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
 	r.enable()
 	var gatesAt time.Duration
 	start := r.env.Now()
-	r.env.OnActivity(a.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
 		gatesAt = r.env.Now().Sub(start)
 		return rollout.Report{Phase: "canary"}, nil
 	})

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -95,7 +95,7 @@ func (m *breakerModel) reports(w int, now time.Time, all bool) []policy.LeaseRep
 }
 
 // revoke answers the breaker's revocation on a worker's queue; it runs on the activity's goroutine.
-func (m *breakerModel) revoke(queue string, in activities.RevokeInput, now time.Time) ([]policy.LeaseReport, error) {
+func (m *breakerModel) revoke(queue string, in remediation.RevokeInput, now time.Time) ([]policy.LeaseReport, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var w int
@@ -322,10 +322,10 @@ func breakerProperty(rt *rapid.T) {
 		cfg: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap")}}
 	steps := breakerSteps(rt, m, rapid.IntRange(0, 3).Draw(rt, "leasing") > 0)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
-		env.RegisterActivity(&activities.Activities{})
+		registerActivities(env)
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, notify.AlertInput) error { return nil }).Maybe()
 		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(nil).Maybe()
-		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RevokeInput) ([]policy.LeaseReport, error) {
+		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]policy.LeaseReport, error) {
 			return m.revoke(activity.GetInfo(ctx).TaskQueue, in, env.Now())
 		}).Maybe()
 	})

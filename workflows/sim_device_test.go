@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -28,8 +28,8 @@ type deviceModel struct {
 	// mu guards the model: local activities run on goroutines of their own, a retried one beside
 	// the attempt it replaces.
 	mu          sync.Mutex
-	rule        *activities.QuarantineInput // the device's rule, nil when there is none
-	names       map[string]bool             // every rule name the workflow created
+	rule        *remediation.QuarantineInput // the device's rule, nil when there is none
+	names       map[string]bool              // every rule name the workflow created
 	breakerOpen bool
 	// The next quarantineFails Quarantine calls fail and may be retried, the last of them after it
 	// acted (its result was lost); quarantineFatal makes the next one fail for good. checkFails
@@ -53,8 +53,8 @@ type deviceModel struct {
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
-	env.RegisterActivity(&activities.Activities{})
-	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+	registerActivities(env)
+	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
@@ -64,17 +64,17 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.permits++
 		return policy.PermitResult{Granted: true}, nil
 	}).Maybe()
-	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.quarantineFatal {
 			m.quarantineFatal, m.quarantineFaulted = false, true
-			return activities.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", activities.ErrRuleNameCollision, nil)
+			return remediation.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", remediation.ErrRuleNameCollision, nil)
 		}
 		if m.quarantineFails > 1 {
 			m.quarantineFails--
 			m.quarantineFaulted = true
-			return activities.QuarantineResult{}, errors.New("apiserver unavailable")
+			return remediation.QuarantineResult{}, errors.New("apiserver unavailable")
 		}
 		if len(in.Members) > 0 {
 			return m.quarantineUnit(in)
@@ -105,11 +105,11 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if m.quarantineFails == 1 {
 			m.quarantineFails = 0
 			m.note("  (result lost)")
-			return activities.QuarantineResult{}, errors.New("connection reset after the write")
+			return remediation.QuarantineResult{}, errors.New("connection reset after the write")
 		}
-		return activities.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
+		return remediation.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
 	}).Maybe()
-	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if len(in.Members) > 0 {
@@ -120,7 +120,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return policy.RuleInfo{Present: true, Name: in.Device.TaintRuleName(), Key: m.rule.Key, Effect: string(m.rule.Effect), WantEffect: string(in.Effect)}, nil
 	}).Maybe()
-	env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+	env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.QuarantineInput) (remediation.RefreshResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("RefreshRule present=%v", m.rule != nil)
@@ -128,15 +128,15 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return m.refreshUnit(in), nil
 		}
 		if m.rule == nil {
-			return activities.RefreshResult{Missing: true}, nil
+			return remediation.RefreshResult{Missing: true}, nil
 		}
 		m.rule.ExpiresAt, m.rule.Effect = in.ExpiresAt, in.Effect
 		if in.Key != "" {
 			m.rule.Key = in.Key
 		}
-		return activities.RefreshResult{Effect: string(in.Effect)}, nil
+		return remediation.RefreshResult{Effect: string(in.Effect)}, nil
 	}).Maybe()
-	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.CheckInput) (policy.StepResult, error) {
+	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.CheckInput) (policy.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ok := m.checkFails == 0
@@ -155,7 +155,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
 	}).Maybe()
-	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReleaseInput) error {
+	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.ReleaseInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.releaseFails > 1 {

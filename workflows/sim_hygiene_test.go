@@ -13,7 +13,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/hygiene"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -57,7 +58,7 @@ func (m *hygieneModel) fault(name string) error {
 }
 
 func (m *hygieneModel) activities(env *testsuite.TestWorkflowEnvironment) {
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	on := func(name string, fn any) { env.OnActivity(name, mock.Anything, mock.Anything).Return(fn).Maybe() }
 	on("RecordClaimFinding", func(_ context.Context, f capacity.Finding) error {
 		m.mu.Lock()
@@ -71,7 +72,7 @@ func (m *hygieneModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.recorded = append(m.recorded, f.Kind)
 		return nil
 	})
-	on("AcquirePermit", func(_ context.Context, in activities.PermitInput) (policy.PermitResult, error) {
+	on("AcquirePermit", func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if in.Action != policy.ClaimDeleted {
@@ -83,14 +84,14 @@ func (m *hygieneModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.permits++
 		return policy.PermitResult{Granted: true}, nil
 	})
-	on("DeleteLeakedClaim", func(ctx context.Context, in activities.HygieneInput) (activities.ClaimCheck, error) {
+	on("DeleteLeakedClaim", func(ctx context.Context, in hygiene.HygieneInput) (hygiene.ClaimCheck, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if activity.GetInfo(ctx).Attempt == 1 {
 			m.deletes++ // a retry is the same deletion
 		}
 		if err := m.fault("DeleteLeakedClaim"); err != nil {
-			return activities.ClaimCheck{}, err
+			return hygiene.ClaimCheck{}, err
 		}
 		if m.deletes > m.permits {
 			m.violate("a deletion asked without a granted permit (%d asked, %d permits)", m.deletes, m.permits)
@@ -101,31 +102,31 @@ func (m *hygieneModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		// The activity looks afresh and deletes only a deletable leak, at its UID and version.
 		switch {
 		case m.gone:
-			return activities.ClaimCheck{Gone: true}, nil
+			return hygiene.ClaimCheck{Gone: true}, nil
 		case m.kind != capacity.FindingLeaked || !m.deletable:
 			m.told = m.finding()
-			return activities.ClaimCheck{Finding: m.told}, nil
+			return hygiene.ClaimCheck{Finding: m.told}, nil
 		}
 		m.gone = true
 		m.deleted++
 		if m.lost > 0 {
 			m.lost--
 			m.note("  deleted, result lost")
-			return activities.ClaimCheck{}, errors.New("connection reset after the delete")
+			return hygiene.ClaimCheck{}, errors.New("connection reset after the delete")
 		}
-		return activities.ClaimCheck{Deleted: true}, nil
+		return hygiene.ClaimCheck{Deleted: true}, nil
 	})
-	on("InspectClaim", func(context.Context, activities.HygieneInput) (activities.ClaimCheck, error) {
+	on("InspectClaim", func(context.Context, hygiene.HygieneInput) (hygiene.ClaimCheck, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("InspectClaim"); err != nil {
-			return activities.ClaimCheck{}, err
+			return hygiene.ClaimCheck{}, err
 		}
 		if m.gone {
-			return activities.ClaimCheck{Gone: true}, nil
+			return hygiene.ClaimCheck{Gone: true}, nil
 		}
 		m.told = m.finding()
-		return activities.ClaimCheck{Finding: m.told}, nil
+		return hygiene.ClaimCheck{Finding: m.told}, nil
 	})
 }
 

@@ -15,7 +15,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -44,7 +45,7 @@ type migrateModel struct {
 	// The next faults side-effect calls fail before acting; the next lost act and then fail (the
 	// result was lost: the call runs again).
 	faults, lost int
-	records      []activities.MigrationRecord
+	records      []migration.MigrationRecord
 	updates      []*simUpdate
 	answered     int // decisions answered with the state they left
 	final        policy.MigrationState
@@ -79,23 +80,23 @@ func (m *migrateModel) moving(what string) {
 }
 
 func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	on := func(name string, fn any) { env.OnActivity(name, mock.Anything, mock.Anything).Return(fn).Maybe() }
-	on("TakeMigrationLease", func(_ context.Context, in activities.LeaseInput) (activities.LeaseResult, error) {
+	on("TakeMigrationLease", func(_ context.Context, in migration.LeaseInput) (migration.LeaseResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.leaseTaken {
-			return activities.LeaseResult{Holder: "migrate/other"}, nil
+			return migration.LeaseResult{Holder: "migrate/other"}, nil
 		}
 		m.leaseHeld = true
-		return activities.LeaseResult{Held: true, Holder: in.Holder}, nil
+		return migration.LeaseResult{Held: true, Holder: in.Holder}, nil
 	})
-	on("HoldMigrationLease", func(ctx context.Context, _ activities.LeaseInput) error {
+	on("HoldMigrationLease", func(ctx context.Context, _ migration.LeaseInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.leaseTaken {
 			m.leaseHeld = false
-			return temporal.NewNonRetryableApplicationError("migration lease taken by migrate/other", activities.ErrLeaseLost, nil)
+			return temporal.NewNonRetryableApplicationError("migration lease taken by migrate/other", migration.ErrLeaseLost, nil)
 		}
 		// It renews until cancelled. The test environment gives an activity without a bound on
 		// its attempts 10 of them, so each attempt looks later: the 10 cover two days, and a
@@ -103,7 +104,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		n := time.Duration(activity.GetInfo(ctx).Attempt)
 		return temporal.NewApplicationErrorWithOptions("renewing", "Renewing", temporal.ApplicationErrorOptions{NextRetryDelay: n * n * 10 * time.Minute})
 	})
-	on("ReleaseMigrationLease", func(context.Context, activities.LeaseInput) error {
+	on("ReleaseMigrationLease", func(context.Context, migration.LeaseInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.leaseHeld = false
@@ -119,7 +120,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		defer m.mu.Unlock()
 		return m.effect("ReleaseMigrationSlot", func() { m.slot, m.asked = false, false })
 	})
-	on("AcquirePermit", func(context.Context, activities.PermitInput) (policy.PermitResult, error) {
+	on("AcquirePermit", func(context.Context, remediation.PermitInput) (policy.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.breakerOpen {
@@ -128,30 +129,30 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.permits++
 		return policy.PermitResult{Granted: true}, nil
 	})
-	on("RequestCheckpoint", func(context.Context, activities.CheckpointInput) error { return nil })
-	on("WaitCheckpoint", func(context.Context, activities.CheckpointInput) (activities.CheckpointStatus, error) {
+	on("RequestCheckpoint", func(context.Context, migration.CheckpointInput) error { return nil })
+	on("WaitCheckpoint", func(context.Context, migration.CheckpointInput) (migration.CheckpointStatus, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if !m.checkpoint {
-			return activities.CheckpointStatus{}, later("no answer yet")
+			return migration.CheckpointStatus{}, later("no answer yet")
 		}
-		return activities.CheckpointStatus{Done: true}, nil
+		return migration.CheckpointStatus{Done: true}, nil
 	})
-	on("PreserveEvidence", func(_ context.Context, in activities.EvidenceInput) (string, error) {
-		return activities.EvidenceName(in.WorkflowID), nil
+	on("PreserveEvidence", func(_ context.Context, in migration.EvidenceInput) (string, error) {
+		return migration.EvidenceName(in.WorkflowID), nil
 	})
-	on("WorkloadPods", func(_ context.Context, w activities.Workload) ([]activities.PodInfo, error) {
+	on("WorkloadPods", func(_ context.Context, w migration.Workload) ([]migration.PodInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		var out []activities.PodInfo
+		var out []migration.PodInfo
 		for _, p := range w.Pods {
 			if m.evictions[p] == 0 && !m.suspended {
-				out = append(out, activities.PodInfo{Name: p, UID: "uid-" + p})
+				out = append(out, migration.PodInfo{Name: p, UID: "uid-" + p})
 			}
 		}
 		return out, m.effect("WorkloadPods", func() {})
 	})
-	on("SuspendJob", func(_ context.Context, in activities.SuspendInput) error {
+	on("SuspendJob", func(_ context.Context, in migration.SuspendInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if in.Suspend {
@@ -167,7 +168,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.suspended = in.Suspend
 		})
 	})
-	on("WaitPodsGone", func(context.Context, activities.WaitGoneInput) error {
+	on("WaitPodsGone", func(context.Context, migration.WaitGoneInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if !m.suspended || m.goneChecks < m.slowGone {
@@ -176,7 +177,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return nil
 	})
-	on("EvictPod", func(_ context.Context, in activities.EvictInput) error {
+	on("EvictPod", func(_ context.Context, in migration.EvictInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.moving("an eviction")
@@ -186,7 +187,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 		})
 	})
-	on("WaitWorkloadReady", func(_ context.Context, in activities.ReadyInput) ([]string, error) {
+	on("WaitWorkloadReady", func(_ context.Context, in migration.ReadyInput) ([]string, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.readyNever {
@@ -194,7 +195,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return []string{"new-0"}, nil
 	})
-	on("RecordMigration", func(_ context.Context, rec activities.MigrationRecord) error {
+	on("RecordMigration", func(_ context.Context, rec migration.MigrationRecord) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.records = append(m.records, rec)

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -35,7 +34,7 @@ type nodeModel struct {
 }
 
 func (m *nodeModel) activities(env *testsuite.TestWorkflowEnvironment) {
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(ctx context.Context, in notify.AlertInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()

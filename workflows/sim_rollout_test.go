@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -49,7 +49,7 @@ func (m *rolloutModel) fault(name string) error {
 	case m.forbidden:
 		m.forbidden = false
 		m.note("  %s forbidden", name)
-		return temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrRolloutForbidden, nil)
+		return temporal.NewNonRetryableApplicationError("nodes is forbidden", rollouts.ErrRolloutForbidden, nil)
 	case m.faults > 0:
 		m.faults--
 		m.note("  %s failed", name)
@@ -82,9 +82,9 @@ func (m *rolloutModel) nodes(phase string) []string {
 
 func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	m.env = env
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env)
 	on := func(name string, fn any) { env.OnActivity(name, mock.Anything, mock.Anything).Return(fn).Maybe() }
-	on("RolloutPreflight", func(_ context.Context, in activities.PhaseInput) ([]rollout.Violation, error) {
+	on("RolloutPreflight", func(_ context.Context, in rollouts.PhaseInput) ([]rollout.Violation, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("RolloutPreflight"); err != nil {
@@ -95,7 +95,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return nil, nil
 	})
-	on("UnblockNewClaims", func(_ context.Context, in activities.BlockInput) error {
+	on("UnblockNewClaims", func(_ context.Context, in rollouts.BlockInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("UnblockNewClaims " + in.Phase); err != nil {
@@ -104,7 +104,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.blocked[in.Phase] = false
 		return nil
 	})
-	on("EnableRolloutPhase", func(_ context.Context, in activities.PhaseInput) (activities.PhaseChange, error) {
+	on("EnableRolloutPhase", func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
@@ -117,18 +117,18 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 		}
 		if err := m.fault("EnableRolloutPhase " + ph.Name); err != nil {
-			return activities.PhaseChange{}, err
+			return rollouts.PhaseChange{}, err
 		}
-		ch := activities.PhaseChange{Phase: ph.Name}
+		ch := rollouts.PhaseChange{Phase: ph.Name}
 		for _, n := range m.nodes(ph.Name) {
 			// Idempotent: a node switched already keeps the owner recorded at its first switch.
 			m.owner[n] = "dra"
-			ch.Nodes = append(ch.Nodes, activities.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+			ch.Nodes = append(ch.Nodes, rollouts.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 		}
 		m.enabled[ph.Name] = m.env.Now()
 		return ch, m.loseResult()
 	})
-	on("EvaluateRolloutGates", func(_ context.Context, in activities.GateInput) (rollout.Report, error) {
+	on("EvaluateRolloutGates", func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
@@ -147,7 +147,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return rep, nil
 	})
-	on("BlockNewClaims", func(_ context.Context, in activities.BlockInput) error {
+	on("BlockNewClaims", func(_ context.Context, in rollouts.BlockInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("BlockNewClaims " + in.Phase); err != nil {
@@ -156,16 +156,16 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.blocked[in.Phase] = true
 		return nil
 	})
-	on("UndoRolloutPhase", func(_ context.Context, in activities.UndoInput) (activities.UndoResult, error) {
+	on("UndoRolloutPhase", func(_ context.Context, in rollouts.UndoInput) (rollouts.UndoResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if !m.blocked[in.Change.Phase] {
 			m.violate("phase %s routed back before new claims of its classes were refused", in.Change.Phase)
 		}
 		if err := m.fault("UndoRolloutPhase " + in.Change.Phase); err != nil {
-			return activities.UndoResult{}, err
+			return rollouts.UndoResult{}, err
 		}
-		var res activities.UndoResult
+		var res rollouts.UndoResult
 		nodes := in.Change.Nodes
 		if in.Change.Partial && len(nodes) == 0 {
 			if in.Selector == "" {
@@ -173,13 +173,13 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 			for _, n := range m.nodes(in.Change.Phase) {
 				if m.owner[n] == "dra" { // the enable recorded its previous owner
-					nodes = append(nodes, activities.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+					nodes = append(nodes, rollouts.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 				}
 			}
 		}
 		for _, c := range nodes {
 			if m.claims[c.Node] && m.owner[c.Node] == "dra" {
-				res.Held = append(res.Held, activities.HeldNode{NodeChange: c, Claims: 1})
+				res.Held = append(res.Held, rollouts.HeldNode{NodeChange: c, Claims: 1})
 				continue
 			}
 			m.owner[c.Node] = c.Previous

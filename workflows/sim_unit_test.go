@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -70,7 +70,7 @@ func (m *deviceModel) unitStep(rt *rapid.T, i int, s step) step {
 
 // quarantineUnit is Quarantine for a unit: a rule per member. A call with no decision extends a
 // standing fence to more forms; it needs no permit of its own.
-func (m *deviceModel) quarantineUnit(in activities.QuarantineInput) (activities.QuarantineResult, error) {
+func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 	m.note("Quarantine unit %s by %q effect %s forms %v", in.Decision, in.Actor, in.Effect, in.Members)
 	if in.Device != m.unit.Device() {
 		m.violate("quarantine of %s, want the unit %s", in.Device, m.unit.Device())
@@ -105,16 +105,16 @@ func (m *deviceModel) quarantineUnit(in activities.QuarantineInput) (activities.
 	if m.quarantineFails == 1 {
 		m.quarantineFails, m.quarantineFaulted = 0, true
 		m.note("  (result lost)")
-		return activities.QuarantineResult{}, fmt.Errorf("connection reset after the write")
+		return remediation.QuarantineResult{}, fmt.Errorf("connection reset after the write")
 	}
 	name := m.unit.Device().TaintRuleName()
 	m.names[name] = true
-	return activities.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
+	return remediation.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
 }
 
 // inspectUnit answers as InspectRule does for a unit: in force while any form's rule stands,
 // naming the forms without one.
-func (m *deviceModel) inspectUnit(in activities.InspectInput) policy.RuleInfo {
+func (m *deviceModel) inspectUnit(in remediation.InspectInput) policy.RuleInfo {
 	info := policy.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: in.Effect}
 	var missing []string
 	for _, f := range in.Members {
@@ -131,13 +131,13 @@ func (m *deviceModel) inspectUnit(in activities.InspectInput) policy.RuleInfo {
 
 // refreshUnit rewrites the unit's rules and writes a missing form's; with none standing, the
 // fence is gone.
-func (m *deviceModel) refreshUnit(in activities.QuarantineInput) activities.RefreshResult {
+func (m *deviceModel) refreshUnit(in remediation.QuarantineInput) remediation.RefreshResult {
 	standing := false
 	for _, f := range in.Members {
 		standing = standing || m.forms[f]
 	}
 	if !standing || m.rule == nil {
-		return activities.RefreshResult{Missing: true}
+		return remediation.RefreshResult{Missing: true}
 	}
 	for _, f := range in.Members {
 		m.forms[f] = true
@@ -147,12 +147,12 @@ func (m *deviceModel) refreshUnit(in activities.QuarantineInput) activities.Refr
 	if in.Key != "" {
 		m.rule.Key = in.Key
 	}
-	return activities.RefreshResult{Effect: string(in.Effect)}
+	return remediation.RefreshResult{Effect: string(in.Effect)}
 }
 
 // releaseUnit deletes every rule of the unit, as ReleaseRule does with a unit's members (the
 // rule of a form no longer listed included); released as a device, the forms' rules would stay.
-func (m *deviceModel) releaseUnit(in activities.ReleaseInput) {
+func (m *deviceModel) releaseUnit(in remediation.ReleaseInput) {
 	if len(in.Members) == 0 {
 		m.violate("the unit released as a device: the rules of %v stay", m.forms)
 		return

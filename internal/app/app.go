@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
@@ -317,18 +316,19 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if o.WorkflowCacheSize > 0 {
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
-	acts := &activities.Activities{Kube: kube, Metrics: m, Breaker: worker.NewBreakerClient(tc), BreakerConfig: o.Breaker,
+	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: worker.NewBreakerClient(tc), BreakerConfig: o.Breaker,
 		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, Rollouts: &worker.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
 		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
-		acts.Alerter, acts.Approvals = o.Slack, o.Slack
+		deps.Alerter, deps.Approvals = o.Slack, o.Slack
 	}
+	acts := worker.NewActivities(deps)
 	wt := watcher.New(watcher.Config{
 		Kube:     kube,
 		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
-		Policies: o.Policies, Alerter: acts.Alerter,
+		Policies: o.Policies, Alerter: deps.Alerter,
 		Term: watcher.LeaseTerm(kube, cmp.Or(o.OwnNamespace, "default"), watcher.TermLease),
 	})
 	start := newStartup(logger.With("component", "startup"))
@@ -363,7 +363,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		})
 		if o.Hygiene.Interval > 0 {
 			lg.Go(func() error {
-				scanClaims(lctx, acts, tc, o.Hygiene, logger.With("component", "claim-hygiene"))
+				scanClaims(lctx, acts.Hygiene.ScanClaims, tc, o.Hygiene, logger.With("component", "claim-hygiene"))
 				return nil
 			})
 		}
@@ -386,7 +386,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		defer func() {
 			w.Stop()
 			// Give back the permits leased ahead, so they do not count as used for a window.
-			if bc, ok := acts.Breaker.(*worker.BreakerClient); ok {
+			if bc, ok := deps.Breaker.(*worker.BreakerClient); ok {
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err := bc.Close(cctx); err != nil {
 					logger.Warn("leased permits not returned; they count as used until they leave the window", "error", err)
@@ -401,7 +401,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		}
 		return runAsLeader(gctx, kube, *o.LeaderElection, live.leader, lead, logger)
 	})
-	g.Go(func() error { pruneEvidence(gctx, acts, logger); return nil })
+	g.Go(func() error { pruneEvidence(gctx, acts.Migration.PruneEvidence, logger); return nil })
 	for _, fn := range o.Extra {
 		g.Go(func() error { return fn(gctx) })
 	}
@@ -411,7 +411,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 // startWorkers does, with retries, what needs Temporal once at start: it answers, DeviceWarden's
 // search attributes exist, the workers run and the breaker has this worker's configuration. It
 // returns an error only when ctx ends first.
-func startWorkers(ctx context.Context, s *startup, tc client.Client, acts *activities.Activities, o ControllerOptions, logger *slog.Logger) (*worker.Workers, error) {
+func startWorkers(ctx context.Context, s *startup, tc client.Client, acts *worker.Activities, o ControllerOptions, logger *slog.Logger) (*worker.Workers, error) {
 	steps := []struct {
 		what string
 		do   func(context.Context) error
@@ -457,9 +457,9 @@ func startWorkers(ctx context.Context, s *startup, tc client.Client, acts *activ
 }
 
 // pruneEvidence deletes migration evidence past its keep time, at start and then hourly.
-func pruneEvidence(ctx context.Context, acts *activities.Activities, logger *slog.Logger) {
+func pruneEvidence(ctx context.Context, prune func(context.Context, time.Time) (int, error), logger *slog.Logger) {
 	for {
-		if n, err := acts.PruneEvidence(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if n, err := prune(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			logger.Warn("evidence not pruned", "error", err)
 		} else if n > 0 {
 			logger.Info("evidence past its keep time deleted", "configmaps", n)

@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/devicewarden/devicewarden/activities"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/workflows"
 )
@@ -48,9 +47,9 @@ func (o HygieneOptions) Validate() error {
 // scanClaims looks for claim-hygiene findings every Interval and starts one workflow per claim
 // UID for each; a claim whose workflow already runs is left to it. Nothing reaches Temporal
 // while there is no finding.
-func scanClaims(ctx context.Context, acts *activities.Activities, tc client.Client, o HygieneOptions, logger *slog.Logger) {
+func scanClaims(ctx context.Context, scan func(context.Context, capacity.HygienePolicy, time.Time) ([]capacity.Finding, error), tc client.Client, o HygieneOptions, logger *slog.Logger) {
 	for {
-		findings, err := acts.ScanClaims(ctx, o.Policy, time.Now())
+		findings, err := scan(ctx, o.Policy, time.Now())
 		if err != nil && ctx.Err() == nil {
 			logger.Warn("claim hygiene scan failed", "error", err)
 		}

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -18,7 +18,7 @@ import (
 // hygieneScans times the claim-hygiene scan twice: as on a healthy fleet (no allocation old
 // enough to be a finding: one list of claims) and with every allocated claim a candidate (also
 // nodes, their Leases and the Pending Pods, and every claim classified).
-func hygieneScans(ctx context.Context, acts *activities.Activities, o RolloutOptions) error {
+func hygieneScans(ctx context.Context, acts *hygiene.Activities, o RolloutOptions) error {
 	for _, c := range []struct {
 		name string
 		pol  capacity.HygienePolicy
@@ -47,14 +47,14 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 		if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
 			return err
 		}
-		acts := &activities.Activities{Kube: kube}
+		acts := &hygiene.Activities{Kube: kube}
 		probe := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "what-if", Namespace: "tenant-0", UID: "what-if"},
 			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: sim.Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
 					Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("8Gi")}}}}}}}}
-		var rep activities.CapacityReport
+		var rep hygiene.CapacityReport
 		st, err := timeRuns(o.Runs, func() (err error) {
-			rep, err = acts.CheckCapacity(ctx, activities.CapacityInput{})
+			rep, err = acts.CheckCapacity(ctx, hygiene.CapacityInput{})
 			return err
 		})
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -38,8 +38,8 @@ const rolloutTenants = 20
 // activity end to end: list nodes, slices, claims and the tenants' Pods, reduce, evaluate every gate.
 func Rollout(ctx context.Context, o RolloutOptions) error {
 	return withFleet(ctx, o, func(kube kubernetes.Interface, loaded time.Time) error {
-		acts := &activities.Activities{Kube: kube, OwnNamespace: "default"}
-		in := activities.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
+		acts := &rollouts.Activities{Kube: kube, OwnNamespace: "default"}
+		in := rollouts.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
 		var r rollout.Report
 		st, err := timeRuns(o.Runs, func() (err error) {
 			r, err = acts.EvaluateRolloutGates(ctx, in)

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -42,7 +42,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &activities.Activities{Kube: kube, OwnNamespace: ns}
+	a := &migration.Activities{Kube: kube, OwnNamespace: ns}
 	labels := map[string]string{"app": "train"}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "train"}, Spec: batchv1.JobSpec{
 		Template: corev1.PodTemplateSpec{
@@ -64,14 +64,14 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 		return nil
 	})
 
-	ws, err := a.FindWorkloads(ctx, activities.FindWorkloadsInput{Pods: []activities.PodRef{{Namespace: ns, Name: pod.Name}}})
+	ws, err := a.FindWorkloads(ctx, migration.FindWorkloadsInput{Pods: []migration.PodRef{{Namespace: ns, Name: pod.Name}}})
 	if err != nil || len(ws) != 1 || ws[0].Kind != "Job" || ws[0].Name != "train" || ws[0].Checkpoint != "annotation" {
 		t.Fatalf("workloads %+v %v", ws, err)
 	}
 	w := ws[0]
 
 	id := device.ID{Driver: sim.Driver, Pool: "migrate-parts", Device: "gpu-0"}
-	mine := activities.LeaseInput{Workload: w, Holder: "migrate/" + id.String() + "/" + w.UID + "/1", Duration: time.Minute}
+	mine := migration.LeaseInput{Workload: w, Holder: "migrate/" + id.String() + "/" + w.UID + "/1", Duration: time.Minute}
 	theirs := mine
 	theirs.Holder = "someone-else"
 	if res, err := a.TakeMigrationLease(ctx, mine); err != nil || !res.Held {
@@ -81,7 +81,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 		t.Fatalf("a second holder: %+v %v", res, err)
 	}
 
-	cp := activities.CheckpointInput{Namespace: ns, Pods: w.Pods, ID: mine.Holder}
+	cp := migration.CheckpointInput{Namespace: ns, Pods: w.Pods, ID: mine.Holder}
 	if err := a.RequestCheckpoint(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	if _, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	evict := activities.EvictInput{Namespace: ns, Pod: pod.Name, UID: string(pod.UID)}
+	evict := migration.EvictInput{Namespace: ns, Pod: pod.Name, UID: string(pod.UID)}
 	eventually(t, 30*time.Second, "the budget observed", func() error {
 		b, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "train", metav1.GetOptions{})
 		if err != nil || b.Status.ObservedGeneration < b.Generation || b.Status.CurrentHealthy != 1 {
@@ -110,7 +110,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	eventually(t, 30*time.Second, "the budget refuses the eviction", func() error {
 		err := a.EvictPod(ctx, evict)
 		var app *temporal.ApplicationError
-		if !errors.As(err, &app) || app.Type() != activities.ErrEvictionBlocked || app.NonRetryable() {
+		if !errors.As(err, &app) || app.Type() != migration.ErrEvictionBlocked || app.NonRetryable() {
 			return fmt.Errorf("eviction answered %v", err)
 		}
 		return nil
@@ -120,10 +120,10 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	}
 
 	// Suspend: the Job controller removes the Pod; evidence is kept after it is gone.
-	if err := a.SuspendJob(ctx, activities.SuspendInput{Namespace: ns, Job: "train", Suspend: true}); err != nil {
+	if err := a.SuspendJob(ctx, migration.SuspendInput{Namespace: ns, Job: "train", Suspend: true}); err != nil {
 		t.Fatal(err)
 	}
-	evidence, err := a.PreserveEvidence(ctx, activities.EvidenceInput{WorkflowID: mine.Holder, Device: id, Workload: w, Report: "gpu-0 Unhealthy: XID 79", Keep: time.Hour})
+	evidence, err := a.PreserveEvidence(ctx, migration.EvidenceInput{WorkflowID: mine.Holder, Device: id, Workload: w, Report: "gpu-0 Unhealthy: XID 79", Keep: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	if err != nil || !strings.Contains(cm.Data["pod-"+pod.Name+".json"], string(pod.UID)) || cm.Data["report"] != "gpu-0 Unhealthy: XID 79" {
 		t.Fatalf("evidence %v %v", cm.Data, err)
 	}
-	if err := a.SuspendJob(ctx, activities.SuspendInput{Namespace: ns, Job: "train", Suspend: false}); err != nil {
+	if err := a.SuspendJob(ctx, migration.SuspendInput{Namespace: ns, Job: "train", Suspend: false}); err != nil {
 		t.Fatal(err)
 	}
 	var next corev1.Pod
@@ -165,7 +165,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 				return err
 			}
 		}
-		return a.EvictPod(ctx, activities.EvictInput{Namespace: ns, Pod: next.Name, UID: string(next.UID)})
+		return a.EvictPod(ctx, migration.EvictInput{Namespace: ns, Pod: next.Name, UID: string(next.UID)})
 	})
 	if p, err := kube.CoreV1().Pods(ns).Get(ctx, next.Name, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
 		t.Fatalf("the allowed eviction left the Pod %s", p.Status.Phase)

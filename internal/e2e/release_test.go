@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -372,8 +372,8 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 	kube := shared.kube
 	// A legal pool name with a slash whose 63-character cut ends in '-' (the label needs mending).
 	id := device.ID{Driver: sim.Driver, Pool: "rack-1/" + strings.Repeat("b", 55) + "-c", Device: "gpu-dry"}
-	dry := &activities.Activities{Kube: kube, DryRun: true}
-	in := activities.QuarantineInput{Device: id, Reason: "test", Actor: policy.Actor, Effect: resourcev1.DeviceTaintEffectNoSchedule,
+	dry := &remediation.Activities{Kube: kube, DryRun: true}
+	in := remediation.QuarantineInput{Device: id, Reason: "test", Actor: policy.Actor, Effect: resourcev1.DeviceTaintEffectNoSchedule,
 		ExpiresAt: time.Now().Add(time.Hour)}
 	res, err := dry.Quarantine(ctx, in)
 	if err != nil {
@@ -382,8 +382,8 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 	if res.Effect != string(resourcev1.DeviceTaintEffectNone) {
 		t.Fatalf("dry run created effect %s", res.Effect)
 	}
-	real := &activities.Activities{Kube: kube}
-	info, err := real.InspectRule(ctx, activities.InspectInput{Device: id, Effect: string(resourcev1.DeviceTaintEffectNoSchedule)})
+	real := &remediation.Activities{Kube: kube}
+	info, err := real.InspectRule(ctx, remediation.InspectInput{Device: id, Effect: string(resourcev1.DeviceTaintEffectNoSchedule)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 	if err := kube.ResourceV1().DeviceTaintRules().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	info, err = real.InspectRule(ctx, activities.InspectInput{Device: id, Effect: "NoSchedule"})
+	info, err = real.InspectRule(ctx, remediation.InspectInput{Device: id, Effect: "NoSchedule"})
 	if err != nil || info.InForce() || !info.Deleting {
 		t.Fatalf("inspect while deleting: %+v %v", info, err)
 	}
@@ -428,7 +428,7 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 	if res, err := real.Quarantine(ctx, in); err != nil || !res.Created {
 		t.Fatalf("quarantine once the old rule is gone: %+v %v", res, err)
 	}
-	if err := real.ReleaseRule(ctx, activities.ReleaseInput{Device: id}); err != nil {
+	if err := real.ReleaseRule(ctx, remediation.ReleaseInput{Device: id}); err != nil {
 		t.Fatal(err)
 	}
 }

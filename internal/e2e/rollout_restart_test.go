@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -140,7 +140,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 
 	// The next window finds the run completed: it starts nothing.
 	windows := &worker.RolloutClient{Client: tc}
-	res, err := windows.OpenWindow(ctx, activities.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	res, err := windows.OpenWindow(ctx, rollouts.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
 	if err != nil || !res.Ended || res.State != rollout.StateCompleted {
 		t.Fatalf("a window after the completed run: %+v %v", res, err)
 	}
@@ -163,7 +163,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "stopped by hand"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = windows.OpenWindow(ctx, activities.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	res, err = windows.OpenWindow(ctx, rollouts.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
 	if err != nil || !res.Ended || res.State != rollout.StateTerminated {
 		t.Fatalf("a window after a terminated run: %+v %v", res, err)
 	}

@@ -18,7 +18,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -36,7 +37,7 @@ type replayModel struct {
 
 func (m *replayModel) register(w sdkworker.Worker) {
 	reg := func(name string, fn any) { w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
-	reg("AcquirePermit", func(context.Context, activities.PermitInput) (policy.PermitResult, error) {
+	reg("AcquirePermit", func(context.Context, remediation.PermitInput) (policy.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.breakerOpen {
@@ -44,23 +45,23 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		}
 		return policy.PermitResult{Granted: true}, nil
 	})
-	reg("Quarantine", func(_ context.Context, in activities.QuarantineInput) (activities.QuarantineResult, error) {
+	reg("Quarantine", func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.rule = true
-		return activities.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: string(in.Effect)}, nil
+		return remediation.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: string(in.Effect)}, nil
 	})
-	reg("InspectRule", func(_ context.Context, in activities.InspectInput) (policy.RuleInfo, error) {
+	reg("InspectRule", func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return policy.RuleInfo{Present: m.rule, Name: in.Device.TaintRuleName(), Key: policy.TaintQuarantine, Effect: string(in.Effect), WantEffect: string(in.Effect)}, nil
 	})
-	reg("RefreshRule", func(_ context.Context, in activities.QuarantineInput) (activities.RefreshResult, error) {
+	reg("RefreshRule", func(_ context.Context, in remediation.QuarantineInput) (remediation.RefreshResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return activities.RefreshResult{Missing: !m.rule, Effect: string(in.Effect)}, nil
+		return remediation.RefreshResult{Missing: !m.rule, Effect: string(in.Effect)}, nil
 	})
-	reg("RunCheck", func(_ context.Context, in activities.CheckInput) (policy.StepResult, error) {
+	reg("RunCheck", func(_ context.Context, in remediation.CheckInput) (policy.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.checkFails > 0 {
@@ -69,7 +70,7 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		}
 		return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
 	})
-	reg("ReleaseRule", func(context.Context, activities.ReleaseInput) error {
+	reg("ReleaseRule", func(context.Context, remediation.ReleaseInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.rule = false
@@ -78,7 +79,7 @@ func (m *replayModel) register(w sdkworker.Worker) {
 	for _, name := range []string{"Alert", "RequestApproval", "ReportNodeFailure"} {
 		reg(name, func(context.Context, any) error { return nil })
 	}
-	reg("FindWorkloads", func(context.Context, any) ([]activities.Workload, error) { return nil, nil })
+	reg("FindWorkloads", func(context.Context, any) ([]migration.Workload, error) { return nil, nil })
 }
 
 // TestSimulatedRunsReplayAfterRestart runs generated sequences of observations, operator commands

@@ -3,7 +3,11 @@
 // activities, the watcher, the simulator and the Slack app all read these names from here.
 package kubeobj
 
-import "github.com/devicewarden/devicewarden/internal/policy"
+import (
+	"strings"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
 
 // Who owns an object, and the taint key of every quarantine.
 const (
@@ -30,10 +34,12 @@ const (
 	AnnotationUnit = "devicewarden.io/unit"
 )
 
-// Labels on probe and canary Pods.
+// Labels on probe and canary Pods. LabelCheck names the check (probe Pod or canary Job) an object
+// belongs to; the canary Job's Pod carries it too.
 const (
 	LabelRole   = "devicewarden.io/role"
 	LabelReview = "devicewarden.io/review"
+	LabelCheck  = "devicewarden.io/check"
 )
 
 // How a workload declares itself to migration, in annotations on its Pod template (so on its Pods).
@@ -77,4 +83,21 @@ func ReportConfigMap(rolloutName, phase string) string {
 // BlockName is the ValidatingAdmissionPolicy (and binding) that holds a phase's classes.
 func BlockName(rolloutName, phase string) string {
 	return "devicewarden-rollout-" + rolloutName + "-" + phase
+}
+
+// LabelValue turns any name into a valid label value: at most 63 characters of [A-Za-z0-9-_.],
+// starting and ending with a letter or digit. The full value is in an annotation.
+func LabelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return strings.TrimFunc(string(b), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	})
 }

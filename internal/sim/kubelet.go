@@ -8,15 +8,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/devicewarden/devicewarden/activities"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
-
-	"github.com/devicewarden/devicewarden/internal/device"
 )
 
 // Kubelet plays the part of kubelet and the driver for Pods that run to completion (restartPolicy
@@ -75,7 +75,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 // runsToCompletion picks DeviceWarden's probe and canary Pods. A workload's own Pods (a training
 // Job's) keep running as real ones would, until something moves them.
 func runsToCompletion(pod *corev1.Pod) bool {
-	return pod.Labels[activities.LabelCheck] != "" && pod.Spec.RestartPolicy != corev1.RestartPolicyAlways &&
+	return pod.Labels[kubeobj.LabelCheck] != "" && pod.Spec.RestartPolicy != corev1.RestartPolicyAlways &&
 		pod.DeletionTimestamp == nil && len(pod.Status.ContainerStatuses) > 0
 }
 

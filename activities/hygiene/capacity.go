@@ -1,0 +1,131 @@
+package hygiene
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+)
+
+// CapacityInput asks for a shared-capacity check.
+type CapacityInput struct {
+	// Tenants restricts the classes some namespaces may claim.
+	Tenants map[string][]string `json:"tenants,omitempty"`
+	// Record writes the grant-time policy record of allocated claims that have none yet (in
+	// DeviceWarden's namespace) and deletes the records of claims that are gone.
+	Record bool `json:"record,omitempty"`
+}
+
+// CapacityReport is what a check found.
+type CapacityReport struct {
+	Claims     int                  `json:"claims"`
+	Devices    int                  `json:"devices"`
+	Violations []capacity.Violation `json:"violations,omitempty"`
+	// Recorded is how many claims got their grant snapshot in this check.
+	Recorded int `json:"recorded,omitempty"`
+	// Unknown are the allocations on nodes that stopped renewing their Lease and were not fenced:
+	// not reclaimable, their capacity still counted as used.
+	Unknown []capacity.Finding `json:"unknown,omitempty"`
+}
+
+// CheckCapacity reads every ResourceSlice and ResourceClaim, checks the shared-capacity
+// invariants and sets devicewarden_capacity_violations. A share is checked against the policy its
+// claim recorded when first seen; with Record, claims without a record get one now.
+func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (CapacityReport, error) {
+	sl, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return CapacityReport{}, fmt.Errorf("list resource slices: %w", err)
+	}
+	cl, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return CapacityReport{}, fmt.Errorf("list resource claims: %w", err)
+	}
+	ci := capacity.Input{Tenants: in.Tenants}
+	rep := CapacityReport{Claims: len(cl.Items)}
+	for i := range sl.Items {
+		ci.Slices = append(ci.Slices, &sl.Items[i])
+		rep.Devices += len(sl.Items[i].Spec.Devices)
+	}
+	grants, err := kubeobj.GrantRecords(ctx, a.Kube, a.ownNamespace())
+	if err != nil {
+		return CapacityReport{}, err
+	}
+	live := map[string]bool{}
+	for i := range cl.Items {
+		c := &cl.Items[i]
+		live[string(c.UID)] = true
+		had, err := ci.AddClaim(c, grants[string(c.UID)])
+		if err != nil {
+			return CapacityReport{}, err
+		}
+		if !had && in.Record {
+			recorded, err := a.recordGrant(ctx, c, ci.Slices)
+			if err != nil {
+				return CapacityReport{}, err
+			}
+			if recorded {
+				rep.Recorded++
+			}
+		}
+	}
+	if in.Record {
+		if err := a.pruneGrants(ctx, grants, live); err != nil {
+			return CapacityReport{}, err
+		}
+	}
+	rep.Violations = capacity.Check(ci)
+	nodes, err := a.nodeStates(ctx, time.Now())
+	if err != nil {
+		return CapacityReport{}, err
+	}
+	rep.Unknown = unknownAllocations(ci.Claims, nodes)
+	if a.Metrics != nil {
+		for inv, n := range capacity.Counts(rep.Violations) {
+			a.Metrics.CapacityViolations.WithLabelValues(inv).Set(float64(n))
+		}
+	}
+	return rep, nil
+}
+
+// recordGrant writes the claim's grant record, the request policies its shares are granted under
+// now, in DeviceWarden's namespace (where tenants cannot write). A record already there is kept:
+// it was written first.
+func (a *Activities) recordGrant(ctx context.Context, c *resourcev1.ResourceClaim, slices []*resourcev1.ResourceSlice) (bool, error) {
+	snap := capacity.Snapshot(c, slices)
+	if snap == "" {
+		return false, nil
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: capacity.GrantConfigMap(string(c.UID)), Namespace: a.ownNamespace(),
+		Labels:      map[string]string{capacity.GrantLabel: string(c.UID)},
+		Annotations: map[string]string{"devicewarden.io/claim": c.Namespace + "/" + c.Name, "devicewarden.io/claim-version": c.ResourceVersion}},
+		Data: map[string]string{capacity.GrantKey: snap}}
+	_, err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Create(ctx, cm, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("record the grant of claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return true, nil
+}
+
+// pruneGrants deletes the grant records of claims that are gone.
+func (a *Activities) pruneGrants(ctx context.Context, grants map[string]string, live map[string]bool) error {
+	for uid := range grants {
+		if live[uid] {
+			continue
+		}
+		err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Delete(ctx, capacity.GrantConfigMap(uid), metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete the grant record of gone claim %s: %w", uid, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package remediation
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// BreakerClient asks the fleet-wide circuit breaker for a permit. The worker package implements
+// it with update-with-start on the breaker workflow.
+type BreakerClient interface {
+	Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error)
+}
+
+// PermitInput asks for permission to take one automatic action on a device (or, with Claim, on a
+// ResourceClaim: "<namespace>/<name>/<uid>").
+type PermitInput struct {
+	Device device.ID    `json:"device"`
+	Claim  string       `json:"claim,omitempty"`
+	Action policy.State `json:"action"`
+	// Woken: the breaker woke the device; ask it even if it was just seen open.
+	Woken bool `json:"woken,omitempty"`
+	// HeldAlert, when set, is the device's alert: if the action is held, the worker sends it with
+	// the other held devices' (see heldAlerts) and the result says Alerted.
+	HeldAlert *notify.AlertInput `json:"heldAlert,omitempty"`
+}
+
+// AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
+func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.PermitResult, error) {
+	known, err := a.knownDevices(ctx)
+	if err != nil {
+		return policy.PermitResult{}, err
+	}
+	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
+	if err != nil {
+		return policy.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", policy.PermitRequest{Device: in.Device, Claim: in.Claim}.Key(), err)
+	}
+	if a.Metrics != nil {
+		result := "granted"
+		if !res.Granted {
+			result = "denied"
+		}
+		a.Metrics.Permits.WithLabelValues(result).Inc()
+		if res.Tripped {
+			a.Metrics.BreakerTrips.Inc()
+		}
+	}
+	if !res.Granted && in.HeldAlert != nil {
+		a.holdAlert(*in.HeldAlert, res.Reason)
+		res.Alerted = true
+	}
+	return res, nil
+}
+
+// PermitRevoker takes back leased permits this worker holds (see policy.Lease).
+type PermitRevoker interface {
+	Revoke(leases []int64) []policy.LeaseReport
+}
+
+// RevokeInput names the leases the breaker takes back from one worker.
+type RevokeInput struct {
+	Leases []int64 `json:"leases"`
+}
+
+// RevokePermits gives back what this worker holds of the named leases: the breaker was paused.
+// It runs on the worker's own task queue, so it reaches the one process that holds them.
+func (a *Activities) RevokePermits(_ context.Context, in RevokeInput) ([]policy.LeaseReport, error) {
+	r, ok := a.Breaker.(PermitRevoker)
+	if !ok {
+		return nil, nil
+	}
+	return r.Revoke(in.Leases), nil
+}
+
+// deviceCount caches the number of devices published in ResourceSlices: the breaker's percentage
+// cap needs the fleet size, and counting on every request would list every slice. Only the first
+// request waits for the count; once it is older than ttl, the next request starts a recount in the
+// background and goes on with the old one, so no device's permit waits for a list of the fleet.
+type deviceCount struct {
+	mu         sync.Mutex
+	n          int
+	at         time.Time
+	ttl        time.Duration
+	refreshing bool
+}
+
+func (a *Activities) knownDevices(ctx context.Context) (int, error) {
+	c := &a.devices
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ttl == 0 {
+		c.ttl = 30 * time.Second
+	}
+	if c.at.IsZero() {
+		n, err := a.countDevices(ctx)
+		if err != nil {
+			return 0, err
+		}
+		c.n, c.at = n, time.Now()
+		return n, nil
+	}
+	if time.Since(c.at) >= c.ttl && !c.refreshing {
+		c.refreshing = true
+		go a.recountDevices()
+	}
+	return c.n, nil
+}
+
+// recountDevices refreshes the cached count; a failed count keeps the old one until the next try.
+func (a *Activities) recountDevices() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := a.countDevices(ctx)
+	c := &a.devices
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
+	if err != nil {
+		slog.Default().Warn("devices not recounted; the breaker keeps the last count", "count", c.n, "error", err)
+		return
+	}
+	c.n, c.at = n, time.Now()
+}
+
+func (a *Activities) countDevices(ctx context.Context) (int, error) {
+	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, fmt.Errorf("count devices in resource slices: %w", err)
+	}
+	n := 0
+	for _, s := range slices.Items {
+		n += len(s.Spec.Devices)
+	}
+	return n, nil
+}
+
+// NodeReporter delivers device failures to a node's workflow (signal-with-start).
+type NodeReporter interface {
+	DeviceFailed(ctx context.Context, f policy.NodeFailure) error
+}
+
+// ReportNodeFailure tells the device's node that the device was quarantined or restricted, so that
+// enough failures on one node escalate to a node-level decision.
+func (a *Activities) ReportNodeFailure(ctx context.Context, f policy.NodeFailure) error {
+	if a.Nodes == nil || f.Node == "" {
+		return nil
+	}
+	if err := a.Nodes.DeviceFailed(ctx, f); err != nil {
+		return fmt.Errorf("report failure of %s to node %s: %w", f.Device, f.Node, err)
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+package remediation
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// ErrNoIdentity is the non-retryable error type of a device that cannot be singled out.
+const ErrNoIdentity = "NoDeviceIdentity"
+
+// CheckInput runs a probe or canary Pod on exactly one device.
+type CheckInput struct {
+	Device device.ID `json:"device"`
+	// Kind is policy.ActProbe or policy.ActCanary.
+	Kind        policy.ActionKind `json:"kind"`
+	Check       policy.Check      `json:"check"`
+	DeviceClass string            `json:"deviceClass"`
+	// Identity names the attributes that single out the device (policy, per driver).
+	Identity []string `json:"identity"`
+	// Review numbers the quarantine's review: a retried activity adopts its own Pod, and removes
+	// anything older.
+	Review     int    `json:"review"`
+	WorkflowID string `json:"workflowID"`
+}
+
+// CheckName is the deterministic name of a device's probe or canary Pod and claim.
+func CheckName(kind policy.ActionKind, id device.ID) string {
+	sum := sha256.Sum256([]byte(id.String()))
+	return "devicewarden-" + string(kind) + "-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// RunCheck runs the check and waits for its outcome: the probe is a Pod, the canary a Job (one
+// Pod, no retries), as a workload would run. Its own claim can be allocated only the device (its
+// identifying attributes, on its node) and tolerates the taint of the stage. Everything is deleted
+// afterwards, and by the next attempt when a worker died in between.
+func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepResult, error) {
+	name := CheckName(in.Kind, in.Device)
+	ns := in.Check.Namespace
+	fail := func(format string, args ...any) (policy.StepResult, error) {
+		a.countCheck(in.Kind, false)
+		return policy.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now()}, nil
+	}
+	if in.Device.DevicePlugin() {
+		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
+	}
+	sel, node, err := a.pinDevice(ctx, in)
+	if err != nil {
+		return policy.StepResult{}, err
+	}
+	if in.DeviceClass == "" {
+		// No claim named a class for this device (its driver reported it directly): use the
+		// driver's own check class.
+		if in.DeviceClass, err = a.checkClass(ctx, in.Device.Driver); err != nil {
+			return policy.StepResult{}, err
+		}
+	}
+	if sel == "" {
+		return fail("device %s is not published in its pool", in.Device)
+	}
+	if err := a.ensureNamespace(ctx, ns); err != nil {
+		return policy.StepResult{}, err
+	}
+	if err := a.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
+		return policy.StepResult{}, err
+	}
+	defer a.deleteCheck(ns, name)
+	if err := a.createCheck(ctx, in, ns, name, sel, node); err != nil {
+		return policy.StepResult{}, err
+	}
+	deadline := time.Now().Add(in.Check.Timeout.D())
+	podName, err := a.checkPod(ctx, ns, name, deadline)
+	if err != nil {
+		return policy.StepResult{}, fmt.Errorf("find %s pod of %s/%s: %w", in.Kind, ns, name, err)
+	}
+	if podName == "" {
+		return fail("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
+	}
+	pod, err := a.awaitPod(ctx, ns, podName, deadline)
+	if err != nil {
+		return policy.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, podName, err)
+	}
+	res, done := checkOutcome(pod)
+	if !done {
+		return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
+	}
+	a.countCheck(in.Kind, res.Passed)
+	res.Pod, res.At = ns+"/"+podName, time.Now()
+	return res, nil
+}
+
+// awaitPod watches the Pod until it finishes or the deadline passes, heartbeating meanwhile, and
+// returns its last state. A watch that ends early is resumed from the Pod's newest version.
+func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline time.Time) (*corev1.Pod, error) {
+	beat := a.CheckPoll
+	if beat <= 0 {
+		beat = 5 * time.Second
+	}
+	pods := a.Kube.CoreV1().Pods(ns)
+	for {
+		activity.RecordHeartbeat(ctx, name)
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if _, done := checkOutcome(pod); done || !time.Now().Before(deadline) {
+			return pod, nil
+		}
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: pod.ResourceVersion})
+		if err != nil {
+			return nil, err
+		}
+		done := func() bool {
+			defer w.Stop()
+			ticker := time.NewTicker(beat)
+			defer ticker.Stop()
+			until := time.NewTimer(time.Until(deadline))
+			defer until.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return true
+				case <-until.C:
+					return true
+				case <-ticker.C:
+					activity.RecordHeartbeat(ctx, name)
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						return false
+					}
+					if p, isPod := ev.Object.(*corev1.Pod); isPod {
+						if _, finished := checkOutcome(p); finished || ev.Type == watch.Deleted {
+							return true
+						}
+					}
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if done {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			return p, err
+		}
+	}
+}
+
+func (a *Activities) countCheck(kind policy.ActionKind, passed bool) {
+	if a.Metrics == nil {
+		return
+	}
+	result := "failed"
+	if passed {
+		result = "passed"
+	}
+	a.Metrics.Checks.WithLabelValues(string(kind), result).Inc()
+}
+
+// checkOutcome reads a finished Pod: it passes when it succeeded and its own device reports, if
+// any, are all Healthy.
+func checkOutcome(pod *corev1.Pod) (policy.StepResult, bool) {
+	var unhealthy []string
+	for _, cs := range pod.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, r := range rs.Resources {
+				if r.Health != corev1.ResourceHealthStatusHealthy {
+					msg := string(r.ResourceID) + " " + string(r.Health)
+					if r.Message != nil {
+						msg += ": " + *r.Message
+					}
+					unhealthy = append(unhealthy, msg)
+				}
+			}
+		}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		if len(unhealthy) > 0 {
+			return policy.StepResult{Reason: "exited 0 but its device reported " + strings.Join(unhealthy, "; ")}, true
+		}
+		return policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, true
+	case corev1.PodFailed:
+		reason := "failed"
+		for _, cs := range pod.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil {
+				reason = fmt.Sprintf("exit code %d %s %s", t.ExitCode, t.Reason, t.Message)
+			}
+		}
+		if len(unhealthy) > 0 {
+			reason += "; device reported " + strings.Join(unhealthy, "; ")
+		}
+		return policy.StepResult{Reason: strings.TrimSpace(reason)}, true
+	}
+	return policy.StepResult{}, false
+}
+
+func scheduling(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue && c.Message != "" {
+			return ": " + c.Message
+		}
+	}
+	return ""
+}
+
+// pinDevice builds the CEL selector that matches only the device, from its published attributes,
+// and returns its node. An empty selector means the device is not published.
+func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, error) {
+	if len(in.Identity) == 0 {
+		return "", "", temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("no identity attributes for driver %s: name them in the policy file (drivers.%s.identity) so a probe cannot land on a neighbour", in.Device.Driver, in.Device.Driver),
+			ErrNoIdentity, nil)
+	}
+	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + in.Device.Driver})
+	if err != nil {
+		return "", "", fmt.Errorf("list resource slices of %s: %w", in.Device.Driver, err)
+	}
+	var found *resourcev1.Device
+	var node string
+	var gen int64 = -1
+	for i := range slices.Items {
+		s := &slices.Items[i]
+		if s.Spec.Pool.Name != in.Device.Pool || s.Spec.Pool.Generation < gen {
+			continue
+		}
+		for j := range s.Spec.Devices {
+			if s.Spec.Devices[j].Name == in.Device.Device {
+				found, gen, node = &s.Spec.Devices[j], s.Spec.Pool.Generation, ptr.Deref(s.Spec.NodeName, "")
+			}
+		}
+	}
+	if found == nil {
+		return "", "", nil
+	}
+	expr := []string{fmt.Sprintf("device.driver == %q", in.Device.Driver)}
+	for _, name := range in.Identity {
+		e, err := attrExpr(in.Device.Driver, name, found.Attributes)
+		if err != nil {
+			return "", "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
+		}
+		expr = append(expr, e)
+	}
+	return strings.Join(expr, " && "), node, nil
+}
+
+// attrExpr is the CEL comparison of one identifying attribute with the device's value.
+func attrExpr(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) (string, error) {
+	domain, short := driver, name
+	if d, n, ok := strings.Cut(name, "/"); ok {
+		domain, short = d, n
+	}
+	v, ok := attrs[resourcev1.QualifiedName(name)]
+	if !ok && domain == driver {
+		v, ok = attrs[resourcev1.QualifiedName(driver+"/"+short)]
+	}
+	if !ok {
+		return "", fmt.Errorf("has no attribute %q to identify it", name)
+	}
+	ref := fmt.Sprintf("device.attributes[%q].%s", domain, short)
+	switch {
+	case v.StringValue != nil:
+		return fmt.Sprintf("%s == %q", ref, *v.StringValue), nil
+	case v.IntValue != nil:
+		return ref + " == " + strconv.FormatInt(*v.IntValue, 10), nil
+	case v.BoolValue != nil:
+		return ref + " == " + strconv.FormatBool(*v.BoolValue), nil
+	case v.VersionValue != nil:
+		return fmt.Sprintf("%s.compareTo(semver(%q)) == 0", ref, *v.VersionValue), nil
+	}
+	return "", fmt.Errorf("attribute %q has no value", name)
+}
+
+// ensureNamespace creates a check namespace that is missing. A cluster install may not create
+// namespaces: its chart creates the ones in checks.namespaces, so Forbidden means "use it as it
+// is", and a namespace that is really missing fails the check's first create (checkNamespaceError).
+func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
+	_, err := a.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy}}}, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	return nil
+}
+
+// checkNamespaceError says what to do when a check cannot be created in its namespace.
+func checkNamespaceError(ns string, err error) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("check namespace %s does not exist and this account may not create it (a cluster install lists it in the chart's checks.namespaces): %w", ns, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("no right to create checks in namespace %s (a cluster install lists it in the chart's checks.namespaces): %w", ns, err)
+	}
+	return err
+}
