@@ -11,6 +11,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -49,7 +50,7 @@ func New(c client.Client, acts *Activities) *Workers {
 	b.RegisterWorkflow(workflows.BreakerWorkflow)
 	acts.register(b)
 	ws := &Workers{Devices: w, Breaker: b}
-	if bc, ok := acts.Remediation.Breaker.(*BreakerClient); ok && bc.Queue != "" {
+	if bc, ok := acts.Remediation.Breaker.(*clients.BreakerClient); ok && bc.Queue != "" {
 		ws.Permits = sdkworker.New(c, bc.Queue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 2})
 		ws.Permits.RegisterActivity(acts.Remediation.RevokePermits)
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
@@ -316,8 +317,8 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if o.WorkflowCacheSize > 0 {
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
-	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: worker.NewBreakerClient(tc), BreakerConfig: o.Breaker,
-		Nodes: &worker.NodeClient{Client: tc}, Limiter: &worker.LimiterClient{Client: tc}, Rollouts: &worker.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
+	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: clients.NewBreakerClient(tc), BreakerConfig: o.Breaker,
+		Nodes: &clients.NodeClient{Client: tc}, Limiter: &clients.LimiterClient{Client: tc}, Rollouts: &clients.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
 		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
@@ -386,7 +387,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		defer func() {
 			w.Stop()
 			// Give back the permits leased ahead, so they do not count as used for a window.
-			if bc, ok := deps.Breaker.(*worker.BreakerClient); ok {
+			if bc, ok := deps.Breaker.(*clients.BreakerClient); ok {
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err := bc.Close(cctx); err != nil {
 					logger.Warn("leased permits not returned; they count as used until they leave the window", "error", err)
@@ -504,7 +505,7 @@ func configureBreaker(ctx context.Context, tc client.Client, cfg policy.BreakerC
 	owner := fmt.Sprintf("worker %s (pid %d)", host, os.Getpid())
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := (&worker.BreakerClient{Client: tc}).Configure(cctx, cfg, owner)
+	err := (&clients.BreakerClient{Client: tc}).Configure(cctx, cfg, owner)
 	if err != nil && strings.Contains(err.Error(), "unknown update "+workflows.UpdateBreakerConfigure) {
 		logger.Warn("breaker predates the configure update: permit requests carry the configuration", "error", err)
 		return nil

@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -46,7 +46,7 @@ func ReleaseGoneSlots(ctx context.Context, tc client.Client) ([]string, error) {
 		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 			continue
 		}
-		if err := (&worker.LimiterClient{Client: tc}).Release(ctx, h.ID); err != nil {
+		if err := (&clients.LimiterClient{Client: tc}).Release(ctx, h.ID); err != nil {
 			return freed, err
 		}
 		freed = append(freed, h.ID)

@@ -16,11 +16,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -277,7 +277,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 
 	// The migration limiter continues as new with its holders and queue: requests from migrations
 	// that do not exist are granted, their grant fails, and their slot goes to the next.
-	limiter := &worker.LimiterClient{Client: s.temporal}
+	limiter := &clients.LimiterClient{Client: s.temporal}
 	for i := 0; i < 2 || len(runIDs(t, ctx, s.temporal, workflows.MigrationLimiterID)) < 2; i++ {
 		if i == 60 {
 			t.Fatal("the migration limiter never continued as new")

@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/activities/rollouts"
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -139,7 +139,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	}
 
 	// The next window finds the run completed: it starts nothing.
-	windows := &worker.RolloutClient{Client: tc}
+	windows := &clients.RolloutClient{Client: tc}
 	res, err := windows.OpenWindow(ctx, rollouts.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
 	if err != nil || !res.Ended || res.State != rollout.StateCompleted {
 		t.Fatalf("a window after the completed run: %+v %v", res, err)

@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/worker"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -31,7 +31,7 @@ func TestSlotOfATerminatedMigrationIsFreed(t *testing.T) {
 			workflows.NodeWorkflow, workflows.NodeInput{Node: "e2e-slots-" + name}); err != nil {
 			t.Fatal(err)
 		}
-		if err := (&worker.LimiterClient{Client: tc}).Acquire(ctx, policy.SlotRequest{ID: id, Node: "e2e-slots-" + name, PerNode: 1, ClusterWide: 100}); err != nil {
+		if err := (&clients.LimiterClient{Client: tc}).Acquire(ctx, policy.SlotRequest{ID: id, Node: "e2e-slots-" + name, PerNode: 1, ClusterWide: 100}); err != nil {
 			t.Fatal(err)
 		}
 		return id

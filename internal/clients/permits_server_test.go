@@ -1,4 +1,4 @@
-package worker
+package clients
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	defer c.Close()
 	bw := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{})
 	bw.RegisterWorkflow(workflows.BreakerWorkflow)
-	NewActivities(Deps{}).register(bw)
+	bw.RegisterActivity(&remediation.Activities{})
 	if err := bw.Start(); err != nil {
 		t.Fatal(err)
 	}

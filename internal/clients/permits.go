@@ -1,4 +1,4 @@
-package worker
+package clients
 
 import (
 	"context"

@@ -1,4 +1,7 @@
-package worker
+// Package clients reaches DeviceWarden's long-lived workflows from activities and the app: the
+// circuit breaker (permits, leased ahead in batches, and the refusals it answered), the node
+// workflows, the migration limiter and the rollout windows.
+package clients
 
 import (
 	"context"
