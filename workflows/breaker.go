@@ -101,13 +101,13 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			}
 		}
 		if historyFull(ctx) {
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			if err := handlersDone(ctx); err != nil {
 				return err
 			}
 			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || len(alerts) > 0) {
 				continue // a signal that came while handlers finished is taken before moving on
 			}
-			return workflow.NewContinueAsNewError(ctx, BreakerWorkflow, BreakerInput{State: st})
+			return continueAsNew(ctx, BreakerWorkflow, BreakerInput{State: st})
 		}
 	}
 }

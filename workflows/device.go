@@ -162,7 +162,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			continue
 		}
 		if st.Idle() || historyFull(ctx) {
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			if err := handlersDone(ctx); err != nil {
 				return err
 			}
 			if pending() {
@@ -174,7 +174,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			}
 			next := in
 			next.State = st
-			return workflow.NewContinueAsNewError(ctx, DeviceWorkflow, next)
+			return continueAsNew(ctx, DeviceWorkflow, next)
 		}
 	}
 }

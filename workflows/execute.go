@@ -14,22 +14,11 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// activityOptions are the defaults for the device workflow's short Kubernetes calls.
-func activityOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-			NonRetryableErrorTypes: []string{remediation.ErrRuleNameCollision},
-		},
-	})
-}
-
 // execute carries out the actions in order; an action's outcome may add more (a probe that passed
 // moves on to probation). Automatic taints first ask the circuit breaker; a denied or failed
 // permit holds the action for a later retry instead of failing the workflow.
 func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action) error {
-	actx := activityOptions(ctx)
+	actx := kubeCallOptions(ctx)
 	for len(acts) > 0 {
 		act := acts[0]
 		acts = acts[1:]
@@ -83,11 +72,6 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 		}
 	}
 	return nil
-}
-
-func notifyOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 }
 
 // alertInput is the alert of an action about the device.

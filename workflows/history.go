@@ -15,10 +15,17 @@ func historyFull(ctx workflow.Context) bool {
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= historyBound
 }
 
-// continueAsNew ends the run once its update and signal handlers are done (an accepted update is
-// answered by this run, never dropped) and starts the next with input.
+// handlersDone waits until the run's update and signal handlers are done, so an accepted update
+// is answered by this run, never dropped. A loop that takes signals looks at them again after it:
+// one may have come while the handlers finished.
+func handlersDone(ctx workflow.Context) error {
+	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// continueAsNew ends the run once its handlers are done and starts the next with input. Every
+// long-lived loop ends its run here.
 func continueAsNew(ctx workflow.Context, fn any, input any) error {
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	if err := handlersDone(ctx); err != nil {
 		return err
 	}
 	return workflow.NewContinueAsNewError(ctx, fn, input)

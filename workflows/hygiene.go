@@ -71,7 +71,7 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 	}
 	// Each activity is a few reads and at most one write: a short timeout lets the next worker
 	// retry soon after one dies mid-call.
-	actx := rolloutActivityOptions(ctx, 15*time.Second)
+	actx := stepOptions(ctx, 15*time.Second)
 	claim := hygiene.HygieneInput{Namespace: in.Finding.Namespace, Claim: in.Finding.Claim, UID: in.Finding.UID, Policy: in.Policy}
 	for checks := 0; ; checks++ {
 		f := st.Finding

@@ -79,7 +79,7 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 	r.work = work
 	lease := migration.LeaseInput{Workload: in.Workload, Holder: r.id, Duration: MigrationLease}
 	var held migration.LeaseResult
-	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.TakeMigrationLease, lease).Get(ctx, &held); err != nil || !held.Held {
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.TakeMigrationLease, lease).Get(ctx, &held); err != nil || !held.Held {
 		reason := fmt.Sprintf("migration lease held by %s: another migration moves this workload", held.Holder)
 		if err != nil {
 			reason = "migration lease not taken: " + err.Error()
@@ -110,7 +110,7 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 	}
 	stopWork()
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := workflow.ExecuteActivity(activityOptions(dctx), mig.ReleaseMigrationLease, lease).Get(dctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(kubeCallOptions(dctx), mig.ReleaseMigrationLease, lease).Get(dctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("migration lease not released; it expires", "error", err)
 	}
 	r.finish(dctx)
@@ -124,7 +124,7 @@ func (r *migrationRun) holdLease(ctx workflow.Context, lease migration.LeaseInpu
 	hctx := workflow.WithActivityOptions(r.work, workflow.ActivityOptions{
 		StartToCloseTimeout: p.CheckpointTimeout.D() + 2*p.ReadyTimeout.D() + p.DecisionTimeout.D() + time.Hour,
 		HeartbeatTimeout:    MigrationLease / 2,
-		RetryPolicy:         retryPolicy(migration.ErrLeaseLost),
+		RetryPolicy:         backoff(migration.ErrLeaseLost),
 	})
 	f := workflow.ExecuteActivity(hctx, mig.HoldMigrationLease, lease)
 	workflow.Go(ctx, func(gctx workflow.Context) {
@@ -180,7 +180,7 @@ func (r *migrationRun) acquireSlot() bool {
 		r.m.Record(workflow.Now(ctx), "a grant of an earlier slot request dropped")
 	}
 	for {
-		if err := workflow.ExecuteActivity(activityOptions(ctx), mig.RequestMigrationSlot, req).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.RequestMigrationSlot, req).Get(ctx, nil); err != nil {
 			return false // only when cancelled: the activity retries until then
 		}
 		tctx, cancel := workflow.WithCancel(ctx)
@@ -210,7 +210,7 @@ func (r *migrationRun) releaseSlot(ctx workflow.Context) {
 	if !r.slot {
 		return
 	}
-	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.ReleaseMigrationSlot, r.id).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.ReleaseMigrationSlot, r.id).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("migration slot not released", "error", err)
 		return
 	}
@@ -222,7 +222,7 @@ func (r *migrationRun) permit() bool {
 	ctx := r.work
 	for {
 		var res policy.PermitResult
-		err := executeLocal(activityOptions(ctx), rem.AcquirePermit, remediation.PermitInput{Device: r.in.Device, Action: policy.ActionMigrate}).Get(ctx, &res)
+		err := executeLocal(kubeCallOptions(ctx), rem.AcquirePermit, remediation.PermitInput{Device: r.in.Device, Action: policy.ActionMigrate}).Get(ctx, &res)
 		if ctx.Err() != nil {
 			return false
 		}
@@ -253,7 +253,7 @@ func (r *migrationRun) checkpoint() (bool, string) {
 	timeout := r.in.Policy.CheckpointTimeout.D()
 	r.m.Waiting = fmt.Sprintf("%s=%s on %v (up to %s)", kubeobj.AnnotationCheckpointCompleted, r.id, w.Pods, timeout)
 	in := migration.CheckpointInput{Namespace: w.Namespace, Pods: w.Pods, ID: r.id}
-	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.RequestCheckpoint, in).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.RequestCheckpoint, in).Get(ctx, nil); err != nil {
 		return false, "checkpoint not requested: " + err.Error()
 	}
 	asked := workflow.Now(ctx)
@@ -262,7 +262,7 @@ func (r *migrationRun) checkpoint() (bool, string) {
 	defer cancel()
 	wait := workflow.ExecuteActivity(workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
 		StartToCloseTimeout: timeout + time.Minute, HeartbeatTimeout: waitHeartbeat,
-		RetryPolicy: retryPolicy()}), mig.WaitCheckpoint, in)
+		RetryPolicy: backoff()}), mig.WaitCheckpoint, in)
 	var st migration.CheckpointStatus
 	var err error
 	answered := false
@@ -292,7 +292,7 @@ func (r *migrationRun) decide(reason string) {
 	r.m.Record(workflow.Now(ctx), "not moved: %s", reason)
 	var name string
 	ev := migration.EvidenceInput{WorkflowID: r.id, Device: r.in.Device, Workload: w, Report: r.in.Report, Keep: r.in.Policy.EvidenceKeep.D()}
-	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.PreserveEvidence, ev).Get(ctx, &name); err != nil {
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.PreserveEvidence, ev).Get(ctx, &name); err != nil {
 		if ctx.Err() == nil {
 			r.m.Finish(policy.OutcomeFailed, policy.FailRetryable, "evidence not kept: "+err.Error(), workflow.Now(ctx))
 		}
@@ -347,7 +347,7 @@ func (r *migrationRun) move(mech string) {
 	w := r.in.Workload
 	r.m.Phase, r.m.Mechanism = policy.PhaseMoving, mech
 	var before []migration.PodInfo
-	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.WorkloadPods, w).Get(ctx, &before); err != nil {
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.WorkloadPods, w).Get(ctx, &before); err != nil {
 		r.failUnlessCancelled(policy.FailRetryable, "workload's Pods not listed: "+err.Error())
 		return
 	}
@@ -367,7 +367,7 @@ func (r *migrationRun) move(mech string) {
 	r.m.Waiting = fmt.Sprintf("%d new Pod(s) Ready on other devices (up to %s)", len(w.Pods), timeout)
 	in := migration.ReadyInput{Workload: w, Device: r.in.Device, Before: before, Want: len(w.Pods)}
 	wctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ScheduleToCloseTimeout: timeout, StartToCloseTimeout: timeout,
-		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
+		HeartbeatTimeout: waitHeartbeat, RetryPolicy: backoff()})
 	var ready []string
 	if err := workflow.ExecuteActivity(wctx, mig.WaitWorkloadReady, in).Get(ctx, &ready); err != nil {
 		r.failUnlessCancelled(policy.FailRetryable, fmt.Sprintf("not Ready on other devices within %s: %v", timeout, err))
@@ -380,7 +380,7 @@ func (r *migrationRun) move(mech string) {
 func (r *migrationRun) suspendAndResume(before []migration.PodInfo) bool {
 	ctx := r.work
 	w := r.in.Workload
-	actx := activityOptions(ctx)
+	actx := kubeCallOptions(ctx)
 	suspend := migration.SuspendInput{Namespace: w.Namespace, Job: w.Name, Suspend: true}
 	if w.Kind == "JobSet" {
 		suspend.Kind, suspend.APIVersion = w.Kind, w.APIVersion
@@ -392,7 +392,7 @@ func (r *migrationRun) suspendAndResume(before []migration.PodInfo) bool {
 	}
 	r.m.Record(workflow.Now(ctx), "%s suspended", strings.ToLower(w.Kind))
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
-		HeartbeatTimeout: waitHeartbeat, RetryPolicy: retryPolicy()})
+		HeartbeatTimeout: waitHeartbeat, RetryPolicy: backoff()})
 	gone := workflow.ExecuteActivity(gctx, mig.WaitPodsGone, migration.WaitGoneInput{Namespace: w.Namespace, Pods: before}).Get(ctx, nil)
 	// Resume even when the Pods did not go: a Job left suspended is the worse outcome.
 	resume := suspend
@@ -424,7 +424,7 @@ func (r *migrationRun) evict(before []migration.PodInfo) bool {
 	}
 	ectx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second,
 		ScheduleToCloseTimeout: r.in.Policy.ReadyTimeout.D(),
-		RetryPolicy:            retryPolicy()})
+		RetryPolicy:            backoff()})
 	for _, pod := range w.Pods {
 		uid, ok := uids[pod]
 		if !ok {
@@ -508,10 +508,4 @@ func (r *migrationRun) registerDecisions(ctx workflow.Context) error {
 		}
 	}
 	return nil
-}
-
-// retryPolicy retries every second at first, then backs off to 30 s between attempts.
-func retryPolicy(nonRetryable ...string) *temporal.RetryPolicy {
-	return &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-		NonRetryableErrorTypes: nonRetryable}
 }

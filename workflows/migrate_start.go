@@ -20,7 +20,7 @@ func startMigrations(ctx workflow.Context, st *policy.DeviceState, pods []policy
 		in.Pods = append(in.Pods, migration.PodRef{Namespace: p.Namespace, Name: p.Name})
 	}
 	var ws []migration.Workload
-	if err := workflow.ExecuteActivity(activityOptions(ctx), mig.FindWorkloads, in).Get(ctx, &ws); err != nil {
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.FindWorkloads, in).Get(ctx, &ws); err != nil {
 		workflow.GetLogger(ctx).Warn("workloads not found; nothing moved", "error", err)
 		return
 	}

@@ -86,7 +86,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 	}
 	ph := r.plan.Phases[r.st.Phase]
 	in := rollouts.PhaseInput{Plan: r.plan, Phase: r.st.Phase}
-	actx := rolloutActivityOptions(ctx, 2*time.Minute)
+	actx := rolloutStepOptions(ctx, 2*time.Minute)
 	switch r.st.Step {
 	case rollout.StepPreflight:
 		var v []rollout.Violation
@@ -162,7 +162,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	// Measuring is retried a bounded number of times; a phase whose gates cannot be measured has
 	// not passed them.
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
-		RetryPolicy: gateRetryPolicy()})
+		RetryPolicy: gateRetry()})
 	// Since version 1 a rollback or a pause sent while the gates are measured is acted on at once:
 	// the measurement is cancelled, and measured again after a resume.
 	yields := workflow.GetVersion(ctx, "gates-yield-to-commands", workflow.DefaultVersion, 1) == 1
@@ -222,7 +222,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 // refused, their nodes go back to the plugin. Then the rollout waits for resume (which retries
 // from the earliest phase undone) or, after the plan's rollbackHold, ends rolled back.
 func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error {
-	actx := rolloutActivityOptions(ctx, 2*time.Minute)
+	actx := rolloutStepOptions(ctx, 2*time.Minute)
 	retry := r.st.Phase
 	for n > 0 && len(r.st.Enabled) > 0 {
 		ch := r.st.Enabled[len(r.st.Enabled)-1]
@@ -382,7 +382,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) err
 
 // drain tries again to route back the nodes bound claims held.
 func (r *rolloutRun) drain(ctx workflow.Context) error {
-	actx := rolloutActivityOptions(ctx, 2*time.Minute)
+	actx := rolloutStepOptions(ctx, 2*time.Minute)
 	for _, d := range append([]DrainingPhase(nil), r.st.Draining...) {
 		in := rollouts.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason, DRA: r.plan.DRA}
 		if err := r.undo(ctx, actx, in); err != nil {
@@ -394,26 +394,6 @@ func (r *rolloutRun) drain(ctx workflow.Context) error {
 
 // GateRemeasure is how often a phase whose query gates wait for data is measured again.
 const GateRemeasure = 30 * time.Second
-
-// gateRetryPolicy is the rollout's retry policy bounded to 5 attempts (about a minute and a half
-// in all); a plan the activity cannot measure (a phase it does not have) is not retried.
-func gateRetryPolicy() *temporal.RetryPolicy {
-	p := retryPolicy(rollouts.ErrInvalidGateInput)
-	p.MaximumAttempts = 5
-	return p
-}
-
-// rolloutAttempts bounds the tries of each rollout activity: about two and a half minutes of
-// backing off. A step that still fails holds the rollout blocked for a person.
-const rolloutAttempts = 10
-
-// rolloutActivityOptions are the options of the rollout's activities: a call that fails is retried,
-// backing off, up to rolloutAttempts times; an error no retry can fix is not retried.
-func rolloutActivityOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
-	p := retryPolicy(rollouts.ErrInvalidRolloutInput, rollouts.ErrRolloutForbidden)
-	p.MaximumAttempts = rolloutAttempts
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: timeout, RetryPolicy: p})
-}
 
 // stuck holds the rollout blocked after a step failed: a person fixes the cause and resumes (the
 // phase starts again from preflight) or rolls back.

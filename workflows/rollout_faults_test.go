@@ -48,7 +48,7 @@ func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
 		err        error
 		tries      int
 	}{
-		{"retryable", "etcdserver: request timed out", errors.New("etcdserver: request timed out"), rolloutAttempts},
+		{"retryable", "etcdserver: request timed out", errors.New("etcdserver: request timed out"), stepAttempts},
 		{"forbidden", "nodes is forbidden", temporal.NewNonRetryableApplicationError("nodes is forbidden", rollouts.ErrRolloutForbidden, nil), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
