@@ -241,7 +241,7 @@ type RolloutStatus struct {
 	// Awaiting is the phase whose next phase waits for approval.
 	Awaiting string `json:"awaiting,omitempty"`
 	// Enabled are the phases switched to DRA and not rolled back, oldest first: what a rollback undoes.
-	Enabled []rollouts.PhaseChange `json:"enabled,omitempty"`
+	Enabled []rollout.PhaseChange `json:"enabled,omitempty"`
 	// Draining are rolled-back phases' nodes kept on DRA while claims are allocated on them.
 	Draining []DrainingPhase `json:"draining,omitempty"`
 	// Blocks are the admission blocks of rolled-back phases, lifted when a phase is enabled again.
@@ -268,9 +268,9 @@ type UnfinishedRollback struct {
 
 // DrainingPhase is a rolled-back phase's nodes that bound claims hold on DRA.
 type DrainingPhase struct {
-	Change  rollouts.PhaseChange `json:"change"`
-	Drivers []string             `json:"drivers"`
-	Reason  string               `json:"reason"`
+	Change  rollout.PhaseChange `json:"change"`
+	Drivers []string            `json:"drivers"`
+	Reason  string              `json:"reason"`
 }
 
 // Phase is the phase's name.

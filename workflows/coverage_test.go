@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/migration"
-	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
@@ -121,7 +120,7 @@ func handlerPaths(t *testing.T, fn any) []string {
 		registerActivities(env)
 		env.OnActivity("RolloutPreflight", mock.Anything, mock.Anything).Return([]rollout.Violation{{Node: "n"}}, nil).Maybe()
 		env.ExecuteWorkflow(f, RolloutInput{Plan: testPlan()})
-	case func(workflow.Context, RolloutWindowInput) (rollouts.WindowResult, error):
+	case func(workflow.Context, RolloutWindowInput) (rollout.WindowResult, error):
 		return nil // a schedule's action: it takes no signal or update
 	case func(workflow.Context, ClaimHygieneInput) (ClaimHygieneStatus, error):
 		return nil // it looks again on its own timer: no signal or update

@@ -105,7 +105,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			return r.stuck(ctx, fmt.Sprintf("lifting the admission block of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == ph.Name })
-		var ch rollouts.PhaseChange
+		var ch rollout.PhaseChange
 		if err := workflow.ExecuteActivity(actx, rol.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
 			// Enable is idempotent: the nodes it switched keep the owner they had recorded, and a
 			// resume finishes the switch; a rollback routes them back (a partial change).
@@ -113,7 +113,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			if !r.undoFailedEnable {
 				return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it", ph.Name, cause(err)))
 			}
-			r.st.Enabled = withChange(r.st.Enabled, rollouts.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
+			r.st.Enabled = withChange(r.st.Enabled, rollout.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
 			return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it or a rollback routes them back", ph.Name, cause(err)))
 		}
 		ch.At = workflow.Now(ctx)
@@ -158,7 +158,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	ph := r.plan.Phases[r.st.Phase]
 	ch := r.st.Enabled[len(r.st.Enabled)-1]
 	var rep rollout.Report
-	in := rollouts.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
+	in := rollout.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
 	// Measuring is retried a bounded number of times; a phase whose gates cannot be measured has
 	// not passed them.
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
@@ -367,7 +367,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) err
 	if len(res.Held) == 0 {
 		return nil
 	}
-	held := rollouts.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
+	held := rollout.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
 	var names []string
 	for _, h := range res.Held {
 		held.Nodes = append(held.Nodes, h.NodeChange)
@@ -460,7 +460,7 @@ func (r *rolloutRun) unblock(actx, ctx workflow.Context, phase string) error {
 
 // withChange lists an enabled phase's change, in place of the partial change a failed enable of
 // the same phase left.
-func withChange(cs []rollouts.PhaseChange, c rollouts.PhaseChange) []rollouts.PhaseChange {
+func withChange(cs []rollout.PhaseChange, c rollout.PhaseChange) []rollout.PhaseChange {
 	if n := len(cs); n > 0 && cs[n-1].Phase == c.Phase && cs[n-1].Partial {
 		cs[n-1] = c
 		return cs

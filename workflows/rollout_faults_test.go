@@ -57,13 +57,13 @@ func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
 			p.Phases = p.Phases[:1]
 			r.preflight(func(int) []rollout.Violation { return nil })
 			tries, fixed := 0, false
-			r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
+			r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
 				if !fixed {
 					tries++
-					return rollouts.PhaseChange{}, tc.err
+					return rollout.PhaseChange{}, tc.err
 				}
 				r.record("enable", "canary")
-				return rollouts.PhaseChange{Phase: "canary", Nodes: []rollouts.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+				return rollout.PhaseChange{Phase: "canary", Nodes: []rollout.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
 			})
 			r.gates(func(int, int) []string { return nil })
 			blocked := r.stateAt(time.Hour)
@@ -152,7 +152,7 @@ func TestRolloutRollbackUndoesAFailedEnable(t *testing.T) {
 	p := testPlan()
 	p.Phases = p.Phases[:1]
 	r.preflight(func(int) []rollout.Violation { return nil })
-	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(rollouts.PhaseChange{},
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(rollout.PhaseChange{},
 		temporal.NewNonRetryableApplicationError("nodes is forbidden", rollouts.ErrRolloutForbidden, nil))
 	var undone []rollouts.UndoInput
 	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(nil)

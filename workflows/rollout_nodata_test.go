@@ -29,7 +29,7 @@ func onePhase(t *testing.T) (*rolloutEnv, rollout.Plan) {
 // gatesWaiting answers the gates with a query gate waiting for data for the first n measurements.
 func (r *rolloutEnv) gatesWaiting(n int) {
 	calls := 0
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		if calls++; calls <= n {
 			return rollout.Report{Phase: "canary", Waiting: []string{"query errors: no data (NaN), onNoData: wait"}}, nil
@@ -76,7 +76,7 @@ func TestRolloutGateWaitingForeverFails(t *testing.T) {
 // back with the reason. A measurement that no retry can make is tried once.
 func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		return rollout.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", rollouts.ErrInvalidGateInput, nil)
 	})
@@ -125,7 +125,7 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 		env := s.NewTestWorkflowEnvironment()
 		env.RegisterWorkflow(RolloutWindowWorkflow)
 		registerActivities(env)
-		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(rollouts.WindowResult{State: state, Ended: true}, nil)
+		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(rollout.WindowResult{State: state, Ended: true}, nil)
 		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(time.Hour)})
 		err := env.GetWorkflowError()
 		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "ended "+string(state)+": the schedule pauses") {
@@ -138,7 +138,7 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 // measurement is cancelled and the phase rolled back, without waiting for it.
 func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		return rollout.Report{Phase: "canary", Claims: 3}, nil
 	})

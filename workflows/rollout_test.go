@@ -68,16 +68,16 @@ func (r *rolloutEnv) preflight(violations func(phase int) []rollout.Violation) {
 }
 
 func (r *rolloutEnv) enable() {
-	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
 		ph := in.Plan.Phases[in.Phase].Name
 		r.record("enable", ph)
-		return rollouts.PhaseChange{Phase: ph, Nodes: []rollouts.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+		return rollout.PhaseChange{Phase: ph, Nodes: []rollout.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
 	})
 }
 
 func (r *rolloutEnv) gates(failed func(phase int, attempt int) []string) {
 	attempts := map[int]int{}
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
 		ph := in.Plan.Phases[in.Phase].Name
 		r.record("gates", ph)
 		if in.Expected[ph+"-0"] != 8 {
@@ -313,10 +313,10 @@ func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
 	r.preflight(func(int) []rollout.Violation { return nil })
 	var enabledAt []time.Duration
 	start := r.env.Now()
-	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
 		enabledAt = append(enabledAt, r.env.Now().Sub(start))
 		ph := in.Plan.Phases[in.Phase].Name
-		return rollouts.PhaseChange{Phase: ph, Nodes: []rollouts.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
+		return rollout.PhaseChange{Phase: ph, Nodes: []rollout.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
 	})
 	r.gates(func(int, int) []string { return nil })
 	window := func(at, length time.Duration) {
@@ -371,10 +371,10 @@ func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
 		env.RegisterWorkflow(RolloutWindowWorkflow)
 		registerActivities(env)
 		start := env.Now()
-		var asked rollouts.WindowInput
-		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.WindowInput) (rollouts.WindowResult, error) {
+		var asked rollout.WindowInput
+		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.WindowInput) (rollout.WindowResult, error) {
 			asked = in
-			return rollouts.WindowResult{Phase: "canary", State: state}, nil
+			return rollout.WindowResult{Phase: "canary", State: state}, nil
 		})
 		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(2 * time.Hour)})
 		err := env.GetWorkflowError()
@@ -455,7 +455,7 @@ func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
 	r.enable()
 	var gatesAt time.Duration
 	start := r.env.Now()
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
 		gatesAt = r.env.Now().Sub(start)
 		return rollout.Report{Phase: "canary"}, nil
 	})

@@ -7,7 +7,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
@@ -15,11 +14,11 @@ import (
 // the rollout (starting it if no run of it has been) and fails when the rollout is rolled back or
 // blocked, or its last run ended rolled back or terminated, so that the Schedule, created with
 // pause-on-failure, pauses until a person looks. After a completed run it does nothing.
-func RolloutWindowWorkflow(ctx workflow.Context, in RolloutWindowInput) (rollouts.WindowResult, error) {
+func RolloutWindowWorkflow(ctx workflow.Context, in RolloutWindowInput) (rollout.WindowResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 5}})
-	open := rollouts.WindowInput{Plan: in.Plan, Until: workflow.Now(ctx).Add(in.Window.D())}
-	var st rollouts.WindowResult
+	open := rollout.WindowInput{Plan: in.Plan, Until: workflow.Now(ctx).Add(in.Window.D())}
+	var st rollout.WindowResult
 	if err := workflow.ExecuteActivity(actx, rol.OpenRolloutWindow, open).Get(ctx, &st); err != nil {
 		return st, fmt.Errorf("open the window of rollout %s: %w", in.Plan.Name, err)
 	}

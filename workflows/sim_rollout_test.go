@@ -104,7 +104,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.blocked[in.Phase] = false
 		return nil
 	})
-	on("EnableRolloutPhase", func(_ context.Context, in rollouts.PhaseInput) (rollouts.PhaseChange, error) {
+	on("EnableRolloutPhase", func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
@@ -117,18 +117,18 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 		}
 		if err := m.fault("EnableRolloutPhase " + ph.Name); err != nil {
-			return rollouts.PhaseChange{}, err
+			return rollout.PhaseChange{}, err
 		}
-		ch := rollouts.PhaseChange{Phase: ph.Name}
+		ch := rollout.PhaseChange{Phase: ph.Name}
 		for _, n := range m.nodes(ph.Name) {
 			// Idempotent: a node switched already keeps the owner recorded at its first switch.
 			m.owner[n] = "dra"
-			ch.Nodes = append(ch.Nodes, rollouts.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+			ch.Nodes = append(ch.Nodes, rollout.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 		}
 		m.enabled[ph.Name] = m.env.Now()
 		return ch, m.loseResult()
 	})
-	on("EvaluateRolloutGates", func(_ context.Context, in rollouts.GateInput) (rollout.Report, error) {
+	on("EvaluateRolloutGates", func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
@@ -173,7 +173,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 			for _, n := range m.nodes(in.Change.Phase) {
 				if m.owner[n] == "dra" { // the enable recorded its previous owner
-					nodes = append(nodes, rollouts.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+					nodes = append(nodes, rollout.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 				}
 			}
 		}

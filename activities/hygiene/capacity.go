@@ -14,48 +14,27 @@ import (
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
-// CapacityInput asks for a shared-capacity check.
-type CapacityInput struct {
-	// Tenants restricts the classes some namespaces may claim.
-	Tenants map[string][]string `json:"tenants,omitempty"`
-	// Record writes the grant-time policy record of allocated claims that have none yet (in
-	// DeviceWarden's namespace) and deletes the records of claims that are gone.
-	Record bool `json:"record,omitempty"`
-}
-
-// CapacityReport is what a check found.
-type CapacityReport struct {
-	Claims     int                  `json:"claims"`
-	Devices    int                  `json:"devices"`
-	Violations []capacity.Violation `json:"violations,omitempty"`
-	// Recorded is how many claims got their grant snapshot in this check.
-	Recorded int `json:"recorded,omitempty"`
-	// Unknown are the allocations on nodes that stopped renewing their Lease and were not fenced:
-	// not reclaimable, their capacity still counted as used.
-	Unknown []capacity.Finding `json:"unknown,omitempty"`
-}
-
 // CheckCapacity reads every ResourceSlice and ResourceClaim, checks the shared-capacity
 // invariants and sets devicewarden_capacity_violations. A share is checked against the policy its
 // claim recorded when first seen; with Record, claims without a record get one now.
-func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (CapacityReport, error) {
+func (a *Activities) CheckCapacity(ctx context.Context, in capacity.CheckInput) (capacity.CheckReport, error) {
 	sl, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return CapacityReport{}, fmt.Errorf("list resource slices: %w", err)
+		return capacity.CheckReport{}, fmt.Errorf("list resource slices: %w", err)
 	}
 	cl, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return CapacityReport{}, fmt.Errorf("list resource claims: %w", err)
+		return capacity.CheckReport{}, fmt.Errorf("list resource claims: %w", err)
 	}
 	ci := capacity.Input{Tenants: in.Tenants}
-	rep := CapacityReport{Claims: len(cl.Items)}
+	rep := capacity.CheckReport{Claims: len(cl.Items)}
 	for i := range sl.Items {
 		ci.Slices = append(ci.Slices, &sl.Items[i])
 		rep.Devices += len(sl.Items[i].Spec.Devices)
 	}
 	grants, err := kubeobj.GrantRecords(ctx, a.Kube, a.ownNamespace())
 	if err != nil {
-		return CapacityReport{}, err
+		return capacity.CheckReport{}, err
 	}
 	live := map[string]bool{}
 	for i := range cl.Items {
@@ -63,12 +42,12 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 		live[string(c.UID)] = true
 		had, err := ci.AddClaim(c, grants[string(c.UID)])
 		if err != nil {
-			return CapacityReport{}, err
+			return capacity.CheckReport{}, err
 		}
 		if !had && in.Record {
 			recorded, err := a.recordGrant(ctx, c, ci.Slices)
 			if err != nil {
-				return CapacityReport{}, err
+				return capacity.CheckReport{}, err
 			}
 			if recorded {
 				rep.Recorded++
@@ -77,13 +56,13 @@ func (a *Activities) CheckCapacity(ctx context.Context, in CapacityInput) (Capac
 	}
 	if in.Record {
 		if err := a.pruneGrants(ctx, grants, live); err != nil {
-			return CapacityReport{}, err
+			return capacity.CheckReport{}, err
 		}
 	}
 	rep.Violations = capacity.Check(ci)
 	nodes, err := a.nodeStates(ctx, time.Now())
 	if err != nil {
-		return CapacityReport{}, err
+		return capacity.CheckReport{}, err
 	}
 	rep.Unknown = unknownAllocations(ci.Claims, nodes)
 	if a.Metrics != nil {

@@ -33,11 +33,11 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 		RequestPolicy: &resourcev1.CapacityRequestPolicy{ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("2Gi")), Step: ptr.To(resource.MustParse("2Gi"))}}}}
 	env, a, kube := activityEnv(t, sl, sharedClaim("a", "6Gi"), sharedClaim("b", "10Gi"))
 	a.Metrics = metrics.New()
-	v, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{Record: true})
+	v, err := env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{Record: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep CapacityReport
+	var rep capacity.CheckReport
 	_ = v.Get(&rep)
 	if len(rep.Violations) != 0 || rep.Recorded != 2 || rep.Claims != 2 || rep.Devices != 1 {
 		t.Fatalf("report = %+v", rep)
@@ -56,11 +56,11 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 	if _, err := kube.ResourceV1().ResourceClaims("t").Create(ctx, sharedClaim("c", "26Gi"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v, err = env.ExecuteActivity(a.CheckCapacity, CapacityInput{})
+	v, err = env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep = CapacityReport{}
+	rep = capacity.CheckReport{}
 	_ = v.Get(&rep)
 	if len(rep.Violations) != 2 || rep.Violations[0].Invariant != capacity.Oversold || rep.Violations[1].Claim != "c" || rep.Violations[1].Invariant != capacity.PolicyBreach || rep.Recorded != 0 {
 		t.Fatalf("violations = %+v", rep.Violations)
@@ -78,11 +78,11 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 	if _, err := kube.ResourceV1().ResourceClaims("t").Update(ctx, forged, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v, err = env.ExecuteActivity(a.CheckCapacity, CapacityInput{})
+	v, err = env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep = CapacityReport{}
+	rep = capacity.CheckReport{}
 	_ = v.Get(&rep)
 	if len(rep.Violations) != 2 || rep.Violations[1].Claim != "c" || rep.Violations[1].Invariant != capacity.PolicyBreach {
 		t.Fatalf("a record the tenant wrote on its claim hid the breach: %+v", rep.Violations)
@@ -92,14 +92,14 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 	if _, err := kube.CoreV1().ConfigMaps("default").Update(ctx, grant, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{}); err == nil || !strings.Contains(err.Error(), capacity.GrantConfigMap("uid-a")) {
+	if _, err := env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{}); err == nil || !strings.Contains(err.Error(), capacity.GrantConfigMap("uid-a")) {
 		t.Errorf("garbled record: %v", err)
 	}
 	// The records of claims that are gone are deleted by a recording check.
 	if err := kube.ResourceV1().ResourceClaims("t").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{Record: true}); err != nil {
+	if _, err := env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{Record: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.CoreV1().ConfigMaps("default").Get(ctx, capacity.GrantConfigMap("uid-a"), metav1.GetOptions{}); err == nil {

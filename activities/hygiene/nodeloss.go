@@ -72,16 +72,9 @@ func unknownAllocations(claims []*resourcev1.ResourceClaim, nodes map[string]cap
 	return out
 }
 
-// FenceInput confirms that a node is down for good (or, with Undo, takes that back).
-type FenceInput struct {
-	Node  string `json:"node"`
-	Actor string `json:"actor"`
-	Undo  bool   `json:"undo,omitempty"`
-}
-
 // FenceNode records an operator's confirmation on the node; a node that still renews its Lease
 // cannot be fenced (what it holds is in use).
-func (a *Activities) FenceNode(ctx context.Context, in FenceInput) error {
+func (a *Activities) FenceNode(ctx context.Context, in capacity.FenceInput) error {
 	var value any
 	if !in.Undo {
 		states, err := a.nodeStates(ctx, time.Now())

@@ -38,12 +38,12 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "live"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lost"}},
 		nodeLease("live", now), nodeLease("lost", now.Add(-time.Minute)),
 		claimOn("on-live", "live"), claimOn("on-lost", "lost"), claimOn("a-on-lost", "lost"), claimOn("on-gone", "gone"))
-	report := func() CapacityReport {
-		v, err := env.ExecuteActivity(a.CheckCapacity, CapacityInput{})
+	report := func() capacity.CheckReport {
+		v, err := env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep CapacityReport
+		var rep capacity.CheckReport
 		_ = v.Get(&rep)
 		return rep
 	}
@@ -52,13 +52,13 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 		!strings.Contains(rep.Unknown[1].Reason, "capacity fence lost") {
 		t.Fatalf("unknown = %+v", rep.Unknown)
 	}
-	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "live", Actor: "sre"}); err == nil || !strings.Contains(err.Error(), "still renews") {
+	if _, err := env.ExecuteActivity(a.FenceNode, capacity.FenceInput{Node: "live", Actor: "sre"}); err == nil || !strings.Contains(err.Error(), "still renews") {
 		t.Fatalf("fencing a live node: %v", err)
 	}
-	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "gone", Actor: "sre"}); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := env.ExecuteActivity(a.FenceNode, capacity.FenceInput{Node: "gone", Actor: "sre"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("fencing a missing node: %v", err)
 	}
-	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "lost", Actor: "sre"}); err != nil {
+	if _, err := env.ExecuteActivity(a.FenceNode, capacity.FenceInput{Node: "lost", Actor: "sre"}); err != nil {
 		t.Fatal(err)
 	}
 	n, _ := a.Kube.CoreV1().Nodes().Get(context.Background(), "lost", metav1.GetOptions{})
@@ -68,7 +68,7 @@ func TestNodeLossIsUnknownUntilFenced(t *testing.T) {
 	if rep := report(); len(rep.Unknown) != 0 {
 		t.Fatalf("after the fence: %+v", rep.Unknown)
 	}
-	if _, err := env.ExecuteActivity(a.FenceNode, FenceInput{Node: "lost", Undo: true}); err != nil {
+	if _, err := env.ExecuteActivity(a.FenceNode, capacity.FenceInput{Node: "lost", Undo: true}); err != nil {
 		t.Fatal(err)
 	}
 	if rep := report(); len(rep.Unknown) != 2 {

@@ -28,41 +28,6 @@ type PhaseInput struct {
 	Phase int          `json:"phase"`
 }
 
-// PhaseChange is what enabling a phase changed, so a rollback can undo exactly that.
-type PhaseChange struct {
-	Phase string       `json:"phase"`
-	Nodes []NodeChange `json:"nodes"`
-	// CreatedClasses are the DeviceClasses enable created (a rollback leaves them: bound claims
-	// name them).
-	CreatedClasses []string  `json:"createdClasses,omitempty"`
-	At             time.Time `json:"at"`
-	// Partial: an enable that failed, having switched none, some or all of the phase's nodes
-	// (Nodes is empty): undoing it routes back the nodes its enable recorded a previous owner on.
-	Partial bool `json:"partial,omitempty"`
-}
-
-// NodeChange is one node's ownership switch.
-type NodeChange struct {
-	Node string `json:"node"`
-	// Previous is the ownership label's value before ("" with HadLabel false: it had none).
-	Previous string `json:"previous"`
-	HadLabel bool   `json:"hadLabel"`
-	// PluginDevices is how many devices the plugin advertised before the switch.
-	PluginDevices int64 `json:"pluginDevices"`
-}
-
-// Expected maps each switched node to the devices it had under the plugin (for the drift gate).
-// A node the plugin advertised nothing on says nothing about its hardware and is left out.
-func (c PhaseChange) Expected() map[string]int64 {
-	out := map[string]int64{}
-	for _, n := range c.Nodes {
-		if n.PluginDevices > 0 {
-			out[n.Node] = n.PluginDevices
-		}
-	}
-	return out
-}
-
 // RolloutPreflight reads the phase's nodes and slices and lists what blocks the phase.
 func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []rollout.Violation, err error) {
 	defer func() { err = permanent(err) }()
@@ -79,16 +44,16 @@ func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []r
 // EnableRolloutPhase switches the phase's nodes to DRA (the ownership label both drivers select
 // on) and creates its DeviceClasses. It is idempotent: a node it already switched keeps the
 // previous owner it recorded then.
-func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ PhaseChange, err error) {
+func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ rollout.PhaseChange, err error) {
 	defer func() { err = permanent(err) }()
 	if err := checkPhase(in.Plan, in.Phase, ErrInvalidRolloutInput); err != nil {
-		return PhaseChange{}, err
+		return rollout.PhaseChange{}, err
 	}
 	ph := in.Plan.Phases[in.Phase]
-	out := PhaseChange{Phase: ph.Name, At: time.Now()}
+	out := rollout.PhaseChange{Phase: ph.Name, At: time.Now()}
 	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
 	if err != nil {
-		return PhaseChange{}, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
+		return rollout.PhaseChange{}, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -104,7 +69,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ P
 			continue
 		}
 		if err := a.switchToDRA(ctx, in.Plan.Name, in.Plan.OwnerLabel, in.Plan.DRA, ch); err != nil {
-			return PhaseChange{}, err
+			return rollout.PhaseChange{}, err
 		}
 		a.nodeEvent(ctx, n, kubeobj.EventRolloutEnabled, fmt.Sprintf("rollout %s phase %s: %s=%s (was %s); the DRA driver owns its devices now",
 			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, previousOwner(ch)))
@@ -112,7 +77,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ P
 	for _, c := range ph.Classes {
 		created, err := kubeobj.EnsureDriverClass(ctx, a.Kube, c.Name, c.Driver)
 		if err != nil {
-			return PhaseChange{}, err
+			return rollout.PhaseChange{}, err
 		}
 		if created {
 			out.CreatedClasses = append(out.CreatedClasses, c.Name)
@@ -123,7 +88,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ P
 
 // previousOwner is the ownership label's value a node had before a switch, as its annotation
 // records it (unlabelled for none).
-func previousOwner(ch NodeChange) string {
+func previousOwner(ch rollout.NodeChange) string {
 	if !ch.HadLabel {
 		return unlabelled
 	}
@@ -132,7 +97,7 @@ func previousOwner(ch NodeChange) string {
 
 // switchToDRA labels the node for DRA and records, for the rollout, the owner and plugin devices
 // it had before (what a retried enable and an undo read back).
-func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, dra string, ch NodeChange) error {
+func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, dra string, ch rollout.NodeChange) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels": map[string]any{ownerLabel: dra},
 		"annotations": map[string]any{kubeobj.AnnotationRolloutPrevious: rolloutName + "/" + previousOwner(ch),
@@ -164,7 +129,7 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (_ Undo
 	}
 	var res UndoResult
 	var routed []*corev1.Node
-	var changes []NodeChange
+	var changes []rollout.NodeChange
 	for _, ch := range in.Change.Nodes {
 		if n := bound[ch.Node] + unplaced; n > 0 {
 			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: n})
@@ -309,9 +274,9 @@ func (a *Activities) driverSlices(ctx context.Context, drivers []string) ([]*res
 
 // UndoInput is a phase change to undo.
 type UndoInput struct {
-	Rollout    string      `json:"rollout"`
-	OwnerLabel string      `json:"ownerLabel"`
-	Change     PhaseChange `json:"change"`
+	Rollout    string              `json:"rollout"`
+	OwnerLabel string              `json:"ownerLabel"`
+	Change     rollout.PhaseChange `json:"change"`
 	// Drivers are the phase's drivers, whose allocated devices hold a node back.
 	Drivers []string `json:"drivers"`
 	// DRA is the ownership label's DRA value: a node a claim was allocated on while it was being
@@ -331,7 +296,7 @@ type UndoResult struct {
 
 // HeldNode is a node kept on DRA while claims are allocated on its devices.
 type HeldNode struct {
-	NodeChange
+	rollout.NodeChange
 	Claims int `json:"claims"`
 }
 

@@ -26,18 +26,10 @@ import (
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
-// GateInput asks for a phase's gate report over the claims created since the phase was enabled.
-type GateInput struct {
-	Plan     rollout.Plan     `json:"plan"`
-	Phase    int              `json:"phase"`
-	Since    time.Time        `json:"since"`
-	Expected map[string]int64 `json:"expected,omitempty"`
-}
-
 // EvaluateRolloutGates measures the phase from the API (and its PromQL gates from Prometheus),
 // checks the gates, and keeps the report in a ConfigMap in DeviceWarden's namespace. Each class of
 // allocation failure goes to its own alert.
-func (a *Activities) EvaluateRolloutGates(ctx context.Context, in GateInput) (rollout.Report, error) {
+func (a *Activities) EvaluateRolloutGates(ctx context.Context, in rollout.GateInput) (rollout.Report, error) {
 	if err := checkPhase(in.Plan, in.Phase, ErrInvalidGateInput); err != nil {
 		return rollout.Report{}, err
 	}

@@ -11,17 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
 // recordedChange is the switch a rollout's enable recorded on a node (its previous owner and the
 // plugin's devices then), and whether there is one.
-func recordedChange(n *corev1.Node, rollout string) (NodeChange, bool) {
-	ch := NodeChange{Node: n.Name}
+func recordedChange(n *corev1.Node, plan string) (rollout.NodeChange, bool) {
+	ch := rollout.NodeChange{Node: n.Name}
 	rec, ok := n.Annotations[kubeobj.AnnotationRolloutPrevious]
-	if !ok || !strings.HasPrefix(rec, rollout+"/") {
+	if !ok || !strings.HasPrefix(rec, plan+"/") {
 		return ch, false
 	}
-	prev := strings.TrimPrefix(rec, rollout+"/")
+	prev := strings.TrimPrefix(rec, plan+"/")
 	ch.Previous, ch.HadLabel = prev, prev != unlabelled
 	if !ch.HadLabel {
 		ch.Previous = ""
@@ -32,7 +33,7 @@ func recordedChange(n *corev1.Node, rollout string) (NodeChange, bool) {
 
 // switchedNodes are the nodes of a phase (by its selector) that the rollout's enable switched:
 // what an enable that failed, its result lost, may have changed.
-func (a *Activities) switchedNodes(ctx context.Context, rollout, selector string) ([]NodeChange, error) {
+func (a *Activities) switchedNodes(ctx context.Context, plan, selector string) ([]rollout.NodeChange, error) {
 	if selector == "" {
 		return nil, temporal.NewNonRetryableApplicationError("a partial change to undo names no node selector", ErrInvalidRolloutInput, nil)
 	}
@@ -40,9 +41,9 @@ func (a *Activities) switchedNodes(ctx context.Context, rollout, selector string
 	if err != nil {
 		return nil, fmt.Errorf("list nodes %q: %w", selector, err)
 	}
-	var out []NodeChange
+	var out []rollout.NodeChange
 	for i := range nodes.Items {
-		if ch, ok := recordedChange(&nodes.Items[i], rollout); ok {
+		if ch, ok := recordedChange(&nodes.Items[i], plan); ok {
 			out = append(out, ch)
 		}
 	}

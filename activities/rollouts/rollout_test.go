@@ -28,7 +28,7 @@ import (
 // TestExpectedLeavesOutNodesThePluginNeverAdvertised: a node with no plugin devices recorded at
 // enable says nothing about its hardware, so the drift gate must not expect 0 devices there.
 func TestExpectedLeavesOutNodesThePluginNeverAdvertised(t *testing.T) {
-	c := PhaseChange{Nodes: []NodeChange{{Node: "a", PluginDevices: 8}, {Node: "b"}}}
+	c := rollout.PhaseChange{Nodes: []rollout.NodeChange{{Node: "a", PluginDevices: 8}, {Node: "b"}}}
 	got := c.Expected()
 	if len(got) != 1 || got["a"] != 8 {
 		t.Fatalf("expected = %v", got)
@@ -73,7 +73,7 @@ func TestEnableRecordsThePreviousOwnerOnce(t *testing.T) {
 	env, a, kube := activityEnv(t, poolNode("n1", map[string]string{owner: "plugin"}, 8), poolNode("n2", nil, 0),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"pool": "b", owner: "plugin"}}})
 	in := PhaseInput{Plan: rolloutPlan()}
-	var first, retry PhaseChange
+	var first, retry rollout.PhaseChange
 	v, err := env.ExecuteActivity(a.EnableRolloutPhase, in)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestEnableRecordsThePreviousOwnerOnce(t *testing.T) {
 	if len(first.Nodes) != 2 || len(first.CreatedClasses) != 1 {
 		t.Fatalf("first = %+v", first)
 	}
-	byNode := map[string]NodeChange{}
+	byNode := map[string]rollout.NodeChange{}
 	for _, n := range first.Nodes {
 		byNode[n.Node] = n
 	}
@@ -162,7 +162,7 @@ func TestUndoHoldsANodeWithBoundClaims(t *testing.T) {
 	pending := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "t"}}
 	env, a, kube := activityEnv(t, poolNode("n1", map[string]string{owner: "dra"}, 0), poolNode("n2", map[string]string{owner: "dra"}, 0),
 		driverSlice("n1", drv, 2), driverSlice("n2", drv, 2), driverSlice("n2", "nic.example.com", 1), bound, otherDriver, pending)
-	ch := PhaseChange{Phase: "a", Nodes: []NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
+	ch := rollout.PhaseChange{Phase: "a", Nodes: []rollout.NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
 	v, err := env.ExecuteActivity(a.UndoRolloutPhase, UndoInput{Rollout: "r", OwnerLabel: owner, Change: ch, Drivers: []string{drv}})
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func allocatedOn(name, pool, node string) *resourcev1.ResourceClaim {
 // claim's allocation names it is held; a claim of the phase's driver whose node cannot be told
 // holds every node; a claim allocated on a node while it was routed back puts it back on DRA, held.
 func TestUndoNeverOwnsANodeTwice(t *testing.T) {
-	ch := PhaseChange{Phase: "a", Nodes: []NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
+	ch := rollout.PhaseChange{Phase: "a", Nodes: []rollout.NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
 	in := UndoInput{Rollout: "r", OwnerLabel: owner, Change: ch, Drivers: []string{drv}, DRA: "dra"}
 	undo := func(t *testing.T, objs ...runtime.Object) (UndoResult, *fake.Clientset) {
 		t.Helper()

@@ -10,15 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/worker"
 )
 
 // hygieneScans times the claim-hygiene scan twice: as on a healthy fleet (no allocation old
 // enough to be a finding: one list of claims) and with every allocated claim a candidate (also
 // nodes, their Leases and the Pending Pods, and every claim classified).
-func hygieneScans(ctx context.Context, acts *hygiene.Activities, o RolloutOptions) error {
+func hygieneScans(ctx context.Context, scan func(context.Context, capacity.HygienePolicy, time.Time) ([]capacity.Finding, error), o RolloutOptions) error {
 	for _, c := range []struct {
 		name string
 		pol  capacity.HygienePolicy
@@ -28,7 +28,7 @@ func hygieneScans(ctx context.Context, acts *hygiene.Activities, o RolloutOption
 	} {
 		var findings []capacity.Finding
 		st, err := timeRuns(o.Runs, func() (err error) {
-			findings, err = acts.ScanClaims(ctx, c.pol, time.Now())
+			findings, err = scan(ctx, c.pol, time.Now())
 			return err
 		})
 		if err != nil {
@@ -47,14 +47,14 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 		if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
 			return err
 		}
-		acts := &hygiene.Activities{Kube: kube}
+		acts := worker.NewActivities(worker.Deps{Kube: kube}).Hygiene
 		probe := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "what-if", Namespace: "tenant-0", UID: "what-if"},
 			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: sim.Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
 					Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("8Gi")}}}}}}}}
-		var rep hygiene.CapacityReport
+		var rep capacity.CheckReport
 		st, err := timeRuns(o.Runs, func() (err error) {
-			rep, err = acts.CheckCapacity(ctx, hygiene.CapacityInput{})
+			rep, err = acts.CheckCapacity(ctx, capacity.CheckInput{})
 			return err
 		})
 		if err != nil {
@@ -79,6 +79,6 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 			}
 		}
 		fmt.Fprintf(o.Out, "what-if on every node (list + allocator, %s; fits on %d of %d nodes\n", st, n, len(fits))
-		return hygieneScans(ctx, acts, o)
+		return hygieneScans(ctx, acts.ScanClaims, o)
 	})
 }

@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/worker"
 )
 
 // RolloutOptions size the rollout gate benchmark.
@@ -38,8 +38,8 @@ const rolloutTenants = 20
 // activity end to end: list nodes, slices, claims and the tenants' Pods, reduce, evaluate every gate.
 func Rollout(ctx context.Context, o RolloutOptions) error {
 	return withFleet(ctx, o, func(kube kubernetes.Interface, loaded time.Time) error {
-		acts := &rollouts.Activities{Kube: kube, OwnNamespace: "default"}
-		in := rollouts.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
+		acts := worker.NewActivities(worker.Deps{Kube: kube, OwnNamespace: "default"}).Rollouts
+		in := rollout.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
 		var r rollout.Report
 		st, err := timeRuns(o.Runs, func() (err error) {
 			r, err = acts.EvaluateRolloutGates(ctx, in)

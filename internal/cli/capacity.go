@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/worker"
 )
 
 // exitError ends the command with a given exit code (after printing its output).
@@ -32,7 +32,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			if output != "text" && output != "json" {
 				return fmt.Errorf("-o %q: want text or json", output)
 			}
-			var in hygiene.CapacityInput
+			var in capacity.CheckInput
 			if tenantsPath != "" {
 				t, err := capacity.LoadTenants(tenantsPath)
 				if err != nil {
@@ -45,7 +45,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := (&hygiene.Activities{Kube: cs, OwnNamespace: ownNamespace}).CheckCapacity(c.Context(), in)
+			rep, err := worker.NewActivities(worker.Deps{Kube: cs, OwnNamespace: ownNamespace}).Hygiene.CheckCapacity(c.Context(), in)
 			if err != nil {
 				return err
 			}
@@ -162,7 +162,7 @@ func newCapacityFitCmd(g *globals) *cobra.Command {
 
 func newCapacityFenceCmd(g *globals) *cobra.Command {
 	var k kubeFlags
-	var in hygiene.FenceInput
+	var in capacity.FenceInput
 	cmd := &cobra.Command{
 		Use:   "fence NODE",
 		Short: "Confirm that a node which stopped renewing its Lease is down for good, so what was allocated there may be reclaimed (--undo takes it back)",
@@ -176,7 +176,7 @@ func newCapacityFenceCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := (&hygiene.Activities{Kube: cs}).FenceNode(c.Context(), in); err != nil {
+			if err := worker.NewActivities(worker.Deps{Kube: cs}).Hygiene.FenceNode(c.Context(), in); err != nil {
 				return err
 			}
 			verb := "fenced"

@@ -6,7 +6,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/devicewarden/devicewarden/activities/rollouts"
+	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -16,28 +16,26 @@ type RolloutClient struct {
 }
 
 // OpenWindow signals-with-start the rollout, then reads where it stands.
-func (r *RolloutClient) OpenWindow(ctx context.Context, in rollouts.WindowInput) (rollouts.WindowResult, error) {
+func (r *RolloutClient) OpenWindow(ctx context.Context, in rollout.WindowInput) (rollout.WindowResult, error) {
 	err := workflows.OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until)
 	if errors.Is(err, workflows.ErrRolloutEnded) {
 		state, err := workflows.EndedRollout(ctx, r.Client, in.Plan.Name)
-		return rollouts.WindowResult{State: state, Ended: true}, err
+		return rollout.WindowResult{State: state, Ended: true}, err
 	}
 	if err != nil {
-		return rollouts.WindowResult{}, err
+		return rollout.WindowResult{}, err
 	}
 	v, err := r.Client.QueryWorkflow(ctx, workflows.RolloutID(in.Plan.Name), "", workflows.QueryState)
 	if err != nil {
-		return rollouts.WindowResult{}, err
+		return rollout.WindowResult{}, err
 	}
 	var st workflows.RolloutStatus
 	if err := v.Get(&st); err != nil {
-		return rollouts.WindowResult{}, err
+		return rollout.WindowResult{}, err
 	}
-	res := rollouts.WindowResult{State: st.State}
+	res := rollout.WindowResult{State: st.State}
 	if st.Phase < len(in.Plan.Phases) {
 		res.Phase = in.Plan.Phases[st.Phase].Name
 	}
 	return res, nil
 }
-
-var _ rollouts.RolloutWindows = (*RolloutClient)(nil)

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
@@ -140,7 +139,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 
 	// The next window finds the run completed: it starts nothing.
 	windows := &clients.RolloutClient{Client: tc}
-	res, err := windows.OpenWindow(ctx, rollouts.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	res, err := windows.OpenWindow(ctx, rollout.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
 	if err != nil || !res.Ended || res.State != rollout.StateCompleted {
 		t.Fatalf("a window after the completed run: %+v %v", res, err)
 	}
@@ -163,7 +162,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "stopped by hand"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = windows.OpenWindow(ctx, rollouts.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	res, err = windows.OpenWindow(ctx, rollout.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
 	if err != nil || !res.Ended || res.State != rollout.StateTerminated {
 		t.Fatalf("a window after a terminated run: %+v %v", res, err)
 	}

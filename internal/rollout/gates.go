@@ -406,3 +406,12 @@ func Preflight(p Plan, i int, s Snapshot) []Violation {
 	}
 	return out
 }
+
+// GateInput asks for a phase's gate report over the claims created since the phase was enabled
+// (the rollout activity EvaluateRolloutGates).
+type GateInput struct {
+	Plan     Plan             `json:"plan"`
+	Phase    int              `json:"phase"`
+	Since    time.Time        `json:"since"`
+	Expected map[string]int64 `json:"expected,omitempty"`
+}
