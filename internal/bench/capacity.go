@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/worker"
 )
@@ -63,7 +64,7 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 		fmt.Fprintf(o.Out, "capacity check (list + check, %s; %d violations over %d claims and %d devices\n", st, len(rep.Violations), rep.Claims, rep.Devices)
 		var fits []capacity.NodeFit
 		st, err = timeRuns(o.Runs, func() error {
-			c, err := capacity.ReadCluster(ctx, kube)
+			c, err := kubeobj.CapacityCluster(ctx, kube)
 			if err == nil {
 				fits, err = capacity.Fit(ctx, c, []*resourcev1.ResourceClaim{probe}, "", false)
 			}

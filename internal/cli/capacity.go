@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/worker"
 )
 
@@ -34,7 +35,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			}
 			var in capacity.CheckInput
 			if tenantsPath != "" {
-				t, err := capacity.LoadTenants(tenantsPath)
+				t, err := loadTenants(tenantsPath)
 				if err != nil {
 					return err
 				}
@@ -102,7 +103,7 @@ func newCapacityFitCmd(g *globals) *cobra.Command {
 			if target <= 0 || target > 1 {
 				return fmt.Errorf("--target %v: want a utilisation above 0 and at most 1", target)
 			}
-			claims, err := capacity.LoadClaims(claimsPath)
+			claims, err := loadClaims(claimsPath)
 			if err != nil {
 				return err
 			}
@@ -110,7 +111,7 @@ func newCapacityFitCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := capacity.ReadCluster(c.Context(), cs)
+			cl, err := kubeobj.CapacityCluster(c.Context(), cs)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
-// Package kubeobj names what DeviceWarden writes on Kubernetes objects: the labels, annotations,
-// field manager and Event reasons of the objects it owns or marks, and the Event writer. The
-// activities, the watcher, the simulator and the Slack app all read these names from here.
+// Package kubeobj holds what DeviceWarden writes on Kubernetes objects and the small helpers
+// several rooms share about them: the labels, annotations, field manager and Event reasons of the
+// objects it owns or marks, the Event writer, and the reads a capacity check or grant record needs.
+// The activities, the watcher, the simulator, the Slack app and the CLI use them from here.
 package kubeobj
 
 import (

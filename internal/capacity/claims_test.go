@@ -1,32 +1,15 @@
 package capacity
 
 import (
-	"context"
-	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 )
 
-func TestLoadClaims(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := write("good.yaml", `apiVersion: resource.k8s.io/v1
+func TestParseClaims(t *testing.T) {
+	good := []byte(`apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {name: a, namespace: t}
 spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu}}]}}
@@ -34,7 +17,7 @@ spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu}}]}}
 metadata: {name: b, namespace: t}
 spec: {devices: {requests: [{name: gpu, firstAvailable: [{name: big, deviceClassName: gpu, count: 2}, {name: small, deviceClassName: gpu}]}]}}
 `)
-	cs, err := LoadClaims(good)
+	cs, err := ParseClaims(good, "good.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,52 +38,21 @@ spec: {devices: {requests: [{name: gpu, firstAvailable: [{name: big, deviceClass
 		"empty":       {"\n---\n", "no ResourceClaim"},
 		"second":      {"metadata: {name: a}\nspec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu}}]}}\n---\nmetadata: {name: [\n", "document 2"},
 	} {
-		if _, err := LoadClaims(write(name+".yaml", c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want %q", name, err, c.want)
+		if _, err := ParseClaims([]byte(c.body), name+".yaml"); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), name+".yaml") {
+			t.Errorf("%s: %v, want %q naming the file", name, err, c.want)
 		}
-	}
-	if _, err := LoadClaims(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "read claims") {
-		t.Errorf("missing: %v", err)
 	}
 }
 
-func TestLoadTenants(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "t.yaml")
-	_ = os.WriteFile(p, []byte("tenants:\n  team-a: [gpu]\n"), 0o644)
-	if m, err := LoadTenants(p); err != nil || len(m["team-a"]) != 1 {
+func TestParseTenants(t *testing.T) {
+	if m, err := ParseTenants([]byte("tenants:\n  team-a: [gpu]\n"), "t.yaml"); err != nil || len(m["team-a"]) != 1 {
 		t.Fatalf("%v %v", m, err)
 	}
-	_ = os.WriteFile(p, []byte("tenant:\n  team-a: [gpu]\n"), 0o644)
-	if _, err := LoadTenants(p); err == nil || !strings.Contains(err.Error(), "line 1") {
+	if _, err := ParseTenants([]byte("tenant:\n  team-a: [gpu]\n"), "t.yaml"); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("unknown field: %v", err)
 	}
-	_ = os.WriteFile(p, []byte("tenants:\n  team-a: []\n"), 0o644)
-	if _, err := LoadTenants(p); err == nil || !strings.Contains(err.Error(), "lists no class") {
+	if _, err := ParseTenants([]byte("tenants:\n  team-a: []\n"), "t.yaml"); err == nil || !strings.Contains(err.Error(), "lists no class") {
 		t.Errorf("empty list: %v", err)
-	}
-	if _, err := LoadTenants(filepath.Join(dir, "none")); err == nil {
-		t.Errorf("missing file accepted")
-	}
-}
-
-func TestReadCluster(t *testing.T) {
-	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, sharedSlice("n1", 1), gpuClass(),
-		claim("t", "a", "gpu", share{"gpu", "gpu-0", "s1", "8Gi"}),
-		&resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "r"}}}
-	cs := fake.NewClientset(objs...)
-	c, err := ReadCluster(context.Background(), cs)
-	if err != nil || len(c.Nodes) != 1 || len(c.Slices) != 1 || len(c.Classes) != 1 || len(c.Claims) != 1 || len(c.TaintRules) != 1 {
-		t.Fatalf("cluster = %+v %v", c, err)
-	}
-	for _, res := range []string{"nodes", "resourceslices", "deviceclasses", "resourceclaims", "devicetaintrules"} {
-		broken := fake.NewClientset(objs...)
-		broken.PrependReactor("list", res, func(k8stesting.Action) (bool, runtime.Object, error) {
-			return true, nil, errors.New("apiserver unavailable")
-		})
-		if _, err := ReadCluster(context.Background(), broken); err == nil || !strings.Contains(err.Error(), "apiserver unavailable") {
-			t.Errorf("%s: %v", res, err)
-		}
 	}
 }
 
