@@ -6,7 +6,6 @@ package clients
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +22,9 @@ import (
 //
 // In a storm thousands of devices ask at once, and one workflow takes a bounded number of updates
 // (Temporal admits 10 in flight and 2,000 per run by default): once this worker has seen a budget
-// refused, it refuses that budget itself for OpenFor, with the breaker's reason, and hands the
-// devices to the breaker's wait list in one signal per second, so a resume wakes them. A device
-// the breaker woke always asks the breaker.
+// refused, it refuses that budget itself for policy.RefusedFor (policy.Refusals), with the
+// breaker's reason, and hands the devices to the breaker's wait list in one signal per second, so
+// a resume wakes them. A device the breaker woke always asks the breaker.
 //
 // A client with a Worker name leases permits ahead (see permits.go): its devices take them from
 // a batch in process, and it asks the breaker only when its batch is empty.
@@ -37,8 +36,8 @@ type BreakerClient struct {
 	Queue string
 
 	mu       sync.Mutex
-	open     map[string]seenOpen // budget -> when this worker last saw it refused
-	pending  []string            // devices refused here, not yet on the breaker's wait list
+	refused  policy.Refusals // the budgets this worker saw refused, answered here a while
+	pending  []string        // devices refused here, not yet on the breaker's wait list
 	flushing bool
 
 	batches  map[string]*batch        // budget -> the lease spent from
@@ -46,22 +45,6 @@ type BreakerClient struct {
 	spent    []spentPermit            // spent here, not yet reported
 	returned []policy.LeaseReport     // batches given up, not yet reported
 	granted  map[string]time.Time     // device|action -> granted here (repeats in the window)
-}
-
-// OpenFor is how long a worker answers for a breaker it saw refuse a budget.
-const OpenFor = 5 * time.Second
-
-type seenOpen struct {
-	until  time.Time
-	reason string
-}
-
-// budget names what a request draws on, as the breaker keeps them apart.
-func budget(action policy.State) string {
-	if action == policy.Restricted {
-		return "restrictions"
-	}
-	return "actions"
 }
 
 // Acquire asks the breaker for a permit and waits for its answer.
@@ -84,23 +67,17 @@ func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (
 
 // refuseHere answers for a breaker this worker just saw refuse the request's budget.
 func (b *BreakerClient) refuseHere(req policy.PermitRequest) (policy.PermitResult, bool) {
-	if req.Woken {
-		return policy.PermitResult{}, false
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	seen, ok := b.open[budget(req.Action)]
-	if !ok || !time.Now().Before(seen.until) {
-		return policy.PermitResult{}, false
-	}
-	if req.Claim != "" {
-		return policy.PermitResult{Reason: seen.reason}, true // claims look again on their own timer
+	res, ok := b.refused.Answer(req, time.Now())
+	if !ok || req.Claim != "" {
+		return res, ok // claims look again on their own timer
 	}
 	if len(b.pending) < 100000 {
 		b.pending = append(b.pending, req.Device.String())
 	}
 	b.startFlush()
-	return policy.PermitResult{Reason: seen.reason}, true
+	return res, true
 }
 
 // startFlush starts the reporter unless it runs. Callers hold b.mu.
@@ -111,22 +88,11 @@ func (b *BreakerClient) startFlush() {
 	}
 }
 
-// remember keeps the breaker's refusal of a budget (an open breaker refuses both) for OpenFor.
+// remember keeps the breaker's answer (policy.Refusals.Note).
 func (b *BreakerClient) remember(req policy.PermitRequest, res policy.PermitResult) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.open == nil {
-		b.open = map[string]seenOpen{}
-	}
-	if res.Granted {
-		delete(b.open, budget(req.Action))
-		return
-	}
-	seen := seenOpen{until: time.Now().Add(OpenFor), reason: res.Reason}
-	b.open[budget(req.Action)] = seen
-	if strings.HasPrefix(res.Reason, "circuit breaker open") {
-		b.open[budget(policy.Quarantined)], b.open[budget(policy.Restricted)] = seen, seen
-	}
+	b.refused.Note(req, res, time.Now())
 }
 
 // flush hands the devices refused here to the breaker's wait list, and reports the permits

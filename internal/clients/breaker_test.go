@@ -3,6 +3,7 @@ package clients
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -41,7 +42,7 @@ func TestBreakerClientAnswersForAnOpenBudget(t *testing.T) {
 	if _, ok := b.refuseHere(gpu("gpu-6")); ok {
 		t.Fatal("a grant did not clear what this worker remembered")
 	}
-	b.open[budget(policy.Quarantined)] = seenOpen{reason: "expired"}
+	b.refused.Note(quarantine, policy.PermitResult{Reason: "circuit breaker open: cap"}, time.Now().Add(-policy.RefusedFor))
 	if _, ok := b.refuseHere(quarantine); ok {
 		t.Fatal("an expired refusal still answered")
 	}

@@ -48,7 +48,7 @@ func (b *BreakerClient) takeLeased(req policy.PermitRequest, now time.Time) (pol
 	if at, ok := b.granted[key]; ok && now.Sub(at) < req.Config.Window {
 		return policy.PermitResult{Granted: true, Reason: "already granted in this window"}, true
 	}
-	bt := b.batches[budget(req.Action)]
+	bt := b.batches[policy.BudgetOf(req.Action)]
 	if bt == nil || bt.left == 0 || !now.Before(bt.lease.Until.Add(-spendMargin)) {
 		return policy.PermitResult{}, false
 	}
@@ -88,7 +88,7 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 			b.mu.Unlock()
 			return res, nil
 		}
-		bud := budget(req.Action)
+		bud := policy.BudgetOf(req.Action)
 		if wait, busy := b.asking[bud]; busy {
 			b.mu.Unlock()
 			select {

@@ -176,12 +176,13 @@ func (b *BreakerState) Configure(c BreakerConfig, owner string) error {
 	return nil
 }
 
-// budget names the budget an action draws on.
+// budget names the budget an action draws on: restrictions have their own only with
+// SeparateBudgets.
 func (b *BreakerState) budget(action State) string {
-	if b.SeparateBudgets && action == Restricted {
-		return "restrictions"
+	if b.SeparateBudgets {
+		return BudgetOf(action)
 	}
-	return "actions"
+	return BudgetOf(Quarantined)
 }
 
 // Limit is how many actions the window allows for a fleet of known devices.
