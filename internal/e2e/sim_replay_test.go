@@ -51,6 +51,17 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		m.rule = true
 		return remediation.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: string(in.Effect)}, nil
 	})
+	reg("QuarantineWithPermit", func(_ context.Context, in remediation.QuarantineWithPermitInput) (remediation.QuarantineWithPermitResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.breakerOpen {
+			return remediation.QuarantineWithPermitResult{Permit: policy.PermitResult{Reason: "circuit breaker open: simulated"}}, nil
+		}
+		m.rule = true
+		q := in.Quarantine
+		return remediation.QuarantineWithPermitResult{Permit: policy.PermitResult{Granted: true},
+			Rule: remediation.QuarantineResult{RuleName: q.Device.TaintRuleName(), Created: true, Effect: string(q.Effect)}}, nil
+	})
 	reg("InspectRule", func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -76,7 +87,7 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		m.rule = false
 		return nil
 	})
-	for _, name := range []string{"Alert", "RequestApproval", "ReportNodeFailure"} {
+	for _, name := range []string{"Alert", "NoteAlert", "RequestApproval", "ReportNodeFailure"} {
 		reg(name, func(context.Context, any) error { return nil })
 	}
 	reg("FindWorkloads", func(context.Context, any) ([]migration.Workload, error) { return nil, nil })
