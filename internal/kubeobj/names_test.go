@@ -23,6 +23,10 @@ func TestLabelValueIsAlwaysValid(t *testing.T) {
 		"zaZA90":                              "zaZA90",
 		"9.Z_a-z.A_0":                         "9.Z_a-z.A_0",
 		"@[`{/:":                              "",
+		"aZ":                                  "aZ",
+		"a0":                                  "a0",
+		"Aa":                                  "Aa",
+		"0a":                                  "0a",
 	}
 	for in, want := range tests {
 		got := LabelValue(in)
