@@ -2,15 +2,12 @@ package worker
 
 import (
 	"context"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 	"k8s.io/client-go/kubernetes/fake"
@@ -18,7 +15,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/temporalserver"
+	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -46,19 +43,7 @@ func everyDomain(ctx workflow.Context) error {
 // The workers register every domain's activities under their method names, the search attributes
 // once, and a worker that leases permits answers revocations on a queue of its own.
 func TestWorkersRegisterEveryDomain(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal server")
-	}
-	srv, err := temporalserver.Start(temporalserver.Config{DBPath: filepath.Join(t.TempDir(), "temporal.db"), FrontendAddress: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = srv.Stop() }()
-	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := temporaltest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for range 2 {

@@ -21,7 +21,7 @@ import (
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/temporalserver"
+	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -59,19 +59,7 @@ func (p *permitProcess) kill() {
 // exceed the cap, the dead worker's batch still counts as used, and a pause answers only once
 // no worker can spend a leased permit, with every granted permit accounted for.
 func TestManyWorkersNeverPassTheCap(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Temporal server")
-	}
-	srv, err := temporalserver.Start(temporalserver.Config{DBPath: filepath.Join(t.TempDir(), "temporal.db"), FrontendAddress: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = srv.Stop() }()
-	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, c := temporaltest.Start(t)
 	bw := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{})
 	bw.RegisterWorkflow(workflows.BreakerWorkflow)
 	bw.RegisterActivity(&remediation.Activities{})
