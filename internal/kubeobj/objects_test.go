@@ -86,8 +86,8 @@ func TestLeaseExpired(t *testing.T) {
 
 func TestAllocatedAt(t *testing.T) {
 	at := func(s int64) *metav1.Time { return &metav1.Time{Time: time.Unix(s, 0)} }
-	alloc := &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:allocation":{}}}`)}
-	other := &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:reservedFor":{}}}`)}
+	alloc := metav1.NewFieldsV1(`{"f:status":{"f:allocation":{}}}`)
+	other := metav1.NewFieldsV1(`{"f:status":{"f:reservedFor":{}}}`)
 	c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
 		{Subresource: "", Time: at(50), FieldsV1: alloc},
 		{Subresource: "status", Time: at(10), FieldsV1: alloc},
