@@ -16,7 +16,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// MigrationLimiter reaches the one migration-limiter workflow. The worker package implements it
+// MigrationLimiter reaches the one migration-limiter workflow. internal/clients implements it
 // with signal-with-start, so the first request also starts the limiter.
 type MigrationLimiter interface {
 	Acquire(ctx context.Context, req policy.SlotRequest) error
