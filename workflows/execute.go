@@ -114,13 +114,8 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	if permitIn != nil && !takes(ctx, 4) {
 		var permit policy.PermitResult
 		err := run(ctx, rem.AcquirePermit, *permitIn).Get(ctx, &permit)
-		if err != nil {
-			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
-			return nil, false
-		}
-		if !permit.Granted {
-			st.Denied(act, permit.Reason, workflow.Now(ctx))
-			return nil, permit.Alerted
+		if stop, alerted := permitAnswered(ctx, st, act, permit, err); stop {
+			return nil, alerted
 		}
 		permitIn = nil
 	}
@@ -133,13 +128,11 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 		var both remediation.QuarantineWithPermitResult
 		err = executeLocal(ctx, rem.QuarantineWithPermit, remediation.QuarantineWithPermitInput{Permit: *permitIn, Quarantine: qin}).Get(ctx, &both)
 		var appErr *temporal.ApplicationError
-		if errors.As(err, &appErr) && appErr.Type() == remediation.ErrPermitUnavailable {
-			st.Hold(act, "circuit breaker unreachable: "+err.Error(), workflow.Now(ctx))
-			return nil, false
-		}
-		if err == nil && !both.Permit.Granted {
-			st.Denied(act, both.Permit.Reason, workflow.Now(ctx))
-			return nil, both.Permit.Alerted
+		unreachable := errors.As(err, &appErr) && appErr.Type() == remediation.ErrPermitUnavailable
+		if unreachable || err == nil {
+			if stop, alerted := permitAnswered(ctx, st, act, both.Permit, err); stop {
+				return nil, alerted
+			}
 		}
 		res = both.Rule
 	} else {
@@ -166,6 +159,21 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 		st.MovingStarted(pods)
 	}
 	return nil, false
+}
+
+// permitAnswered applies the circuit breaker's answer to an automatic taint: the action is held
+// when the breaker could not be asked (unreachable), denied when it said no. stop says the taint
+// ends here; alerted, that the worker sent the held device's alert with the request.
+func permitAnswered(ctx workflow.Context, st *policy.DeviceState, act policy.Action, permit policy.PermitResult, unreachable error) (stop, alerted bool) {
+	switch {
+	case unreachable != nil:
+		st.Hold(act, "circuit breaker unreachable: "+unreachable.Error(), workflow.Now(ctx))
+		return true, false
+	case !permit.Granted:
+		st.Denied(act, permit.Reason, workflow.Now(ctx))
+		return true, permit.Alerted
+	}
+	return false, false
 }
 
 func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
