@@ -40,6 +40,17 @@ type batch struct {
 	left  int
 }
 
+// Unspent is how many permits of a budget this worker holds leased and not yet spent: if the
+// process dies now, the breaker goes on counting them as used until their lease runs out.
+func (b *BreakerClient) Unspent(budget string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bt := b.batches[budget]; bt != nil {
+		return bt.left
+	}
+	return 0
+}
+
 // takeLeased spends a permit of the request's budget from this worker's batch, if one is left.
 // A device granted the same action here within the window is granted again at no cost.
 // Callers hold b.mu.

@@ -1,4 +1,4 @@
-package clients
+package worker
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
-	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
+	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
@@ -26,11 +26,12 @@ import (
 )
 
 // permitProcess is one worker process as far as permits go: its own client, its breaker client
-// and the worker on its own queue that answers revocations.
+// and its workers as the binary builds them (devices, breaker, and the queue that answers the
+// breaker's revocations).
 type permitProcess struct {
 	client  client.Client
-	breaker *BreakerClient
-	revoker sdkworker.Worker
+	breaker *clients.BreakerClient
+	workers *Workers
 }
 
 func startPermitProcess(t *testing.T, addr string) *permitProcess {
@@ -39,18 +40,17 @@ func startPermitProcess(t *testing.T, addr string) *permitProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := NewBreakerClient(c)
-	w := sdkworker.New(c, bc.Queue, sdkworker.Options{})
-	w.RegisterActivity((&remediation.Activities{Breaker: bc}).RevokePermits)
-	if err := w.Start(); err != nil {
+	bc := clients.NewBreakerClient(c)
+	ws := New(c, NewActivities(Deps{Kube: fake.NewClientset(), Breaker: bc}))
+	if err := ws.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return &permitProcess{client: c, breaker: bc, revoker: w}
+	return &permitProcess{client: c, breaker: bc, workers: ws}
 }
 
 // kill stops the process without giving anything back, as a crash would.
 func (p *permitProcess) kill() {
-	p.revoker.Stop()
+	p.workers.Stop()
 	p.client.Close()
 }
 
@@ -60,25 +60,19 @@ func (p *permitProcess) kill() {
 // no worker can spend a leased permit, with every granted permit accounted for.
 func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	srv, c := temporaltest.Start(t)
-	bw := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{})
-	bw.RegisterWorkflow(workflows.BreakerWorkflow)
-	bw.RegisterActivity(&remediation.Activities{})
-	if err := bw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer bw.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 50}
-	if err := (&BreakerClient{Client: c}).Configure(ctx, cfg, "test"); err != nil {
-		t.Fatal(err)
-	}
 	procs := []*permitProcess{startPermitProcess(t, srv.FrontendAddress()), startPermitProcess(t, srv.FrontendAddress()), startPermitProcess(t, srv.FrontendAddress())}
 	defer func() {
 		for _, p := range procs[:2] {
 			p.kill()
 		}
 	}()
+	// Every process also runs a breaker worker: the breaker's own workflow may be on the one killed.
+	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 50}
+	if err := (&clients.BreakerClient{Client: c}).Configure(ctx, cfg, "test"); err != nil {
+		t.Fatal(err)
+	}
 
 	var granted atomic.Int64
 	ask := func(from, to int, workers []*permitProcess) {
@@ -101,12 +95,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	// A first wave leaves each worker holding a batch.
 	ask(0, 30, procs)
 	dead := procs[2].breaker
-	dead.mu.Lock()
-	held := 0
-	if bt := dead.batches["actions"]; bt != nil {
-		held = bt.left
-	}
-	dead.mu.Unlock()
+	held := dead.Unspent(policy.BudgetOf(policy.Quarantined))
 	if held == 0 {
 		t.Fatalf("the worker to be killed holds no permits (granted so far %d)", granted.Load())
 	}
