@@ -14,13 +14,18 @@ import (
 )
 
 // Start starts a server and returns a client of its default namespace; it skips the test in
-// -short mode. Both are closed when the test ends.
-func Start(t testing.TB) (*temporalserver.Server, client.Client) {
+// -short mode. Both are closed when the test ends. Options set the rest of the server's Config;
+// its file and address are the test's own.
+func Start(t testing.TB, options ...func(*temporalserver.Config)) (*temporalserver.Server, client.Client) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Temporal server")
 	}
-	srv, err := temporalserver.Start(temporalserver.Config{DBPath: filepath.Join(t.TempDir(), "temporal.db"), FrontendAddress: "127.0.0.1:0"})
+	cfg := temporalserver.Config{DBPath: filepath.Join(t.TempDir(), "temporal.db"), FrontendAddress: "127.0.0.1:0"}
+	for _, o := range options {
+		o(&cfg)
+	}
+	srv, err := temporalserver.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,11 @@
-//go:build e2e
-
-package e2e
+package worker
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"path/filepath"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,15 +13,17 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
-	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
+	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -33,10 +34,18 @@ type replayModel struct {
 	rule        bool
 	breakerOpen bool
 	checkFails  int
+	// answers names the activities the model answers: a history that schedules another one, or a
+	// local activity that panics (the SDK then calls the workflow's own nil method value), means
+	// the model misses what the workflow now does.
+	answers map[string]bool
 }
 
 func (m *replayModel) register(w sdkworker.Worker) {
-	reg := func(name string, fn any) { w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
+	m.answers = map[string]bool{}
+	reg := func(name string, fn any) {
+		m.answers[name] = true
+		w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
 	reg("AcquirePermit", func(context.Context, remediation.PermitInput) (policy.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -103,13 +112,17 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default", DBPath: filepath.Join(t.TempDir(), "temporal.db"),
-		FrontendAddress: "127.0.0.1:0", SuggestContinueAsNewAfter: 60}, testLogger)
+	srv, _ := temporaltest.Start(t, func(cfg *temporalserver.Config) { cfg.SuggestContinueAsNewAfter = 60 })
+	panics := &panicLog{}
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: sdklog.NewStructuredLogger(slog.New(panics))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tc.Close()
-	c := tc.Client
+	defer c.Close()
+	if err := RegisterSearchAttributes(ctx, c, "default"); err != nil {
+		t.Fatal(err)
+	}
+	srv.SearchAttributesChanged()
 	m := &replayModel{}
 	start := func() sdkworker.Worker {
 		w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
@@ -189,10 +202,10 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 				sdkworker.PurgeStickyWorkflowCache()
 				w = start()
 				restarts++
-				runs += replayAll(ctx, rt, c, replayer, id)
+				runs += replayAll(ctx, rt, c, replayer, id, m.answers)
 			}
 		}
-		runs += replayAll(ctx, rt, c, replayer, id)
+		runs += replayAll(ctx, rt, c, replayer, id, m.answers)
 		// The query answers: a run that ended idle from its last state, a running one from its
 		// worker (after a restart, once the server gives up on the old worker's sticky queue).
 		began := time.Now()
@@ -209,13 +222,16 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 		}
 		slowest = max(slowest, time.Since(began))
 		_ = c.TerminateWorkflow(ctx, id, "", "sequence done")
+		if p := panics.first(); p != "" {
+			rt.Fatalf("a local activity panicked (the model does not answer it?): %s", p)
+		}
 	})
 	t.Logf("%d sequences, %d runs replayed, %d worker restarts; the slowest state query took %s", sequences, runs, restarts, slowest.Round(time.Millisecond))
 }
 
 // replayAll replays the workflow's current run and the runs it continued from, newest first,
-// and returns how many it replayed.
-func replayAll(ctx context.Context, rt *rapid.T, c client.Client, replayer sdkworker.WorkflowReplayer, id string) int {
+// and returns how many it replayed. Every activity the runs scheduled must be one the model answers.
+func replayAll(ctx context.Context, rt *rapid.T, c client.Client, replayer sdkworker.WorkflowReplayer, id string, answers map[string]bool) int {
 	n := 0
 	for run := ""; ; n++ {
 		hist := &historypb.History{}
@@ -225,6 +241,9 @@ func replayAll(ctx context.Context, rt *rapid.T, c client.Client, replayer sdkwo
 				rt.Fatalf("history of %s/%s: %v", id, run, err)
 			}
 			hist.Events = append(hist.Events, e)
+			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && !answers[a.GetActivityType().GetName()] {
+				rt.Fatalf("%s run %q scheduled %s, which the model does not answer", id, run, a.GetActivityType().GetName())
+			}
 		}
 		if len(hist.Events) < 3 {
 			return n // its first workflow task has not completed: nothing to replay yet
@@ -237,4 +256,39 @@ func replayAll(ctx context.Context, rt *rapid.T, c client.Client, replayer sdkwo
 			return n + 1
 		}
 	}
+}
+
+// panicLog keeps the first panic the SDK logs.
+type panicLog struct {
+	mu  sync.Mutex
+	msg string
+}
+
+func (p *panicLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+
+func (p *panicLog) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(strings.ToLower(r.Message), "panic") {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.msg == "" {
+		p.msg = r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "ActivityType" || a.Key == "PanicError" {
+				p.msg += " " + a.String()
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+func (p *panicLog) WithAttrs([]slog.Attr) slog.Handler { return p }
+func (p *panicLog) WithGroup(string) slog.Handler      { return p }
+
+func (p *panicLog) first() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.msg
 }
