@@ -58,6 +58,8 @@ test-unit: ## Unit, workflow (time-skipping) and replay tests with the race dete
 
 test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
+	@echo "==> the activities on a real local cluster"
+	$(GO) test -tags e2e -count=1 -timeout 5m -v ./activities/e2e/
 	@echo "==> integration tests on the real local stack"
 	DEVICEWARDEN_HELM=$(HELM) $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
 
@@ -68,7 +70,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./internal/e2e/
+	$(GO) vet -tags e2e ./internal/e2e/ ./activities/e2e/
 	$(GO) vet -tags image ./internal/imagecheck/
 	$(GO) vet -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 
@@ -82,7 +84,7 @@ $(WORKFLOWCHECK):
 
 staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests included
 	$(STATICCHECK) ./...
-	$(STATICCHECK) -tags e2e ./internal/e2e/
+	$(STATICCHECK) -tags e2e ./internal/e2e/ ./activities/e2e/
 	$(STATICCHECK) -tags image ./internal/imagecheck/
 	$(STATICCHECK) -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 

@@ -33,7 +33,6 @@ import (
 func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	kube := shared.kube
 	const ns = "migrate-parts"
 	if err := sim.EnsureNamespace(ctx, kube, ns); err != nil {
 		t.Fatal(err)
@@ -119,12 +118,13 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 		t.Fatalf("the refused eviction removed the Pod: %v", err)
 	}
 
-	// Suspend: the Job controller removes the Pod; evidence is kept after it is gone.
-	if err := a.SuspendJob(ctx, migration.SuspendInput{Namespace: ns, Job: "train", Suspend: true}); err != nil {
-		t.Fatal(err)
-	}
+	// Evidence first, as the workflow takes it; then suspend: the Job controller removes the Pod,
+	// and the evidence is kept after it is gone.
 	evidence, err := a.PreserveEvidence(ctx, migration.EvidenceInput{WorkflowID: mine.Holder, Device: id, Workload: w, Report: "gpu-0 Unhealthy: XID 79", Keep: time.Hour})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SuspendJob(ctx, migration.SuspendInput{Namespace: ns, Job: "train", Suspend: true}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the suspended Job's Pod is gone", func() error {
