@@ -294,4 +294,4 @@ type RolloutWindowInput struct {
 }
 
 // RolloutID is a rollout's workflow ID.
-func RolloutID(name string) string { return rollouts.RolloutWorkflowID(name) }
+func RolloutID(name string) string { return rollout.WorkflowID(name) }

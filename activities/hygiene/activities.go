@@ -3,10 +3,9 @@
 package hygiene
 
 import (
-	"cmp"
-
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 )
 
@@ -25,4 +24,4 @@ type Activities struct {
 	OwnNamespace string
 }
 
-func (a *Activities) ownNamespace() string { return cmp.Or(a.OwnNamespace, "default") }
+func (a *Activities) ownNamespace() string { return kubeobj.Own(a.OwnNamespace) }

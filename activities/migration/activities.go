@@ -4,11 +4,11 @@
 package migration
 
 import (
-	"cmp"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 )
 
@@ -26,4 +26,4 @@ type Activities struct {
 	MigratePoll time.Duration
 }
 
-func (a *Activities) ownNamespace() string { return cmp.Or(a.OwnNamespace, "default") }
+func (a *Activities) ownNamespace() string { return kubeobj.Own(a.OwnNamespace) }

@@ -4,11 +4,11 @@
 package rollouts
 
 import (
-	"cmp"
 	"context"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 )
@@ -35,4 +35,4 @@ type Alerts interface {
 	Alert(ctx context.Context, in notify.AlertInput) error
 }
 
-func (a *Activities) ownNamespace() string { return cmp.Or(a.OwnNamespace, "default") }
+func (a *Activities) ownNamespace() string { return kubeobj.Own(a.OwnNamespace) }

@@ -69,14 +69,11 @@ func (a *Activities) EvaluateRolloutGates(ctx context.Context, in rollout.GateIn
 		if a.Alerts == nil {
 			continue
 		}
-		_ = a.Alerts.Alert(ctx, notify.AlertInput{Level: level, WorkflowID: RolloutWorkflowID(in.Plan.Name),
+		_ = a.Alerts.Alert(ctx, notify.AlertInput{Level: level, WorkflowID: rollout.WorkflowID(in.Plan.Name),
 			Text: fmt.Sprintf("rollout %s phase %s: %d %s allocation failures: %s", in.Plan.Name, ph.Name, counts[class], class, strings.Join(objs, "; "))})
 	}
 	return r, nil
 }
-
-// RolloutWorkflowID is the rollout workflow's ID for a plan name.
-func RolloutWorkflowID(name string) string { return "rollout/" + name }
 
 // promQueries asks Prometheus each PromQL gate's query; an error is kept as the gate's answer.
 func (a *Activities) promQueries(ctx context.Context, address string, gates []rollout.PromQueryGate, now time.Time) []rollout.QueryResult {

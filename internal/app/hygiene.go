@@ -47,7 +47,7 @@ func (o HygieneOptions) Validate() error {
 // scanClaims looks for claim-hygiene findings every Interval and starts one workflow per claim
 // UID for each; a claim whose workflow already runs is left to it. Nothing reaches Temporal
 // while there is no finding.
-func scanClaims(ctx context.Context, scan func(context.Context, capacity.HygienePolicy, time.Time) ([]capacity.Finding, error), tc client.Client, o HygieneOptions, logger *slog.Logger) {
+func scanClaims(ctx context.Context, scan capacity.Scan, tc client.Client, o HygieneOptions, logger *slog.Logger) {
 	for {
 		findings, err := scan(ctx, o.Policy, time.Now())
 		if err != nil && ctx.Err() == nil {

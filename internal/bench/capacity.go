@@ -19,7 +19,7 @@ import (
 // hygieneScans times the claim-hygiene scan twice: as on a healthy fleet (no allocation old
 // enough to be a finding: one list of claims) and with every allocated claim a candidate (also
 // nodes, their Leases and the Pending Pods, and every claim classified).
-func hygieneScans(ctx context.Context, scan func(context.Context, capacity.HygienePolicy, time.Time) ([]capacity.Finding, error), o RolloutOptions) error {
+func hygieneScans(ctx context.Context, scan capacity.Scan, o RolloutOptions) error {
 	for _, c := range []struct {
 		name string
 		pol  capacity.HygienePolicy

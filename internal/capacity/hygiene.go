@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -56,6 +57,10 @@ type Finding struct {
 	// Deletable: a leaked claim made from a template for a Pod that is gone, and the policy allows it.
 	Deletable bool `json:"deletable,omitempty"`
 }
+
+// Scan is the shape of a claim scan: list the claims, Inspect each under a policy at a time. The
+// hygiene activity implements it (this package reads nothing); the app and the benchmark take it.
+type Scan func(context.Context, HygienePolicy, time.Time) ([]Finding, error)
 
 // Inspect classifies one claim. allocatedAt is when it was allocated (its managed-fields time),
 // pods what is known of the Pods involved, by UID: a nil entry is a Pod looked up and gone (or

@@ -5,6 +5,7 @@
 package kubeobj
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -17,6 +18,13 @@ const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "devicewarden"
 )
+
+// OwnNamespace is DeviceWarden's own namespace when none is configured: where its Leases, evidence,
+// grant records and rollout reports live, never in a tenant's.
+const OwnNamespace = "default"
+
+// Own is ns, or OwnNamespace when ns is empty.
+func Own(ns string) string { return cmp.Or(ns, OwnNamespace) }
 
 // Labels and annotations on DeviceTaintRules.
 const (

@@ -35,3 +35,13 @@ func TestLabelValueIsAlwaysValid(t *testing.T) {
 		}
 	}
 }
+
+// A configured namespace is kept; none means DeviceWarden's default one.
+func TestOwn(t *testing.T) {
+	if got := Own("devicewarden-system"); got != "devicewarden-system" {
+		t.Fatalf("configured: %q", got)
+	}
+	if got := Own(""); got != "default" {
+		t.Fatalf("none configured: %q", got)
+	}
+}

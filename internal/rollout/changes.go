@@ -50,3 +50,6 @@ type WindowResult struct {
 	// Ended: a run of the rollout had ended, and the window started none (State is how it ended).
 	Ended bool `json:"ended,omitempty"`
 }
+
+// WorkflowID is the rollout workflow's ID for a plan name: one rollout of a plan at a time.
+func WorkflowID(name string) string { return "rollout/" + name }

@@ -103,3 +103,10 @@ func TestExamplePlanParses(t *testing.T) {
 		t.Errorf("plan = %+v", p)
 	}
 }
+
+// Running rollouts and operators' commands find a rollout by this ID; it must not change.
+func TestWorkflowID(t *testing.T) {
+	if got := WorkflowID("gpu-a100"); got != "rollout/gpu-a100" {
+		t.Fatalf("got %q", got)
+	}
+}
