@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
-	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/devicewarden/devicewarden/internal/clients"
@@ -146,35 +142,10 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	if !st.Open {
 		t.Fatal("the pause left the breaker closed")
 	}
-	recordBreaker(t, ctx, c, "breaker_leases.json")
+	temporaltest.Record(t, ctx, c, workflows.BreakerWorkflowID, "", "breaker_leases.json")
 	for _, p := range procs[:2] {
 		if res, err := p.breaker.Acquire(ctx, policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: "late"}, Action: policy.Quarantined, Config: cfg}); err != nil || res.Granted {
 			t.Fatalf("after the pause a worker granted %+v (%v)", res, err)
 		}
-	}
-}
-
-// recordBreaker writes the breaker's history for the replay tests in package workflows when
-// DEVICEWARDEN_RECORD_HISTORY names their directory.
-func recordBreaker(t *testing.T, ctx context.Context, c client.Client, file string) {
-	dir := os.Getenv("DEVICEWARDEN_RECORD_HISTORY")
-	if dir == "" {
-		return
-	}
-	var h historypb.History
-	it := c.GetWorkflowHistory(ctx, workflows.BreakerWorkflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Events = append(h.Events, ev)
-	}
-	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// TestReplay replays histories recorded on the real embedded Temporal server (see
-// internal/e2e/history_test.go: DEVICEWARDEN_RECORD_HISTORY=$PWD/workflows/testdata make test-e2e).
+// TestReplay replays histories recorded on the real embedded Temporal server by temporaltest.Record
+// (DEVICEWARDEN_RECORD_HISTORY=$PWD/workflows/testdata make test-e2e; breaker_leases.json comes from
+// go test ./worker/).
 // A change that breaks determinism for running workflows fails here and needs workflow.GetVersion.
 func TestReplay(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.json")

@@ -10,23 +10,23 @@ import (
 	"testing"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 )
 
 // recordHistory writes a workflow's history as JSON into $DEVICEWARDEN_RECORD_HISTORY, the format
 // the replay tests in package workflows read. Without the variable it does nothing.
 func recordHistory(t *testing.T, ctx context.Context, tc client.Client, workflowID, file string) {
 	t.Helper()
-	recordRun(t, ctx, tc, workflowID, "", file)
+	temporaltest.Record(t, ctx, tc, workflowID, "", file)
 }
 
 // recordRuns records every run of a workflow, oldest first, as <prefix>_<n>.json (replacing the
 // files of an earlier recording).
 func recordRuns(t *testing.T, ctx context.Context, tc client.Client, workflowID, prefix string) {
 	t.Helper()
-	dir := os.Getenv("DEVICEWARDEN_RECORD_HISTORY")
+	dir := os.Getenv(temporaltest.RecordEnv)
 	if dir == "" {
 		return
 	}
@@ -37,7 +37,7 @@ func recordRuns(t *testing.T, ctx context.Context, tc client.Client, workflowID,
 		}
 	}
 	for i, run := range runIDs(t, ctx, tc, workflowID) {
-		recordRun(t, ctx, tc, workflowID, run, fmt.Sprintf("%s_%d.json", prefix, i+1))
+		temporaltest.Record(t, ctx, tc, workflowID, run, fmt.Sprintf("%s_%d.json", prefix, i+1))
 	}
 }
 
@@ -61,29 +61,4 @@ func runIDs(t *testing.T, ctx context.Context, tc client.Client, workflowID stri
 		}
 		runs = append([]string{prev}, runs...)
 	}
-}
-
-func recordRun(t *testing.T, ctx context.Context, tc client.Client, workflowID, runID, file string) {
-	t.Helper()
-	dir := os.Getenv("DEVICEWARDEN_RECORD_HISTORY")
-	if dir == "" {
-		return
-	}
-	var h historypb.History
-	it := tc.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		if err != nil {
-			t.Fatalf("read history: %v", err)
-		}
-		h.Events = append(h.Events, ev)
-	}
-	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("recorded %d events of %s", len(h.Events), workflowID)
 }
