@@ -87,3 +87,24 @@ func TestRevokeGivesBackNamedLeases(t *testing.T) {
 		t.Fatal("reported twice")
 	}
 }
+
+// The reporter stops once nothing is left to hand over: no refused device, no report, no batch.
+func TestFlushStopsWhenNothingIsLeft(t *testing.T) {
+	b := &BreakerClient{}
+	b.mu.Lock()
+	b.startFlush()
+	b.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		running := b.flushing
+		b.mu.Unlock()
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reporter still runs with nothing to report")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
