@@ -22,6 +22,7 @@ import (
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/poll"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -54,7 +55,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pod corev1.Pod
-	eventually(t, 30*time.Second, "the Job's Pod running", func() error {
+	poll.Until(t, 30*time.Second, "the Job's Pod running", func() error {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=train"})
 		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
 			return fmt.Errorf("%v pods (%v)", len(pods.Items), err)
@@ -99,14 +100,14 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	evict := migration.EvictInput{Namespace: ns, Pod: pod.Name, UID: string(pod.UID)}
-	eventually(t, 30*time.Second, "the budget observed", func() error {
+	poll.Until(t, 30*time.Second, "the budget observed", func() error {
 		b, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "train", metav1.GetOptions{})
 		if err != nil || b.Status.ObservedGeneration < b.Generation || b.Status.CurrentHealthy != 1 {
 			return fmt.Errorf("budget status %+v (%v)", b.Status, err)
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "the budget refuses the eviction", func() error {
+	poll.Until(t, 30*time.Second, "the budget refuses the eviction", func() error {
 		err := a.EvictPod(ctx, evict)
 		var app *temporal.ApplicationError
 		if !errors.As(err, &app) || app.Type() != migration.ErrEvictionBlocked || app.NonRetryable() {
@@ -127,7 +128,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	if err := a.SuspendJob(ctx, migration.SuspendInput{Namespace: ns, Job: "train", Suspend: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the suspended Job's Pod is gone", func() error {
+	poll.Until(t, 30*time.Second, "the suspended Job's Pod is gone", func() error {
 		if _, err := kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pod still there (%v)", err)
 		}
@@ -144,7 +145,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var next corev1.Pod
-	eventually(t, 30*time.Second, "the resumed Job's new Pod running", func() error {
+	poll.Until(t, 30*time.Second, "the resumed Job's new Pod running", func() error {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=train"})
 		if err != nil || len(pods.Items) != 1 || pods.Items[0].UID == pod.UID || pods.Items[0].Status.Phase != corev1.PodRunning {
 			return fmt.Errorf("pods %d (%v)", len(pods.Items), err)
@@ -154,7 +155,7 @@ func TestMigrationPartsOnTheRealAPIServer(t *testing.T) {
 	})
 
 	// The budget, relaxed, allows the eviction it refused.
-	eventually(t, 30*time.Second, "budget relaxed", func() error {
+	poll.Until(t, 30*time.Second, "budget relaxed", func() error {
 		b, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "train", metav1.GetOptions{})
 		if err != nil {
 			return err

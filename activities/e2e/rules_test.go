@@ -18,6 +18,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/poll"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -75,7 +76,7 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 		t.Fatalf("refresh of a rule being deleted: %+v %v", rr, err)
 	}
 	setFinalizers(t, ctx, r.Name)
-	eventually(t, 10*time.Second, "rule gone", func() error {
+	poll.Until(t, 10*time.Second, "rule gone", func() error {
 		if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, r.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}
