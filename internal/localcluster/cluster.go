@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/ports"
 )
 
 // Options configures a local control plane.
@@ -415,22 +416,15 @@ func waitFor(ctx context.Context, timeout time.Duration, check func() error) err
 }
 
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	out := make([]int, 0, n)
+	for range n {
+		p, err := ports.Pick("127.0.0.1")
 		if err != nil {
-			return nil, fmt.Errorf("find free port: %w", err)
+			return nil, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		out = append(out, p)
 	}
-	return ports, nil
+	return out, nil
 }
 
 // Pids maps each running control-plane process (etcd, kube-apiserver, ...) to its process ID,

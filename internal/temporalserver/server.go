@@ -18,6 +18,8 @@ import (
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
+
+	"github.com/devicewarden/devicewarden/internal/ports"
 )
 
 // Config describes the embedded server.
@@ -138,6 +140,7 @@ func start(cfg Config, sqlCfg *config.SQL, feHost string, fePort int, frontend s
 	if cfg.LogFile != "" {
 		serverLogger = log.NewZapLogger(log.BuildZapLogger(log.Config{Level: "warn", OutputFile: cfg.LogFile}))
 	}
+	serverLogger = fatalLogger{Logger: serverLogger, out: os.Stderr}
 	live := newLiveConfig(cfg.dynamicConfig(), time.Now)
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(svcCfg),
@@ -188,11 +191,11 @@ func serverConfig(host string, fePort int, frontend string, sqlCfg *config.SQL) 
 	svc := func(grpcPort int) (config.Service, error) {
 		var err error
 		if grpcPort == 0 {
-			if grpcPort, err = freePort(host); err != nil {
+			if grpcPort, err = ports.Pick(host); err != nil {
 				return config.Service{}, err
 			}
 		}
-		mPort, err := freePort(host)
+		mPort, err := ports.Pick(host)
 		if err != nil {
 			return config.Service{}, err
 		}
@@ -249,20 +252,9 @@ func resolveAddr(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("port %q: %w", portStr, err)
 	}
 	if port == 0 {
-		if port, err = freePort(host); err != nil {
+		if port, err = ports.Pick(host); err != nil {
 			return "", 0, err
 		}
 	}
 	return host, port, nil
-}
-
-// freePort asks the kernel for an unused port. Another process may take it before it is bound;
-// tests accept that small window in exchange for parallel runs without fixed ports.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
