@@ -2,7 +2,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
@@ -330,7 +330,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: deps.Alerter,
-		Term: watcher.LeaseTerm(kube, cmp.Or(o.OwnNamespace, "default"), watcher.TermLease),
+		Term: watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
 	})
 	start := newStartup(logger.With("component", "startup"))
 	g, gctx := errgroup.WithContext(ctx)
