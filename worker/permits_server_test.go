@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"k8s.io/client-go/kubernetes/fake"
@@ -107,17 +106,8 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 
 	time.Sleep(1500 * time.Millisecond) // the live workers report what they spent
 	start := time.Now()
-	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{ID: workflows.BreakerWorkflowID, TaskQueue: workflows.BreakerTaskQueue,
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, workflows.BreakerWorkflow, workflows.BreakerInput{}),
-		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.UpdateBreakerPause, Args: []any{workflows.BreakerSignal{Actor: "sre", Reason: "test"}},
-			WaitForStage: client.WorkflowUpdateStageCompleted},
-	})
+	st, err := (&clients.BreakerClient{Client: c}).Pause(ctx, workflows.BreakerSignal{Actor: "sre", Reason: "test"})
 	if err != nil {
-		t.Fatal(err)
-	}
-	var st policy.BreakerState
-	if err := h.Get(ctx, &st); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("granted %d of %d; the dead worker held %d; pause answered in %s; breaker: %d grants, leases %+v",

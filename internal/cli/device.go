@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/workflows"
@@ -326,16 +326,7 @@ func pauseBreaker(c *cobra.Command, tc client.Client, opts client.StartWorkflowO
 	}
 	ctx, cancel := context.WithTimeout(c.Context(), PauseAnswerWithin)
 	defer cancel()
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
-	h, err := tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: tc.NewWithStartWorkflowOperation(opts, workflows.BreakerWorkflow, workflows.BreakerInput{}),
-		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.UpdateBreakerPause, Args: []any{sig},
-			WaitForStage: client.WorkflowUpdateStageCompleted},
-	})
-	var st policy.BreakerState
-	if err == nil {
-		err = h.Get(ctx, &st)
-	}
+	st, err := (&clients.BreakerClient{Client: tc}).Pause(ctx, sig)
 	if err != nil {
 		// The signal paused the breaker; only the wait for the revocation did not end.
 		fmt.Fprintf(c.OutOrStdout(), "sent pause to %s; the breaker did not confirm that every leased permit is revoked (%v): it revokes them when a worker runs\n",

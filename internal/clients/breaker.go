@@ -154,6 +154,14 @@ func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig,
 	return nil
 }
 
+// Pause opens the breaker by hand and waits for its answer, which comes once no worker can spend
+// a permit it leased ahead (the breaker revokes them first).
+func (b *BreakerClient) Pause(ctx context.Context, sig workflows.BreakerSignal) (policy.BreakerState, error) {
+	var st policy.BreakerState
+	err := b.update(ctx, workflows.UpdateBreakerPause, sig, &st)
+	return st, err
+}
+
 // update sends one update to the breaker workflow, starting it if it does not run, and waits for
 // the answer (decoded into out unless nil).
 func (b *BreakerClient) update(ctx context.Context, name string, arg, out any) error {

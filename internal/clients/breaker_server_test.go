@@ -3,6 +3,7 @@ package clients
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,7 +89,10 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	}
 
 	// A pause takes back what the worker has not spent before it answers.
-	st := breakerUpdate(t, ctx, bc, workflows.UpdateBreakerPause)
+	st, err := bc.Pause(ctx, workflows.BreakerSignal{Actor: "sre", Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !st.Open || bc.Unspent(budget) != 0 {
 		t.Fatalf("after the pause: open %v, unspent %d", st.Open, bc.Unspent(budget))
 	}
@@ -106,7 +110,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	}
 	waiting := func() []string { return breakerState(t, ctx, c).Waiting }
 	deadline = time.Now().Add(10 * time.Second)
-	for !contains(waiting(), req(11).Device.String()) {
+	for !slices.Contains(waiting(), req(11).Device.String()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gpu-11 refused here never reached the wait list: %v", waiting())
 		}
@@ -140,15 +144,6 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	}
 }
 
-func breakerUpdate(t *testing.T, ctx context.Context, bc *BreakerClient, name string) policy.BreakerState {
-	t.Helper()
-	var st policy.BreakerState
-	if err := bc.update(ctx, name, workflows.BreakerSignal{Actor: "sre", Reason: "test"}, &st); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return st
-}
-
 func breakerState(t *testing.T, ctx context.Context, c client.Client) policy.BreakerState {
 	t.Helper()
 	var s policy.BreakerState
@@ -160,13 +155,4 @@ func breakerState(t *testing.T, ctx context.Context, c client.Client) policy.Bre
 		t.Fatal(err)
 	}
 	return s
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
