@@ -45,6 +45,8 @@ type BreakerClient struct {
 	spent    []spentPermit            // spent here, not yet reported
 	returned []policy.LeaseReport     // batches given up, not yet reported
 	granted  map[string]time.Time     // device|action -> granted here (repeats in the window)
+	revoked  map[int64]time.Time      // lease -> when the breaker revoked it (a late answer is refused)
+	seq      int64                    // the last report's number (policy.LeaseReport.Seq)
 }
 
 // Acquire asks the breaker for a permit and waits for its answer.
@@ -123,8 +125,10 @@ func (b *BreakerClient) flush() {
 		if len(reps) > 0 {
 			// On failure the permits still count as used until their lease leaves the window.
 			if err := b.signal(workflows.SignalPermitsReport, reps); err != nil {
+				// Sent again first, with their numbers: the breaker applies each once, in order,
+				// even when this signal reached it and only its answer failed.
 				b.mu.Lock()
-				b.returned = append(b.returned, reps...)
+				b.returned = append(reps, b.returned...)
 				b.mu.Unlock()
 			}
 		}

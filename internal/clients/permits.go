@@ -38,6 +38,15 @@ func NewBreakerClient(c client.Client) *BreakerClient {
 type batch struct {
 	lease policy.Lease
 	left  int
+	// until is the lease's end on this worker's clock: the lease's length counted from when the
+	// request was sent, which is before the breaker's At, so a worker clock behind the
+	// breaker's never spends after the breaker stopped counting the lease.
+	until time.Time
+}
+
+// live says whether the batch may still be spent at now (not in its last spendMargin).
+func (bt *batch) live(now time.Time) bool {
+	return bt != nil && now.Before(bt.until.Add(-spendMargin))
 }
 
 // Unspent is how many permits of a budget this worker holds leased and not yet spent: if the
@@ -52,15 +61,20 @@ func (b *BreakerClient) Unspent(budget string) int {
 }
 
 // takeLeased spends a permit of the request's budget from this worker's batch, if one is left.
-// A device granted the same action here within the window is granted again at no cost.
-// Callers hold b.mu.
+// A device granted the same action here within the window is granted again at no cost, but only
+// while the worker holds a live batch of that budget: a batch is leased only from a closed
+// breaker and a pause revokes it, so without one the repeat asks the breaker, which denies it
+// while open. Callers hold b.mu.
 func (b *BreakerClient) takeLeased(req policy.PermitRequest, now time.Time) (policy.PermitResult, bool) {
+	bt := b.batches[policy.BudgetOf(req.Action)]
+	if !bt.live(now) {
+		return policy.PermitResult{}, false
+	}
 	key := req.Key() + "|" + string(req.Action)
 	if at, ok := b.granted[key]; ok && now.Sub(at) < req.Config.Window {
 		return policy.PermitResult{Granted: true, Reason: "already granted in this window"}, true
 	}
-	bt := b.batches[policy.BudgetOf(req.Action)]
-	if bt == nil || bt.left == 0 || !now.Before(bt.lease.Until.Add(-spendMargin)) {
+	if bt.left == 0 {
 		return policy.PermitResult{}, false
 	}
 	bt.left--
@@ -121,30 +135,61 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 		b.mu.Unlock()
 
 		var res policy.LeaseResult
+		sent := time.Now()
 		err := b.update(ctx, workflows.UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch}, &res)
-		if err == nil {
-			b.remember(req, res.PermitResult) // before the waiters wake, so a refusal answers them
-		}
 		b.mu.Lock()
+		if err == nil {
+			res.PermitResult = b.install(bud, req, res, sent)
+			b.refused.Note(req, res.PermitResult, time.Now()) // before the waiters wake, so a refusal answers them
+		}
 		delete(b.asking, bud)
 		close(done)
-		if err == nil && res.Granted {
-			if res.Reason == "" {
-				b.grantedHere(req.Key()+"|"+string(req.Action), time.Now(), req.Config.Window)
-			}
-			if res.Lease != nil {
-				if b.batches == nil {
-					b.batches = map[string]*batch{}
-				}
-				b.batches[bud] = &batch{lease: *res.Lease, left: res.Lease.Count}
-			}
-		}
 		b.mu.Unlock()
 		if err != nil {
 			return policy.PermitResult{}, err
 		}
 		return res.PermitResult, nil
 	}
+}
+
+// install keeps the breaker's answer to a lease request: the request's own permit, and the batch
+// to spend from. An answer whose lease the breaker already revoked (a pause whose revocation
+// reached this worker before the answer did) is refused whole: the batch goes back unspent, the
+// device waits for a resume, and nothing of it is spent after the pause answered. Callers hold b.mu.
+func (b *BreakerClient) install(bud string, req policy.PermitRequest, res policy.LeaseResult, sent time.Time) policy.PermitResult {
+	if res.Lease != nil && b.revokedLease(res.Lease.ID) {
+		b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Lease: res.Lease.ID, Returned: res.Lease.Count, Seq: b.nextSeq()})
+		if req.Claim == "" && len(b.pending) < 100000 {
+			b.pending = append(b.pending, req.Device.String())
+		}
+		b.startFlush()
+		return policy.PermitResult{Reason: "circuit breaker open: paused while this permit was on its way"}
+	}
+	if !res.Granted {
+		return res.PermitResult
+	}
+	if res.Reason == "" {
+		b.grantedHere(req.Key()+"|"+string(req.Action), time.Now(), req.Config.Window)
+	}
+	if res.Lease != nil {
+		if b.batches == nil {
+			b.batches = map[string]*batch{}
+		}
+		b.batches[bud] = &batch{lease: *res.Lease, left: res.Lease.Count, until: sent.Add(res.Lease.Until.Sub(res.Lease.At))}
+	}
+	return res.PermitResult
+}
+
+// revokedLease says whether the breaker revoked lease id from this worker. Callers hold b.mu.
+func (b *BreakerClient) revokedLease(id int64) bool {
+	_, ok := b.revoked[id]
+	return ok
+}
+
+// nextSeq numbers a report (policy.LeaseReport.Seq). Callers hold b.mu.
+func (b *BreakerClient) nextSeq() int64 {
+	b.seq++
+	return b.seq
 }
 
 // retireBatch returns what is left of a budget's batch before a new one is asked for.
@@ -156,16 +201,29 @@ func (b *BreakerClient) retireBatch(bud string) {
 	}
 	delete(b.batches, bud)
 	if bt.left > 0 {
-		b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Lease: bt.lease.ID, Returned: bt.left})
+		b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Lease: bt.lease.ID, Returned: bt.left, Seq: b.nextSeq()})
 		b.startFlush()
 	}
 }
 
 // Revoke takes back the named leases at once (the breaker was paused): what was spent and not
-// yet reported, and the count left unspent. Nothing of them is spent afterwards.
+// yet reported, and the count left unspent. Nothing of them is spent afterwards, a lease whose
+// answer has not arrived yet included: its ID is kept until it could no longer be spent.
 func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
+	if b.revoked == nil {
+		b.revoked = map[int64]time.Time{}
+	}
+	for id, at := range b.revoked {
+		if now.Sub(at) > policy.LeaseFor+spendMargin {
+			delete(b.revoked, id) // any lease it names has ended
+		}
+	}
+	for _, id := range ids {
+		b.revoked[id] = now
+	}
 	out := map[int64]*policy.LeaseReport{}
 	var order []int64
 	report := func(id int64) *policy.LeaseReport {
@@ -207,7 +265,7 @@ func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
 // a batch whose lease ran out is returned here too. Callers hold b.mu.
 func (b *BreakerClient) reports(now time.Time) []policy.LeaseReport {
 	for bud, bt := range b.batches {
-		if !now.Before(bt.lease.Until.Add(-spendMargin)) {
+		if !bt.live(now) {
 			b.retireBatch(bud)
 		}
 	}
@@ -219,7 +277,7 @@ func (b *BreakerClient) reports(now time.Time) []policy.LeaseReport {
 		if !ok {
 			i = len(out)
 			byLease[s.lease] = i
-			out = append(out, policy.LeaseReport{Worker: b.Worker, Lease: s.lease})
+			out = append(out, policy.LeaseReport{Worker: b.Worker, Lease: s.lease, Seq: b.nextSeq()})
 		}
 		out[i].Spent = append(out[i].Spent, s.grant)
 	}

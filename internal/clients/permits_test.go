@@ -2,6 +2,7 @@ package clients
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func permitReq(n int) policy.PermitRequest {
 func TestTakeLeasedIsAtomic(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
-	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 7, Until: now.Add(policy.LeaseFor)}, left: 8}}
+	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 7}, until: now.Add(policy.LeaseFor), left: 8}}
 	var mu sync.Mutex
 	granted := 0
 	var wg sync.WaitGroup
@@ -47,12 +48,12 @@ func TestTakeLeasedIsAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.mu.Lock()
-	res, ok := b.takeLeased(permitReq(n), now.Add(time.Minute))
+	res, ok := b.takeLeased(permitReq(n), now.Add(time.Second))
 	b.mu.Unlock()
 	if !ok || !res.Granted || res.Reason == "" {
 		t.Fatalf("a repeat within the window: %v %+v", ok, res)
 	}
-	b.batches["actions"] = &batch{lease: policy.Lease{ID: 8, Until: now.Add(time.Second / 2)}, left: 3}
+	b.batches["actions"] = &batch{lease: policy.Lease{ID: 8}, until: now.Add(time.Second / 2), left: 3}
 	b.mu.Lock()
 	_, ok = b.takeLeased(permitReq(100), now)
 	b.mu.Unlock()
@@ -67,8 +68,8 @@ func TestRevokeGivesBackNamedLeases(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
 	b.batches = map[string]*batch{
-		"actions":      {lease: policy.Lease{ID: 1, Until: now.Add(policy.LeaseFor)}, left: 3},
-		"restrictions": {lease: policy.Lease{ID: 2, Action: policy.Restricted, Until: now.Add(policy.LeaseFor)}, left: 2},
+		"actions":      {lease: policy.Lease{ID: 1}, until: now.Add(policy.LeaseFor), left: 3},
+		"restrictions": {lease: policy.Lease{ID: 2, Action: policy.Restricted}, until: now.Add(policy.LeaseFor), left: 2},
 	}
 	b.spent = []spentPermit{{lease: 1, grant: policy.Grant{Device: "a"}}, {lease: 2, grant: policy.Grant{Device: "b"}}, {lease: 1, grant: policy.Grant{Device: "c"}}}
 	reps := b.Revoke([]int64{1})
@@ -106,5 +107,106 @@ func TestFlushStopsWhenNothingIsLeft(t *testing.T) {
 			t.Fatal("the reporter still runs with nothing to report")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A pause's revocation can reach a worker before the answer to the lease it revokes (the breaker
+// records the lease and answers the pause in one workflow task). The late answer is refused
+// whole: no batch is installed, the batch goes back unspent, and the device waits for a resume
+// (#40, defect 1). Before, Revoke answered [] for the unknown lease and the answer installed a
+// batch of 8 that the worker spent while the breaker was paused.
+func TestLateLeaseAnswerAfterRevokeIsRefused(t *testing.T) {
+	now := time.Now()
+	b := &BreakerClient{Worker: "w", flushing: true}
+	if reps := b.Revoke([]int64{5}); len(reps) != 0 {
+		t.Fatalf("revoked a lease this worker does not hold yet: %+v", reps)
+	}
+	late := policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
+		Lease: &policy.Lease{ID: 5, Worker: "w", Count: 8, At: now, Until: now.Add(policy.LeaseFor)}}
+	b.mu.Lock()
+	res := b.install("actions", permitReq(1), late, now)
+	b.mu.Unlock()
+	if res.Granted || !strings.HasPrefix(res.Reason, "circuit breaker open") {
+		t.Fatalf("the late answer was %+v", res)
+	}
+	if b.Unspent("actions") != 0 {
+		t.Fatalf("a revoked lease was installed: %d unspent", b.Unspent("actions"))
+	}
+	b.mu.Lock()
+	_, took := b.takeLeased(permitReq(2), now)
+	reps := b.reports(now)
+	b.mu.Unlock()
+	if took {
+		t.Fatal("a device spent from a revoked lease")
+	}
+	if len(reps) != 1 || reps[0].Lease != 5 || reps[0].Returned != 8 || reps[0].Seq == 0 {
+		t.Fatalf("the revoked batch was not given back: %+v", reps)
+	}
+	if len(b.pending) != 1 || b.pending[0] != permitReq(1).Device.String() {
+		t.Fatalf("the device does not wait for a resume: %v", b.pending)
+	}
+	// An answer for a lease that was not revoked is installed as before.
+	b.mu.Lock()
+	res = b.install("actions", permitReq(3), policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
+		Lease: &policy.Lease{ID: 6, Worker: "w", Count: 8, At: now, Until: now.Add(policy.LeaseFor)}}, now)
+	b.mu.Unlock()
+	if !res.Granted || b.Unspent("actions") != 8 {
+		t.Fatalf("a fresh lease: %+v, %d unspent", res, b.Unspent("actions"))
+	}
+}
+
+// A repeat of an action granted here is answered from memory only while a live batch of its
+// budget is held (#40, defect 2): after a revocation, or once the batch ran out, the repeat asks
+// the breaker, which denies it while paused or open. Before, the memory answered it whatever the
+// breaker's state, and a second migration after a pause evicted.
+func TestRepeatAfterRevokeAsksTheBreaker(t *testing.T) {
+	now := time.Now()
+	b := &BreakerClient{Worker: "w", flushing: true}
+	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 1}, until: now.Add(policy.LeaseFor), left: 2}}
+	b.mu.Lock()
+	if res, ok := b.takeLeased(permitReq(1), now); !ok || !res.Granted || res.Reason != "" {
+		t.Fatalf("first grant: %v %+v", ok, res)
+	}
+	if res, ok := b.takeLeased(permitReq(1), now); !ok || res.Reason == "" {
+		t.Fatalf("a repeat with a live batch: %v %+v", ok, res)
+	}
+	b.mu.Unlock()
+	b.Revoke([]int64{1})
+	b.mu.Lock()
+	_, ok := b.takeLeased(permitReq(1), now.Add(time.Second))
+	b.mu.Unlock()
+	if ok {
+		t.Fatal("a repeat was granted from memory after the breaker revoked the batch")
+	}
+	// Nor once the batch can no longer be spent.
+	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 2}, until: now.Add(time.Second), left: 2}}
+	b.mu.Lock()
+	_, ok = b.takeLeased(permitReq(1), now.Add(time.Second))
+	b.mu.Unlock()
+	if ok {
+		t.Fatal("a repeat was granted from memory with an expired batch")
+	}
+}
+
+// A batch ends on the worker's own clock: the lease's length counted from when the request was
+// sent. A worker whose clock runs 5 s behind the breaker's stops spending when the breaker stops
+// counting, not 5 s after (#40: the clock check). Before, the worker compared its own clock with
+// the breaker's Until.
+func TestBatchEndsOnTheWorkersClock(t *testing.T) {
+	breakerNow := time.Now()
+	workerNow := breakerNow.Add(-5 * time.Second) // this worker's clock is 5 s behind
+	b := &BreakerClient{Worker: "w", flushing: true}
+	ans := policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
+		Lease: &policy.Lease{ID: 1, Worker: "w", Count: 8, At: breakerNow, Until: breakerNow.Add(policy.LeaseFor)}}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.install("actions", permitReq(0), ans, workerNow)
+	// On the worker's clock, LeaseFor after sending is the breaker's Until.
+	lastSpend := workerNow.Add(policy.LeaseFor - spendMargin)
+	if _, ok := b.takeLeased(permitReq(1), lastSpend.Add(-time.Millisecond)); !ok {
+		t.Fatal("could not spend inside the lease")
+	}
+	if _, ok := b.takeLeased(permitReq(2), lastSpend); ok {
+		t.Fatalf("spent at %s on the worker's clock, after the breaker's Until", lastSpend.Sub(workerNow))
 	}
 }

@@ -91,6 +91,9 @@ type BreakerState struct {
 	// OpenDeniesAll: an open breaker denies every request, a device already granted in the window
 	// included (before, that repeat was granted even while paused by hand). Set by newer runs.
 	OpenDeniesAll bool `json:"openDeniesAll,omitempty"`
+	// SpendsOwnAction: a leased permit is recorded under the action that spent it, and a report
+	// sent again is applied once (LeaseReport.Seq). Set by newer runs.
+	SpendsOwnAction bool `json:"spendsOwnAction,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
 	// Leases are batches of permits handed to workers ahead of their devices' requests (see

@@ -35,6 +35,9 @@ type Lease struct {
 	// Unreachable: a revocation did not reach the worker; the batch counts as used until it
 	// leaves the window.
 	Unreachable bool `json:"unreachable,omitempty"`
+	// Reported is the number of the worker's last report applied to this lease: a report sent
+	// again (its signal landed but answered an error) is not counted twice.
+	Reported int64 `json:"reported,omitempty"`
 }
 
 // LeaseRequest asks for one permit, as PermitRequest does, and for up to Want more to keep.
@@ -58,6 +61,10 @@ type LeaseReport struct {
 	Lease    int64   `json:"lease"`
 	Spent    []Grant `json:"spent,omitempty"`
 	Returned int     `json:"returned,omitempty"`
+	// Seq numbers a worker's reports in the order it made them; a report whose Seq the lease
+	// already applied is a resend and changes nothing. Zero (a revocation's answer, or a worker
+	// from before) is always applied.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // Lease grants the request's permit as Acquire does and, with it, leases up to Want more of the
@@ -80,13 +87,20 @@ func (b *BreakerState) Lease(req LeaseRequest, now time.Time) LeaseResult {
 }
 
 // Report applies what a worker says became of a lease's permits. A spent permit becomes a Grant
-// at the time it was spent (never before the lease, never after now); a report of more than the
-// lease still holds counts no further. A lease with nothing left is forgotten.
+// at the time it was spent (never before the lease, never after now), under the action that spent
+// it (SpendsOwnAction); a report of more than the lease still holds counts no further, and a
+// report applied before (same Seq) counts nothing. A lease with nothing left is forgotten.
 func (b *BreakerState) Report(r LeaseReport, now time.Time) {
 	for i := range b.Leases {
 		l := &b.Leases[i]
 		if l.ID != r.Lease || l.Worker != r.Worker {
 			continue
+		}
+		if r.Seq != 0 && b.SpendsOwnAction {
+			if r.Seq <= l.Reported {
+				return
+			}
+			l.Reported = r.Seq
 		}
 		for _, g := range r.Spent {
 			if l.Count == 0 {
@@ -96,7 +110,7 @@ func (b *BreakerState) Report(r LeaseReport, now time.Time) {
 			if at.Before(l.At) || at.After(now) {
 				at = now
 			}
-			b.Grants = append(b.Grants, Grant{Device: g.Device, Action: l.Action, At: at})
+			b.Grants = append(b.Grants, Grant{Device: g.Device, Action: b.spentAs(l, g), At: at})
 			l.Count--
 		}
 		l.Count = max(0, l.Count-r.Returned)
@@ -105,6 +119,17 @@ func (b *BreakerState) Report(r LeaseReport, now time.Time) {
 		}
 		return
 	}
+}
+
+// spentAs is the action a spent permit is recorded under: the one that spent it, so a quarantine
+// and a migration of one device count as two actions whichever request leased the batch. A batch
+// is spent only within its budget; an action of another budget (or none) is recorded as the
+// lease's. Runs recorded before SpendsOwnAction record every spend under the lease's action.
+func (b *BreakerState) spentAs(l *Lease, g Grant) State {
+	if !b.SpendsOwnAction || g.Action == "" || b.budget(g.Action) != b.budget(l.Action) {
+		return l.Action
+	}
+	return g.Action
 }
 
 // Outstanding lists, by worker queue in the order first leased, the leases a revocation must

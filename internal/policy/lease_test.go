@@ -228,3 +228,71 @@ func TestLeasesNeverExceedTheCap(t *testing.T) {
 		}
 	})
 }
+
+// A leased permit is recorded under the action that spent it: a batch leased by a migration and
+// spent on device E's quarantine leaves E's own migration to be counted (#40, defect 3). Before
+// the change it was recorded as E's migration, so E's migration was answered "already granted"
+// at no cost and two actions counted as one.
+func TestSpentPermitKeepsItsOwnAction(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	res := b.Lease(leaseReq("w1", "gpu-0", ActionMigrate, cfg), t0)
+	if res.Lease == nil {
+		t.Fatalf("no lease: %+v", res)
+	}
+	b.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Seq: 1,
+		Spent: []Grant{{Device: "d/p/gpu-1", Action: Quarantined, At: t0}}}, t0)
+	if g := b.Grants[len(b.Grants)-1]; g.Device != "d/p/gpu-1" || g.Action != Quarantined {
+		t.Fatalf("spent on a quarantine, recorded as %+v", g)
+	}
+	used := b.used("actions")
+	mig := b.Acquire(leaseReq("w1", "gpu-1", ActionMigrate, cfg).PermitRequest, t0)
+	if !mig.Granted || mig.Reason != "" || b.used("actions") != used+1 {
+		t.Fatalf("gpu-1's migration after its quarantine: %+v, used %d -> %d", mig, used, b.used("actions"))
+	}
+	// A spend of another budget is never recorded as that budget: it stays the lease's.
+	b.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Seq: 2,
+		Spent: []Grant{{Device: "d/p/gpu-2", Action: Restricted, At: t0}}}, t0)
+	if g := b.Grants[len(b.Grants)-1]; g.Action != ActionMigrate {
+		t.Fatalf("a restriction spent from an actions batch recorded as %+v", g)
+	}
+	// A run recorded before the change keeps recording under the lease's action.
+	old := &BreakerState{Config: cfg, SeparateBudgets: true}
+	res = old.Lease(leaseReq("w1", "gpu-0", ActionMigrate, cfg), t0)
+	old.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Spent: []Grant{{Device: "d/p/gpu-1", Action: Quarantined, At: t0}}}, t0)
+	if g := old.Grants[len(old.Grants)-1]; g.Action != ActionMigrate {
+		t.Fatalf("an old run recorded %+v", g)
+	}
+}
+
+// A report whose signal reached the breaker but answered an error is sent again; the breaker
+// applies it once. Before Seq, the resend doubled the grants and used up the lease, so the
+// worker's later genuine spends were dropped.
+func TestReportSentAgainCountsOnce(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	res := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
+	id := res.Lease.ID
+	first := LeaseReport{Worker: "w1", Lease: id, Seq: 1, Spent: []Grant{
+		{Device: "d/p/gpu-1", Action: Quarantined, At: t0}, {Device: "d/p/gpu-2", Action: Quarantined, At: t0},
+		{Device: "d/p/gpu-3", Action: Quarantined, At: t0}, {Device: "d/p/gpu-4", Action: Quarantined, At: t0}}}
+	b.Report(first, t0)
+	b.Report(first, t0) // the resend
+	later := LeaseReport{Worker: "w1", Lease: id, Seq: 2, Spent: []Grant{
+		{Device: "d/p/gpu-5", Action: Quarantined, At: t0}, {Device: "d/p/gpu-6", Action: Quarantined, At: t0}}}
+	b.Report(later, t0)
+	devices := map[string]int{}
+	for _, g := range b.Grants {
+		devices[g.Device]++
+	}
+	for _, d := range []string{"d/p/gpu-1", "d/p/gpu-4", "d/p/gpu-5", "d/p/gpu-6"} {
+		if devices[d] != 1 {
+			t.Fatalf("%s recorded %d times: %+v", d, devices[d], b.Grants)
+		}
+	}
+	if len(b.Leases) != 1 || b.Leases[0].Count != 2 {
+		t.Fatalf("lease left %+v, want 2 unspent", b.Leases)
+	}
+}
