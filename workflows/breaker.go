@@ -36,6 +36,10 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	if workflow.GetVersion(ctx, "open-denies-all", workflow.DefaultVersion, 1) >= 1 {
 		st.OpenDeniesAll = true
 	}
+	// Runs recorded before a spent permit kept its own action record it under the lease's.
+	if workflow.GetVersion(ctx, "spent-own-action", workflow.DefaultVersion, 1) >= 1 {
+		st.SpendsOwnAction = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
