@@ -40,7 +40,9 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, erro
 		}
 	}
 	for r.st.Phase < len(r.plan.Phases) {
-		if historyFull(ctx) {
+		// An accepted rollback is acted on first: its handler answers once the loop has carried
+		// it out, and continuing as new waits for every handler to finish.
+		if historyFull(ctx) && r.st.RollbackPending == nil {
 			return *r.st, r.continueAsNew(ctx)
 		}
 		if err := r.step(ctx); err != nil {
@@ -316,7 +318,7 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 			} else if backsOff {
 				poll = min(2*poll, drainPollMax)
 			}
-			if !cond() && historyFull(ctx) {
+			if !cond() && r.st.RollbackPending == nil && historyFull(ctx) {
 				return r.continueAsNew(ctx)
 			}
 		}
