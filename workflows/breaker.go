@@ -35,6 +35,8 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	// Runs recorded before an open breaker denied repeats of granted actions replay granting them.
 	if workflow.GetVersion(ctx, "open-denies-all", workflow.DefaultVersion, 1) >= 1 {
 		st.OpenDeniesAll = true
+	} else {
+		ctx = suggestionOnly(ctx) // open-denies-all came after the history bound: a run without it predates both
 	}
 	// Runs recorded before a spent permit kept its own action record it under the lease's.
 	if workflow.GetVersion(ctx, "spent-own-action", workflow.DefaultVersion, 1) >= 1 {

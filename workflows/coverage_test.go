@@ -289,10 +289,7 @@ func deviceStates(t *testing.T) []string {
 // markers each holds (change ID -> a file holding it).
 func recordedPaths(t *testing.T) (map[string]map[string]bool, map[string]map[string]string) {
 	t.Helper()
-	files, err := filepath.Glob("testdata/*.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := histories(t)
 	have := map[string]map[string]bool{}
 	markers := map[string]map[string]string{}
 	for _, f := range files {

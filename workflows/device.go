@@ -33,6 +33,9 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		st = policy.NewState(in.Device, in.Node, in.Policy, in.DryRun)
 	}
 	ctx = withChanges(ctx)
+	if !takes(ctx, 1) {
+		ctx = suggestionOnly(ctx) // deviceChanges came after the history bound
+	}
 	// Runs recorded before the release path replay without it.
 	if changed(ctx, "release-path") {
 		st.ReleasePath = true

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -71,4 +73,31 @@ func TestRolloutContinuedWhileRolledBack(t *testing.T) {
 		t.Fatalf("after resume: %s, want completed", st.State)
 	}
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")
+}
+
+// A breaker run of a release before the history bound (no open-denies-all marker, as 18bd934's)
+// continues as new when the server suggests it, never at historyBound: it did not, and replayed
+// here with a long history and the suggestion off it must wait on as recorded (#40, defect 5).
+// A run of this code continues at the bound. Before, both continued at the bound.
+func TestOldBreakerRunsIgnoreTheBound(t *testing.T) {
+	for _, old := range []bool{true, false} {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestWorkflowEnvironment()
+		registerActivities(env)
+		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
+		if old {
+			env.OnGetVersion("open-denies-all", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+		}
+		env.SetCurrentHistoryLength(historyBound + 1)
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "bob", Reason: "maintenance"})
+		}, time.Minute)
+		env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+		env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+		var can *workflow.ContinueAsNewError
+		continued := errors.As(env.GetWorkflowError(), &can)
+		if continued == old {
+			t.Errorf("a run of a release before the bound: %v; continued as new at %d events: %v", old, historyBound+1, continued)
+		}
+	}
 }

@@ -67,6 +67,9 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 		return *r.m, err
 	}
 	r.dropStale = workflow.GetVersion(ctx, "drop-stale-grants", workflow.DefaultVersion, 1) >= 1
+	// Every run continues as new from its waits once its history is full. A first run of 18bd934
+	// did not; nothing it records tells it from a first run of 622d041, which did (it has no
+	// marker of its own, and the same input), so the later release is the one replayed exactly.
 	if c := in.Carried; c != nil {
 		r.m, r.slot, r.started, r.anyway = &c.State, c.Slot, c.Started, c.Anyway
 		r.in.Carried = nil

@@ -32,6 +32,12 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, erro
 	// Since version 1 an enable that failed is listed as a partial change, so a rollback routes
 	// back the nodes it may have switched; before, they stayed on DRA with nothing to undo them.
 	r.undoFailedEnable = workflow.GetVersion(ctx, "failed-enable-undone", workflow.DefaultVersion, 1) >= 1
+	// A run continues as new only when its code did (983cadb on): a run that records any marker
+	// of that code. failed-enable-undone is recorded at every run's start since 5fad03b; runs of
+	// the release before it record gates-yield-to-commands, rolled-back-acts-on-rollback or
+	// drain-backs-off at the waits that grow a history. A run of 18bd934 records none and waits
+	// on with timers where a long history has the suggestion set, as its code did.
+	r.continues = r.undoFailedEnable
 	r.publish(ctx)
 	if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
 		// The previous run continued as new while holding: hold on where it stopped.
@@ -42,7 +48,7 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, erro
 	for r.st.Phase < len(r.plan.Phases) {
 		// An accepted rollback is acted on first: its handler answers once the loop has carried
 		// it out, and continuing as new waits for every handler to finish.
-		if historyFull(ctx) && r.st.RollbackPending == nil {
+		if r.continues && historyFull(ctx) && r.st.RollbackPending == nil {
 			return *r.st, r.continueAsNew(ctx)
 		}
 		if err := r.step(ctx); err != nil {
@@ -68,6 +74,8 @@ type rolloutRun struct {
 	shown [2]string
 	// undoFailedEnable: a failed enable is listed as a partial change (a rollback undoes it).
 	undoFailedEnable bool
+	// continues: this run's code continues as new when its history is full (see RolloutWorkflow).
+	continues bool
 }
 
 // step runs the current phase's current step.
@@ -168,6 +176,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	// Since version 1 a rollback or a pause sent while the gates are measured is acted on at once:
 	// the measurement is cancelled, and measured again after a resume.
 	yields := workflow.GetVersion(ctx, "gates-yield-to-commands", workflow.DefaultVersion, 1) == 1
+	r.continues = r.continues || yields
 	gctx, cancel := workflow.WithCancel(gctx)
 	defer cancel()
 	measured := workflow.ExecuteActivity(gctx, rol.EvaluateRolloutGates, in)
@@ -283,12 +292,14 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 	s := r.st.State
 	// A rollback accepted while rolled back (earlier phases still enabled) is acted on at once.
 	// Before version 1 the wait looked only at resume, and such a rollback was never run.
-	onRollback := s == rollout.StateBlocked ||
-		(s == rollout.StateRolledBack && workflow.GetVersion(ctx, "rolled-back-acts-on-rollback", workflow.DefaultVersion, 1) == 1)
+	acts := s == rollout.StateRolledBack && workflow.GetVersion(ctx, "rolled-back-acts-on-rollback", workflow.DefaultVersion, 1) == 1
+	onRollback := s == rollout.StateBlocked || acts
+	r.continues = r.continues || acts
 	cond := func() bool { return r.st.Retry || (onRollback && r.st.RollbackPending != nil) }
 	if s == rollout.StateRolledBack {
 		// Since version 1 the looks at held nodes back off while none is returned.
 		backsOff := workflow.GetVersion(ctx, "drain-backs-off", workflow.DefaultVersion, 1) == 1
+		r.continues = r.continues || backsOff
 		poll := drainPoll
 		for {
 			wait := r.st.HoldUntil.Sub(workflow.Now(ctx))
@@ -318,7 +329,7 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 			} else if backsOff {
 				poll = min(2*poll, drainPollMax)
 			}
-			if !cond() && r.st.RollbackPending == nil && historyFull(ctx) {
+			if r.continues && !cond() && r.st.RollbackPending == nil && historyFull(ctx) {
 				return r.continueAsNew(ctx)
 			}
 		}
