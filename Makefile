@@ -138,6 +138,9 @@ MUTATION_PKGS = internal/policy internal/rollout internal/capacity workflows act
 
 N ?= 100000
 SIM_WORKFLOWS = DeviceWorkflow UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
+# The seams between parties, each simulated in the package of its parts (package:name): the
+# breaker with three workers' permit caches.
+SIM_SEAMS = internal/clients:Permits
 # A process runs at most SIM_CHUNK sequences: the SDK's test environment keeps an activity that
 # waits to retry when its run ends (a goroutine and the environment), so memory grows with the
 # sequences a process runs (about 330 KB each for the migration).
@@ -154,6 +157,13 @@ simulate: ## Long simulations: make simulate N=100000 [SEED=...] [SIM_WORKFLOWS=
 		done; \
 		end=$$(date +%s.%N); \
 		awk -v wf=$$wf -v n=$(N) -v s=$$start -v e=$$end 'BEGIN { printf "%-17s %7d sequences in %6.0f s: %5.0f a second\n", wf, n, e - s, n / (e - s) }'; \
+	done; \
+	cd ..; for sim in $(SIM_SEAMS); do \
+		pkg=$${sim%%:*}; name=$${sim##*:}; start=$$(date +%s.%N); \
+		if ! $(GO) test ./$$pkg/ -count=1 -timeout=0 -run "^TestSimulate$$name\$$" -rapid.checks=$(N) $(if $(SEED),-rapid.seed=$(SEED)) >/dev/null 2>&1; then \
+			$(GO) test ./$$pkg/ -count=1 -timeout=0 -run "^TestSimulate$$name\$$" -rapid.checks=$(N) $(if $(SEED),-rapid.seed=$(SEED)) 2>&1 | grep -v '\[rapid\] draw'; echo "FAIL: $$name"; exit 1; fi; \
+		end=$$(date +%s.%N); \
+		awk -v wf=$$name -v n=$(N) -v s=$$start -v e=$$end 'BEGIN { printf "%-17s %7d sequences in %6.0f s: %5.0f a second\n", wf, n, e - s, n / (e - s) }'; \
 	done
 
 mutation: ## Mutation testing (gremlins) of the decision, orchestration, activity and watcher packages, then the mutants gremlins cannot reach

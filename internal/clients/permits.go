@@ -62,20 +62,18 @@ func (b *BreakerClient) Unspent(budget string) int {
 
 // takeLeased spends a permit of the request's budget from this worker's batch, if one is left.
 // A device granted the same action here within the window is granted again at no cost, but only
-// while the worker holds a live batch of that budget: a batch is leased only from a closed
-// breaker and a pause revokes it, so without one the repeat asks the breaker, which denies it
-// while open. Callers hold b.mu.
+// while the worker holds a live batch of that budget with permits left: such a batch was leased
+// from a closed breaker and still counts there, so a pause revokes it. Without one (a spent batch
+// the breaker has forgotten is never revoked) the repeat asks the breaker, which denies it while
+// open. Callers hold b.mu.
 func (b *BreakerClient) takeLeased(req policy.PermitRequest, now time.Time) (policy.PermitResult, bool) {
 	bt := b.batches[policy.BudgetOf(req.Action)]
-	if !bt.live(now) {
+	if !bt.live(now) || bt.left == 0 {
 		return policy.PermitResult{}, false
 	}
 	key := req.Key() + "|" + string(req.Action)
 	if at, ok := b.granted[key]; ok && now.Sub(at) < req.Config.Window {
 		return policy.PermitResult{Granted: true, Reason: "already granted in this window"}, true
-	}
-	if bt.left == 0 {
-		return policy.PermitResult{}, false
 	}
 	bt.left--
 	b.spent = append(b.spent, spentPermit{lease: bt.lease.ID, grant: policy.Grant{Device: req.Key(), Action: req.Action, At: now}})
@@ -169,7 +167,9 @@ func (b *BreakerClient) install(bud string, req policy.PermitRequest, res policy
 		return res.PermitResult
 	}
 	if res.Reason == "" {
-		b.grantedHere(req.Key()+"|"+string(req.Action), time.Now(), req.Config.Window)
+		// From when the request was sent, before the breaker granted it: this worker's memory of
+		// the grant never outlives the breaker's window.
+		b.grantedHere(req.Key()+"|"+string(req.Action), sent, req.Config.Window)
 	}
 	if res.Lease != nil {
 		if b.batches == nil {

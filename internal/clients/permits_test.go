@@ -17,8 +17,8 @@ func permitReq(n int) policy.PermitRequest {
 }
 
 // Devices take from a worker's batch under one lock: 64 asking at once get exactly the batch,
-// a device granted here is granted again within the window at no cost, and nothing is taken in
-// the lease's last second or after it.
+// a device granted here is granted again within the window at no cost while the batch has
+// permits left, and nothing is taken in the lease's last second or after it.
 func TestTakeLeasedIsAtomic(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
@@ -47,11 +47,14 @@ func TestTakeLeasedIsAtomic(t *testing.T) {
 	if _, err := fmt.Sscanf(first, "d/p/gpu-%d", &n); err != nil {
 		t.Fatal(err)
 	}
+	// A repeat is answered here only while the batch has permits left (a pause would revoke it).
 	b.mu.Lock()
-	res, ok := b.takeLeased(permitReq(n), now.Add(time.Second))
+	_, ok := b.takeLeased(permitReq(n), now.Add(time.Second))
+	b.batches["actions"].left = 1
+	res, again := b.takeLeased(permitReq(n), now.Add(time.Second))
 	b.mu.Unlock()
-	if !ok || !res.Granted || res.Reason == "" {
-		t.Fatalf("a repeat within the window: %v %+v", ok, res)
+	if ok || !again || !res.Granted || res.Reason == "" || b.batches["actions"].left != 1 {
+		t.Fatalf("a repeat within the window: spent batch %v, batch with one left %v %+v", ok, again, res)
 	}
 	b.batches["actions"] = &batch{lease: policy.Lease{ID: 8}, until: now.Add(time.Second / 2), left: 3}
 	b.mu.Lock()
