@@ -63,7 +63,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 		case policy.ActRelease:
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
-				Members: st.Members()}
+				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
 				acts = append(acts, st.ReleaseFailed(err.Error(), workflow.Now(ctx))...)
 				continue

@@ -53,6 +53,9 @@ type QuarantineResult struct {
 	Created  bool   `json:"created"`
 	// Effect is the effect the rule carries now.
 	Effect string `json:"effect,omitempty"`
+	// Owner, when set, is another workflow that owns the rule: this one waits on it, and the rule
+	// is handed to it when the owner releases (owners.go).
+	Owner string `json:"owner,omitempty"`
 }
 
 func (a *Activities) effect(e resourcev1.DeviceTaintEffect) resourcev1.DeviceTaintEffect {
@@ -144,6 +147,21 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		}
 		if existing.DeletionTimestamp != nil {
 			return fmt.Errorf("device taint rule %s is being deleted; a new one is created once it is gone", name)
+		}
+		if !ownedBy(existing, in.WorkflowID) {
+			// Another workflow fences this device: its rule stands for both, and this one waits
+			// on it, never taking it over.
+			res = QuarantineResult{RuleName: name, Effect: string(existing.Spec.Taint.Effect), Owner: owner(existing)}
+			w := withWaiter(existing, in.WorkflowID)
+			if w == nil {
+				a.count("waiting")
+				return nil
+			}
+			_, err = rules.Update(ctx, w, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
+			if err == nil {
+				a.count("waiting")
+			}
+			return err
 		}
 		res = QuarantineResult{RuleName: name, Effect: string(rule.Spec.Taint.Effect)}
 		if existing.Spec.Taint.Key == rule.Spec.Taint.Key && existing.Spec.Taint.Effect == rule.Spec.Taint.Effect &&
@@ -276,6 +294,10 @@ func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (Refre
 			res.Missing = true
 			return nil
 		}
+		if !ownedBy(r, in.WorkflowID) {
+			res.Effect = string(r.Spec.Taint.Effect) // the owner's fence stands; only it changes the taint
+			return nil
+		}
 		res.Effect = string(want.Spec.Taint.Effect)
 		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, withTaint(r, want), metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
 		return err
@@ -300,15 +322,17 @@ type ReleaseInput struct {
 	Reporters []policy.Reporter `json:"reporters,omitempty"`
 	// Members are a unit's devices (QuarantineInput.Members): every one's rule is deleted.
 	Members []string `json:"members,omitempty"`
+	// WorkflowID is the releasing workflow: only the rules it owns are removed (owners.go).
+	WorkflowID string `json:"workflowID,omitempty"`
 }
 
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
 func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 	if len(in.Members) > 0 {
-		if err := a.releaseUnitRules(ctx, in.Device, in.Members); err != nil {
+		if err := a.releaseUnitRules(ctx, in.Device, in.Members, in.WorkflowID); err != nil {
 			return err
 		}
-	} else if err := a.deleteOwnRule(ctx, in.Device); err != nil {
+	} else if err := a.deleteOwnRule(ctx, in.Device, in.WorkflowID); err != nil {
 		return err
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
@@ -330,21 +354,40 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 	return nil
 }
 
-// deleteOwnRule deletes the device's rule, if it has one and it is the device's own.
-func (a *Activities) deleteOwnRule(ctx context.Context, id device.ID) error {
+// deleteOwnRule removes workflow wf's fence of the device: the device's rule, if it is the
+// device's and wf owns it, is deleted, or handed to the first workflow waiting on it; a rule
+// another workflow owns only loses wf from its waiting list.
+func (a *Activities) deleteOwnRule(ctx context.Context, id device.ID, wf string) error {
 	if id.DevicePlugin() {
 		return nil
 	}
-	r, err := a.ownRule(ctx, id)
-	switch {
-	case apierrors.IsNotFound(err):
+	rules := a.Kube.ResourceV1().DeviceTaintRules()
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		r, err := a.ownRule(ctx, id)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		}
+		if !ownedBy(r, wf) {
+			left := withoutWaiter(r, wf)
+			if left == nil {
+				slog.Default().InfoContext(ctx, "device taint rule left to its owner", "rule", r.Name, "owner", owner(r), "releasing", wf)
+				return nil
+			}
+			if _, err := rules.Update(ctx, left, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
+				return fmt.Errorf("stop waiting on device taint rule %s: %w", r.Name, err)
+			}
+			return nil
+		}
+		if next := handedOn(r, time.Now()); next != nil {
+			return a.handOver(ctx, r, next)
+		}
+		err = rules.Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete device taint rule %s: %w", r.Name, err)
+		}
 		return nil
-	case err != nil:
-		return err
-	}
-	err = a.Kube.ResourceV1().DeviceTaintRules().Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete device taint rule %s: %w", r.Name, err)
-	}
-	return nil
+	})
 }

@@ -155,10 +155,11 @@ func unitLabel(unit string) string {
 
 // releaseUnitRules deletes every rule of the unit's forms: the members', and any other that
 // names the unit, such as the rule of a form a reconfiguration withdrew after a fence whose
-// result was lost. Each is deleted only if it is DeviceWarden's and names exactly this unit.
-func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, members []string) error {
+// result was lost. Each is deleted only if it is DeviceWarden's, names exactly this unit and is
+// owned by wf, the unit's workflow (deleteOwnRule).
+func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, members []string, wf string) error {
 	for _, id := range memberIDs(unit, members) {
-		if err := a.deleteOwnRule(ctx, id); err != nil {
+		if err := a.deleteOwnRule(ctx, id, wf); err != nil {
 			return unitError("release", id, unit, err)
 		}
 	}
@@ -172,7 +173,7 @@ func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, membe
 			continue
 		}
 		id := device.ID{Driver: unit.Driver, Pool: unit.Pool, Device: *r.Spec.DeviceSelector.Device}
-		if err := a.deleteOwnRule(ctx, id); err != nil {
+		if err := a.deleteOwnRule(ctx, id, wf); err != nil {
 			return unitError("release", id, unit, err)
 		}
 	}

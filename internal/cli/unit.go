@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,16 +16,19 @@ import (
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
-// deciderOf is the device whose workflow decides for a device: the device itself, or, for a form
-// of a partitionable GPU, its physical unit (found by the DeviceForms search attribute). A device
-// with neither is its own, so the call that follows says it has no workflow.
+// deciderOf is the device whose workflow decides for a device: the device itself while its own
+// workflow runs, or else, for a form of a partitionable GPU, its physical unit (found by the
+// DeviceForms search attribute). A closed run of the form's own (a standalone run that ended, or
+// one from before its GPU's unit was known) never decides while its unit runs. A device with
+// neither is its own, so the call that follows says it has no running workflow.
 func (f *clientFlags) deciderOf(c *cobra.Command, g *globals, id device.ID) (device.ID, error) {
 	tc, err := f.dial(c, g)
 	if err != nil {
 		return id, err
 	}
 	defer tc.Close()
-	if _, err := tc.DescribeWorkflowExecution(c.Context(), id.WorkflowID(), ""); err == nil {
+	d, err := tc.DescribeWorkflowExecution(c.Context(), id.WorkflowID(), "")
+	if err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return id, nil
 	}
 	var unit string

@@ -19,6 +19,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -324,6 +327,18 @@ func TestForceQuarantineOfAPartitionFencesItsGPU(t *testing.T) {
 	node := nodes[0]
 	part := device.ID{Driver: sim.Driver, Pool: node, Device: sim.PartitionName(1, "3g.40gb", 1)}
 	unit := device.ID{Driver: sim.Driver, Pool: node, Device: device.CounterSetsKey + sim.CounterSetName(1)}
+	// A closed run of the partition's own (a standalone run that ended in service) is not where
+	// its commands go once its unit runs (#40, defect 4: deciderOf took any run, closed or not).
+	closed, err := shared.temporal.SignalWithStartWorkflow(ctx, part.WorkflowID(), workflows.SignalObservation,
+		policy.Observation{Device: part, Node: node, Health: device.Healthy, StatusVersion: "1", ObservedAt: time.Now()},
+		client.StartWorkflowOptions{ID: part.WorkflowID(), TaskQueue: workflows.TaskQueue}, workflows.DeviceWorkflow,
+		workflows.DeviceInput{Device: part, Node: node, Policy: policy.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Get(ctx, nil); err != nil {
+		t.Fatalf("the partition's own run: %v", err)
+	}
 	out, err := runCLI(ctx, "device", "quarantine", part.String(), "--actor", "alice", "--reason", "XID 79 seen by hand",
 		"--temporal-address", shared.frontend, "--kubeconfig", shared.kubeconfig)
 	if err != nil || !strings.Contains(out, "one of 10 forms of "+unit.String()) || !strings.Contains(out, "Quarantined") {
@@ -339,8 +354,12 @@ func TestForceQuarantineOfAPartitionFencesItsGPU(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := stateOf(ctx, shared, part); err == nil {
-		t.Fatalf("a workflow of its own for the partition %s", part)
+	if d, err := shared.temporal.DescribeWorkflowExecution(ctx, part.WorkflowID(), ""); err != nil ||
+		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Fatalf("the partition %s has a running workflow of its own (%v)", part, err)
+	}
+	if out, err := shared.cli(ctx, "device", "extend", part.String(), "--actor", "alice", "--duration", "1h"); err != nil || !strings.Contains(out, unit.String()) {
+		t.Fatalf("extend by the partition's name, its own run closed: %v\n%s", err, out)
 	}
 	other := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-1"}
 	if out, err := shared.cli(ctx, "device", "extend", other.String(), "--actor", "alice", "--duration", "1h"); err != nil || !strings.Contains(out, unit.String()) {

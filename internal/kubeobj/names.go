@@ -41,6 +41,12 @@ const (
 	AnnotationExpiresAt = "devicewarden.io/expires-at"
 	// AnnotationUnit names the physical unit a rule fences one form of (driver/pool/key).
 	AnnotationUnit = "devicewarden.io/unit"
+	// AnnotationWaiting lists, comma-separated and oldest first, the workflows that also fence the
+	// device a rule selects and wait for it: the rule's one owner (AnnotationWorkflow) hands it to
+	// the first of them on release instead of deleting it.
+	AnnotationWaiting = "devicewarden.io/waiting-workflows"
+	// AnnotationHandedOver names the workflow that handed the rule to its owner, and when.
+	AnnotationHandedOver = "devicewarden.io/handed-over-from"
 )
 
 // Labels on probe and canary Pods. LabelCheck names the check (probe Pod or canary Job) an object
