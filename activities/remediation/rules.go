@@ -295,7 +295,13 @@ func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (Refre
 			return nil
 		}
 		if !ownedBy(r, in.WorkflowID) {
-			res.Effect = string(r.Spec.Taint.Effect) // the owner's fence stands; only it changes the taint
+			// The owner's fence stands and only it changes the taint; this workflow waits on the
+			// rule, so the owner's release hands it over rather than deleting it.
+			res.Effect = string(r.Spec.Taint.Effect)
+			if w := withWaiter(r, in.WorkflowID); w != nil {
+				_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, w, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
+				return err
+			}
 			return nil
 		}
 		res.Effect = string(want.Spec.Taint.Effect)
