@@ -134,11 +134,19 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 
 		var res policy.LeaseResult
 		sent := time.Now()
-		err := b.update(ctx, workflows.UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch}, &res)
+		b.mu.Lock()
+		ask := fmt.Sprintf("%s/%d", b.Worker, b.nextSeq())
+		b.mu.Unlock()
+		err := b.update(ctx, workflows.UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch, Ask: ask}, &res)
 		b.mu.Lock()
 		if err == nil {
 			res.PermitResult = b.install(bud, req, res, sent)
 			b.refused.Note(req, res.PermitResult, time.Now()) // before the waiters wake, so a refusal answers them
+		} else {
+			// The breaker may have made a lease whose answer never came: give back whatever this
+			// request leased, or it counts as used for a whole window.
+			b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Ask: ask, Returned: policy.LeaseBatch, Seq: b.nextSeq()})
+			b.startFlush()
 		}
 		delete(b.asking, bud)
 		close(done)

@@ -38,6 +38,8 @@ type Lease struct {
 	// Reported is the number of the worker's last report applied to this lease: a report sent
 	// again (its signal landed but answered an error) is not counted twice.
 	Reported int64 `json:"reported,omitempty"`
+	// Ask is the tag of the request that leased it (LeaseRequest.Ask).
+	Ask string `json:"ask,omitempty"`
 }
 
 // LeaseRequest asks for one permit, as PermitRequest does, and for up to Want more to keep.
@@ -46,6 +48,9 @@ type LeaseRequest struct {
 	Worker string `json:"worker"`
 	Queue  string `json:"queue,omitempty"`
 	Want   int    `json:"want"`
+	// Ask tags the request, unique for the worker: a worker whose call timed out, not knowing
+	// whether a lease was made, gives back whatever its Ask leased (LeaseReport.Ask).
+	Ask string `json:"ask,omitempty"`
 }
 
 // LeaseResult is the breaker's answer: the request's own permit, and a batch when one was leased.
@@ -65,6 +70,9 @@ type LeaseReport struct {
 	// already applied is a resend and changes nothing. Zero (a revocation's answer, or a worker
 	// from before) is always applied.
 	Seq int64 `json:"seq,omitempty"`
+	// Ask, with Lease zero, names the lease by the request that made it: its answer never reached
+	// the worker, so nothing of it was spent.
+	Ask string `json:"ask,omitempty"`
 }
 
 // Lease grants the request's permit as Acquire does and, with it, leases up to Want more of the
@@ -81,7 +89,7 @@ func (b *BreakerState) Lease(req LeaseRequest, now time.Time) LeaseResult {
 		return LeaseResult{PermitResult: res}
 	}
 	b.NextLease++
-	l := Lease{ID: b.NextLease, Worker: req.Worker, Queue: req.Queue, Action: req.Action, Count: n, At: now, Until: now.Add(LeaseFor)}
+	l := Lease{ID: b.NextLease, Worker: req.Worker, Queue: req.Queue, Action: req.Action, Count: n, At: now, Until: now.Add(LeaseFor), Ask: req.Ask}
 	b.Leases = append(b.Leases, l)
 	return LeaseResult{PermitResult: res, Lease: &l}
 }
@@ -93,7 +101,7 @@ func (b *BreakerState) Lease(req LeaseRequest, now time.Time) LeaseResult {
 func (b *BreakerState) Report(r LeaseReport, now time.Time) {
 	for i := range b.Leases {
 		l := &b.Leases[i]
-		if l.ID != r.Lease || l.Worker != r.Worker {
+		if l.Worker != r.Worker || (l.ID != r.Lease && (r.Lease != 0 || r.Ask == "" || l.Ask != r.Ask)) {
 			continue
 		}
 		if r.Seq != 0 && b.SpendsOwnAction {

@@ -296,3 +296,26 @@ func TestReportSentAgainCountsOnce(t *testing.T) {
 		t.Fatalf("lease left %+v, want 2 unspent", b.Leases)
 	}
 }
+
+// A lease whose answer never reached its worker (the update timed out after the breaker made it)
+// is given back by the request's tag; before, it counted as used for a whole window, and timeouts
+// in a storm shrank the free budget until the breaker tripped falsely.
+func TestLeaseGivenBackByItsRequest(t *testing.T) {
+	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
+	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	req := leaseReq("w1", "gpu-0", Quarantined, cfg)
+	req.Ask = "w1/7"
+	if res := b.Lease(req, t0); res.Lease == nil || res.Lease.Count != 8 {
+		t.Fatalf("lease %+v", res)
+	}
+	b.Report(LeaseReport{Worker: "w2", Ask: "w1/7", Returned: LeaseBatch, Seq: 1}, t0) // another worker's tag
+	b.Report(LeaseReport{Worker: "w1", Ask: "w1/6", Returned: LeaseBatch, Seq: 2}, t0) // another request
+	if b.used("actions") != 9 {
+		t.Fatalf("used %d after reports that name another lease, want 9", b.used("actions"))
+	}
+	b.Report(LeaseReport{Worker: "w1", Ask: "w1/7", Returned: LeaseBatch, Seq: 3}, t0)
+	if len(b.Leases) != 0 || b.used("actions") != 1 {
+		t.Fatalf("after the give-back: leases %+v, used %d, want only the request's own grant", b.Leases, b.used("actions"))
+	}
+}
