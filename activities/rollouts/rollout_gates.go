@@ -17,8 +17,10 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/notify"
@@ -194,9 +196,8 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err err
 				in.Rollout, in.Phase, in.Reason, strings.Join(in.Classes, ", "))}},
 		},
 	}
-	vaps := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	if _, err := vaps.Create(ctx, pol, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create admission policy %s: %w", name, err)
+	if err := a.ensureBlockPolicy(ctx, pol); err != nil {
+		return err
 	}
 	bind := &admissionv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -211,7 +212,44 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err err
 	if err == nil && a.Metrics != nil {
 		a.Metrics.RolloutRollbacks.Inc() // once per rollback: a retried block finds the binding there
 	}
-	return a.proveBlock(ctx, name, in.Classes[0])
+	for _, class := range in.Classes {
+		if err := a.proveBlock(ctx, name, class); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureBlockPolicy creates the block's admission policy, or brings one already there up to date:
+// a block made for an earlier class list (a plan edited, a retried rollback) must refuse claims for
+// every class of the phase now, not only the ones it was made for.
+func (a *Activities) ensureBlockPolicy(ctx context.Context, pol *admissionv1.ValidatingAdmissionPolicy) error {
+	vaps := a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	_, err := vaps.Create(ctx, pol, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create admission policy %s: %w", pol.Name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		old, err := vaps.Get(ctx, pol.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(old.Spec.Validations, pol.Spec.Validations) &&
+			equality.Semantic.DeepEqual(old.Spec.MatchConstraints.ResourceRules, pol.Spec.MatchConstraints.ResourceRules) {
+			return nil
+		}
+		upd := old.DeepCopy()
+		upd.Spec.Validations, upd.Spec.MatchConstraints.ResourceRules, upd.Spec.FailurePolicy = pol.Spec.Validations, pol.Spec.MatchConstraints.ResourceRules, pol.Spec.FailurePolicy
+		_, err = vaps.Update(ctx, upd, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update admission policy %s: %w", pol.Name, err)
+	}
+	return nil
 }
 
 // blockProof bounds how long a block may take to be enforced after its binding is created (the
