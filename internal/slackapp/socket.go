@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -81,8 +82,15 @@ func (s *Server) serveEvents(ctx context.Context, sm *socketmode.Client, done <-
 func (s *Server) interact(ctx context.Context, envelope string, cb slack.InteractionCallback) {
 	sum := sha256.Sum256([]byte("socket-mode:" + envelope))
 	first, err := s.replays().First(ctx, hex.EncodeToString(sum[:]), s.now())
-	if err != nil || !first {
-		s.logger().Warn("slack socket mode: envelope not handled", "envelope", envelope, "redelivered", !first, "error", err)
+	if err != nil {
+		// The envelope is acknowledged already (Slack wants it within 3 s): the press is not
+		// handled, and the person who pressed is told so rather than left waiting.
+		s.logger().Warn("slack socket mode: envelope not handled: its redelivery check failed", "envelope", envelope, "error", err)
+		s.notify(ctx, cb, fmt.Sprintf("Your press was not recorded: DeviceWarden could not check it against redeliveries (%v). Press the button again.", err))
+		return
+	}
+	if !first {
+		s.logger().Info("slack socket mode: redelivered envelope not handled again", "envelope", envelope)
 		return
 	}
 	notice, err := s.handle(cb)
@@ -90,6 +98,11 @@ func (s *Server) interact(ctx context.Context, envelope string, cb slack.Interac
 		s.logger().Warn("slack socket mode: not a DeviceWarden button", "error", err)
 		return
 	}
+	s.notify(ctx, cb, notice)
+}
+
+// notify posts a message only the person who pressed sees, if there is one to post.
+func (s *Server) notify(ctx context.Context, cb slack.InteractionCallback, notice string) {
 	if notice != "" && s.Client != nil && cb.Channel.ID != "" {
 		if _, err := s.Client.PostEphemeralContext(ctx, cb.Channel.ID, cb.User.ID, slack.MsgOptionText(notice, false)); err != nil {
 			s.logger().Warn("slack ephemeral notice not posted", "error", err)

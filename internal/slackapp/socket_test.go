@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -162,5 +163,45 @@ func TestSocketModeOpensTheConnectionAgain(t *testing.T) {
 	defer slack.mu.Unlock()
 	if slack.opens < 2 {
 		t.Fatalf("%d opens: want the refused one and the next", slack.opens)
+	}
+}
+
+// failingReplays cannot tell a first request from a redelivery (its store does not answer).
+type failingReplays struct{}
+
+func (failingReplays) First(context.Context, string, time.Time) (bool, error) {
+	return false, errors.New("apiserver unavailable")
+}
+
+// A press whose redelivery check fails (the apiserver does not answer) is not handled, and the
+// person who pressed is told so in a message only they see (#40, check). Before, the envelope was
+// acknowledged and the press dropped with only a log line.
+func TestSocketModeTellsOfAPressItCouldNotCheck(t *testing.T) {
+	slack := newSocketSlack(t, envelope("e1", "UOPS", ActionApprove, button, 0))
+	d := &decider{}
+	srv := &Server{Client: NewSocketClient("xoxb-bot", "xapp-app", slack.srv.URL+"/api/"), Decider: d, AllowedUsers: []string{"UOPS"},
+		Replays: failingReplays{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() { ended <- srv.RunSocketMode(ctx, srv.Client) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, eph, _ := slack.snapshot()
+		if len(eph) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("no notice after 20 s: the press was dropped silently")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+	acks, eph, _ := slack.snapshot()
+	if len(acks) != 1 || d.count() != 0 || !strings.HasPrefix(eph[0], "UOPS: Your press was not recorded") || !strings.Contains(eph[0], "apiserver unavailable") {
+		t.Fatalf("acks %v, decisions %d, notices %v", acks, d.count(), eph)
 	}
 }
