@@ -20,10 +20,12 @@ import "go.temporal.io/sdk/workflow"
 //     for after an operator's command is answered (followUps), not one after the other before.
 //   - 6: the search attributes (state, a unit's forms) are written with the answer, before the
 //     notices are waited for: at v5 a form's next command could look its unit up too early.
+//   - 7: a shared unit's silent holders (Pods on a form that reported nothing) are no evidence:
+//     their Healthy neither starts a restricted unit's review nor skips its probe and canary.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 6
+const deviceChangesNow workflow.Version = 7
 
 type changesKey struct{}
 

@@ -52,6 +52,9 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	if changed(ctx, "failed-probe-holds") {
 		st.FailedProbeHolds = true
 	}
+	if takes(ctx, 7) {
+		st.SilentNoEvidence = true
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}

@@ -113,8 +113,10 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Quarantined), Reason: reason}}, true
 	case st.State == Quarantined && obs.Health == device.Healthy && obs.Source.FromDriver() && !st.Paused:
 		return st.startReview("driver reports the device healthy ("+string(obs.Source)+")", Actor, now), true
-	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused:
+	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused && st.evidence(obs.Reporters):
 		return st.startReview("reported Healthy again by the Pods using it", Actor, now), true
+	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused:
+		return nil, true // only silent holders: no Pod said the device works
 	}
 	return nil, false
 }

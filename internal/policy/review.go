@@ -108,7 +108,7 @@ func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Actio
 	st.transition(Recovering, "recovery review started: "+trigger, actor, now)
 	// A failed probe outweighs any report: the device passes a probe before it goes back.
 	probeFailed := st.FailedProbeHolds && st.LastProbe != nil && !st.LastProbe.Passed
-	if r.From == Restricted && len(st.Reporters) > 0 && !probeFailed {
+	if r.From == Restricted && st.spoken(st.Reporters) > 0 && !probeFailed {
 		// Still in use: a probe or canary cannot get the device, and its own Pods' Healthy
 		// reports are the evidence. Probation keeps new work off it through the window.
 		r.ProbeSkipped, r.CanarySkipped = true, true
@@ -329,4 +329,22 @@ func (st *DeviceState) ReleaseFailed(reason string, now time.Time) []Action {
 		return nil
 	}
 	return st.reviewFailed("release failed: "+reason, false, Actor, now)
+}
+
+// spoken counts the reporters whose word is evidence about the device: all of them, but for a
+// shared unit's silent holders (Reporter.Silent) in runs that know them (SilentNoEvidence).
+func (st *DeviceState) spoken(reps []Reporter) int {
+	n := 0
+	for _, r := range reps {
+		if !r.Silent || !st.SilentNoEvidence {
+			n++
+		}
+	}
+	return n
+}
+
+// evidence says whether a Healthy observation with these reporters is a word about the device: not
+// when every reporter is a silent holder (runs with SilentNoEvidence; none is no reporter at all).
+func (st *DeviceState) evidence(reps []Reporter) bool {
+	return !st.SilentNoEvidence || len(reps) == 0 || st.spoken(reps) > 0
 }

@@ -31,6 +31,9 @@ type Reporter struct {
 	// Device names the form of a shared unit the report is about (a partition, the whole GPU);
 	// empty for a device that is a unit of its own.
 	Device string `json:"device,omitempty"`
+	// Silent: the Pod holds a form of a shared unit and reported nothing about it; it is listed
+	// as a holder (it must move), its Healthy is no evidence that the device works.
+	Silent bool `json:"silent,omitempty"`
 }
 
 // Observation is one aggregated health report for one device, sent by the watcher.
@@ -158,7 +161,10 @@ type DeviceState struct {
 	BreakerWake bool `json:"breakerWake,omitempty"`
 	// FailedProbeHolds: after a failed probe, a restricted device's review runs the probe again
 	// instead of taking its Pods' Healthy reports as the evidence. Set by newer runs.
-	FailedProbeHolds bool      `json:"failedProbeHolds,omitempty"`
+	FailedProbeHolds bool `json:"failedProbeHolds,omitempty"`
+	// SilentNoEvidence: a silent holder's Healthy (Reporter.Silent) neither starts a restricted
+	// unit's review nor stands for a probe and canary. Set by newer runs.
+	SilentNoEvidence bool      `json:"silentNoEvidence,omitempty"`
 	StaleGraceUntil  time.Time `json:"staleGraceUntil,omitempty"`
 	// Review is the recovery review in progress (state Recovering).
 	Review *Review `json:"review,omitempty"`

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -157,5 +158,42 @@ func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
 	st.State = Quarantined
 	if got := st.HoldersToMove(); len(got) != 1 || got[0].Name != "p" {
 		t.Fatalf("holders of a new quarantine %v, want p again", got)
+	}
+}
+
+// A restricted unit whose remaining reporters are silent holders (Pods on sibling forms that said
+// nothing) has no word that the device works: no review starts, and once a Pod does report
+// Healthy the review skips probe and canary only on that Pod's word (#40, check). Before, the
+// silent holders' Healthy started the review and stood for the probe and the canary. A run from
+// before the change (SilentNoEvidence off) decides as it did.
+func TestSilentHoldersAreNoEvidence(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	silent := Reporter{Namespace: "ns", Pod: "sibling", Health: device.Healthy, Device: "gpu-0-mig-1", Silent: true}
+	spoke := Reporter{Namespace: "ns", Pod: "user", Health: device.Healthy, Device: "gpu-0-mig-0"}
+	restricted := func(on bool) *DeviceState {
+		st := NewState(dev, "node-1", Default(), false)
+		st.ReleasePath, st.SilentNoEvidence = true, on
+		st.State = Restricted
+		st.Quarantine = &QuarantineRecord{CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+		return st
+	}
+	version := 8
+	obs := func(reps ...Reporter) Observation {
+		version++
+		return Observation{Device: dev, Node: "node-1", Health: device.Healthy, StatusVersion: fmt.Sprint(version), ObservedAt: t0, Reporters: reps}
+	}
+	st := restricted(true)
+	st.Observe(obs(silent), t0.Add(time.Minute))
+	if st.State != Restricted || st.Review != nil {
+		t.Fatalf("silent holders alone started a review: %s %+v", st.State, st.Review)
+	}
+	st.Observe(obs(silent, spoke), t0.Add(2*time.Minute))
+	if st.State != Recovering || st.Review == nil || !st.Review.ProbeSkipped {
+		t.Fatalf("a Pod's own Healthy: %s %+v", st.State, st.Review)
+	}
+	old := restricted(false)
+	old.Observe(obs(silent), t0.Add(time.Minute))
+	if old.State != Recovering || !old.Review.ProbeSkipped || !old.Review.CanarySkipped {
+		t.Fatalf("a run from before the change decided otherwise: %s %+v", old.State, old.Review)
 	}
 }

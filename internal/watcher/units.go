@@ -207,7 +207,7 @@ func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
 				continue
 			}
 			out = append(out, Report{Device: id, Node: pod.Spec.NodeName, Health: device.Healthy,
-				Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Claim: name, Health: device.Healthy}})
+				Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Claim: name, Health: device.Healthy, Silent: true}})
 		}
 	}
 	return out
