@@ -22,6 +22,13 @@ func (a *Activities) CheckCapacity(ctx context.Context, in capacity.CheckInput) 
 	if err != nil {
 		return capacity.CheckReport{}, fmt.Errorf("list resource slices: %w", err)
 	}
+	// The grant records are read before the claims: every record read then belongs to a claim
+	// made before the list, so a claim missing from the list is gone. Read after, a record that a
+	// concurrent check wrote for a claim newer than the list would look orphaned and be deleted.
+	grants, err := kubeobj.GrantRecords(ctx, a.Kube, a.ownNamespace())
+	if err != nil {
+		return capacity.CheckReport{}, err
+	}
 	cl, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return capacity.CheckReport{}, fmt.Errorf("list resource claims: %w", err)
@@ -31,10 +38,6 @@ func (a *Activities) CheckCapacity(ctx context.Context, in capacity.CheckInput) 
 	for i := range sl.Items {
 		ci.Slices = append(ci.Slices, &sl.Items[i])
 		rep.Devices += len(sl.Items[i].Spec.Devices)
-	}
-	grants, err := kubeobj.GrantRecords(ctx, a.Kube, a.ownNamespace())
-	if err != nil {
-		return capacity.CheckReport{}, err
 	}
 	live := map[string]bool{}
 	for i := range cl.Items {

@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
@@ -107,5 +110,48 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 	}
 	if _, err := kube.CoreV1().ConfigMaps("default").Get(ctx, capacity.GrantConfigMap("uid-b"), metav1.GetOptions{}); err != nil {
 		t.Errorf("the record of a live claim: %v", err)
+	}
+}
+
+// Two `capacity check --record` runs at once: a claim made after this run listed the claims, and
+// its grant record written by the other run meanwhile, is not taken for a gone claim's record
+// (#40, check). Before, the claims were listed before the records were read, and this run
+// deleted the other's fresh record.
+func TestConcurrentChecksKeepEachOthersRecords(t *testing.T) {
+	sl := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-" + drv},
+		Spec: resourcev1.ResourceSliceSpec{Driver: drv, NodeName: ptr.To("n1"), Pool: resourcev1.ResourcePool{Name: "n1"}, Devices: []resourcev1.Device{{Name: "gpu-0"}}}}
+	sl.Spec.Devices[0].AllowMultipleAllocations = ptr.To(true)
+	sl.Spec.Devices[0].Capacity = map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse("40Gi"),
+		RequestPolicy: &resourcev1.CapacityRequestPolicy{ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("2Gi")), Step: ptr.To(resource.MustParse("2Gi"))}}}}
+	env, a, kube := activityEnv(t, sl, sharedClaim("a", "6Gi"))
+	newer := sharedClaim("new", "4Gi")
+	once := false
+	// Right after this run's list of claims, the other run sees the new claim and records it.
+	kube.PrependReactor("list", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if once {
+			return false, nil, nil
+		}
+		once = true
+		list, err := kube.Tracker().List(resourcev1.SchemeGroupVersion.WithResource("resourceclaims"),
+			resourcev1.SchemeGroupVersion.WithKind("ResourceClaim"), "")
+		if err != nil {
+			return true, nil, err
+		}
+		// The fake clientset holds its lock while a reactor runs: write through its tracker.
+		record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: capacity.GrantConfigMap("uid-new"), Namespace: "default",
+			Labels: map[string]string{capacity.GrantLabel: "uid-new"}},
+			Data: map[string]string{capacity.GrantKey: capacity.Snapshot(newer, []*resourcev1.ResourceSlice{sl})}}
+		for _, o := range []runtime.Object{newer, record} {
+			if err := kube.Tracker().Add(o); err != nil {
+				return true, nil, err
+			}
+		}
+		return true, list, nil
+	})
+	if _, err := env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{Record: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("default").Get(context.Background(), capacity.GrantConfigMap("uid-new"), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the other run's fresh record of a live claim: %v", err)
 	}
 }
