@@ -26,14 +26,20 @@ func sharedClaim(name, mem string) *resourcev1.ResourceClaim {
 				ShareID: ptr.To(types.UID("s-" + name)), ConsumedCapacity: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse(mem)}}}}}}}
 }
 
-// TestCheckCapacityRecordsGrantsAndCounts: shares are checked against the policy recorded when
-// first seen; a policy changed later does not turn an old share into a breach.
-func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
+// sharedSlice is node n1's slice: gpu-0, shared, 40Gi of memory granted in 2Gi steps.
+func sharedSlice() *resourcev1.ResourceSlice {
 	sl := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-" + drv},
 		Spec: resourcev1.ResourceSliceSpec{Driver: drv, NodeName: ptr.To("n1"), Pool: resourcev1.ResourcePool{Name: "n1"}, Devices: []resourcev1.Device{{Name: "gpu-0"}}}}
 	sl.Spec.Devices[0].AllowMultipleAllocations = ptr.To(true)
 	sl.Spec.Devices[0].Capacity = map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse("40Gi"),
 		RequestPolicy: &resourcev1.CapacityRequestPolicy{ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("2Gi")), Step: ptr.To(resource.MustParse("2Gi"))}}}}
+	return sl
+}
+
+// TestCheckCapacityRecordsGrantsAndCounts: shares are checked against the policy recorded when
+// first seen; a policy changed later does not turn an old share into a breach.
+func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
+	sl := sharedSlice()
 	env, a, kube := activityEnv(t, sl, sharedClaim("a", "6Gi"), sharedClaim("b", "10Gi"))
 	a.Metrics = metrics.New()
 	v, err := env.ExecuteActivity(a.CheckCapacity, capacity.CheckInput{Record: true})
@@ -118,11 +124,7 @@ func TestCheckCapacityRecordsGrantsAndCounts(t *testing.T) {
 // (#40, check). Before, the claims were listed before the records were read, and this run
 // deleted the other's fresh record.
 func TestConcurrentChecksKeepEachOthersRecords(t *testing.T) {
-	sl := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-" + drv},
-		Spec: resourcev1.ResourceSliceSpec{Driver: drv, NodeName: ptr.To("n1"), Pool: resourcev1.ResourcePool{Name: "n1"}, Devices: []resourcev1.Device{{Name: "gpu-0"}}}}
-	sl.Spec.Devices[0].AllowMultipleAllocations = ptr.To(true)
-	sl.Spec.Devices[0].Capacity = map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse("40Gi"),
-		RequestPolicy: &resourcev1.CapacityRequestPolicy{ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("2Gi")), Step: ptr.To(resource.MustParse("2Gi"))}}}}
+	sl := sharedSlice()
 	env, a, kube := activityEnv(t, sl, sharedClaim("a", "6Gi"))
 	newer := sharedClaim("new", "4Gi")
 	once := false
