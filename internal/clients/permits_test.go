@@ -213,3 +213,19 @@ func TestBatchEndsOnTheWorkersClock(t *testing.T) {
 		t.Fatalf("spent at %s on the worker's clock, after the breaker's Until", lastSpend.Sub(workerNow))
 	}
 }
+
+// A grant is remembered for exactly the window: a repeat at its edge asks the breaker, which has
+// forgotten the grant by then.
+func TestRepeatEndsWithTheWindow(t *testing.T) {
+	now := time.Now()
+	b := &BreakerClient{Worker: "w", flushing: true}
+	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 1}, until: now.Add(policy.LeaseFor), left: 2}}
+	req := permitReq(1)
+	b.granted = map[string]time.Time{req.Key() + "|" + string(req.Action): now.Add(-req.Config.Window)}
+	b.mu.Lock()
+	res, ok := b.takeLeased(req, now)
+	b.mu.Unlock()
+	if !ok || res.Reason != "" || b.batches["actions"].left != 1 {
+		t.Fatalf("at the window's edge: %v %+v, left %d: want a new permit spent, not a repeat", ok, res, b.batches["actions"].left)
+	}
+}
