@@ -229,3 +229,20 @@ func TestRepeatEndsWithTheWindow(t *testing.T) {
 		t.Fatalf("at the window's edge: %v %+v, left %d: want a new permit spent, not a repeat", ok, res, b.batches["actions"].left)
 	}
 }
+
+// A later revocation does not forget an earlier one: a pause, a resume and a second pause in a
+// few seconds, with the first lease's answer still on its way, leave that answer refused.
+func TestEarlierRevocationIsKept(t *testing.T) {
+	now := time.Now()
+	b := &BreakerClient{Worker: "w", flushing: true}
+	b.Revoke([]int64{5})
+	b.Revoke([]int64{6})
+	late := policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
+		Lease: &policy.Lease{ID: 5, Worker: "w", Count: 8, At: now, Until: now.Add(policy.LeaseFor)}}
+	b.mu.Lock()
+	res := b.install("actions", permitReq(1), late, now)
+	b.mu.Unlock()
+	if res.Granted || b.Unspent("actions") != 0 {
+		t.Fatalf("the first revoked lease was installed after a second revocation: %+v", res)
+	}
+}
