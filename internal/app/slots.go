@@ -46,7 +46,9 @@ func ReleaseGoneSlots(ctx context.Context, tc client.Client) ([]string, error) {
 		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 			continue
 		}
-		if err := (&clients.LimiterClient{Client: tc}).Release(ctx, h.ID); err != nil {
+		// Named with its acquire: a new run of the same migration that acquired the slot since
+		// the describe keeps it.
+		if err := (&clients.LimiterClient{Client: tc}).Release(ctx, policy.ReleaseOf(h.ID, h.At)); err != nil {
 			return freed, err
 		}
 		freed = append(freed, h.ID)

@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // SlotRequest asks the migration limiter for a slot: at most PerNode migrations at once on a node
 // and ClusterWide in the whole cluster (the asking migration's policy).
@@ -24,8 +28,11 @@ type SlotState struct {
 // Acquire queues a request and returns the IDs granted a slot now. A migration that already holds
 // a slot or waits for one (a retried request) is granted again or keeps its place.
 func (s *SlotState) Acquire(req SlotRequest) []string {
-	for _, h := range s.Holders {
+	for i, h := range s.Holders {
 		if h.ID == req.ID {
+			// A new run of the migration (or a retry) holds the slot from now: a release that
+			// names the earlier acquire (ReleaseOf) no longer frees it.
+			s.Holders[i].At = req.At
 			return []string{req.ID}
 		}
 	}
@@ -39,8 +46,25 @@ func (s *SlotState) Acquire(req SlotRequest) []string {
 	return s.grant()
 }
 
+// ReleaseOf names a release of the slot migration id acquired at at: the limiter frees it only
+// if no acquire came since (a new run of the same migration), as a sweep of runs that ended needs.
+func ReleaseOf(id string, at time.Time) string {
+	return id + releaseAt + at.UTC().Format(time.RFC3339Nano)
+}
+
+const releaseAt = "#acquired="
+
 // Release frees a migration's slot (or drops it from the queue) and returns the IDs granted now.
+// A release named by ReleaseOf frees the slot only if it is still held from that acquire.
 func (s *SlotState) Release(id string) []string {
+	if plain, stamp, ok := strings.Cut(id, releaseAt); ok {
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		i := slices.IndexFunc(s.Holders, func(h SlotRequest) bool { return h.ID == plain })
+		if err != nil || i < 0 || !s.Holders[i].At.Equal(at) {
+			return nil // acquired again since, or not held: nothing to free
+		}
+		id = plain
+	}
 	for i, h := range s.Holders {
 		if h.ID == id {
 			s.Holders = append(s.Holders[:i], s.Holders[i+1:]...)

@@ -153,3 +153,27 @@ func TestMutantsThatLived(t *testing.T) {
 		t.Fatalf("after the rule went: %s %v", st.State, acts)
 	}
 }
+
+// The leader's sweep of gone migrations names the acquire it saw: a new run of the same
+// migration that acquired the slot since keeps it (#40, check). Before, the sweep released by ID
+// and freed the new run's slot.
+func TestSweepReleaseKeepsANewRunsSlot(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var s SlotState
+	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0})
+	seen := s.Holders[0].At // what the sweep read before the old run was found gone
+	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0.Add(time.Minute)}) // the new run
+	s.Release(ReleaseOf("m", seen))
+	if len(s.Holders) != 1 || s.Holders[0].ID != "m" {
+		t.Fatalf("the sweep freed the new run's slot: %+v", s.Holders)
+	}
+	// Without a new acquire the sweep's release frees the slot, as a plain release does.
+	s.Release(ReleaseOf("m", s.Holders[0].At))
+	if len(s.Holders) != 0 {
+		t.Fatalf("the gone run's slot is still held: %+v", s.Holders)
+	}
+	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0})
+	if s.Release("m"); len(s.Holders) != 0 {
+		t.Fatalf("a plain release: %+v", s.Holders)
+	}
+}
