@@ -161,8 +161,9 @@ func TestSweepReleaseKeepsANewRunsSlot(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	var s SlotState
 	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0})
-	seen := s.Holders[0].At // what the sweep read before the old run was found gone
-	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0.Add(time.Minute)}) // the new run
+	// What the sweep read before the old run was found gone; then the new run acquires.
+	seen := s.Holders[0].At
+	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0.Add(time.Minute)})
 	s.Release(ReleaseOf("m", seen))
 	if len(s.Holders) != 1 || s.Holders[0].ID != "m" {
 		t.Fatalf("the sweep freed the new run's slot: %+v", s.Holders)
