@@ -90,6 +90,16 @@ func withoutWaiter(r *resourcev1.DeviceTaintRule, wf string) *resourcev1.DeviceT
 	return out
 }
 
+// waitOn puts workflow wf on the waiting list of r, another workflow's rule, unless it waits already.
+func (a *Activities) waitOn(ctx context.Context, r *resourcev1.DeviceTaintRule, wf string) error {
+	w := withWaiter(r, wf)
+	if w == nil {
+		return nil
+	}
+	_, err := a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, w, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
+	return err
+}
+
 // handOver writes a rule its owner releases with workflows waiting: the first becomes its owner.
 func (a *Activities) handOver(ctx context.Context, r, next *resourcev1.DeviceTaintRule) error {
 	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, next, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager}); err != nil {

@@ -152,12 +152,7 @@ func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (Quaran
 			// Another workflow fences this device: its rule stands for both, and this one waits
 			// on it, never taking it over.
 			res = QuarantineResult{RuleName: name, Effect: string(existing.Spec.Taint.Effect), Owner: owner(existing)}
-			w := withWaiter(existing, in.WorkflowID)
-			if w == nil {
-				a.count("waiting")
-				return nil
-			}
-			_, err = rules.Update(ctx, w, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
+			err := a.waitOn(ctx, existing, in.WorkflowID)
 			if err == nil {
 				a.count("waiting")
 			}
@@ -298,11 +293,7 @@ func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (Refre
 			// The owner's fence stands and only it changes the taint; this workflow waits on the
 			// rule, so the owner's release hands it over rather than deleting it.
 			res.Effect = string(r.Spec.Taint.Effect)
-			if w := withWaiter(r, in.WorkflowID); w != nil {
-				_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, w, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
-				return err
-			}
-			return nil
+			return a.waitOn(ctx, r, in.WorkflowID)
 		}
 		res.Effect = string(want.Spec.Taint.Effect)
 		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, withTaint(r, want), metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
