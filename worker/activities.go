@@ -17,7 +17,7 @@ type Deps struct {
 	Kube kubernetes.Interface
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
-	// Breaker answers permit requests (a *clients.BreakerClient); BreakerConfig is this worker's cap.
+	// Breaker answers permit requests (a *api.BreakerClient); BreakerConfig is this worker's cap.
 	Breaker       remediation.BreakerClient
 	BreakerConfig policy.BreakerConfig
 	// Nodes, Limiter and Rollouts reach the node, limiter and rollout workflows.

@@ -13,11 +13,10 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // permitProcess is one worker process as far as permits go: its own client, its breaker client
@@ -25,7 +24,7 @@ import (
 // breaker's revocations).
 type permitProcess struct {
 	client  client.Client
-	breaker *clients.BreakerClient
+	breaker *api.BreakerClient
 	workers *Workers
 }
 
@@ -35,7 +34,7 @@ func startPermitProcess(t *testing.T, addr string) *permitProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := clients.NewBreakerClient(c)
+	bc := api.NewBreakerClient(c)
 	ws := New(c, NewActivities(Deps{Kube: fake.NewClientset(), Breaker: bc}))
 	if err := ws.Start(); err != nil {
 		t.Fatal(err)
@@ -65,7 +64,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	}()
 	// Every process also runs a breaker worker: the breaker's own workflow may be on the one killed.
 	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 50}
-	if err := (&clients.BreakerClient{Client: c}).Configure(ctx, cfg, "test"); err != nil {
+	if err := (&api.BreakerClient{Client: c}).Configure(ctx, cfg, "test"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -106,7 +105,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 
 	time.Sleep(1500 * time.Millisecond) // the live workers report what they spent
 	start := time.Now()
-	st, err := (&clients.BreakerClient{Client: c}).Pause(ctx, workflows.BreakerSignal{Actor: "sre", Reason: "test"})
+	st, err := (&api.BreakerClient{Client: c}).Pause(ctx, api.BreakerSignal{Actor: "sre", Reason: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +131,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	if !st.Open {
 		t.Fatal("the pause left the breaker closed")
 	}
-	temporaltest.Record(t, ctx, c, workflows.BreakerWorkflowID, "", "breaker_leases.json")
+	temporaltest.Record(t, ctx, c, api.BreakerWorkflowID, "", "breaker_leases.json")
 	for _, p := range procs[:2] {
 		if res, err := p.breaker.Acquire(ctx, policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: "late"}, Action: policy.Quarantined, Config: cfg}); err != nil || res.Granted {
 			t.Fatalf("after the pause a worker granted %+v (%v)", res, err)

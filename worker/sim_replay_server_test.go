@@ -18,8 +18,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
@@ -99,7 +99,7 @@ func (m *replayModel) register(w sdkworker.Worker) {
 	for _, name := range []string{"Alert", "NoteAlert", "RequestApproval", "ReportNodeFailure"} {
 		reg(name, func(context.Context, any) error { return nil })
 	}
-	reg("FindWorkloads", func(context.Context, any) ([]migration.Workload, error) { return nil, nil })
+	reg("FindWorkloads", func(context.Context, any) ([]api.Workload, error) { return nil, nil })
 }
 
 // TestSimulatedRunsReplayAfterRestart runs generated sequences of observations, operator commands
@@ -125,7 +125,7 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 	srv.SearchAttributesChanged()
 	m := &replayModel{}
 	start := func() sdkworker.Worker {
-		w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
+		w := sdkworker.New(c, api.TaskQueue, sdkworker.Options{})
 		for name, fn := range workflows.All {
 			w.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 		}
@@ -158,8 +158,8 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 		dev := device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: fmt.Sprintf("gpu-%d", sequences)}
 		id := dev.WorkflowID()
 		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
-		if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue},
-			workflows.DeviceWorkflow, workflows.DeviceInput{Device: dev, Node: "node-1", Policy: p}); err != nil {
+		if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: api.TaskQueue},
+			api.DeviceWorkflow, api.DeviceInput{Device: dev, Node: "node-1", Policy: p}); err != nil {
 			rt.Fatal(err)
 		}
 		ver := 10
@@ -172,8 +172,8 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 				o := policy.Observation{Device: dev, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: policy.SourcePodStatus,
 					ObservedAt: time.Now(), Reporters: []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}}
 				// The watcher's way: signal-with-start, so a run that ended idle starts again.
-				if _, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalObservation, o, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue},
-					workflows.DeviceWorkflow, workflows.DeviceInput{Device: dev, Node: "node-1", Policy: p}); err != nil {
+				if _, err := c.SignalWithStartWorkflow(ctx, id, api.SignalObservation, o, client.StartWorkflowOptions{ID: id, TaskQueue: api.TaskQueue},
+					api.DeviceWorkflow, api.DeviceInput{Device: dev, Node: "node-1", Policy: p}); err != nil {
 					rt.Fatalf("observe: %v", err)
 				}
 			case "command":
@@ -211,7 +211,7 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 		began := time.Now()
 		for {
 			qctx, stop := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.QueryWorkflow(qctx, id, "", workflows.QueryState)
+			_, err := c.QueryWorkflow(qctx, id, "", api.QueryState)
 			stop()
 			if err == nil {
 				break

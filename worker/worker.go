@@ -11,7 +11,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -34,7 +34,7 @@ func SetCacheSize(n int) { sdkworker.SetStickyWorkflowCacheSize(n) }
 
 // New builds the workers. The caller starts and stops them.
 func New(c client.Client, acts *Activities) *Workers {
-	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
+	w := sdkworker.New(c, api.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize:     64,
 		MaxConcurrentWorkflowTaskExecutionSize: 64,
 	})
@@ -43,14 +43,14 @@ func New(c client.Client, acts *Activities) *Workers {
 		w.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 	}
 	acts.register(w)
-	b := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{
+	b := sdkworker.New(c, api.BreakerTaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize:     8,
 		MaxConcurrentWorkflowTaskExecutionSize: 8,
 	})
 	b.RegisterWorkflow(workflows.BreakerWorkflow)
 	acts.register(b)
 	ws := &Workers{Devices: w, Breaker: b}
-	if bc, ok := acts.Remediation.Breaker.(*clients.BreakerClient); ok && bc.Queue != "" {
+	if bc, ok := acts.Remediation.Breaker.(*api.BreakerClient); ok && bc.Queue != "" {
 		ws.Permits = sdkworker.New(c, bc.Queue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 2})
 		ws.Permits.RegisterActivity(acts.Remediation.RevokePermits)
 	}
@@ -95,12 +95,12 @@ func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace st
 		return fmt.Errorf("list search attributes: %w", err)
 	}
 	missing := map[string]enumspb.IndexedValueType{}
-	for _, name := range workflows.SearchAttributeNames {
+	for _, name := range api.SearchAttributeNames {
 		if _, ok := have.GetCustomAttributes()[name]; !ok {
 			missing[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
 		}
 	}
-	for _, name := range workflows.SearchAttributeLists {
+	for _, name := range api.SearchAttributeLists {
 		if _, ok := have.GetCustomAttributes()[name]; !ok {
 			missing[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST
 		}

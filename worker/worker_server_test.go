@@ -12,11 +12,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // everyDomain runs one activity of each domain by its type name, as a recorded history names it.
@@ -55,12 +54,12 @@ func TestWorkersRegisterEveryDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range workflows.SearchAttributeNames {
+	for _, name := range api.SearchAttributeNames {
 		if have.GetCustomAttributes()[name] != enumspb.INDEXED_VALUE_TYPE_KEYWORD {
 			t.Errorf("%s: %v", name, have.GetCustomAttributes()[name])
 		}
 	}
-	for _, name := range workflows.SearchAttributeLists {
+	for _, name := range api.SearchAttributeLists {
 		if have.GetCustomAttributes()[name] != enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST {
 			t.Errorf("%s: %v", name, have.GetCustomAttributes()[name])
 		}
@@ -73,7 +72,7 @@ func TestWorkersRegisterEveryDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain.Stop()
-	breaker := clients.NewBreakerClient(c)
+	breaker := api.NewBreakerClient(c)
 	queue := breaker.Queue
 	ws := New(c, NewActivities(Deps{Kube: fake.NewClientset(), Metrics: metrics.New(), Breaker: breaker}))
 	if ws.Permits == nil {
@@ -85,14 +84,14 @@ func TestWorkersRegisterEveryDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Stop()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: workflows.TaskQueue}, everyDomain)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: api.TaskQueue}, everyDomain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := run.Get(ctx, nil); err != nil {
 		t.Fatalf("an activity of some domain is not registered: %v", err)
 	}
-	run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: workflows.TaskQueue}, revokeOn, queue)
+	run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: api.TaskQueue}, revokeOn, queue)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // BreakerWorkflow owns the fleet-wide circuit breaker (ID BreakerWorkflowID). Device workflows ask
 // it for permits through the `acquire` update; a workflow runs one handler at a time, so no two
 // devices can slip past the cap together. Once open it stays open until a `resume` signal.
-func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
+func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	st := in.State
 	if st == nil {
 		st = &policy.BreakerState{Config: policy.DefaultBreaker()}
@@ -42,15 +43,15 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	if workflow.GetVersion(ctx, "spent-own-action", workflow.DefaultVersion, 1) >= 1 {
 		st.SpendsOwnAction = true
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	var alerts []notify.AlertInput
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAcquire,
+	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAcquire,
 		func(ctx workflow.Context, req policy.PermitRequest) (policy.PermitResult, error) {
 			res := st.Acquire(req, workflow.Now(ctx))
 			if res.Tripped {
-				alerts = append(alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
+				alerts = append(alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: api.BreakerWorkflowID})
 			}
 			return res, nil
 		},
@@ -66,10 +67,10 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	if err := registerLeases(ctx, st, &alerts); err != nil {
 		return err
 	}
-	reportCh := workflow.GetSignalChannel(ctx, SignalPermitsReport)
-	resumeCh := workflow.GetSignalChannel(ctx, SignalBreakerResume)
-	pauseCh := workflow.GetSignalChannel(ctx, SignalBreakerPause)
-	waitCh := workflow.GetSignalChannel(ctx, SignalBreakerWait)
+	reportCh := workflow.GetSignalChannel(ctx, api.SignalPermitsReport)
+	resumeCh := workflow.GetSignalChannel(ctx, api.SignalBreakerResume)
+	pauseCh := workflow.GetSignalChannel(ctx, api.SignalBreakerPause)
+	waitCh := workflow.GetSignalChannel(ctx, api.SignalBreakerWait)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 	for {
@@ -93,7 +94,7 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 		for _, sig := range operatorSignals(ctx, resumeCh, pauseCh) {
 			if sig.resume {
 				st.Resume(sig.Actor, workflow.Now(ctx))
-				alerts = append(alerts, notify.AlertInput{Level: "info", Text: "circuit breaker resumed by " + sig.Actor, WorkflowID: BreakerWorkflowID})
+				alerts = append(alerts, notify.AlertInput{Level: "info", Text: "circuit breaker resumed by " + sig.Actor, WorkflowID: api.BreakerWorkflowID})
 				wakeWaiting(ctx, st)
 				continue
 			}
@@ -113,25 +114,25 @@ func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || len(alerts) > 0) {
 				continue // a signal that came while handlers finished is taken before moving on
 			}
-			return continueAsNew(ctx, BreakerWorkflow, BreakerInput{State: st})
+			return continueAsNew(ctx, BreakerWorkflow, api.BreakerInput{State: st})
 		}
 	}
 }
 
 // registerConfigure lets the breaker's one owner set its configuration.
 func registerConfigure(ctx workflow.Context, st *policy.BreakerState) error {
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateBreakerConfigure,
-		func(ctx workflow.Context, c ConfigureBreaker) (policy.BreakerState, error) {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateBreakerConfigure,
+		func(ctx workflow.Context, c api.ConfigureBreaker) (policy.BreakerState, error) {
 			return *st, st.Configure(c.Config, c.Owner)
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c ConfigureBreaker) error {
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c api.ConfigureBreaker) error {
 			if c.Owner == "" {
 				return fmt.Errorf("configure: owner is required")
 			}
 			return c.Config.Validate()
 		}})
 	if err != nil {
-		return fmt.Errorf("register update %s: %w", UpdateBreakerConfigure, err)
+		return fmt.Errorf("register update %s: %w", api.UpdateBreakerConfigure, err)
 	}
 	return nil
 }
@@ -145,7 +146,7 @@ func wakeWaiting(ctx workflow.Context, st *policy.BreakerState) {
 		if err != nil {
 			continue
 		}
-		futures = append(futures, workflow.SignalExternalWorkflow(ctx, id.WorkflowID(), "", SignalBreakerWake, nil))
+		futures = append(futures, workflow.SignalExternalWorkflow(ctx, id.WorkflowID(), "", api.SignalBreakerWake, nil))
 	}
 	for _, f := range futures {
 		if err := f.Get(ctx, nil); err != nil {
@@ -155,7 +156,7 @@ func wakeWaiting(ctx workflow.Context, st *policy.BreakerState) {
 }
 
 type breakerSignal struct {
-	BreakerSignal
+	api.BreakerSignal
 	resume bool
 }
 
@@ -169,7 +170,7 @@ func operatorSignals(ctx workflow.Context, resumeCh, pauseCh workflow.ReceiveCha
 		resume bool
 	}{{resumeCh, true}, {pauseCh, false}} {
 		for c.ch.Len() > 0 {
-			var s BreakerSignal
+			var s api.BreakerSignal
 			c.ch.Receive(ctx, &s)
 			sigs = append(sigs, breakerSignal{BreakerSignal: s, resume: c.resume})
 		}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -17,11 +18,11 @@ import (
 // Runs recorded before leases existed saw none of these, and with no lease outstanding a pause
 // schedules nothing, so they replay as they were.
 func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]notify.AlertInput) error {
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateLease,
+	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateLease,
 		func(ctx workflow.Context, req policy.LeaseRequest) (policy.LeaseResult, error) {
 			res := st.Lease(req, workflow.Now(ctx))
 			if res.Tripped {
-				*alerts = append(*alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: BreakerWorkflowID})
+				*alerts = append(*alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: api.BreakerWorkflowID})
 			}
 			return res, nil
 		},
@@ -35,29 +36,29 @@ func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]not
 			return nil
 		}})
 	if err != nil {
-		return fmt.Errorf("register update %s: %w", UpdateLease, err)
+		return fmt.Errorf("register update %s: %w", api.UpdateLease, err)
 	}
-	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateBreakerPause,
-		func(ctx workflow.Context, sig BreakerSignal) (policy.BreakerState, error) {
+	err = workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateBreakerPause,
+		func(ctx workflow.Context, sig api.BreakerSignal) (policy.BreakerState, error) {
 			pause(ctx, st, sig, alerts)
 			return *st, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, sig BreakerSignal) error {
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, sig api.BreakerSignal) error {
 			if sig.Actor == "" {
 				return fmt.Errorf("pause: actor is required")
 			}
 			return nil
 		}})
 	if err != nil {
-		return fmt.Errorf("register update %s: %w", UpdateBreakerPause, err)
+		return fmt.Errorf("register update %s: %w", api.UpdateBreakerPause, err)
 	}
 	return nil
 }
 
 // pause opens the breaker by hand, by signal or update alike: the alert, then every lease revoked.
-func pause(ctx workflow.Context, st *policy.BreakerState, sig BreakerSignal, alerts *[]notify.AlertInput) {
+func pause(ctx workflow.Context, st *policy.BreakerState, sig api.BreakerSignal, alerts *[]notify.AlertInput) {
 	st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
-	*alerts = append(*alerts, notify.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: BreakerWorkflowID})
+	*alerts = append(*alerts, notify.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: api.BreakerWorkflowID})
 	revokeLeases(ctx, st)
 }
 

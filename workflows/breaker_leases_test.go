@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"sync"
 	"testing"
@@ -42,7 +43,7 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 	lease := func(worker, dev string) {
 		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: dev}, Action: policy.Quarantined, Config: cfg},
 			Worker: worker, Queue: "q-" + worker, Want: policy.LeaseBatch}
-		env.UpdateWorkflow(UpdateLease, worker+dev, &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
+		env.UpdateWorkflow(api.UpdateLease, worker+dev, &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
 			OnComplete: func(v any, err error) {
 				if r, _ := v.(policy.LeaseResult); err != nil || r.Lease == nil || r.Lease.Count != 8 {
 					t.Errorf("lease for %s: %+v %v", worker, v, err)
@@ -53,16 +54,16 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 	var paused policy.BreakerState
 	env.RegisterDelayedCallback(func() { lease("w1", "gpu-0"); lease("w2", "gpu-1") }, time.Second)
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(UpdateBreakerPause, "pause", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
+		env.UpdateWorkflow(api.UpdateBreakerPause, "pause", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
 			OnComplete: func(v any, err error) {
 				answered, paused = env.Now(), v.(policy.BreakerState)
 				if err != nil {
 					t.Error(err)
 				}
-			}}, BreakerSignal{Actor: "sre", Reason: "test"})
+			}}, api.BreakerSignal{Actor: "sre", Reason: "test"})
 	}, 3*time.Second)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, time.Minute)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 
 	sort.Strings(revoked)
 	if len(revoked) != 2 || revoked[0] != "q-w1" || revoked[1] != "q-w2" {
@@ -88,13 +89,13 @@ func TestBreakerTakesLeaseReports(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: policy.Quarantined, Config: cfg},
 			Worker: "w1", Queue: "q-w1", Want: 4}
-		env.UpdateWorkflow(UpdateLease, "l", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {}}, req)
+		env.UpdateWorkflow(api.UpdateLease, "l", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {}}, req)
 	}, time.Second)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalPermitsReport, []policy.LeaseReport{{Worker: "w1", Lease: 1, Spent: []policy.Grant{{Device: "d/p/gpu-3", At: env.Now()}}, Returned: 1}})
+		env.SignalWorkflow(api.SignalPermitsReport, []policy.LeaseReport{{Worker: "w1", Lease: 1, Spent: []policy.Grant{{Device: "d/p/gpu-3", At: env.Now()}}, Returned: 1}})
 	}, 2*time.Second)
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryState)
+		v, err := env.QueryWorkflow(api.QueryState)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,5 +108,5 @@ func TestBreakerTakesLeaseReports(t *testing.T) {
 		}
 		env.CancelWorkflow()
 	}, 3*time.Second)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 }

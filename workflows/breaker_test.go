@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"strings"
 	"sync"
@@ -57,17 +58,17 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		for i := 0; i < 20; i++ {
 			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
-			env.UpdateWorkflow(UpdateAcquire, fmt.Sprint("u", i), before.callbacks(), req)
+			env.UpdateWorkflow(api.UpdateAcquire, fmt.Sprint("u", i), before.callbacks(), req)
 		}
 	}, time.Second)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"}) }, time.Hour)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"}) }, time.Hour)
 	env.RegisterDelayedCallback(func() {
 		req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-99"}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
-		env.UpdateWorkflow(UpdateAcquire, "after", after.callbacks(), req)
+		env.UpdateWorkflow(api.UpdateAcquire, "after", after.callbacks(), req)
 	}, time.Hour+time.Second)
 	var st policy.BreakerState
 	queryThenCancel(t, env, 2*time.Hour, &st)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if before.granted != 5 || before.denied != 15 {
 		t.Fatalf("granted %d denied %d, want 5 and 15", before.granted, before.denied)
 	}
@@ -108,20 +109,20 @@ func TestBreakerConfigureOwnsTheConfig(t *testing.T) {
 		}, OnComplete: func(any, error) {}}
 	}
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(UpdateBreakerConfigure, "c1", cb(true), ConfigureBreaker{Config: owned, Owner: "worker-a"})
-		env.UpdateWorkflow(UpdateBreakerConfigure, "bad", cb(false), ConfigureBreaker{Config: policy.BreakerConfig{Window: time.Hour}, Owner: "worker-b"})
-		env.UpdateWorkflow(UpdateBreakerConfigure, "anon", cb(false), ConfigureBreaker{Config: owned})
+		env.UpdateWorkflow(api.UpdateBreakerConfigure, "c1", cb(true), api.ConfigureBreaker{Config: owned, Owner: "worker-a"})
+		env.UpdateWorkflow(api.UpdateBreakerConfigure, "bad", cb(false), api.ConfigureBreaker{Config: policy.BreakerConfig{Window: time.Hour}, Owner: "worker-b"})
+		env.UpdateWorkflow(api.UpdateBreakerConfigure, "anon", cb(false), api.ConfigureBreaker{Config: owned})
 	}, time.Second)
 	var res updateResult
 	env.RegisterDelayedCallback(func() {
 		for i := 0; i < 5; i++ {
 			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, KnownDevices: 100, Config: other}
-			env.UpdateWorkflow(UpdateAcquire, fmt.Sprint("u", i), res.callbacks(), req)
+			env.UpdateWorkflow(api.UpdateAcquire, fmt.Sprint("u", i), res.callbacks(), req)
 		}
 	}, 2*time.Second)
 	var st policy.BreakerState
 	queryThenCancel(t, env, time.Minute, &st)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if rejected != 2 || st.Config != owned || st.ConfiguredBy != "worker-a" || res.granted != 2 {
 		t.Fatalf("rejected %d, config %+v by %q, granted %d", rejected, st.Config, st.ConfiguredBy, res.granted)
 	}
@@ -135,18 +136,18 @@ func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
 	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).After(10 * time.Second).Return(nil)
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"}) }, time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"}) }, time.Minute)
 	env.RegisterDelayedCallback(func() {
 		env.SetContinueAsNewSuggested(true)
-		env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "bob", Reason: "maintenance"})
+		env.SignalWorkflow(api.SignalBreakerPause, api.BreakerSignal{Actor: "bob", Reason: "maintenance"})
 	}, time.Minute+5*time.Second) // while the resume's alert is in flight
 	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: open})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: open})
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("workflow ended with %v, want continue-as-new", err)
 	}
-	var next BreakerInput
+	var next api.BreakerInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
@@ -163,13 +164,13 @@ func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
 	wakes := recordWakes(env)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalBreakerWait, []string{"d/p/gpu-1", "d/p/gpu-2", "d/p/gpu-1"})
+		env.SignalWorkflow(api.SignalBreakerWait, []string{"d/p/gpu-1", "d/p/gpu-2", "d/p/gpu-1"})
 	}, time.Minute)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"}) }, 2*time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"}) }, 2*time.Minute)
 	var st policy.BreakerState
 	queryThenCancel(t, env, 3*time.Minute, &st)
 	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: open})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: open})
 	woken := wakes()
 	sort.Strings(woken)
 	if fmt.Sprint(woken) != "[device/d/p/gpu-1 device/d/p/gpu-2]" || len(st.Waiting) != 0 {
@@ -182,7 +183,7 @@ func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
 func recordWakes(env *testsuite.TestWorkflowEnvironment) func() []string {
 	var mu sync.Mutex
 	var woken []string
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalBreakerWake, mock.Anything).Return(
 		func(_, workflowID, _, _ string, _ any) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -216,14 +217,14 @@ func TestBreakerAppliesPauseAndResumeInOrderSent(t *testing.T) {
 			registerActivities(env)
 			env.OnActivity("Alert", mock.Anything, mock.Anything).After(10 * time.Second).Return(nil)
 			env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
-			env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "ops", Reason: "first"}) }, time.Minute)
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalBreakerPause, api.BreakerSignal{Actor: "ops", Reason: "first"}) }, time.Minute)
 			env.RegisterDelayedCallback(func() { // while the first pause's alert is in flight
-				env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "ops", At: c.resume})
-				env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "ops", Reason: "second", At: c.pause})
+				env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "ops", At: c.resume})
+				env.SignalWorkflow(api.SignalBreakerPause, api.BreakerSignal{Actor: "ops", Reason: "second", At: c.pause})
 			}, time.Minute+2*time.Second)
 			var st policy.BreakerState
 			queryThenCancel(t, env, 2*time.Minute, &st)
-			env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{State: &policy.BreakerState{Config: policy.DefaultBreaker()}})
+			env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: &policy.BreakerState{Config: policy.DefaultBreaker()}})
 			if st.Open != c.wantOpen || st.ResumedBy != "ops" {
 				t.Fatalf("open %v, want %v (%+v)", st.Open, c.wantOpen, st)
 			}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"github.com/devicewarden/devicewarden/api"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -99,15 +100,15 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.CancelWorkflow()
 	}, time.Millisecond)
 	switch f := fn.(type) {
-	case func(workflow.Context, DeviceInput) error:
-		env.ExecuteWorkflow(f, DeviceInput{Device: gpu0, Node: gpu0.Pool})
-	case func(workflow.Context, BreakerInput) error:
-		env.ExecuteWorkflow(f, BreakerInput{})
-	case func(workflow.Context, NodeInput) error:
-		env.ExecuteWorkflow(f, NodeInput{Node: "node-1"})
-	case func(workflow.Context, LimiterInput) error:
-		env.ExecuteWorkflow(f, LimiterInput{})
-	case func(workflow.Context, MigrateInput) (policy.MigrationState, error):
+	case func(workflow.Context, api.DeviceInput) error:
+		env.ExecuteWorkflow(f, api.DeviceInput{Device: gpu0, Node: gpu0.Pool})
+	case func(workflow.Context, api.BreakerInput) error:
+		env.ExecuteWorkflow(f, api.BreakerInput{})
+	case func(workflow.Context, api.NodeInput) error:
+		env.ExecuteWorkflow(f, api.NodeInput{Node: "node-1"})
+	case func(workflow.Context, api.LimiterInput) error:
+		env.ExecuteWorkflow(f, api.LimiterInput{})
+	case func(workflow.Context, api.MigrateInput) (policy.MigrationState, error):
 		registerActivities(env)
 		env.OnActivity("TakeMigrationLease", mock.Anything, mock.Anything).Return(migration.LeaseResult{Held: true}, nil).Maybe()
 		for _, name := range []string{"HoldMigrationLease", "RequestMigrationSlot", "ReleaseMigrationLease"} {
@@ -115,14 +116,14 @@ func handlerPaths(t *testing.T, fn any) []string {
 		}
 		env.OnActivity("RecordMigration", mock.Anything, mock.Anything).Return(nil).Maybe()
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
-		env.ExecuteWorkflow(f, MigrateInput{Device: gpu0, Node: "node-1"})
-	case func(workflow.Context, RolloutInput) (RolloutStatus, error):
+		env.ExecuteWorkflow(f, api.MigrateInput{Device: gpu0, Node: "node-1"})
+	case func(workflow.Context, api.RolloutInput) (api.RolloutStatus, error):
 		registerActivities(env)
 		env.OnActivity("RolloutPreflight", mock.Anything, mock.Anything).Return([]rollout.Violation{{Node: "n"}}, nil).Maybe()
-		env.ExecuteWorkflow(f, RolloutInput{Plan: testPlan()})
-	case func(workflow.Context, RolloutWindowInput) (rollout.WindowResult, error):
+		env.ExecuteWorkflow(f, api.RolloutInput{Plan: testPlan()})
+	case func(workflow.Context, api.RolloutWindowInput) (rollout.WindowResult, error):
 		return nil // a schedule's action: it takes no signal or update
-	case func(workflow.Context, ClaimHygieneInput) (ClaimHygieneStatus, error):
+	case func(workflow.Context, api.ClaimHygieneInput) (api.ClaimHygieneStatus, error):
 		return nil // it looks again on its own timer: no signal or update
 	default:
 		t.Fatalf("unknown workflow function %T", fn)

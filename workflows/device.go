@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"time"
 
@@ -10,9 +11,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
-
-// Actor is recorded on decisions DeviceWarden makes by itself.
-const Actor = policy.Actor
 
 // commandRequest is an operator update waiting for the main loop to apply it.
 type commandRequest struct {
@@ -24,7 +22,7 @@ type commandRequest struct {
 // Observations arrive as signals; operator commands as validated updates (or signals); a timer
 // wakes it for the next deadline (tolerance end, staleness, breaker retry, review, lease end).
 // internal/policy decides; this executes, one decision at a time.
-func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
+func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	st := in.State
 	if st == nil {
 		if in.Policy.Name == "" {
@@ -55,7 +53,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 	if takes(ctx, 7) {
 		st.SilentNoEvidence = true
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	updates := workflow.NewBufferedChannel(ctx, 64)
@@ -64,14 +62,14 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			return err
 		}
 	}
-	obsCh := workflow.GetSignalChannel(ctx, SignalObservation)
-	wakeCh := workflow.GetSignalChannel(ctx, SignalBreakerWake)
+	obsCh := workflow.GetSignalChannel(ctx, api.SignalObservation)
+	wakeCh := workflow.GetSignalChannel(ctx, api.SignalBreakerWake)
 	observed, err := registerObserve(ctx)
 	if err != nil {
 		return err
 	}
-	cmdChs := make([]workflow.ReceiveChannel, len(OperatorSignals))
-	for i, name := range OperatorSignals {
+	cmdChs := make([]workflow.ReceiveChannel, len(api.OperatorSignals))
+	for i, name := range api.OperatorSignals {
 		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
 	}
 	inbox := append([]workflow.ReceiveChannel{obsCh, observed, updates, wakeCh}, cmdChs...)
@@ -103,7 +101,7 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 			acts = st.Woken(workflow.Now(ctx))
 		})
 		for i, c := range cmdChs {
-			kind := policy.CommandKind(OperatorSignals[i])
+			kind := policy.CommandKind(api.OperatorSignals[i])
 			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {
 				acts = receiveCommand(ctx, c, kind, st)
 			})
@@ -146,14 +144,14 @@ func DeviceWorkflow(ctx workflow.Context, in DeviceInput) error {
 		}
 		if st.State != lastState {
 			lastState = st.State
-			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceState.ValueSet(string(st.State))); err != nil {
+			if err := workflow.UpsertTypedSearchAttributes(ctx, api.SearchDeviceState.ValueSet(string(st.State))); err != nil {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
 		if forms := unitForms(st); forms != nil && !slices.Equal(forms, lastForms) {
 			// A unit's forms are searchable, so any of them leads to its workflow.
 			lastForms = forms
-			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchDeviceForms.ValueSet(forms)); err != nil {
+			if err := workflow.UpsertTypedSearchAttributes(ctx, api.SearchDeviceForms.ValueSet(forms)); err != nil {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
@@ -258,12 +256,12 @@ func registerUpdates(ctx workflow.Context, st *policy.DeviceState, updates workf
 // does not decode is refused by the SDK before it reaches the handler and leaves no history.
 func registerObserve(ctx workflow.Context) (workflow.ReceiveChannel, error) {
 	observed := workflow.NewBufferedChannel(ctx, 1024)
-	err := workflow.SetUpdateHandler(ctx, UpdateObservation, func(ctx workflow.Context, obs policy.Observation) error {
+	err := workflow.SetUpdateHandler(ctx, api.UpdateObservation, func(ctx workflow.Context, obs policy.Observation) error {
 		observed.Send(ctx, obs)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("register update %s: %w", UpdateObservation, err)
+		return nil, fmt.Errorf("register update %s: %w", api.UpdateObservation, err)
 	}
 	return observed, nil
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"sync"
 	"testing"
@@ -238,7 +239,7 @@ func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.D
 				if e.idle {
 					o.Reporters = nil
 				}
-				h.env.SignalWorkflow(SignalObservation, o)
+				h.env.SignalWorkflow(api.SignalObservation, o)
 				return
 			}
 			h.env.SignalWorkflow(e.signal, e.cmd)
@@ -250,7 +251,7 @@ func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.D
 	if h.pol != nil {
 		p = *h.pol
 	}
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	return got
 }
 
@@ -280,7 +281,7 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 			events:    []event{ob(time.Second, device.Unknown, "10"), ob(time.Minute, device.Healthy, "11")},
 			wantState: policy.Restricted, wantEffects: []string{"NoSchedule"}},
 		{name: "breaker denies, the action waits for the breaker's wake, then goes through", denyFirst: 1, end: 2 * time.Minute,
-			events:    []event{ob(time.Second, device.Unhealthy, "10"), {at: time.Minute, signal: SignalBreakerWake}},
+			events:    []event{ob(time.Second, device.Unhealthy, "10"), {at: time.Minute, signal: api.SignalBreakerWake}},
 			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "breaker denies and never wakes: retried at the fallback", denyFirst: 1, end: 11 * time.Minute,
 			events:    []event{ob(time.Second, device.Unhealthy, "10")},
@@ -289,11 +290,11 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 			events:    []event{ob(time.Second, device.Unhealthy, "10")},
 			wantState: policy.Healthy},
 		{name: "force-quarantine by a person skips the breaker", denyFirst: 1000, end: time.Minute,
-			events:    []event{{at: time.Second, signal: SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}}},
+			events:    []event{{at: time.Second, signal: api.SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}}},
 			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "paused device acts only after resume", end: time.Hour,
-			events: []event{{at: time.Second, signal: SignalPause, cmd: policy.Command{Actor: "alice"}},
-				ob(2*time.Second, device.Unhealthy, "10"), {at: 30 * time.Minute, signal: SignalResume, cmd: policy.Command{Actor: "alice"}}},
+			events: []event{{at: time.Second, signal: api.SignalPause, cmd: policy.Command{Actor: "alice"}},
+				ob(2*time.Second, device.Unhealthy, "10"), {at: 30 * time.Minute, signal: api.SignalResume, cmd: policy.Command{Actor: "alice"}}},
 			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
 	}
 	for _, tt := range tests {
@@ -328,8 +329,8 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 
 func TestDeviceWorkflowForceQuarantineRecordsActor(t *testing.T) {
 	h := newHarness(0)
-	got := h.run(t, time.Minute, event{at: time.Second, signal: SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}},
-		event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}})
+	got := h.run(t, time.Minute, event{at: time.Second, signal: api.SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}},
+		event{at: 2 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}})
 	if got.Quarantine == nil || got.Quarantine.Actor != "bob" || h.quarantine[0].Actor != "bob" {
 		t.Fatalf("quarantine %+v", got.Quarantine)
 	}
@@ -341,13 +342,13 @@ func TestDeviceWorkflowForceQuarantineRecordsActor(t *testing.T) {
 func TestDeviceWorkflowEndsWhenIdle(t *testing.T) {
 	h := newHarness(0)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Health: device.Unknown, StatusVersion: "5",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Health: device.Unknown, StatusVersion: "5",
 			Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Health: device.Healthy, StatusVersion: "6"})
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Health: device.Healthy, StatusVersion: "6"})
 	}, time.Minute)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if !h.env.IsWorkflowCompleted() || h.env.GetWorkflowError() != nil {
 		t.Fatalf("completed=%v err=%v", h.env.IsWorkflowCompleted(), h.env.GetWorkflowError())
 	}
@@ -357,15 +358,15 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 	h := newHarness(0)
 	h.env.SetContinueAsNewSuggested(true)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Health: device.Unhealthy, StatusVersion: "7",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Health: device.Unhealthy, StatusVersion: "7",
 			Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	var can *workflow.ContinueAsNewError
 	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("want continue-as-new, got %v", err)
 	}
-	var next DeviceInput
+	var next api.DeviceInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 func queryThenCancel(t *testing.T, env *testsuite.TestWorkflowEnvironment, at time.Duration, into any) {
 	t.Helper()
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryState)
+		v, err := env.QueryWorkflow(api.QueryState)
 		if err != nil {
 			t.Fatalf("query: %v", err)
 		}
@@ -416,15 +417,15 @@ func TestDeviceWorkflowObservationUpdate(t *testing.T) {
 		}
 	}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(UpdateObservation, "bad", cb(false), map[string]any{"health": []int{1}})
+		h.env.UpdateWorkflow(api.UpdateObservation, "bad", cb(false), map[string]any{"health": []int{1}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(UpdateObservation, "1", cb(true), policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "5",
+		h.env.UpdateWorkflow(api.UpdateObservation, "1", cb(true), policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "5",
 			Reporters: []policy.Reporter{{Pod: "p", Health: device.Unhealthy}}})
 	}, 2*time.Second)
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if completed != 1 || rejected != 1 {
 		t.Fatalf("completed %d rejected %d, want 1 and 1", completed, rejected)
 	}
@@ -499,7 +500,7 @@ func TestDeviceWorkflowDeniedDoesNotPoll(t *testing.T) {
 // held: no Alert activity of its own. Granted on a later try, the quarantine's alerts are its own.
 func TestDeviceWorkflowHeldAlertRidesWithThePermit(t *testing.T) {
 	h := newHarness(1)
-	got := h.run(t, 2*time.Minute, ob(time.Second, device.Unhealthy, "10"), event{at: time.Minute, signal: SignalBreakerWake})
+	got := h.run(t, 2*time.Minute, ob(time.Second, device.Unhealthy, "10"), event{at: time.Minute, signal: api.SignalBreakerWake})
 	if len(h.held) != 1 || h.held[0].Level != policy.LevelCritical || !strings.Contains(h.held[0].Text, "device reported Unhealthy") || h.held[0].Device != gpu0 {
 		t.Fatalf("alerts carried with the permit: %+v", h.held)
 	}

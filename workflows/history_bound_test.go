@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -20,14 +21,14 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 	h := newMigration(t)
 	h.env.SetContinueAsNewSuggested(true)
 	h.denyPermits = 1
-	decide(t, h, time.Minute, UpdateMigrateAnyway, policy.MigrationDecision{Actor: "bob", Reason: "results are in the bucket"}, "")
+	decide(t, h, time.Minute, api.UpdateMigrateAnyway, policy.MigrationDecision{Actor: "bob", Reason: "results are in the bucket"}, "")
 	h.grant(2 * time.Minute)
 	h.env.ExecuteWorkflow(MigrateWorkflow, migrateInput("Pod", "none", false))
 	var can *workflow.ContinueAsNewError
 	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("want continue-as-new while the breaker refuses, got %v", err)
 	}
-	var next MigrateInput
+	var next api.MigrateInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +51,9 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 // A run continued from a rolled-back one holds to the deadline it was given, not a new
 // rollbackHold, and takes a resume as the first run would.
 func TestRolloutContinuedWhileRolledBack(t *testing.T) {
-	carried := func(r *rolloutEnv) RolloutInput {
+	carried := func(r *rolloutEnv) api.RolloutInput {
 		p := testPlan()
-		return RolloutInput{Plan: p, State: &RolloutStatus{Plan: p.Name, Step: rollout.StepPreflight, State: rollout.StateRolledBack,
+		return api.RolloutInput{Plan: p, State: &api.RolloutStatus{Plan: p.Name, Step: rollout.StepPreflight, State: rollout.StateRolledBack,
 			HoldUntil: r.env.Now().Add(10 * time.Minute)}}
 	}
 	r := newRolloutEnv(t)
@@ -67,8 +68,8 @@ func TestRolloutContinuedWhileRolledBack(t *testing.T) {
 	r.preflight(func(int) []rollout.Violation { return nil })
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.update(time.Minute, UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
-	r.update(15*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
+	r.update(time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
+	r.update(15*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
 	if st := r.run(carried(r)); st.State != rollout.StateCompleted {
 		t.Fatalf("after resume: %s, want completed", st.State)
 	}
@@ -90,10 +91,10 @@ func TestOldBreakerRunsIgnoreTheBound(t *testing.T) {
 		}
 		env.SetCurrentHistoryLength(historyBound + 1)
 		env.RegisterDelayedCallback(func() {
-			env.SignalWorkflow(SignalBreakerPause, BreakerSignal{Actor: "bob", Reason: "maintenance"})
+			env.SignalWorkflow(api.SignalBreakerPause, api.BreakerSignal{Actor: "bob", Reason: "maintenance"})
 		}, time.Minute)
 		env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
-		env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+		env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 		var can *workflow.ContinueAsNewError
 		continued := errors.As(env.GetWorkflowError(), &can)
 		if continued == old {

@@ -8,6 +8,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -88,7 +89,7 @@ func TestRolloutHeldForAMonthBoundsItsHistory(t *testing.T) {
 		return r.env
 	}
 	newEnv()
-	runs, longest, last := monthOfRuns(t, RolloutWorkflow, RolloutInput{Plan: p}, newEnv)
+	runs, longest, last := monthOfRuns(t, RolloutWorkflow, api.RolloutInput{Plan: p}, newEnv)
 	t.Logf("30 days held: %d runs, longest history %d events (bound %d)", runs, longest, historyBound)
 	if longest > historyBound+11 || runs < 2 {
 		t.Fatalf("%d runs, longest history %d events: want several runs, each within %d", runs, longest, historyBound)
@@ -129,7 +130,7 @@ func TestMigrationWaitingAMonthForTheBreakerBoundsItsHistory(t *testing.T) {
 		return h.env
 	}
 	in := migrateInput("Job", "annotation", false)
-	in.Carried = &MigrationCarry{State: policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, Started: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	in.Carried = &api.MigrationCarry{State: policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, Started: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	runs, longest, last := monthOfRuns(t, MigrateWorkflow, in, newEnv)
 	t.Logf("30 days waiting for the breaker: %d runs, longest history %d events (bound %d)", runs, longest, historyBound)
 	if longest > historyBound+11 || runs < 2 {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -12,43 +13,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// ClaimHygieneIDPrefix starts the ID of every claim-hygiene workflow: one per claim UID.
-const ClaimHygieneIDPrefix = "claim-hygiene/"
-
-// ClaimHygieneID is the workflow ID of the claim with this UID.
-func ClaimHygieneID(uid string) string { return ClaimHygieneIDPrefix + uid }
-
-// Claim-hygiene states: the finding's kind while it stands, then how it ended.
-const (
-	HygieneHeld     = "held"     // a deletion the breaker refused; looked at again later
-	HygieneDeleted  = "deleted"  // this workflow deleted the leaked claim
-	HygieneGone     = "gone"     // the claim went (or was replaced) without this workflow
-	HygieneResolved = "resolved" // the claim is fine again (a consumer came, the Pod started, the node returned)
-)
-
-// ClaimHygieneInput starts (or continues) the workflow of one finding.
-type ClaimHygieneInput struct {
-	Finding capacity.Finding       `json:"finding"`
-	Policy  capacity.HygienePolicy `json:"policy"`
-	// Recheck is how often a standing finding is looked at again.
-	Recheck time.Duration `json:"recheck"`
-	// Recorded is the finding kind already written as an Event (carried over continue-as-new).
-	Recorded string `json:"recorded,omitempty"`
-	// RechecksPerRun bounds one run's history (0: 500); a finding that stands longer continues
-	// as new.
-	RechecksPerRun int `json:"rechecksPerRun,omitempty"`
-}
-
-// ClaimHygieneStatus answers the state query and is the result. Finding keeps the ShareIDs, the
-// claim's version and the reason of the latest look, whatever the state.
-type ClaimHygieneStatus struct {
-	State   string           `json:"state"`
-	Finding capacity.Finding `json:"finding"`
-	// Held is the breaker's reason while a deletion waits.
-	Held   string `json:"held,omitempty"`
-	Checks int    `json:"checks"`
-}
-
 // rechecksPerRun is the default bound on one run's rechecks.
 const rechecksPerRun = 500
 
@@ -57,9 +21,9 @@ const rechecksPerRun = 500
 // policy allows it and the breaker grants it (looking at the claim afresh, at its UID and version),
 // and otherwise keeps the finding visible, looking again every Recheck, until the claim is fine
 // or gone. A claim on a lost node is never touched until the node returns or is fenced.
-func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygieneStatus, error) {
-	st := ClaimHygieneStatus{State: in.Finding.Kind, Finding: in.Finding}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (ClaimHygieneStatus, error) { return st, nil }); err != nil {
+func ClaimHygieneWorkflow(ctx workflow.Context, in api.ClaimHygieneInput) (api.ClaimHygieneStatus, error) {
+	st := api.ClaimHygieneStatus{State: in.Finding.Kind, Finding: in.Finding}
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (api.ClaimHygieneStatus, error) { return st, nil }); err != nil {
 		return st, fmt.Errorf("register query: %w", err)
 	}
 	if in.Recheck <= 0 {
@@ -76,7 +40,7 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 	for checks := 0; ; checks++ {
 		f := st.Finding
 		if f.Kind == capacity.FindingNone {
-			st.State = HygieneResolved
+			st.State = api.HygieneResolved
 			return st, nil
 		}
 		st.State, st.Held = f.Kind, ""
@@ -108,7 +72,7 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 		}
 		st.Checks++
 		if look.Gone {
-			st.State = HygieneGone
+			st.State = api.HygieneGone
 			return st, nil
 		}
 		st.Finding = look.Finding
@@ -117,14 +81,14 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in ClaimHygieneInput) (ClaimHygi
 
 // deleteLeaked asks the breaker, then deletes the claim if a fresh look still finds it a leak
 // that may go; done when the claim is gone either way.
-func deleteLeaked(ctx, actx workflow.Context, claim hygiene.HygieneInput, st *ClaimHygieneStatus) (bool, error) {
+func deleteLeaked(ctx, actx workflow.Context, claim hygiene.HygieneInput, st *api.ClaimHygieneStatus) (bool, error) {
 	var permit policy.PermitResult
 	key := claim.Namespace + "/" + claim.Claim + "/" + claim.UID
 	if err := workflow.ExecuteActivity(actx, rem.AcquirePermit, remediation.PermitInput{Claim: key, Action: policy.ClaimDeleted}).Get(ctx, &permit); err != nil {
 		return false, err
 	}
 	if !permit.Granted {
-		st.State, st.Held = HygieneHeld, permit.Reason
+		st.State, st.Held = api.HygieneHeld, permit.Reason
 		return false, nil
 	}
 	var res hygiene.ClaimCheck
@@ -133,10 +97,10 @@ func deleteLeaked(ctx, actx workflow.Context, claim hygiene.HygieneInput, st *Cl
 	}
 	switch {
 	case res.Deleted:
-		st.State = HygieneDeleted
+		st.State = api.HygieneDeleted
 		return true, nil
 	case res.Gone:
-		st.State = HygieneGone
+		st.State = api.HygieneGone
 		return true, nil
 	}
 	// No longer a leak that may go: keep following it ("" ends it resolved).

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -85,24 +86,24 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 	return h
 }
 
-func (h *hygieneEnv) run(f capacity.Finding) ClaimHygieneStatus {
-	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, ClaimHygieneInput{Finding: f, Policy: capacity.HygienePolicy{DeleteLeaked: true}, Recheck: time.Minute})
+func (h *hygieneEnv) run(f capacity.Finding) api.ClaimHygieneStatus {
+	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, api.ClaimHygieneInput{Finding: f, Policy: capacity.HygienePolicy{DeleteLeaked: true}, Recheck: time.Minute})
 	if !h.env.IsWorkflowCompleted() {
 		h.t.Fatal("workflow did not complete")
 	}
-	var st ClaimHygieneStatus
+	var st api.ClaimHygieneStatus
 	if err := h.env.GetWorkflowResult(&st); err != nil {
 		h.t.Fatal(err)
 	}
 	return st
 }
 
-func (h *hygieneEnv) query() ClaimHygieneStatus {
-	v, err := h.env.QueryWorkflow(QueryState)
+func (h *hygieneEnv) query() api.ClaimHygieneStatus {
+	v, err := h.env.QueryWorkflow(api.QueryState)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var st ClaimHygieneStatus
+	var st api.ClaimHygieneStatus
 	if err := v.Get(&st); err != nil {
 		h.t.Fatal(err)
 	}
@@ -128,12 +129,12 @@ func TestLeakThatTurnsStuckIsShownStuck(t *testing.T) {
 			t.Errorf("after the fresh look: %+v", st)
 		}
 	}, 30*time.Second)
-	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneResolved {
+	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != api.HygieneResolved {
 		t.Fatalf("status = %+v", st)
 	}
 	h.want("record:leaked permit:granted delete look")
-	if ClaimHygieneID("u1") != "claim-hygiene/u1" {
-		t.Fatalf("ID = %s", ClaimHygieneID("u1"))
+	if api.ClaimHygieneID("u1") != "claim-hygiene/u1" {
+		t.Fatalf("ID = %s", api.ClaimHygieneID("u1"))
 	}
 }
 
@@ -142,7 +143,7 @@ func TestRecheckDefaultsToAMinute(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingStuck, false)}, {}}
 	start := h.env.Now()
-	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, ClaimHygieneInput{Finding: leakFinding(capacity.FindingStuck, false)})
+	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, api.ClaimHygieneInput{Finding: leakFinding(capacity.FindingStuck, false)})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestLeakedClaimIsRecordedThenDeletedOnce(t *testing.T) {
 	h.permits = []bool{true}
 	h.deletes = []hygiene.ClaimCheck{{Deleted: true, Finding: leakFinding(capacity.FindingLeaked, true)}}
 	st := h.run(leakFinding(capacity.FindingLeaked, true))
-	if st.State != HygieneDeleted || st.Finding.Version != "41" || st.Finding.ShareIDs[0] != "s1" {
+	if st.State != api.HygieneDeleted || st.Finding.Version != "41" || st.Finding.ShareIDs[0] != "s1" {
 		t.Fatalf("status = %+v", st)
 	}
 	h.want("record:leaked permit:granted delete")
@@ -170,11 +171,11 @@ func TestLeakedClaimHeldByTheBreakerWaits(t *testing.T) {
 	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, true)}}
 	h.deletes = []hygiene.ClaimCheck{{Deleted: true}}
 	h.env.RegisterDelayedCallback(func() {
-		if st := h.query(); st.State != HygieneHeld || !strings.Contains(st.Held, "paused") || st.Finding.ShareIDs[0] != "s1" {
+		if st := h.query(); st.State != api.HygieneHeld || !strings.Contains(st.Held, "paused") || st.Finding.ShareIDs[0] != "s1" {
 			t.Errorf("while held: %+v", st)
 		}
 	}, 30*time.Second)
-	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneDeleted || st.Held != "" || st.Checks != 1 {
+	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != api.HygieneDeleted || st.Held != "" || st.Checks != 1 {
 		t.Fatalf("status = %+v", st)
 	}
 	h.want("record:leaked permit:denied look permit:granted delete")
@@ -193,7 +194,7 @@ func TestClaimOnALostNodeWaitsForTheFence(t *testing.T) {
 			t.Errorf("before the fence: %+v", st)
 		}
 	}, 90*time.Second)
-	if st := h.run(leakFinding(capacity.FindingNodeLost, false)); st.State != HygieneDeleted || st.Checks != 3 {
+	if st := h.run(leakFinding(capacity.FindingNodeLost, false)); st.State != api.HygieneDeleted || st.Checks != 3 {
 		t.Fatalf("status = %+v", st)
 	}
 	h.want("record:node-lost look look look record:leaked permit:granted delete")
@@ -209,7 +210,7 @@ func TestStuckShareStaysVisibleUntilItsPodStarts(t *testing.T) {
 			t.Errorf("while stuck: %+v", st)
 		}
 	}, 90*time.Second)
-	if st := h.run(leakFinding(capacity.FindingStuck, false)); st.State != HygieneResolved || st.Checks != 2 {
+	if st := h.run(leakFinding(capacity.FindingStuck, false)); st.State != api.HygieneResolved || st.Checks != 2 {
 		t.Fatalf("status = %+v", st)
 	}
 	h.want("record:stuck look look")
@@ -221,7 +222,7 @@ func TestFreshLookBeforeTheDeletionDecides(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.permits = []bool{true}
 	h.deletes = []hygiene.ClaimCheck{{Finding: capacity.Finding{Namespace: "t", Claim: "job-0-gpu", UID: "u1"}}}
-	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneResolved || st.Checks != 0 {
+	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != api.HygieneResolved || st.Checks != 0 {
 		t.Fatalf("status = %+v", st)
 	}
 	h.want("record:leaked permit:granted delete")
@@ -229,12 +230,12 @@ func TestFreshLookBeforeTheDeletionDecides(t *testing.T) {
 	h = newHygieneEnv(t)
 	h.permits = []bool{true}
 	h.deletes = []hygiene.ClaimCheck{{Gone: true}}
-	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != HygieneGone {
+	if st := h.run(leakFinding(capacity.FindingLeaked, true)); st.State != api.HygieneGone {
 		t.Fatalf("status = %+v", st)
 	}
 	h = newHygieneEnv(t)
 	h.looks = []hygiene.ClaimCheck{{Gone: true}}
-	if st := h.run(leakFinding(capacity.FindingLeaked, false)); st.State != HygieneGone || st.Checks != 1 {
+	if st := h.run(leakFinding(capacity.FindingLeaked, false)); st.State != api.HygieneGone || st.Checks != 1 {
 		t.Fatalf("report-only leak deleted by someone: %+v", st)
 	}
 	h.want("record:leaked look")
@@ -245,13 +246,13 @@ func TestFreshLookBeforeTheDeletionDecides(t *testing.T) {
 func TestStandingFindingContinuesAsNew(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, false)}}
-	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, ClaimHygieneInput{Finding: leakFinding(capacity.FindingLeaked, false), Recheck: time.Minute})
+	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, api.ClaimHygieneInput{Finding: leakFinding(capacity.FindingLeaked, false), Recheck: time.Minute})
 	err := h.env.GetWorkflowError()
 	var can *workflow.ContinueAsNewError
 	if !errors.As(err, &can) {
 		t.Fatalf("want continue-as-new, got %v", err)
 	}
-	var next ClaimHygieneInput
+	var next api.ClaimHygieneInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -12,16 +13,16 @@ import (
 // through: at most perNode migrations at once on a node and clusterWide in the cluster. Migrations
 // ask with the acquire-slot signal and are answered with slot-granted; release-slot frees a slot.
 // A migration that is gone when its turn comes (terminated, say) loses its slot to the next one.
-func MigrationLimiterWorkflow(ctx workflow.Context, in LimiterInput) error {
+func MigrationLimiterWorkflow(ctx workflow.Context, in api.LimiterInput) error {
 	st := in.State
 	if st == nil {
 		st = &policy.SlotState{}
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.SlotState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.SlotState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
-	acquire := workflow.GetSignalChannel(ctx, SignalSlotAcquire)
-	release := workflow.GetSignalChannel(ctx, SignalSlotRelease)
+	acquire := workflow.GetSignalChannel(ctx, api.SignalSlotAcquire)
+	release := workflow.GetSignalChannel(ctx, api.SignalSlotRelease)
 	for {
 		var granted []string
 		sel := workflow.NewSelector(ctx)
@@ -40,13 +41,13 @@ func MigrationLimiterWorkflow(ctx workflow.Context, in LimiterInput) error {
 		for len(granted) > 0 {
 			id := granted[0]
 			granted = granted[1:]
-			if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalSlotGranted, nil).Get(ctx, nil); err != nil {
+			if err := workflow.SignalExternalWorkflow(ctx, id, "", api.SignalSlotGranted, nil).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("migration gone before its slot; freeing it", "migration", id, "error", err)
 				granted = append(granted, st.Release(id)...)
 			}
 		}
 		if acquire.Len() == 0 && release.Len() == 0 && historyFull(ctx) {
-			return continueAsNew(ctx, MigrationLimiterWorkflow, LimiterInput{State: st})
+			return continueAsNew(ctx, MigrationLimiterWorkflow, api.LimiterInput{State: st})
 		}
 	}
 }

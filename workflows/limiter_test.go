@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestMigrationLimiter(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	var granted []string
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalSlotGranted, mock.Anything).Return(
 		func(_, id, _, _ string, _ any) error {
 			if id == "gone" {
 				return errors.New("unknown external workflow execution")
@@ -33,19 +34,19 @@ func TestMigrationLimiter(t *testing.T) {
 	req := func(id string) policy.SlotRequest {
 		return policy.SlotRequest{ID: id, Node: "node-1", PerNode: 1, ClusterWide: 10}
 	}
-	send(time.Second, SignalSlotAcquire, req("m1"))
-	send(2*time.Second, SignalSlotAcquire, req("gone"))
-	send(3*time.Second, SignalSlotAcquire, req("m3"))
+	send(time.Second, api.SignalSlotAcquire, req("m1"))
+	send(2*time.Second, api.SignalSlotAcquire, req("gone"))
+	send(3*time.Second, api.SignalSlotAcquire, req("m3"))
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryState)
+		v, err := env.QueryWorkflow(api.QueryState)
 		var st policy.SlotState
 		if err != nil || v.Get(&st) != nil || len(st.Holders) != 1 || st.Position("m3") != 2 {
 			t.Errorf("state %+v (%v): m1 holds, gone and m3 wait", st, err)
 		}
 	}, 4*time.Second)
-	send(5*time.Second, SignalSlotRelease, "m1")
+	send(5*time.Second, api.SignalSlotRelease, "m1")
 	env.RegisterDelayedCallback(func() {
-		v, _ := env.QueryWorkflow(QueryState)
+		v, _ := env.QueryWorkflow(api.QueryState)
 		var st policy.SlotState
 		_ = v.Get(&st)
 		if len(st.Holders) != 1 || st.Holders[0].ID != "m3" || st.MaxOnNode != 1 {
@@ -53,7 +54,7 @@ func TestMigrationLimiter(t *testing.T) {
 		}
 		env.CancelWorkflow()
 	}, 6*time.Second)
-	env.ExecuteWorkflow(MigrationLimiterWorkflow, LimiterInput{})
+	env.ExecuteWorkflow(MigrationLimiterWorkflow, api.LimiterInput{})
 	if got := len(granted); got != 2 || granted[0] != "m1" || granted[1] != "m3" {
 		t.Fatalf("granted %v, want m1 then m3", granted)
 	}
@@ -64,21 +65,21 @@ func TestMigrationLimiter(t *testing.T) {
 func TestMigrationLimiterContinuesAsNew(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(nil)
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalSlotGranted, mock.Anything).Return(nil)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalSlotAcquire, policy.SlotRequest{ID: "m1", Node: "n", PerNode: 1, ClusterWide: 1})
-		env.SignalWorkflow(SignalSlotAcquire, policy.SlotRequest{ID: "m2", Node: "n", PerNode: 1, ClusterWide: 1})
+		env.SignalWorkflow(api.SignalSlotAcquire, policy.SlotRequest{ID: "m1", Node: "n", PerNode: 1, ClusterWide: 1})
+		env.SignalWorkflow(api.SignalSlotAcquire, policy.SlotRequest{ID: "m2", Node: "n", PerNode: 1, ClusterWide: 1})
 	}, time.Second)
 	env.RegisterDelayedCallback(func() {
 		env.SetContinueAsNewSuggested(true)
-		env.SignalWorkflow(SignalSlotRelease, "nobody")
+		env.SignalWorkflow(api.SignalSlotRelease, "nobody")
 	}, 2*time.Second)
-	env.ExecuteWorkflow(MigrationLimiterWorkflow, LimiterInput{})
+	env.ExecuteWorkflow(MigrationLimiterWorkflow, api.LimiterInput{})
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("ended with %v, want continue-as-new", err)
 	}
-	var next LimiterInput
+	var next api.LimiterInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ const (
 
 // migration is one run's working state.
 type migrationRun struct {
-	in        MigrateInput
+	in        api.MigrateInput
 	m         *policy.MigrationState
 	id        string
 	started   time.Time
@@ -54,13 +55,13 @@ type migrationRun struct {
 // to checkpoint when it can, moves it (suspend and resume a Job, evict a shard or a replicated Pod
 // through the Eviction API) and waits for it to be Ready on other devices. A workload that cannot
 // move without losing its work keeps its evidence and waits for a person's migrate-anyway or abandon.
-func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationState, error) {
+func MigrateWorkflow(ctx workflow.Context, in api.MigrateInput) (policy.MigrationState, error) {
 	r := &migrationRun{in: in, m: &policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		started: workflow.Now(ctx), decisions: workflow.NewBufferedChannel(ctx, 1)}
 	if r.in.Policy.DecisionTimeout <= 0 {
 		r.in.Policy.DecisionTimeout = policy.DefaultMigration().DecisionTimeout
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (policy.MigrationState, error) { return *r.m, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.MigrationState, error) { return *r.m, nil }); err != nil {
 		return *r.m, fmt.Errorf("register query: %w", err)
 	}
 	if err := r.registerDecisions(ctx); err != nil {
@@ -98,7 +99,7 @@ func MigrateWorkflow(ctx workflow.Context, in MigrateInput) (policy.MigrationSta
 		// The next run takes the Lease again (it holds it under the same workflow ID) and keeps the slot.
 		stopWork()
 		next := r.in
-		next.Carried = &MigrationCarry{State: *r.m, Slot: r.slot, Started: r.started, Anyway: r.anyway}
+		next.Carried = &api.MigrationCarry{State: *r.m, Slot: r.slot, Started: r.started, Anyway: r.anyway}
 		return *r.m, continueAsNew(ctx, MigrateWorkflow, next)
 	}
 	if *lost != "" && r.m.Phase != policy.PhaseDone {
@@ -178,7 +179,7 @@ func (r *migrationRun) acquireSlot() bool {
 	r.m.Phase, r.m.Waiting = policy.PhaseWaitingForSlot, fmt.Sprintf("a migration slot (at most %d on node %s, %d in the cluster)",
 		r.in.Policy.PerNode, r.in.Node, r.in.Policy.ClusterWide)
 	req := policy.SlotRequest{ID: r.id, Node: r.in.Node, PerNode: r.in.Policy.PerNode, ClusterWide: r.in.Policy.ClusterWide}
-	granted := workflow.GetSignalChannel(ctx, SignalSlotGranted)
+	granted := workflow.GetSignalChannel(ctx, api.SignalSlotGranted)
 	for r.dropStale && granted.ReceiveAsync(nil) {
 		r.m.Record(workflow.Now(ctx), "a grant of an earlier slot request dropped")
 	}
@@ -322,7 +323,7 @@ func (r *migrationRun) decide(reason string) {
 	case ctx.Err() != nil:
 	case timedOut:
 		r.m.Finish(policy.OutcomeEvidencePreserved, "", fmt.Sprintf("%s; nobody decided within %s", reason, timeout), workflow.Now(ctx))
-	case d.kind == UpdateAbandon:
+	case d.kind == api.UpdateAbandon:
 		r.m.Actor = d.Actor
 		r.m.Finish(policy.OutcomeAbandoned, "", fmt.Sprintf("left on the device by %s: %s", d.Actor, d.Reason), workflow.Now(ctx))
 	default:
@@ -492,7 +493,7 @@ type decision struct {
 
 // registerDecisions makes migrate-anyway and abandon updates, validated against the phase.
 func (r *migrationRun) registerDecisions(ctx workflow.Context) error {
-	for _, kind := range []string{UpdateMigrateAnyway, UpdateAbandon} {
+	for _, kind := range []string{api.UpdateMigrateAnyway, api.UpdateAbandon} {
 		kind := kind
 		err := workflow.SetUpdateHandlerWithOptions(ctx, kind,
 			func(ctx workflow.Context, d policy.MigrationDecision) (policy.MigrationState, error) {

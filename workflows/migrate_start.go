@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -19,7 +20,7 @@ func startMigrations(ctx workflow.Context, st *policy.DeviceState, pods []policy
 	for _, p := range pods {
 		in.Pods = append(in.Pods, migration.PodRef{Namespace: p.Namespace, Name: p.Name})
 	}
-	var ws []migration.Workload
+	var ws []api.Workload
 	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.FindWorkloads, in).Get(ctx, &ws); err != nil {
 		workflow.GetLogger(ctx).Warn("workloads not found; nothing moved", "error", err)
 		return
@@ -30,13 +31,13 @@ func startMigrations(ctx workflow.Context, st *policy.DeviceState, pods []policy
 		report, at = q.Reason, q.CreatedAt
 	}
 	for _, w := range ws {
-		id := MigrationID(st.Device, w.UID, st.StatusVersion)
+		id := api.MigrationID(st.Device, w.UID, st.StatusVersion)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:            id,
 			ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_ABANDON,
 			WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		})
-		mi := MigrateInput{Device: st.Device, Node: st.Node, Workload: w, StatusVersion: st.StatusVersion, Report: report,
+		mi := api.MigrateInput{Device: st.Device, Node: st.Node, Workload: w, StatusVersion: st.StatusVersion, Report: report,
 			QuarantinedAt: at, Policy: st.Policy.Migration, Channel: st.Policy.SlackChannel}
 		f := workflow.ExecuteChildWorkflow(cctx, MigrateWorkflow, mi)
 		err := f.GetChildWorkflowExecution().Get(ctx, nil)

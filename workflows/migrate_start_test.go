@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -34,15 +35,15 @@ func TestQuarantineStartsMigrations(t *testing.T) {
 			h.pol = &p
 			var found []migration.FindWorkloadsInput
 			h.env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(
-				func(_ context.Context, in migration.FindWorkloadsInput) ([]migration.Workload, error) {
+				func(_ context.Context, in migration.FindWorkloadsInput) ([]api.Workload, error) {
 					found = append(found, in)
-					return []migration.Workload{{Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid", Pods: []string{"p"}},
+					return []api.Workload{{Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid", Pods: []string{"p"}},
 						{Kind: "Deployment", Namespace: "ns", Name: "serve", UID: "rs-uid", Pods: []string{"q"}}}, nil
 				})
-			var started []MigrateInput
+			var started []api.MigrateInput
 			h.env.RegisterWorkflow(MigrateWorkflow)
 			h.env.OnWorkflow("MigrateWorkflow", mock.Anything, mock.Anything).Return(
-				func(ctx workflow.Context, in MigrateInput) (policy.MigrationState, error) {
+				func(ctx workflow.Context, in api.MigrateInput) (policy.MigrationState, error) {
 					started = append(started, in)
 					return policy.MigrationState{}, nil
 				})

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +106,7 @@ func newMigration(t *testing.T) *mharness {
 		h.alerts = append(h.alerts, in)
 		return nil
 	})
-	on("WorkloadPods", func(_ context.Context, w migration.Workload) ([]migration.PodInfo, error) {
+	on("WorkloadPods", func(_ context.Context, w api.Workload) ([]migration.PodInfo, error) {
 		var out []migration.PodInfo
 		for _, p := range w.Pods {
 			out = append(out, migration.PodInfo{Name: p, UID: "uid-" + p})
@@ -156,22 +157,22 @@ func later(msg string) error {
 	return temporal.NewApplicationErrorWithOptions(msg, "Test", temporal.ApplicationErrorOptions{NextRetryDelay: 5 * time.Minute})
 }
 
-func migrateInput(kind, checkpoint string, shrinkable bool) MigrateInput {
+func migrateInput(kind, checkpoint string, shrinkable bool) api.MigrateInput {
 	p := policy.DefaultMigration()
 	p.Enabled = true
 	p.TenantChannels = map[string]string{"team-a": "#team-a"}
-	return MigrateInput{Device: gpu0, Node: "node-1", StatusVersion: "42", Report: "XID 79", Policy: p, Channel: "#gpu-ops",
+	return api.MigrateInput{Device: gpu0, Node: "node-1", StatusVersion: "42", Report: "XID 79", Policy: p, Channel: "#gpu-ops",
 		QuarantinedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
-		Workload: migration.Workload{Kind: kind, APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "w-1",
+		Workload: api.Workload{Kind: kind, APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "w-1",
 			Pods: []string{"train-0"}, Checkpoint: checkpoint, Shrinkable: shrinkable}}
 }
 
 // grant answers the slot request after d.
 func (h *mharness) grant(d time.Duration) {
-	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalSlotGranted, nil) }, d)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalSlotGranted, nil) }, d)
 }
 
-func (h *mharness) run(t *testing.T, in MigrateInput) policy.MigrationState {
+func (h *mharness) run(t *testing.T, in api.MigrateInput) policy.MigrationState {
 	t.Helper()
 	h.env.ExecuteWorkflow(MigrateWorkflow, in)
 	if err := h.env.GetWorkflowError(); err != nil {
@@ -202,7 +203,7 @@ func TestMigrateCheckpointedJob(t *testing.T) {
 	h := newMigration(t)
 	h.grant(time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(QueryState)
+		v, err := h.env.QueryWorkflow(api.QueryState)
 		var st policy.MigrationState
 		if err != nil || v.Get(&st) != nil || st.Phase != policy.PhaseWaitingForSlot || !strings.Contains(st.Waiting, "at most 1 on node node-1, 10 in the cluster") {
 			t.Errorf("while waiting for a slot the query shows %+v (%v)", st, err)
@@ -241,7 +242,7 @@ func TestMigrateCheckpointTimeoutKeepsEvidence(t *testing.T) {
 	h.grant(time.Second)
 	in := migrateInput("Job", "annotation", false)
 	h.env.RegisterDelayedCallback(func() {
-		v, _ := h.env.QueryWorkflow(QueryState)
+		v, _ := h.env.QueryWorkflow(api.QueryState)
 		var st policy.MigrationState
 		_ = v.Get(&st)
 		if st.Phase != policy.PhaseCheckpointing {
@@ -249,7 +250,7 @@ func TestMigrateCheckpointTimeoutKeepsEvidence(t *testing.T) {
 		}
 	}, 9*time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		v, _ := h.env.QueryWorkflow(QueryState)
+		v, _ := h.env.QueryWorkflow(api.QueryState)
 		var st policy.MigrationState
 		_ = v.Get(&st)
 		if st.Phase != policy.PhaseWaitingForDecision || h.slotReleased != 1 {
@@ -289,8 +290,8 @@ func decide(t *testing.T, h *mharness, at time.Duration, kind string, d policy.M
 // A bare Pod that cannot checkpoint waits for a person; abandon leaves it, unsigned words are refused.
 func TestMigrateBarePodAbandoned(t *testing.T) {
 	h := newMigration(t)
-	decide(t, h, time.Minute, UpdateAbandon, policy.MigrationDecision{}, "actor is required")
-	decide(t, h, 2*time.Minute, UpdateAbandon, policy.MigrationDecision{Actor: "alice", Reason: "results are not needed"}, "")
+	decide(t, h, time.Minute, api.UpdateAbandon, policy.MigrationDecision{}, "actor is required")
+	decide(t, h, 2*time.Minute, api.UpdateAbandon, policy.MigrationDecision{Actor: "alice", Reason: "results are not needed"}, "")
 	in := migrateInput("Pod", "none", false)
 	st := h.run(t, in)
 	if st.Outcome != policy.OutcomeAbandoned || st.Actor != "alice" || !strings.Contains(st.Reason, "results are not needed") {
@@ -304,9 +305,9 @@ func TestMigrateBarePodAbandoned(t *testing.T) {
 // migrate-anyway evicts the bare Pod; a second decision is refused once the first was taken.
 func TestMigrateAnywayEvictsBarePod(t *testing.T) {
 	h := newMigration(t)
-	decide(t, h, time.Minute, UpdateMigrateAnyway, policy.MigrationDecision{Actor: "bob"}, "")
+	decide(t, h, time.Minute, api.UpdateMigrateAnyway, policy.MigrationDecision{Actor: "bob"}, "")
 	h.grant(2 * time.Minute)
-	decide(t, h, 3*time.Minute, UpdateAbandon, policy.MigrationDecision{Actor: "carol"}, "not waiting for a decision")
+	decide(t, h, 3*time.Minute, api.UpdateAbandon, policy.MigrationDecision{Actor: "carol"}, "not waiting for a decision")
 	st := h.run(t, migrateInput("Pod", "none", false))
 	if st.Outcome != policy.OutcomeMigrated || st.Actor != "bob" || !strings.Contains(st.Reason, "evicted on bob's word") {
 		t.Fatalf("state %+v", st)

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 	registerActivities(env)
 	var br policy.BreakerState
 	queryThenCancel(t, env, time.Minute, &br)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if !br.SeparateBudgets || !br.WakeWaiting {
 		t.Fatalf("breaker run: separate budgets %v, wake waiting %v", br.SeparateBudgets, br.WakeWaiting)
 	}
@@ -62,7 +63,7 @@ func TestCurrentDetailsFollowTheState(t *testing.T) {
 // (every operator action is audited), not taken as a payload that does not decode.
 func TestSignalWithoutPayloadIsRefusedForItsActor(t *testing.T) {
 	h := newHarness(0)
-	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalPause, nil) }, 2*time.Second)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalPause, nil) }, 2*time.Second)
 	got := h.run(t, time.Minute, ob(time.Second, device.Unknown, "1"))
 	if got.Paused || got.Dropped != 1 || !strings.Contains(got.LastDropped, "actor is required") {
 		t.Fatalf("paused %v, dropped %d %q", got.Paused, got.Dropped, got.LastDropped)
@@ -82,14 +83,14 @@ func TestBreakerKeepsRestrictionsOffTheQuarantineBudget(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		for i := range 5 {
 			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Restricted, KnownDevices: 100, Config: cfg}
-			env.UpdateWorkflow(UpdateAcquire, fmt.Sprint("r", i), restrict.callbacks(), req)
+			env.UpdateWorkflow(api.UpdateAcquire, fmt.Sprint("r", i), restrict.callbacks(), req)
 		}
 		req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
-		env.UpdateWorkflow(UpdateAcquire, "q", quarantine.callbacks(), req)
+		env.UpdateWorkflow(api.UpdateAcquire, "q", quarantine.callbacks(), req)
 	}, time.Second)
 	var st policy.BreakerState
 	queryThenCancel(t, env, time.Minute, &st)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if restrict.granted != 2 || quarantine.granted != 1 || st.Open || !st.RestrictionsOpen {
 		t.Fatalf("restrictions granted %d, quarantine granted %d, open %v, restrictions open %v", restrict.granted, quarantine.granted, st.Open, st.RestrictionsOpen)
 	}
@@ -103,7 +104,7 @@ func TestActivityTimeoutsAndRuleFields(t *testing.T) {
 	var started time.Time
 	h.env.RegisterDelayedCallback(func() { started = h.env.Now() }, time.Second)
 	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "1"),
-		event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+		event{at: 2 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
 	for _, name := range []string{"Quarantine", "Alert"} {
 		if d := startToClose(h.info[name]); d != 30*time.Second {
 			t.Errorf("%s start-to-close %s, want 30s", name, d)
@@ -120,15 +121,15 @@ func TestActivityTimeoutsAndRuleFields(t *testing.T) {
 func TestCheckTimeouts(t *testing.T) {
 	h := newHarness(0)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "1",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "1",
 			Reporters: []policy.Reporter{{Pod: "p", Health: device.Unhealthy}}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
 	}, 2*time.Second)
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 48*time.Hour, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	info, ok := h.info["RunCheck"]
 	if !ok {
 		t.Fatalf("no check ran: %s", got.State)
@@ -158,13 +159,13 @@ func TestNodeWorkflowEscalatesOnce(t *testing.T) {
 	})
 	for i, dev := range []string{"gpu-0", "gpu-0", "gpu-1", "gpu-2"} {
 		env.RegisterDelayedCallback(func() {
-			env.SignalWorkflow(SignalDeviceFailed, policy.NodeFailure{Node: "node-1", Device: "d/node-1/" + dev, State: policy.Quarantined, Threshold: 2})
+			env.SignalWorkflow(api.SignalDeviceFailed, policy.NodeFailure{Node: "node-1", Device: "d/node-1/" + dev, State: policy.Quarantined, Threshold: 2})
 		}, time.Duration(i+1)*time.Second)
 	}
 	var st policy.NodeState
 	queryThenCancel(t, env, time.Minute, &st)
-	env.ExecuteWorkflow(NodeWorkflow, NodeInput{Node: "node-1"})
-	if !st.Escalated || len(st.Failed) != 3 || len(alerts) != 1 || alerts[0].WorkflowID != NodeWorkflowID("node-1") {
+	env.ExecuteWorkflow(NodeWorkflow, api.NodeInput{Node: "node-1"})
+	if !st.Escalated || len(st.Failed) != 3 || len(alerts) != 1 || alerts[0].WorkflowID != api.NodeWorkflowID("node-1") {
 		t.Fatalf("state %+v, alerts %+v", st, alerts)
 	}
 	if d := startToClose(info); d != 30*time.Second {
@@ -177,12 +178,12 @@ func TestKubernetesCallsRetryWithBackoff(t *testing.T) {
 	h := newHarness(0)
 	h.releaseFailures = 9 // the test environment stops retrying after 10 attempts
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if got.State != policy.Released || len(h.releaseAttempts) != 10 {
 		t.Fatalf("state %s after %d release attempts %v; %+v", got.State, len(h.releaseAttempts), h.releaseAttempts, got.Transitions[len(got.Transitions)-1])
 	}
@@ -220,7 +221,7 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 		h := newHarness(0)
 		h.fail["RunCheck"] = "no identity"
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
+			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
 		}, 2*time.Second)
 		got := h.run(t, 25*time.Hour, unhealthy)
 		if got.LastProbe == nil || got.LastProbe.Passed || !strings.Contains(got.LastProbe.Reason, "probe could not run") || len(h.released) != 0 {
@@ -230,7 +231,7 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 	t.Run("rule missing on refresh", func(t *testing.T) {
 		h := newHarness(0)
 		h.ruleMissing = true
-		h.run(t, time.Minute, unhealthy, event{at: 2 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+		h.run(t, time.Minute, unhealthy, event{at: 2 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
 		if len(h.refreshed) != 1 || len(h.quarantine) != 2 {
 			t.Fatalf("refreshes %d, quarantines %d: a rule found missing must be put back", len(h.refreshed), len(h.quarantine))
 		}
@@ -248,14 +249,14 @@ func TestBreakerRefusesMalformedRequests(t *testing.T) {
 	var rejected []string
 	reject := &testsuite.TestUpdateCallback{OnAccept: func() {}, OnComplete: func(any, error) {}, OnReject: func(err error) { rejected = append(rejected, err.Error()) }}
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(UpdateAcquire, "bad-device", reject, policy.PermitRequest{Device: device.ID{Driver: "d"}, Action: policy.Quarantined})
-		env.UpdateWorkflow(UpdateBreakerConfigure, "no-owner", reject, ConfigureBreaker{Config: policy.DefaultBreaker()})
-		env.SignalWorkflow(SignalBreakerWait, []string{"not-a-device", "d/p/gpu-1"})
-		env.SignalWorkflow(SignalBreakerResume, BreakerSignal{Actor: "alice"})
+		env.UpdateWorkflow(api.UpdateAcquire, "bad-device", reject, policy.PermitRequest{Device: device.ID{Driver: "d"}, Action: policy.Quarantined})
+		env.UpdateWorkflow(api.UpdateBreakerConfigure, "no-owner", reject, api.ConfigureBreaker{Config: policy.DefaultBreaker()})
+		env.SignalWorkflow(api.SignalBreakerWait, []string{"not-a-device", "d/p/gpu-1"})
+		env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"})
 	}, time.Second)
 	var st policy.BreakerState
 	queryThenCancel(t, env, time.Minute, &st)
-	env.ExecuteWorkflow(BreakerWorkflow, BreakerInput{})
+	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if len(rejected) != 2 || !strings.Contains(rejected[0], "invalid device") || !strings.Contains(rejected[1], "owner is required") {
 		t.Fatalf("rejected %q", rejected)
 	}
@@ -271,7 +272,7 @@ func TestRuleCallsThatFail(t *testing.T) {
 	h.fail["RefreshRule"] = "forbidden"
 	h.fail["InspectRule"] = "timeout"
 	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "1"), ob(2*time.Second, device.Unhealthy, "2"),
-		event{at: 3 * time.Second, signal: SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+		event{at: 3 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
 	if got.State != policy.Quarantined || len(h.quarantine) != 1 {
 		t.Fatalf("state %s, quarantines %d", got.State, len(h.quarantine))
 	}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -41,12 +42,12 @@ func TestReleaseAfterLeaseReview(t *testing.T) {
 	p := policy.Default()
 	p.Identity = []string{"node", "index"}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			DeviceClass: "gpu.example.com", Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	if got.State != policy.Released || len(got.Closed) != 1 {
 		t.Fatalf("state %s, closed %+v; transitions %+v", got.State, got.Closed, got.Transitions)
 	}
@@ -68,7 +69,7 @@ func TestFailedProbeRefusesReleaseUpdate(t *testing.T) {
 	h := newHarness(0)
 	h.checks = []policy.StepResult{{Reason: "XID 79 again"}}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	first := h.update(time.Minute, string(policy.CmdRelease), policy.Command{Actor: "alice", Reason: "reseated"})
@@ -76,7 +77,7 @@ func TestFailedProbeRefusesReleaseUpdate(t *testing.T) {
 	noActor := h.update(3*time.Minute, string(policy.CmdExtend), policy.Command{Duration: policy.JSONDuration(time.Hour)})
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 4*time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if first.rejected != nil || first.err != nil || first.result.State != policy.Quarantined || !strings.Contains(first.result.Message, "probe failed") {
 		t.Fatalf("first release: %+v", first)
 	}
@@ -102,18 +103,18 @@ func TestMalformedSignalIsDroppedAndTheWorkflowGoesOn(t *testing.T) {
 	h := newHarness(0)
 	report := func(at time.Duration, hl device.Health, ver string) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: hl, StatusVersion: ver,
+			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: hl, StatusVersion: ver,
 				Reporters: []policy.Reporter{{Pod: "p"}}})
 		}, at)
 	}
 	report(time.Second, device.Unknown, "9")
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}})
+		h.env.SignalWorkflow(api.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}})
 	}, 2*time.Second)
 	report(3*time.Second, device.Unhealthy, "10")
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if got.State != policy.Quarantined || len(h.quarantine) != 1 {
 		t.Fatalf("Unhealthy after a malformed signal: state %s, quarantines %d", got.State, len(h.quarantine))
 	}
@@ -126,7 +127,7 @@ func TestRuleDeletedByHandIsRecordedAndReplaced(t *testing.T) {
 	h := newHarness(0)
 	obs := func(at time.Duration, ver string) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
+			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
 				Reporters: []policy.Reporter{{Pod: "p"}}})
 		}, at)
 	}
@@ -135,7 +136,7 @@ func TestRuleDeletedByHandIsRecordedAndReplaced(t *testing.T) {
 	obs(2*time.Minute, "11")
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 3*time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if got.State != policy.Quarantined || len(h.quarantine) != 2 {
 		t.Fatalf("state %s, quarantine calls %d", got.State, len(h.quarantine))
 	}
@@ -150,7 +151,7 @@ func TestApprovalByUpdate(t *testing.T) {
 	p.ApprovalRequired = true
 	p.StabilityWindow = policy.JSONDuration(time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	early := h.update(time.Minute, string(policy.CmdApprove), policy.Command{Actor: "U1"})
@@ -158,7 +159,7 @@ func TestApprovalByUpdate(t *testing.T) {
 	approve := h.update(10*time.Minute, string(policy.CmdApprove), policy.Command{Actor: "U1"})
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 11*time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	if early.rejected == nil {
 		t.Fatal("approve before a review was accepted")
 	}
@@ -180,12 +181,12 @@ func TestRecordKeepsTheEffectTheWorkerApplied(t *testing.T) {
 	h := newHarness(0)
 	h.appliedEffect = "None" // a worker running with --dry-run answers with effect None
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			Reporters: []policy.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if got.Quarantine == nil || got.Quarantine.Effect != "None" {
 		t.Fatalf("record %+v", got.Quarantine)
 	}

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"strings"
 	"time"
@@ -21,10 +22,10 @@ import (
 // plugin, running Pods and bound claims left alone) and waits for resume; a rollback command rolls
 // back every enabled phase. Scheduled rollouts enable phases only inside windows that the
 // schedule opens with the window signal.
-func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
+func RolloutWorkflow(ctx workflow.Context, in api.RolloutInput) (api.RolloutStatus, error) {
 	r := &rolloutRun{plan: in.Plan, st: in.State}
 	if r.st == nil {
-		r.st = &RolloutStatus{Plan: in.Plan.Name, Scheduled: in.Scheduled, Step: rollout.StepPreflight, State: rollout.StateRunning}
+		r.st = &api.RolloutStatus{Plan: in.Plan.Name, Scheduled: in.Scheduled, Step: rollout.StepPreflight, State: rollout.StateRunning}
 	}
 	if err := r.register(ctx); err != nil {
 		return *r.st, err
@@ -66,7 +67,7 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutStatus, erro
 
 type rolloutRun struct {
 	plan  rollout.Plan
-	st    *RolloutStatus
+	st    *api.RolloutStatus
 	ended bool
 	// windows is the window signal's channel, drained into st before continuing as new.
 	windows workflow.ReceiveChannel
@@ -114,7 +115,7 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			r.st.Step = rollout.StepPreflight
 			return r.stuck(ctx, fmt.Sprintf("lifting the admission block of phase %s failed: %s", ph.Name, cause(err)))
 		}
-		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == ph.Name })
+		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d api.DrainingPhase) bool { return d.Phase() == ph.Name })
 		var ch rollout.PhaseChange
 		if err := workflow.ExecuteActivity(actx, rol.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
 			// Enable is idempotent: the nodes it switched keep the owner they had recorded, and a
@@ -238,7 +239,7 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 	for n > 0 && len(r.st.Enabled) > 0 {
 		ch := r.st.Enabled[len(r.st.Enabled)-1]
 		i := r.phaseIndex(ch.Phase)
-		block := rollouts.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
+		block := api.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
 		// Until the block is proven in force (BlockNewClaims waits for a refused dry-run claim),
 		// the state query says blocking, never rolled back. (Not published: no new command.)
 		r.st.State = rollout.StateBlocking
@@ -344,7 +345,7 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 }
 
 // heldNodes counts the nodes that bound claims keep on DRA.
-func heldNodes(ds []DrainingPhase) int {
+func heldNodes(ds []api.DrainingPhase) int {
 	n := 0
 	for _, d := range ds {
 		n += len(d.Change.Nodes)
@@ -356,13 +357,13 @@ func heldNodes(ds []DrainingPhase) int {
 // next run.
 func (r *rolloutRun) continueAsNew(ctx workflow.Context) error {
 	for {
-		var w RolloutWindow
+		var w api.RolloutWindow
 		if !r.windows.ReceiveAsync(&w) {
 			break
 		}
 		r.openWindow(ctx, w)
 	}
-	return continueAsNew(ctx, RolloutWorkflow, RolloutInput{Plan: r.plan, Scheduled: r.st.Scheduled, State: r.st})
+	return continueAsNew(ctx, RolloutWorkflow, api.RolloutInput{Plan: r.plan, Scheduled: r.st.Scheduled, State: r.st})
 }
 
 // undo routes a phase's nodes back; nodes held by bound claims are kept for drain.
@@ -372,7 +373,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) err
 		return fmt.Errorf("route %s back: %w", in.Change.Phase, err)
 	}
 	before := len(r.st.Draining)
-	r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d DrainingPhase) bool { return d.Phase() == in.Change.Phase })
+	r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d api.DrainingPhase) bool { return d.Phase() == in.Change.Phase })
 	wasHeld := len(r.st.Draining) < before
 	if len(res.Returned) > 0 {
 		r.note(ctx, fmt.Sprintf("phase %s: %v back with the plugin", in.Change.Phase, res.Returned))
@@ -386,7 +387,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) err
 		held.Nodes = append(held.Nodes, h.NodeChange)
 		names = append(names, fmt.Sprintf("%s (%d claims)", h.Node, h.Claims))
 	}
-	r.st.Draining = append(r.st.Draining, DrainingPhase{Change: held, Drivers: in.Drivers, Reason: in.Reason})
+	r.st.Draining = append(r.st.Draining, api.DrainingPhase{Change: held, Drivers: in.Drivers, Reason: in.Reason})
 	if !wasHeld {
 		r.note(ctx, fmt.Sprintf("phase %s: held on DRA while claims are allocated on their devices: %s; they go back once released", in.Change.Phase, strings.Join(names, ", ")))
 	}
@@ -396,7 +397,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) err
 // drain tries again to route back the nodes bound claims held.
 func (r *rolloutRun) drain(ctx workflow.Context) error {
 	actx := rolloutStepOptions(ctx, 2*time.Minute)
-	for _, d := range append([]DrainingPhase(nil), r.st.Draining...) {
+	for _, d := range append([]api.DrainingPhase(nil), r.st.Draining...) {
 		in := rollouts.UndoInput{Rollout: r.plan.Name, OwnerLabel: r.plan.OwnerLabel, Change: d.Change, Drivers: d.Drivers, Reason: d.Reason, DRA: r.plan.DRA}
 		if err := r.undo(ctx, actx, in); err != nil {
 			return err
@@ -420,7 +421,7 @@ func (r *rolloutRun) stuck(ctx workflow.Context, reason string) error {
 // stay enabled, and a resume or a rollback command tries again.
 func (r *rolloutRun) rollbackStuck(ctx workflow.Context, n int, reason, failure string) error {
 	r.st.RollbackPending = nil
-	r.st.Unfinished = &UnfinishedRollback{Phases: n, Reason: reason}
+	r.st.Unfinished = &api.UnfinishedRollback{Phases: n, Reason: reason}
 	return r.stuck(ctx, "rollback ("+reason+") did not finish: "+failure)
 }
 
@@ -481,7 +482,7 @@ func withChange(cs []rollout.PhaseChange, c rollout.PhaseChange) []rollout.Phase
 	return append(cs, c)
 }
 
-func appendBlock(bs []rollouts.BlockInput, b rollouts.BlockInput) []rollouts.BlockInput {
+func appendBlock(bs []api.BlockInput, b api.BlockInput) []api.BlockInput {
 	for i := range bs {
 		if bs[i].Phase == b.Phase {
 			bs[i] = b

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -16,21 +17,21 @@ const rolloutLogSize = 100
 // register sets the state query, the command updates (validated by rollout.CheckCommand) and the
 // window signal.
 func (r *rolloutRun) register(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (RolloutStatus, error) { return *r.st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (api.RolloutStatus, error) { return *r.st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
-	for _, name := range []string{UpdateRolloutPause, UpdateRolloutResume, UpdateRolloutRollback, UpdateRolloutApprove} {
+	for _, name := range []string{api.UpdateRolloutPause, api.UpdateRolloutResume, api.UpdateRolloutRollback, api.UpdateRolloutApprove} {
 		name := name
 		err := workflow.SetUpdateHandlerWithOptions(ctx, name,
-			func(ctx workflow.Context, c rollout.Command) (RolloutStatus, error) {
+			func(ctx workflow.Context, c rollout.Command) (api.RolloutStatus, error) {
 				r.apply(ctx, name, c)
 				// An approval or a rollback answers once the rollout has acted on it, so the caller
 				// sees where it went rather than the state it asked to leave.
 				var err error
 				switch name {
-				case UpdateRolloutApprove:
+				case api.UpdateRolloutApprove:
 					err = workflow.Await(ctx, func() bool { return r.st.State != rollout.StateWaitingApproval })
-				case UpdateRolloutRollback:
+				case api.UpdateRolloutRollback:
 					err = workflow.Await(ctx, func() bool { return r.st.RollbackPending == nil })
 				}
 				return *r.st, err
@@ -42,10 +43,10 @@ func (r *rolloutRun) register(ctx workflow.Context) error {
 			return fmt.Errorf("register update %s: %w", name, err)
 		}
 	}
-	r.windows = workflow.GetSignalChannel(ctx, SignalRolloutWindow)
+	r.windows = workflow.GetSignalChannel(ctx, api.SignalRolloutWindow)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
-			var w RolloutWindow
+			var w api.RolloutWindow
 			r.windows.Receive(ctx, &w) // a payload that does not decode is logged and dropped
 			r.openWindow(ctx, w)
 		}
@@ -54,7 +55,7 @@ func (r *rolloutRun) register(ctx workflow.Context) error {
 }
 
 // openWindow lets a scheduled rollout enable phases until the window closes.
-func (r *rolloutRun) openWindow(ctx workflow.Context, w RolloutWindow) {
+func (r *rolloutRun) openWindow(ctx workflow.Context, w api.RolloutWindow) {
 	if w.Until.After(r.st.WindowUntil) {
 		r.st.WindowUntil = w.Until
 		r.note(ctx, "window open until "+w.Until.UTC().Format(time.RFC3339))
@@ -69,17 +70,17 @@ func (r *rolloutRun) standing() rollout.Standing {
 // apply records an accepted command; the main loop acts on it.
 func (r *rolloutRun) apply(ctx workflow.Context, name string, c rollout.Command) {
 	switch name {
-	case UpdateRolloutPause:
+	case api.UpdateRolloutPause:
 		r.st.Paused = true
-	case UpdateRolloutResume:
+	case api.UpdateRolloutResume:
 		r.st.Paused = false
 		if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
 			r.st.Retry = true
 		}
-	case UpdateRolloutRollback:
+	case api.UpdateRolloutRollback:
 		c := c
 		r.st.RollbackPending = &c
-	case UpdateRolloutApprove:
+	case api.UpdateRolloutApprove:
 		r.st.Awaiting = ""
 	}
 	text := fmt.Sprintf("%s by %s", name, c.Actor)
@@ -94,11 +95,11 @@ func (r *rolloutRun) apply(ctx workflow.Context, name string, c rollout.Command)
 
 // note appends to the rollout's log.
 func (r *rolloutRun) note(ctx workflow.Context, text string) {
-	r.st.Log = keepLast(append(r.st.Log, RolloutEntry{At: workflow.Now(ctx), Text: text}), rolloutLogSize)
+	r.st.Log = keepLast(append(r.st.Log, api.RolloutEntry{At: workflow.Now(ctx), Text: text}), rolloutLogSize)
 }
 
 // keepLast drops the oldest entries beyond n.
-func keepLast(log []RolloutEntry, n int) []RolloutEntry {
+func keepLast(log []api.RolloutEntry, n int) []api.RolloutEntry {
 	if len(log) > n {
 		return log[len(log)-n:]
 	}
@@ -116,8 +117,8 @@ func (r *rolloutRun) publish(ctx workflow.Context) {
 		return
 	}
 	r.shown = [2]string{phase, string(r.st.State)}
-	err := workflow.UpsertTypedSearchAttributes(ctx, SearchRolloutName.ValueSet(r.plan.Name),
-		SearchRolloutPhase.ValueSet(phase), SearchRolloutState.ValueSet(string(r.st.State)))
+	err := workflow.UpsertTypedSearchAttributes(ctx, api.SearchRolloutName.ValueSet(r.plan.Name),
+		api.SearchRolloutPhase.ValueSet(phase), api.SearchRolloutState.ValueSet(string(r.st.State)))
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
 	}

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestRolloutRollsBackWhileAlertsFail(t *testing.T) {
 	r.gates(func(int, int) []string { return []string{"drift"} })
 	st := r.stateAt(10*time.Minute + time.Minute) // the gates fail at the end of the 10-minute soak
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Hour)
-	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
 	if st.State != rollout.StateRolledBack {
 		t.Fatalf("a minute after the failed gate: %s, want rolled back", st.State)
 	}
@@ -68,8 +69,8 @@ func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
 			r.gates(func(int, int) []string { return nil })
 			blocked := r.stateAt(time.Hour)
 			r.env.RegisterDelayedCallback(func() { fixed = true }, time.Hour+time.Second)
-			r.update(time.Hour+2*time.Second, UpdateRolloutResume, rollout.Command{Actor: "alice", Reason: "RBAC fixed"}, true)
-			st := r.run(RolloutInput{Plan: p})
+			r.update(time.Hour+2*time.Second, api.UpdateRolloutResume, rollout.Command{Actor: "alice", Reason: "RBAC fixed"}, true)
+			st := r.run(api.RolloutInput{Plan: p})
 			if blocked.State != rollout.StateBlocked || countLog(*blocked, "enable of phase canary failed: "+tc.says+";") != 1 {
 				t.Fatalf("an hour in: %s, log %+v", blocked.State, blocked.Log)
 			}
@@ -104,10 +105,10 @@ func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
 	r.rollbackActs() // its undo comes second: the one above answers
 	stuck := r.stateAt(time.Hour)
 	r.env.RegisterDelayedCallback(func() { broken = false }, time.Hour+time.Second)
-	r.update(time.Hour+2*time.Second, UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
+	r.update(time.Hour+2*time.Second, api.UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
 	rolledBack := r.stateAt(time.Hour + time.Minute)
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 2*time.Hour)
-	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
 	if stuck.State != rollout.StateBlocked || stuck.Unfinished == nil || len(stuck.Enabled) != 1 || countLog(*stuck, "did not finish") != 1 {
 		t.Fatalf("an hour in: %s, unfinished %+v, enabled %d", stuck.State, stuck.Unfinished, len(stuck.Enabled))
 	}
@@ -134,12 +135,12 @@ func TestRolloutRollbackDuringAGateRollbackIsRefused(t *testing.T) {
 	})
 	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).After(time.Minute).Return(nil)
 	r.rollbackActs()
-	r.update(15*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
+	r.update(15*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
 	// canary: 10 min soak, approved at 15 min; wide: enabled then, its gates fail at 35 min.
 	blocking := r.stateAt(35*time.Minute + 30*time.Second)
-	r.update(35*time.Minute+31*time.Second, UpdateRolloutRollback, rollout.Command{Actor: "bob", Reason: "stop everything"}, false)
+	r.update(35*time.Minute+31*time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "bob", Reason: "stop everything"}, false)
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 40*time.Minute)
-	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
 	if blocking.State != rollout.StateBlocking || len(blocking.Enabled) != 2 {
 		t.Fatalf("during the gate's rollback: %s with %d phases enabled", blocking.State, len(blocking.Enabled))
 	}
@@ -161,10 +162,10 @@ func TestRolloutRollbackUndoesAFailedEnable(t *testing.T) {
 		return rollouts.UndoResult{Returned: []string{"canary-0"}}, nil
 	})
 	blocked := r.stateAt(time.Minute)
-	r.update(time.Minute+time.Second, UpdateRolloutRollback, rollout.Command{Actor: "alice", Reason: "give the nodes back"}, true)
+	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "alice", Reason: "give the nodes back"}, true)
 	rolledBack := r.stateAt(2 * time.Minute)
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 3*time.Minute)
-	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
 	if blocked.State != rollout.StateBlocked || len(blocked.Enabled) != 1 || !blocked.Enabled[0].Partial {
 		t.Fatalf("after the failed enable: %s, enabled %+v", blocked.State, blocked.Enabled)
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -23,8 +24,8 @@ func TestRollbackAcceptedWithAFullHistoryIsCarriedOut(t *testing.T) {
 	r.gates(func(int, int) []string { return nil })
 	r.env.SetTestTimeout(20 * time.Second)
 	r.env.RegisterDelayedCallback(func() { r.env.SetContinueAsNewSuggested(true) }, time.Minute)
-	r.update(time.Minute+time.Second, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "full history"}, true)
-	r.env.ExecuteWorkflow(RolloutWorkflow, RolloutInput{Plan: p})
+	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "full history"}, true)
+	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
 	if !r.env.IsWorkflowCompleted() {
 		t.Fatal("the rollout never finished: the rollback was not carried out")
 	}
@@ -33,7 +34,7 @@ func TestRollbackAcceptedWithAFullHistoryIsCarriedOut(t *testing.T) {
 		t.Fatalf("want the run to continue as new after the rollback, got %v", err)
 	}
 	r.wantCalls("preflight:canary", "enable:canary", "block:canary=gpu-a", "undo:canary=plugin")
-	a, ok := r.answers[UpdateRolloutRollback]
+	a, ok := r.answers[api.UpdateRolloutRollback]
 	if !ok || a.RollbackPending != nil || a.State != rollout.StateRolledBack {
 		t.Fatalf("the rollback was answered %v: %+v", ok, a)
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func (r *rolloutEnv) gatesWaiting(n int) {
 func TestRolloutGateWaitsForData(t *testing.T) {
 	r, p := onePhase(t)
 	r.gatesWaiting(2)
-	st := r.run(RolloutInput{Plan: p})
+	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "gates:canary", "gates:canary")
 	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
 		t.Fatalf("state %s, reports %+v", st.State, st.Reports)
@@ -58,7 +59,7 @@ func TestRolloutGateWaitsForData(t *testing.T) {
 func TestRolloutGateWaitingForeverFails(t *testing.T) {
 	r, p := onePhase(t)
 	r.gatesWaiting(1 << 30)
-	st := r.run(RolloutInput{Plan: p})
+	st := r.run(api.RolloutInput{Plan: p})
 	if st.State != rollout.StateRolledBack {
 		t.Fatalf("state %s, want rolled back", st.State)
 	}
@@ -80,7 +81,7 @@ func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		return rollout.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", rollouts.ErrInvalidGateInput, nil)
 	})
-	st := r.run(RolloutInput{Plan: p})
+	st := r.run(api.RolloutInput{Plan: p})
 	if st.State != rollout.StateRolledBack {
 		t.Fatalf("state %s, want rolled back", st.State)
 	}
@@ -103,16 +104,16 @@ func TestRolloutRollbackWhileRolledBackIsActedOn(t *testing.T) {
 		}
 		return nil
 	})
-	r.update(11*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
+	r.update(11*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
 	// wide: enabled at 11 min, soaks 20 min, fails its gates and is rolled back at 31 min.
-	r.update(40*time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "all of it"}, true)
-	st := r.run(RolloutInput{Plan: testPlan()})
+	r.update(40*time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "all of it"}, true)
+	st := r.run(api.RolloutInput{Plan: testPlan()})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
 	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 {
 		t.Fatalf("state %s with %d phases enabled", st.State, len(st.Enabled))
 	}
-	if ans, ok := r.answers[UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
+	if ans, ok := r.answers[api.UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
 		t.Fatalf("rollback answered %v: %+v", ok, ans)
 	}
 }
@@ -126,7 +127,7 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 		env.RegisterWorkflow(RolloutWindowWorkflow)
 		registerActivities(env)
 		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(rollout.WindowResult{State: state, Ended: true}, nil)
-		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(time.Hour)})
+		env.ExecuteWorkflow(RolloutWindowWorkflow, api.RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(time.Hour)})
 		err := env.GetWorkflowError()
 		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "ended "+string(state)+": the schedule pauses") {
 			t.Errorf("ended %s: error %v, want error %t", state, err, wantErr)
@@ -143,8 +144,8 @@ func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 		return rollout.Report{Phase: "canary", Claims: 3}, nil
 	})
 	// canary: enabled at 0, soaks 10 min, measured from 10 min for 90 s.
-	r.update(10*time.Minute+5*time.Second, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "stop"}, true)
-	st := r.run(RolloutInput{Plan: p})
+	r.update(10*time.Minute+5*time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "stop"}, true)
+	st := r.run(api.RolloutInput{Plan: p})
 	// The test environment still runs the cancelled mock to its end (its "gates" call comes last);
 	// the rollback came before it, and its report was never taken.
 	if got := strings.Join(r.calls, " "); !strings.HasPrefix(got, "preflight:canary enable:canary block:canary=gpu-a undo:canary=plugin") {
@@ -153,7 +154,7 @@ func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 	if st.State != rollout.StateRolledBack || len(st.Reports) != 0 || countLog(st, "measuring its gates stopped for a command") != 1 {
 		t.Fatalf("state %s, reports %+v, log %+v", st.State, st.Reports, st.Log)
 	}
-	if ans, ok := r.answers[UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
+	if ans, ok := r.answers[api.UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
 		t.Fatalf("rollback answered %v: %+v", ok, ans)
 	}
 }
@@ -163,10 +164,10 @@ func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 func TestRolloutPauseWhileGatesAreMeasured(t *testing.T) {
 	r, p := onePhase(t)
 	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90*time.Second).Return(rollout.Report{Phase: "canary", Claims: 3}, nil)
-	r.update(10*time.Minute+5*time.Second, UpdateRolloutPause, rollout.Command{Actor: "sre"}, true)
+	r.update(10*time.Minute+5*time.Second, api.UpdateRolloutPause, rollout.Command{Actor: "sre"}, true)
 	paused := r.stateAt(15 * time.Minute)
-	r.update(20*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
-	st := r.run(RolloutInput{Plan: p})
+	r.update(20*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	st := r.run(api.RolloutInput{Plan: p})
 	if !paused.Paused || paused.Step != rollout.StepGates {
 		t.Fatalf("at 15 min: paused %v at %s", paused.Paused, paused.Step)
 	}

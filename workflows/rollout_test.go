@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ type rolloutEnv struct {
 	// held is how many undo calls find the node held by a bound claim.
 	held int
 	// answers are the accepted updates' answers, by update name.
-	answers map[string]RolloutStatus
+	answers map[string]api.RolloutStatus
 }
 
 func newRolloutEnv(t *testing.T) *rolloutEnv {
@@ -89,7 +90,7 @@ func (r *rolloutEnv) gates(failed func(phase int, attempt int) []string) {
 }
 
 func (r *rolloutEnv) rollbackActs() {
-	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.BlockInput) error {
+	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.BlockInput) error {
 		r.record("block", in.Phase+"="+strings.Join(in.Classes, ","))
 		return nil
 	}).Maybe()
@@ -101,7 +102,7 @@ func (r *rolloutEnv) rollbackActs() {
 		}
 		return rollouts.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
 	}).Maybe()
-	r.env.OnActivity(rol.UnblockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.BlockInput) error {
+	r.env.OnActivity(rol.UnblockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.BlockInput) error {
 		r.record("unblock", in.Phase)
 		return nil
 	}).Maybe()
@@ -119,9 +120,9 @@ func (r *rolloutEnv) update(d time.Duration, name string, c rollout.Command, wan
 				r.t.Errorf("%s %+v refused: %v", name, c, err)
 			}
 		}, OnComplete: func(v any, err error) {
-			if st, ok := v.(RolloutStatus); ok && err == nil {
+			if st, ok := v.(api.RolloutStatus); ok && err == nil {
 				if r.answers == nil {
-					r.answers = map[string]RolloutStatus{}
+					r.answers = map[string]api.RolloutStatus{}
 				}
 				r.answers[name] = st
 			}
@@ -130,10 +131,10 @@ func (r *rolloutEnv) update(d time.Duration, name string, c rollout.Command, wan
 }
 
 // stateAt queries the rollout's state at d into the status it returns.
-func (r *rolloutEnv) stateAt(d time.Duration) *RolloutStatus {
-	st := &RolloutStatus{}
+func (r *rolloutEnv) stateAt(d time.Duration) *api.RolloutStatus {
+	st := &api.RolloutStatus{}
 	r.env.RegisterDelayedCallback(func() {
-		v, err := r.env.QueryWorkflow(QueryState)
+		v, err := r.env.QueryWorkflow(api.QueryState)
 		if err == nil {
 			err = v.Get(st)
 		}
@@ -160,7 +161,7 @@ func heldRollback(t *testing.T, hold time.Duration, held int) (*rolloutEnv, roll
 }
 
 // countLog counts the rollout's log entries that contain text.
-func countLog(st RolloutStatus, text string) int {
+func countLog(st api.RolloutStatus, text string) int {
 	n := 0
 	for _, e := range st.Log {
 		if strings.Contains(e.Text, text) {
@@ -170,7 +171,7 @@ func countLog(st RolloutStatus, text string) int {
 	return n
 }
 
-func (r *rolloutEnv) run(in RolloutInput) RolloutStatus {
+func (r *rolloutEnv) run(in api.RolloutInput) api.RolloutStatus {
 	r.env.ExecuteWorkflow(RolloutWorkflow, in)
 	if !r.env.IsWorkflowCompleted() {
 		r.t.Fatal("rollout did not complete")
@@ -178,7 +179,7 @@ func (r *rolloutEnv) run(in RolloutInput) RolloutStatus {
 	if err := r.env.GetWorkflowError(); err != nil {
 		r.t.Fatal(err)
 	}
-	var st RolloutStatus
+	var st api.RolloutStatus
 	if err := r.env.GetWorkflowResult(&st); err != nil {
 		r.t.Fatal(err)
 	}
@@ -197,17 +198,17 @@ func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
 	r.preflight(func(int) []rollout.Violation { return nil })
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.update(5*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, false) // still soaking
-	r.update(11*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "wide"}, false)  // not the one waiting
-	r.update(12*time.Minute, UpdateRolloutApprove, rollout.Command{Phase: "canary"}, false)              // no actor
-	r.update(13*time.Minute, UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
+	r.update(5*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, false) // still soaking
+	r.update(11*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "wide"}, false)  // not the one waiting
+	r.update(12*time.Minute, api.UpdateRolloutApprove, rollout.Command{Phase: "canary"}, false)              // no actor
+	r.update(13*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
 	atApproval := r.stateAt(12*time.Minute + 30*time.Second)
-	st := r.run(RolloutInput{Plan: testPlan()})
+	st := r.run(api.RolloutInput{Plan: testPlan()})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")
 	if st.State != rollout.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
 		t.Errorf("status = %+v", st)
 	}
-	if a := r.answers[UpdateRolloutApprove]; a.State == rollout.StateWaitingApproval || a.Phase != 1 {
+	if a := r.answers[api.UpdateRolloutApprove]; a.State == rollout.StateWaitingApproval || a.Phase != 1 {
 		t.Errorf("the approval answered %s at phase %d: it must answer once the rollout moved on", a.State, a.Phase)
 	}
 	if atApproval.State != rollout.StateWaitingApproval || atApproval.Awaiting != "canary" {
@@ -232,9 +233,9 @@ func TestRolloutFailedGateRollsBackThePhaseAndResumeRetries(t *testing.T) {
 		return nil
 	})
 	// wide soaks 10..30 min, fails, is rolled back; resume at 40 min retries it.
-	r.update(35*time.Minute, UpdateRolloutPause, rollout.Command{Actor: "sre"}, false)
-	r.update(40*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre", Reason: "publisher fixed"}, true)
-	st := r.run(RolloutInput{Plan: p})
+	r.update(35*time.Minute, api.UpdateRolloutPause, rollout.Command{Actor: "sre"}, false)
+	r.update(40*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre", Reason: "publisher fixed"}, true)
+	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide", "gates:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "preflight:wide", "unblock:wide", "enable:wide", "gates:wide")
 	if st.State != rollout.StateCompleted || len(st.Blocks) != 0 || len(st.Enabled) != 2 {
@@ -250,9 +251,9 @@ func TestRolloutRollbackCommandUndoesEveryPhaseNewestFirst(t *testing.T) {
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
-	r.update(time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, true)              // during canary's soak... (accepted)
-	r.update(time.Minute+time.Second, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // already under way
-	st := r.run(RolloutInput{Plan: p})
+	r.update(time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre"}, true)              // during canary's soak... (accepted)
+	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // already under way
+	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "block:canary=gpu-a", "undo:canary=plugin")
 	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 || len(st.Blocks) != 1 || st.Phase != 0 {
 		t.Errorf("status = %+v", st)
@@ -267,11 +268,11 @@ func TestRolloutRollbackCommandUndoesEveryPhaseNewestFirst(t *testing.T) {
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
 	// wide is soaking at 25 min: both phases go back, wide first.
-	r.update(25*time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "tenant complaints"}, true)
-	st = r.run(RolloutInput{Plan: p})
+	r.update(25*time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "tenant complaints"}, true)
+	st = r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
-	if a := r.answers[UpdateRolloutRollback]; a.RollbackPending != nil || len(a.Enabled) != 0 {
+	if a := r.answers[api.UpdateRolloutRollback]; a.RollbackPending != nil || len(a.Enabled) != 0 {
 		t.Errorf("the rollback answered before it was carried out: %+v", a)
 	}
 	if st.State != rollout.StateRolledBack || len(st.Blocks) != 2 || st.Phase != 0 {
@@ -293,10 +294,10 @@ func TestRolloutBlockedAtPreflightUntilResumed(t *testing.T) {
 	})
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.update(time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // nothing enabled
+	r.update(time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // nothing enabled
 	blocked := r.stateAt(2 * time.Minute)
-	r.update(3*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
-	st := r.run(RolloutInput{Plan: p})
+	r.update(3*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "preflight:canary", "enable:canary", "gates:canary")
 	if blocked.State != rollout.StateBlocked || len(blocked.Violations) != 1 || blocked.Violations[0].Node != "a-0" {
 		t.Errorf("while blocked: %+v", blocked)
@@ -321,13 +322,13 @@ func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
 	r.gates(func(int, int) []string { return nil })
 	window := func(at, length time.Duration) {
 		r.env.RegisterDelayedCallback(func() {
-			r.env.SignalWorkflow(SignalRolloutWindow, RolloutWindow{Until: r.env.Now().Add(length)})
+			r.env.SignalWorkflow(api.SignalRolloutWindow, api.RolloutWindow{Until: r.env.Now().Add(length)})
 		}, at)
 	}
 	// A window at 1 h for 5 min (canary enables, then soaks 10 min past it); the next at 3 h.
 	window(time.Hour, 5*time.Minute)
 	window(3*time.Hour, 5*time.Minute)
-	st := r.run(RolloutInput{Plan: p, Scheduled: true})
+	st := r.run(api.RolloutInput{Plan: p, Scheduled: true})
 	if len(enabledAt) != 2 || enabledAt[0] != time.Hour || enabledAt[1] != 3*time.Hour {
 		t.Errorf("phases enabled at %v, want 1h and 3h", enabledAt)
 	}
@@ -343,7 +344,7 @@ func TestRolloutHoldsNodesWithBoundClaims(t *testing.T) {
 	r, p := heldRollback(t, 20*time.Second, 2)
 	during := r.stateAt(10*time.Minute + 5*time.Second)
 	start := r.env.Now()
-	st := r.run(RolloutInput{Plan: p})
+	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "block:canary=gpu-a", "undo:canary=plugin", "undo:canary=plugin", "undo:canary=plugin")
 	if len(during.Draining) != 1 || during.Draining[0].Change.Nodes[0].Node != "canary-0" || during.State != rollout.StateRolledBack {
 		t.Errorf("while held: %+v", during)
@@ -376,7 +377,7 @@ func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
 			asked = in
 			return rollout.WindowResult{Phase: "canary", State: state}, nil
 		})
-		env.ExecuteWorkflow(RolloutWindowWorkflow, RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(2 * time.Hour)})
+		env.ExecuteWorkflow(RolloutWindowWorkflow, api.RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(2 * time.Hour)})
 		err := env.GetWorkflowError()
 		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "schedule pauses") {
 			t.Errorf("%s: error %v, want error %t", state, err, wantErr)
@@ -388,7 +389,7 @@ func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
 }
 
 func TestKeepLast(t *testing.T) {
-	log := make([]RolloutEntry, 5)
+	log := make([]api.RolloutEntry, 5)
 	for i := range log {
 		log[i].Text = fmt.Sprint(i)
 	}
@@ -415,8 +416,8 @@ func TestRolloutBlockedLaterPhaseCanRollBack(t *testing.T) {
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
-	r.update(15*time.Minute, UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "give up"}, true)
-	st := r.run(RolloutInput{Plan: p})
+	r.update(15*time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "give up"}, true)
+	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "block:canary=gpu-a", "undo:canary=plugin")
 	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 || st.Phase != 0 {
 		t.Errorf("status = %+v", st)
@@ -431,7 +432,7 @@ func TestRolloutBlockedLaterPhaseCanRollBack(t *testing.T) {
 func TestRolloutKeepsDrainingPastItsHold(t *testing.T) {
 	r, p := heldRollback(t, 30*time.Second, 3)
 	start := r.env.Now()
-	st := r.run(RolloutInput{Plan: p})
+	st := r.run(api.RolloutInput{Plan: p})
 	// Held at the rollback (10 min), at 15 s and at 30 s (the hold's end); the looks back off
 	// (15 s, 30 s, 60 s), so it is back at 90 s.
 	if took := r.env.Now().Sub(start); took != 10*time.Minute+90*time.Second {
@@ -459,11 +460,11 @@ func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
 		gatesAt = r.env.Now().Sub(start)
 		return rollout.Report{Phase: "canary"}, nil
 	})
-	r.update(time.Minute, UpdateRolloutPause, rollout.Command{Actor: "sre", Reason: "change freeze"}, true)
+	r.update(time.Minute, api.UpdateRolloutPause, rollout.Command{Actor: "sre", Reason: "change freeze"}, true)
 	paused := r.stateAt(15 * time.Minute)
-	r.update(20*time.Minute, UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	r.update(20*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
 	resumed := r.stateAt(20*time.Minute + time.Second)
-	st := r.run(RolloutInput{Plan: p})
+	st := r.run(api.RolloutInput{Plan: p})
 	if paused.State != rollout.StatePaused || !paused.Paused || paused.Step != rollout.StepGates {
 		t.Errorf("at 15 min: %+v", paused)
 	}
@@ -478,7 +479,7 @@ func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
 	}
 }
 
-func hasLog(st RolloutStatus, text string) bool {
+func hasLog(st api.RolloutStatus, text string) bool {
 	for _, e := range st.Log {
 		if e.Text == text {
 			return true

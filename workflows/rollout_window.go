@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -14,7 +15,7 @@ import (
 // the rollout (starting it if no run of it has been) and fails when the rollout is rolled back or
 // blocked, or its last run ended rolled back or terminated, so that the Schedule, created with
 // pause-on-failure, pauses until a person looks. After a completed run it does nothing.
-func RolloutWindowWorkflow(ctx workflow.Context, in RolloutWindowInput) (rollout.WindowResult, error) {
+func RolloutWindowWorkflow(ctx workflow.Context, in api.RolloutWindowInput) (rollout.WindowResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 5}})
 	open := rollout.WindowInput{Plan: in.Plan, Until: workflow.Now(ctx).Add(in.Window.D())}

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sync"
 	"testing"
 	"time"
@@ -172,7 +173,7 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 			sent := env.Now()
 			u := &simUpdate{what: what}
 			m.updates = append(m.updates, u)
-			sendUpdate(env, UpdateLease, req, u, nil, func(v any, _ error) {
+			sendUpdate(env, api.UpdateLease, req, u, nil, func(v any, _ error) {
 				r, _ := v.(policy.LeaseResult)
 				m.note("  %s: granted %v %s, lease %+v", what, r.Granted, r.Reason, r.Lease)
 				if r.Granted {
@@ -200,7 +201,7 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 			}
 			m.mu.Unlock()
 			if len(reps) > 0 {
-				m.signal(env, SignalPermitsReport, reps)
+				m.signal(env, api.SignalPermitsReport, reps)
 			}
 		}
 	case "kill":
@@ -245,7 +246,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 				}
 				u := &simUpdate{what: s.what}
 				m.updates = append(m.updates, u)
-				sendUpdate(env, UpdateBreakerPause, BreakerSignal{Actor: simActor, Reason: "simulated"}, u, nil, func(v any, err error) {
+				sendUpdate(env, api.UpdateBreakerPause, api.BreakerSignal{Actor: simActor, Reason: "simulated"}, u, nil, func(v any, err error) {
 					if err == nil && !m.pausedAt.IsZero() {
 						m.paused = true
 					}
@@ -266,7 +267,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 				sent := env.Now()
 				u := &simUpdate{what: s.what}
 				m.updates = append(m.updates, u)
-				sendUpdate(env, UpdateAcquire, req, u, nil, func(v any, _ error) {
+				sendUpdate(env, api.UpdateAcquire, req, u, nil, func(v any, _ error) {
 					r, _ := v.(policy.PermitResult)
 					m.note("  %s: granted %v %s", s.what, r.Granted, r.Reason)
 					if r.Granted {
@@ -280,7 +281,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 				if m.pausedAt.IsZero() {
 					m.pausedAt = env.Now()
 				}
-				m.signal(env, SignalBreakerPause, BreakerSignal{Actor: simActor, Reason: "simulated"})
+				m.signal(env, api.SignalBreakerPause, api.BreakerSignal{Actor: simActor, Reason: "simulated"})
 			}
 		case "resume":
 			// A resume gets an instant of its own: requests answered in the same instant may have
@@ -290,13 +291,13 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.pausedAt, m.paused = time.Time{}, false
 				m.grants = map[string][]breakerGrant{}
-				m.signal(env, SignalBreakerResume, BreakerSignal{Actor: simActor})
+				m.signal(env, api.SignalBreakerResume, api.BreakerSignal{Actor: simActor})
 			}
 		case "wait":
 			d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("waiter%d", i))
 			s.what = fmt.Sprintf("wait gpu-%d", d)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				m.signal(env, SignalBreakerWait, []string{fmt.Sprintf("gpu.sim.devicewarden.io/node-1/gpu-%d", d)})
+				m.signal(env, api.SignalBreakerWait, []string{fmt.Sprintf("gpu.sim.devicewarden.io/node-1/gpu-%d", d)})
 			}
 		case "continue-as-new":
 			s = continueAsNewStep(tl)
@@ -324,7 +325,7 @@ func breakerProperty(rt *rapid.T) {
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		registerActivities(env)
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, notify.AlertInput) error { return nil }).Maybe()
-		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerWake, mock.Anything).Return(nil).Maybe()
+		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalBreakerWake, mock.Anything).Return(nil).Maybe()
 		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]policy.LeaseReport, error) {
 			return m.revoke(activity.GetInfo(ctx).TaskQueue, in, env.Now())
 		}).Maybe()
@@ -337,7 +338,7 @@ func breakerProperty(rt *rapid.T) {
 		}
 	}
 	end := steps[len(steps)-1].at + time.Minute
-	if err := segments(rt, &m.carrier, BreakerWorkflow, BreakerInput{}, false, end, steps, newEnv, check); err != nil {
+	if err := segments(rt, &m.carrier, BreakerWorkflow, api.BreakerInput{}, false, end, steps, newEnv, check); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	m.checkAnswered(m.updates)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"sync"
 	"testing"
@@ -241,9 +242,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				}
 				m.mu.Unlock()
 				if byUpdate {
-					m.update(env, UpdateObservation, s.what, o)
+					m.update(env, api.UpdateObservation, s.what, o)
 				} else {
-					m.signal(env, SignalObservation, o)
+					m.signal(env, api.SignalObservation, o)
 				}
 			}
 		case "command":
@@ -269,7 +270,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 						m.signal(env, string(c), cmd)
 					}
 				case "junk":
-					m.signal(env, SignalPause, "not a command")
+					m.signal(env, api.SignalPause, "not a command")
 				}
 			}
 		case "breaker":
@@ -300,7 +301,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			}
 		case "wake":
 			s.what = "breaker wake"
-			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.signal(env, SignalBreakerWake, nil) }
+			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.signal(env, api.SignalBreakerWake, nil) }
 		case "continue-as-new":
 			s = continueAsNewStep(tl)
 		default:
@@ -364,7 +365,7 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
 		end := steps[len(steps)-1].at + time.Hour
-		err := segments(rt, &m.carrier, DeviceWorkflow, DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
+		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
 		if err != nil {
 			m.violate("the workflow failed: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ type hygieneModel struct {
 	told                      capacity.Finding
 	permits, deleted, deletes int
 	recorded                  []string
-	final                     *ClaimHygieneStatus
+	final                     *api.ClaimHygieneStatus
 }
 
 // finding is the claim's finding now.
@@ -177,7 +178,7 @@ func (m *hygieneModel) checkHygiene(env *testsuite.TestWorkflowEnvironment, afte
 	if m.deleted > 1 {
 		m.violate("the claim was deleted %d times", m.deleted)
 	}
-	var st ClaimHygieneStatus
+	var st api.ClaimHygieneStatus
 	if m.look(env, after, &st) {
 		m.note("  state %s held %q checks %d", st.State, st.Held, st.Checks)
 	}
@@ -200,11 +201,11 @@ func hygieneProperty(rt *rapid.T) {
 	m := &hygieneModel{kind: rapid.SampledFrom([]string{capacity.FindingLeaked, capacity.FindingStuck, capacity.FindingNodeLost}).Draw(rt, "first"),
 		deletable: rapid.Bool().Draw(rt, "deletable")}
 	m.told = m.finding()
-	in := ClaimHygieneInput{Finding: m.told, Policy: capacity.HygienePolicy{DeleteLeaked: true}, Recheck: time.Minute,
+	in := api.ClaimHygieneInput{Finding: m.told, Policy: capacity.HygienePolicy{DeleteLeaked: true}, Recheck: time.Minute,
 		RechecksPerRun: rapid.IntRange(1, 6).Draw(rt, "rechecksPerRun")}
 	steps := hygieneSteps(rt, m)
 	m.ended = func(env *testsuite.TestWorkflowEnvironment) {
-		var st ClaimHygieneStatus
+		var st api.ClaimHygieneStatus
 		if env.GetWorkflowError() == nil && env.GetWorkflowResult(&st) == nil {
 			m.final = &st
 		}
@@ -216,11 +217,11 @@ func hygieneProperty(rt *rapid.T) {
 	if st := m.final; st != nil {
 		m.note("ended %s", st.State)
 		switch {
-		case st.State == HygieneDeleted && m.deleted != 1:
+		case st.State == api.HygieneDeleted && m.deleted != 1:
 			m.violate("ended deleted, but it deleted the claim %d times", m.deleted)
-		case st.State == HygieneGone && !m.gone:
+		case st.State == api.HygieneGone && !m.gone:
 			m.violate("ended gone, but the claim is there")
-		case st.State == HygieneResolved && (m.gone || m.told.Kind != capacity.FindingNone):
+		case st.State == api.HygieneResolved && (m.gone || m.told.Kind != capacity.FindingNone):
 			m.violate("ended resolved, but its last look found %q (gone %v)", m.told.Kind, m.gone)
 		}
 	}
@@ -231,7 +232,7 @@ func hygieneProperty(rt *rapid.T) {
 // hygieneEnds counts how the simulated workflows ended, to show what the sequences reach.
 var hygieneEnds = map[string]int{}
 
-func stateOf(st *ClaimHygieneStatus) string {
+func stateOf(st *api.ClaimHygieneStatus) string {
 	if st == nil {
 		return "still following"
 	}

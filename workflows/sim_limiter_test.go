@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 			s.what = "acquire " + id + " on " + node
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				if !m.gone[id] {
-					m.signal(env, SignalSlotAcquire, req)
+					m.signal(env, api.SignalSlotAcquire, req)
 				}
 			}
 		case "release":
@@ -57,7 +58,7 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				if !m.gone[id] {
 					m.released[id], m.told[id] = true, false
-					m.signal(env, SignalSlotRelease, id)
+					m.signal(env, api.SignalSlotRelease, id)
 				}
 			}
 		case "gone":
@@ -85,7 +86,7 @@ func (m *limiterModel) sweep(env *testsuite.TestWorkflowEnvironment) {
 	for _, h := range st.Holders {
 		if m.gone[h.ID] {
 			m.released[h.ID], m.told[h.ID] = true, false
-			m.signal(env, SignalSlotRelease, h.ID)
+			m.signal(env, api.SignalSlotRelease, h.ID)
 		}
 	}
 }
@@ -143,7 +144,7 @@ func limiterProperty(rt *rapid.T) {
 		node: map[string]string{}, told: map[string]bool{}, released: map[string]bool{}, gone: map[string]bool{}}
 	steps := limiterSteps(rt, m)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
-		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
+		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalSlotGranted, mock.Anything).Return(
 			func(_, id, _, _ string, _ any) error {
 				if m.gone[id] {
 					return errors.New("workflow not found")
@@ -157,7 +158,7 @@ func limiterProperty(rt *rapid.T) {
 	last := steps[len(steps)-1].at + 2*time.Second
 	var final policy.SlotState
 	steps = append(steps, step{at: last, what: "final sweep", do: m.sweep}, step{at: last + time.Second, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
-	if err := segments(rt, &m.carrier, MigrationLimiterWorkflow, LimiterInput{}, false, last+time.Minute, steps, newEnv, m.checkLimiter); err != nil {
+	if err := segments(rt, &m.carrier, MigrationLimiterWorkflow, api.LimiterInput{}, false, last+time.Minute, steps, newEnv, m.checkLimiter); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	for _, h := range final.Holders {

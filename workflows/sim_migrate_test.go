@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"sync"
 	"testing"
@@ -141,7 +142,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	on("PreserveEvidence", func(_ context.Context, in migration.EvidenceInput) (string, error) {
 		return migration.EvidenceName(in.WorkflowID), nil
 	})
-	on("WorkloadPods", func(_ context.Context, w migration.Workload) ([]migration.PodInfo, error) {
+	on("WorkloadPods", func(_ context.Context, w api.Workload) ([]migration.PodInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		var out []migration.PodInfo
@@ -222,7 +223,7 @@ func migrateSteps(rt *rapid.T, m *migrateModel) []step {
 				}
 				m.mu.Unlock()
 				if asked {
-					m.signal(env, SignalSlotGranted, nil)
+					m.signal(env, api.SignalSlotGranted, nil)
 				}
 			}
 		case "breaker":
@@ -247,7 +248,7 @@ func migrateSteps(rt *rapid.T, m *migrateModel) []step {
 			s.what = "the workload saves its work"
 			s.do = func(*testsuite.TestWorkflowEnvironment) { m.mu.Lock(); m.checkpoint = true; m.mu.Unlock() }
 		case "decide":
-			kind := rapid.SampledFrom([]string{UpdateMigrateAnyway, UpdateAbandon}).Draw(rt, fmt.Sprintf("decision%d", i))
+			kind := rapid.SampledFrom([]string{api.UpdateMigrateAnyway, api.UpdateAbandon}).Draw(rt, fmt.Sprintf("decision%d", i))
 			actor := rapid.SampledFrom([]string{simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i))
 			d := policy.MigrationDecision{Actor: actor, Reason: "simulated"}
 			s.what = fmt.Sprintf("%s by %q", kind, actor)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"sync"
 	"testing"
@@ -75,7 +76,7 @@ func nodeSteps(rt *rapid.T, m *nodeModel) []step {
 					m.reachedAt = len(m.failed)
 				}
 				m.mu.Unlock()
-				m.signal(env, SignalDeviceFailed, f)
+				m.signal(env, api.SignalDeviceFailed, f)
 			}
 		case "slack":
 			k := rapid.IntRange(1, 7).Draw(rt, fmt.Sprintf("down%d", i))
@@ -133,7 +134,7 @@ func nodeProperty(rt *rapid.T) {
 	last := steps[len(steps)-1].at + time.Minute
 	var final policy.NodeState
 	steps = append(steps, step{at: last, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
-	if err := segments(rt, &m.carrier, NodeWorkflow, NodeInput{Node: "node-1"}, false, last+time.Minute, steps, quietEnv(m.activities), m.checkNode); err != nil {
+	if err := segments(rt, &m.carrier, NodeWorkflow, api.NodeInput{Node: "node-1"}, false, last+time.Minute, steps, quietEnv(m.activities), m.checkNode); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	if len(final.Failed) != len(m.failed) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"strings"
 	"sync"
@@ -95,7 +96,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return nil, nil
 	})
-	on("UnblockNewClaims", func(_ context.Context, in rollouts.BlockInput) error {
+	on("UnblockNewClaims", func(_ context.Context, in api.BlockInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("UnblockNewClaims " + in.Phase); err != nil {
@@ -147,7 +148,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return rep, nil
 	})
-	on("BlockNewClaims", func(_ context.Context, in rollouts.BlockInput) error {
+	on("BlockNewClaims", func(_ context.Context, in api.BlockInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("BlockNewClaims " + in.Phase); err != nil {
@@ -205,9 +206,9 @@ func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {
 		s := step{at: tl.next(gap)}
 		switch rapid.SampledFrom([]string{"command", "command", "command", "gates", "claims", "fault", "preflight", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
 		case "command":
-			name := rapid.SampledFrom([]string{UpdateRolloutPause, UpdateRolloutResume, UpdateRolloutRollback, UpdateRolloutApprove, UpdateRolloutApprove}).Draw(rt, fmt.Sprintf("cmd%d", i))
+			name := rapid.SampledFrom([]string{api.UpdateRolloutPause, api.UpdateRolloutResume, api.UpdateRolloutRollback, api.UpdateRolloutApprove, api.UpdateRolloutApprove}).Draw(rt, fmt.Sprintf("cmd%d", i))
 			c := rollout.Command{Actor: rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
-			if name == UpdateRolloutApprove {
+			if name == api.UpdateRolloutApprove {
 				c.Phase = rapid.SampledFrom([]string{"canary", "canary", "wide"}).Draw(rt, fmt.Sprintf("phase%d", i))
 			}
 			s.what = fmt.Sprintf("%s %s by %q", name, c.Phase, c.Actor)
@@ -254,7 +255,7 @@ func (m *rolloutModel) update(env *testsuite.TestWorkflowEnvironment, name, what
 	u := &simUpdate{what: what}
 	m.updates = append(m.updates, u)
 	sendUpdate(env, name, c, u, func() {
-		if name == UpdateRolloutApprove {
+		if name == api.UpdateRolloutApprove {
 			m.mu.Lock()
 			m.approved[c.Phase] = true
 			m.mu.Unlock()
@@ -268,7 +269,7 @@ func (m *rolloutModel) checkRollout(env *testsuite.TestWorkflowEnvironment, afte
 	defer m.mu.Unlock()
 	m.stepped(env, after)
 	m.checkRefusals(m.updates)
-	var st RolloutStatus
+	var st api.RolloutStatus
 	if !m.look(env, after, &st) {
 		return
 	}
@@ -279,7 +280,7 @@ func (m *rolloutModel) checkRollout(env *testsuite.TestWorkflowEnvironment, afte
 // checkOwners holds what the rollout lists to the nodes' owners: no node listed both enabled and
 // draining, none listed that the plugin owns; settled (nothing under way), every node DRA owns
 // is listed.
-func (m *rolloutModel) checkOwners(st RolloutStatus, settled bool) {
+func (m *rolloutModel) checkOwners(st api.RolloutStatus, settled bool) {
 	listed := map[string]string{}
 	list := func(n, as string) {
 		if was, ok := listed[n]; ok {
@@ -352,7 +353,7 @@ func rolloutProperty(rt *rapid.T) {
 	// second apart. A look in the instant an activity ran may see the cluster changed and the
 	// state not yet, so the owners are checked only when both looks find the rollout at rest (a
 	// state in which no step is under way) and the same, against the owners at the second.
-	var first, final RolloutStatus
+	var first, final api.RolloutStatus
 	var owners map[string]string
 	looked := false
 	snapshot := func() map[string]string {
@@ -381,7 +382,7 @@ func rolloutProperty(rt *rapid.T) {
 			looked, owners = env.GetWorkflowResult(&final) == nil, snapshot()
 		}
 	}
-	if err := segments(rt, &m.carrier, RolloutWorkflow, RolloutInput{Plan: p}, false, last+31*time.Minute, steps, quietEnv(m.activities), m.checkRollout); err != nil {
+	if err := segments(rt, &m.carrier, RolloutWorkflow, api.RolloutInput{Plan: p}, false, last+31*time.Minute, steps, quietEnv(m.activities), m.checkRollout); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
 	if final.State != rollout.StateCompleted {
@@ -397,7 +398,7 @@ func rolloutProperty(rt *rapid.T) {
 }
 
 // atRest says two looks found the rollout in the same state, one in which no step is under way.
-func atRest(a, b RolloutStatus) bool {
+func atRest(a, b api.RolloutStatus) bool {
 	switch b.State {
 	case rollout.StateRunning, rollout.StateBlocking:
 		return false

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -243,7 +244,7 @@ func query(env *testsuite.TestWorkflowEnvironment, into any) (ok bool, err error
 			ok, err = false, nil
 		}
 	}()
-	v, err := env.QueryWorkflow(QueryState)
+	v, err := env.QueryWorkflow(api.QueryState)
 	if err != nil {
 		return true, err
 	}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestUnitIsFencedProbedAndReleasedAsOne(t *testing.T) {
 	id := unit.Device()
 	obs := func(at time.Duration, ver string, u *device.Unit) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
+			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
 				Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy},
 					{Namespace: "ns", Pod: "b", Device: "gpu-0-mig-b", Health: device.Unhealthy}},
 				Unit: u})
@@ -36,7 +37,7 @@ func TestUnitIsFencedProbedAndReleasedAsOne(t *testing.T) {
 	p.Identity = []string{"uuid"}
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: id, Node: "node-1", Policy: p})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p})
 
 	if h.permits != 1 {
 		t.Fatalf("%d permits for one physical GPU, want 1", h.permits)
@@ -79,14 +80,14 @@ func TestUnitWithoutAWholeFormIsProbedOnEveryForm(t *testing.T) {
 	unit.Whole = ""
 	h.checks = []policy.StepResult{{Passed: true, Reason: "exit 0"}, {Passed: false, Reason: "exit 1"}}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
 			StatusVersion: "10", Unit: unit, Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
 	}, time.Second)
 	p := policy.Default()
 	p.Identity = []string{"uuid"}
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: unit.Device(), Node: "node-1", Policy: p})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: unit.Device(), Node: "node-1", Policy: p})
 	var on []string
 	for _, r := range h.ran[:min(2, len(h.ran))] {
 		on = append(on, r.Device.Device)
@@ -106,14 +107,14 @@ func TestUnitReportWithoutItsDevicesWaits(t *testing.T) {
 	unit := gpu0Unit("gpu-0", "gpu-0-mig-a")
 	send := func(at time.Duration, ver string, u *device.Unit) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
 				StatusVersion: ver, Unit: u, Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
 		}, at)
 	}
 	send(time.Second, "10", nil)
 	var held policy.DeviceState
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(QueryState)
+		v, err := h.env.QueryWorkflow(api.QueryState)
 		if err != nil || v.Get(&held) != nil {
 			t.Errorf("query: %v", err)
 		}
@@ -121,7 +122,7 @@ func TestUnitReportWithoutItsDevicesWaits(t *testing.T) {
 	send(time.Minute, "11", unit)
 	var got policy.DeviceState
 	queryThenCancel(t, h.env, 2*time.Minute, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, DeviceInput{Device: unit.Device(), Node: "node-1", Policy: policy.Default()})
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: unit.Device(), Node: "node-1", Policy: policy.Default()})
 	if held.Held == nil || held.HeldReason != "the unit's devices are not known yet" || held.State != policy.Healthy {
 		t.Fatalf("before the devices are known: state %s, held %+v (%s)", held.State, held.Held, held.HeldReason)
 	}

@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"github.com/devicewarden/devicewarden/api"
+
 	"context"
 	"strings"
 	"testing"
@@ -35,7 +37,7 @@ func TestBlockCoversEveryClassOnTheRealAPIServer(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment() // the proof heartbeats
 	env.RegisterActivity(a)
-	in := rollouts.BlockInput{Rollout: "classes", Phase: "wide", Classes: []string{"gpu-a"}, Reason: "gate failed"}
+	in := api.BlockInput{Rollout: "classes", Phase: "wide", Classes: []string{"gpu-a"}, Reason: "gate failed"}
 	if _, err := env.ExecuteActivity(a.BlockNewClaims, in); err != nil {
 		t.Fatal(err)
 	}

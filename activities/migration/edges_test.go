@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestEvidenceTrimCutsOnlyWhatIsNeeded(t *testing.T) {
 // A failed renewal is retried; a Lease another holder took ends the hold without retry.
 func TestHoldMigrationLeaseRetriesThenStopsWhenTaken(t *testing.T) {
 	now := metav1.NewMicroTime(time.Now())
-	w := Workload{Namespace: "team-a", Name: "train", UID: "uid-train"}
+	w := api.Workload{Namespace: "team-a", Name: "train", UID: "uid-train"}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: MigrationLeaseName(w)},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone-else"), LeaseDurationSeconds: ptr.To(int32(60)), RenewTime: &now}}
 	env, a, kube := activityEnv(t, lease)
@@ -60,7 +61,7 @@ func TestHoldMigrationLeaseRetriesThenStopsWhenTaken(t *testing.T) {
 // next migration for a minute).
 func TestHoldMigrationLeaseNeverRecreatesIt(t *testing.T) {
 	env, a, kube := activityEnv(t)
-	w := Workload{Namespace: "team-a", Name: "train", UID: "uid-train"}
+	w := api.Workload{Namespace: "team-a", Name: "train", UID: "uid-train"}
 	_, err := env.ExecuteActivity(a.HoldMigrationLease, LeaseInput{Workload: w, Holder: "migrate/mine", Duration: 300 * time.Millisecond})
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != ErrLeaseLost || !strings.Contains(err.Error(), "deleted") {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"strings"
 	"time"
@@ -26,9 +27,9 @@ const maxEvidence = 900 << 10
 
 // EvidenceInput asks to keep what shows why a workload could not be moved.
 type EvidenceInput struct {
-	WorkflowID string    `json:"workflowID"`
-	Device     device.ID `json:"device"`
-	Workload   Workload  `json:"workload"`
+	WorkflowID string       `json:"workflowID"`
+	Device     device.ID    `json:"device"`
+	Workload   api.Workload `json:"workload"`
 	// Report is the health report that quarantined the device, as the workflow recorded it.
 	Report string `json:"report"`
 	// Keep is how long the evidence is kept (an annotation a person or a cleanup job reads).

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -22,7 +23,7 @@ const ErrLeaseLost = "MigrationLeaseLost"
 
 // LeaseInput names a workload's migration Lease and who asks for it (a migration workflow's ID).
 type LeaseInput struct {
-	Workload Workload      `json:"workload"`
+	Workload api.Workload  `json:"workload"`
 	Holder   string        `json:"holder"`
 	Duration time.Duration `json:"duration"`
 }
@@ -36,7 +37,7 @@ type LeaseResult struct {
 // MigrationLeaseName is the Lease of one workload (by UID, so a recreated workload of the same name
 // has its own), kept in DeviceWarden's namespace: tenants' namespaces stay untouched and the
 // permission is a Role there, not every Lease in the cluster.
-func MigrationLeaseName(w Workload) string {
+func MigrationLeaseName(w api.Workload) string {
 	sum := sha256.Sum256([]byte(w.UID))
 	return "devicewarden-migrate-" + hex.EncodeToString(sum[:8])
 }

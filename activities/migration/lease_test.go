@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
-var trainJob = Workload{Kind: "Job", APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "uid-train"}
+var trainJob = api.Workload{Kind: "Job", APIVersion: "batch/v1", Namespace: "team-a", Name: "train", UID: "uid-train"}
 
 func leaseIn(holder string) LeaseInput {
 	return LeaseInput{Workload: trainJob, Holder: holder, Duration: 15 * time.Second}

@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// MigrationLimiter reaches the one migration-limiter workflow. internal/clients implements it
+// MigrationLimiter reaches the one migration-limiter workflow. package api implements it
 // with signal-with-start, so the first request also starts the limiter.
 type MigrationLimiter interface {
 	Acquire(ctx context.Context, req policy.SlotRequest) error
@@ -75,7 +76,7 @@ type PodInfo struct {
 }
 
 // WorkloadPods lists the workload's Pods that exist now (its top owner is the workload).
-func (a *Activities) WorkloadPods(ctx context.Context, w Workload) ([]PodInfo, error) {
+func (a *Activities) WorkloadPods(ctx context.Context, w api.Workload) ([]PodInfo, error) {
 	pods, err := a.workloadPods(ctx, w)
 	if err != nil {
 		return nil, err
@@ -88,7 +89,7 @@ func (a *Activities) WorkloadPods(ctx context.Context, w Workload) ([]PodInfo, e
 }
 
 // workloadPods lists the workload's Pods, sorted by name.
-func (a *Activities) workloadPods(ctx context.Context, w Workload) ([]corev1.Pod, error) {
+func (a *Activities) workloadPods(ctx context.Context, w api.Workload) ([]corev1.Pod, error) {
 	pods, err := a.Kube.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list pods of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
@@ -147,8 +148,8 @@ func (a *Activities) WaitPodsGone(ctx context.Context, in WaitGoneInput) error {
 
 // ReadyInput asks for a workload's new Pods to be Ready on other devices.
 type ReadyInput struct {
-	Workload Workload  `json:"workload"`
-	Device   device.ID `json:"device"`
+	Workload api.Workload `json:"workload"`
+	Device   device.ID    `json:"device"`
 	// Before are the workload's Pods when the move began; they do not count.
 	Before []PodInfo `json:"before"`
 	// Want is how many new Ready Pods the move needs.

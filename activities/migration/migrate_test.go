@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"errors"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestWorkloadPodsAndReadyElsewhere(t *testing.T) {
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "other"}}}
 	env, a, kube := activityEnv(t, objs...)
 	a.MigratePoll = 10 * time.Millisecond
-	w := Workload{Kind: "Job", Namespace: "team-a", Name: "train", UID: "uid-train", Pods: []string{"train-old"}}
+	w := api.Workload{Kind: "Job", Namespace: "team-a", Name: "train", UID: "uid-train", Pods: []string{"train-old"}}
 	v, err := env.ExecuteActivity(a.WorkloadPods, w)
 	if err != nil {
 		t.Fatal(err)

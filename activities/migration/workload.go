@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"strings"
 
@@ -19,25 +20,6 @@ type PodRef struct {
 	Name      string `json:"name"`
 }
 
-// Workload is what a migration moves: the top owner of the Pods on a failed device (Job, JobSet,
-// StatefulSet, Deployment, ReplicaSet, another controller, or a bare Pod). Its namespace is its tenant.
-type Workload struct {
-	Kind       string `json:"kind"`
-	APIVersion string `json:"apiVersion"`
-	Namespace  string `json:"namespace"`
-	Name       string `json:"name"`
-	UID        string `json:"uid"`
-	// Pods are the workload's Pods on the failed device.
-	Pods []string `json:"pods"`
-	// Checkpoint is how the workload saves its progress (none or annotation); Shrinkable says one
-	// of its Pods may move alone.
-	Checkpoint string `json:"checkpoint"`
-	Shrinkable bool   `json:"shrinkable,omitempty"`
-	// Problems are declarations that could not be read; the workload is then taken at its safest
-	// (no checkpoint, moves as a whole) and a person sees why.
-	Problems []string `json:"problems,omitempty"`
-}
-
 // FindWorkloadsInput lists the Pods on a failed device.
 type FindWorkloadsInput struct {
 	Pods []PodRef `json:"pods"`
@@ -46,8 +28,8 @@ type FindWorkloadsInput struct {
 // FindWorkloads follows each Pod's controller owner references up to the workload that owns it
 // and reads how the workload declares itself. A Pod that is gone is skipped: nothing runs there
 // any more. Pods of one workload are grouped.
-func (a *Activities) FindWorkloads(ctx context.Context, in FindWorkloadsInput) ([]Workload, error) {
-	byUID := map[string]*Workload{}
+func (a *Activities) FindWorkloads(ctx context.Context, in FindWorkloadsInput) ([]api.Workload, error) {
+	byUID := map[string]*api.Workload{}
 	var order []string
 	for _, ref := range in.Pods {
 		pod, err := a.Kube.CoreV1().Pods(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
@@ -69,7 +51,7 @@ func (a *Activities) FindWorkloads(ctx context.Context, in FindWorkloadsInput) (
 		byUID[w.UID] = &w
 		order = append(order, w.UID)
 	}
-	out := make([]Workload, 0, len(order))
+	out := make([]api.Workload, 0, len(order))
 	for _, uid := range order {
 		w := byUID[uid]
 		sort.Strings(w.Pods)
@@ -80,8 +62,8 @@ func (a *Activities) FindWorkloads(ctx context.Context, in FindWorkloadsInput) (
 
 // ownerOf walks a Pod's controller references: ReplicaSet -> Deployment, Job -> JobSet; any other
 // controller (StatefulSet, a custom one) is the workload itself.
-func (a *Activities) ownerOf(ctx context.Context, pod *corev1.Pod) (Workload, error) {
-	w := Workload{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
+func (a *Activities) ownerOf(ctx context.Context, pod *corev1.Pod) (api.Workload, error) {
+	w := api.Workload{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
 	w.Checkpoint, w.Shrinkable, w.Problems = declarations(pod.Annotations)
 	owner := metav1.GetControllerOf(pod)
 	for owner != nil {

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 
@@ -42,11 +43,11 @@ func TestFindWorkloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []Workload
+	var got []api.Workload
 	if err := v.Get(&got); err != nil {
 		t.Fatal(err)
 	}
-	summary := func(w Workload) string {
+	summary := func(w api.Workload) string {
 		return fmt.Sprintf("%s/%s %s pods=%v checkpoint=%s shrinkable=%v problems=%d", w.Kind, w.Name, w.UID, w.Pods, w.Checkpoint, w.Shrinkable, len(w.Problems))
 	}
 	want := []string{

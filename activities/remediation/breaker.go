@@ -14,7 +14,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// BreakerClient asks the fleet-wide circuit breaker for a permit. internal/clients implements
+// BreakerClient asks the fleet-wide circuit breaker for a permit. package api implements
 // it with update-with-start on the breaker workflow.
 type BreakerClient interface {
 	Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error)

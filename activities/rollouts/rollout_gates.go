@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/devicewarden/devicewarden/api"
 	"log/slog"
 	"strings"
 	"time"
@@ -160,17 +161,9 @@ func (a *Activities) saveReport(ctx context.Context, name string, r rollout.Repo
 	return nil
 }
 
-// BlockInput names the classes whose new claims a rolled-back phase refuses.
-type BlockInput struct {
-	Rollout string   `json:"rollout"`
-	Phase   string   `json:"phase"`
-	Classes []string `json:"classes"`
-	Reason  string   `json:"reason"`
-}
-
 // BlockNewClaims creates a ValidatingAdmissionPolicy and its binding that refuse new
 // ResourceClaims for the phase's classes. Existing claims, bound or not, are untouched.
-func (a *Activities) BlockNewClaims(ctx context.Context, in BlockInput) (err error) {
+func (a *Activities) BlockNewClaims(ctx context.Context, in api.BlockInput) (err error) {
 	defer func() { err = permanent(err) }()
 	name := kubeobj.BlockName(in.Rollout, in.Phase)
 	quoted := make([]string, len(in.Classes))
@@ -301,7 +294,7 @@ func (a *Activities) tryBlockedClaim(ctx context.Context, name, class string) (a
 }
 
 // UnblockNewClaims removes a phase's admission block (idempotent).
-func (a *Activities) UnblockNewClaims(ctx context.Context, in BlockInput) (err error) {
+func (a *Activities) UnblockNewClaims(ctx context.Context, in api.BlockInput) (err error) {
 	defer func() { err = permanent(err) }()
 	name := kubeobj.BlockName(in.Rollout, in.Phase)
 	err = a.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})

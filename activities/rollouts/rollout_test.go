@@ -2,6 +2,7 @@ package rollouts
 
 import (
 	"context"
+	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -180,7 +181,7 @@ func TestUndoHoldsANodeWithBoundClaims(t *testing.T) {
 func TestBlockNewClaimsIsIdempotentAndLifted(t *testing.T) {
 	env, a, kube := activityEnv(t)
 	a.Metrics = metrics.New()
-	in := BlockInput{Rollout: "r", Phase: "a", Classes: []string{"gpu", "gpu-big"}, Reason: "gate failed"}
+	in := api.BlockInput{Rollout: "r", Phase: "a", Classes: []string{"gpu", "gpu-big"}, Reason: "gate failed"}
 	for i := 0; i < 2; i++ {
 		if _, err := env.ExecuteActivity(a.BlockNewClaims, in); err != nil {
 			t.Fatalf("block %d: %v", i, err)

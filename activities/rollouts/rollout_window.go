@@ -9,7 +9,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/rollout"
 )
 
-// RolloutWindows opens windows on rollouts (internal/clients implements it with the Temporal client:
+// RolloutWindows opens windows on rollouts (package api implements it with the Temporal client:
 // signal-with-start on the rollout's workflow, then its state query).
 type RolloutWindows interface {
 	OpenWindow(ctx context.Context, in rollout.WindowInput) (rollout.WindowResult, error)

@@ -23,14 +23,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 
-	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 	"github.com/devicewarden/devicewarden/worker"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // TemporalOptions says which Temporal to use. An empty Address means the embedded server.
@@ -317,8 +316,8 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if o.WorkflowCacheSize > 0 {
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
-	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: clients.NewBreakerClient(tc), BreakerConfig: o.Breaker,
-		Nodes: &clients.NodeClient{Client: tc}, Limiter: &clients.LimiterClient{Client: tc}, Rollouts: &clients.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
+	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: api.NewBreakerClient(tc), BreakerConfig: o.Breaker,
+		Nodes: &api.NodeClient{Client: tc}, Limiter: &api.LimiterClient{Client: tc}, Rollouts: &api.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
 		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
@@ -327,7 +326,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	acts := worker.NewActivities(deps)
 	wt := watcher.New(watcher.Config{
 		Kube:     kube,
-		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: workflows.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
+		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: api.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: deps.Alerter,
 		Term: watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
@@ -387,7 +386,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		defer func() {
 			w.Stop()
 			// Give back the permits leased ahead, so they do not count as used for a window.
-			if bc, ok := deps.Breaker.(*clients.BreakerClient); ok {
+			if bc, ok := deps.Breaker.(*api.BreakerClient); ok {
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err := bc.Close(cctx); err != nil {
 					logger.Warn("leased permits not returned; they count as used until they leave the window", "error", err)
@@ -505,8 +504,8 @@ func configureBreaker(ctx context.Context, tc client.Client, cfg policy.BreakerC
 	owner := fmt.Sprintf("worker %s (pid %d)", host, os.Getpid())
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := (&clients.BreakerClient{Client: tc}).Configure(cctx, cfg, owner)
-	if err != nil && strings.Contains(err.Error(), "unknown update "+workflows.UpdateBreakerConfigure) {
+	err := (&api.BreakerClient{Client: tc}).Configure(cctx, cfg, owner)
+	if err != nil && strings.Contains(err.Error(), "unknown update "+api.UpdateBreakerConfigure) {
 		logger.Warn("breaker predates the configure update: permit requests carry the configuration", "error", err)
 		return nil
 	}

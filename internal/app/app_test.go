@@ -11,7 +11,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/devicewarden/devicewarden/workflows"
+	"github.com/devicewarden/devicewarden/api"
 )
 
 // The embedded server keeps workflows across a restart (its SQLite file), and with an address
@@ -28,8 +28,8 @@ func TestEmbeddedTemporalKeepsWorkflowsAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := first.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "device/d/p/gpu-0", TaskQueue: workflows.TaskQueue},
-		workflows.DeviceWorkflow, workflows.DeviceInput{})
+	run, err := first.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "device/d/p/gpu-0", TaskQueue: api.TaskQueue},
+		api.DeviceWorkflow, api.DeviceInput{})
 	if err != nil {
 		first.Close()
 		t.Fatal(err)

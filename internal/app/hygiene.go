@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/capacity"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // HygieneOptions configures claim hygiene; a zero Interval turns the scanner off.
@@ -73,10 +73,10 @@ func scanClaims(ctx context.Context, scan capacity.Scan, tc client.Client, o Hyg
 // startHygiene starts the claim's workflow; false when one already runs.
 func startHygiene(ctx context.Context, tc client.Client, f capacity.Finding, o HygieneOptions) (bool, error) {
 	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.ClaimHygieneID(f.UID), TaskQueue: workflows.TaskQueue,
+		ID: api.ClaimHygieneID(f.UID), TaskQueue: api.TaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-	}, workflows.ClaimHygieneWorkflow, workflows.ClaimHygieneInput{Finding: f, Policy: o.Policy, Recheck: o.Recheck, RechecksPerRun: o.RechecksPerRun})
+	}, api.ClaimHygieneWorkflow, api.ClaimHygieneInput{Finding: f, Policy: o.Policy, Recheck: o.Recheck, RechecksPerRun: o.RechecksPerRun})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return false, nil

@@ -11,9 +11,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // SlotCheckInterval is how often the leader looks for migration slots held by migrations that
@@ -24,7 +23,7 @@ const SlotCheckInterval = time.Minute
 // operator's release-slot signal would, and returns the migrations it freed. A limiter that does
 // not run holds nothing.
 func ReleaseGoneSlots(ctx context.Context, tc client.Client) ([]string, error) {
-	v, err := tc.QueryWorkflow(ctx, workflows.MigrationLimiterID, "", workflows.QueryState)
+	v, err := tc.QueryWorkflow(ctx, api.MigrationLimiterID, "", api.QueryState)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return nil, nil
@@ -48,7 +47,7 @@ func ReleaseGoneSlots(ctx context.Context, tc client.Client) ([]string, error) {
 		}
 		// Named with its acquire: a new run of the same migration that acquired the slot since
 		// the describe keeps it.
-		if err := (&clients.LimiterClient{Client: tc}).Release(ctx, policy.ReleaseOf(h.ID, h.At)); err != nil {
+		if err := (&api.LimiterClient{Client: tc}).Release(ctx, policy.ReleaseOf(h.ID, h.At)); err != nil {
 			return freed, err
 		}
 		freed = append(freed, h.ID)

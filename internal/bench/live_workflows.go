@@ -16,9 +16,9 @@ import (
 
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // startTemporalChild starts `bench temporal-child` (this binary, the full flavour) on a fresh
@@ -77,7 +77,7 @@ func liveWorkflows(ctx context.Context, out io.Writer, server, watcher *exec.Cmd
 	}
 	deadline := time.Now().Add(20 * time.Minute)
 	for {
-		c, err := count(workflows.RunningDevicesQuery)
+		c, err := count(api.RunningDevicesQuery)
 		if err != nil {
 			return err
 		}

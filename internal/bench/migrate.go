@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // MigrateOptions configures the migration benchmark.
@@ -209,7 +209,7 @@ func migrationCost(ctx context.Context, tc client.Client, first map[string]jobSt
 	var slowest time.Duration
 	var slow policy.MigrationState
 	for _, f := range first {
-		v, err := tc.QueryWorkflow(ctx, f.id.WorkflowID(), "", workflows.QueryState)
+		v, err := tc.QueryWorkflow(ctx, f.id.WorkflowID(), "", api.QueryState)
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func migrationCost(ctx context.Context, tc client.Client, first map[string]jobSt
 			}
 		}
 	}
-	lt, le, err := historyCost(ctx, tc, workflows.MigrationLimiterID)
+	lt, le, err := historyCost(ctx, tc, api.MigrationLimiterID)
 	if err != nil {
 		return err
 	}

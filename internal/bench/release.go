@@ -11,10 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // ReleaseOptions configures the release benchmark.
@@ -78,7 +78,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 		return sim.SetFault(ctx, kube, tg.id, corev1.ResourceHealthStatusHealthy, "")
 	}
 	release := func(tg benchTarget) error {
-		_, err := workflows.SendCommand(ctx, tc, tg.id, policy.Command{Kind: policy.CmdRelease, Actor: "bench"}, nil)
+		_, err := api.SendCommand(ctx, tc, tg.id, policy.Command{Kind: policy.CmdRelease, Actor: "bench"}, nil)
 		return err
 	}
 	seq := min(o.Sequential, len(targets))

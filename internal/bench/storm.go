@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // StormOptions configures the storm benchmark.
@@ -195,7 +195,7 @@ func forceMidStorm(ctx context.Context, tc client.Client, pols *policy.Set, id d
 	time.Sleep(time.Until(at))
 	start := time.Now()
 	cmd := policy.Command{Kind: policy.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
-	if _, err := workflows.SendCommand(ctx, tc, id, cmd, &workflows.DeviceInput{Device: id, Node: id.Pool, Policy: pols.For("", id.Driver)}); err != nil {
+	if _, err := api.SendCommand(ctx, tc, id, cmd, &api.DeviceInput{Device: id, Node: id.Pool, Policy: pols.For("", id.Driver)}); err != nil {
 		return forceResult{err: err}
 	}
 	answered := time.Since(start)
@@ -294,7 +294,7 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 
 func deviceState(ctx context.Context, tc client.Client, id device.ID) (policy.DeviceState, error) {
 	var s policy.DeviceState
-	v, err := tc.QueryWorkflow(ctx, id.WorkflowID(), "", workflows.QueryState)
+	v, err := tc.QueryWorkflow(ctx, id.WorkflowID(), "", api.QueryState)
 	if err != nil {
 		return s, err
 	}
@@ -316,7 +316,7 @@ func watchBreaker(ctx context.Context, tc client.Client, health device.Health, t
 	go func() {
 		for ctx.Err() == nil {
 			var b policy.BreakerState
-			if v, err := tc.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState); err == nil && v.Get(&b) == nil {
+			if v, err := tc.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState); err == nil && v.Get(&b) == nil {
 				if (health == device.Unknown && b.RestrictionsOpen) || (health != device.Unknown && b.Open) {
 					out <- time.Since(t0)
 					return

@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/watcher"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // childStats is one line the watcher child prints.
@@ -40,7 +40,7 @@ type childStats struct {
 // countingSignaler stands in for Temporal so the child measures the watcher alone.
 type countingSignaler struct{ n atomic.Int64 }
 
-func (c *countingSignaler) Signal(context.Context, workflows.Observation) error {
+func (c *countingSignaler) Signal(context.Context, api.Observation) error {
 	c.n.Add(1)
 	return nil
 }

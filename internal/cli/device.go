@@ -16,11 +16,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // clientFlags reach a running Temporal (the one `devicewarden dev` embeds, by default).
@@ -45,7 +44,7 @@ func (f *clientFlags) query(c *cobra.Command, g *globals, workflowID string, int
 		return err
 	}
 	defer tc.Close()
-	v, err := tc.QueryWorkflow(c.Context(), workflowID, "", workflows.QueryState)
+	v, err := tc.QueryWorkflow(c.Context(), workflowID, "", api.QueryState)
 	if err != nil {
 		return fmt.Errorf("query %s: %w", workflowID, err)
 	}
@@ -106,7 +105,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 	var kf kubeFlags
 	var dur time.Duration
 	signal := &cobra.Command{
-		Use:   "signal DRIVER/POOL/DEVICE " + strings.Join(workflows.OperatorSignals, "|"),
+		Use:   "signal DRIVER/POOL/DEVICE " + strings.Join(api.OperatorSignals, "|"),
 		Short: "Send an operator signal (fire-and-forget; prefer the commands, which answer)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -115,7 +114,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if !validSignal(args[1]) {
-				return fmt.Errorf("signal %q: want one of %v", args[1], workflows.OperatorSignals)
+				return fmt.Errorf("signal %q: want one of %v", args[1], api.OperatorSignals)
 			}
 			if actor == "" {
 				return fmt.Errorf("--actor is required: every operator action is audited")
@@ -165,7 +164,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--duration is only for extend")
 				}
 				cmd := policy.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
-				var start *workflows.DeviceInput
+				var start *api.DeviceInput
 				if k.kind == policy.CmdForceQuarantine {
 					pol := policy.DefaultSet()
 					if policyFile != "" {
@@ -189,7 +188,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer tc.Close()
-				res, err := workflows.SendCommand(c.Context(), tc, id, cmd, start)
+				res, err := api.SendCommand(c.Context(), tc, id, cmd, start)
 				if err != nil {
 					return err
 				}
@@ -212,7 +211,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 }
 
 func validSignal(s string) bool {
-	for _, n := range workflows.OperatorSignals {
+	for _, n := range api.OperatorSignals {
 		if n == s {
 			return true
 		}
@@ -221,7 +220,7 @@ func validSignal(s string) bool {
 }
 
 func listDevices(c *cobra.Command, tc client.Client, namespace, state string) error {
-	query := workflows.RunningDevicesQuery
+	query := api.RunningDevicesQuery
 	if state != "" {
 		query += fmt.Sprintf(" AND DeviceState = '%s'", state)
 	}
@@ -275,7 +274,7 @@ func newBreakerCmd(g *globals) *cobra.Command {
 	status := &cobra.Command{
 		Use: "status", Short: "Print the breaker's state as JSON", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return cf.queryJSON(c, g, workflows.BreakerWorkflowID, &policy.BreakerState{})
+			return cf.queryJSON(c, g, api.BreakerWorkflowID, &policy.BreakerState{})
 		},
 	}
 	send := func(name string) *cobra.Command {
@@ -292,16 +291,16 @@ func newBreakerCmd(g *globals) *cobra.Command {
 				}
 				defer tc.Close()
 				// With start: pausing must work even before the first permit started the breaker.
-				opts := client.StartWorkflowOptions{ID: workflows.BreakerWorkflowID, TaskQueue: workflows.BreakerTaskQueue}
-				sig := workflows.BreakerSignal{Actor: actor, Reason: reason, At: time.Now()}
-				if name == workflows.SignalBreakerPause {
+				opts := client.StartWorkflowOptions{ID: api.BreakerWorkflowID, TaskQueue: api.BreakerTaskQueue}
+				sig := api.BreakerSignal{Actor: actor, Reason: reason, At: time.Now()}
+				if name == api.SignalBreakerPause {
 					return pauseBreaker(c, tc, opts, sig)
 				}
-				if _, err := tc.SignalWithStartWorkflow(c.Context(), workflows.BreakerWorkflowID, name,
-					sig, opts, workflows.BreakerWorkflow, workflows.BreakerInput{}); err != nil {
+				if _, err := tc.SignalWithStartWorkflow(c.Context(), api.BreakerWorkflowID, name,
+					sig, opts, api.BreakerWorkflow, api.BreakerInput{}); err != nil {
 					return fmt.Errorf("signal breaker: %w", err)
 				}
-				fmt.Fprintf(c.OutOrStdout(), "sent %s to %s\n", name, workflows.BreakerWorkflowID)
+				fmt.Fprintf(c.OutOrStdout(), "sent %s to %s\n", name, api.BreakerWorkflowID)
 				return nil
 			},
 		}
@@ -309,7 +308,7 @@ func newBreakerCmd(g *globals) *cobra.Command {
 		sc.Flags().StringVar(&reason, "reason", "", "why")
 		return sc
 	}
-	cmd.AddCommand(status, send(workflows.SignalBreakerResume), send(workflows.SignalBreakerPause))
+	cmd.AddCommand(status, send(api.SignalBreakerResume), send(api.SignalBreakerPause))
 	return cmd
 }
 
@@ -318,19 +317,19 @@ const PauseAnswerWithin = 20 * time.Second
 
 // pauseBreaker opens the breaker with the pause update, which answers once every worker gave back
 // the permits it leased ahead (or they ran out): from then on no automatic action starts.
-func pauseBreaker(c *cobra.Command, tc client.Client, opts client.StartWorkflowOptions, sig workflows.BreakerSignal) error {
+func pauseBreaker(c *cobra.Command, tc client.Client, opts client.StartWorkflowOptions, sig api.BreakerSignal) error {
 	// The signal first: it opens the breaker even when no worker runs yet to answer an update.
-	if _, err := tc.SignalWithStartWorkflow(c.Context(), workflows.BreakerWorkflowID, workflows.SignalBreakerPause,
-		sig, opts, workflows.BreakerWorkflow, workflows.BreakerInput{}); err != nil {
+	if _, err := tc.SignalWithStartWorkflow(c.Context(), api.BreakerWorkflowID, api.SignalBreakerPause,
+		sig, opts, api.BreakerWorkflow, api.BreakerInput{}); err != nil {
 		return fmt.Errorf("signal breaker: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(c.Context(), PauseAnswerWithin)
 	defer cancel()
-	st, err := (&clients.BreakerClient{Client: tc}).Pause(ctx, sig)
+	st, err := (&api.BreakerClient{Client: tc}).Pause(ctx, sig)
 	if err != nil {
 		// The signal paused the breaker; only the wait for the revocation did not end.
 		fmt.Fprintf(c.OutOrStdout(), "sent pause to %s; the breaker did not confirm that every leased permit is revoked (%v): it revokes them when a worker runs\n",
-			workflows.BreakerWorkflowID, err)
+			api.BreakerWorkflowID, err)
 		return nil
 	}
 	leased := 0
@@ -338,7 +337,7 @@ func pauseBreaker(c *cobra.Command, tc client.Client, opts client.StartWorkflowO
 		leased += l.Count
 	}
 	fmt.Fprintf(c.OutOrStdout(), "paused %s: %d automatic actions in the window, %d leased permits not reported (counted as used); no worker can take another\n",
-		workflows.BreakerWorkflowID, len(st.Grants), leased)
+		api.BreakerWorkflowID, len(st.Grants), leased)
 	return nil
 }
 

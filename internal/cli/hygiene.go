@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/capacity"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // newCapacityHygieneCmd lists the claims claim hygiene follows: one open workflow per claim.
@@ -60,12 +60,12 @@ func newCapacityHygieneCmd(g *globals) *cobra.Command {
 
 // hygieneStates reads every claim-hygiene workflow from visibility: a running one answers its
 // state query, a finished one with its result (one that failed or was terminated by its status).
-func hygieneStates(c *cobra.Command, tc client.Client, namespace string, all bool) ([]workflows.ClaimHygieneStatus, error) {
+func hygieneStates(c *cobra.Command, tc client.Client, namespace string, all bool) ([]api.ClaimHygieneStatus, error) {
 	query := "WorkflowType = 'ClaimHygieneWorkflow'"
 	if !all {
 		query += " AND ExecutionStatus = 'Running'"
 	}
-	var out []workflows.ClaimHygieneStatus
+	var out []api.ClaimHygieneStatus
 	var token []byte
 	for {
 		resp, err := tc.ListWorkflow(c.Context(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
@@ -77,9 +77,9 @@ func hygieneStates(c *cobra.Command, tc client.Client, namespace string, all boo
 			if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
 				continue // its newest run is listed on its own
 			}
-			var st workflows.ClaimHygieneStatus
+			var st api.ClaimHygieneStatus
 			if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				v, err := tc.QueryWorkflow(c.Context(), id, run, workflows.QueryState)
+				v, err := tc.QueryWorkflow(c.Context(), id, run, api.QueryState)
 				if err != nil {
 					return nil, fmt.Errorf("query %s: %w", id, err)
 				}
@@ -87,7 +87,7 @@ func hygieneStates(c *cobra.Command, tc client.Client, namespace string, all boo
 					return nil, err
 				}
 			} else if err := tc.GetWorkflow(c.Context(), id, run).Get(c.Context(), &st); err != nil {
-				st = workflows.ClaimHygieneStatus{State: strings.ToLower(e.GetStatus().String()), Finding: capacity.Finding{Claim: id}}
+				st = api.ClaimHygieneStatus{State: strings.ToLower(e.GetStatus().String()), Finding: capacity.Finding{Claim: id}}
 			}
 			out = append(out, st)
 		}

@@ -10,8 +10,8 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 func newMigrationCmd(g *globals) *cobra.Command {
@@ -54,13 +54,13 @@ func newMigrationCmd(g *globals) *cobra.Command {
 		Use: "limits", Short: "Print the migration limiter's holders and queue as JSON", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			var st policy.SlotState
-			return cf.queryJSON(c, g, workflows.MigrationLimiterID, &st)
+			return cf.queryJSON(c, g, api.MigrationLimiterID, &st)
 		},
 	}
 	cmd.AddCommand(list, show, limits)
 	for _, k := range []struct{ name, short string }{
-		{workflows.UpdateMigrateAnyway, "Move a workload that waits for a decision, without its checkpoint"},
-		{workflows.UpdateAbandon, "Leave a workload that waits for a decision where it is"},
+		{api.UpdateMigrateAnyway, "Move a workload that waits for a decision, without its checkpoint"},
+		{api.UpdateAbandon, "Leave a workload that waits for a decision where it is"},
 	} {
 		k := k
 		var actor, reason string

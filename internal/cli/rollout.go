@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/rollout"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 func newRolloutCmd(g *globals) *cobra.Command {
@@ -41,7 +41,7 @@ func newRolloutCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
-			run, err := workflows.StartRollout(c.Context(), tc, p)
+			run, err := api.StartRollout(c.Context(), tc, p)
 			if err != nil {
 				return err
 			}
@@ -55,11 +55,11 @@ func newRolloutCmd(g *globals) *cobra.Command {
 	status := &cobra.Command{
 		Use: "status NAME", Short: "Print where a rollout stands: phase, step, state, gate reports, log", Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			var st workflows.RolloutStatus
+			var st api.RolloutStatus
 			if asJSON {
-				return cf.queryJSON(c, g, workflows.RolloutID(args[0]), &st)
+				return cf.queryJSON(c, g, api.RolloutID(args[0]), &st)
 			}
-			if err := cf.query(c, g, workflows.RolloutID(args[0]), &st); err != nil {
+			if err := cf.query(c, g, api.RolloutID(args[0]), &st); err != nil {
 				return err
 			}
 			return printRollout(c.OutOrStdout(), &st)
@@ -68,15 +68,15 @@ func newRolloutCmd(g *globals) *cobra.Command {
 	status.Flags().BoolVar(&asJSON, "json", false, "print the whole status as JSON")
 	cmd.AddCommand(check, start, status, newRolloutScheduleCmd(g, &cf))
 	for _, k := range []struct{ use, update, short string }{
-		{"pause NAME", workflows.UpdateRolloutPause, "Hold the rollout before its next step (a soak keeps its clock)"},
-		{"resume NAME", workflows.UpdateRolloutResume, "Go on after pause; retry a blocked or rolled-back phase from preflight"},
-		{"rollback NAME", workflows.UpdateRolloutRollback, "Roll back every enabled phase: refuse new claims for their classes, route nodes back to the plugin"},
-		{"approve NAME PHASE", workflows.UpdateRolloutApprove, "Approve going on past PHASE (the phase waiting for approval)"},
+		{"pause NAME", api.UpdateRolloutPause, "Hold the rollout before its next step (a soak keeps its clock)"},
+		{"resume NAME", api.UpdateRolloutResume, "Go on after pause; retry a blocked or rolled-back phase from preflight"},
+		{"rollback NAME", api.UpdateRolloutRollback, "Roll back every enabled phase: refuse new claims for their classes, route nodes back to the plugin"},
+		{"approve NAME PHASE", api.UpdateRolloutApprove, "Approve going on past PHASE (the phase waiting for approval)"},
 	} {
 		k := k
 		var actor, reason string
 		nargs := 1
-		if k.update == workflows.UpdateRolloutApprove {
+		if k.update == api.UpdateRolloutApprove {
 			nargs = 2
 		}
 		sub := &cobra.Command{
@@ -94,7 +94,7 @@ func newRolloutCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer tc.Close()
-				st, err := workflows.SendRolloutCommand(c.Context(), tc, args[0], k.update, body)
+				st, err := api.SendRolloutCommand(c.Context(), tc, args[0], k.update, body)
 				if err != nil {
 					return err
 				}
@@ -129,7 +129,7 @@ func newRolloutScheduleCmd(g *globals, cf *clientFlags) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
-			id, err := workflows.ScheduleRollout(c.Context(), tc, p, cron, window)
+			id, err := api.ScheduleRollout(c.Context(), tc, p, cron, window)
 			if err != nil {
 				return err
 			}
@@ -145,7 +145,7 @@ func newRolloutScheduleCmd(g *globals, cf *clientFlags) *cobra.Command {
 	return cmd
 }
 
-func summary(st *workflows.RolloutStatus) string {
+func summary(st *api.RolloutStatus) string {
 	s := fmt.Sprintf("%s (phase %d, step %s)", st.State, st.Phase+1, st.Step)
 	if st.State == rollout.StateCompleted {
 		s = string(st.State)
@@ -165,7 +165,7 @@ func printPlan(out io.Writer, p rollout.Plan) error {
 	return w.Flush()
 }
 
-func printRollout(out io.Writer, st *workflows.RolloutStatus) error {
+func printRollout(out io.Writer, st *api.RolloutStatus) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "Rollout:\t%s\n", st.Plan)
 	fmt.Fprintf(w, "State:\t%s\n", summary(st))

@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/rollout"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // A phase whose enable failed shows as partly enabled, with what resume and rollback do.
 func TestPrintRolloutShowsAPartlyEnabledPhase(t *testing.T) {
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	st := &workflows.RolloutStatus{Plan: "gpu", State: "blocked", Enabled: []rollout.PhaseChange{
+	st := &api.RolloutStatus{Plan: "gpu", State: "blocked", Enabled: []rollout.PhaseChange{
 		{Phase: "canary", At: at, Nodes: []rollout.NodeChange{{Node: "a"}, {Node: "b"}}},
 		{Phase: "wide", At: at, Partial: true},
 	}}

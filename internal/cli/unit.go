@@ -10,10 +10,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/watcher"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // deciderOf is the device whose workflow decides for a device: the device itself while its own
@@ -32,7 +32,7 @@ func (f *clientFlags) deciderOf(c *cobra.Command, g *globals, id device.ID) (dev
 		return id, nil
 	}
 	var unit string
-	query := fmt.Sprintf("%s AND DeviceForms = '%s'", workflows.RunningDevicesQuery, id)
+	query := fmt.Sprintf("%s AND DeviceForms = '%s'", api.RunningDevicesQuery, id)
 	err = eachWorkflow(c.Context(), tc, f.o.Namespace, query, func(e *workflowpb.WorkflowExecutionInfo) {
 		if unit == "" {
 			unit = e.GetExecution().GetWorkflowId()
@@ -52,8 +52,8 @@ func (f *clientFlags) deciderOf(c *cobra.Command, g *globals, id device.ID) (dev
 // that runs already, or one started with the unit's devices read from the cluster's
 // ResourceSlices), else id's own. A cluster that cannot be read leaves id's own, with a warning:
 // a partition is then fenced alone.
-func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlags, id device.ID, pol *policy.Set) (*workflows.DeviceInput, error) {
-	own := &workflows.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
+func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlags, id device.ID, pol *policy.Set) (*api.DeviceInput, error) {
+	own := &api.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
 	if id.DevicePlugin() || device.IsUnitKey(id.Device) {
 		return own, nil
 	}
@@ -62,7 +62,7 @@ func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlag
 		return nil, err
 	}
 	if decider != id {
-		return &workflows.DeviceInput{Device: decider, Policy: pol.For("", id.Driver)}, nil
+		return &api.DeviceInput{Device: decider, Policy: pol.For("", id.Driver)}, nil
 	}
 	unit, node, err := readUnit(c, g, kf, id, pol)
 	if err != nil {
@@ -75,7 +75,7 @@ func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlag
 	st := policy.NewState(unit.Device(), node, pol.For("", id.Driver), false)
 	st.Unit = &unit
 	fmt.Fprintf(c.OutOrStdout(), "%s is one of %d forms of %s: quarantining them all\n", id, len(unit.Devices), unit.ID)
-	return &workflows.DeviceInput{Device: unit.Device(), Node: node, Policy: st.Policy, State: st}, nil
+	return &api.DeviceInput{Device: unit.Device(), Node: node, Policy: st.Policy, State: st}, nil
 }
 
 // readUnit reads the device's pool from the cluster and returns its physical unit and node.

@@ -15,12 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/cli"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // cli runs a devicewarden command against the stack's Temporal and returns what it printed.
@@ -79,7 +79,7 @@ func TestBreakerCapsAStorm(t *testing.T) {
 	eventually(t, 60*time.Second, "all 20 devices decided", func() error {
 		quarantined, held := 0, 0
 		for _, id := range ids {
-			v, err := s.temporal.QueryWorkflow(ctx, id.WorkflowID(), "", workflows.QueryState)
+			v, err := s.temporal.QueryWorkflow(ctx, id.WorkflowID(), "", api.QueryState)
 			if err != nil {
 				return err
 			}
@@ -115,7 +115,7 @@ func TestBreakerCapsAStorm(t *testing.T) {
 	// the breaker names each of the 5 and holds no permit outstanding.
 	var br policy.BreakerState
 	eventually(t, 10*time.Second, "the breaker names every grant", func() error {
-		v, err := s.temporal.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState)
+		v, err := s.temporal.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState)
 		if err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func TestBreakerCapsAStorm(t *testing.T) {
 	if !br.Open || !strings.Contains(br.Reason, "cap of 5") {
 		t.Fatalf("breaker %+v", br)
 	}
-	recordHistory(t, ctx, s.temporal, workflows.BreakerWorkflowID, "breaker_storm.json")
+	recordHistory(t, ctx, s.temporal, api.BreakerWorkflowID, "breaker_storm.json")
 	recordHistory(t, ctx, s.temporal, ids[0].WorkflowID(), "device_storm.json")
 	recordHistory(t, ctx, s.temporal, heldID, "device_storm_held.json")
 	if trips := testutil.ToFloat64(s.metrics.BreakerTrips); trips != 1 {

@@ -20,13 +20,13 @@ import (
 	"go.temporal.io/sdk/client"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/poll"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // stack is one cluster and one Temporal server shared by the package's tests; each test uses its
@@ -219,7 +219,7 @@ func startCluster(ctx context.Context, dir string) (*stack, func(), error) {
 // leaves a field the answer omits as it was, so a polled variable would keep an earlier answer's
 // (the limiter's holders outlived their release that way and failed TestEveryWorkflowPath).
 func queryInto(ctx context.Context, tc client.Client, workflowID string, into any) error {
-	v, err := tc.QueryWorkflow(ctx, workflowID, "", workflows.QueryState)
+	v, err := tc.QueryWorkflow(ctx, workflowID, "", api.QueryState)
 	if err != nil {
 		return err
 	}

@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // TestClaimHygieneCleansALeakOnceAndWaitsForTheFence, on a stack of its own (it pauses the
@@ -55,8 +55,8 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 	first := startChildConfig(t, s, dir, "controller-1", cfg)
 
 	live := leakClaim(t, ctx, kube, "hyg", "live", nodes[0], nil)
-	held := waitHygiene(t, ctx, tc, live, "held by the paused breaker", func(st workflows.ClaimHygieneStatus) bool {
-		return st.State == workflows.HygieneHeld && strings.Contains(st.Held, "claim hygiene test")
+	held := waitHygiene(t, ctx, tc, live, "held by the paused breaker", func(st api.ClaimHygieneStatus) bool {
+		return st.State == api.HygieneHeld && strings.Contains(st.Held, "claim hygiene test")
 	})
 	if !held.Finding.Deletable || len(held.Finding.ShareIDs) != 1 || held.Finding.Node != nodes[0] || held.Finding.Version == "" {
 		t.Fatalf("held finding = %+v", held.Finding)
@@ -66,7 +66,7 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 		t.Fatalf("capacity hygiene while held: %v\n%s", err, out)
 	}
 	lost := leakClaim(t, ctx, kube, "hyg", "lost", nodes[1], func() { stopHeartbeat(t, ctx, kube, nodes[1]) })
-	waitHygiene(t, ctx, tc, lost, "Unknown on the lost node", func(st workflows.ClaimHygieneStatus) bool {
+	waitHygiene(t, ctx, tc, lost, "Unknown on the lost node", func(st api.ClaimHygieneStatus) bool {
 		return st.State == capacity.FindingNodeLost
 	})
 
@@ -76,21 +76,21 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
 	eventually(t, time.Minute, "leaked claim deleted", claimGone(ctx, kube, live))
-	var st workflows.ClaimHygieneStatus
-	if err := tc.GetWorkflow(ctx, workflows.ClaimHygieneID(string(live.UID)), "").Get(ctx, &st); err != nil || st.State != workflows.HygieneDeleted {
+	var st api.ClaimHygieneStatus
+	if err := tc.GetWorkflow(ctx, api.ClaimHygieneID(string(live.UID)), "").Get(ctx, &st); err != nil || st.State != api.HygieneDeleted {
 		t.Fatalf("live leak's workflow: %+v %v", st, err)
 	}
-	if n := activityCount(t, ctx, tc, workflows.ClaimHygieneID(string(live.UID)), "DeleteLeakedClaim"); n != 1 {
+	if n := activityCount(t, ctx, tc, api.ClaimHygieneID(string(live.UID)), "DeleteLeakedClaim"); n != 1 {
 		t.Fatalf("DeleteLeakedClaim ran %d times over the runs, want once", n)
 	}
 	wantClaimEvents(t, ctx, kube, live, map[string]int{kubeobj.EventClaimLeaked: 1, kubeobj.EventLeakedClaimDeleted: 1})
 
 	// The lost node's claim outlives rechecks and a continue-as-new: nothing is reclaimed on an
 	// unfenced lost node.
-	lostID := workflows.ClaimHygieneID(string(lost.UID))
+	lostID := api.ClaimHygieneID(string(lost.UID))
 	eventually(t, 90*time.Second, "lost-node claim followed into a second run", func() error {
 		if runs := len(runIDs(t, ctx, tc, lostID)); runs < 2 {
-			var st workflows.ClaimHygieneStatus
+			var st api.ClaimHygieneStatus
 			qerr := queryInto(ctx, tc, lostID, &st)
 			d, _ := tc.DescribeWorkflowExecution(ctx, lostID, "")
 			return fmt.Errorf("%d runs (%s, history %d events; state %+v %v)", runs, d.GetWorkflowExecutionInfo().GetStatus(), d.GetWorkflowExecutionInfo().GetHistoryLength(), st, qerr)
@@ -115,7 +115,7 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 		}
 		return nil
 	})
-	recordHistory(t, ctx, tc, workflows.ClaimHygieneID(string(live.UID)), "claim_hygiene_deleted.json")
+	recordHistory(t, ctx, tc, api.ClaimHygieneID(string(live.UID)), "claim_hygiene_deleted.json")
 	recordRuns(t, ctx, tc, lostID, "claim_hygiene_fenced")
 }
 
@@ -154,11 +154,11 @@ func leakClaim(t *testing.T, ctx context.Context, kube kubernetes.Interface, ns,
 	return leaked
 }
 
-func waitHygiene(t *testing.T, ctx context.Context, tc client.Client, c *resourcev1.ResourceClaim, what string, ok func(workflows.ClaimHygieneStatus) bool) workflows.ClaimHygieneStatus {
+func waitHygiene(t *testing.T, ctx context.Context, tc client.Client, c *resourcev1.ResourceClaim, what string, ok func(api.ClaimHygieneStatus) bool) api.ClaimHygieneStatus {
 	t.Helper()
-	var st workflows.ClaimHygieneStatus
+	var st api.ClaimHygieneStatus
 	eventually(t, time.Minute, c.Name+" "+what, func() error {
-		if err := queryInto(ctx, tc, workflows.ClaimHygieneID(string(c.UID)), &st); err != nil {
+		if err := queryInto(ctx, tc, api.ClaimHygieneID(string(c.UID)), &st); err != nil {
 			return err
 		}
 		if !ok(st) {

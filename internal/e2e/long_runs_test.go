@@ -12,12 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // longRunsSuggest is the history length at which this test's server suggests continue-as-new:
@@ -102,18 +102,18 @@ func rolloutHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 	const class = "rolong.gpu.sim.devicewarden.io"
 	_, plan := writePlan(t, "long", "", rolloutPhase{name: "pool", pool: "rolong", class: class, namespace: "rolong",
 		soak: "8s", gates: "{maxDrift: 0}"})
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
-	id := workflows.RolloutID(plan.Name)
+	id := api.RolloutID(plan.Name)
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking", soaking(0))
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "rolong", Name: "long-job", Node: node, DeviceClass: class})
-	waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back, the node held", func(st workflows.RolloutStatus) bool {
+	waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back, the node held", func(st api.RolloutStatus) bool {
 		return st.State == rollout.StateRolledBack && len(st.Draining) == 1
 	})
 	held := currentRun(t, ctx, s, id)
 	continuedAsNew(t, ctx, s, id, held)
-	st := waitRollout(t, ctx, tc, plan.Name, 10*time.Second, "still rolled back after continue-as-new", func(st workflows.RolloutStatus) bool {
+	st := waitRollout(t, ctx, tc, plan.Name, 10*time.Second, "still rolled back after continue-as-new", func(st api.RolloutStatus) bool {
 		return st.State == rollout.StateRolledBack && len(st.Draining) == 1 && !st.HoldUntil.IsZero()
 	})
 	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 1)
@@ -125,7 +125,7 @@ func rolloutHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 		t.Fatal(err)
 	}
 	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
-	after := waitRollout(t, ctx, tc, plan.Name, 10*time.Second, "drained", func(st workflows.RolloutStatus) bool { return len(st.Draining) == 0 })
+	after := waitRollout(t, ctx, tc, plan.Name, 10*time.Second, "drained", func(st api.RolloutStatus) bool { return len(st.Draining) == 0 })
 	if !after.HoldUntil.Equal(st.HoldUntil) || after.State != rollout.StateRolledBack {
 		t.Fatalf("after the drain: state %s, hold until %s; before %s", after.State, after.HoldUntil, st.HoldUntil)
 	}

@@ -17,11 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // migrateClass devices move their workloads when quarantined (one migration per node at a time);
@@ -135,7 +135,7 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	mid := migrationOf(t, ctx, bad)
-	if want := workflows.MigrationID(bad, "", ""); !strings.HasPrefix(mid, strings.TrimSuffix(want, "//")) {
+	if want := api.MigrationID(bad, "", ""); !strings.HasPrefix(mid, strings.TrimSuffix(want, "//")) {
 		t.Fatalf("migration ID %s, want it under %s", mid, want)
 	}
 	st := migrationResult(t, ctx, mid)
@@ -250,7 +250,7 @@ func TestUnrecoverablePodKeepsEvidenceAndWaitsForAPerson(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, decision := range []string{workflows.UpdateAbandon, workflows.UpdateMigrateAnyway} {
+	for i, decision := range []string{api.UpdateAbandon, api.UpdateMigrateAnyway} {
 		w := sim.Workload{Namespace: "mig-bare", Name: fmt.Sprintf("notebook-%d", i), Node: nodes[i], Index: ptr.To(0), Template: true, DeviceClass: migrateClass}
 		pod := runningPod(t, ctx, kube, w)
 		bad := device.ID{Driver: sim.Driver, Pool: nodes[i], Device: "gpu-0"}
@@ -280,7 +280,7 @@ func TestUnrecoverablePodKeepsEvidenceAndWaitsForAPerson(t *testing.T) {
 		res := migrationResult(t, ctx, mid)
 		p, err := kube.CoreV1().Pods(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		switch decision {
-		case workflows.UpdateAbandon:
+		case api.UpdateAbandon:
 			if res.Outcome != policy.OutcomeAbandoned || err != nil || p.UID != pod.UID || p.DeletionTimestamp != nil {
 				t.Fatalf("abandon: %+v; pod %v (%v)", res, p, err)
 			}
@@ -326,7 +326,7 @@ func TestCheckpointTimeoutWaitsThenMovesOnDecision(t *testing.T) {
 		}
 		return nil
 	})
-	if out, err := shared.cli(ctx, "migration", workflows.UpdateMigrateAnyway, mid, "--actor", "bob"); err != nil {
+	if out, err := shared.cli(ctx, "migration", api.UpdateMigrateAnyway, mid, "--actor", "bob"); err != nil {
 		t.Fatalf("migrate-anyway: %v (%s)", err, out)
 	}
 	st := migrationResult(t, ctx, mid)
@@ -391,7 +391,7 @@ func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
 	// agree with it up to the release's own latency: a migration notes SlotFreedAt once its release
 	// activity returns, and the limiter may grant the next one a few milliseconds before that.
 	var slots policy.SlotState
-	if err := queryInto(ctx, shared.temporal, workflows.MigrationLimiterID, &slots); err != nil {
+	if err := queryInto(ctx, shared.temporal, api.MigrationLimiterID, &slots); err != nil {
 		t.Fatal(err)
 	}
 	if slots.MaxOnNode != 1 {
@@ -406,5 +406,5 @@ func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
 	if !sawWaiting {
 		t.Fatal("no migration was seen waiting")
 	}
-	recordRuns(t, ctx, shared.temporal, workflows.MigrationLimiterID, "migration_limiter")
+	recordRuns(t, ctx, shared.temporal, api.MigrationLimiterID, "migration_limiter")
 }

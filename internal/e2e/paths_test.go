@@ -15,13 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // pathsClass devices follow a policy with windows of seconds, an approval and node escalation at two
@@ -106,7 +105,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	}
 	update := func(id device.ID, kind policy.CommandKind, dur time.Duration) {
 		t.Helper()
-		if _, err := workflows.SendCommand(ctx, s.temporal, id, policy.Command{Kind: kind, Actor: "ops", Duration: policy.JSONDuration(dur)}, nil); err != nil {
+		if _, err := api.SendCommand(ctx, s.temporal, id, policy.Command{Kind: kind, Actor: "ops", Duration: policy.JSONDuration(dur)}, nil); err != nil {
 			t.Fatalf("%s update: %v", kind, err)
 		}
 	}
@@ -163,7 +162,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	health(d0, corev1.ResourceHealthStatusUnhealthy)
 	wait(d0, "quarantined", func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
 	eventually(t, time.Minute, "node escalated", func() error {
-		v, err := s.temporal.QueryWorkflow(ctx, workflows.NodeWorkflowID(node), "", workflows.QueryState)
+		v, err := s.temporal.QueryWorkflow(ctx, api.NodeWorkflowID(node), "", api.QueryState)
 		if err != nil {
 			return err
 		}
@@ -226,9 +225,9 @@ func TestEveryWorkflowPath(t *testing.T) {
 
 	// An operator forces the device back (a new run), asks for its release and approves it: once by
 	// signals, once by updates (approved by the older signal name).
-	start := workflows.DeviceInput{Device: d0, Node: node, Policy: pols.For(pathsClass, d0.Driver)}
-	opts := client.StartWorkflowOptions{ID: d0.WorkflowID(), TaskQueue: workflows.TaskQueue, TypedSearchAttributes: workflows.DeviceSearchAttributes(d0, node)}
-	if _, err := s.temporal.SignalWithStartWorkflow(ctx, d0.WorkflowID(), workflows.SignalForceQuarantine, policy.Command{Actor: "ops"}, opts, workflows.DeviceWorkflow, start); err != nil {
+	start := api.DeviceInput{Device: d0, Node: node, Policy: pols.For(pathsClass, d0.Driver)}
+	opts := client.StartWorkflowOptions{ID: d0.WorkflowID(), TaskQueue: api.TaskQueue, TypedSearchAttributes: api.DeviceSearchAttributes(d0, node)}
+	if _, err := s.temporal.SignalWithStartWorkflow(ctx, d0.WorkflowID(), api.SignalForceQuarantine, policy.Command{Actor: "ops"}, opts, api.DeviceWorkflow, start); err != nil {
 		t.Fatal(err)
 	}
 	wait(d0, "forced by signal", func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
@@ -237,7 +236,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	signal(d0, policy.CmdApprove)
 	wait(d0, "released again", func(st policy.DeviceState) bool { return st.State == policy.Released })
 	recordHistory(t, ctx, s.temporal, d0.WorkflowID(), "paths_device_signals.json")
-	if _, err := workflows.SendCommand(ctx, s.temporal, d0, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "ops"}, &start); err != nil {
+	if _, err := api.SendCommand(ctx, s.temporal, d0, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "ops"}, &start); err != nil {
 		t.Fatal(err)
 	}
 	update(d0, policy.CmdRelease, 0)
@@ -249,22 +248,22 @@ func TestEveryWorkflowPath(t *testing.T) {
 	// An operator pausing and resuming the breaker over time; a node hearing of its devices again.
 	// The breaker takes a signal that came while its handlers finished before it continues as
 	// new, so commands sent back to back can hold it off: each pair is given a moment to land.
-	for i := 0; len(runIDs(t, ctx, s.temporal, workflows.BreakerWorkflowID)) < 2; i++ {
+	for i := 0; len(runIDs(t, ctx, s.temporal, api.BreakerWorkflowID)) < 2; i++ {
 		if i == 20 {
 			t.Fatal("the breaker never continued as new")
 		}
 		breaker("pause", "--actor", "ops")
 		breaker("resume", "--actor", "ops")
-		for j := 0; j < 10 && len(runIDs(t, ctx, s.temporal, workflows.BreakerWorkflowID)) < 2; j++ {
+		for j := 0; j < 10 && len(runIDs(t, ctx, s.temporal, api.BreakerWorkflowID)) < 2; j++ {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	for i := 0; len(runIDs(t, ctx, s.temporal, workflows.NodeWorkflowID(node))) < 2; i++ {
+	for i := 0; len(runIDs(t, ctx, s.temporal, api.NodeWorkflowID(node))) < 2; i++ {
 		if i == 60 {
 			t.Fatal("the node workflow never continued as new")
 		}
 		f := policy.NodeFailure{Node: node, Device: d0.String(), State: policy.Quarantined, Threshold: 2}
-		if err := s.temporal.SignalWorkflow(ctx, workflows.NodeWorkflowID(node), "", workflows.SignalDeviceFailed, f); err != nil {
+		if err := s.temporal.SignalWorkflow(ctx, api.NodeWorkflowID(node), "", api.SignalDeviceFailed, f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,13 +271,13 @@ func TestEveryWorkflowPath(t *testing.T) {
 	if err != nil || br.Open || br.ConfiguredBy == "" || br.Denied < 1 || br.ResumedBy != "ops" || !br.WakeWaiting {
 		t.Fatalf("breaker after continue-as-new: %+v %v", br, err)
 	}
-	recordRuns(t, ctx, s.temporal, workflows.BreakerWorkflowID, "paths_breaker")
-	recordRuns(t, ctx, s.temporal, workflows.NodeWorkflowID(node), "paths_node")
+	recordRuns(t, ctx, s.temporal, api.BreakerWorkflowID, "paths_breaker")
+	recordRuns(t, ctx, s.temporal, api.NodeWorkflowID(node), "paths_node")
 
 	// The migration limiter continues as new with its holders and queue: requests from migrations
 	// that do not exist are granted, their grant fails, and their slot goes to the next.
-	limiter := &clients.LimiterClient{Client: s.temporal}
-	for i := 0; i < 2 || len(runIDs(t, ctx, s.temporal, workflows.MigrationLimiterID)) < 2; i++ {
+	limiter := &api.LimiterClient{Client: s.temporal}
+	for i := 0; i < 2 || len(runIDs(t, ctx, s.temporal, api.MigrationLimiterID)) < 2; i++ {
 		if i == 60 {
 			t.Fatal("the migration limiter never continued as new")
 		}
@@ -294,16 +293,16 @@ func TestEveryWorkflowPath(t *testing.T) {
 	}
 	var slots policy.SlotState
 	eventually(t, 30*time.Second, "the limiter idle after continue-as-new", func() error {
-		err := queryInto(ctx, s.temporal, workflows.MigrationLimiterID, &slots)
+		err := queryInto(ctx, s.temporal, api.MigrationLimiterID, &slots)
 		if err != nil || !slots.Idle() || slots.Granted == 0 {
 			return fmt.Errorf("limiter %+v (%v)", slots, err)
 		}
 		return nil
 	})
-	recordRuns(t, ctx, s.temporal, workflows.MigrationLimiterID, "paths_limiter")
+	recordRuns(t, ctx, s.temporal, api.MigrationLimiterID, "paths_limiter")
 }
 
 func breakerState(ctx context.Context, tc client.Client) (policy.BreakerState, error) {
 	var br policy.BreakerState
-	return br, queryInto(ctx, tc, workflows.BreakerWorkflowID, &br)
+	return br, queryInto(ctx, tc, api.BreakerWorkflowID, &br)
 }

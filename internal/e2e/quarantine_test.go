@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // runningPod creates a workload and waits until kwok reports its container running.
@@ -82,8 +82,8 @@ func noWorkflow(t *testing.T, ctx context.Context, id device.ID) {
 	}
 }
 
-func queryState(ctx context.Context, id string) (workflows.DeviceState, error) {
-	var st workflows.DeviceState
+func queryState(ctx context.Context, id string) (api.DeviceState, error) {
+	var st api.DeviceState
 	return st, queryInto(ctx, shared.temporal, id, &st)
 }
 
@@ -131,7 +131,7 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 	if rule.Spec.Taint.Key != kubeobj.TaintKey || rule.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule {
 		t.Fatalf("taint = %+v", rule.Spec.Taint)
 	}
-	if rule.Annotations[kubeobj.AnnotationWorkflow] != bad.WorkflowID() || rule.Annotations[kubeobj.AnnotationActor] != workflows.Actor ||
+	if rule.Annotations[kubeobj.AnnotationWorkflow] != bad.WorkflowID() || rule.Annotations[kubeobj.AnnotationActor] != api.Actor ||
 		rule.Annotations[kubeobj.AnnotationReason] == "" || rule.Annotations[kubeobj.AnnotationExpiresAt] == "" {
 		t.Fatalf("rule annotations = %v", rule.Annotations)
 	}
@@ -156,11 +156,11 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dup := workflows.Observation{Device: bad, Node: node, Health: device.Unhealthy, Message: st.Message, StatusVersion: st.StatusVersion, ObservedAt: time.Now()}
+		dup := api.Observation{Device: bad, Node: node, Health: device.Unhealthy, Message: st.Message, StatusVersion: st.StatusVersion, ObservedAt: time.Now()}
 		newer := dup
 		newer.StatusVersion = fmt.Sprint(1 << 40)
-		for _, o := range []workflows.Observation{dup, newer} {
-			if err := shared.temporal.SignalWorkflow(ctx, bad.WorkflowID(), "", workflows.SignalObservation, o); err != nil {
+		for _, o := range []api.Observation{dup, newer} {
+			if err := shared.temporal.SignalWorkflow(ctx, bad.WorkflowID(), "", api.SignalObservation, o); err != nil {
 				t.Fatal(err)
 			}
 		}

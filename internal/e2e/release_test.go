@@ -17,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // recorder keeps what a watch saw, for assertions about the order of events.
@@ -183,7 +183,7 @@ func TestReleasePath(t *testing.T) {
 	if st.ReviewInterval.D() != 12*time.Second || st.Quarantine == nil {
 		t.Fatalf("review interval %s after a failed probe, want 12s", st.ReviewInterval)
 	}
-	_, err = workflows.SendCommand(ctx, shared.temporal, bad, policy.Command{Kind: policy.CmdRelease, Actor: "alice"}, nil)
+	_, err = api.SendCommand(ctx, shared.temporal, bad, policy.Command{Kind: policy.CmdRelease, Actor: "alice"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "last probe failed") {
 		t.Fatalf("release after a failed probe: %v", err)
 	}
@@ -311,8 +311,8 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	sdc := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-1"}
-	res, err := workflows.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice", Reason: "silent data corruption"},
-		&workflows.DeviceInput{Device: sdc, Policy: policy.Default()})
+	res, err := api.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice", Reason: "silent data corruption"},
+		&api.DeviceInput{Device: sdc, Policy: policy.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestOperatorCommands(t *testing.T) {
 	if r.Annotations[kubeobj.AnnotationActor] != "alice" {
 		t.Fatalf("rule actor %q", r.Annotations[kubeobj.AnnotationActor])
 	}
-	if _, err := workflows.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice"}, nil); err == nil ||
+	if _, err := api.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "already quarantined") {
 		t.Fatalf("second force-quarantine: %v", err)
 	}
@@ -339,7 +339,7 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, ctx, shared, dev, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
-	if err := shared.temporal.SignalWorkflow(ctx, dev.WorkflowID(), "", workflows.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}}); err != nil {
+	if err := shared.temporal.SignalWorkflow(ctx, dev.WorkflowID(), "", api.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sim.SetHealth(ctx, kube, dev, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
@@ -355,7 +355,7 @@ func TestOperatorCommands(t *testing.T) {
 	}
 	recordHistory(t, ctx, shared.temporal, dev.WorkflowID(), "device_malformed_signal.json")
 	// Extend, then query: the update's answer and the rule's expiry agree.
-	res, err = workflows.SendCommand(ctx, shared.temporal, dev, policy.Command{Kind: policy.CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}, nil)
+	res, err = api.SendCommand(ctx, shared.temporal, dev, policy.Command{Kind: policy.CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}, nil)
 	if err != nil || res.State != policy.Quarantined || !strings.Contains(res.Message, "extended by 48h0m0s") {
 		t.Fatalf("extend: %+v %v", res, err)
 	}

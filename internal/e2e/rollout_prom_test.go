@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // startPrometheus runs the Prometheus server built from the Go module proxy (cached like the
@@ -96,12 +96,12 @@ func TestRolloutPromQLGateFailsThePhase(t *testing.T) {
 	_, plan := writePlan(t, "prom", "prometheus: "+prom+"\n",
 		rolloutPhase{name: "canary", pool: "roprom-a", class: "roprom-a.gpu.sim.devicewarden.io", namespace: "roprom", soak: "12s", gates: gates},
 		rolloutPhase{name: "wide", pool: "roprom-b", class: "roprom-b.gpu.sim.devicewarden.io", namespace: "roprom", soak: "15s", gates: gates})
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
 	waitRollout(t, ctx, tc, plan.Name, time.Minute, "wide soaking", soaking(1))
 	svc.SetErrorRate(0.3)
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
 	if len(st.Reports) != 2 {
 		t.Fatalf("reports = %+v", st.Reports)
 	}
@@ -116,7 +116,7 @@ func TestRolloutPromQLGateFailsThePhase(t *testing.T) {
 	if len(st.Enabled) != 1 || st.Enabled[0].Phase != "canary" {
 		t.Fatalf("enabled after the rollback = %+v", st.Enabled)
 	}
-	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+	if err := tc.TerminateWorkflow(ctx, api.RolloutID(plan.Name), "", "test done"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,11 +14,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devicewarden/devicewarden/internal/clients"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // TestKilledWorkerMidSoakResumesTheSoak SIGKILLs the controller process while a phase soaks and
@@ -43,21 +42,21 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 	first := startChild(t, s, dir, "controller-1")
 	// The controller registers the rollout search attributes as it starts.
 	eventually(t, time.Minute, "rollout started", func() error {
-		_, err := workflows.StartRollout(ctx, s.temporal, plan)
+		_, err := api.StartRollout(ctx, s.temporal, plan)
 		return err
 	})
 	waitRollout(t, ctx, s.temporal, plan.Name, time.Minute, "soaking", soaking(0))
 	first.kill(t)
 	startChild(t, s, dir, "controller-2")
 
-	var st workflows.RolloutStatus
-	if err := s.temporal.GetWorkflow(ctx, workflows.RolloutID(plan.Name), "").Get(ctx, &st); err != nil {
+	var st api.RolloutStatus
+	if err := s.temporal.GetWorkflow(ctx, api.RolloutID(plan.Name), "").Get(ctx, &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
 		t.Fatalf("status = %+v", st)
 	}
-	it := s.temporal.GetWorkflowHistory(ctx, workflows.RolloutID(plan.Name), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := s.temporal.GetWorkflowHistory(ctx, api.RolloutID(plan.Name), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	enables := 0
 	for it.HasNext() {
 		ev, err := it.Next()
@@ -75,7 +74,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 	if err != nil || len(evs.Items) != 1 {
 		t.Fatalf("RolloutEnabled events: %v, %d", err, len(evs.Items))
 	}
-	recordHistory(t, ctx, s.temporal, workflows.RolloutID(plan.Name), "rollout_worker_killed.json")
+	recordHistory(t, ctx, s.temporal, api.RolloutID(plan.Name), "rollout_worker_killed.json")
 }
 
 // TestRolloutScheduleOpensAWindow: `devicewarden rollout schedule` creates a Schedule the stock
@@ -107,21 +106,21 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 		return nil
 	})
 	if time.Now().Before(at) {
-		_, err := tc.DescribeWorkflowExecution(ctx, workflows.RolloutID(plan.Name), "")
+		_, err := tc.DescribeWorkflowExecution(ctx, api.RolloutID(plan.Name), "")
 		if _, ok := err.(*serviceerror.NotFound); !ok {
 			t.Fatalf("the rollout runs before its window: %v", err)
 		}
 	} else {
 		t.Log("the window opened before the check ran; skipping the before-window check")
 	}
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed in its window", func(st workflows.RolloutStatus) bool {
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed in its window", func(st api.RolloutStatus) bool {
 		return st.State == rollout.StateCompleted
 	})
 	if !st.Scheduled || len(st.Enabled) != 1 || st.Enabled[0].At.Before(at.Add(-time.Second)) || st.WindowUntil.Before(at) {
 		t.Fatalf("status = %+v (window at %s)", st, at)
 	}
 	wantOwner(t, ctx, kube, nodes[0], sim.OwnerDRA, 0)
-	recordHistory(t, ctx, tc, workflows.RolloutID(plan.Name), "rollout_scheduled.json")
+	recordHistory(t, ctx, tc, api.RolloutID(plan.Name), "rollout_scheduled.json")
 	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default", Query: "WorkflowType = 'RolloutWindowWorkflow'"})
 	if err != nil {
 		t.Fatal(err)
@@ -138,14 +137,14 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	}
 
 	// The next window finds the run completed: it starts nothing.
-	windows := &clients.RolloutClient{Client: tc}
+	windows := &api.RolloutClient{Client: tc}
 	res, err := windows.OpenWindow(ctx, rollout.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
 	if err != nil || !res.Ended || res.State != rollout.StateCompleted {
 		t.Fatalf("a window after the completed run: %+v %v", res, err)
 	}
 	runsOf := func() int64 {
 		n, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default",
-			Query: fmt.Sprintf("WorkflowId = %q", workflows.RolloutID(plan.Name))})
+			Query: fmt.Sprintf("WorkflowId = %q", api.RolloutID(plan.Name))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,10 +155,10 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	}
 	// A person starts it again, then terminates it: the next window does not start a third run
 	// from phase 0, and says how the last one ended.
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
-	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "stopped by hand"); err != nil {
+	if err := tc.TerminateWorkflow(ctx, api.RolloutID(plan.Name), "", "stopped by hand"); err != nil {
 		t.Fatal(err)
 	}
 	res, err = windows.OpenWindow(ctx, rollout.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})

@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rollout"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // rolloutPhase is one phase of a test plan, written as plan YAML.
@@ -59,11 +59,11 @@ func writePlan(t *testing.T, name, head string, phases ...rolloutPhase) (string,
 }
 
 // waitRollout polls the rollout's state query until cond holds.
-func waitRollout(t *testing.T, ctx context.Context, tc client.Client, name string, timeout time.Duration, what string, cond func(workflows.RolloutStatus) bool) workflows.RolloutStatus {
+func waitRollout(t *testing.T, ctx context.Context, tc client.Client, name string, timeout time.Duration, what string, cond func(api.RolloutStatus) bool) api.RolloutStatus {
 	t.Helper()
-	var st workflows.RolloutStatus
+	var st api.RolloutStatus
 	eventually(t, timeout, "rollout "+name+": "+what, func() error {
-		if err := queryInto(ctx, tc, workflows.RolloutID(name), &st); err != nil {
+		if err := queryInto(ctx, tc, api.RolloutID(name), &st); err != nil {
 			return err
 		}
 		if !cond(st) {
@@ -74,8 +74,8 @@ func waitRollout(t *testing.T, ctx context.Context, tc client.Client, name strin
 	return st
 }
 
-func soaking(phase int) func(workflows.RolloutStatus) bool {
-	return func(st workflows.RolloutStatus) bool { return st.Phase == phase && st.Step == rollout.StepSoak }
+func soaking(phase int) func(api.RolloutStatus) bool {
+	return func(st api.RolloutStatus) bool { return st.Phase == phase && st.Step == rollout.StepSoak }
 }
 
 // nodeOwner reads a node's ownership label and the plugin devices it advertises.
@@ -133,14 +133,14 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 		rolloutPhase{name: "canary", pool: "ro2-a", class: "ro2-a.gpu.sim.devicewarden.io", namespace: "ro2-canary", soak: "6s", gates: gates, approve: true},
 		rolloutPhase{name: "wide", pool: "ro2-b", class: "ro2-b.gpu.sim.devicewarden.io", namespace: "ro2-team", soak: "6s",
 			gates: strings.Replace(gates, "maxDrift: 0", "maxDrift: 0, maxFragmentation: 0.5, maxCapacityViolations: 0", 1)})
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "canary soaking", soaking(0))
 	wantOwner(t, ctx, kube, a[0], sim.OwnerDRA, 0)
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "ro2-canary", Name: "canary", Node: a[0], DeviceClass: "ro2-a.gpu.sim.devicewarden.io"})
 
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "canary waiting for approval", func(st workflows.RolloutStatus) bool {
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "canary waiting for approval", func(st api.RolloutStatus) bool {
 		return st.State == rollout.StateWaitingApproval
 	})
 	if len(st.Reports) != 1 || !st.Reports[0].Passed() || st.Reports[0].Claims != 1 || st.Reports[0].ClaimToAllocated.Count != 1 {
@@ -155,7 +155,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if out, err := shared.cli(ctx, "rollout", "resume", plan.Name, "--actor", "sre"); err != nil {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
-	out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", workflows.RolloutID(plan.Name), "--name", rollout.CmdApprove,
+	out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", api.RolloutID(plan.Name), "--name", rollout.CmdApprove,
 		"--input", `{"actor":"sre","phase":"wide"}`)
 	if err == nil || !strings.Contains(out, "does not wait for approval") {
 		t.Fatalf("approving the wrong phase was not refused with the reason: %v\n%s", err, out)
@@ -165,7 +165,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if code := signedPress(srv, "e2e-secret", "USTRANGER", slackapp.ActionRolloutApprove, plan.Name+"/canary"); code != http.StatusOK {
 		t.Fatalf("stranger: %d", code)
 	}
-	if st := waitRollout(t, ctx, tc, plan.Name, time.Second, "still waiting", func(workflows.RolloutStatus) bool { return true }); st.Awaiting != "canary" {
+	if st := waitRollout(t, ctx, tc, plan.Name, time.Second, "still waiting", func(api.RolloutStatus) bool { return true }); st.Awaiting != "canary" {
 		t.Fatalf("a stranger's press moved the rollout: %+v", st)
 	}
 	if code := signedPress(srv, "e2e-secret", "UOPS", slackapp.ActionRolloutApprove, plan.Name+"/canary"); code != http.StatusOK {
@@ -184,7 +184,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if mem := r.ConsumedCapacity["memory"]; r.ShareID == nil || mem.Value() != 8<<30 {
 		t.Fatalf("shared allocation = %+v", r)
 	}
-	st = waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateCompleted })
+	st = waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed", func(st api.RolloutStatus) bool { return st.State == rollout.StateCompleted })
 	if len(st.Reports) != 2 || !st.Reports[1].Passed() || len(st.Enabled) != 2 {
 		t.Fatalf("status = %+v", st)
 	}
@@ -197,12 +197,12 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "rollout listed by its search attributes", func() error {
 		out, err := temporalCLI(t, ctx, "workflow", "list", "--query", "RolloutName = 'two-phase' AND RolloutState = 'completed'")
-		if err != nil || !strings.Contains(out, workflows.RolloutID(plan.Name)) {
+		if err != nil || !strings.Contains(out, api.RolloutID(plan.Name)) {
 			return fmt.Errorf("%v: %s", err, out)
 		}
 		return nil
 	})
-	recordHistory(t, ctx, tc, workflows.RolloutID(plan.Name), "rollout_two_phases.json")
+	recordHistory(t, ctx, tc, api.RolloutID(plan.Name), "rollout_two_phases.json")
 }
 
 // TestRolloutSlowPublisherRollsBack: the DRA driver publishes 10 s late, so the canary's claim
@@ -225,14 +225,14 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 	const class = "roslow.gpu.sim.devicewarden.io"
 	_, plan := writePlan(t, "slow", "", rolloutPhase{name: "canary", pool: "roslow", class: class, namespace: "roslow", soak: "16s",
 		gates: "{minClaims: 1, claimToAllocated: {p99: 5s}}"})
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking", soaking(0))
 	w := sim.Workload{Namespace: "roslow", Name: "early", Node: node, DeviceClass: class}
 	pod := runningPod(t, ctx, kube, w)
 
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
 	// Rolled back means the block is in force: the very first claim for the class made after the
 	// rollout says so is refused (a policy takes a moment to be enforced; the rollout waits for it).
 	late := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "roslow"},
@@ -296,12 +296,12 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 	if out, err := shared.cli(ctx, "rollout", "rollback", plan.Name, "--actor", "sre", "--reason", "change freeze"); err != nil {
 		t.Fatalf("rollback: %v\n%s", err, out)
 	}
-	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "rolled back by command", func(st workflows.RolloutStatus) bool {
+	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "rolled back by command", func(st api.RolloutStatus) bool {
 		return st.State == rollout.StateRolledBack && len(st.Enabled) == 0
 	})
 	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
-	recordHistory(t, ctx, tc, workflows.RolloutID(plan.Name), "rollout_gate_rollback.json")
-	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+	recordHistory(t, ctx, tc, api.RolloutID(plan.Name), "rollout_gate_rollback.json")
+	if err := tc.TerminateWorkflow(ctx, api.RolloutID(plan.Name), "", "test done"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -325,10 +325,10 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 		return err
 	})
 	_, plan := writePlan(t, "double", "", rolloutPhase{name: "pool", pool: "rodouble", class: "rodouble.gpu.sim.devicewarden.io", namespace: "rodouble", soak: "1h"})
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
-	st := waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "blocked", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateBlocked })
+	st := waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "blocked", func(st api.RolloutStatus) bool { return st.State == rollout.StateBlocked })
 	if len(st.Violations) != 1 || st.Violations[0].Node != nodes[1] || !strings.Contains(st.Violations[0].Reason, "double ownership") {
 		t.Fatalf("violations = %+v", st.Violations)
 	}
@@ -341,14 +341,14 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 		t.Fatalf("reset: %v\n%s", err, out)
 	}
 	wantOwner(t, ctx, kube, nodes[1], sim.OwnerPlugin, 2)
-	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", workflows.RolloutID(plan.Name), "--name", rollout.CmdResume,
+	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", api.RolloutID(plan.Name), "--name", rollout.CmdResume,
 		"--input", `{"actor":"sre"}`); err != nil {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking after the fix", soaking(0))
 	wantOwner(t, ctx, kube, nodes[0], sim.OwnerDRA, 0)
 	wantOwner(t, ctx, kube, nodes[1], sim.OwnerDRA, 0)
-	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+	if err := tc.TerminateWorkflow(ctx, api.RolloutID(plan.Name), "", "test done"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -369,16 +369,16 @@ func TestRolloutDriftRollsBack(t *testing.T) {
 	}
 	_, plan := writePlan(t, "drift", "", rolloutPhase{name: "pool", pool: "rodrift", class: "rodrift.gpu.sim.devicewarden.io", namespace: "rodrift",
 		soak: "3s", gates: "{maxDrift: 0}"})
-	if _, err := workflows.StartRollout(ctx, tc, plan); err != nil {
+	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st workflows.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
 	want := nodes[0] + ": DRA slices publish 1 devices, the node had 2"
 	if len(st.Reports) != 1 || len(st.Reports[0].Drift) != 1 || st.Reports[0].Drift[0] != want {
 		t.Fatalf("report = %+v", st.Reports)
 	}
 	wantOwner(t, ctx, kube, nodes[0], sim.OwnerPlugin, 2)
-	if err := tc.TerminateWorkflow(ctx, workflows.RolloutID(plan.Name), "", "test done"); err != nil {
+	if err := tc.TerminateWorkflow(ctx, api.RolloutID(plan.Name), "", "test done"); err != nil {
 		t.Fatal(err)
 	}
 }

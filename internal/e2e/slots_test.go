@@ -11,10 +11,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/clients"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // TestSlotOfATerminatedMigrationIsFreed: a migration holds a limiter slot and is terminated by
@@ -27,18 +26,18 @@ func TestSlotOfATerminatedMigrationIsFreed(t *testing.T) {
 	holder := func(name string) string {
 		// Any running workflow of the task queue stands for a migration: the limiter only signals it.
 		id := "migrate/e2e-slots/" + name
-		if _, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue},
-			workflows.NodeWorkflow, workflows.NodeInput{Node: "e2e-slots-" + name}); err != nil {
+		if _, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: api.TaskQueue},
+			api.NodeWorkflow, api.NodeInput{Node: "e2e-slots-" + name}); err != nil {
 			t.Fatal(err)
 		}
-		if err := (&clients.LimiterClient{Client: tc}).Acquire(ctx, policy.SlotRequest{ID: id, Node: "e2e-slots-" + name, PerNode: 1, ClusterWide: 100}); err != nil {
+		if err := (&api.LimiterClient{Client: tc}).Acquire(ctx, policy.SlotRequest{ID: id, Node: "e2e-slots-" + name, PerNode: 1, ClusterWide: 100}); err != nil {
 			t.Fatal(err)
 		}
 		return id
 	}
 	holders := func() []string {
 		var st policy.SlotState
-		if err := queryInto(ctx, tc, workflows.MigrationLimiterID, &st); err != nil {
+		if err := queryInto(ctx, tc, api.MigrationLimiterID, &st); err != nil {
 			t.Fatal(err)
 		}
 		var ids []string

@@ -22,11 +22,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // unitRules are the forms of a unit that DeviceTaintRules fence now, with their taint keys.
@@ -222,7 +222,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 			}
 			return nil
 		})
-		if out, err := shared.cli(ctx, "migration", workflows.UpdateMigrateAnyway, mid, "--actor", "alice", "--reason", "e2e"); err != nil {
+		if out, err := shared.cli(ctx, "migration", api.UpdateMigrateAnyway, mid, "--actor", "alice", "--reason", "e2e"); err != nil {
 			t.Fatalf("migrate-anyway: %v (%s)", err, out)
 		}
 		res := migrationResult(t, ctx, mid)
@@ -329,10 +329,10 @@ func TestForceQuarantineOfAPartitionFencesItsGPU(t *testing.T) {
 	unit := device.ID{Driver: sim.Driver, Pool: node, Device: device.CounterSetsKey + sim.CounterSetName(1)}
 	// A closed run of the partition's own (a standalone run that ended in service) is not where
 	// its commands go once its unit runs (#40, defect 4: deciderOf took any run, closed or not).
-	closed, err := shared.temporal.SignalWithStartWorkflow(ctx, part.WorkflowID(), workflows.SignalObservation,
+	closed, err := shared.temporal.SignalWithStartWorkflow(ctx, part.WorkflowID(), api.SignalObservation,
 		policy.Observation{Device: part, Node: node, Health: device.Healthy, StatusVersion: "1", ObservedAt: time.Now()},
-		client.StartWorkflowOptions{ID: part.WorkflowID(), TaskQueue: workflows.TaskQueue}, workflows.DeviceWorkflow,
-		workflows.DeviceInput{Device: part, Node: node, Policy: policy.Default()})
+		client.StartWorkflowOptions{ID: part.WorkflowID(), TaskQueue: api.TaskQueue}, api.DeviceWorkflow,
+		api.DeviceInput{Device: part, Node: node, Policy: policy.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,10 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rollout"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // TemporalDecider delivers decisions as updates to the device's workflow.
@@ -19,12 +19,12 @@ type TemporalDecider struct {
 
 // Decide sends the command and returns the workflow's answer (or its refusal).
 func (d TemporalDecider) Decide(ctx context.Context, id device.ID, cmd policy.Command) (policy.CommandResult, error) {
-	return workflows.SendCommand(ctx, d.Client, id, cmd, nil)
+	return api.SendCommand(ctx, d.Client, id, cmd, nil)
 }
 
 // ApproveRollout sends the approve-phase update and summarises the rollout's answer.
 func (d TemporalDecider) ApproveRollout(ctx context.Context, name string, cmd rollout.Command) (string, error) {
-	st, err := workflows.SendRolloutCommand(ctx, d.Client, name, workflows.UpdateRolloutApprove, cmd)
+	st, err := api.SendRolloutCommand(ctx, d.Client, name, api.UpdateRolloutApprove, cmd)
 	if err != nil {
 		return "", err
 	}

@@ -24,7 +24,7 @@ import (
 )
 
 // Decider delivers an operator command to a device's workflow and returns its answer
-// (workflows.SendCommand over a Temporal client).
+// (api.SendCommand over a Temporal client).
 type Decider interface {
 	Decide(ctx context.Context, id device.ID, cmd policy.Command) (policy.CommandResult, error)
 	// ApproveRollout approves going on past a rollout's phase and says where the rollout stands.

@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 type alerts struct {
@@ -48,7 +48,7 @@ func ambiguousReport() ResolveError {
 	return ResolveError{Reason: ReasonAmbiguous, Key: "ns/p/train/claim:gpu/cdi-7", Claim: "ns/train-gpu",
 		Candidates: []AllocatedDevice{{Request: "gpus", Driver: drv, Pool: "node-1", Device: "gpu-1"}, {Request: "gpus", Driver: drv, Pool: "node-1", Device: "gpu-2"}},
 		Class:      func(string) string { return "gpu.example.com" }, Health: device.Unhealthy, Message: "XID 79",
-		Reporter: workflows.Reporter{Namespace: "ns", Pod: "p", Container: "train"}, Node: "node-1"}
+		Reporter: api.Reporter{Namespace: "ns", Pod: "p", Container: "train"}, Node: "node-1"}
 }
 
 // The record of an ambiguous report says exactly what was seen: the entry's ID, the container, every

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // BenchmarkResolve measures turning one pod's status into device reports.
@@ -117,6 +117,6 @@ func benchPodUpdate(b *testing.B, onPartitions bool) {
 // counter is a Signaler that only counts.
 type counter struct{ n int }
 
-func (c *counter) Signal(context.Context, workflows.Observation) error { c.n++; return nil }
+func (c *counter) Signal(context.Context, api.Observation) error { c.n++; return nil }
 
 func (c *counter) RunningDevices(context.Context) ([]device.ID, error) { return nil, nil }

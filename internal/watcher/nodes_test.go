@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 func lease(node string, renewed time.Time, seconds int32) *coordinationv1.Lease {
@@ -77,7 +77,7 @@ func TestStoreOutageTurnsFollowedHealthyDevicesUnknown(t *testing.T) {
 	}
 }
 
-func mustNext(t *testing.T, s *store, id device.ID, now time.Time, h device.Health) (o workflows.Observation) {
+func mustNext(t *testing.T, s *store, id device.ID, now time.Time, h device.Health) (o api.Observation) {
 	t.Helper()
 	s.mu.Lock()
 	e := s.devices[id]

@@ -8,9 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // MaxMessageLen is the longest driver message kept; the API cuts messages at this length too.
@@ -41,7 +41,7 @@ type Report struct {
 	Node        string
 	Health      device.Health
 	Message     string
-	Reporter    workflows.Reporter
+	Reporter    api.Reporter
 	// Source is where the report came from (empty: a Pod's status).
 	Source policy.Source
 }
@@ -60,7 +60,7 @@ type ResolveError struct {
 	Class      func(request string) string
 	Health     device.Health
 	Message    string
-	Reporter   workflows.Reporter
+	Reporter   api.Reporter
 	Node       string
 }
 
@@ -143,7 +143,7 @@ func resolveOne(pod *corev1.Pod, container, name string, rh corev1.ResourceHealt
 	if n == 0 {
 		return Report{}, &ResolveError{Reason: ReasonRequestUnmatched, Claim: claimKey, Err: fmt.Errorf("claim %s has no result for request %q", claimKey, request)}
 	}
-	reporter := workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Claim: claimName, Health: health}
+	reporter := api.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Claim: claimName, Health: health}
 	if !ok {
 		candidates := make([]AllocatedDevice, 0, n)
 		for r := range claim.Results() {
@@ -175,7 +175,7 @@ func resolveDevicePlugin(pod *corev1.Pod, container, resource string, rh corev1.
 		return Report{}, &ResolveError{Reason: ReasonDevicePluginMalformed, Err: fmt.Errorf("device-plugin report %q on node %q with device ID %q is not a valid device", resource, pod.Spec.NodeName, rh.ResourceID)}
 	}
 	return Report{Device: id, Node: pod.Spec.NodeName, Health: health, Message: message(rh),
-		Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Health: health}}, nil
+		Reporter: api.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Container: container, Health: health}}, nil
 }
 
 func message(rh corev1.ResourceHealth) string {

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // poolKey names a driver's pool.
@@ -357,7 +357,7 @@ func (w *Watcher) reportMissing(id device.ID, claim, node string) {
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
 		Message:  "device disappeared from its ResourceSlice while allocated to claim " + claim,
-		Reporter: workflows.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil, false)
+		Reporter: api.Reporter{Claim: claim, Health: device.Unknown}}}, nil, nil, false)
 
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
@@ -465,7 +465,7 @@ func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
 func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
-		Source: policy.SourceSlice, Reporter: workflows.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil, false)
+		Source: policy.SourceSlice, Reporter: api.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil, false)
 
 	w.podMu.Unlock()
 	w.enqueueAll(ids)

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // store aggregates reports per device across every pod that holds it and remembers what was
@@ -45,7 +45,7 @@ type entry struct {
 	reports map[string][]Report // by pod key
 	version uint64              // highest pod resourceVersion that touched this device
 	// signalled is what the device workflow last received; nil means no workflow was signalled.
-	signalled   *workflows.Observation
+	signalled   *api.Observation
 	signalledAt time.Time
 	// seeded marks a device whose workflow was running when the watcher started: whatever the
 	// cluster says now is sent once, so nothing that changed while the watcher was down is missed.
@@ -82,7 +82,7 @@ func (s *store) signalledAny() bool {
 }
 
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.
-func (s *store) stamp(obs workflows.Observation) workflows.Observation {
+func (s *store) stamp(obs api.Observation) api.Observation {
 	s.counter++
 	obs.Seq = &policy.Seq{Term: s.term, N: s.counter}
 	return obs
@@ -388,18 +388,18 @@ const (
 // next computes the device's aggregate observation and whether it must be signalled. A device
 // with a workflow is re-signalled unchanged once per heartbeat interval, so the workflow can tell
 // a current Healthy from a stale one.
-func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit *device.Unit) (workflows.Observation, decision) {
+func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit *device.Unit) (api.Observation, decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[id]
 	if e == nil {
-		return workflows.Observation{}, skipNothing
+		return api.Observation{}, skipNothing
 	}
 	if len(e.reports) == 0 {
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
 		regrouped := unit != nil && e.signalled != nil && !sameUnit(e.signalled.Unit, unit)
 		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0) && !regrouped {
-			return workflows.Observation{}, skipNothing
+			return api.Observation{}, skipNothing
 		}
 		node := ""
 		if e.signalled != nil {
@@ -409,7 +409,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 		if e.version > 0 {
 			version = strconv.FormatUint(e.version, 10)
 		}
-		obs := workflows.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now, Unit: unit}
+		obs := api.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now, Unit: unit}
 		obs.Source = e.driverCleared
 		return s.stamp(obs), doSignal
 	}
@@ -456,7 +456,7 @@ func (s *store) oldestSignal(now time.Time) time.Duration {
 }
 
 // markSignalled records a delivered observation, and says whether it was the device's first.
-func (s *store) markSignalled(obs workflows.Observation, now time.Time) (first bool) {
+func (s *store) markSignalled(obs api.Observation, now time.Time) (first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
@@ -475,8 +475,8 @@ func (s *store) markSignalled(obs workflows.Observation, now time.Time) (first b
 }
 
 // aggregate: the worst current report wins; every reporter is listed, in a stable order.
-func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
-	obs := workflows.Observation{Device: id, Health: device.Healthy, StatusVersion: strconv.FormatUint(e.version, 10), ObservedAt: now}
+func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
+	obs := api.Observation{Device: id, Health: device.Healthy, StatusVersion: strconv.FormatUint(e.version, 10), ObservedAt: now}
 	worst := -1
 	pods := make([]string, 0, len(e.reports))
 	for p := range e.reports {
@@ -492,7 +492,7 @@ func aggregate(id device.ID, e *entry, now time.Time) workflows.Observation {
 			}
 		}
 	}
-	slices.SortFunc(obs.Reporters, func(a, b workflows.Reporter) int {
+	slices.SortFunc(obs.Reporters, func(a, b api.Reporter) int {
 		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim)
 	})
 	return obs

@@ -7,16 +7,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 var benchNow = time.Unix(1700000000, 0)
 
 func rep(dev string, h device.Health, pod string) Report {
 	return Report{Device: device.ID{Driver: drv, Pool: "node-1", Device: dev}, Node: "node-1", Health: h,
-		Reporter: workflows.Reporter{Namespace: "ns", Pod: pod, Container: "main", Claim: pod + "-claim", Health: h}}
+		Reporter: api.Reporter{Namespace: "ns", Pod: pod, Container: "main", Claim: pod + "-claim", Health: h}}
 }
 
 func TestStoreAggregatesWorstAndDeduplicates(t *testing.T) {

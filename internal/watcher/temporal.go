@@ -12,9 +12,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // SignalTimeout bounds one delivery to a device workflow, the wait for it to take the report in
@@ -36,7 +36,7 @@ type TemporalSignaler struct {
 // workers (a storm waits in the watcher's queue, where newer reports of a device replace older
 // ones), and an operator's command is not queued behind thousands of reports. A workflow whose
 // worker predates the update gets the observation as a signal.
-func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation) error {
+func (s *TemporalSignaler) Signal(ctx context.Context, obs api.Observation) error {
 	// The SDK retries an unreachable server for as long as the context lets it: bound each
 	// delivery, so an outage shows as errors and the watcher's own backoff takes over.
 	ctx, cancel := context.WithTimeout(ctx, SignalTimeout)
@@ -45,14 +45,14 @@ func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation
 	opts := client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                s.TaskQueue,
-		TypedSearchAttributes:    workflows.DeviceSearchAttributes(obs.Device, obs.Node),
+		TypedSearchAttributes:    api.DeviceSearchAttributes(obs.Device, obs.Node),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
-	in := workflows.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun, Policy: s.Policies.For(obs.DeviceClass, obs.Device.Driver)}
-	op := s.Client.NewWithStartWorkflowOperation(opts, workflows.DeviceWorkflow, in)
+	in := api.DeviceInput{Device: obs.Device, Node: obs.Node, DryRun: s.DryRun, Policy: s.Policies.For(obs.DeviceClass, obs.Device.Driver)}
+	op := s.Client.NewWithStartWorkflowOperation(opts, api.DeviceWorkflow, in)
 	h, err := s.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
-		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.UpdateObservation, Args: []any{obs},
+		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: api.UpdateObservation, Args: []any{obs},
 			WaitForStage: client.WorkflowUpdateStageCompleted},
 	})
 	if err == nil {
@@ -64,7 +64,7 @@ func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation
 	if !unknownUpdate(err) {
 		return fmt.Errorf("update-with-start %s: %w", id, err)
 	}
-	if _, err := s.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalObservation, obs, opts, workflows.DeviceWorkflow, in); err != nil {
+	if _, err := s.Client.SignalWithStartWorkflow(ctx, id, api.SignalObservation, obs, opts, api.DeviceWorkflow, in); err != nil {
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
 	}
 	return nil
@@ -73,7 +73,7 @@ func (s *TemporalSignaler) Signal(ctx context.Context, obs workflows.Observation
 // unknownUpdate reports whether the workflow refused the update for want of a handler (a worker
 // from before it existed).
 func unknownUpdate(err error) bool {
-	return strings.Contains(err.Error(), "unknown update "+workflows.UpdateObservation)
+	return strings.Contains(err.Error(), "unknown update "+api.UpdateObservation)
 }
 
 // RunningDevices lists the devices whose workflows are running, from visibility.
@@ -82,7 +82,7 @@ func (s *TemporalSignaler) RunningDevices(ctx context.Context) ([]device.ID, err
 	var token []byte
 	for {
 		resp, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: workflows.RunningDevicesQuery, NextPageToken: token, PageSize: 1000})
+			Query: api.RunningDevicesQuery, NextPageToken: token, PageSize: 1000})
 		if err != nil {
 			return nil, err
 		}

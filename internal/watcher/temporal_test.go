@@ -14,16 +14,16 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/mocks"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // The signaler delivers with update-with-start and waits for the answer; a worker without the
 // update gets a signal-with-start; any other failure is an error naming the workflow.
 func TestTemporalSignalerDelivery(t *testing.T) {
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
-	obs := workflows.Observation{Device: id, Node: "node-1", Health: device.Unhealthy}
+	obs := api.Observation{Device: id, Node: "node-1", Health: device.Unhealthy}
 	handle := func(err error) *mocks.WorkflowUpdateHandle {
 		h := &mocks.WorkflowUpdateHandle{}
 		h.On("Get", mock.Anything, mock.Anything).Return(err)
@@ -34,9 +34,9 @@ func TestTemporalSignalerDelivery(t *testing.T) {
 		c.On("NewWithStartWorkflowOperation", mock.MatchedBy(func(o client.StartWorkflowOptions) bool { return o.ID == id.WorkflowID() }),
 			mock.Anything, mock.Anything).Return(nil)
 		c.On("UpdateWithStartWorkflow", mock.Anything, mock.MatchedBy(func(o client.UpdateWithStartWorkflowOptions) bool {
-			return o.UpdateOptions.UpdateName == workflows.UpdateObservation
+			return o.UpdateOptions.UpdateName == api.UpdateObservation
 		})).Return(handle(getErr), updateErr)
-		c.On("SignalWithStartWorkflow", mock.Anything, id.WorkflowID(), workflows.SignalObservation, obs, mock.Anything, mock.Anything, mock.Anything).
+		c.On("SignalWithStartWorkflow", mock.Anything, id.WorkflowID(), api.SignalObservation, obs, mock.Anything, mock.Anything, mock.Anything).
 			Return(nil, signalErr)
 		return &TemporalSignaler{Client: c, TaskQueue: "q", Policies: policy.DefaultSet()}, c
 	}
@@ -46,13 +46,13 @@ func TestTemporalSignalerDelivery(t *testing.T) {
 	}
 	c.AssertNotCalled(t, "SignalWithStartWorkflow", mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything)
 
-	s, c = newSignaler(nil, errors.New(`unknown update `+workflows.UpdateObservation), nil)
+	s, c = newSignaler(nil, errors.New(`unknown update `+api.UpdateObservation), nil)
 	if err := s.Signal(context.Background(), obs); err != nil {
 		t.Fatal(err)
 	}
-	c.AssertCalled(t, "SignalWithStartWorkflow", mock.Anything, id.WorkflowID(), workflows.SignalObservation, obs, mock.Anything, mock.Anything, mock.Anything)
+	c.AssertCalled(t, "SignalWithStartWorkflow", mock.Anything, id.WorkflowID(), api.SignalObservation, obs, mock.Anything, mock.Anything, mock.Anything)
 
-	s, _ = newSignaler(errors.New(`unknown update `+workflows.UpdateObservation), nil, errors.New("frontend down"))
+	s, _ = newSignaler(errors.New(`unknown update `+api.UpdateObservation), nil, errors.New("frontend down"))
 	if err := s.Signal(context.Background(), obs); err == nil || !strings.Contains(err.Error(), "signal-with-start "+id.WorkflowID()) {
 		t.Fatalf("failed fallback: %v", err)
 	}

@@ -9,9 +9,9 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // unitInfo is what groups a slice's devices into physical units: the counter sets each draws on
@@ -207,7 +207,7 @@ func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
 				continue
 			}
 			out = append(out, Report{Device: id, Node: pod.Spec.NodeName, Health: device.Healthy,
-				Reporter: workflows.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Claim: name, Health: device.Healthy, Silent: true}})
+				Reporter: api.Reporter{Namespace: pod.Namespace, Pod: pod.Name, Claim: name, Health: device.Healthy, Silent: true}})
 		}
 	}
 	return out

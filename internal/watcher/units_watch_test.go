@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // gpuForm draws n of its GPU's 7 compute slices.
@@ -71,14 +71,14 @@ func TestPartitionReportsGoToTheirPhysicalUnit(t *testing.T) {
 	ctx := start(t, w)
 
 	unit := device.ID{Driver: drv, Pool: "node-1", Device: "counters=gpu-0-counters"}
-	last := func() workflows.Observation {
+	last := func() api.Observation {
 		got := rec.signals()
 		if len(got) == 0 {
-			return workflows.Observation{}
+			return api.Observation{}
 		}
 		return got[len(got)-1]
 	}
-	pods := func(o workflows.Observation) []string {
+	pods := func(o api.Observation) []string {
 		var out []string
 		for _, r := range o.Reporters {
 			out = append(out, r.Pod+"@"+r.Device)

@@ -17,16 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // Signaler delivers an observation to the device's workflow, starting it if needed.
 type Signaler interface {
-	Signal(ctx context.Context, obs workflows.Observation) error
+	Signal(ctx context.Context, obs api.Observation) error
 	// RunningDevices lists devices whose workflows are running, so a restarted watcher re-sends
 	// their current state once.
 	RunningDevices(ctx context.Context) ([]device.ID, error)
@@ -399,7 +399,7 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 	if c != nil {
 		for _, d := range c.Troubled {
 			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message, Source: policy.SourceClaimCondition,
-				Reporter: workflows.Reporter{Claim: key, Health: d.Health}})
+				Reporter: api.Reporter{Claim: key, Health: d.Health}})
 		}
 	}
 	w.podMu.Lock()

@@ -16,16 +16,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // recorder is a Signaler that records observations and can be told to fail.
 type recorder struct {
 	mu   sync.Mutex
-	got  []workflows.Observation
+	got  []api.Observation
 	fail int // fail this many calls first
 	// running are devices whose workflows run when the watcher starts.
 	running []device.ID
@@ -33,7 +33,7 @@ type recorder struct {
 	failRunning int
 }
 
-func (r *recorder) Signal(_ context.Context, obs workflows.Observation) error {
+func (r *recorder) Signal(_ context.Context, obs api.Observation) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail > 0 {
@@ -54,10 +54,10 @@ func (r *recorder) RunningDevices(context.Context) ([]device.ID, error) {
 	return r.running, nil
 }
 
-func (r *recorder) signals() []workflows.Observation {
+func (r *recorder) signals() []api.Observation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]workflows.Observation(nil), r.got...)
+	return append([]api.Observation(nil), r.got...)
 }
 
 // start runs the watcher until the test ends; Run returning an error fails the test.

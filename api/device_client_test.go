@@ -1,4 +1,4 @@
-package workflows
+package api
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -31,9 +32,9 @@ func TestSendCommand(t *testing.T) {
 
 	c := &mocks.Client{}
 	c.On("UpdateWorkflow", mock.Anything, mock.MatchedBy(func(o client.UpdateWorkflowOptions) bool {
-		return o.WorkflowID == gpu0.WorkflowID() && o.UpdateName == "release"
+		return o.WorkflowID == testGPU.WorkflowID() && o.UpdateName == "release"
 	})).Return(answer(nil), nil).Once()
-	res, err := SendCommand(context.Background(), c, gpu0, cmd, nil)
+	res, err := SendCommand(context.Background(), c, testGPU, cmd, nil)
 	if err != nil || res.State != policy.Recovering {
 		t.Fatalf("update: %+v %v", res, err)
 	}
@@ -43,19 +44,21 @@ func TestSendCommand(t *testing.T) {
 	c.On("UpdateWithStartWorkflow", mock.Anything, mock.MatchedBy(func(o client.UpdateWithStartWorkflowOptions) bool {
 		return o.UpdateOptions.WorkflowID == "" && o.UpdateOptions.UpdateName == "release"
 	})).Return(answer(nil), nil).Once()
-	if res, err := SendCommand(context.Background(), c, gpu0, cmd, &DeviceInput{Device: gpu0, Node: "n"}); err != nil || res.State != policy.Recovering {
+	if res, err := SendCommand(context.Background(), c, testGPU, cmd, &DeviceInput{Device: testGPU, Node: "n"}); err != nil || res.State != policy.Recovering {
 		t.Fatalf("update-with-start: %+v %v", res, err)
 	}
 	c.AssertExpectations(t)
 
 	c = &mocks.Client{}
 	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(nil, errors.New("workflow not found")).Once()
-	if _, err := SendCommand(context.Background(), c, gpu0, cmd, nil); err == nil || !strings.Contains(err.Error(), "release "+gpu0.String()) {
+	if _, err := SendCommand(context.Background(), c, testGPU, cmd, nil); err == nil || !strings.Contains(err.Error(), "release "+testGPU.String()) {
 		t.Fatalf("unreachable workflow: %v", err)
 	}
 	c = &mocks.Client{}
 	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(answer(errors.New("refused: not quarantined")), nil).Once()
-	if _, err := SendCommand(context.Background(), c, gpu0, cmd, nil); err == nil || !strings.Contains(err.Error(), "refused: not quarantined") {
+	if _, err := SendCommand(context.Background(), c, testGPU, cmd, nil); err == nil || !strings.Contains(err.Error(), "refused: not quarantined") {
 		t.Fatalf("refused command: %v", err)
 	}
 }
+
+var testGPU = device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: "gpu-0"}

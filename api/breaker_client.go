@@ -1,7 +1,8 @@
-// Package clients reaches DeviceWarden's long-lived workflows from activities and the app: the
+// The typed clients reach DeviceWarden's long-lived workflows from activities and the app: the
 // circuit breaker (permits, leased ahead in batches, and the refusals it answered), the node
 // workflows, the migration limiter and the rollout windows.
-package clients
+
+package api
 
 import (
 	"context"
@@ -14,7 +15,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // BreakerClient reaches the breaker workflow with update-with-start, so the first permit request
@@ -114,7 +114,7 @@ func (b *BreakerClient) flush() {
 		b.mu.Unlock()
 		if len(waiting) > 0 {
 			// On failure the devices still retry on their fallback timer; nothing is lost but the wake-up.
-			if err := b.signal(workflows.SignalBreakerWait, waiting); err != nil {
+			if err := b.signal(SignalBreakerWait, waiting); err != nil {
 				b.mu.Lock()
 				if len(b.pending) < 100000 {
 					b.pending = append(b.pending, waiting...)
@@ -124,7 +124,7 @@ func (b *BreakerClient) flush() {
 		}
 		if len(reps) > 0 {
 			// On failure the permits still count as used until their lease leaves the window.
-			if err := b.signal(workflows.SignalPermitsReport, reps); err != nil {
+			if err := b.signal(SignalPermitsReport, reps); err != nil {
 				// Sent again first, with their numbers: the breaker applies each once, in order,
 				// even when this signal reached it and only its answer failed.
 				b.mu.Lock()
@@ -138,12 +138,12 @@ func (b *BreakerClient) flush() {
 func (b *BreakerClient) signal(name string, arg any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return b.Client.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", name, arg)
+	return b.Client.SignalWorkflow(ctx, BreakerWorkflowID, "", name, arg)
 }
 
 func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
 	var res policy.PermitResult
-	if err := b.update(ctx, workflows.UpdateAcquire, req, &res); err != nil {
+	if err := b.update(ctx, UpdateAcquire, req, &res); err != nil {
 		return policy.PermitResult{}, err
 	}
 	return res, nil
@@ -152,7 +152,7 @@ func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (
 // Configure makes this worker's breaker configuration the breaker's, once, as the worker starts:
 // the breaker has one owner at a time (the worker started last), not every permit request.
 func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig, owner string) error {
-	if err := b.update(ctx, workflows.UpdateBreakerConfigure, workflows.ConfigureBreaker{Config: cfg, Owner: owner}, nil); err != nil {
+	if err := b.update(ctx, UpdateBreakerConfigure, ConfigureBreaker{Config: cfg, Owner: owner}, nil); err != nil {
 		return fmt.Errorf("configure breaker: %w", err)
 	}
 	return nil
@@ -160,9 +160,9 @@ func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig,
 
 // Pause opens the breaker by hand and waits for its answer, which comes once no worker can spend
 // a permit it leased ahead (the breaker revokes them first).
-func (b *BreakerClient) Pause(ctx context.Context, sig workflows.BreakerSignal) (policy.BreakerState, error) {
+func (b *BreakerClient) Pause(ctx context.Context, sig BreakerSignal) (policy.BreakerState, error) {
 	var st policy.BreakerState
-	err := b.update(ctx, workflows.UpdateBreakerPause, sig, &st)
+	err := b.update(ctx, UpdateBreakerPause, sig, &st)
 	return st, err
 }
 
@@ -170,10 +170,10 @@ func (b *BreakerClient) Pause(ctx context.Context, sig workflows.BreakerSignal) 
 // the answer (decoded into out unless nil).
 func (b *BreakerClient) update(ctx context.Context, name string, arg, out any) error {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       workflows.BreakerWorkflowID,
-		TaskQueue:                workflows.BreakerTaskQueue,
+		ID:                       BreakerWorkflowID,
+		TaskQueue:                BreakerTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.BreakerWorkflow, workflows.BreakerInput{})
+	}, BreakerWorkflow, BreakerInput{})
 	h, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
@@ -196,11 +196,11 @@ type NodeClient struct {
 
 // DeviceFailed signals the node's workflow, starting it if needed.
 func (n *NodeClient) DeviceFailed(ctx context.Context, f policy.NodeFailure) error {
-	id := workflows.NodeWorkflowID(f.Node)
-	_, err := n.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalDeviceFailed, f,
-		client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchDeviceNode.ValueSet(f.Node))},
-		workflows.NodeWorkflow, workflows.NodeInput{Node: f.Node})
+	id := NodeWorkflowID(f.Node)
+	_, err := n.Client.SignalWithStartWorkflow(ctx, id, SignalDeviceFailed, f,
+		client.StartWorkflowOptions{ID: id, TaskQueue: TaskQueue,
+			TypedSearchAttributes: temporal.NewSearchAttributes(SearchDeviceNode.ValueSet(f.Node))},
+		NodeWorkflow, NodeInput{Node: f.Node})
 	return err
 }
 
@@ -210,9 +210,9 @@ type LimiterClient struct {
 }
 
 func (l *LimiterClient) signal(ctx context.Context, name string, arg any) error {
-	_, err := l.Client.SignalWithStartWorkflow(ctx, workflows.MigrationLimiterID, name, arg,
-		client.StartWorkflowOptions{ID: workflows.MigrationLimiterID, TaskQueue: workflows.TaskQueue},
-		workflows.MigrationLimiterWorkflow, workflows.LimiterInput{})
+	_, err := l.Client.SignalWithStartWorkflow(ctx, MigrationLimiterID, name, arg,
+		client.StartWorkflowOptions{ID: MigrationLimiterID, TaskQueue: TaskQueue},
+		MigrationLimiterWorkflow, LimiterInput{})
 	if err != nil {
 		return fmt.Errorf("signal migration limiter (%s): %w", name, err)
 	}
@@ -221,10 +221,10 @@ func (l *LimiterClient) signal(ctx context.Context, name string, arg any) error 
 
 // Acquire queues a migration for a slot.
 func (l *LimiterClient) Acquire(ctx context.Context, req policy.SlotRequest) error {
-	return l.signal(ctx, workflows.SignalSlotAcquire, req)
+	return l.signal(ctx, SignalSlotAcquire, req)
 }
 
 // Release frees a migration's slot.
 func (l *LimiterClient) Release(ctx context.Context, id string) error {
-	return l.signal(ctx, workflows.SignalSlotRelease, id)
+	return l.signal(ctx, SignalSlotRelease, id)
 }

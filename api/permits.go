@@ -1,4 +1,4 @@
-package clients
+package api
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // A worker's permits leased ahead (see policy.Lease). Its devices take from the batch in process,
@@ -31,7 +30,7 @@ func NewBreakerClient(c client.Client) *BreakerClient {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	return &BreakerClient{Client: c, Worker: id, Queue: workflows.PermitQueue(id)}
+	return &BreakerClient{Client: c, Worker: id, Queue: PermitQueue(id)}
 }
 
 // batch is the lease this worker spends from for one budget.
@@ -137,7 +136,7 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 		b.mu.Lock()
 		ask := fmt.Sprintf("%s/%d", b.Worker, b.nextSeq())
 		b.mu.Unlock()
-		err := b.update(ctx, workflows.UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch, Ask: ask}, &res)
+		err := b.update(ctx, UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch, Ask: ask}, &res)
 		b.mu.Lock()
 		if err == nil {
 			res.PermitResult = b.install(bud, req, res, sent)
@@ -304,7 +303,7 @@ func (b *BreakerClient) Close(ctx context.Context) error {
 	if len(reps) == 0 {
 		return nil
 	}
-	if err := b.Client.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.SignalPermitsReport, reps); err != nil {
+	if err := b.Client.SignalWorkflow(ctx, BreakerWorkflowID, "", SignalPermitsReport, reps); err != nil {
 		return fmt.Errorf("return leased permits: %w", err)
 	}
 	return nil

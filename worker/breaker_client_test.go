@@ -1,8 +1,9 @@
-package clients
+package worker
 
 import (
 	"context"
 	"fmt"
+	"github.com/devicewarden/devicewarden/workflows"
 	"slices"
 	"testing"
 	"time"
@@ -11,10 +12,10 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // revokeInput is the breaker's revocation as it travels (the remediation activity's input; the
@@ -31,8 +32,8 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	_, c := temporaltest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bc := NewBreakerClient(c)
-	bw := sdkworker.New(c, workflows.BreakerTaskQueue, sdkworker.Options{})
+	bc := api.NewBreakerClient(c)
+	bw := sdkworker.New(c, api.BreakerTaskQueue, sdkworker.Options{})
 	bw.RegisterWorkflow(workflows.BreakerWorkflow)
 	bw.RegisterActivityWithOptions(func(context.Context, any) error { return nil }, activity.RegisterOptions{Name: "Alert"})
 	pw := sdkworker.New(c, bc.Queue, sdkworker.Options{})
@@ -89,7 +90,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	}
 
 	// A pause takes back what the worker has not spent before it answers.
-	st, err := bc.Pause(ctx, workflows.BreakerSignal{Actor: "sre", Reason: "test"})
+	st, err := bc.Pause(ctx, api.BreakerSignal{Actor: "sre", Reason: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	}
 
 	// Resumed, a client that leases nothing asks the breaker for each permit.
-	if err := c.SignalWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.SignalBreakerResume, workflows.BreakerSignal{Actor: "sre", Reason: "test"}); err != nil {
+	if err := c.SignalWorkflow(ctx, api.BreakerWorkflowID, "", api.SignalBreakerResume, api.BreakerSignal{Actor: "sre", Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(10 * time.Second)
@@ -128,7 +129,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	plain := &BreakerClient{Client: c}
+	plain := &api.BreakerClient{Client: c}
 	granted := 0
 	for i := 20; i < 40; i++ {
 		res, err := plain.Acquire(ctx, req(i))
@@ -147,7 +148,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 func breakerState(t *testing.T, ctx context.Context, c client.Client) policy.BreakerState {
 	t.Helper()
 	var s policy.BreakerState
-	v, err := c.QueryWorkflow(ctx, workflows.BreakerWorkflowID, "", workflows.QueryState)
+	v, err := c.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState)
 	if err == nil {
 		err = v.Get(&s)
 	}

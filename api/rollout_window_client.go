@@ -1,4 +1,4 @@
-package clients
+package api
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/internal/rollout"
-	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // RolloutClient opens scheduled rollouts' windows with the Temporal client.
@@ -17,19 +16,19 @@ type RolloutClient struct {
 
 // OpenWindow signals-with-start the rollout, then reads where it stands.
 func (r *RolloutClient) OpenWindow(ctx context.Context, in rollout.WindowInput) (rollout.WindowResult, error) {
-	err := workflows.OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until)
-	if errors.Is(err, workflows.ErrRolloutEnded) {
-		state, err := workflows.EndedRollout(ctx, r.Client, in.Plan.Name)
+	err := OpenRolloutWindow(ctx, r.Client, in.Plan, in.Until)
+	if errors.Is(err, ErrRolloutEnded) {
+		state, err := EndedRollout(ctx, r.Client, in.Plan.Name)
 		return rollout.WindowResult{State: state, Ended: true}, err
 	}
 	if err != nil {
 		return rollout.WindowResult{}, err
 	}
-	v, err := r.Client.QueryWorkflow(ctx, workflows.RolloutID(in.Plan.Name), "", workflows.QueryState)
+	v, err := r.Client.QueryWorkflow(ctx, RolloutID(in.Plan.Name), "", QueryState)
 	if err != nil {
 		return rollout.WindowResult{}, err
 	}
-	var st workflows.RolloutStatus
+	var st RolloutStatus
 	if err := v.Get(&st); err != nil {
 		return rollout.WindowResult{}, err
 	}

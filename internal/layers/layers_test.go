@@ -1,0 +1,129 @@
+package layers
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/devicewarden/devicewarden/"
+
+// layers lists every package, lowest first. A package imports only packages on lower layers.
+var layers = [][]string{
+	// Leaves: no package of this module.
+	{"internal/device", "internal/capacity", "internal/ports", "internal/poll", "internal/buildinfo",
+		"internal/imagecheck", "internal/casemut", "internal/layers", "activities/activitytest"},
+	// Pure rules and local infrastructure.
+	{"internal/policy", "internal/metrics", "internal/localcluster", "internal/temporalserver"},
+	{"internal/rollout", "internal/kubeobj", "internal/notify", "internal/temporalserver/temporaltest"},
+	// The workflow contract, and the simulated driver.
+	{"api", "internal/sim"},
+	// Side effects, and the parties that only talk to workflows through the contract.
+	{"activities/hygiene", "activities/migration", "activities/remediation", "activities/rollouts",
+		"internal/watcher", "internal/slackapp"},
+	{"workflows"},
+	{"worker"},
+	{"internal/app"},
+	{"internal/bench"},
+	{"internal/cli"},
+	{"cmd/devicewarden"},
+	// Test-only packages.
+	{"internal/e2e", "activities/e2e"},
+}
+
+type pkg struct {
+	ImportPath   string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// packages lists the module's packages with their imports, e2e-tagged files included.
+func packages(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	cmd := exec.Command("go", "list", "-tags", "e2e", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
+	out, err = cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		p.ImportPath = strings.TrimPrefix(p.ImportPath, module)
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func own(imports []string) []string {
+	var out []string
+	for _, i := range imports {
+		if rest, ok := strings.CutPrefix(i, module); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+// TestNoImportUpward: every package sits on a layer and imports only lower ones.
+func TestNoImportUpward(t *testing.T) {
+	layer := map[string]int{}
+	for i, l := range layers {
+		for _, p := range l {
+			layer[p] = i
+		}
+	}
+	for _, p := range packages(t) {
+		mine, ok := layer[p.ImportPath]
+		if !ok {
+			t.Errorf("%s is on no layer: add it to layers in internal/layers", p.ImportPath)
+			continue
+		}
+		for _, i := range own(p.Imports) {
+			if l, ok := layer[i]; ok && l >= mine {
+				t.Errorf("%s (layer %d) imports %s (layer %d)", p.ImportPath, mine, i, l)
+			}
+		}
+	}
+}
+
+// implementation is the orchestration and its side effects: only they, and the worker that
+// registers them, may import them.
+func implementation(p string) bool {
+	return p == "workflows" || strings.HasPrefix(p, "activities/")
+}
+
+// TestOnlyTheWorkerImportsTheImplementation: everything else reaches workflows through package
+// api, tests included.
+func TestOnlyTheWorkerImportsTheImplementation(t *testing.T) {
+	for _, p := range packages(t) {
+		if implementation(p.ImportPath) || p.ImportPath == "worker" {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, i := range own(append(append(append([]string{}, p.Imports...), p.TestImports...), p.XTestImports...)) {
+			if implementation(i) && !seen[i] {
+				seen[i] = true
+				t.Errorf("%s imports %s: use package api", p.ImportPath, i)
+			}
+		}
+	}
+}
