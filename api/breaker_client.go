@@ -166,6 +166,29 @@ func (b *BreakerClient) Pause(ctx context.Context, sig BreakerSignal) (policy.Br
 	return st, err
 }
 
+// Signal sends an operator's resume or pause to the breaker, starting it when it does not run
+// yet: a pause must work before the first permit request started the breaker.
+func (b *BreakerClient) Signal(ctx context.Context, name string, sig BreakerSignal) error {
+	opts := client.StartWorkflowOptions{ID: BreakerWorkflowID, TaskQueue: BreakerTaskQueue}
+	if _, err := b.Client.SignalWithStartWorkflow(ctx, BreakerWorkflowID, name, sig, opts, BreakerWorkflow, BreakerInput{}); err != nil {
+		return fmt.Errorf("signal breaker: %w", err)
+	}
+	return nil
+}
+
+// State reads the breaker's state.
+func (b *BreakerClient) State(ctx context.Context) (policy.BreakerState, error) {
+	var st policy.BreakerState
+	v, err := b.Client.QueryWorkflow(ctx, BreakerWorkflowID, "", QueryState)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		return policy.BreakerState{}, fmt.Errorf("query breaker: %w", err)
+	}
+	return st, nil
+}
+
 // update sends one update to the breaker workflow, starting it if it does not run, and waits for
 // the answer (decoded into out unless nil).
 func (b *BreakerClient) update(ctx context.Context, name string, arg, out any) error {

@@ -314,9 +314,9 @@ func maxDuration(d []time.Duration) time.Duration {
 func watchBreaker(ctx context.Context, tc client.Client, health device.Health, t0 time.Time) <-chan time.Duration {
 	out := make(chan time.Duration, 1)
 	go func() {
+		bc := &api.BreakerClient{Client: tc}
 		for ctx.Err() == nil {
-			var b policy.BreakerState
-			if v, err := tc.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState); err == nil && v.Get(&b) == nil {
+			if b, err := bc.State(ctx); err == nil {
 				if (health == device.Unknown && b.RestrictionsOpen) || (health != device.Unknown && b.Open) {
 					out <- time.Since(t0)
 					return

@@ -290,15 +290,12 @@ func newBreakerCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer tc.Close()
-				// With start: pausing must work even before the first permit started the breaker.
-				opts := client.StartWorkflowOptions{ID: api.BreakerWorkflowID, TaskQueue: api.BreakerTaskQueue}
 				sig := api.BreakerSignal{Actor: actor, Reason: reason, At: time.Now()}
 				if name == api.SignalBreakerPause {
-					return pauseBreaker(c, tc, opts, sig)
+					return pauseBreaker(c, tc, sig)
 				}
-				if _, err := tc.SignalWithStartWorkflow(c.Context(), api.BreakerWorkflowID, name,
-					sig, opts, api.BreakerWorkflow, api.BreakerInput{}); err != nil {
-					return fmt.Errorf("signal breaker: %w", err)
+				if err := (&api.BreakerClient{Client: tc}).Signal(c.Context(), name, sig); err != nil {
+					return err
 				}
 				fmt.Fprintf(c.OutOrStdout(), "sent %s to %s\n", name, api.BreakerWorkflowID)
 				return nil
@@ -317,15 +314,15 @@ const PauseAnswerWithin = 20 * time.Second
 
 // pauseBreaker opens the breaker with the pause update, which answers once every worker gave back
 // the permits it leased ahead (or they ran out): from then on no automatic action starts.
-func pauseBreaker(c *cobra.Command, tc client.Client, opts client.StartWorkflowOptions, sig api.BreakerSignal) error {
+func pauseBreaker(c *cobra.Command, tc client.Client, sig api.BreakerSignal) error {
 	// The signal first: it opens the breaker even when no worker runs yet to answer an update.
-	if _, err := tc.SignalWithStartWorkflow(c.Context(), api.BreakerWorkflowID, api.SignalBreakerPause,
-		sig, opts, api.BreakerWorkflow, api.BreakerInput{}); err != nil {
-		return fmt.Errorf("signal breaker: %w", err)
+	bc := &api.BreakerClient{Client: tc}
+	if err := bc.Signal(c.Context(), api.SignalBreakerPause, sig); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(c.Context(), PauseAnswerWithin)
 	defer cancel()
-	st, err := (&api.BreakerClient{Client: tc}).Pause(ctx, sig)
+	st, err := bc.Pause(ctx, sig)
 	if err != nil {
 		// The signal paused the breaker; only the wait for the revocation did not end.
 		fmt.Fprintf(c.OutOrStdout(), "sent pause to %s; the breaker did not confirm that every leased permit is revoked (%v): it revokes them when a worker runs\n",
