@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // Workflow type names, as registered by the worker. Recorded histories carry them: they never change.
@@ -96,11 +96,11 @@ const (
 	UpdateMigrateAnyway = "migrate-anyway"
 	UpdateAbandon       = "abandon"
 
-	// Rollout commands, as updates (payload rollout.Command; answered with the RolloutStatus).
-	UpdateRolloutPause    = rollout.CmdPause
-	UpdateRolloutResume   = rollout.CmdResume
-	UpdateRolloutRollback = rollout.CmdRollback
-	UpdateRolloutApprove  = rollout.CmdApprove
+	// Rollout commands, as updates (payload rolloutplan.Command; answered with the RolloutStatus).
+	UpdateRolloutPause    = rolloutplan.CmdPause
+	UpdateRolloutResume   = rolloutplan.CmdResume
+	UpdateRolloutRollback = rolloutplan.CmdRollback
+	UpdateRolloutApprove  = rolloutplan.CmdApprove
 	// SignalRolloutWindow opens a scheduled rollout's window (payload RolloutWindow).
 	SignalRolloutWindow = "window"
 )

@@ -4,12 +4,12 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // RolloutInput starts (or continues) a rollout.
 type RolloutInput struct {
-	Plan rollout.Plan `json:"plan"`
+	Plan rolloutplan.Plan `json:"plan"`
 	// Scheduled: preflight and enable wait for a window opened by the rollout's Schedule.
 	Scheduled bool           `json:"scheduled,omitempty"`
 	State     *RolloutStatus `json:"state,omitempty"`
@@ -17,12 +17,12 @@ type RolloutInput struct {
 
 // RolloutStatus is a rollout's progress: the answer to its state query and its result.
 type RolloutStatus struct {
-	Plan      string        `json:"plan"`
-	Phase     int           `json:"phase"`
-	Step      rollout.Step  `json:"step"`
-	State     rollout.State `json:"state"`
-	Paused    bool          `json:"paused,omitempty"`
-	Scheduled bool          `json:"scheduled,omitempty"`
+	Plan      string            `json:"plan"`
+	Phase     int               `json:"phase"`
+	Step      rolloutplan.Step  `json:"step"`
+	State     rolloutplan.State `json:"state"`
+	Paused    bool              `json:"paused,omitempty"`
+	Scheduled bool              `json:"scheduled,omitempty"`
 	// WindowUntil is when a scheduled rollout's open window closes.
 	WindowUntil time.Time `json:"windowUntil,omitzero"`
 	SoakUntil   time.Time `json:"soakUntil,omitzero"`
@@ -32,15 +32,15 @@ type RolloutStatus struct {
 	// Awaiting is the phase whose next phase waits for approval.
 	Awaiting string `json:"awaiting,omitempty"`
 	// Enabled are the phases switched to DRA and not rolled back, oldest first: what a rollback undoes.
-	Enabled []rollout.PhaseChange `json:"enabled,omitempty"`
+	Enabled []rolloutplan.PhaseChange `json:"enabled,omitempty"`
 	// Draining are rolled-back phases' nodes kept on DRA while claims are allocated on them.
 	Draining []DrainingPhase `json:"draining,omitempty"`
 	// Blocks are the admission blocks of rolled-back phases, lifted when a phase is enabled again.
-	Blocks     []BlockInput        `json:"blocks,omitempty"`
-	Violations []rollout.Violation `json:"violations,omitempty"`
-	Reports    []rollout.Report    `json:"reports,omitempty"`
+	Blocks     []BlockInput            `json:"blocks,omitempty"`
+	Violations []rolloutplan.Violation `json:"violations,omitempty"`
+	Reports    []rolloutplan.Report    `json:"reports,omitempty"`
 	// RollbackPending is a rollback command not carried out yet.
-	RollbackPending *rollout.Command `json:"rollbackPending,omitempty"`
+	RollbackPending *rolloutplan.Command `json:"rollbackPending,omitempty"`
 	// Retry is set by resume in a blocked or rolled-back rollout.
 	Retry bool `json:"retry,omitempty"`
 	// Unfinished is a rollback that could not finish; a resume tries it again.
@@ -59,9 +59,9 @@ type UnfinishedRollback struct {
 
 // DrainingPhase is a rolled-back phase's nodes that bound claims hold on DRA.
 type DrainingPhase struct {
-	Change  rollout.PhaseChange `json:"change"`
-	Drivers []string            `json:"drivers"`
-	Reason  string              `json:"reason"`
+	Change  rolloutplan.PhaseChange `json:"change"`
+	Drivers []string                `json:"drivers"`
+	Reason  string                  `json:"reason"`
 }
 
 // Phase is the phase's name.
@@ -80,12 +80,12 @@ type RolloutWindow struct {
 
 // RolloutWindowInput is what a rollout's Schedule starts each window with.
 type RolloutWindowInput struct {
-	Plan   rollout.Plan        `json:"plan"`
+	Plan   rolloutplan.Plan    `json:"plan"`
 	Window policy.JSONDuration `json:"window"`
 }
 
 // RolloutID is a rollout's workflow ID.
-func RolloutID(name string) string { return rollout.WorkflowID(name) }
+func RolloutID(name string) string { return "rollout/" + name }
 
 // BlockInput names the classes whose new claims a rolled-back phase refuses.
 type BlockInput struct {
@@ -93,4 +93,28 @@ type BlockInput struct {
 	Phase   string   `json:"phase"`
 	Classes []string `json:"classes"`
 	Reason  string   `json:"reason"`
+}
+
+// OpenWindowInput opens a scheduled rollout's window until Until.
+type OpenWindowInput struct {
+	Plan  rolloutplan.Plan `json:"plan"`
+	Until time.Time        `json:"until"`
+}
+
+// OpenWindowResult is where the rollout stands once its window is open.
+type OpenWindowResult struct {
+	Phase string            `json:"phase"`
+	State rolloutplan.State `json:"state"`
+	// Ended: a run of the rollout had ended, and the window started none (State is how it ended).
+	Ended bool `json:"ended,omitempty"`
+}
+
+// GateInput asks for a phase's gate report over the claims created since the phase was enabled
+// (the rollout activity EvaluateRolloutGates, which the
+// benchmarks also call).
+type GateInput struct {
+	Plan     rolloutplan.Plan `json:"plan"`
+	Phase    int              `json:"phase"`
+	Since    time.Time        `json:"since"`
+	Expected map[string]int64 `json:"expected,omitempty"`
 }

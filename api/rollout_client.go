@@ -12,11 +12,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // rolloutStart are the start options of a plan's rollout workflow.
-func rolloutStart(p rollout.Plan) client.StartWorkflowOptions {
+func rolloutStart(p rolloutplan.Plan) client.StartWorkflowOptions {
 	phase := ""
 	if len(p.Phases) > 0 {
 		phase = p.Phases[0].Name
@@ -25,11 +25,11 @@ func rolloutStart(p rollout.Plan) client.StartWorkflowOptions {
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(SearchRolloutName.ValueSet(p.Name),
-			SearchRolloutPhase.ValueSet(phase), SearchRolloutState.ValueSet(string(rollout.StateRunning)))}
+			SearchRolloutPhase.ValueSet(phase), SearchRolloutState.ValueSet(string(rolloutplan.StateRunning)))}
 }
 
 // StartRollout starts a plan's rollout; a rollout of the same name that is still running is an error.
-func StartRollout(ctx context.Context, c client.Client, p rollout.Plan) (client.WorkflowRun, error) {
+func StartRollout(ctx context.Context, c client.Client, p rolloutplan.Plan) (client.WorkflowRun, error) {
 	run, err := c.ExecuteWorkflow(ctx, rolloutStart(p), RolloutWorkflow, RolloutInput{Plan: p})
 	if err != nil {
 		return nil, fmt.Errorf("start rollout %s: %w", p.Name, err)
@@ -38,7 +38,7 @@ func StartRollout(ctx context.Context, c client.Client, p rollout.Plan) (client.
 }
 
 // OpenRolloutWindow opens a window on a scheduled rollout, starting it when it is not running.
-func OpenRolloutWindow(ctx context.Context, c client.Client, p rollout.Plan, until time.Time) error {
+func OpenRolloutWindow(ctx context.Context, c client.Client, p rolloutplan.Plan, until time.Time) error {
 	opts := rolloutStart(p)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 	// A window never starts a rollout again once a run of it has ended (completed, rolled back,
@@ -62,13 +62,13 @@ var ErrRolloutEnded = errors.New("a run of the rollout has ended")
 
 // EndedRollout is how the last run of a rollout ended: its result's state when it returned one
 // (completed, rolled back), StateTerminated otherwise.
-func EndedRollout(ctx context.Context, c client.Client, name string) (rollout.State, error) {
+func EndedRollout(ctx context.Context, c client.Client, name string) (rolloutplan.State, error) {
 	d, err := c.DescribeWorkflowExecution(ctx, RolloutID(name), "")
 	if err != nil {
 		return "", fmt.Errorf("describe rollout %s: %w", name, err)
 	}
 	if d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-		return rollout.StateTerminated, nil
+		return rolloutplan.StateTerminated, nil
 	}
 	var st RolloutStatus
 	if err := c.GetWorkflow(ctx, RolloutID(name), "").Get(ctx, &st); err != nil {
@@ -79,7 +79,7 @@ func EndedRollout(ctx context.Context, c client.Client, name string) (rollout.St
 
 // SendRolloutCommand sends a command update and returns the rollout's status; a refused command
 // is an error with the reason.
-func SendRolloutCommand(ctx context.Context, c client.Client, name, cmd string, body rollout.Command) (RolloutStatus, error) {
+func SendRolloutCommand(ctx context.Context, c client.Client, name, cmd string, body rolloutplan.Command) (RolloutStatus, error) {
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: RolloutID(name), UpdateName: cmd,
 		Args: []any{body}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -94,7 +94,7 @@ func SendRolloutCommand(ctx context.Context, c client.Client, name, cmd string, 
 
 // ScheduleRollout creates a Schedule that opens a window of the given length on the plan's rollout
 // at every cron time; it pauses itself when a window finds the rollout rolled back or blocked.
-func ScheduleRollout(ctx context.Context, c client.Client, p rollout.Plan, cron string, window time.Duration) (string, error) {
+func ScheduleRollout(ctx context.Context, c client.Client, p rolloutplan.Plan, cron string, window time.Duration) (string, error) {
 	id := "rollout-schedule/" + p.Name
 	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID:             id,

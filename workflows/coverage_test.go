@@ -20,7 +20,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // TestReplayCoversEveryPath fails when a workflow gains a path that no recorded history takes, so
@@ -119,9 +119,9 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.ExecuteWorkflow(f, api.MigrateInput{Device: gpu0, Node: "node-1"})
 	case func(workflow.Context, api.RolloutInput) (api.RolloutStatus, error):
 		registerActivities(env)
-		env.OnActivity("RolloutPreflight", mock.Anything, mock.Anything).Return([]rollout.Violation{{Node: "n"}}, nil).Maybe()
+		env.OnActivity("RolloutPreflight", mock.Anything, mock.Anything).Return([]rolloutplan.Violation{{Node: "n"}}, nil).Maybe()
 		env.ExecuteWorkflow(f, api.RolloutInput{Plan: testPlan()})
-	case func(workflow.Context, api.RolloutWindowInput) (rollout.WindowResult, error):
+	case func(workflow.Context, api.RolloutWindowInput) (api.OpenWindowResult, error):
 		return nil // a schedule's action: it takes no signal or update
 	case func(workflow.Context, api.ClaimHygieneInput) (api.ClaimHygieneStatus, error):
 		return nil // it looks again on its own timer: no signal or update

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // A person's migrate-anyway is carried across continue-as-new: the next run moves the workload on
@@ -53,24 +53,24 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 func TestRolloutContinuedWhileRolledBack(t *testing.T) {
 	carried := func(r *rolloutEnv) api.RolloutInput {
 		p := testPlan()
-		return api.RolloutInput{Plan: p, State: &api.RolloutStatus{Plan: p.Name, Step: rollout.StepPreflight, State: rollout.StateRolledBack,
+		return api.RolloutInput{Plan: p, State: &api.RolloutStatus{Plan: p.Name, Step: rolloutplan.StepPreflight, State: rolloutplan.StateRolledBack,
 			HoldUntil: r.env.Now().Add(10 * time.Minute)}}
 	}
 	r := newRolloutEnv(t)
 	in := carried(r)
 	start := r.env.Now()
 	st := r.run(in)
-	if took := r.env.Now().Sub(start); st.State != rollout.StateRolledBack || took != 10*time.Minute {
+	if took := r.env.Now().Sub(start); st.State != rolloutplan.StateRolledBack || took != 10*time.Minute {
 		t.Fatalf("ended %s after %s, want rolled back at the carried deadline (10m)", st.State, took)
 	}
 
 	r = newRolloutEnv(t)
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.update(time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
-	r.update(15*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
-	if st := r.run(carried(r)); st.State != rollout.StateCompleted {
+	r.update(time.Minute, api.UpdateRolloutResume, rolloutplan.Command{Actor: "alice"}, true)
+	r.update(15*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Actor: "alice", Phase: "canary"}, true)
+	if st := r.run(carried(r)); st.State != rolloutplan.StateCompleted {
 		t.Fatalf("after resume: %s, want completed", st.State)
 	}
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")

@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // month is how long the history-bound tests run each long-lived loop.
@@ -82,7 +82,7 @@ func monthOfRuns[In any](t *testing.T, fn any, first In, newEnv func() *testsuit
 // run still drains the node and still ends at the first run's deadline.
 func TestRolloutHeldForAMonthBoundsItsHistory(t *testing.T) {
 	hold := 45 * 24 * time.Hour
-	var p rollout.Plan
+	var p rolloutplan.Plan
 	newEnv := func() *testsuite.TestWorkflowEnvironment {
 		r, plan := heldRollback(t, hold, 1<<30)
 		p = plan
@@ -95,7 +95,7 @@ func TestRolloutHeldForAMonthBoundsItsHistory(t *testing.T) {
 		t.Fatalf("%d runs, longest history %d events: want several runs, each within %d", runs, longest, historyBound)
 	}
 	st := last.State
-	if st == nil || st.State != rollout.StateRolledBack || len(st.Draining) != 1 {
+	if st == nil || st.State != rolloutplan.StateRolledBack || len(st.Draining) != 1 {
 		t.Fatalf("after a month: %+v", st)
 	}
 	if d := st.HoldUntil.Sub(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)); d < hold || d > hold+time.Hour {

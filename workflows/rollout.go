@@ -13,7 +13,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // RolloutWorkflow (ID "rollout/<plan name>") moves node pools from the device plugin to DRA, a
@@ -25,7 +25,7 @@ import (
 func RolloutWorkflow(ctx workflow.Context, in api.RolloutInput) (api.RolloutStatus, error) {
 	r := &rolloutRun{plan: in.Plan, st: in.State}
 	if r.st == nil {
-		r.st = &api.RolloutStatus{Plan: in.Plan.Name, Scheduled: in.Scheduled, Step: rollout.StepPreflight, State: rollout.StateRunning}
+		r.st = &api.RolloutStatus{Plan: in.Plan.Name, Scheduled: in.Scheduled, Step: rolloutplan.StepPreflight, State: rolloutplan.StateRunning}
 	}
 	if err := r.register(ctx); err != nil {
 		return *r.st, err
@@ -40,7 +40,7 @@ func RolloutWorkflow(ctx workflow.Context, in api.RolloutInput) (api.RolloutStat
 	// on with timers where a long history has the suggestion set, as its code did.
 	r.continues = r.undoFailedEnable
 	r.publish(ctx)
-	if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
+	if r.st.State == rolloutplan.StateBlocked || r.st.State == rolloutplan.StateRolledBack {
 		// The previous run continued as new while holding: hold on where it stopped.
 		if err := r.held(ctx); err != nil || r.ended {
 			return *r.st, err
@@ -59,14 +59,14 @@ func RolloutWorkflow(ctx workflow.Context, in api.RolloutInput) (api.RolloutStat
 			return *r.st, nil
 		}
 	}
-	r.st.State = rollout.StateCompleted
+	r.st.State = rolloutplan.StateCompleted
 	r.note(ctx, "rollout completed: every phase passed its gates")
 	r.publish(ctx)
 	return *r.st, nil
 }
 
 type rolloutRun struct {
-	plan  rollout.Plan
+	plan  rolloutplan.Plan
 	st    *api.RolloutStatus
 	ended bool
 	// windows is the window signal's channel, drained into st before continuing as new.
@@ -99,52 +99,52 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 	in := rollouts.PhaseInput{Plan: r.plan, Phase: r.st.Phase}
 	actx := rolloutStepOptions(ctx, 2*time.Minute)
 	switch r.st.Step {
-	case rollout.StepPreflight:
-		var v []rollout.Violation
+	case rolloutplan.StepPreflight:
+		var v []rolloutplan.Violation
 		if err := workflow.ExecuteActivity(actx, rol.RolloutPreflight, in).Get(ctx, &v); err != nil {
 			return r.stuck(ctx, fmt.Sprintf("preflight of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Violations = v
 		if len(v) > 0 {
 			r.note(ctx, fmt.Sprintf("phase %s blocked at preflight: %d node(s) owned twice or missing; fix and resume", ph.Name, len(v)))
-			return r.hold(ctx, rollout.StateBlocked)
+			return r.hold(ctx, rolloutplan.StateBlocked)
 		}
-		r.st.Step = rollout.StepEnable
-	case rollout.StepEnable:
+		r.st.Step = rolloutplan.StepEnable
+	case rolloutplan.StepEnable:
 		if err := r.unblock(actx, ctx, ph.Name); err != nil {
-			r.st.Step = rollout.StepPreflight
+			r.st.Step = rolloutplan.StepPreflight
 			return r.stuck(ctx, fmt.Sprintf("lifting the admission block of phase %s failed: %s", ph.Name, cause(err)))
 		}
 		r.st.Draining = slices.DeleteFunc(r.st.Draining, func(d api.DrainingPhase) bool { return d.Phase() == ph.Name })
-		var ch rollout.PhaseChange
+		var ch rolloutplan.PhaseChange
 		if err := workflow.ExecuteActivity(actx, rol.EnableRolloutPhase, in).Get(ctx, &ch); err != nil {
 			// Enable is idempotent: the nodes it switched keep the owner they had recorded, and a
 			// resume finishes the switch; a rollback routes them back (a partial change).
-			r.st.Step = rollout.StepPreflight
+			r.st.Step = rolloutplan.StepPreflight
 			if !r.undoFailedEnable {
 				return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it", ph.Name, cause(err)))
 			}
-			r.st.Enabled = withChange(r.st.Enabled, rollout.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
+			r.st.Enabled = withChange(r.st.Enabled, rolloutplan.PhaseChange{Phase: ph.Name, At: workflow.Now(ctx), Partial: true})
 			return r.stuck(ctx, fmt.Sprintf("enable of phase %s failed: %s; nodes it switched stay on DRA until a resume finishes it or a rollback routes them back", ph.Name, cause(err)))
 		}
 		ch.At = workflow.Now(ctx)
 		r.st.Enabled = withChange(r.st.Enabled, ch)
 		r.st.SoakUntil = ch.At.Add(ph.Soak.D())
-		r.st.Step = rollout.StepSoak
+		r.st.Step = rolloutplan.StepSoak
 		r.note(ctx, fmt.Sprintf("phase %s enabled on %d node(s); soaking until %s", ph.Name, len(ch.Nodes), r.st.SoakUntil.UTC().Format(time.RFC3339)))
-	case rollout.StepSoak:
+	case rolloutplan.StepSoak:
 		// Only a rollback cuts a soak short; a pause holds the step after it.
 		_, err := workflow.AwaitWithTimeout(ctx, r.st.SoakUntil.Sub(workflow.Now(ctx)), func() bool { return r.st.RollbackPending != nil })
 		if err != nil || r.st.RollbackPending != nil {
 			return err
 		}
-		r.st.Step = rollout.StepGates
-	case rollout.StepGates:
+		r.st.Step = rolloutplan.StepGates
+	case rolloutplan.StepGates:
 		return r.gates(ctx, actx)
-	case rollout.StepApprove:
+	case rolloutplan.StepApprove:
 		if ph.Approve && r.st.Phase+1 < len(r.plan.Phases) {
 			r.st.Awaiting = ph.Name
-			r.st.State = rollout.StateWaitingApproval
+			r.st.State = rolloutplan.StateWaitingApproval
 			r.publish(ctx)
 			r.askApproval(ctx)
 			if err := workflow.Await(ctx, func() bool { return r.st.Awaiting == "" || r.st.RollbackPending != nil }); err != nil {
@@ -156,8 +156,8 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			}
 		}
 		r.st.Phase++
-		r.st.Step = rollout.StepPreflight
-		r.st.State = rollout.StateRunning
+		r.st.Step = rolloutplan.StepPreflight
+		r.st.State = rolloutplan.StateRunning
 		r.st.Violations = nil
 	}
 	r.publish(ctx)
@@ -168,8 +168,8 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	ph := r.plan.Phases[r.st.Phase]
 	ch := r.st.Enabled[len(r.st.Enabled)-1]
-	var rep rollout.Report
-	in := rollout.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
+	var rep rolloutplan.Report
+	in := api.GateInput{Plan: r.plan, Phase: r.st.Phase, Since: ch.At, Expected: ch.Expected()}
 	// Measuring is retried a bounded number of times; a phase whose gates cannot be measured has
 	// not passed them.
 	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute,
@@ -225,7 +225,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 		return r.rollback(ctx, 1, reason)
 	}
 	r.note(ctx, fmt.Sprintf("phase %s passed its gates (%d claims, claim->allocated p99 %s)", ph.Name, rep.Claims, rep.ClaimToAllocated.P99))
-	r.st.Step = rollout.StepApprove
+	r.st.Step = rolloutplan.StepApprove
 	r.publish(ctx)
 	return nil
 }
@@ -242,7 +242,7 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		block := api.BlockInput{Rollout: r.plan.Name, Phase: ch.Phase, Classes: r.plan.Phases[i].ClassNames(), Reason: reason}
 		// Until the block is proven in force (BlockNewClaims waits for a refused dry-run claim),
 		// the state query says blocking, never rolled back. (Not published: no new command.)
-		r.st.State = rollout.StateBlocking
+		r.st.State = rolloutplan.StateBlocking
 		if err := workflow.ExecuteActivity(actx, rol.BlockNewClaims, block).Get(ctx, nil); err != nil {
 			return r.rollbackStuck(ctx, n, reason, fmt.Sprintf("blocking new claims of phase %s failed: %s", ch.Phase, cause(err)))
 		}
@@ -261,8 +261,8 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		r.note(ctx, fmt.Sprintf("phase %s rolled back: %s", ch.Phase, reason))
 	}
 	r.st.RollbackPending = nil
-	r.st.Phase, r.st.Step = retry, rollout.StepPreflight
-	return r.hold(ctx, rollout.StateRolledBack)
+	r.st.Phase, r.st.Step = retry, rolloutplan.StepPreflight
+	return r.hold(ctx, rolloutplan.StateRolledBack)
 }
 
 // A rolled-back rollout looks again at nodes held by bound claims drainPoll after the last look
@@ -276,11 +276,11 @@ const (
 // hold waits in a blocked or rolled-back state for resume (retry the current phase from
 // preflight) or a rollback. Meanwhile a rolled-back rollout routes held nodes back as their
 // claims are released, and it ends after the plan's rollbackHold once none is held.
-func (r *rolloutRun) hold(ctx workflow.Context, s rollout.State) error {
+func (r *rolloutRun) hold(ctx workflow.Context, s rolloutplan.State) error {
 	r.st.State = s
 	r.st.Retry = false
 	r.st.HoldUntil = time.Time{}
-	if s == rollout.StateRolledBack {
+	if s == rolloutplan.StateRolledBack {
 		r.st.HoldUntil = workflow.Now(ctx).Add(r.plan.RollbackHold.D())
 	}
 	r.publish(ctx)
@@ -293,11 +293,11 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 	s := r.st.State
 	// A rollback accepted while rolled back (earlier phases still enabled) is acted on at once.
 	// Before version 1 the wait looked only at resume, and such a rollback was never run.
-	acts := s == rollout.StateRolledBack && workflow.GetVersion(ctx, "rolled-back-acts-on-rollback", workflow.DefaultVersion, 1) == 1
-	onRollback := s == rollout.StateBlocked || acts
+	acts := s == rolloutplan.StateRolledBack && workflow.GetVersion(ctx, "rolled-back-acts-on-rollback", workflow.DefaultVersion, 1) == 1
+	onRollback := s == rolloutplan.StateBlocked || acts
 	r.continues = r.continues || acts
 	cond := func() bool { return r.st.Retry || (onRollback && r.st.RollbackPending != nil) }
-	if s == rollout.StateRolledBack {
+	if s == rolloutplan.StateRolledBack {
 		// Since version 1 the looks at held nodes back off while none is returned.
 		backsOff := workflow.GetVersion(ctx, "drain-backs-off", workflow.DefaultVersion, 1) == 1
 		r.continues = r.continues || backsOff
@@ -339,7 +339,7 @@ func (r *rolloutRun) held(ctx workflow.Context) error {
 	}
 	r.st.Retry = false
 	r.st.HoldUntil = time.Time{}
-	r.st.State = rollout.StateRunning
+	r.st.State = rolloutplan.StateRunning
 	r.publish(ctx)
 	return nil
 }
@@ -381,7 +381,7 @@ func (r *rolloutRun) undo(ctx, actx workflow.Context, in rollouts.UndoInput) err
 	if len(res.Held) == 0 {
 		return nil
 	}
-	held := rollout.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
+	held := rolloutplan.PhaseChange{Phase: in.Change.Phase, At: in.Change.At}
 	var names []string
 	for _, h := range res.Held {
 		held.Nodes = append(held.Nodes, h.NodeChange)
@@ -414,7 +414,7 @@ const GateRemeasure = 30 * time.Second
 func (r *rolloutRun) stuck(ctx workflow.Context, reason string) error {
 	r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; fix it, then resume or roll back", r.plan.Name, reason))
 	r.note(ctx, reason)
-	return r.hold(ctx, rollout.StateBlocked)
+	return r.hold(ctx, rolloutplan.StateBlocked)
 }
 
 // rollbackStuck holds the rollout blocked after a rollback could not finish; the phases not undone
@@ -429,15 +429,15 @@ func (r *rolloutRun) rollbackStuck(ctx workflow.Context, n int, reason, failure 
 // enable until a window is open.
 func (r *rolloutRun) waitToAdvance(ctx workflow.Context) error {
 	needsWindow := func() bool {
-		return r.st.Scheduled && (r.st.Step == rollout.StepPreflight || r.st.Step == rollout.StepEnable) &&
+		return r.st.Scheduled && (r.st.Step == rolloutplan.StepPreflight || r.st.Step == rolloutplan.StepEnable) &&
 			!workflow.Now(ctx).Before(r.st.WindowUntil)
 	}
 	for r.st.Paused || needsWindow() {
 		prev := r.st.State
 		if r.st.Paused {
-			r.st.State = rollout.StatePaused
+			r.st.State = rolloutplan.StatePaused
 		} else {
-			r.st.State = rollout.StateWaitingWindow
+			r.st.State = rolloutplan.StateWaitingWindow
 		}
 		if prev != r.st.State {
 			r.publish(ctx)
@@ -449,8 +449,8 @@ func (r *rolloutRun) waitToAdvance(ctx workflow.Context) error {
 			return nil
 		}
 	}
-	if r.st.State == rollout.StatePaused || r.st.State == rollout.StateWaitingWindow {
-		r.st.State = rollout.StateRunning
+	if r.st.State == rolloutplan.StatePaused || r.st.State == rolloutplan.StateWaitingWindow {
+		r.st.State = rolloutplan.StateRunning
 		r.publish(ctx)
 	}
 	return nil
@@ -474,7 +474,7 @@ func (r *rolloutRun) unblock(actx, ctx workflow.Context, phase string) error {
 
 // withChange lists an enabled phase's change, in place of the partial change a failed enable of
 // the same phase left.
-func withChange(cs []rollout.PhaseChange, c rollout.PhaseChange) []rollout.PhaseChange {
+func withChange(cs []rolloutplan.PhaseChange, c rolloutplan.PhaseChange) []rolloutplan.PhaseChange {
 	if n := len(cs); n > 0 && cs[n-1].Phase == c.Phase && cs[n-1].Partial {
 		cs[n-1] = c
 		return cs

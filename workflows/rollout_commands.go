@@ -8,13 +8,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // rolloutLogSize is how many log entries a rollout keeps.
 const rolloutLogSize = 100
 
-// register sets the state query, the command updates (validated by rollout.CheckCommand) and the
+// register sets the state query, the command updates (validated by rolloutplan.CheckCommand) and the
 // window signal.
 func (r *rolloutRun) register(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (api.RolloutStatus, error) { return *r.st, nil }); err != nil {
@@ -23,21 +23,21 @@ func (r *rolloutRun) register(ctx workflow.Context) error {
 	for _, name := range []string{api.UpdateRolloutPause, api.UpdateRolloutResume, api.UpdateRolloutRollback, api.UpdateRolloutApprove} {
 		name := name
 		err := workflow.SetUpdateHandlerWithOptions(ctx, name,
-			func(ctx workflow.Context, c rollout.Command) (api.RolloutStatus, error) {
+			func(ctx workflow.Context, c rolloutplan.Command) (api.RolloutStatus, error) {
 				r.apply(ctx, name, c)
 				// An approval or a rollback answers once the rollout has acted on it, so the caller
 				// sees where it went rather than the state it asked to leave.
 				var err error
 				switch name {
 				case api.UpdateRolloutApprove:
-					err = workflow.Await(ctx, func() bool { return r.st.State != rollout.StateWaitingApproval })
+					err = workflow.Await(ctx, func() bool { return r.st.State != rolloutplan.StateWaitingApproval })
 				case api.UpdateRolloutRollback:
 					err = workflow.Await(ctx, func() bool { return r.st.RollbackPending == nil })
 				}
 				return *r.st, err
 			},
-			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c rollout.Command) error {
-				return rollout.CheckCommand(name, c, r.standing())
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c rolloutplan.Command) error {
+				return rolloutplan.CheckCommand(name, c, r.standing())
 			}})
 		if err != nil {
 			return fmt.Errorf("register update %s: %w", name, err)
@@ -62,19 +62,19 @@ func (r *rolloutRun) openWindow(ctx workflow.Context, w api.RolloutWindow) {
 	}
 }
 
-func (r *rolloutRun) standing() rollout.Standing {
-	return rollout.Standing{State: r.st.State, Paused: r.st.Paused, Enabled: len(r.st.Enabled), Awaiting: r.st.Awaiting,
+func (r *rolloutRun) standing() rolloutplan.Standing {
+	return rolloutplan.Standing{State: r.st.State, Paused: r.st.Paused, Enabled: len(r.st.Enabled), Awaiting: r.st.Awaiting,
 		RollbackPending: r.st.RollbackPending != nil}
 }
 
 // apply records an accepted command; the main loop acts on it.
-func (r *rolloutRun) apply(ctx workflow.Context, name string, c rollout.Command) {
+func (r *rolloutRun) apply(ctx workflow.Context, name string, c rolloutplan.Command) {
 	switch name {
 	case api.UpdateRolloutPause:
 		r.st.Paused = true
 	case api.UpdateRolloutResume:
 		r.st.Paused = false
-		if r.st.State == rollout.StateBlocked || r.st.State == rollout.StateRolledBack {
+		if r.st.State == rolloutplan.StateBlocked || r.st.State == rolloutplan.StateRolledBack {
 			r.st.Retry = true
 		}
 	case api.UpdateRolloutRollback:

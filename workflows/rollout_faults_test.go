@@ -13,7 +13,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // Slack being down never holds back a rollback: the alert before it is tried a bounded number of
@@ -26,14 +26,14 @@ func TestRolloutRollsBackWhileAlertsFail(t *testing.T) {
 	})
 	p := testPlan()
 	p.Phases = p.Phases[:1]
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return []string{"drift"} })
 	st := r.stateAt(10*time.Minute + time.Minute) // the gates fail at the end of the 10-minute soak
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Hour)
 	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
-	if st.State != rollout.StateRolledBack {
+	if st.State != rolloutplan.StateRolledBack {
 		t.Fatalf("a minute after the failed gate: %s, want rolled back", st.State)
 	}
 	if alerts == 0 || alerts > 5 {
@@ -56,28 +56,28 @@ func TestRolloutEnableThatFailsHoldsBlocked(t *testing.T) {
 			r := newRolloutEnv(t)
 			p := testPlan()
 			p.Phases = p.Phases[:1]
-			r.preflight(func(int) []rollout.Violation { return nil })
+			r.preflight(func(int) []rolloutplan.Violation { return nil })
 			tries, fixed := 0, false
-			r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
+			r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rolloutplan.PhaseChange, error) {
 				if !fixed {
 					tries++
-					return rollout.PhaseChange{}, tc.err
+					return rolloutplan.PhaseChange{}, tc.err
 				}
 				r.record("enable", "canary")
-				return rollout.PhaseChange{Phase: "canary", Nodes: []rollout.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+				return rolloutplan.PhaseChange{Phase: "canary", Nodes: []rolloutplan.NodeChange{{Node: "canary-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
 			})
 			r.gates(func(int, int) []string { return nil })
 			blocked := r.stateAt(time.Hour)
 			r.env.RegisterDelayedCallback(func() { fixed = true }, time.Hour+time.Second)
-			r.update(time.Hour+2*time.Second, api.UpdateRolloutResume, rollout.Command{Actor: "alice", Reason: "RBAC fixed"}, true)
+			r.update(time.Hour+2*time.Second, api.UpdateRolloutResume, rolloutplan.Command{Actor: "alice", Reason: "RBAC fixed"}, true)
 			st := r.run(api.RolloutInput{Plan: p})
-			if blocked.State != rollout.StateBlocked || countLog(*blocked, "enable of phase canary failed: "+tc.says+";") != 1 {
+			if blocked.State != rolloutplan.StateBlocked || countLog(*blocked, "enable of phase canary failed: "+tc.says+";") != 1 {
 				t.Fatalf("an hour in: %s, log %+v", blocked.State, blocked.Log)
 			}
 			if tries != tc.tries {
 				t.Fatalf("enable tried %d times, want %d", tries, tc.tries)
 			}
-			if st.State != rollout.StateCompleted {
+			if st.State != rolloutplan.StateCompleted {
 				t.Fatalf("after resume: %s", st.State)
 			}
 			r.wantCalls("preflight:canary", "preflight:canary", "enable:canary", "gates:canary")
@@ -91,7 +91,7 @@ func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases = p.Phases[:1]
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.gates(func(int, int) []string { return []string{"drift"} })
 	broken := true
@@ -105,14 +105,14 @@ func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
 	r.rollbackActs() // its undo comes second: the one above answers
 	stuck := r.stateAt(time.Hour)
 	r.env.RegisterDelayedCallback(func() { broken = false }, time.Hour+time.Second)
-	r.update(time.Hour+2*time.Second, api.UpdateRolloutResume, rollout.Command{Actor: "alice"}, true)
+	r.update(time.Hour+2*time.Second, api.UpdateRolloutResume, rolloutplan.Command{Actor: "alice"}, true)
 	rolledBack := r.stateAt(time.Hour + time.Minute)
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 2*time.Hour)
 	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
-	if stuck.State != rollout.StateBlocked || stuck.Unfinished == nil || len(stuck.Enabled) != 1 || countLog(*stuck, "did not finish") != 1 {
+	if stuck.State != rolloutplan.StateBlocked || stuck.Unfinished == nil || len(stuck.Enabled) != 1 || countLog(*stuck, "did not finish") != 1 {
 		t.Fatalf("an hour in: %s, unfinished %+v, enabled %d", stuck.State, stuck.Unfinished, len(stuck.Enabled))
 	}
-	if rolledBack.State != rollout.StateRolledBack || rolledBack.Unfinished != nil || len(rolledBack.Enabled) != 0 {
+	if rolledBack.State != rolloutplan.StateRolledBack || rolledBack.Unfinished != nil || len(rolledBack.Enabled) != 0 {
 		t.Fatalf("after resume: %s, unfinished %+v, enabled %d", rolledBack.State, rolledBack.Unfinished, len(rolledBack.Enabled))
 	}
 	if n := strings.Count(strings.Join(r.calls, " "), "block:"); n != 2 {
@@ -125,7 +125,7 @@ func TestRolloutRollbackThatFailsIsRetriedOnResume(t *testing.T) {
 func TestRolloutRollbackDuringAGateRollbackIsRefused(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.gates(func(phase, _ int) []string {
 		if phase == 1 {
@@ -135,13 +135,13 @@ func TestRolloutRollbackDuringAGateRollbackIsRefused(t *testing.T) {
 	})
 	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).After(time.Minute).Return(nil)
 	r.rollbackActs()
-	r.update(15*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "alice", Phase: "canary"}, true)
+	r.update(15*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Actor: "alice", Phase: "canary"}, true)
 	// canary: 10 min soak, approved at 15 min; wide: enabled then, its gates fail at 35 min.
 	blocking := r.stateAt(35*time.Minute + 30*time.Second)
-	r.update(35*time.Minute+31*time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "bob", Reason: "stop everything"}, false)
+	r.update(35*time.Minute+31*time.Second, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "bob", Reason: "stop everything"}, false)
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 40*time.Minute)
 	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
-	if blocking.State != rollout.StateBlocking || len(blocking.Enabled) != 2 {
+	if blocking.State != rolloutplan.StateBlocking || len(blocking.Enabled) != 2 {
 		t.Fatalf("during the gate's rollback: %s with %d phases enabled", blocking.State, len(blocking.Enabled))
 	}
 }
@@ -152,8 +152,8 @@ func TestRolloutRollbackUndoesAFailedEnable(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases = p.Phases[:1]
-	r.preflight(func(int) []rollout.Violation { return nil })
-	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(rollout.PhaseChange{},
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(rolloutplan.PhaseChange{},
 		temporal.NewNonRetryableApplicationError("nodes is forbidden", rollouts.ErrRolloutForbidden, nil))
 	var undone []rollouts.UndoInput
 	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(nil)
@@ -162,17 +162,17 @@ func TestRolloutRollbackUndoesAFailedEnable(t *testing.T) {
 		return rollouts.UndoResult{Returned: []string{"canary-0"}}, nil
 	})
 	blocked := r.stateAt(time.Minute)
-	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "alice", Reason: "give the nodes back"}, true)
+	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "alice", Reason: "give the nodes back"}, true)
 	rolledBack := r.stateAt(2 * time.Minute)
 	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 3*time.Minute)
 	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
-	if blocked.State != rollout.StateBlocked || len(blocked.Enabled) != 1 || !blocked.Enabled[0].Partial {
+	if blocked.State != rolloutplan.StateBlocked || len(blocked.Enabled) != 1 || !blocked.Enabled[0].Partial {
 		t.Fatalf("after the failed enable: %s, enabled %+v", blocked.State, blocked.Enabled)
 	}
 	if len(undone) != 1 || !undone[0].Change.Partial || undone[0].Selector != "pool=a" {
 		t.Fatalf("undo calls %+v: want one of the partial change, by the phase's selector", undone)
 	}
-	if rolledBack.State != rollout.StateRolledBack || len(rolledBack.Enabled) != 0 {
+	if rolledBack.State != rolloutplan.StateRolledBack || len(rolledBack.Enabled) != 0 {
 		t.Fatalf("after the rollback: %s, enabled %+v", rolledBack.State, rolledBack.Enabled)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // A rollback accepted while the run's history is full is acted on before the run continues as
@@ -18,13 +18,13 @@ import (
 func TestRollbackAcceptedWithAFullHistoryIsCarriedOut(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
 	r.env.SetTestTimeout(20 * time.Second)
 	r.env.RegisterDelayedCallback(func() { r.env.SetContinueAsNewSuggested(true) }, time.Minute)
-	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "full history"}, true)
+	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre", Reason: "full history"}, true)
 	r.env.ExecuteWorkflow(RolloutWorkflow, api.RolloutInput{Plan: p})
 	if !r.env.IsWorkflowCompleted() {
 		t.Fatal("the rollout never finished: the rollback was not carried out")
@@ -35,7 +35,7 @@ func TestRollbackAcceptedWithAFullHistoryIsCarriedOut(t *testing.T) {
 	}
 	r.wantCalls("preflight:canary", "enable:canary", "block:canary=gpu-a", "undo:canary=plugin")
 	a, ok := r.answers[api.UpdateRolloutRollback]
-	if !ok || a.RollbackPending != nil || a.State != rollout.StateRolledBack {
+	if !ok || a.RollbackPending != nil || a.State != rolloutplan.StateRolledBack {
 		t.Fatalf("the rollback was answered %v: %+v", ok, a)
 	}
 }

@@ -13,15 +13,15 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // onePhase is a one-phase rollout (10 min soak, 1 h rollback hold) that passes preflight.
-func onePhase(t *testing.T) (*rolloutEnv, rollout.Plan) {
+func onePhase(t *testing.T) (*rolloutEnv, rolloutplan.Plan) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases = p.Phases[:1]
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	return r, p
@@ -30,12 +30,12 @@ func onePhase(t *testing.T) (*rolloutEnv, rollout.Plan) {
 // gatesWaiting answers the gates with a query gate waiting for data for the first n measurements.
 func (r *rolloutEnv) gatesWaiting(n int) {
 	calls := 0
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
 		if calls++; calls <= n {
-			return rollout.Report{Phase: "canary", Waiting: []string{"query errors: no data (NaN), onNoData: wait"}}, nil
+			return rolloutplan.Report{Phase: "canary", Waiting: []string{"query errors: no data (NaN), onNoData: wait"}}, nil
 		}
-		return rollout.Report{Phase: "canary", Claims: 3}, nil
+		return rolloutplan.Report{Phase: "canary", Claims: 3}, nil
 	})
 }
 
@@ -46,7 +46,7 @@ func TestRolloutGateWaitsForData(t *testing.T) {
 	r.gatesWaiting(2)
 	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "gates:canary", "gates:canary")
-	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
+	if st.State != rolloutplan.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
 		t.Fatalf("state %s, reports %+v", st.State, st.Reports)
 	}
 	if !st.GatesWaitUntil.IsZero() {
@@ -60,7 +60,7 @@ func TestRolloutGateWaitingForeverFails(t *testing.T) {
 	r, p := onePhase(t)
 	r.gatesWaiting(1 << 30)
 	st := r.run(api.RolloutInput{Plan: p})
-	if st.State != rollout.StateRolledBack {
+	if st.State != rolloutplan.StateRolledBack {
 		t.Fatalf("state %s, want rolled back", st.State)
 	}
 	// 10 min of waiting, measured every 30 s: the first measurement and 20 more.
@@ -77,12 +77,12 @@ func TestRolloutGateWaitingForeverFails(t *testing.T) {
 // back with the reason. A measurement that no retry can make is tried once.
 func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
-		return rollout.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", rollouts.ErrInvalidGateInput, nil)
+		return rolloutplan.Report{}, temporal.NewNonRetryableApplicationError("plan gpu has no phase 3", rollouts.ErrInvalidGateInput, nil)
 	})
 	st := r.run(api.RolloutInput{Plan: p})
-	if st.State != rollout.StateRolledBack {
+	if st.State != rolloutplan.StateRolledBack {
 		t.Fatalf("state %s, want rolled back", st.State)
 	}
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "block:canary=gpu-a", "undo:canary=plugin")
@@ -95,7 +95,7 @@ func TestRolloutGatesThatCannotBeMeasuredRollBack(t *testing.T) {
 // acted on: the earlier phase is rolled back too, and the command is answered once it is.
 func TestRolloutRollbackWhileRolledBackIsActedOn(t *testing.T) {
 	r := newRolloutEnv(t)
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(phase, _ int) []string {
@@ -104,13 +104,13 @@ func TestRolloutRollbackWhileRolledBackIsActedOn(t *testing.T) {
 		}
 		return nil
 	})
-	r.update(11*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
+	r.update(11*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Actor: "sre", Phase: "canary"}, true)
 	// wide: enabled at 11 min, soaks 20 min, fails its gates and is rolled back at 31 min.
-	r.update(40*time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "all of it"}, true)
+	r.update(40*time.Minute, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre", Reason: "all of it"}, true)
 	st := r.run(api.RolloutInput{Plan: testPlan()})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
-	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Enabled) != 0 {
 		t.Fatalf("state %s with %d phases enabled", st.State, len(st.Enabled))
 	}
 	if ans, ok := r.answers[api.UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
@@ -121,12 +121,12 @@ func TestRolloutRollbackWhileRolledBackIsActedOn(t *testing.T) {
 // A window that finds the rollout's last run ended starts nothing: after a completed run it does
 // nothing; after one that rolled back or was terminated it fails, so the Schedule pauses.
 func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
-	for state, wantErr := range map[rollout.State]bool{rollout.StateCompleted: false, rollout.StateRolledBack: true, rollout.StateTerminated: true} {
+	for state, wantErr := range map[rolloutplan.State]bool{rolloutplan.StateCompleted: false, rolloutplan.StateRolledBack: true, rolloutplan.StateTerminated: true} {
 		var s testsuite.WorkflowTestSuite
 		env := s.NewTestWorkflowEnvironment()
 		env.RegisterWorkflow(RolloutWindowWorkflow)
 		registerActivities(env)
-		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(rollout.WindowResult{State: state, Ended: true}, nil)
+		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(api.OpenWindowResult{State: state, Ended: true}, nil)
 		env.ExecuteWorkflow(RolloutWindowWorkflow, api.RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(time.Hour)})
 		err := env.GetWorkflowError()
 		if (err != nil) != wantErr || wantErr && !strings.Contains(err.Error(), "ended "+string(state)+": the schedule pauses") {
@@ -139,19 +139,19 @@ func TestRolloutWindowAfterTheRunEnded(t *testing.T) {
 // measurement is cancelled and the phase rolled back, without waiting for it.
 func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90 * time.Second).Return(func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
 		r.record("gates", in.Plan.Phases[in.Phase].Name)
-		return rollout.Report{Phase: "canary", Claims: 3}, nil
+		return rolloutplan.Report{Phase: "canary", Claims: 3}, nil
 	})
 	// canary: enabled at 0, soaks 10 min, measured from 10 min for 90 s.
-	r.update(10*time.Minute+5*time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "stop"}, true)
+	r.update(10*time.Minute+5*time.Second, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre", Reason: "stop"}, true)
 	st := r.run(api.RolloutInput{Plan: p})
 	// The test environment still runs the cancelled mock to its end (its "gates" call comes last);
 	// the rollback came before it, and its report was never taken.
 	if got := strings.Join(r.calls, " "); !strings.HasPrefix(got, "preflight:canary enable:canary block:canary=gpu-a undo:canary=plugin") {
 		t.Fatalf("calls %s: the rollback waited for the measurement", got)
 	}
-	if st.State != rollout.StateRolledBack || len(st.Reports) != 0 || countLog(st, "measuring its gates stopped for a command") != 1 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Reports) != 0 || countLog(st, "measuring its gates stopped for a command") != 1 {
 		t.Fatalf("state %s, reports %+v, log %+v", st.State, st.Reports, st.Log)
 	}
 	if ans, ok := r.answers[api.UpdateRolloutRollback]; !ok || len(ans.Enabled) != 0 {
@@ -163,15 +163,15 @@ func TestRolloutRollbackWhileGatesAreMeasured(t *testing.T) {
 // are measured again, and the phase passes on that measurement.
 func TestRolloutPauseWhileGatesAreMeasured(t *testing.T) {
 	r, p := onePhase(t)
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90*time.Second).Return(rollout.Report{Phase: "canary", Claims: 3}, nil)
-	r.update(10*time.Minute+5*time.Second, api.UpdateRolloutPause, rollout.Command{Actor: "sre"}, true)
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).After(90*time.Second).Return(rolloutplan.Report{Phase: "canary", Claims: 3}, nil)
+	r.update(10*time.Minute+5*time.Second, api.UpdateRolloutPause, rolloutplan.Command{Actor: "sre"}, true)
 	paused := r.stateAt(15 * time.Minute)
-	r.update(20*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	r.update(20*time.Minute, api.UpdateRolloutResume, rolloutplan.Command{Actor: "sre"}, true)
 	st := r.run(api.RolloutInput{Plan: p})
-	if !paused.Paused || paused.Step != rollout.StepGates {
+	if !paused.Paused || paused.Step != rolloutplan.StepGates {
 		t.Fatalf("at 15 min: paused %v at %s", paused.Paused, paused.Step)
 	}
-	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || countLog(st, "measuring its gates stopped for a command") != 1 {
+	if st.State != rolloutplan.StateCompleted || len(st.Reports) != 1 || countLog(st, "measuring its gates stopped for a command") != 1 {
 		t.Fatalf("state %s, reports %d, log %+v", st.State, len(st.Reports), st.Log)
 	}
 }

@@ -14,16 +14,16 @@ import (
 	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
-func testPlan() rollout.Plan {
-	return rollout.Plan{Name: "gpu", OwnerLabel: rollout.DefaultOwnerLabel, Plugin: "plugin", DRA: "dra", PluginResource: "x.io/gpu",
+func testPlan() rolloutplan.Plan {
+	return rolloutplan.Plan{Name: "gpu", OwnerLabel: rolloutplan.DefaultOwnerLabel, Plugin: "plugin", DRA: "dra", PluginResource: "x.io/gpu",
 		RollbackHold: policy.JSONDuration(time.Hour),
-		Phases: []rollout.Phase{
-			{Name: "canary", Nodes: "pool=a", Classes: []rollout.Class{{Name: "gpu-a", Driver: "drv"}}, Namespaces: []string{"canary"},
+		Phases: []rolloutplan.Phase{
+			{Name: "canary", Nodes: "pool=a", Classes: []rolloutplan.Class{{Name: "gpu-a", Driver: "drv"}}, Namespaces: []string{"canary"},
 				Soak: policy.JSONDuration(10 * time.Minute), Approve: true},
-			{Name: "wide", Nodes: "pool=b", Classes: []rollout.Class{{Name: "gpu-b", Driver: "drv"}}, Namespaces: []string{"team"},
+			{Name: "wide", Nodes: "pool=b", Classes: []rolloutplan.Class{{Name: "gpu-b", Driver: "drv"}}, Namespaces: []string{"team"},
 				Soak: policy.JSONDuration(20 * time.Minute)},
 		}}
 }
@@ -61,31 +61,31 @@ func newRolloutEnvWithAlert(t *testing.T, alert func(context.Context, notify.Ale
 
 func (r *rolloutEnv) record(name string, phase string) { r.calls = append(r.calls, name+":"+phase) }
 
-func (r *rolloutEnv) preflight(violations func(phase int) []rollout.Violation) {
-	r.env.OnActivity(rol.RolloutPreflight, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) ([]rollout.Violation, error) {
+func (r *rolloutEnv) preflight(violations func(phase int) []rolloutplan.Violation) {
+	r.env.OnActivity(rol.RolloutPreflight, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) ([]rolloutplan.Violation, error) {
 		r.record("preflight", in.Plan.Phases[in.Phase].Name)
 		return violations(in.Phase), nil
 	})
 }
 
 func (r *rolloutEnv) enable() {
-	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rolloutplan.PhaseChange, error) {
 		ph := in.Plan.Phases[in.Phase].Name
 		r.record("enable", ph)
-		return rollout.PhaseChange{Phase: ph, Nodes: []rollout.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
+		return rolloutplan.PhaseChange{Phase: ph, Nodes: []rolloutplan.NodeChange{{Node: ph + "-0", Previous: "plugin", HadLabel: true, PluginDevices: 8}}}, nil
 	})
 }
 
 func (r *rolloutEnv) gates(failed func(phase int, attempt int) []string) {
 	attempts := map[int]int{}
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
 		ph := in.Plan.Phases[in.Phase].Name
 		r.record("gates", ph)
 		if in.Expected[ph+"-0"] != 8 {
 			r.t.Errorf("gates of %s: expected devices %v, want what enable recorded", ph, in.Expected)
 		}
 		attempts[in.Phase]++
-		return rollout.Report{Phase: ph, Claims: 3, Failed: failed(in.Phase, attempts[in.Phase])}, nil
+		return rolloutplan.Report{Phase: ph, Claims: 3, Failed: failed(in.Phase, attempts[in.Phase])}, nil
 	})
 }
 
@@ -109,7 +109,7 @@ func (r *rolloutEnv) rollbackActs() {
 }
 
 // update sends a command at d into the run; wantOK says whether it must be accepted.
-func (r *rolloutEnv) update(d time.Duration, name string, c rollout.Command, wantOK bool) {
+func (r *rolloutEnv) update(d time.Duration, name string, c rolloutplan.Command, wantOK bool) {
 	r.env.RegisterDelayedCallback(func() {
 		r.env.UpdateWorkflow(name, name+c.Phase+c.Actor+d.String(), &testsuite.TestUpdateCallback{OnAccept: func() {
 			if !wantOK {
@@ -147,13 +147,13 @@ func (r *rolloutEnv) stateAt(d time.Duration) *api.RolloutStatus {
 
 // heldRollback is a one-phase rollout whose gates fail, with the given rollbackHold, whose node
 // bound claims hold for the first held undo calls.
-func heldRollback(t *testing.T, hold time.Duration, held int) (*rolloutEnv, rollout.Plan) {
+func heldRollback(t *testing.T, hold time.Duration, held int) (*rolloutEnv, rolloutplan.Plan) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases = p.Phases[:1]
 	p.RollbackHold = policy.JSONDuration(hold)
 	r.held = held
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return []string{"drift"} })
@@ -195,23 +195,23 @@ func (r *rolloutEnv) wantCalls(want ...string) {
 
 func TestRolloutAdvancesThroughApprovedPhases(t *testing.T) {
 	r := newRolloutEnv(t)
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.update(5*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, false) // still soaking
-	r.update(11*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "wide"}, false)  // not the one waiting
-	r.update(12*time.Minute, api.UpdateRolloutApprove, rollout.Command{Phase: "canary"}, false)              // no actor
-	r.update(13*time.Minute, api.UpdateRolloutApprove, rollout.Command{Actor: "sre", Phase: "canary"}, true)
+	r.update(5*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Actor: "sre", Phase: "canary"}, false) // still soaking
+	r.update(11*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Actor: "sre", Phase: "wide"}, false)  // not the one waiting
+	r.update(12*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Phase: "canary"}, false)              // no actor
+	r.update(13*time.Minute, api.UpdateRolloutApprove, rolloutplan.Command{Actor: "sre", Phase: "canary"}, true)
 	atApproval := r.stateAt(12*time.Minute + 30*time.Second)
 	st := r.run(api.RolloutInput{Plan: testPlan()})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "ask:canary>wide", "preflight:wide", "enable:wide", "gates:wide")
-	if st.State != rollout.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
+	if st.State != rolloutplan.StateCompleted || st.Phase != 2 || len(st.Enabled) != 2 || len(st.Reports) != 2 {
 		t.Errorf("status = %+v", st)
 	}
-	if a := r.answers[api.UpdateRolloutApprove]; a.State == rollout.StateWaitingApproval || a.Phase != 1 {
+	if a := r.answers[api.UpdateRolloutApprove]; a.State == rolloutplan.StateWaitingApproval || a.Phase != 1 {
 		t.Errorf("the approval answered %s at phase %d: it must answer once the rollout moved on", a.State, a.Phase)
 	}
-	if atApproval.State != rollout.StateWaitingApproval || atApproval.Awaiting != "canary" {
+	if atApproval.State != rolloutplan.StateWaitingApproval || atApproval.Awaiting != "canary" {
 		t.Errorf("at 12m30s: state %s awaiting %q, want waiting-approval on canary", atApproval.State, atApproval.Awaiting)
 	}
 	if !strings.Contains(st.Log[len(st.Log)-1].Text, "completed") || !hasLog(st, "approve-phase by sre (phase canary)") {
@@ -223,7 +223,7 @@ func TestRolloutFailedGateRollsBackThePhaseAndResumeRetries(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases[0].Approve = false
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(phase, attempt int) []string {
@@ -233,12 +233,12 @@ func TestRolloutFailedGateRollsBackThePhaseAndResumeRetries(t *testing.T) {
 		return nil
 	})
 	// wide soaks 10..30 min, fails, is rolled back; resume at 40 min retries it.
-	r.update(35*time.Minute, api.UpdateRolloutPause, rollout.Command{Actor: "sre"}, false)
-	r.update(40*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre", Reason: "publisher fixed"}, true)
+	r.update(35*time.Minute, api.UpdateRolloutPause, rolloutplan.Command{Actor: "sre"}, false)
+	r.update(40*time.Minute, api.UpdateRolloutResume, rolloutplan.Command{Actor: "sre", Reason: "publisher fixed"}, true)
 	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide", "gates:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "preflight:wide", "unblock:wide", "enable:wide", "gates:wide")
-	if st.State != rollout.StateCompleted || len(st.Blocks) != 0 || len(st.Enabled) != 2 {
+	if st.State != rolloutplan.StateCompleted || len(st.Blocks) != 0 || len(st.Enabled) != 2 {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -247,15 +247,15 @@ func TestRolloutRollbackCommandUndoesEveryPhaseNewestFirst(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases[0].Approve = false
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
-	r.update(time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre"}, true)              // during canary's soak... (accepted)
-	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // already under way
+	r.update(time.Minute, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre"}, true)              // during canary's soak... (accepted)
+	r.update(time.Minute+time.Second, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre"}, false) // already under way
 	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "block:canary=gpu-a", "undo:canary=plugin")
-	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 || len(st.Blocks) != 1 || st.Phase != 0 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Enabled) != 0 || len(st.Blocks) != 1 || st.Phase != 0 {
 		t.Errorf("status = %+v", st)
 	}
 	if !strings.Contains(st.Log[len(st.Log)-1].Text, "ends rolled back") {
@@ -263,19 +263,19 @@ func TestRolloutRollbackCommandUndoesEveryPhaseNewestFirst(t *testing.T) {
 	}
 
 	r = newRolloutEnv(t)
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
 	// wide is soaking at 25 min: both phases go back, wide first.
-	r.update(25*time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "tenant complaints"}, true)
+	r.update(25*time.Minute, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre", Reason: "tenant complaints"}, true)
 	st = r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "enable:wide",
 		"block:wide=gpu-b", "undo:wide=plugin", "block:canary=gpu-a", "undo:canary=plugin")
 	if a := r.answers[api.UpdateRolloutRollback]; a.RollbackPending != nil || len(a.Enabled) != 0 {
 		t.Errorf("the rollback answered before it was carried out: %+v", a)
 	}
-	if st.State != rollout.StateRolledBack || len(st.Blocks) != 2 || st.Phase != 0 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Blocks) != 2 || st.Phase != 0 {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -285,24 +285,24 @@ func TestRolloutBlockedAtPreflightUntilResumed(t *testing.T) {
 	p := testPlan()
 	p.Phases = p.Phases[:1]
 	tries := 0
-	r.preflight(func(int) []rollout.Violation {
+	r.preflight(func(int) []rolloutplan.Violation {
 		tries++
 		if tries == 1 {
-			return []rollout.Violation{{Node: "a-0", Reason: "double ownership"}}
+			return []rolloutplan.Violation{{Node: "a-0", Reason: "double ownership"}}
 		}
 		return nil
 	})
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.update(time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre"}, false) // nothing enabled
+	r.update(time.Minute, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre"}, false) // nothing enabled
 	blocked := r.stateAt(2 * time.Minute)
-	r.update(3*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	r.update(3*time.Minute, api.UpdateRolloutResume, rolloutplan.Command{Actor: "sre"}, true)
 	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "preflight:canary", "enable:canary", "gates:canary")
-	if blocked.State != rollout.StateBlocked || len(blocked.Violations) != 1 || blocked.Violations[0].Node != "a-0" {
+	if blocked.State != rolloutplan.StateBlocked || len(blocked.Violations) != 1 || blocked.Violations[0].Node != "a-0" {
 		t.Errorf("while blocked: %+v", blocked)
 	}
-	if st.State != rollout.StateCompleted || len(st.Violations) != 0 {
+	if st.State != rolloutplan.StateCompleted || len(st.Violations) != 0 {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -311,13 +311,13 @@ func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases[0].Approve = false
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	var enabledAt []time.Duration
 	start := r.env.Now()
-	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
+	r.env.OnActivity(rol.EnableRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) (rolloutplan.PhaseChange, error) {
 		enabledAt = append(enabledAt, r.env.Now().Sub(start))
 		ph := in.Plan.Phases[in.Phase].Name
-		return rollout.PhaseChange{Phase: ph, Nodes: []rollout.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
+		return rolloutplan.PhaseChange{Phase: ph, Nodes: []rolloutplan.NodeChange{{Node: ph + "-0", PluginDevices: 8}}}, nil
 	})
 	r.gates(func(int, int) []string { return nil })
 	window := func(at, length time.Duration) {
@@ -332,7 +332,7 @@ func TestScheduledRolloutEnablesOnlyInsideAWindow(t *testing.T) {
 	if len(enabledAt) != 2 || enabledAt[0] != time.Hour || enabledAt[1] != 3*time.Hour {
 		t.Errorf("phases enabled at %v, want 1h and 3h", enabledAt)
 	}
-	if st.State != rollout.StateCompleted {
+	if st.State != rolloutplan.StateCompleted {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -346,10 +346,10 @@ func TestRolloutHoldsNodesWithBoundClaims(t *testing.T) {
 	start := r.env.Now()
 	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "block:canary=gpu-a", "undo:canary=plugin", "undo:canary=plugin", "undo:canary=plugin")
-	if len(during.Draining) != 1 || during.Draining[0].Change.Nodes[0].Node != "canary-0" || during.State != rollout.StateRolledBack {
+	if len(during.Draining) != 1 || during.Draining[0].Change.Nodes[0].Node != "canary-0" || during.State != rolloutplan.StateRolledBack {
 		t.Errorf("while held: %+v", during)
 	}
-	if st.State != rollout.StateRolledBack || len(st.Draining) != 0 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Draining) != 0 {
 		t.Errorf("status = %+v", st)
 	}
 	// Soak 10 min, a look at 15 s, the last at 20 s when the hold has passed.
@@ -365,17 +365,17 @@ func TestRolloutHoldsNodesWithBoundClaims(t *testing.T) {
 // blocked fails (so the Schedule, created with pause-on-failure, pauses); otherwise it succeeds,
 // and it asks for the window to last as long as the schedule says from its own start.
 func TestRolloutWindowFailsWhenTheRolloutIsHeld(t *testing.T) {
-	for state, wantErr := range map[rollout.State]bool{rollout.StateRunning: false, rollout.StateWaitingWindow: false,
-		rollout.StateRolledBack: true, rollout.StateBlocked: true, rollout.StateCompleted: false} {
+	for state, wantErr := range map[rolloutplan.State]bool{rolloutplan.StateRunning: false, rolloutplan.StateWaitingWindow: false,
+		rolloutplan.StateRolledBack: true, rolloutplan.StateBlocked: true, rolloutplan.StateCompleted: false} {
 		var s testsuite.WorkflowTestSuite
 		env := s.NewTestWorkflowEnvironment()
 		env.RegisterWorkflow(RolloutWindowWorkflow)
 		registerActivities(env)
 		start := env.Now()
-		var asked rollout.WindowInput
-		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.WindowInput) (rollout.WindowResult, error) {
+		var asked api.OpenWindowInput
+		env.OnActivity(rol.OpenRolloutWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.OpenWindowInput) (api.OpenWindowResult, error) {
 			asked = in
-			return rollout.WindowResult{Phase: "canary", State: state}, nil
+			return api.OpenWindowResult{Phase: "canary", State: state}, nil
 		})
 		env.ExecuteWorkflow(RolloutWindowWorkflow, api.RolloutWindowInput{Plan: testPlan(), Window: policy.JSONDuration(2 * time.Hour)})
 		err := env.GetWorkflowError()
@@ -407,19 +407,19 @@ func TestRolloutBlockedLaterPhaseCanRollBack(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases[0].Approve = false
-	r.preflight(func(phase int) []rollout.Violation {
+	r.preflight(func(phase int) []rolloutplan.Violation {
 		if phase == 1 {
-			return []rollout.Violation{{Node: "b-0", Reason: "double ownership"}}
+			return []rolloutplan.Violation{{Node: "b-0", Reason: "double ownership"}}
 		}
 		return nil
 	})
 	r.enable()
 	r.rollbackActs()
 	r.gates(func(int, int) []string { return nil })
-	r.update(15*time.Minute, api.UpdateRolloutRollback, rollout.Command{Actor: "sre", Reason: "give up"}, true)
+	r.update(15*time.Minute, api.UpdateRolloutRollback, rolloutplan.Command{Actor: "sre", Reason: "give up"}, true)
 	st := r.run(api.RolloutInput{Plan: p})
 	r.wantCalls("preflight:canary", "enable:canary", "gates:canary", "preflight:wide", "block:canary=gpu-a", "undo:canary=plugin")
-	if st.State != rollout.StateRolledBack || len(st.Enabled) != 0 || st.Phase != 0 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Enabled) != 0 || st.Phase != 0 {
 		t.Errorf("status = %+v", st)
 	}
 	if !hasLog(st, "rollback by sre: give up") {
@@ -438,7 +438,7 @@ func TestRolloutKeepsDrainingPastItsHold(t *testing.T) {
 	if took := r.env.Now().Sub(start); took != 10*time.Minute+90*time.Second {
 		t.Errorf("ended after %s", took)
 	}
-	if st.State != rollout.StateRolledBack || len(st.Draining) != 0 {
+	if st.State != rolloutplan.StateRolledBack || len(st.Draining) != 0 {
 		t.Errorf("status = %+v", st)
 	}
 	if held, back := countLog(st, "held on DRA"), countLog(st, "back with the plugin"); held != 1 || back != 1 {
@@ -452,26 +452,26 @@ func TestRolloutPauseHoldsTheNextStep(t *testing.T) {
 	r := newRolloutEnv(t)
 	p := testPlan()
 	p.Phases = p.Phases[:1]
-	r.preflight(func(int) []rollout.Violation { return nil })
+	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	var gatesAt time.Duration
 	start := r.env.Now()
-	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
+	r.env.OnActivity(rol.EvaluateRolloutGates, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
 		gatesAt = r.env.Now().Sub(start)
-		return rollout.Report{Phase: "canary"}, nil
+		return rolloutplan.Report{Phase: "canary"}, nil
 	})
-	r.update(time.Minute, api.UpdateRolloutPause, rollout.Command{Actor: "sre", Reason: "change freeze"}, true)
+	r.update(time.Minute, api.UpdateRolloutPause, rolloutplan.Command{Actor: "sre", Reason: "change freeze"}, true)
 	paused := r.stateAt(15 * time.Minute)
-	r.update(20*time.Minute, api.UpdateRolloutResume, rollout.Command{Actor: "sre"}, true)
+	r.update(20*time.Minute, api.UpdateRolloutResume, rolloutplan.Command{Actor: "sre"}, true)
 	resumed := r.stateAt(20*time.Minute + time.Second)
 	st := r.run(api.RolloutInput{Plan: p})
-	if paused.State != rollout.StatePaused || !paused.Paused || paused.Step != rollout.StepGates {
+	if paused.State != rolloutplan.StatePaused || !paused.Paused || paused.Step != rolloutplan.StepGates {
 		t.Errorf("at 15 min: %+v", paused)
 	}
 	if gatesAt != 20*time.Minute {
 		t.Errorf("gates ran at %s, want at the resume (20m)", gatesAt)
 	}
-	if resumed.Paused || st.State != rollout.StateCompleted {
+	if resumed.Paused || st.State != rolloutplan.StateCompleted {
 		t.Errorf("after resume: %+v; end %+v", resumed, st)
 	}
 	if !hasLog(st, "pause by sre: change freeze") {

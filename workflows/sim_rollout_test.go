@@ -18,7 +18,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/rollouts"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // rolloutModel is the cluster a rollout changes: each node's owner (the plugin or DRA) and the
@@ -28,7 +28,7 @@ type rolloutModel struct {
 	carrier
 	simLog
 	mu       sync.Mutex
-	plan     rollout.Plan
+	plan     rolloutplan.Plan
 	env      *testsuite.TestWorkflowEnvironment
 	owner    map[string]string // node -> "plugin" or "dra"
 	claims   map[string]bool   // node -> a bound claim keeps it on DRA
@@ -85,14 +85,14 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	m.env = env
 	registerActivities(env)
 	on := func(name string, fn any) { env.OnActivity(name, mock.Anything, mock.Anything).Return(fn).Maybe() }
-	on("RolloutPreflight", func(_ context.Context, in rollouts.PhaseInput) ([]rollout.Violation, error) {
+	on("RolloutPreflight", func(_ context.Context, in rollouts.PhaseInput) ([]rolloutplan.Violation, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if err := m.fault("RolloutPreflight"); err != nil {
 			return nil, err
 		}
 		if m.badNodes {
-			return []rollout.Violation{{Node: m.nodes(in.Plan.Phases[in.Phase].Name)[0], Reason: "owned by both"}}, nil
+			return []rolloutplan.Violation{{Node: m.nodes(in.Plan.Phases[in.Phase].Name)[0], Reason: "owned by both"}}, nil
 		}
 		return nil, nil
 	})
@@ -105,7 +105,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.blocked[in.Phase] = false
 		return nil
 	})
-	on("EnableRolloutPhase", func(_ context.Context, in rollouts.PhaseInput) (rollout.PhaseChange, error) {
+	on("EnableRolloutPhase", func(_ context.Context, in rollouts.PhaseInput) (rolloutplan.PhaseChange, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
@@ -118,18 +118,18 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 		}
 		if err := m.fault("EnableRolloutPhase " + ph.Name); err != nil {
-			return rollout.PhaseChange{}, err
+			return rolloutplan.PhaseChange{}, err
 		}
-		ch := rollout.PhaseChange{Phase: ph.Name}
+		ch := rolloutplan.PhaseChange{Phase: ph.Name}
 		for _, n := range m.nodes(ph.Name) {
 			// Idempotent: a node switched already keeps the owner recorded at its first switch.
 			m.owner[n] = "dra"
-			ch.Nodes = append(ch.Nodes, rollout.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+			ch.Nodes = append(ch.Nodes, rolloutplan.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 		}
 		m.enabled[ph.Name] = m.env.Now()
 		return ch, m.loseResult()
 	})
-	on("EvaluateRolloutGates", func(_ context.Context, in rollout.GateInput) (rollout.Report, error) {
+	on("EvaluateRolloutGates", func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
@@ -137,9 +137,9 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.violate("gates of %s measured before its soak ended (enabled %v)", ph.Name, at)
 		}
 		if err := m.fault("EvaluateRolloutGates " + ph.Name); err != nil {
-			return rollout.Report{}, err
+			return rolloutplan.Report{}, err
 		}
-		rep := rollout.Report{Phase: ph.Name, Claims: 3}
+		rep := rolloutplan.Report{Phase: ph.Name, Claims: 3}
 		switch m.gates {
 		case "fail":
 			rep.Failed = []string{"drift"}
@@ -174,7 +174,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			}
 			for _, n := range m.nodes(in.Change.Phase) {
 				if m.owner[n] == "dra" { // the enable recorded its previous owner
-					nodes = append(nodes, rollout.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
+					nodes = append(nodes, rolloutplan.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 				}
 			}
 		}
@@ -207,7 +207,7 @@ func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {
 		switch rapid.SampledFrom([]string{"command", "command", "command", "gates", "claims", "fault", "preflight", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
 		case "command":
 			name := rapid.SampledFrom([]string{api.UpdateRolloutPause, api.UpdateRolloutResume, api.UpdateRolloutRollback, api.UpdateRolloutApprove, api.UpdateRolloutApprove}).Draw(rt, fmt.Sprintf("cmd%d", i))
-			c := rollout.Command{Actor: rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
+			c := rolloutplan.Command{Actor: rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
 			if name == api.UpdateRolloutApprove {
 				c.Phase = rapid.SampledFrom([]string{"canary", "canary", "wide"}).Draw(rt, fmt.Sprintf("phase%d", i))
 			}
@@ -251,7 +251,7 @@ func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {
 }
 
 // update sends a command and records how it is answered; an approval accepted marks its phase.
-func (m *rolloutModel) update(env *testsuite.TestWorkflowEnvironment, name, what string, c rollout.Command) {
+func (m *rolloutModel) update(env *testsuite.TestWorkflowEnvironment, name, what string, c rolloutplan.Command) {
 	u := &simUpdate{what: what}
 	m.updates = append(m.updates, u)
 	sendUpdate(env, name, c, u, func() {
@@ -385,7 +385,7 @@ func rolloutProperty(rt *rapid.T) {
 	if err := segments(rt, &m.carrier, RolloutWorkflow, api.RolloutInput{Plan: p}, false, last+31*time.Minute, steps, quietEnv(m.activities), m.checkRollout); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
-	if final.State != rollout.StateCompleted {
+	if final.State != rolloutplan.StateCompleted {
 		m.checkAnswered(m.updates)
 	}
 	if looked {
@@ -400,7 +400,7 @@ func rolloutProperty(rt *rapid.T) {
 // atRest says two looks found the rollout in the same state, one in which no step is under way.
 func atRest(a, b api.RolloutStatus) bool {
 	switch b.State {
-	case rollout.StateRunning, rollout.StateBlocking:
+	case rolloutplan.StateRunning, rolloutplan.StateBlocking:
 		return false
 	}
 	return a.State == b.State && a.Phase == b.Phase && a.Step == b.Step && len(a.Enabled) == len(b.Enabled) && len(a.Draining) == len(b.Draining)

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // unlabelled records that the node had no ownership label (in kubeobj.AnnotationRolloutPrevious).
@@ -24,12 +24,12 @@ const unlabelled = "-"
 
 // PhaseInput names one phase of a rollout plan.
 type PhaseInput struct {
-	Plan  rollout.Plan `json:"plan"`
-	Phase int          `json:"phase"`
+	Plan  rolloutplan.Plan `json:"plan"`
+	Phase int              `json:"phase"`
 }
 
 // RolloutPreflight reads the phase's nodes and slices and lists what blocks the phase.
-func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []rollout.Violation, err error) {
+func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []rolloutplan.Violation, err error) {
 	defer func() { err = permanent(err) }()
 	if err := checkPhase(in.Plan, in.Phase, ErrInvalidRolloutInput); err != nil {
 		return nil, err
@@ -38,22 +38,22 @@ func (a *Activities) RolloutPreflight(ctx context.Context, in PhaseInput) (_ []r
 	if err != nil {
 		return nil, err
 	}
-	return rollout.Preflight(in.Plan, in.Phase, snap), nil
+	return rolloutplan.Preflight(in.Plan, in.Phase, snap), nil
 }
 
 // EnableRolloutPhase switches the phase's nodes to DRA (the ownership label both drivers select
 // on) and creates its DeviceClasses. It is idempotent: a node it already switched keeps the
 // previous owner it recorded then.
-func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ rollout.PhaseChange, err error) {
+func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ rolloutplan.PhaseChange, err error) {
 	defer func() { err = permanent(err) }()
 	if err := checkPhase(in.Plan, in.Phase, ErrInvalidRolloutInput); err != nil {
-		return rollout.PhaseChange{}, err
+		return rolloutplan.PhaseChange{}, err
 	}
 	ph := in.Plan.Phases[in.Phase]
-	out := rollout.PhaseChange{Phase: ph.Name, At: time.Now()}
+	out := rolloutplan.PhaseChange{Phase: ph.Name, At: time.Now()}
 	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
 	if err != nil {
-		return rollout.PhaseChange{}, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
+		return rolloutplan.PhaseChange{}, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -69,7 +69,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ r
 			continue
 		}
 		if err := a.switchToDRA(ctx, in.Plan.Name, in.Plan.OwnerLabel, in.Plan.DRA, ch); err != nil {
-			return rollout.PhaseChange{}, err
+			return rolloutplan.PhaseChange{}, err
 		}
 		a.nodeEvent(ctx, n, kubeobj.EventRolloutEnabled, fmt.Sprintf("rollout %s phase %s: %s=%s (was %s); the DRA driver owns its devices now",
 			in.Plan.Name, ph.Name, in.Plan.OwnerLabel, in.Plan.DRA, previousOwner(ch)))
@@ -77,7 +77,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ r
 	for _, c := range ph.Classes {
 		created, err := kubeobj.EnsureDriverClass(ctx, a.Kube, c.Name, c.Driver)
 		if err != nil {
-			return rollout.PhaseChange{}, err
+			return rolloutplan.PhaseChange{}, err
 		}
 		if created {
 			out.CreatedClasses = append(out.CreatedClasses, c.Name)
@@ -88,7 +88,7 @@ func (a *Activities) EnableRolloutPhase(ctx context.Context, in PhaseInput) (_ r
 
 // previousOwner is the ownership label's value a node had before a switch, as its annotation
 // records it (unlabelled for none).
-func previousOwner(ch rollout.NodeChange) string {
+func previousOwner(ch rolloutplan.NodeChange) string {
 	if !ch.HadLabel {
 		return unlabelled
 	}
@@ -97,7 +97,7 @@ func previousOwner(ch rollout.NodeChange) string {
 
 // switchToDRA labels the node for DRA and records, for the rollout, the owner and plugin devices
 // it had before (what a retried enable and an undo read back).
-func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, dra string, ch rollout.NodeChange) error {
+func (a *Activities) switchToDRA(ctx context.Context, rolloutName, ownerLabel, dra string, ch rolloutplan.NodeChange) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels": map[string]any{ownerLabel: dra},
 		"annotations": map[string]any{kubeobj.AnnotationRolloutPrevious: rolloutName + "/" + previousOwner(ch),
@@ -129,7 +129,7 @@ func (a *Activities) UndoRolloutPhase(ctx context.Context, in UndoInput) (_ Undo
 	}
 	var res UndoResult
 	var routed []*corev1.Node
-	var changes []rollout.NodeChange
+	var changes []rolloutplan.NodeChange
 	for _, ch := range in.Change.Nodes {
 		if n := bound[ch.Node] + unplaced; n > 0 {
 			res.Held = append(res.Held, HeldNode{NodeChange: ch, Claims: n})
@@ -274,9 +274,9 @@ func (a *Activities) driverSlices(ctx context.Context, drivers []string) ([]*res
 
 // UndoInput is a phase change to undo.
 type UndoInput struct {
-	Rollout    string              `json:"rollout"`
-	OwnerLabel string              `json:"ownerLabel"`
-	Change     rollout.PhaseChange `json:"change"`
+	Rollout    string                  `json:"rollout"`
+	OwnerLabel string                  `json:"ownerLabel"`
+	Change     rolloutplan.PhaseChange `json:"change"`
 	// Drivers are the phase's drivers, whose allocated devices hold a node back.
 	Drivers []string `json:"drivers"`
 	// DRA is the ownership label's DRA value: a node a claim was allocated on while it was being
@@ -296,7 +296,7 @@ type UndoResult struct {
 
 // HeldNode is a node kept on DRA while claims are allocated on its devices.
 type HeldNode struct {
-	rollout.NodeChange
+	rolloutplan.NodeChange
 	Claims int `json:"claims"`
 }
 

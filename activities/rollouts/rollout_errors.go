@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // Errors of the rollout's activities that no retry can fix: the rollout stops retrying them at
@@ -21,7 +21,7 @@ const (
 )
 
 // checkPhase refuses, as an error of type errType that is not retried, a phase the plan does not have.
-func checkPhase(p rollout.Plan, phase int, errType string) error {
+func checkPhase(p rolloutplan.Plan, phase int, errType string) error {
 	if phase < 0 || phase >= len(p.Phases) {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %s has no phase %d", p.Name, phase), errType, nil)
 	}

@@ -26,26 +26,26 @@ import (
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // EvaluateRolloutGates measures the phase from the API (and its PromQL gates from Prometheus),
 // checks the gates, and keeps the report in a ConfigMap in DeviceWarden's namespace. Each class of
 // allocation failure goes to its own alert.
-func (a *Activities) EvaluateRolloutGates(ctx context.Context, in rollout.GateInput) (rollout.Report, error) {
+func (a *Activities) EvaluateRolloutGates(ctx context.Context, in api.GateInput) (rolloutplan.Report, error) {
 	if err := checkPhase(in.Plan, in.Phase, ErrInvalidGateInput); err != nil {
-		return rollout.Report{}, err
+		return rolloutplan.Report{}, err
 	}
 	snap, err := a.rolloutSnapshot(ctx, in.Plan, in.Phase, in.Expected, true)
 	if err != nil {
-		return rollout.Report{}, err
+		return rolloutplan.Report{}, err
 	}
 	ph := in.Plan.Phases[in.Phase]
 	queries := a.promQueries(ctx, in.Plan.Prometheus, ph.Gates.Queries, snap.Now)
 	// Timestamps in the API are whole seconds: a claim made in the second enable ran counts.
-	r := rollout.Evaluate(in.Plan, in.Phase, in.Since.Truncate(time.Second), snap, queries)
+	r := rolloutplan.Evaluate(in.Plan, in.Phase, in.Since.Truncate(time.Second), snap, queries)
 	if err := a.saveReport(ctx, in.Plan.Name, r); err != nil {
-		return rollout.Report{}, err
+		return rolloutplan.Report{}, err
 	}
 	if a.Metrics != nil {
 		result := "passed"
@@ -54,13 +54,13 @@ func (a *Activities) EvaluateRolloutGates(ctx context.Context, in rollout.GateIn
 		}
 		a.Metrics.RolloutGates.WithLabelValues(result).Inc()
 	}
-	counts := rollout.FailureCounts(r.Failures)
-	for _, class := range []string{rollout.FailureNeedsCleanup, rollout.FailureNonRetryable, rollout.FailureRetryable} {
+	counts := rolloutplan.FailureCounts(r.Failures)
+	for _, class := range []string{rolloutplan.FailureNeedsCleanup, rolloutplan.FailureNonRetryable, rolloutplan.FailureRetryable} {
 		if counts[class] == 0 {
 			continue
 		}
 		level := policy.LevelWarning
-		if class != rollout.FailureRetryable {
+		if class != rolloutplan.FailureRetryable {
 			level = policy.LevelCritical
 		}
 		var objs []string
@@ -72,18 +72,18 @@ func (a *Activities) EvaluateRolloutGates(ctx context.Context, in rollout.GateIn
 		if a.Alerts == nil {
 			continue
 		}
-		_ = a.Alerts.Alert(ctx, notify.AlertInput{Level: level, WorkflowID: rollout.WorkflowID(in.Plan.Name),
+		_ = a.Alerts.Alert(ctx, notify.AlertInput{Level: level, WorkflowID: api.RolloutID(in.Plan.Name),
 			Text: fmt.Sprintf("rollout %s phase %s: %d %s allocation failures: %s", in.Plan.Name, ph.Name, counts[class], class, strings.Join(objs, "; "))})
 	}
 	return r, nil
 }
 
 // promQueries asks Prometheus each PromQL gate's query; an error is kept as the gate's answer.
-func (a *Activities) promQueries(ctx context.Context, address string, gates []rollout.PromQueryGate, now time.Time) []rollout.QueryResult {
+func (a *Activities) promQueries(ctx context.Context, address string, gates []rolloutplan.PromQueryGate, now time.Time) []rolloutplan.QueryResult {
 	if len(gates) == 0 {
 		return nil
 	}
-	out := make([]rollout.QueryResult, len(gates))
+	out := make([]rolloutplan.QueryResult, len(gates))
 	c, err := promapi.NewClient(promapi.Config{Address: address})
 	for i, g := range gates {
 		out[i].Name = g.Name
@@ -97,8 +97,8 @@ func (a *Activities) promQueries(ctx context.Context, address string, gates []ro
 			out[i].NoData = "no samples"
 		case err != nil:
 			out[i].Error = err.Error()
-		case rollout.NoDataOf(v) != "":
-			out[i].NoData = rollout.NoDataOf(v) // never kept as a value: JSON has no NaN or Inf
+		case rolloutplan.NoDataOf(v) != "":
+			out[i].NoData = rolloutplan.NoDataOf(v) // never kept as a value: JSON has no NaN or Inf
 		default:
 			out[i].Value = v
 		}
@@ -136,7 +136,7 @@ func queryValue(ctx context.Context, api promv1.API, q string, now time.Time) (f
 	return 0, fmt.Errorf("query %q returned a %s, want a scalar or one sample", q, v.Type())
 }
 
-func (a *Activities) saveReport(ctx context.Context, name string, r rollout.Report) error {
+func (a *Activities) saveReport(ctx context.Context, name string, r rolloutplan.Report) error {
 	var data strings.Builder
 	enc := json.NewEncoder(&data)
 	enc.SetEscapeHTML(false) // the report says claim->allocated, not claim-\u003eallocated

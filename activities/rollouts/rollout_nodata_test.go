@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // promAnswering is a Prometheus HTTP API that answers each query with the data it is given.
@@ -40,12 +40,12 @@ func TestPromQueriesKeepNoNaN(t *testing.T) {
 		"two":   `{"resultType":"vector","result":[{"metric":{"a":"1"},"value":[1700000000,"1"]},{"metric":{"a":"2"},"value":[1700000000,"2"]}]}`,
 		"ok":    `{"resultType":"scalar","result":[1700000000,"0.25"]}`,
 	})
-	var gates []rollout.PromQueryGate
+	var gates []rolloutplan.PromQueryGate
 	for _, q := range []string{"nan", "inf", "empty", "two", "ok"} {
-		gates = append(gates, rollout.PromQueryGate{Name: q, Query: q})
+		gates = append(gates, rolloutplan.PromQueryGate{Name: q, Query: q})
 	}
 	got := (&Activities{}).promQueries(context.Background(), addr, gates, time.Unix(1700000000, 0))
-	want := map[string]rollout.QueryResult{
+	want := map[string]rolloutplan.QueryResult{
 		"nan": {Name: "nan", NoData: "NaN"}, "inf": {Name: "inf", NoData: "+Inf"}, "empty": {Name: "empty", NoData: "no samples"},
 		"ok": {Name: "ok", Value: 0.25},
 	}

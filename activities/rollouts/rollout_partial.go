@@ -11,13 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // recordedChange is the switch a rollout's enable recorded on a node (its previous owner and the
 // plugin's devices then), and whether there is one.
-func recordedChange(n *corev1.Node, plan string) (rollout.NodeChange, bool) {
-	ch := rollout.NodeChange{Node: n.Name}
+func recordedChange(n *corev1.Node, plan string) (rolloutplan.NodeChange, bool) {
+	ch := rolloutplan.NodeChange{Node: n.Name}
 	rec, ok := n.Annotations[kubeobj.AnnotationRolloutPrevious]
 	if !ok || !strings.HasPrefix(rec, plan+"/") {
 		return ch, false
@@ -33,7 +33,7 @@ func recordedChange(n *corev1.Node, plan string) (rollout.NodeChange, bool) {
 
 // switchedNodes are the nodes of a phase (by its selector) that the rollout's enable switched:
 // what an enable that failed, its result lost, may have changed.
-func (a *Activities) switchedNodes(ctx context.Context, plan, selector string) ([]rollout.NodeChange, error) {
+func (a *Activities) switchedNodes(ctx context.Context, plan, selector string) ([]rolloutplan.NodeChange, error) {
 	if selector == "" {
 		return nil, temporal.NewNonRetryableApplicationError("a partial change to undo names no node selector", ErrInvalidRolloutInput, nil)
 	}
@@ -41,7 +41,7 @@ func (a *Activities) switchedNodes(ctx context.Context, plan, selector string) (
 	if err != nil {
 		return nil, fmt.Errorf("list nodes %q: %w", selector, err)
 	}
-	var out []rollout.NodeChange
+	var out []rolloutplan.NodeChange
 	for i := range nodes.Items {
 		if ch, ok := recordedChange(&nodes.Items[i], plan); ok {
 			out = append(out, ch)

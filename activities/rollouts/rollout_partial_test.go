@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // An enable that failed after switching some nodes is undone by its phase's selector: the nodes
@@ -21,7 +21,7 @@ func TestUndoOfAFailedEnableFindsTheNodesItSwitched(t *testing.T) {
 	other := poolNode("n3", map[string]string{owner: "dra"}, 0)
 	other.Annotations = map[string]string{kubeobj.AnnotationRolloutPrevious: "another/plugin"}
 	env, a, kube := activityEnv(t, switched, untouched, other)
-	in := UndoInput{Rollout: "r", OwnerLabel: owner, Change: rollout.PhaseChange{Phase: "a", Partial: true}, Drivers: []string{drv}, Selector: "pool=a"}
+	in := UndoInput{Rollout: "r", OwnerLabel: owner, Change: rolloutplan.PhaseChange{Phase: "a", Partial: true}, Drivers: []string{drv}, Selector: "pool=a"}
 	v, err := env.ExecuteActivity(a.UndoRolloutPhase, in)
 	if err != nil {
 		t.Fatal(err)

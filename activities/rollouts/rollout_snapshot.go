@@ -12,15 +12,15 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // rolloutSnapshot reads what phase i's checks need: its nodes, the devices its drivers publish on
 // them, and (withClaims) the cluster's claims and the tenants' Pods. expected is what enable
 // recorded per node (nil: unknown).
-func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int, expected map[string]int64, withClaims bool) (rollout.Snapshot, error) {
+func (a *Activities) rolloutSnapshot(ctx context.Context, p rolloutplan.Plan, i int, expected map[string]int64, withClaims bool) (rolloutplan.Snapshot, error) {
 	ph := p.Phases[i]
-	s := rollout.Snapshot{Now: time.Now()}
+	s := rolloutplan.Snapshot{Now: time.Now()}
 	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
 	if err != nil {
 		return s, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
@@ -28,7 +28,7 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 	inPhase := map[string]bool{}
 	for _, n := range nodes.Items {
 		inPhase[n.Name] = true
-		node := rollout.Node{Name: n.Name, Owner: n.Labels[p.OwnerLabel], Expected: -1}
+		node := rolloutplan.Node{Name: n.Name, Owner: n.Labels[p.OwnerLabel], Expected: -1}
 		if q, ok := n.Status.Allocatable[corev1.ResourceName(p.PluginResource)]; ok {
 			node.PluginDevices = q.Value()
 		}
@@ -95,18 +95,18 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rollout.Plan, i int,
 }
 
 // sliceDevices are a slice's devices when it is on a phase node.
-func sliceDevices(sl *resourcev1.ResourceSlice, inPhase map[string]bool) []rollout.Device {
+func sliceDevices(sl *resourcev1.ResourceSlice, inPhase map[string]bool) []rolloutplan.Device {
 	if sl.Spec.NodeName == nil || !inPhase[*sl.Spec.NodeName] {
 		return nil
 	}
-	out := make([]rollout.Device, 0, len(sl.Spec.Devices))
+	out := make([]rolloutplan.Device, 0, len(sl.Spec.Devices))
 	for _, d := range sl.Spec.Devices {
-		dev := rollout.Device{Node: *sl.Spec.NodeName, Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Name: d.Name,
+		dev := rolloutplan.Device{Node: *sl.Spec.NodeName, Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Name: d.Name,
 			Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations}
 		if dev.Shared {
-			dev.Capacity = map[string]rollout.Capacity{}
+			dev.Capacity = map[string]rolloutplan.Capacity{}
 			for name, c := range d.Capacity {
-				dev.Capacity[string(name)] = rollout.Capacity{Value: c.Value.Value(), Smallest: capacity.SmallestRequest(c.RequestPolicy)}
+				dev.Capacity[string(name)] = rolloutplan.Capacity{Value: c.Value.Value(), Smallest: capacity.SmallestRequest(c.RequestPolicy)}
 			}
 		}
 		out = append(out, dev)
@@ -115,22 +115,22 @@ func sliceDevices(sl *resourcev1.ResourceSlice, inPhase map[string]bool) []rollo
 }
 
 // pendingOnClaims is a Pod the scheduler could not place, when it waits for resource claims.
-func pendingOnClaims(pod *corev1.Pod) (rollout.PendingPod, bool) {
+func pendingOnClaims(pod *corev1.Pod) (rolloutplan.PendingPod, bool) {
 	if pod.Status.Phase != corev1.PodPending || len(pod.Spec.ResourceClaims) == 0 {
-		return rollout.PendingPod{}, false
+		return rolloutplan.PendingPod{}, false
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return rollout.PendingPod{Namespace: pod.Namespace, Name: pod.Name, Reason: c.Reason, Message: c.Message}, true
+			return rolloutplan.PendingPod{Namespace: pod.Namespace, Name: pod.Name, Reason: c.Reason, Message: c.Message}, true
 		}
 	}
-	return rollout.PendingPod{}, false
+	return rolloutplan.PendingPod{}, false
 }
 
 // reduceClaim keeps what the gates read. The allocation time is when the scheduler last wrote the
 // allocation (its managed-fields entry); Ready is the first consumer's Ready transition.
-func reduceClaim(c *resourcev1.ResourceClaim, pods map[types.UID]*corev1.Pod, tenant bool) rollout.Claim {
-	out := rollout.Claim{Namespace: c.Namespace, Name: c.Name, Created: c.CreationTimestamp.Time}
+func reduceClaim(c *resourcev1.ResourceClaim, pods map[types.UID]*corev1.Pod, tenant bool) rolloutplan.Claim {
+	out := rolloutplan.Claim{Namespace: c.Namespace, Name: c.Name, Created: c.CreationTimestamp.Time}
 	for _, r := range c.Spec.Devices.Requests {
 		if r.Exactly != nil {
 			out.Classes = append(out.Classes, r.Exactly.DeviceClassName)
@@ -144,7 +144,7 @@ func reduceClaim(c *resourcev1.ResourceClaim, pods map[types.UID]*corev1.Pod, te
 	}
 	out.AllocatedAt = kubeobj.AllocatedAt(c)
 	for _, r := range c.Status.Allocation.Devices.Results {
-		res := rollout.Result{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+		res := rolloutplan.Result{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
 		if len(r.ConsumedCapacity) > 0 {
 			res.Consumed = map[string]int64{}
 			for name, q := range r.ConsumedCapacity {

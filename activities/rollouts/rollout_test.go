@@ -23,13 +23,13 @@ import (
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // TestExpectedLeavesOutNodesThePluginNeverAdvertised: a node with no plugin devices recorded at
 // enable says nothing about its hardware, so the drift gate must not expect 0 devices there.
 func TestExpectedLeavesOutNodesThePluginNeverAdvertised(t *testing.T) {
-	c := rollout.PhaseChange{Nodes: []rollout.NodeChange{{Node: "a", PluginDevices: 8}, {Node: "b"}}}
+	c := rolloutplan.PhaseChange{Nodes: []rolloutplan.NodeChange{{Node: "a", PluginDevices: 8}, {Node: "b"}}}
 	got := c.Expected()
 	if len(got) != 1 || got["a"] != 8 {
 		t.Fatalf("expected = %v", got)
@@ -42,9 +42,9 @@ const (
 	drv     = "gpu.example.com"
 )
 
-func rolloutPlan() rollout.Plan {
-	return rollout.Plan{Name: "r", OwnerLabel: owner, Plugin: "plugin", DRA: "dra", PluginResource: plugRes,
-		Phases: []rollout.Phase{{Name: "a", Nodes: "pool=a", Classes: []rollout.Class{{Name: "gpu", Driver: drv}}, Namespaces: []string{"t"}}}}
+func rolloutPlan() rolloutplan.Plan {
+	return rolloutplan.Plan{Name: "r", OwnerLabel: owner, Plugin: "plugin", DRA: "dra", PluginResource: plugRes,
+		Phases: []rolloutplan.Phase{{Name: "a", Nodes: "pool=a", Classes: []rolloutplan.Class{{Name: "gpu", Driver: drv}}, Namespaces: []string{"t"}}}}
 }
 
 func poolNode(name string, labels map[string]string, gpus int64) *corev1.Node {
@@ -74,7 +74,7 @@ func TestEnableRecordsThePreviousOwnerOnce(t *testing.T) {
 	env, a, kube := activityEnv(t, poolNode("n1", map[string]string{owner: "plugin"}, 8), poolNode("n2", nil, 0),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"pool": "b", owner: "plugin"}}})
 	in := PhaseInput{Plan: rolloutPlan()}
-	var first, retry rollout.PhaseChange
+	var first, retry rolloutplan.PhaseChange
 	v, err := env.ExecuteActivity(a.EnableRolloutPhase, in)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestEnableRecordsThePreviousOwnerOnce(t *testing.T) {
 	if len(first.Nodes) != 2 || len(first.CreatedClasses) != 1 {
 		t.Fatalf("first = %+v", first)
 	}
-	byNode := map[string]rollout.NodeChange{}
+	byNode := map[string]rolloutplan.NodeChange{}
 	for _, n := range first.Nodes {
 		byNode[n.Node] = n
 	}
@@ -163,7 +163,7 @@ func TestUndoHoldsANodeWithBoundClaims(t *testing.T) {
 	pending := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "t"}}
 	env, a, kube := activityEnv(t, poolNode("n1", map[string]string{owner: "dra"}, 0), poolNode("n2", map[string]string{owner: "dra"}, 0),
 		driverSlice("n1", drv, 2), driverSlice("n2", drv, 2), driverSlice("n2", "nic.example.com", 1), bound, otherDriver, pending)
-	ch := rollout.PhaseChange{Phase: "a", Nodes: []rollout.NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
+	ch := rolloutplan.PhaseChange{Phase: "a", Nodes: []rolloutplan.NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
 	v, err := env.ExecuteActivity(a.UndoRolloutPhase, UndoInput{Rollout: "r", OwnerLabel: owner, Change: ch, Drivers: []string{drv}})
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +367,7 @@ func allocatedOn(name, pool, node string) *resourcev1.ResourceClaim {
 // claim's allocation names it is held; a claim of the phase's driver whose node cannot be told
 // holds every node; a claim allocated on a node while it was routed back puts it back on DRA, held.
 func TestUndoNeverOwnsANodeTwice(t *testing.T) {
-	ch := rollout.PhaseChange{Phase: "a", Nodes: []rollout.NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
+	ch := rolloutplan.PhaseChange{Phase: "a", Nodes: []rolloutplan.NodeChange{{Node: "n1", Previous: "plugin", HadLabel: true}, {Node: "n2", Previous: "plugin", HadLabel: true}}}
 	in := UndoInput{Rollout: "r", OwnerLabel: owner, Change: ch, Drivers: []string{drv}, DRA: "dra"}
 	undo := func(t *testing.T, objs ...runtime.Object) (UndoResult, *fake.Clientset) {
 		t.Helper()

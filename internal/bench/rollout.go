@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/worker"
 )
@@ -39,8 +40,8 @@ const rolloutTenants = 20
 func Rollout(ctx context.Context, o RolloutOptions) error {
 	return withFleet(ctx, o, func(kube kubernetes.Interface, loaded time.Time) error {
 		acts := worker.NewActivities(worker.Deps{Kube: kube, OwnNamespace: "default"}).Rollouts
-		in := rollout.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
-		var r rollout.Report
+		in := api.GateInput{Plan: rolloutBenchPlan(), Since: loaded.Add(-time.Hour)}
+		var r rolloutplan.Report
 		st, err := timeRuns(o.Runs, func() (err error) {
 			r, err = acts.EvaluateRolloutGates(ctx, in)
 			return err
@@ -113,15 +114,15 @@ func timeRuns(runs int, fn func() error) (runStats, error) {
 		allocatedP50MiB: float64(allocs[len(allocs)/2]) / (1 << 20)}, nil
 }
 
-func rolloutBenchPlan() rollout.Plan {
+func rolloutBenchPlan() rolloutplan.Plan {
 	var ns []string
 	for i := 0; i < rolloutTenants; i++ {
 		ns = append(ns, fmt.Sprintf("tenant-%d", i))
 	}
 	drift, frag := 0, 0.5
-	return rollout.Plan{Name: "bench", OwnerLabel: sim.LabelOwner, Plugin: sim.OwnerPlugin, DRA: sim.OwnerDRA, PluginResource: sim.GPUPluginResource,
-		Phases: []rollout.Phase{{Name: "fleet", Nodes: sim.LabelPool + "=bench", Classes: []rollout.Class{{Name: sim.Driver, Driver: sim.Driver}},
-			Namespaces: ns, Gates: rollout.Gates{MaxDrift: &drift, MaxFragmentation: &frag}}}}
+	return rolloutplan.Plan{Name: "bench", OwnerLabel: sim.LabelOwner, Plugin: sim.OwnerPlugin, DRA: sim.OwnerDRA, PluginResource: sim.GPUPluginResource,
+		Phases: []rolloutplan.Phase{{Name: "fleet", Nodes: sim.LabelPool + "=bench", Classes: []rolloutplan.Class{{Name: sim.Driver, Driver: sim.Driver}},
+			Namespaces: ns, Gates: rolloutplan.Gates{MaxDrift: &drift, MaxFragmentation: &frag}}}}
 }
 
 // loadRolloutFleet creates the nodes, slices, namespaces and allocated claims with 32 writers.

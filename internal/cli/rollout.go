@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 func newRolloutCmd(g *globals) *cobra.Command {
@@ -20,7 +20,7 @@ func newRolloutCmd(g *globals) *cobra.Command {
 	check := &cobra.Command{
 		Use: "check", Short: "Read and check a plan file; print the phases it would run", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			p, err := rollout.LoadFile(planPath)
+			p, err := rolloutplan.LoadFile(planPath)
 			if err != nil {
 				return err
 			}
@@ -32,7 +32,7 @@ func newRolloutCmd(g *globals) *cobra.Command {
 	start := &cobra.Command{
 		Use: "start", Short: "Start the plan's rollout now (workflow rollout/<name>)", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			p, err := rollout.LoadFile(planPath)
+			p, err := rolloutplan.LoadFile(planPath)
 			if err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ func newRolloutCmd(g *globals) *cobra.Command {
 				if actor == "" {
 					return fmt.Errorf("--actor is required: every operator action is audited")
 				}
-				body := rollout.Command{Actor: actor, Reason: reason, At: time.Now().UTC()}
+				body := rolloutplan.Command{Actor: actor, Reason: reason, At: time.Now().UTC()}
 				if nargs == 2 {
 					body.Phase = args[1]
 				}
@@ -120,7 +120,7 @@ func newRolloutScheduleCmd(g *globals, cf *clientFlags) *cobra.Command {
 			if window <= 0 {
 				return fmt.Errorf("--window %s: want a positive duration such as 2h", window)
 			}
-			p, err := rollout.LoadFile(planPath)
+			p, err := rolloutplan.LoadFile(planPath)
 			if err != nil {
 				return err
 			}
@@ -147,7 +147,7 @@ func newRolloutScheduleCmd(g *globals, cf *clientFlags) *cobra.Command {
 
 func summary(st *api.RolloutStatus) string {
 	s := fmt.Sprintf("%s (phase %d, step %s)", st.State, st.Phase+1, st.Step)
-	if st.State == rollout.StateCompleted {
+	if st.State == rolloutplan.StateCompleted {
 		s = string(st.State)
 	}
 	if st.Paused {
@@ -156,7 +156,7 @@ func summary(st *api.RolloutStatus) string {
 	return s
 }
 
-func printPlan(out io.Writer, p rollout.Plan) error {
+func printPlan(out io.Writer, p rolloutplan.Plan) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "Plan:\t%s (switch %s: %s -> %s; plugin resource %s)\n", p.Name, p.OwnerLabel, p.Plugin, p.DRA, p.PluginResource)
 	for i, ph := range p.Phases {
@@ -172,7 +172,7 @@ func printRollout(out io.Writer, st *api.RolloutStatus) error {
 	if st.Awaiting != "" {
 		fmt.Fprintf(w, "Awaiting approval:\tpast phase %s\n", st.Awaiting)
 	}
-	if !st.SoakUntil.IsZero() && st.Step == rollout.StepSoak {
+	if !st.SoakUntil.IsZero() && st.Step == rolloutplan.StepSoak {
 		fmt.Fprintf(w, "Soak until:\t%s\n", st.SoakUntil.UTC().Format(time.RFC3339))
 	}
 	for _, e := range st.Enabled {

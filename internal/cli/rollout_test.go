@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // A phase whose enable failed shows as partly enabled, with what resume and rollback do.
 func TestPrintRolloutShowsAPartlyEnabledPhase(t *testing.T) {
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	st := &api.RolloutStatus{Plan: "gpu", State: "blocked", Enabled: []rollout.PhaseChange{
-		{Phase: "canary", At: at, Nodes: []rollout.NodeChange{{Node: "a"}, {Node: "b"}}},
+	st := &api.RolloutStatus{Plan: "gpu", State: "blocked", Enabled: []rolloutplan.PhaseChange{
+		{Phase: "canary", At: at, Nodes: []rolloutplan.NodeChange{{Node: "a"}, {Node: "b"}}},
 		{Phase: "wide", At: at, Partial: true},
 	}}
 	var out bytes.Buffer

@@ -16,7 +16,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -109,12 +109,12 @@ func rolloutHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "soaking", soaking(0))
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "rolong", Name: "long-job", Node: node, DeviceClass: class})
 	waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back, the node held", func(st api.RolloutStatus) bool {
-		return st.State == rollout.StateRolledBack && len(st.Draining) == 1
+		return st.State == rolloutplan.StateRolledBack && len(st.Draining) == 1
 	})
 	held := currentRun(t, ctx, s, id)
 	continuedAsNew(t, ctx, s, id, held)
 	st := waitRollout(t, ctx, tc, plan.Name, 10*time.Second, "still rolled back after continue-as-new", func(st api.RolloutStatus) bool {
-		return st.State == rollout.StateRolledBack && len(st.Draining) == 1 && !st.HoldUntil.IsZero()
+		return st.State == rolloutplan.StateRolledBack && len(st.Draining) == 1 && !st.HoldUntil.IsZero()
 	})
 	wantOwner(t, ctx, kube, node, sim.OwnerDRA, 1)
 	// The job ends: the continued run routes the node back to the plugin.
@@ -126,7 +126,7 @@ func rolloutHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 	}
 	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
 	after := waitRollout(t, ctx, tc, plan.Name, 10*time.Second, "drained", func(st api.RolloutStatus) bool { return len(st.Draining) == 0 })
-	if !after.HoldUntil.Equal(st.HoldUntil) || after.State != rollout.StateRolledBack {
+	if !after.HoldUntil.Equal(st.HoldUntil) || after.State != rolloutplan.StateRolledBack {
 		t.Fatalf("after the drain: state %s, hold until %s; before %s", after.State, after.HoldUntil, st.HoldUntil)
 	}
 	if n := len(runIDs(t, ctx, tc, id)); n < 2 {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -101,7 +101,7 @@ func TestRolloutPromQLGateFailsThePhase(t *testing.T) {
 	}
 	waitRollout(t, ctx, tc, plan.Name, time.Minute, "wide soaking", soaking(1))
 	svc.SetErrorRate(0.3)
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rolloutplan.StateRolledBack })
 	if len(st.Reports) != 2 {
 		t.Fatalf("reports = %+v", st.Reports)
 	}

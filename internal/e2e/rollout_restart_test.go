@@ -16,7 +16,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -53,7 +53,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 	if err := s.temporal.GetWorkflow(ctx, api.RolloutID(plan.Name), "").Get(ctx, &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.State != rollout.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
+	if st.State != rolloutplan.StateCompleted || len(st.Reports) != 1 || !st.Reports[0].Passed() {
 		t.Fatalf("status = %+v", st)
 	}
 	it := s.temporal.GetWorkflowHistory(ctx, api.RolloutID(plan.Name), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -114,7 +114,7 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 		t.Log("the window opened before the check ran; skipping the before-window check")
 	}
 	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed in its window", func(st api.RolloutStatus) bool {
-		return st.State == rollout.StateCompleted
+		return st.State == rolloutplan.StateCompleted
 	})
 	if !st.Scheduled || len(st.Enabled) != 1 || st.Enabled[0].At.Before(at.Add(-time.Second)) || st.WindowUntil.Before(at) {
 		t.Fatalf("status = %+v (window at %s)", st, at)
@@ -138,8 +138,8 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 
 	// The next window finds the run completed: it starts nothing.
 	windows := &api.RolloutClient{Client: tc}
-	res, err := windows.OpenWindow(ctx, rollout.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
-	if err != nil || !res.Ended || res.State != rollout.StateCompleted {
+	res, err := windows.OpenWindow(ctx, api.OpenWindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	if err != nil || !res.Ended || res.State != rolloutplan.StateCompleted {
 		t.Fatalf("a window after the completed run: %+v %v", res, err)
 	}
 	runsOf := func() int64 {
@@ -161,8 +161,8 @@ func TestRolloutScheduleOpensAWindow(t *testing.T) {
 	if err := tc.TerminateWorkflow(ctx, api.RolloutID(plan.Name), "", "stopped by hand"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = windows.OpenWindow(ctx, rollout.WindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
-	if err != nil || !res.Ended || res.State != rollout.StateTerminated {
+	res, err = windows.OpenWindow(ctx, api.OpenWindowInput{Plan: plan, Until: time.Now().Add(time.Minute)})
+	if err != nil || !res.Ended || res.State != rolloutplan.StateTerminated {
 		t.Fatalf("a window after a terminated run: %+v %v", res, err)
 	}
 	if n := runsOf(); n != 2 {

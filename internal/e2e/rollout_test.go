@@ -23,7 +23,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
 )
@@ -36,7 +36,7 @@ type rolloutPhase struct {
 
 // writePlan writes a plan file for the phases (each on its own pool and class) and parses it;
 // head is more top-level YAML (e.g. the prometheus address).
-func writePlan(t *testing.T, name, head string, phases ...rolloutPhase) (string, rollout.Plan) {
+func writePlan(t *testing.T, name, head string, phases ...rolloutPhase) (string, rolloutplan.Plan) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "name: %s\npluginResource: %s\n%sphases:\n", name, sim.GPUPluginResource, head)
@@ -51,7 +51,7 @@ func writePlan(t *testing.T, name, head string, phases ...rolloutPhase) (string,
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := rollout.LoadFile(path)
+	p, err := rolloutplan.LoadFile(path)
 	if err != nil {
 		t.Fatalf("plan: %v\n%s", err, b.String())
 	}
@@ -75,7 +75,7 @@ func waitRollout(t *testing.T, ctx context.Context, tc client.Client, name strin
 }
 
 func soaking(phase int) func(api.RolloutStatus) bool {
-	return func(st api.RolloutStatus) bool { return st.Phase == phase && st.Step == rollout.StepSoak }
+	return func(st api.RolloutStatus) bool { return st.Phase == phase && st.Step == rolloutplan.StepSoak }
 }
 
 // nodeOwner reads a node's ownership label and the plugin devices it advertises.
@@ -141,7 +141,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "ro2-canary", Name: "canary", Node: a[0], DeviceClass: "ro2-a.gpu.sim.devicewarden.io"})
 
 	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "canary waiting for approval", func(st api.RolloutStatus) bool {
-		return st.State == rollout.StateWaitingApproval
+		return st.State == rolloutplan.StateWaitingApproval
 	})
 	if len(st.Reports) != 1 || !st.Reports[0].Passed() || st.Reports[0].Claims != 1 || st.Reports[0].ClaimToAllocated.Count != 1 {
 		t.Fatalf("canary report = %+v", st.Reports)
@@ -155,7 +155,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if out, err := shared.cli(ctx, "rollout", "resume", plan.Name, "--actor", "sre"); err != nil {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
-	out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", api.RolloutID(plan.Name), "--name", rollout.CmdApprove,
+	out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", api.RolloutID(plan.Name), "--name", rolloutplan.CmdApprove,
 		"--input", `{"actor":"sre","phase":"wide"}`)
 	if err == nil || !strings.Contains(out, "does not wait for approval") {
 		t.Fatalf("approving the wrong phase was not refused with the reason: %v\n%s", err, out)
@@ -184,7 +184,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 	if mem := r.ConsumedCapacity["memory"]; r.ShareID == nil || mem.Value() != 8<<30 {
 		t.Fatalf("shared allocation = %+v", r)
 	}
-	st = waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed", func(st api.RolloutStatus) bool { return st.State == rollout.StateCompleted })
+	st = waitRollout(t, ctx, tc, plan.Name, time.Minute, "completed", func(st api.RolloutStatus) bool { return st.State == rolloutplan.StateCompleted })
 	if len(st.Reports) != 2 || !st.Reports[1].Passed() || len(st.Enabled) != 2 {
 		t.Fatalf("status = %+v", st)
 	}
@@ -232,7 +232,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 	w := sim.Workload{Namespace: "roslow", Name: "early", Node: node, DeviceClass: class}
 	pod := runningPod(t, ctx, kube, w)
 
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rolloutplan.StateRolledBack })
 	// Rolled back means the block is in force: the very first claim for the class made after the
 	// rollout says so is refused (a policy takes a moment to be enforced; the rollout waits for it).
 	late := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "roslow"},
@@ -297,7 +297,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 		t.Fatalf("rollback: %v\n%s", err, out)
 	}
 	waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "rolled back by command", func(st api.RolloutStatus) bool {
-		return st.State == rollout.StateRolledBack && len(st.Enabled) == 0
+		return st.State == rolloutplan.StateRolledBack && len(st.Enabled) == 0
 	})
 	wantOwner(t, ctx, kube, node, sim.OwnerPlugin, 2)
 	recordHistory(t, ctx, tc, api.RolloutID(plan.Name), "rollout_gate_rollback.json")
@@ -328,7 +328,7 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
-	st := waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "blocked", func(st api.RolloutStatus) bool { return st.State == rollout.StateBlocked })
+	st := waitRollout(t, ctx, tc, plan.Name, 30*time.Second, "blocked", func(st api.RolloutStatus) bool { return st.State == rolloutplan.StateBlocked })
 	if len(st.Violations) != 1 || st.Violations[0].Node != nodes[1] || !strings.Contains(st.Violations[0].Reason, "double ownership") {
 		t.Fatalf("violations = %+v", st.Violations)
 	}
@@ -341,7 +341,7 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 		t.Fatalf("reset: %v\n%s", err, out)
 	}
 	wantOwner(t, ctx, kube, nodes[1], sim.OwnerPlugin, 2)
-	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", api.RolloutID(plan.Name), "--name", rollout.CmdResume,
+	if out, err := temporalCLI(t, ctx, "workflow", "update", "execute", "--workflow-id", api.RolloutID(plan.Name), "--name", rolloutplan.CmdResume,
 		"--input", `{"actor":"sre"}`); err != nil {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
@@ -372,7 +372,7 @@ func TestRolloutDriftRollsBack(t *testing.T) {
 	if _, err := api.StartRollout(ctx, tc, plan); err != nil {
 		t.Fatal(err)
 	}
-	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rollout.StateRolledBack })
+	st := waitRollout(t, ctx, tc, plan.Name, time.Minute, "rolled back", func(st api.RolloutStatus) bool { return st.State == rolloutplan.StateRolledBack })
 	want := nodes[0] + ": DRA slices publish 1 devices, the node had 2"
 	if len(st.Reports) != 1 || len(st.Reports[0].Drift) != 1 || st.Reports[0].Drift[0] != want {
 		t.Fatalf("report = %+v", st.Reports)

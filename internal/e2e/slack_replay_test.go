@@ -21,7 +21,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
 )
@@ -39,7 +39,7 @@ func (d *countingDecider) Decide(context.Context, device.ID, policy.Command) (po
 	return policy.CommandResult{State: policy.Released}, nil
 }
 
-func (d *countingDecider) ApproveRollout(context.Context, string, rollout.Command) (string, error) {
+func (d *countingDecider) ApproveRollout(context.Context, string, rolloutplan.Command) (string, error) {
 	return "", nil
 }
 

@@ -19,7 +19,7 @@ var layers = [][]string{
 		"internal/imagecheck", "internal/casemut", "internal/layers", "activities/activitytest"},
 	// Pure rules and local infrastructure.
 	{"internal/policy", "internal/metrics", "internal/localcluster", "internal/temporalserver"},
-	{"internal/rollout", "internal/kubeobj", "internal/notify", "internal/temporalserver/temporaltest"},
+	{"internal/rolloutplan", "internal/kubeobj", "internal/notify", "internal/temporalserver/temporaltest"},
 	// The workflow contract, and the simulated driver.
 	{"api", "internal/sim"},
 	// Side effects, and the parties that only talk to workflows through the contract.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // GPUPluginResource is the extended resource the simulated GPU device plugin advertises on nodes
@@ -26,7 +26,7 @@ const GPUPluginResource = "gpu.sim.devicewarden.io/gpu"
 // Ownership: both simulated GPU drivers select on the node label LabelOwner, as real DaemonSets
 // would, and a node's annotations say what hardware it has and how the drivers misbehave on it.
 const (
-	LabelOwner  = rollout.DefaultOwnerLabel
+	LabelOwner  = rolloutplan.DefaultOwnerLabel
 	OwnerPlugin = "plugin"
 	OwnerDRA    = "dra"
 	// LabelPool names a simulated node pool (the unit a rollout phase selects).

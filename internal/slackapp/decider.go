@@ -9,7 +9,7 @@ import (
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // TemporalDecider delivers decisions as updates to the device's workflow.
@@ -23,7 +23,7 @@ func (d TemporalDecider) Decide(ctx context.Context, id device.ID, cmd policy.Co
 }
 
 // ApproveRollout sends the approve-phase update and summarises the rollout's answer.
-func (d TemporalDecider) ApproveRollout(ctx context.Context, name string, cmd rollout.Command) (string, error) {
+func (d TemporalDecider) ApproveRollout(ctx context.Context, name string, cmd rolloutplan.Command) (string, error) {
 	st, err := api.SendRolloutCommand(ctx, d.Client, name, api.UpdateRolloutApprove, cmd)
 	if err != nil {
 		return "", err

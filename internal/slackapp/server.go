@@ -20,7 +20,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // Decider delivers an operator command to a device's workflow and returns its answer
@@ -28,7 +28,7 @@ import (
 type Decider interface {
 	Decide(ctx context.Context, id device.ID, cmd policy.Command) (policy.CommandResult, error)
 	// ApproveRollout approves going on past a rollout's phase and says where the rollout stands.
-	ApproveRollout(ctx context.Context, name string, cmd rollout.Command) (string, error)
+	ApproveRollout(ctx context.Context, name string, cmd rolloutplan.Command) (string, error)
 }
 
 // Server serves Slack's interactivity endpoint for approval buttons.
@@ -138,7 +138,7 @@ func (s *Server) approveRollout(cb slack.InteractionCallback, value string) (str
 		s.logger().Warn("approval refused: approver not on the allow-list", "user", cb.User.ID, "name", cb.User.Name, "rollout", name, "phase", phase)
 		return "You are not allowed to approve rollout phases; this attempt was recorded.", nil
 	}
-	cmd := rollout.Command{Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Phase: phase, At: s.now()}
+	cmd := rolloutplan.Command{Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Phase: phase, At: s.now()}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

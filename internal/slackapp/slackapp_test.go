@@ -25,7 +25,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/rollout"
+	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 var gpu = device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "gpu-node-0", Device: "gpu-3"}
@@ -186,7 +186,7 @@ func (d *decider) Decide(_ context.Context, id device.ID, cmd policy.Command) (p
 	return policy.CommandResult{State: policy.Released, Message: "released"}, nil
 }
 
-func (d *decider) ApproveRollout(_ context.Context, name string, cmd rollout.Command) (string, error) {
+func (d *decider) ApproveRollout(_ context.Context, name string, cmd rolloutplan.Command) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rollouts = append(d.rollouts, name+"/"+cmd.Phase+" by "+cmd.Actor)

@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"cmp"
@@ -405,13 +405,4 @@ func Preflight(p Plan, i int, s Snapshot) []Violation {
 		}
 	}
 	return out
-}
-
-// GateInput asks for a phase's gate report over the claims created since the phase was enabled
-// (the rollout activity EvaluateRolloutGates).
-type GateInput struct {
-	Plan     Plan             `json:"plan"`
-	Phase    int              `json:"phase"`
-	Since    time.Time        `json:"since"`
-	Expected map[string]int64 `json:"expected,omitempty"`
 }

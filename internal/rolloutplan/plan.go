@@ -1,7 +1,7 @@
-// Package rollout decides a DRA rollout: it reads and checks a rollout plan, and turns a snapshot
+// Package rolloutplan decides a DRA rollout: it reads and checks a rollout plan, and turns a snapshot
 // of nodes, ResourceSlices, ResourceClaims and Pods into a preflight verdict and a gate report.
 // It does no I/O: activities build the snapshots and the rollout workflow acts on the verdicts.
-package rollout
+package rolloutplan
 
 import (
 	"bytes"

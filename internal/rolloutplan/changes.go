@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import "time"
 
@@ -36,20 +36,3 @@ func (c PhaseChange) Expected() map[string]int64 {
 	}
 	return out
 }
-
-// WindowInput opens a scheduled rollout's window until Until.
-type WindowInput struct {
-	Plan  Plan      `json:"plan"`
-	Until time.Time `json:"until"`
-}
-
-// WindowResult is where the rollout stands once its window is open.
-type WindowResult struct {
-	Phase string `json:"phase"`
-	State State  `json:"state"`
-	// Ended: a run of the rollout had ended, and the window started none (State is how it ended).
-	Ended bool `json:"ended,omitempty"`
-}
-
-// WorkflowID is the rollout workflow's ID for a plan name: one rollout of a plan at a time.
-func WorkflowID(name string) string { return "rollout/" + name }

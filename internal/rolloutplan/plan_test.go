@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"strings"
@@ -101,12 +101,5 @@ func TestExamplePlanParses(t *testing.T) {
 	}
 	if len(p.Phases) != 2 || p.RollbackHold.D() != 72*time.Hour {
 		t.Errorf("plan = %+v", p)
-	}
-}
-
-// Running rollouts and operators' commands find a rollout by this ID; it must not change.
-func TestWorkflowID(t *testing.T) {
-	if got := WorkflowID("gpu-a100"); got != "rollout/gpu-a100" {
-		t.Fatalf("got %q", got)
 	}
 }
