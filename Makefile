@@ -134,7 +134,7 @@ bench: build build-lean control-plane ## Benchmarks against the real local stack
 	$(BIN) bench storm --devices 5000 --log-level error
 
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATION_PKGS = internal/policy internal/rolloutplan internal/capacity workflows activities/remediation activities/migration activities/rollouts activities/hygiene internal/kubeobj internal/watcher
+MUTATION_PKGS = internal/policy internal/decide internal/breaker internal/migrationplan internal/escalation internal/rolloutplan internal/capacity workflows activities/remediation activities/migration activities/rollouts activities/hygiene internal/kubeobj internal/watcher
 
 N ?= 100000
 SIM_WORKFLOWS = DeviceWorkflow UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow

@@ -3,7 +3,7 @@ package api
 import (
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 )
 
 // PermitQueue is the task queue where one worker process answers the breaker's revocation of
@@ -12,7 +12,7 @@ func PermitQueue(worker string) string { return "devicewarden-permits/" + worker
 
 // BreakerInput starts (or continues) the breaker workflow.
 type BreakerInput struct {
-	State *policy.BreakerState `json:"state,omitempty"`
+	State *breaker.State `json:"state,omitempty"`
 }
 
 // BreakerSignal is the payload of the breaker's resume and pause signals.
@@ -26,6 +26,6 @@ type BreakerSignal struct {
 
 // ConfigureBreaker is the `configure` update's argument.
 type ConfigureBreaker struct {
-	Config policy.BreakerConfig `json:"config"`
-	Owner  string               `json:"owner"`
+	Config breaker.Config `json:"config"`
+	Owner  string         `json:"owner"`
 }

@@ -14,7 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/escalation"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // BreakerClient reaches the breaker workflow with update-with-start, so the first permit request
@@ -22,7 +24,7 @@ import (
 //
 // In a storm thousands of devices ask at once, and one workflow takes a bounded number of updates
 // (Temporal admits 10 in flight and 2,000 per run by default): once this worker has seen a budget
-// refused, it refuses that budget itself for policy.RefusedFor (policy.Refusals), with the
+// refused, it refuses that budget itself for breaker.RefusedFor (breaker.Refusals), with the
 // breaker's reason, and hands the devices to the breaker's wait list in one signal per second, so
 // a resume wakes them. A device the breaker woke always asks the breaker.
 //
@@ -36,25 +38,25 @@ type BreakerClient struct {
 	Queue string
 
 	mu       sync.Mutex
-	refused  policy.Refusals // the budgets this worker saw refused, answered here a while
-	pending  []string        // devices refused here, not yet on the breaker's wait list
+	refused  breaker.Refusals // the budgets this worker saw refused, answered here a while
+	pending  []string         // devices refused here, not yet on the breaker's wait list
 	flushing bool
 
 	batches  map[string]*batch        // budget -> the lease spent from
 	asking   map[string]chan struct{} // budget -> closed when the request in flight is answered
 	spent    []spentPermit            // spent here, not yet reported
-	returned []policy.LeaseReport     // batches given up, not yet reported
+	returned []breaker.LeaseReport    // batches given up, not yet reported
 	granted  map[string]time.Time     // device|action -> granted here (repeats in the window)
 	revoked  map[int64]time.Time      // lease -> when the breaker revoked it (a late answer is refused)
 	seq      int64                    // the last report's number (policy.LeaseReport.Seq)
 }
 
 // Acquire asks the breaker for a permit and waits for its answer.
-func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+func (b *BreakerClient) Acquire(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
 	if res, ok := b.refuseHere(req); ok {
 		return res, nil
 	}
-	var res policy.PermitResult
+	var res breaker.PermitResult
 	var err error
 	if b.Worker != "" && req.Claim == "" && !req.Woken {
 		res, err = b.lease(ctx, req)
@@ -68,7 +70,7 @@ func (b *BreakerClient) Acquire(ctx context.Context, req policy.PermitRequest) (
 }
 
 // refuseHere answers for a breaker this worker just saw refuse the request's budget.
-func (b *BreakerClient) refuseHere(req policy.PermitRequest) (policy.PermitResult, bool) {
+func (b *BreakerClient) refuseHere(req breaker.PermitRequest) (breaker.PermitResult, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	res, ok := b.refused.Answer(req, time.Now())
@@ -90,8 +92,8 @@ func (b *BreakerClient) startFlush() {
 	}
 }
 
-// remember keeps the breaker's answer (policy.Refusals.Note).
-func (b *BreakerClient) remember(req policy.PermitRequest, res policy.PermitResult) {
+// remember keeps the breaker's answer (breaker.Refusals.Note).
+func (b *BreakerClient) remember(req breaker.PermitRequest, res breaker.PermitResult) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refused.Note(req, res, time.Now())
@@ -141,17 +143,17 @@ func (b *BreakerClient) signal(name string, arg any) error {
 	return b.Client.SignalWorkflow(ctx, BreakerWorkflowID, "", name, arg)
 }
 
-func (b *BreakerClient) acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
-	var res policy.PermitResult
+func (b *BreakerClient) acquire(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
+	var res breaker.PermitResult
 	if err := b.update(ctx, UpdateAcquire, req, &res); err != nil {
-		return policy.PermitResult{}, err
+		return breaker.PermitResult{}, err
 	}
 	return res, nil
 }
 
 // Configure makes this worker's breaker configuration the breaker's, once, as the worker starts:
 // the breaker has one owner at a time (the worker started last), not every permit request.
-func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig, owner string) error {
+func (b *BreakerClient) Configure(ctx context.Context, cfg breaker.Config, owner string) error {
 	if err := b.update(ctx, UpdateBreakerConfigure, ConfigureBreaker{Config: cfg, Owner: owner}, nil); err != nil {
 		return fmt.Errorf("configure breaker: %w", err)
 	}
@@ -160,8 +162,8 @@ func (b *BreakerClient) Configure(ctx context.Context, cfg policy.BreakerConfig,
 
 // Pause opens the breaker by hand and waits for its answer, which comes once no worker can spend
 // a permit it leased ahead (the breaker revokes them first).
-func (b *BreakerClient) Pause(ctx context.Context, sig BreakerSignal) (policy.BreakerState, error) {
-	var st policy.BreakerState
+func (b *BreakerClient) Pause(ctx context.Context, sig BreakerSignal) (breaker.State, error) {
+	var st breaker.State
 	err := b.update(ctx, UpdateBreakerPause, sig, &st)
 	return st, err
 }
@@ -177,14 +179,14 @@ func (b *BreakerClient) Signal(ctx context.Context, name string, sig BreakerSign
 }
 
 // State reads the breaker's state.
-func (b *BreakerClient) State(ctx context.Context) (policy.BreakerState, error) {
-	var st policy.BreakerState
+func (b *BreakerClient) State(ctx context.Context) (breaker.State, error) {
+	var st breaker.State
 	v, err := b.Client.QueryWorkflow(ctx, BreakerWorkflowID, "", QueryState)
 	if err == nil {
 		err = v.Get(&st)
 	}
 	if err != nil {
-		return policy.BreakerState{}, fmt.Errorf("query breaker: %w", err)
+		return breaker.State{}, fmt.Errorf("query breaker: %w", err)
 	}
 	return st, nil
 }
@@ -218,7 +220,7 @@ type NodeClient struct {
 }
 
 // DeviceFailed signals the node's workflow, starting it if needed.
-func (n *NodeClient) DeviceFailed(ctx context.Context, f policy.NodeFailure) error {
+func (n *NodeClient) DeviceFailed(ctx context.Context, f escalation.NodeFailure) error {
 	id := NodeWorkflowID(f.Node)
 	_, err := n.Client.SignalWithStartWorkflow(ctx, id, SignalDeviceFailed, f,
 		client.StartWorkflowOptions{ID: id, TaskQueue: TaskQueue,
@@ -243,7 +245,7 @@ func (l *LimiterClient) signal(ctx context.Context, name string, arg any) error 
 }
 
 // Acquire queues a migration for a slot.
-func (l *LimiterClient) Acquire(ctx context.Context, req policy.SlotRequest) error {
+func (l *LimiterClient) Acquire(ctx context.Context, req migrationplan.SlotRequest) error {
 	return l.signal(ctx, SignalSlotAcquire, req)
 }
 

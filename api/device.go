@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -13,5 +14,5 @@ type DeviceInput struct {
 	// DryRun makes every taint use effect None (preview only).
 	DryRun bool `json:"dryRun,omitempty"`
 	// State carries the state across continue-as-new.
-	State *policy.DeviceState `json:"state,omitempty"`
+	State *decide.DeviceState `json:"state,omitempty"`
 }

@@ -8,14 +8,14 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // SendCommand delivers an operator command to a device's workflow as an update and returns the
 // workflow's answer. A refused command comes back as an error with the reason. With start set,
 // a device that has no workflow gets one (update-with-start).
-func SendCommand(ctx context.Context, c client.Client, id device.ID, cmd policy.Command, start *DeviceInput) (policy.CommandResult, error) {
+func SendCommand(ctx context.Context, c client.Client, id device.ID, cmd decide.Command, start *DeviceInput) (decide.CommandResult, error) {
 	opts := client.UpdateWorkflowOptions{WorkflowID: id.WorkflowID(), UpdateName: string(cmd.Kind), Args: []any{cmd},
 		WaitForStage: client.WorkflowUpdateStageCompleted}
 	var h client.WorkflowUpdateHandle
@@ -31,11 +31,11 @@ func SendCommand(ctx context.Context, c client.Client, id device.ID, cmd policy.
 		h, err = c.UpdateWorkflow(ctx, opts)
 	}
 	if err != nil {
-		return policy.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
+		return decide.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
 	}
-	var res policy.CommandResult
+	var res decide.CommandResult
 	if err := h.Get(ctx, &res); err != nil {
-		return policy.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
+		return decide.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
 	}
 	return res, nil
 }
@@ -46,6 +46,6 @@ func DeviceSearchAttributes(id device.ID, node string) temporal.SearchAttributes
 		SearchDeviceID.ValueSet(id.String()),
 		SearchDeviceNode.ValueSet(node),
 		SearchDeviceDriver.ValueSet(id.Driver),
-		SearchDeviceState.ValueSet(string(policy.Healthy)),
+		SearchDeviceState.ValueSet(string(decide.Healthy)),
 	)
 }

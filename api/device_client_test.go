@@ -10,21 +10,21 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // SendCommand updates a running workflow, or starts one with the update when told to, and hands
 // back the workflow's answer or its refusal.
 func TestSendCommand(t *testing.T) {
-	cmd := policy.Command{Kind: policy.CmdRelease, Actor: "alice"}
+	cmd := decide.Command{Kind: decide.CmdRelease, Actor: "alice"}
 	answer := func(err error) *mocks.WorkflowUpdateHandle {
 		h := &mocks.WorkflowUpdateHandle{}
 		h.On("Get", mock.Anything, mock.Anything).Return(func(_ context.Context, v any) error {
 			if err != nil {
 				return err
 			}
-			*(v.(*policy.CommandResult)) = policy.CommandResult{State: policy.Recovering, Message: "review"}
+			*(v.(*decide.CommandResult)) = decide.CommandResult{State: decide.Recovering, Message: "review"}
 			return nil
 		})
 		return h
@@ -35,7 +35,7 @@ func TestSendCommand(t *testing.T) {
 		return o.WorkflowID == testGPU.WorkflowID() && o.UpdateName == "release"
 	})).Return(answer(nil), nil).Once()
 	res, err := SendCommand(context.Background(), c, testGPU, cmd, nil)
-	if err != nil || res.State != policy.Recovering {
+	if err != nil || res.State != decide.Recovering {
 		t.Fatalf("update: %+v %v", res, err)
 	}
 
@@ -44,7 +44,7 @@ func TestSendCommand(t *testing.T) {
 	c.On("UpdateWithStartWorkflow", mock.Anything, mock.MatchedBy(func(o client.UpdateWithStartWorkflowOptions) bool {
 		return o.UpdateOptions.WorkflowID == "" && o.UpdateOptions.UpdateName == "release"
 	})).Return(answer(nil), nil).Once()
-	if res, err := SendCommand(context.Background(), c, testGPU, cmd, &DeviceInput{Device: testGPU, Node: "n"}); err != nil || res.State != policy.Recovering {
+	if res, err := SendCommand(context.Background(), c, testGPU, cmd, &DeviceInput{Device: testGPU, Node: "n"}); err != nil || res.State != decide.Recovering {
 		t.Fatalf("update-with-start: %+v %v", res, err)
 	}
 	c.AssertExpectations(t)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -28,7 +29,7 @@ type Workload struct {
 
 // LimiterInput starts (or continues) the migration limiter.
 type LimiterInput struct {
-	State *policy.SlotState `json:"state,omitempty"`
+	State *migrationplan.SlotState `json:"state,omitempty"`
 }
 
 // MigrateInput starts the migration of one workload off a quarantined device.
@@ -51,9 +52,9 @@ type MigrateInput struct {
 // MigrationCarry is what a migration hands the next run when its history is full: it waited for a
 // slot or for the breaker, and waits on.
 type MigrationCarry struct {
-	State   policy.MigrationState `json:"state"`
-	Slot    bool                  `json:"slot,omitempty"`
-	Started time.Time             `json:"started"`
+	State   migrationplan.MigrationState `json:"state"`
+	Slot    bool                         `json:"slot,omitempty"`
+	Started time.Time                    `json:"started"`
 	// Anyway is the mechanism a person's migrate-anyway chose, when the wait came after it.
 	Anyway string `json:"anyway,omitempty"`
 }

@@ -7,7 +7,7 @@ package api
 import (
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -43,24 +43,24 @@ const (
 	// watcher has workers, and an operator's command does not queue behind a storm.
 	UpdateObservation = "observe"
 	// Operator commands to a device workflow, as updates (validated and answered with a
-	// policy.CommandResult) and as signals of the same names (fire-and-forget; a payload that does
-	// not decode is recorded and dropped). The payload is a policy.Command (kind may be omitted).
-	SignalForceQuarantine = string(policy.CmdForceQuarantine)
-	SignalRelease         = string(policy.CmdRelease)
-	SignalExtend          = string(policy.CmdExtend)
-	SignalPause           = string(policy.CmdPause)
-	SignalResume          = string(policy.CmdResume)
-	SignalApprove         = string(policy.CmdApprove)
-	SignalReject          = string(policy.CmdReject)
-	SignalReleaseApproval = string(policy.CmdReleaseApproval)
-	// QueryState returns a device's policy.DeviceState, or the breaker's policy.BreakerState.
+	// decide.CommandResult) and as signals of the same names (fire-and-forget; a payload that does
+	// not decode is recorded and dropped). The payload is a decide.Command (kind may be omitted).
+	SignalForceQuarantine = string(decide.CmdForceQuarantine)
+	SignalRelease         = string(decide.CmdRelease)
+	SignalExtend          = string(decide.CmdExtend)
+	SignalPause           = string(decide.CmdPause)
+	SignalResume          = string(decide.CmdResume)
+	SignalApprove         = string(decide.CmdApprove)
+	SignalReject          = string(decide.CmdReject)
+	SignalReleaseApproval = string(decide.CmdReleaseApproval)
+	// QueryState returns a device's decide.DeviceState, or the breaker's breaker.State.
 	QueryState = "state"
 
 	// BreakerWorkflowID is the one circuit-breaker workflow of a namespace.
 	BreakerWorkflowID = "devicewarden-breaker"
-	// UpdateAcquire asks the breaker for a permit (policy.PermitRequest -> policy.PermitResult).
+	// UpdateAcquire asks the breaker for a permit (breaker.PermitRequest -> breaker.PermitResult).
 	UpdateAcquire = "acquire"
-	// UpdateBreakerConfigure sets the breaker's configuration (ConfigureBreaker -> BreakerState):
+	// UpdateBreakerConfigure sets the breaker's configuration (ConfigureBreaker -> breaker.State):
 	// its one owner, sent once by each worker as it starts.
 	UpdateBreakerConfigure = "configure"
 	// Breaker signals: resume re-arms an open breaker, pause opens it by hand (payload BreakerSignal).
@@ -73,26 +73,26 @@ const (
 	// device IDs), so that a resume wakes them too.
 	SignalBreakerWait = "wait"
 	// UpdateLease asks the breaker for a permit and a batch of permits to keep
-	// (policy.LeaseRequest -> policy.LeaseResult).
+	// (breaker.LeaseRequest -> breaker.LeaseResult).
 	UpdateLease = "lease"
-	// SignalPermitsReport tells the breaker what became of leased permits ([]policy.LeaseReport).
+	// SignalPermitsReport tells the breaker what became of leased permits ([]breaker.LeaseReport).
 	SignalPermitsReport = "permits-used"
 	// UpdateBreakerPause opens the breaker by hand and answers once no worker can spend a leased
-	// permit any more (BreakerSignal -> policy.BreakerState).
+	// permit any more (BreakerSignal -> breaker.State).
 	UpdateBreakerPause = "pause"
 
 	// SignalDeviceFailed tells a node's workflow that one of its devices was tainted
-	// (payload policy.NodeFailure).
+	// (payload escalation.NodeFailure).
 	SignalDeviceFailed = "device-failed"
 
 	// MigrationLimiterID is the one migration-limiter workflow of a namespace.
 	MigrationLimiterID = "devicewarden-migrations"
-	// Limiter signals: a migration asks for a slot (policy.SlotRequest) and frees it (its ID); the
+	// Limiter signals: a migration asks for a slot (migrationplan.SlotRequest) and frees it (its ID); the
 	// limiter answers a granted request with slot-granted on the migration.
 	SignalSlotAcquire = "acquire-slot"
 	SignalSlotRelease = "release-slot"
 	SignalSlotGranted = "slot-granted"
-	// Updates to a migration that waits for a person (payload policy.MigrationDecision).
+	// Updates to a migration that waits for a person (payload migrationplan.MigrationDecision).
 	UpdateMigrateAnyway = "migrate-anyway"
 	UpdateAbandon       = "abandon"
 
@@ -136,12 +136,12 @@ var (
 )
 
 // Actor is recorded on decisions DeviceWarden makes by itself.
-const Actor = policy.Actor
+const Actor = decide.Actor
 
 // The state model lives in internal/policy; these names keep the workflow API in one place.
 type (
-	Observation = policy.Observation
-	Reporter    = policy.Reporter
-	DeviceState = policy.DeviceState
-	Command     = policy.Command
+	Observation = decide.Observation
+	Reporter    = decide.Reporter
+	DeviceState = decide.DeviceState
+	Command     = decide.Command
 )

@@ -10,10 +10,10 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 )
 
-// A worker's permits leased ahead (see policy.Lease). Its devices take from the batch in process,
+// A worker's permits leased ahead (see breaker.Lease). Its devices take from the batch in process,
 // under the client's lock, so two devices never take one permit; only an empty or expired batch
 // asks the breaker, and one request per budget is in flight at a time while the others wait for
 // its batch. What was spent is reported to the breaker once a second; a revocation (a pause)
@@ -35,7 +35,7 @@ func NewBreakerClient(c client.Client) *BreakerClient {
 
 // batch is the lease this worker spends from for one budget.
 type batch struct {
-	lease policy.Lease
+	lease breaker.Lease
 	left  int
 	// until is the lease's end on this worker's clock: the lease's length counted from when the
 	// request was sent, which is before the breaker's At, so a worker clock behind the
@@ -65,20 +65,20 @@ func (b *BreakerClient) Unspent(budget string) int {
 // from a closed breaker and still counts there, so a pause revokes it. Without one (a spent batch
 // the breaker has forgotten is never revoked) the repeat asks the breaker, which denies it while
 // open. Callers hold b.mu.
-func (b *BreakerClient) takeLeased(req policy.PermitRequest, now time.Time) (policy.PermitResult, bool) {
-	bt := b.batches[policy.BudgetOf(req.Action)]
+func (b *BreakerClient) takeLeased(req breaker.PermitRequest, now time.Time) (breaker.PermitResult, bool) {
+	bt := b.batches[breaker.BudgetOf(req.Action)]
 	if !bt.live(now) || bt.left == 0 {
-		return policy.PermitResult{}, false
+		return breaker.PermitResult{}, false
 	}
 	key := req.Key() + "|" + string(req.Action)
 	if at, ok := b.granted[key]; ok && now.Sub(at) < req.Config.Window {
-		return policy.PermitResult{Granted: true, Reason: "already granted in this window"}, true
+		return breaker.PermitResult{Granted: true, Reason: "already granted in this window"}, true
 	}
 	bt.left--
-	b.spent = append(b.spent, spentPermit{lease: bt.lease.ID, grant: policy.Grant{Device: req.Key(), Action: req.Action, At: now}})
+	b.spent = append(b.spent, spentPermit{lease: bt.lease.ID, grant: breaker.Grant{Device: req.Key(), Action: req.Action, At: now}})
 	b.grantedHere(key, now, req.Config.Window)
 	b.startFlush()
-	return policy.PermitResult{Granted: true}, true
+	return breaker.PermitResult{Granted: true}, true
 }
 
 // grantedHere remembers a grant for repeats within the window; old entries are dropped as it grows.
@@ -98,19 +98,19 @@ func (b *BreakerClient) grantedHere(key string, now time.Time, window time.Durat
 
 type spentPermit struct {
 	lease int64
-	grant policy.Grant
+	grant breaker.Grant
 }
 
 // lease asks the breaker for the request's permit and a batch to keep. One request per budget is
 // in flight: the others wait for it and then take from its batch.
-func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+func (b *BreakerClient) lease(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
 	for {
 		b.mu.Lock()
 		if res, ok := b.takeLeased(req, time.Now()); ok {
 			b.mu.Unlock()
 			return res, nil
 		}
-		bud := policy.BudgetOf(req.Action)
+		bud := breaker.BudgetOf(req.Action)
 		if wait, busy := b.asking[bud]; busy {
 			b.mu.Unlock()
 			select {
@@ -120,7 +120,7 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 				}
 				continue
 			case <-ctx.Done():
-				return policy.PermitResult{}, ctx.Err()
+				return breaker.PermitResult{}, ctx.Err()
 			}
 		}
 		if b.asking == nil {
@@ -131,12 +131,12 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 		b.retireBatch(bud)
 		b.mu.Unlock()
 
-		var res policy.LeaseResult
+		var res breaker.LeaseResult
 		sent := time.Now()
 		b.mu.Lock()
 		ask := fmt.Sprintf("%s/%d", b.Worker, b.nextSeq())
 		b.mu.Unlock()
-		err := b.update(ctx, UpdateLease, policy.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch, Ask: ask}, &res)
+		err := b.update(ctx, UpdateLease, breaker.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: breaker.LeaseBatch, Ask: ask}, &res)
 		b.mu.Lock()
 		if err == nil {
 			res.PermitResult = b.install(bud, req, res, sent)
@@ -144,14 +144,14 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 		} else {
 			// The breaker may have made a lease whose answer never came: give back whatever this
 			// request leased, or it counts as used for a whole window.
-			b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Ask: ask, Returned: policy.LeaseBatch, Seq: b.nextSeq()})
+			b.returned = append(b.returned, breaker.LeaseReport{Worker: b.Worker, Ask: ask, Returned: breaker.LeaseBatch, Seq: b.nextSeq()})
 			b.startFlush()
 		}
 		delete(b.asking, bud)
 		close(done)
 		b.mu.Unlock()
 		if err != nil {
-			return policy.PermitResult{}, err
+			return breaker.PermitResult{}, err
 		}
 		return res.PermitResult, nil
 	}
@@ -161,14 +161,14 @@ func (b *BreakerClient) lease(ctx context.Context, req policy.PermitRequest) (po
 // to spend from. An answer whose lease the breaker already revoked (a pause whose revocation
 // reached this worker before the answer did) is refused whole: the batch goes back unspent, the
 // device waits for a resume, and nothing of it is spent after the pause answered. Callers hold b.mu.
-func (b *BreakerClient) install(bud string, req policy.PermitRequest, res policy.LeaseResult, sent time.Time) policy.PermitResult {
+func (b *BreakerClient) install(bud string, req breaker.PermitRequest, res breaker.LeaseResult, sent time.Time) breaker.PermitResult {
 	if res.Lease != nil && b.revokedLease(res.Lease.ID) {
-		b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Lease: res.Lease.ID, Returned: res.Lease.Count, Seq: b.nextSeq()})
+		b.returned = append(b.returned, breaker.LeaseReport{Worker: b.Worker, Lease: res.Lease.ID, Returned: res.Lease.Count, Seq: b.nextSeq()})
 		if req.Claim == "" && len(b.pending) < 100000 {
 			b.pending = append(b.pending, req.Device.String())
 		}
 		b.startFlush()
-		return policy.PermitResult{Reason: "circuit breaker open: paused while this permit was on its way"}
+		return breaker.PermitResult{Reason: "circuit breaker open: paused while this permit was on its way"}
 	}
 	if !res.Granted {
 		return res.PermitResult
@@ -193,7 +193,7 @@ func (b *BreakerClient) revokedLease(id int64) bool {
 	return ok
 }
 
-// nextSeq numbers a report (policy.LeaseReport.Seq). Callers hold b.mu.
+// nextSeq numbers a report (breaker.LeaseReport.Seq). Callers hold b.mu.
 func (b *BreakerClient) nextSeq() int64 {
 	b.seq++
 	return b.seq
@@ -208,7 +208,7 @@ func (b *BreakerClient) retireBatch(bud string) {
 	}
 	delete(b.batches, bud)
 	if bt.left > 0 {
-		b.returned = append(b.returned, policy.LeaseReport{Worker: b.Worker, Lease: bt.lease.ID, Returned: bt.left, Seq: b.nextSeq()})
+		b.returned = append(b.returned, breaker.LeaseReport{Worker: b.Worker, Lease: bt.lease.ID, Returned: bt.left, Seq: b.nextSeq()})
 		b.startFlush()
 	}
 }
@@ -216,7 +216,7 @@ func (b *BreakerClient) retireBatch(bud string) {
 // Revoke takes back the named leases at once (the breaker was paused): what was spent and not
 // yet reported, and the count left unspent. Nothing of them is spent afterwards, a lease whose
 // answer has not arrived yet included: its ID is kept until it could no longer be spent.
-func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
+func (b *BreakerClient) Revoke(ids []int64) []breaker.LeaseReport {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -224,20 +224,20 @@ func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
 		b.revoked = map[int64]time.Time{}
 	}
 	for id, at := range b.revoked {
-		if now.Sub(at) > policy.LeaseFor+spendMargin {
+		if now.Sub(at) > breaker.LeaseFor+spendMargin {
 			delete(b.revoked, id) // any lease it names has ended
 		}
 	}
 	for _, id := range ids {
 		b.revoked[id] = now
 	}
-	out := map[int64]*policy.LeaseReport{}
+	out := map[int64]*breaker.LeaseReport{}
 	var order []int64
-	report := func(id int64) *policy.LeaseReport {
+	report := func(id int64) *breaker.LeaseReport {
 		if r, ok := out[id]; ok {
 			return r
 		}
-		out[id] = &policy.LeaseReport{Worker: b.Worker, Lease: id}
+		out[id] = &breaker.LeaseReport{Worker: b.Worker, Lease: id}
 		order = append(order, id)
 		return out[id]
 	}
@@ -261,7 +261,7 @@ func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
 			delete(b.batches, bud)
 		}
 	}
-	reports := make([]policy.LeaseReport, 0, len(order))
+	reports := make([]breaker.LeaseReport, 0, len(order))
 	for _, id := range order {
 		reports = append(reports, *out[id])
 	}
@@ -270,7 +270,7 @@ func (b *BreakerClient) Revoke(ids []int64) []policy.LeaseReport {
 
 // reports takes what is waiting to be reported: spent permits by lease, and returned batches;
 // a batch whose lease ran out is returned here too. Callers hold b.mu.
-func (b *BreakerClient) reports(now time.Time) []policy.LeaseReport {
+func (b *BreakerClient) reports(now time.Time) []breaker.LeaseReport {
 	for bud, bt := range b.batches {
 		if !bt.live(now) {
 			b.retireBatch(bud)
@@ -284,7 +284,7 @@ func (b *BreakerClient) reports(now time.Time) []policy.LeaseReport {
 		if !ok {
 			i = len(out)
 			byLease[s.lease] = i
-			out = append(out, policy.LeaseReport{Worker: b.Worker, Lease: s.lease, Seq: b.nextSeq()})
+			out = append(out, breaker.LeaseReport{Worker: b.Worker, Lease: s.lease, Seq: b.nextSeq()})
 		}
 		out[i].Spent = append(out[i].Spent, s.grant)
 	}

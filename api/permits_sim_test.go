@@ -7,11 +7,13 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
-// TestSimulatePermits drives the breaker's real state (policy.BreakerState) and three workers'
+// TestSimulatePermits drives the breaker's real state (breaker.State) and three workers'
 // real permit caches (BreakerClient) through generated sequences of the seam between them:
 // devices asking, lease answers the breaker computed but a worker has not yet received, pauses
 // whose revocations race those answers, resumes, reports lost or sent twice, workers that die
@@ -33,14 +35,14 @@ const (
 	simDevices = 8
 )
 
-var simConfig = policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: simCap}
+var simConfig = breaker.Config{Window: 10 * time.Minute, MaxCount: simCap}
 
 // flight is a lease request a worker sent; answer is set once the breaker took it.
 type flight struct {
 	worker int
-	req    policy.PermitRequest
+	req    breaker.PermitRequest
 	sent   time.Time
-	answer *policy.LeaseResult
+	answer *breaker.LeaseResult
 	at     time.Time // when the breaker answered
 	epoch  int
 }
@@ -55,7 +57,7 @@ type taken struct {
 
 type permitSim struct {
 	now     time.Time
-	breaker *policy.BreakerState
+	breaker *breaker.State
 	workers []*BreakerClient
 	dead    []bool
 	flights []*flight
@@ -71,7 +73,7 @@ type permitSim struct {
 
 func newPermitSim() *permitSim {
 	s := &permitSim{now: time.Now(), dead: make([]bool, simWorkers), answered: map[string]time.Time{},
-		breaker: &policy.BreakerState{Config: simConfig, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}}
+		breaker: &breaker.State{Config: simConfig, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}}
 	for i := range simWorkers {
 		// flushing keeps the reporter goroutine off: the model delivers reports itself.
 		s.workers = append(s.workers, &BreakerClient{Worker: fmt.Sprint("w", i), Queue: fmt.Sprint("q", i), flushing: true})
@@ -113,14 +115,14 @@ func (s *permitSim) ask(rt *rapid.T) {
 	if s.dead[w] {
 		return
 	}
-	action := rapid.SampledFrom([]policy.State{policy.Quarantined, policy.ActionMigrate}).Draw(rt, "action")
-	req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", rapid.IntRange(0, simDevices-1).Draw(rt, "device"))},
+	action := rapid.SampledFrom([]decide.State{decide.Quarantined, migrationplan.ActionMigrate}).Draw(rt, "action")
+	req := breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", rapid.IntRange(0, simDevices-1).Draw(rt, "device"))},
 		Action: action, Config: simConfig, KnownDevices: 1000}
 	b := s.workers[w]
 	b.mu.Lock()
 	res, ok := b.takeLeased(req, s.now)
 	if !ok {
-		b.retireBatch(policy.BudgetOf(action))
+		b.retireBatch(breaker.BudgetOf(action))
 	}
 	b.mu.Unlock()
 	if ok {
@@ -148,7 +150,7 @@ func (s *permitSim) breakerTakes(rt *rapid.T) {
 	}
 	f := waiting[rapid.IntRange(0, len(waiting)-1).Draw(rt, "request")]
 	b := s.workers[f.worker]
-	res := s.breaker.Lease(policy.LeaseRequest{PermitRequest: f.req, Worker: b.Worker, Queue: b.Queue, Want: policy.LeaseBatch}, s.now)
+	res := s.breaker.Lease(breaker.LeaseRequest{PermitRequest: f.req, Worker: b.Worker, Queue: b.Queue, Want: breaker.LeaseBatch}, s.now)
 	if res.Granted {
 		if _, ok := s.answered[f.req.Key()+"|"+string(f.req.Action)]; !ok || res.Reason == "" {
 			s.answered[f.req.Key()+"|"+string(f.req.Action)] = s.now
@@ -176,7 +178,7 @@ func (s *permitSim) deliver(rt *rapid.T) {
 	}
 	b := s.workers[f.worker]
 	b.mu.Lock()
-	res := b.install(policy.BudgetOf(f.req.Action), f.req, *f.answer, f.sent)
+	res := b.install(breaker.BudgetOf(f.req.Action), f.req, *f.answer, f.sent)
 	b.mu.Unlock()
 	if res.Granted {
 		s.granted(rt, f.worker, f.req, res, f.at, f.epoch, false)
@@ -255,7 +257,7 @@ func (s *permitSim) queueWorker(q string) int {
 
 // granted checks one answer that lets a device act, and records it; decided is when it was
 // answered, and local says the worker answered from its batch or memory, not the breaker.
-func (s *permitSim) granted(rt *rapid.T, w int, req policy.PermitRequest, res policy.PermitResult, decided time.Time, epoch int, local bool) {
+func (s *permitSim) granted(rt *rapid.T, w int, req breaker.PermitRequest, res breaker.PermitResult, decided time.Time, epoch int, local bool) {
 	key := req.Key() + "|" + string(req.Action)
 	if local && s.paused && !s.now.Before(s.answeredAt) {
 		rt.Fatalf("worker %d granted %s (%q) after the pause answered at %s", w, key, res.Reason, s.answeredAt.Format(time.TimeOnly))

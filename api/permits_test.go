@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-func permitReq(n int) policy.PermitRequest {
-	return policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", n)}, Action: policy.Quarantined,
-		Config: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}}
+func permitReq(n int) breaker.PermitRequest {
+	return breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", n)}, Action: decide.Quarantined,
+		Config: breaker.Config{Window: 10 * time.Minute, MaxCount: 20}}
 }
 
 // Devices take from a worker's batch under one lock: 64 asking at once get exactly the batch,
@@ -22,7 +23,7 @@ func permitReq(n int) policy.PermitRequest {
 func TestTakeLeasedIsAtomic(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
-	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 7}, until: now.Add(policy.LeaseFor), left: 8}}
+	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 7}, until: now.Add(breaker.LeaseFor), left: 8}}
 	var mu sync.Mutex
 	granted := 0
 	var wg sync.WaitGroup
@@ -56,7 +57,7 @@ func TestTakeLeasedIsAtomic(t *testing.T) {
 	if ok || !again || !res.Granted || res.Reason == "" || b.batches["actions"].left != 1 {
 		t.Fatalf("a repeat within the window: spent batch %v, batch with one left %v %+v", ok, again, res)
 	}
-	b.batches["actions"] = &batch{lease: policy.Lease{ID: 8}, until: now.Add(time.Second / 2), left: 3}
+	b.batches["actions"] = &batch{lease: breaker.Lease{ID: 8}, until: now.Add(time.Second / 2), left: 3}
 	b.mu.Lock()
 	_, ok = b.takeLeased(permitReq(100), now)
 	b.mu.Unlock()
@@ -71,10 +72,10 @@ func TestRevokeGivesBackNamedLeases(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
 	b.batches = map[string]*batch{
-		"actions":      {lease: policy.Lease{ID: 1}, until: now.Add(policy.LeaseFor), left: 3},
-		"restrictions": {lease: policy.Lease{ID: 2, Action: policy.Restricted}, until: now.Add(policy.LeaseFor), left: 2},
+		"actions":      {lease: breaker.Lease{ID: 1}, until: now.Add(breaker.LeaseFor), left: 3},
+		"restrictions": {lease: breaker.Lease{ID: 2, Action: decide.Restricted}, until: now.Add(breaker.LeaseFor), left: 2},
 	}
-	b.spent = []spentPermit{{lease: 1, grant: policy.Grant{Device: "a"}}, {lease: 2, grant: policy.Grant{Device: "b"}}, {lease: 1, grant: policy.Grant{Device: "c"}}}
+	b.spent = []spentPermit{{lease: 1, grant: breaker.Grant{Device: "a"}}, {lease: 2, grant: breaker.Grant{Device: "b"}}, {lease: 1, grant: breaker.Grant{Device: "c"}}}
 	reps := b.Revoke([]int64{1})
 	if len(reps) != 1 || reps[0].Lease != 1 || reps[0].Worker != "w" || reps[0].Returned != 3 || len(reps[0].Spent) != 2 || reps[0].Spent[1].Device != "c" {
 		t.Fatalf("revoked %+v", reps)
@@ -83,7 +84,7 @@ func TestRevokeGivesBackNamedLeases(t *testing.T) {
 		t.Fatalf("left behind: %+v %+v", b.batches, b.spent)
 	}
 	// What is left is reported by lease, and a lease that ran out is returned with it.
-	out := b.reports(now.Add(policy.LeaseFor))
+	out := b.reports(now.Add(breaker.LeaseFor))
 	if len(out) != 2 || out[0].Lease != 2 || out[0].Returned != 2 || out[1].Lease != 2 || len(out[1].Spent) != 1 {
 		t.Fatalf("reports %+v", out)
 	}
@@ -124,8 +125,8 @@ func TestLateLeaseAnswerAfterRevokeIsRefused(t *testing.T) {
 	if reps := b.Revoke([]int64{5}); len(reps) != 0 {
 		t.Fatalf("revoked a lease this worker does not hold yet: %+v", reps)
 	}
-	late := policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
-		Lease: &policy.Lease{ID: 5, Worker: "w", Count: 8, At: now, Until: now.Add(policy.LeaseFor)}}
+	late := breaker.LeaseResult{PermitResult: breaker.PermitResult{Granted: true},
+		Lease: &breaker.Lease{ID: 5, Worker: "w", Count: 8, At: now, Until: now.Add(breaker.LeaseFor)}}
 	b.mu.Lock()
 	res := b.install("actions", permitReq(1), late, now)
 	b.mu.Unlock()
@@ -150,8 +151,8 @@ func TestLateLeaseAnswerAfterRevokeIsRefused(t *testing.T) {
 	}
 	// An answer for a lease that was not revoked is installed as before.
 	b.mu.Lock()
-	res = b.install("actions", permitReq(3), policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
-		Lease: &policy.Lease{ID: 6, Worker: "w", Count: 8, At: now, Until: now.Add(policy.LeaseFor)}}, now)
+	res = b.install("actions", permitReq(3), breaker.LeaseResult{PermitResult: breaker.PermitResult{Granted: true},
+		Lease: &breaker.Lease{ID: 6, Worker: "w", Count: 8, At: now, Until: now.Add(breaker.LeaseFor)}}, now)
 	b.mu.Unlock()
 	if !res.Granted || b.Unspent("actions") != 8 {
 		t.Fatalf("a fresh lease: %+v, %d unspent", res, b.Unspent("actions"))
@@ -165,7 +166,7 @@ func TestLateLeaseAnswerAfterRevokeIsRefused(t *testing.T) {
 func TestRepeatAfterRevokeAsksTheBreaker(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
-	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 1}, until: now.Add(policy.LeaseFor), left: 2}}
+	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 1}, until: now.Add(breaker.LeaseFor), left: 2}}
 	b.mu.Lock()
 	if res, ok := b.takeLeased(permitReq(1), now); !ok || !res.Granted || res.Reason != "" {
 		t.Fatalf("first grant: %v %+v", ok, res)
@@ -182,7 +183,7 @@ func TestRepeatAfterRevokeAsksTheBreaker(t *testing.T) {
 		t.Fatal("a repeat was granted from memory after the breaker revoked the batch")
 	}
 	// Nor once the batch can no longer be spent.
-	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 2}, until: now.Add(time.Second), left: 2}}
+	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 2}, until: now.Add(time.Second), left: 2}}
 	b.mu.Lock()
 	_, ok = b.takeLeased(permitReq(1), now.Add(time.Second))
 	b.mu.Unlock()
@@ -199,13 +200,13 @@ func TestBatchEndsOnTheWorkersClock(t *testing.T) {
 	breakerNow := time.Now()
 	workerNow := breakerNow.Add(-5 * time.Second) // this worker's clock is 5 s behind
 	b := &BreakerClient{Worker: "w", flushing: true}
-	ans := policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
-		Lease: &policy.Lease{ID: 1, Worker: "w", Count: 8, At: breakerNow, Until: breakerNow.Add(policy.LeaseFor)}}
+	ans := breaker.LeaseResult{PermitResult: breaker.PermitResult{Granted: true},
+		Lease: &breaker.Lease{ID: 1, Worker: "w", Count: 8, At: breakerNow, Until: breakerNow.Add(breaker.LeaseFor)}}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.install("actions", permitReq(0), ans, workerNow)
 	// On the worker's clock, LeaseFor after sending is the breaker's Until.
-	lastSpend := workerNow.Add(policy.LeaseFor - spendMargin)
+	lastSpend := workerNow.Add(breaker.LeaseFor - spendMargin)
 	if _, ok := b.takeLeased(permitReq(1), lastSpend.Add(-time.Millisecond)); !ok {
 		t.Fatal("could not spend inside the lease")
 	}
@@ -219,7 +220,7 @@ func TestBatchEndsOnTheWorkersClock(t *testing.T) {
 func TestRepeatEndsWithTheWindow(t *testing.T) {
 	now := time.Now()
 	b := &BreakerClient{Worker: "w", flushing: true}
-	b.batches = map[string]*batch{"actions": {lease: policy.Lease{ID: 1}, until: now.Add(policy.LeaseFor), left: 2}}
+	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 1}, until: now.Add(breaker.LeaseFor), left: 2}}
 	req := permitReq(1)
 	b.granted = map[string]time.Time{req.Key() + "|" + string(req.Action): now.Add(-req.Config.Window)}
 	b.mu.Lock()
@@ -237,8 +238,8 @@ func TestEarlierRevocationIsKept(t *testing.T) {
 	b := &BreakerClient{Worker: "w", flushing: true}
 	b.Revoke([]int64{5})
 	b.Revoke([]int64{6})
-	late := policy.LeaseResult{PermitResult: policy.PermitResult{Granted: true},
-		Lease: &policy.Lease{ID: 5, Worker: "w", Count: 8, At: now, Until: now.Add(policy.LeaseFor)}}
+	late := breaker.LeaseResult{PermitResult: breaker.PermitResult{Granted: true},
+		Lease: &breaker.Lease{ID: 5, Worker: "w", Count: 8, At: now, Until: now.Add(breaker.LeaseFor)}}
 	b.mu.Lock()
 	res := b.install("actions", permitReq(1), late, now)
 	b.mu.Unlock()

@@ -7,9 +7,9 @@ import (
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/activities/rollouts"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Deps are the clients and settings the activities need. Each domain gets only its own.
@@ -19,7 +19,7 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	// Breaker answers permit requests (a *api.BreakerClient); BreakerConfig is this worker's cap.
 	Breaker       remediation.BreakerClient
-	BreakerConfig policy.BreakerConfig
+	BreakerConfig breaker.Config
 	// Nodes, Limiter and Rollouts reach the node, limiter and rollout workflows.
 	Nodes    remediation.NodeReporter
 	Limiter  migration.MigrationLimiter

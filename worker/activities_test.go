@@ -5,14 +5,14 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 )
 
 // Each domain gets the clients and settings it runs on; a rollout's alerts go through the
 // remediation activities' Alert, which logs and counts them.
 func TestNewActivitiesGivesEachDomainItsClients(t *testing.T) {
 	kube := fake.NewClientset()
-	cfg := policy.DefaultBreaker()
+	cfg := breaker.DefaultConfig()
 	a := NewActivities(Deps{Kube: kube, BreakerConfig: cfg, DryRun: true, KeepLeakedClaims: true, OwnNamespace: "dw"})
 	r, m, ro, h := a.Remediation, a.Migration, a.Rollouts, a.Hygiene
 	if r.Kube != kube || m.Kube != kube || ro.Kube != kube || h.Kube != kube {

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/devicewarden/devicewarden/workflows"
 	"slices"
 	"testing"
 	"time"
@@ -13,9 +12,11 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
+	"github.com/devicewarden/devicewarden/workflows"
 )
 
 // revokeInput is the breaker's revocation as it travels (the remediation activity's input; the
@@ -37,7 +38,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	bw.RegisterWorkflow(workflows.BreakerWorkflow)
 	bw.RegisterActivityWithOptions(func(context.Context, any) error { return nil }, activity.RegisterOptions{Name: "Alert"})
 	pw := sdkworker.New(c, bc.Queue, sdkworker.Options{})
-	pw.RegisterActivityWithOptions(func(_ context.Context, in revokeInput) ([]policy.LeaseReport, error) {
+	pw.RegisterActivityWithOptions(func(_ context.Context, in revokeInput) ([]breaker.LeaseReport, error) {
 		return bc.Revoke(in.Leases), nil
 	}, activity.RegisterOptions{Name: "RevokePermits"})
 	for _, w := range []sdkworker.Worker{bw, pw} {
@@ -46,14 +47,14 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 		}
 		defer w.Stop()
 	}
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 10}
+	cfg := breaker.Config{Window: 10 * time.Minute, MaxCount: 10}
 	if err := bc.Configure(ctx, cfg, "test"); err != nil {
 		t.Fatal(err)
 	}
-	req := func(i int) policy.PermitRequest {
-		return policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, Config: cfg}
+	req := func(i int) breaker.PermitRequest {
+		return breaker.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: fmt.Sprint("gpu-", i)}, Action: decide.Quarantined, Config: cfg}
 	}
-	budget := policy.BudgetOf(policy.Quarantined)
+	budget := breaker.BudgetOf(decide.Quarantined)
 
 	// The first permit leases a batch (at most half of what is left free); the next come out of it.
 	var first int
@@ -145,9 +146,9 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	}
 }
 
-func breakerState(t *testing.T, ctx context.Context, c client.Client) policy.BreakerState {
+func breakerState(t *testing.T, ctx context.Context, c client.Client) breaker.State {
 	t.Helper()
-	var s policy.BreakerState
+	var s breaker.State
 	v, err := c.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState)
 	if err == nil {
 		err = v.Get(&s)

@@ -14,8 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 )
 
@@ -63,7 +64,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 		}
 	}()
 	// Every process also runs a breaker worker: the breaker's own workflow may be on the one killed.
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 50}
+	cfg := breaker.Config{Window: 10 * time.Minute, MaxCount: 50}
 	if err := (&api.BreakerClient{Client: c}).Configure(ctx, cfg, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := from; i < to; i++ {
 			wg.Go(func() {
-				req := policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, Config: cfg}
+				req := breaker.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: fmt.Sprint("gpu-", i)}, Action: decide.Quarantined, Config: cfg}
 				res, err := workers[i%len(workers)].breaker.Acquire(ctx, req)
 				if err != nil {
 					t.Errorf("gpu-%d: %v", i, err)
@@ -89,7 +90,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	// A first wave leaves each worker holding a batch.
 	ask(0, 30, procs)
 	dead := procs[2].breaker
-	held := dead.Unspent(policy.BudgetOf(policy.Quarantined))
+	held := dead.Unspent(breaker.BudgetOf(decide.Quarantined))
 	if held == 0 {
 		t.Fatalf("the worker to be killed holds no permits (granted so far %d)", granted.Load())
 	}
@@ -133,7 +134,7 @@ func TestManyWorkersNeverPassTheCap(t *testing.T) {
 	}
 	temporaltest.Record(t, ctx, c, api.BreakerWorkflowID, "", "breaker_leases.json")
 	for _, p := range procs[:2] {
-		if res, err := p.breaker.Acquire(ctx, policy.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: "late"}, Action: policy.Quarantined, Config: cfg}); err != nil || res.Granted {
+		if res, err := p.breaker.Acquire(ctx, breaker.PermitRequest{Device: device.ID{Driver: "gpu.test", Pool: "node", Device: "late"}, Action: decide.Quarantined, Config: cfg}); err != nil || res.Granted {
 			t.Fatalf("after the pause a worker granted %+v (%v)", res, err)
 		}
 	}

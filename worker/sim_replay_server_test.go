@@ -20,6 +20,8 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
@@ -46,13 +48,13 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		m.answers[name] = true
 		w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
-	reg("AcquirePermit", func(context.Context, remediation.PermitInput) (policy.PermitResult, error) {
+	reg("AcquirePermit", func(context.Context, remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.breakerOpen {
-			return policy.PermitResult{Reason: "circuit breaker open: simulated"}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
-		return policy.PermitResult{Granted: true}, nil
+		return breaker.PermitResult{Granted: true}, nil
 	})
 	reg("Quarantine", func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
@@ -64,31 +66,31 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.breakerOpen {
-			return remediation.QuarantineWithPermitResult{Permit: policy.PermitResult{Reason: "circuit breaker open: simulated"}}, nil
+			return remediation.QuarantineWithPermitResult{Permit: breaker.PermitResult{Reason: "circuit breaker open: simulated"}}, nil
 		}
 		m.rule = true
 		q := in.Quarantine
-		return remediation.QuarantineWithPermitResult{Permit: policy.PermitResult{Granted: true},
+		return remediation.QuarantineWithPermitResult{Permit: breaker.PermitResult{Granted: true},
 			Rule: remediation.QuarantineResult{RuleName: q.Device.TaintRuleName(), Created: true, Effect: string(q.Effect)}}, nil
 	})
-	reg("InspectRule", func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
+	reg("InspectRule", func(_ context.Context, in remediation.InspectInput) (decide.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return policy.RuleInfo{Present: m.rule, Name: in.Device.TaintRuleName(), Key: policy.TaintQuarantine, Effect: string(in.Effect), WantEffect: string(in.Effect)}, nil
+		return decide.RuleInfo{Present: m.rule, Name: in.Device.TaintRuleName(), Key: decide.TaintQuarantine, Effect: string(in.Effect), WantEffect: string(in.Effect)}, nil
 	})
 	reg("RefreshRule", func(_ context.Context, in remediation.QuarantineInput) (remediation.RefreshResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return remediation.RefreshResult{Missing: !m.rule, Effect: string(in.Effect)}, nil
 	})
-	reg("RunCheck", func(_ context.Context, in remediation.CheckInput) (policy.StepResult, error) {
+	reg("RunCheck", func(_ context.Context, in remediation.CheckInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.checkFails > 0 {
 			m.checkFails--
-			return policy.StepResult{Reason: "exit 1"}, nil
+			return decide.StepResult{Reason: "exit 1"}, nil
 		}
-		return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
+		return decide.StepResult{Passed: true, Reason: "exit 0"}, nil
 	})
 	reg("ReleaseRule", func(context.Context, remediation.ReleaseInput) error {
 		m.mu.Lock()
@@ -169,16 +171,16 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 			case "observe":
 				h := rapid.SampledFrom([]device.Health{device.Healthy, device.Unknown, device.Unhealthy}).Draw(rt, fmt.Sprintf("health%d", i))
 				ver += rapid.IntRange(-1, 2).Draw(rt, fmt.Sprintf("ver%d", i))
-				o := policy.Observation{Device: dev, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: policy.SourcePodStatus,
-					ObservedAt: time.Now(), Reporters: []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}}
+				o := decide.Observation{Device: dev, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: decide.SourcePodStatus,
+					ObservedAt: time.Now(), Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}}
 				// The watcher's way: signal-with-start, so a run that ended idle starts again.
 				if _, err := c.SignalWithStartWorkflow(ctx, id, api.SignalObservation, o, client.StartWorkflowOptions{ID: id, TaskQueue: api.TaskQueue},
 					api.DeviceWorkflow, api.DeviceInput{Device: dev, Node: "node-1", Policy: p}); err != nil {
 					rt.Fatalf("observe: %v", err)
 				}
 			case "command":
-				k := rapid.SampledFrom(policy.Commands).Draw(rt, fmt.Sprintf("cmd%d", i))
-				cmd := policy.Command{Kind: k, Actor: rapid.SampledFrom([]string{"ops", ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
+				k := rapid.SampledFrom(decide.Commands).Draw(rt, fmt.Sprintf("cmd%d", i))
+				cmd := decide.Command{Kind: k, Actor: rapid.SampledFrom([]string{"ops", ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
 				uctx, stop := context.WithTimeout(ctx, 5*time.Second)
 				h, err := c.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: string(k), Args: []any{cmd},
 					WaitForStage: client.WorkflowUpdateStageAccepted})

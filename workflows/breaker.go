@@ -2,16 +2,16 @@ package workflows
 
 import (
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // BreakerWorkflow owns the fleet-wide circuit breaker (ID BreakerWorkflowID). Device workflows ask
@@ -20,7 +20,7 @@ import (
 func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	st := in.State
 	if st == nil {
-		st = &policy.BreakerState{Config: policy.DefaultBreaker()}
+		st = &breaker.State{Config: breaker.DefaultConfig()}
 	}
 	// Runs recorded before restrictions had their own budget replay with one budget.
 	if workflow.GetVersion(ctx, "separate-budgets", workflow.DefaultVersion, 1) >= 1 {
@@ -43,19 +43,19 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	if workflow.GetVersion(ctx, "spent-own-action", workflow.DefaultVersion, 1) >= 1 {
 		st.SpendsOwnAction = true
 	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.BreakerState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (breaker.State, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	var alerts []notify.AlertInput
 	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAcquire,
-		func(ctx workflow.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+		func(ctx workflow.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
 			res := st.Acquire(req, workflow.Now(ctx))
 			if res.Tripped {
 				alerts = append(alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: api.BreakerWorkflowID})
 			}
 			return res, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req policy.PermitRequest) error {
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req breaker.PermitRequest) error {
 			if req.Claim == "" && !req.Device.Valid() {
 				return fmt.Errorf("invalid device %q", req.Device.String())
 			}
@@ -80,7 +80,7 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 			return err
 		}
 		for reportCh.Len() > 0 {
-			var reps []policy.LeaseReport
+			var reps []breaker.LeaseReport
 			reportCh.Receive(ctx, &reps)
 			for _, r := range reps {
 				st.Report(r, workflow.Now(ctx))
@@ -120,9 +120,9 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 }
 
 // registerConfigure lets the breaker's one owner set its configuration.
-func registerConfigure(ctx workflow.Context, st *policy.BreakerState) error {
+func registerConfigure(ctx workflow.Context, st *breaker.State) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateBreakerConfigure,
-		func(ctx workflow.Context, c api.ConfigureBreaker) (policy.BreakerState, error) {
+		func(ctx workflow.Context, c api.ConfigureBreaker) (breaker.State, error) {
 			return *st, st.Configure(c.Config, c.Owner)
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, c api.ConfigureBreaker) error {
@@ -139,7 +139,7 @@ func registerConfigure(ctx workflow.Context, st *policy.BreakerState) error {
 
 // wakeWaiting signals the devices the breaker denied that it may now grant again; a device that
 // has ended since is skipped.
-func wakeWaiting(ctx workflow.Context, st *policy.BreakerState) {
+func wakeWaiting(ctx workflow.Context, st *breaker.State) {
 	var futures []workflow.Future
 	for _, key := range st.Wake() {
 		id, err := device.ParseID(key)

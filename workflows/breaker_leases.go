@@ -2,31 +2,31 @@ package workflows
 
 import (
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// registerLeases adds the breaker's handlers for permits leased ahead (see policy.Lease): the
+// registerLeases adds the breaker's handlers for permits leased ahead (see breaker.Lease): the
 // `lease` update, and the `pause` update that answers once no worker can spend a leased permit.
 // Runs recorded before leases existed saw none of these, and with no lease outstanding a pause
 // schedules nothing, so they replay as they were.
-func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]notify.AlertInput) error {
+func registerLeases(ctx workflow.Context, st *breaker.State, alerts *[]notify.AlertInput) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateLease,
-		func(ctx workflow.Context, req policy.LeaseRequest) (policy.LeaseResult, error) {
+		func(ctx workflow.Context, req breaker.LeaseRequest) (breaker.LeaseResult, error) {
 			res := st.Lease(req, workflow.Now(ctx))
 			if res.Tripped {
 				*alerts = append(*alerts, notify.AlertInput{Level: "critical", Text: res.Reason, WorkflowID: api.BreakerWorkflowID})
 			}
 			return res, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req policy.LeaseRequest) error {
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req breaker.LeaseRequest) error {
 			if req.Worker == "" {
 				return fmt.Errorf("lease: worker is required")
 			}
@@ -39,7 +39,7 @@ func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]not
 		return fmt.Errorf("register update %s: %w", api.UpdateLease, err)
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateBreakerPause,
-		func(ctx workflow.Context, sig api.BreakerSignal) (policy.BreakerState, error) {
+		func(ctx workflow.Context, sig api.BreakerSignal) (breaker.State, error) {
 			pause(ctx, st, sig, alerts)
 			return *st, nil
 		},
@@ -56,7 +56,7 @@ func registerLeases(ctx workflow.Context, st *policy.BreakerState, alerts *[]not
 }
 
 // pause opens the breaker by hand, by signal or update alike: the alert, then every lease revoked.
-func pause(ctx workflow.Context, st *policy.BreakerState, sig api.BreakerSignal, alerts *[]notify.AlertInput) {
+func pause(ctx workflow.Context, st *breaker.State, sig api.BreakerSignal, alerts *[]notify.AlertInput) {
 	st.Trip(sig.Actor, sig.Reason, workflow.Now(ctx))
 	*alerts = append(*alerts, notify.AlertInput{Level: "warning", Text: "circuit breaker opened: " + st.Reason, WorkflowID: api.BreakerWorkflowID})
 	revokeLeases(ctx, st)
@@ -69,7 +69,7 @@ const RevokeWithin = 2 * time.Second
 // revokeLeases takes back every batch a worker may still spend, from each worker on its own task
 // queue, at once. Leases a worker did not answer for count as used, and the breaker waits until
 // they can no longer be spent: when it returns, no leased permit is spent any more.
-func revokeLeases(ctx workflow.Context, st *policy.BreakerState) {
+func revokeLeases(ctx workflow.Context, st *breaker.State) {
 	queues, ids := st.Outstanding(workflow.Now(ctx))
 	futures := make([]workflow.Future, len(queues))
 	for i, q := range queues {
@@ -79,7 +79,7 @@ func revokeLeases(ctx workflow.Context, st *policy.BreakerState) {
 		futures[i] = workflow.ExecuteActivity(rctx, rem.RevokePermits, remediation.RevokeInput{Leases: ids[q]})
 	}
 	for i, f := range futures {
-		var reps []policy.LeaseReport
+		var reps []breaker.LeaseReport
 		if err := f.Get(ctx, &reps); err != nil {
 			workflow.GetLogger(ctx).Warn("worker did not give back its permits; waiting until they run out", "queue", queues[i], "error", err)
 			st.Unreachable(ids[queues[i]])

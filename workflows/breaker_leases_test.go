@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"sync"
 	"testing"
@@ -14,8 +13,10 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // A pause takes back every worker's leased permits before it answers: the worker it reaches
@@ -29,7 +30,7 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 	start := env.Now()
 	var mu sync.Mutex // one revocation per worker queue, at once
 	var revoked []string
-	env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]policy.LeaseReport, error) {
+	env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]breaker.LeaseReport, error) {
 		q := activity.GetInfo(ctx).TaskQueue
 		mu.Lock()
 		revoked = append(revoked, q)
@@ -37,26 +38,26 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 		if q == "q-w2" {
 			return nil, errors.New("worker gone")
 		}
-		return []policy.LeaseReport{{Worker: "w1", Lease: in.Leases[0], Spent: []policy.Grant{{Device: "d/p/gpu-9", At: env.Now()}}, Returned: 7}}, nil
+		return []breaker.LeaseReport{{Worker: "w1", Lease: in.Leases[0], Spent: []breaker.Grant{{Device: "d/p/gpu-9", At: env.Now()}}, Returned: 7}}, nil
 	})
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 40}
+	cfg := breaker.Config{Window: 10 * time.Minute, MaxCount: 40}
 	lease := func(worker, dev string) {
-		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: dev}, Action: policy.Quarantined, Config: cfg},
-			Worker: worker, Queue: "q-" + worker, Want: policy.LeaseBatch}
+		req := breaker.LeaseRequest{PermitRequest: breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: dev}, Action: decide.Quarantined, Config: cfg},
+			Worker: worker, Queue: "q-" + worker, Want: breaker.LeaseBatch}
 		env.UpdateWorkflow(api.UpdateLease, worker+dev, &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
 			OnComplete: func(v any, err error) {
-				if r, _ := v.(policy.LeaseResult); err != nil || r.Lease == nil || r.Lease.Count != 8 {
+				if r, _ := v.(breaker.LeaseResult); err != nil || r.Lease == nil || r.Lease.Count != 8 {
 					t.Errorf("lease for %s: %+v %v", worker, v, err)
 				}
 			}}, req)
 	}
 	var answered time.Time
-	var paused policy.BreakerState
+	var paused breaker.State
 	env.RegisterDelayedCallback(func() { lease("w1", "gpu-0"); lease("w2", "gpu-1") }, time.Second)
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(api.UpdateBreakerPause, "pause", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
 			OnComplete: func(v any, err error) {
-				answered, paused = env.Now(), v.(policy.BreakerState)
+				answered, paused = env.Now(), v.(breaker.State)
 				if err != nil {
 					t.Error(err)
 				}
@@ -69,7 +70,7 @@ func TestBreakerPauseRevokesLeases(t *testing.T) {
 	if len(revoked) != 2 || revoked[0] != "q-w1" || revoked[1] != "q-w2" {
 		t.Fatalf("revoked on %v", revoked)
 	}
-	if want := start.Add(time.Second + policy.LeaseFor); answered.Before(want) {
+	if want := start.Add(time.Second + breaker.LeaseFor); answered.Before(want) {
 		t.Fatalf("pause answered at +%s, before the unreachable worker's lease ran out (+%s)", answered.Sub(start), want.Sub(start))
 	}
 	if !paused.Open || len(paused.Leases) != 1 || paused.Leases[0].Worker != "w2" || !paused.Leases[0].Unreachable || paused.Leases[0].Count != 8 {
@@ -85,21 +86,21 @@ func TestBreakerTakesLeaseReports(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	registerActivities(env)
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 40}
+	cfg := breaker.Config{Window: 10 * time.Minute, MaxCount: 40}
 	env.RegisterDelayedCallback(func() {
-		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: policy.Quarantined, Config: cfg},
+		req := breaker.LeaseRequest{PermitRequest: breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: decide.Quarantined, Config: cfg},
 			Worker: "w1", Queue: "q-w1", Want: 4}
 		env.UpdateWorkflow(api.UpdateLease, "l", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {}}, req)
 	}, time.Second)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(api.SignalPermitsReport, []policy.LeaseReport{{Worker: "w1", Lease: 1, Spent: []policy.Grant{{Device: "d/p/gpu-3", At: env.Now()}}, Returned: 1}})
+		env.SignalWorkflow(api.SignalPermitsReport, []breaker.LeaseReport{{Worker: "w1", Lease: 1, Spent: []breaker.Grant{{Device: "d/p/gpu-3", At: env.Now()}}, Returned: 1}})
 	}, 2*time.Second)
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(api.QueryState)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st policy.BreakerState
+		var st breaker.State
 		if err := v.Get(&st); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"strings"
 	"sync"
@@ -16,9 +15,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 type updateResult struct {
@@ -37,7 +38,7 @@ func (u *updateResult) callbacks() *testsuite.TestUpdateCallback {
 			if err != nil {
 				panic(err)
 			}
-			if v.(policy.PermitResult).Granted {
+			if v.(breaker.PermitResult).Granted {
 				u.granted++
 			} else {
 				u.denied++
@@ -52,21 +53,21 @@ func TestBreakerWorkflowCapsUntilResume(t *testing.T) {
 	registerActivities(env)
 	alerts := 0
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(_ context.Context, _ notify.AlertInput) error { alerts++; return nil })
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
+	cfg := breaker.Config{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
 	wakes := recordWakes(env)
 	var before, after updateResult
 	env.RegisterDelayedCallback(func() {
 		for i := 0; i < 20; i++ {
-			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
+			req := breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: decide.Quarantined, KnownDevices: 100, Config: cfg}
 			env.UpdateWorkflow(api.UpdateAcquire, fmt.Sprint("u", i), before.callbacks(), req)
 		}
 	}, time.Second)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"}) }, time.Hour)
 	env.RegisterDelayedCallback(func() {
-		req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-99"}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
+		req := breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-99"}, Action: decide.Quarantined, KnownDevices: 100, Config: cfg}
 		env.UpdateWorkflow(api.UpdateAcquire, "after", after.callbacks(), req)
 	}, time.Hour+time.Second)
-	var st policy.BreakerState
+	var st breaker.State
 	queryThenCancel(t, env, 2*time.Hour, &st)
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if before.granted != 5 || before.denied != 15 {
@@ -97,8 +98,8 @@ func TestBreakerConfigureOwnsTheConfig(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil)
-	owned := policy.BreakerConfig{Window: time.Hour, MaxCount: 2, MaxPercent: 100}
-	other := policy.BreakerConfig{Window: time.Minute, MaxCount: 50, MaxPercent: 100}
+	owned := breaker.Config{Window: time.Hour, MaxCount: 2, MaxPercent: 100}
+	other := breaker.Config{Window: time.Minute, MaxCount: 50, MaxPercent: 100}
 	rejected := 0
 	cb := func(wantOK bool) *testsuite.TestUpdateCallback {
 		return &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) {
@@ -110,17 +111,17 @@ func TestBreakerConfigureOwnsTheConfig(t *testing.T) {
 	}
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(api.UpdateBreakerConfigure, "c1", cb(true), api.ConfigureBreaker{Config: owned, Owner: "worker-a"})
-		env.UpdateWorkflow(api.UpdateBreakerConfigure, "bad", cb(false), api.ConfigureBreaker{Config: policy.BreakerConfig{Window: time.Hour}, Owner: "worker-b"})
+		env.UpdateWorkflow(api.UpdateBreakerConfigure, "bad", cb(false), api.ConfigureBreaker{Config: breaker.Config{Window: time.Hour}, Owner: "worker-b"})
 		env.UpdateWorkflow(api.UpdateBreakerConfigure, "anon", cb(false), api.ConfigureBreaker{Config: owned})
 	}, time.Second)
 	var res updateResult
 	env.RegisterDelayedCallback(func() {
 		for i := 0; i < 5; i++ {
-			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Quarantined, KnownDevices: 100, Config: other}
+			req := breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: decide.Quarantined, KnownDevices: 100, Config: other}
 			env.UpdateWorkflow(api.UpdateAcquire, fmt.Sprint("u", i), res.callbacks(), req)
 		}
 	}, 2*time.Second)
-	var st policy.BreakerState
+	var st breaker.State
 	queryThenCancel(t, env, time.Minute, &st)
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if rejected != 2 || st.Config != owned || st.ConfiguredBy != "worker-a" || res.granted != 2 {
@@ -141,7 +142,7 @@ func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
 		env.SetContinueAsNewSuggested(true)
 		env.SignalWorkflow(api.SignalBreakerPause, api.BreakerSignal{Actor: "bob", Reason: "maintenance"})
 	}, time.Minute+5*time.Second) // while the resume's alert is in flight
-	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
+	open := &breaker.State{Open: true, Reason: "test", Config: breaker.DefaultConfig()}
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: open})
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
@@ -167,9 +168,9 @@ func TestBreakerWaitSignalJoinsTheWaitList(t *testing.T) {
 		env.SignalWorkflow(api.SignalBreakerWait, []string{"d/p/gpu-1", "d/p/gpu-2", "d/p/gpu-1"})
 	}, time.Minute)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"}) }, 2*time.Minute)
-	var st policy.BreakerState
+	var st breaker.State
 	queryThenCancel(t, env, 3*time.Minute, &st)
-	open := &policy.BreakerState{Open: true, Reason: "test", Config: policy.DefaultBreaker()}
+	open := &breaker.State{Open: true, Reason: "test", Config: breaker.DefaultConfig()}
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: open})
 	woken := wakes()
 	sort.Strings(woken)
@@ -222,9 +223,9 @@ func TestBreakerAppliesPauseAndResumeInOrderSent(t *testing.T) {
 				env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "ops", At: c.resume})
 				env.SignalWorkflow(api.SignalBreakerPause, api.BreakerSignal{Actor: "ops", Reason: "second", At: c.pause})
 			}, time.Minute+2*time.Second)
-			var st policy.BreakerState
+			var st breaker.State
 			queryThenCancel(t, env, 2*time.Minute, &st)
-			env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: &policy.BreakerState{Config: policy.DefaultBreaker()}})
+			env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: &breaker.State{Config: breaker.DefaultConfig()}})
 			if st.Open != c.wantOpen || st.ResumedBy != "ops" {
 				t.Fatalf("open %v, want %v (%+v)", st.Open, c.wantOpen, st)
 			}

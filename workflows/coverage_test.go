@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"github.com/devicewarden/devicewarden/api"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -19,7 +18,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/migration"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -27,7 +27,7 @@ import (
 // TestReplay could not notice a change to it. A path is, per workflow type: each signal and update
 // the workflow registers (read from the running workflow's metadata), each activity its code can
 // call, a fired timer and a continue-as-new when its code has them, each GetVersion change, and for
-// the device workflow each state of internal/policy. It also fails when a history holds a version
+// the device workflow each state of internal/decide. It also fails when a history holds a version
 // marker no GetVersion reads any more: the replayer skips such a marker silently, so removing a
 // GetVersion while runs from before it are open would go unnoticed.
 func TestReplayCoversEveryPath(t *testing.T) {
@@ -108,7 +108,7 @@ func handlerPaths(t *testing.T, fn any) []string {
 		env.ExecuteWorkflow(f, api.NodeInput{Node: "node-1"})
 	case func(workflow.Context, api.LimiterInput) error:
 		env.ExecuteWorkflow(f, api.LimiterInput{})
-	case func(workflow.Context, api.MigrateInput) (policy.MigrationState, error):
+	case func(workflow.Context, api.MigrateInput) (migrationplan.MigrationState, error):
 		registerActivities(env)
 		env.OnActivity("TakeMigrationLease", mock.Anything, mock.Anything).Return(migration.LeaseResult{Held: true}, nil).Maybe()
 		for _, name := range []string{"HoldMigrationLease", "RequestMigrationSlot", "ReleaseMigrationLease"} {
@@ -244,11 +244,11 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 	return out
 }
 
-// deviceStates reads the policy.State constants from internal/policy.
+// deviceStates reads the State constants from internal/decide.
 func deviceStates(t *testing.T) []string {
 	t.Helper()
 	fset := token.NewFileSet()
-	files, err := filepath.Glob(filepath.Join("..", "internal", "policy", "*.go"))
+	files, err := filepath.Glob(filepath.Join("..", "internal", "decide", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func deviceStates(t *testing.T) []string {
 		}
 	}
 	if len(states) < 6 {
-		t.Fatalf("found device states %v in internal/policy", states)
+		t.Fatalf("found device states %v in internal/decide", states)
 	}
 	return states
 }

@@ -3,18 +3,19 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // commandRequest is an operator update waiting for the main loop to apply it.
 type commandRequest struct {
-	cmd   policy.Command
+	cmd   decide.Command
 	reply workflow.Settable
 }
 
@@ -28,7 +29,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		if in.Policy.Name == "" {
 			in.Policy = policy.Default()
 		}
-		st = policy.NewState(in.Device, in.Node, in.Policy, in.DryRun)
+		st = decide.NewState(in.Device, in.Node, in.Policy, in.DryRun)
 	}
 	ctx = withChanges(ctx)
 	if !takes(ctx, 1) {
@@ -53,7 +54,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	if takes(ctx, 7) {
 		st.SilentNoEvidence = true
 	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.DeviceState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (decide.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	updates := workflow.NewBufferedChannel(ctx, 64)
@@ -86,11 +87,11 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	var lastForms []string
 	for {
 		tm.reset(ctx, st.NextDeadline())
-		var acts []policy.Action
+		var acts []decide.Action
 		var answer *commandRequest
 		sel := workflow.NewSelector(ctx)
 		observe := func(c workflow.ReceiveChannel, _ bool) {
-			var o policy.Observation
+			var o decide.Observation
 			c.Receive(ctx, &o)
 			acts = st.Observe(o, workflow.Now(ctx))
 		}
@@ -101,7 +102,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 			acts = st.Woken(workflow.Now(ctx))
 		})
 		for i, c := range cmdChs {
-			kind := policy.CommandKind(api.OperatorSignals[i])
+			kind := decide.CommandKind(api.OperatorSignals[i])
 			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {
 				acts = receiveCommand(ctx, c, kind, st)
 			})
@@ -137,7 +138,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 			st.MovingStarted(pods)
 		}
 		if answer != nil {
-			answer.reply.SetValue(policy.CommandResult{State: st.State, Message: lastReason(st)})
+			answer.reply.SetValue(decide.CommandResult{State: st.State, Message: lastReason(st)})
 		}
 		if !takes(ctx, 6) {
 			notices.wait(ctx) // v5 waited for the notices before the search attributes
@@ -207,7 +208,7 @@ func (t *deadlineTimer) reset(ctx workflow.Context, next time.Time) {
 func (t *deadlineTimer) fired() { t.future, t.at = nil, time.Time{} }
 
 // unitForms are a unit's devices as IDs ("<driver>/<pool>/<device>"); nil for a device of its own.
-func unitForms(st *policy.DeviceState) []string {
+func unitForms(st *decide.DeviceState) []string {
 	if st.Unit == nil {
 		return nil
 	}
@@ -218,7 +219,7 @@ func unitForms(st *policy.DeviceState) []string {
 	return out
 }
 
-func lastReason(st *policy.DeviceState) string {
+func lastReason(st *decide.DeviceState) string {
 	if n := len(st.Transitions); n > 0 {
 		return st.Transitions[n-1].Reason
 	}
@@ -228,19 +229,19 @@ func lastReason(st *policy.DeviceState) string {
 // registerUpdates makes every operator command an update: the validator refuses what makes no
 // sense (leaving no trace in history), the handler hands the command to the main loop and
 // answers with the state it led to.
-func registerUpdates(ctx workflow.Context, st *policy.DeviceState, updates workflow.Channel) error {
-	for _, kind := range policy.Commands {
+func registerUpdates(ctx workflow.Context, st *decide.DeviceState, updates workflow.Channel) error {
+	for _, kind := range decide.Commands {
 		kind := kind
 		err := workflow.SetUpdateHandlerWithOptions(ctx, string(kind),
-			func(ctx workflow.Context, cmd policy.Command) (policy.CommandResult, error) {
+			func(ctx workflow.Context, cmd decide.Command) (decide.CommandResult, error) {
 				cmd.Kind = kind
 				f, set := workflow.NewFuture(ctx)
 				updates.Send(ctx, &commandRequest{cmd: cmd, reply: set})
-				var res policy.CommandResult
+				var res decide.CommandResult
 				err := f.Get(ctx, &res)
 				return res, err
 			},
-			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, cmd policy.Command) error {
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, cmd decide.Command) error {
 				cmd.Kind = kind
 				return st.Validate(cmd)
 			}})
@@ -256,7 +257,7 @@ func registerUpdates(ctx workflow.Context, st *policy.DeviceState, updates workf
 // does not decode is refused by the SDK before it reaches the handler and leaves no history.
 func registerObserve(ctx workflow.Context) (workflow.ReceiveChannel, error) {
 	observed := workflow.NewBufferedChannel(ctx, 1024)
-	err := workflow.SetUpdateHandler(ctx, api.UpdateObservation, func(ctx workflow.Context, obs policy.Observation) error {
+	err := workflow.SetUpdateHandler(ctx, api.UpdateObservation, func(ctx workflow.Context, obs decide.Observation) error {
 		observed.Send(ctx, obs)
 		return nil
 	})
@@ -268,10 +269,10 @@ func registerObserve(ctx workflow.Context) (workflow.ReceiveChannel, error) {
 
 // receiveCommand takes an operator signal. It decodes the payload itself, so one that does not
 // decode (or that the device's state refuses) is recorded and dropped instead of wedging the loop.
-func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind policy.CommandKind, st *policy.DeviceState) []policy.Action {
+func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide.CommandKind, st *decide.DeviceState) []decide.Action {
 	var raw json.RawMessage
 	c.Receive(ctx, &raw)
-	var cmd policy.Command
+	var cmd decide.Command
 	if len(raw) > 0 && string(raw) != "null" {
 		// Decoding the payload into a local value is deterministic; workflowcheck flags the
 		// reflection encoding/json uses.

@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +16,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -31,7 +34,7 @@ type event struct {
 	ver    string
 	idle   bool
 	signal string
-	cmd    policy.Command
+	cmd    decide.Command
 }
 
 func ob(at time.Duration, h device.Health, ver string) event {
@@ -50,11 +53,11 @@ type harness struct {
 	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
 	combined int
 	// nodeReports are the failures reported to the node's workflow.
-	nodeReports []policy.NodeFailure
+	nodeReports []escalation.NodeFailure
 	// rule is what InspectRule answers; checks are the outcomes RunCheck returns in order
 	// (a pass once they run out); ran, refreshed, released and approvals record the calls.
-	rule      policy.RuleInfo
-	checks    []policy.StepResult
+	rule      decide.RuleInfo
+	checks    []decide.StepResult
 	ran       []remediation.CheckInput
 	refreshed []remediation.QuarantineInput
 	released  []remediation.ReleaseInput
@@ -102,7 +105,7 @@ func newHarness(denyFirst int) *harness {
 			return h.quarantineRule(ctx, in)
 		})
 	h.env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
+		func(ctx context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return h.acquirePermit(ctx, in)
@@ -135,9 +138,9 @@ func newHarness(denyFirst int) *harness {
 		h.alerts = append(h.alerts, in)
 		return nil
 	})
-	h.rule = policy.RuleInfo{Present: true, Key: policy.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
+	h.rule = decide.RuleInfo{Present: true, Key: decide.TaintQuarantine, Effect: "NoSchedule", WantEffect: "NoSchedule"}
 	h.env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
+		func(_ context.Context, in remediation.InspectInput) (decide.RuleInfo, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return h.rule, h.failed("InspectRule")
@@ -153,16 +156,16 @@ func newHarness(denyFirst int) *harness {
 			return remediation.RefreshResult{Effect: string(in.Effect), Missing: h.ruleMissing}, nil
 		})
 	h.env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in remediation.CheckInput) (policy.StepResult, error) {
+		func(ctx context.Context, in remediation.CheckInput) (decide.StepResult, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.seen(ctx, "RunCheck")
 			h.ran = append(h.ran, in)
 			if err := h.failed("RunCheck"); err != nil {
-				return policy.StepResult{}, err
+				return decide.StepResult{}, err
 			}
 			if len(h.checks) == 0 {
-				return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
+				return decide.StepResult{Passed: true, Reason: "exit 0"}, nil
 			}
 			r := h.checks[0]
 			h.checks = h.checks[1:]
@@ -188,7 +191,7 @@ func newHarness(denyFirst int) *harness {
 			return nil
 		})
 	h.env.OnActivity("ReportNodeFailure", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, f policy.NodeFailure) error {
+		func(_ context.Context, f escalation.NodeFailure) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if h.nodeReportFailures > 0 {
@@ -211,31 +214,31 @@ func (h *harness) quarantineRule(ctx context.Context, in remediation.QuarantineI
 	return remediation.QuarantineResult{RuleName: in.Device.TaintRuleName(), Created: true, Effect: h.appliedEffect}, nil
 }
 
-func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
+func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 	h.permits++
 	if err := h.failed("AcquirePermit"); err != nil {
-		return policy.PermitResult{}, err
+		return breaker.PermitResult{}, err
 	}
 	if h.denyFirst > 0 {
 		h.denyFirst--
 		if in.HeldAlert != nil {
 			h.held = append(h.held, *in.HeldAlert)
-			return policy.PermitResult{Reason: "circuit breaker open: test", Alerted: true}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: test", Alerted: true}, nil
 		}
-		return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
+		return breaker.PermitResult{Reason: "circuit breaker open: test"}, nil
 	}
-	return policy.PermitResult{Granted: true}, nil
+	return breaker.PermitResult{Granted: true}, nil
 }
 
 // run delivers the events, queries the state at `end`, then cancels the workflow.
-func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.DeviceState {
+func (h *harness) run(t *testing.T, end time.Duration, events ...event) decide.DeviceState {
 	t.Helper()
 	for _, e := range events {
 		e := e
 		h.env.RegisterDelayedCallback(func() {
 			if e.obs != nil {
-				o := policy.Observation{Device: gpu0, Node: "node-1", Health: *e.obs, StatusVersion: e.ver, ObservedAt: time.Unix(1700000000, 0),
-					Reporters: []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: *e.obs}}}
+				o := decide.Observation{Device: gpu0, Node: "node-1", Health: *e.obs, StatusVersion: e.ver, ObservedAt: time.Unix(1700000000, 0),
+					Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: *e.obs}}}
 				if e.idle {
 					o.Reporters = nil
 				}
@@ -245,7 +248,7 @@ func (h *harness) run(t *testing.T, end time.Duration, events ...event) policy.D
 			h.env.SignalWorkflow(e.signal, e.cmd)
 		}, e.at)
 	}
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, end, &got)
 	p := policy.Default()
 	if h.pol != nil {
@@ -261,41 +264,41 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 		denyFirst   int
 		end         time.Duration
 		events      []event
-		wantState   policy.State
+		wantState   decide.State
 		wantEffects []string
 		wantIgnored int
 	}{
 		{name: "unhealthy quarantines", end: time.Minute, events: []event{ob(time.Second, device.Unhealthy, "10")},
-			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+			wantState: decide.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "unknown then healthy inside the window: no taint", end: 12 * time.Minute,
 			events:    []event{ob(time.Second, device.Unknown, "10"), ob(4*time.Minute, device.Healthy, "11"), ob(5*time.Minute, device.Healthy, "11")},
-			wantState: policy.Healthy, wantIgnored: 1},
+			wantState: decide.Healthy, wantIgnored: 1},
 		{name: "unknown past the window: NoSchedule, no eviction", end: 6 * time.Minute,
 			events:    []event{ob(time.Second, device.Unknown, "10")},
-			wantState: policy.Restricted, wantEffects: []string{"NoSchedule"}},
+			wantState: decide.Restricted, wantEffects: []string{"NoSchedule"}},
 		{name: "duplicate and out-of-order events change nothing", end: time.Minute,
 			events:    []event{ob(time.Second, device.Unhealthy, "10"), ob(2*time.Second, device.Unhealthy, "10"), ob(3*time.Second, device.Healthy, "9")},
-			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}, wantIgnored: 2},
+			wantState: decide.Quarantined, wantEffects: []string{"NoSchedule"}, wantIgnored: 2},
 		// Healthy at 1m goes stale at 11m; as the second Unknown episode its window is 10m (backoff).
 		{name: "stale healthy becomes unknown, then restricted", end: 22 * time.Minute,
 			events:    []event{ob(time.Second, device.Unknown, "10"), ob(time.Minute, device.Healthy, "11")},
-			wantState: policy.Restricted, wantEffects: []string{"NoSchedule"}},
+			wantState: decide.Restricted, wantEffects: []string{"NoSchedule"}},
 		{name: "breaker denies, the action waits for the breaker's wake, then goes through", denyFirst: 1, end: 2 * time.Minute,
 			events:    []event{ob(time.Second, device.Unhealthy, "10"), {at: time.Minute, signal: api.SignalBreakerWake}},
-			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+			wantState: decide.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "breaker denies and never wakes: retried at the fallback", denyFirst: 1, end: 11 * time.Minute,
 			events:    []event{ob(time.Second, device.Unhealthy, "10")},
-			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+			wantState: decide.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "breaker keeps denying: nothing is tainted", denyFirst: 1000, end: 10 * time.Minute,
 			events:    []event{ob(time.Second, device.Unhealthy, "10")},
-			wantState: policy.Healthy},
+			wantState: decide.Healthy},
 		{name: "force-quarantine by a person skips the breaker", denyFirst: 1000, end: time.Minute,
-			events:    []event{{at: time.Second, signal: api.SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}}},
-			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+			events:    []event{{at: time.Second, signal: api.SignalForceQuarantine, cmd: decide.Command{Actor: "bob", Reason: "ECC"}}},
+			wantState: decide.Quarantined, wantEffects: []string{"NoSchedule"}},
 		{name: "paused device acts only after resume", end: time.Hour,
-			events: []event{{at: time.Second, signal: api.SignalPause, cmd: policy.Command{Actor: "alice"}},
-				ob(2*time.Second, device.Unhealthy, "10"), {at: 30 * time.Minute, signal: api.SignalResume, cmd: policy.Command{Actor: "alice"}}},
-			wantState: policy.Quarantined, wantEffects: []string{"NoSchedule"}},
+			events: []event{{at: time.Second, signal: api.SignalPause, cmd: decide.Command{Actor: "alice"}},
+				ob(2*time.Second, device.Unhealthy, "10"), {at: 30 * time.Minute, signal: api.SignalResume, cmd: decide.Command{Actor: "alice"}}},
+			wantState: decide.Quarantined, wantEffects: []string{"NoSchedule"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -329,8 +332,8 @@ func TestDeviceWorkflowTransitions(t *testing.T) {
 
 func TestDeviceWorkflowForceQuarantineRecordsActor(t *testing.T) {
 	h := newHarness(0)
-	got := h.run(t, time.Minute, event{at: time.Second, signal: api.SignalForceQuarantine, cmd: policy.Command{Actor: "bob", Reason: "ECC"}},
-		event{at: 2 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}})
+	got := h.run(t, time.Minute, event{at: time.Second, signal: api.SignalForceQuarantine, cmd: decide.Command{Actor: "bob", Reason: "ECC"}},
+		event{at: 2 * time.Second, signal: api.SignalExtend, cmd: decide.Command{Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}})
 	if got.Quarantine == nil || got.Quarantine.Actor != "bob" || h.quarantine[0].Actor != "bob" {
 		t.Fatalf("quarantine %+v", got.Quarantine)
 	}
@@ -342,11 +345,11 @@ func TestDeviceWorkflowForceQuarantineRecordsActor(t *testing.T) {
 func TestDeviceWorkflowEndsWhenIdle(t *testing.T) {
 	h := newHarness(0)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Health: device.Unknown, StatusVersion: "5",
-			Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Health: device.Unknown, StatusVersion: "5",
+			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Health: device.Healthy, StatusVersion: "6"})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Health: device.Healthy, StatusVersion: "6"})
 	}, time.Minute)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if !h.env.IsWorkflowCompleted() || h.env.GetWorkflowError() != nil {
@@ -358,8 +361,8 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 	h := newHarness(0)
 	h.env.SetContinueAsNewSuggested(true)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Health: device.Unhealthy, StatusVersion: "7",
-			Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Health: device.Unhealthy, StatusVersion: "7",
+			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	var can *workflow.ContinueAsNewError
@@ -370,7 +373,7 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
-	if next.State == nil || next.State.State != policy.Quarantined || next.State.StatusVersion != "7" || next.State.Quarantine == nil {
+	if next.State == nil || next.State.State != decide.Quarantined || next.State.StatusVersion != "7" || next.State.Quarantine == nil {
 		t.Fatalf("state not carried: %+v", next.State)
 	}
 	if next.Device != gpu0 || next.Policy.Name != "default" {
@@ -420,16 +423,16 @@ func TestDeviceWorkflowObservationUpdate(t *testing.T) {
 		h.env.UpdateWorkflow(api.UpdateObservation, "bad", cb(false), map[string]any{"health": []int{1}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(api.UpdateObservation, "1", cb(true), policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "5",
-			Reporters: []policy.Reporter{{Pod: "p", Health: device.Unhealthy}}})
+		h.env.UpdateWorkflow(api.UpdateObservation, "1", cb(true), decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "5",
+			Reporters: []decide.Reporter{{Pod: "p", Health: device.Unhealthy}}})
 	}, 2*time.Second)
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if completed != 1 || rejected != 1 {
 		t.Fatalf("completed %d rejected %d, want 1 and 1", completed, rejected)
 	}
-	if got.State != policy.Quarantined || got.StatusVersion != "5" || len(h.quarantine) != 1 {
+	if got.State != decide.Quarantined || got.StatusVersion != "5" || len(h.quarantine) != 1 {
 		t.Fatalf("state %s version %q quarantines %d", got.State, got.StatusVersion, len(h.quarantine))
 	}
 }
@@ -439,7 +442,7 @@ func TestDeviceWorkflowObservationUpdate(t *testing.T) {
 func TestDeviceWorkflowPermitAndRuleInOneActivity(t *testing.T) {
 	h := newHarness(0)
 	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "10"))
-	if got.State != policy.Quarantined || h.combined != 1 || h.permits != 1 || len(h.quarantine) != 1 {
+	if got.State != decide.Quarantined || h.combined != 1 || h.permits != 1 || len(h.quarantine) != 1 {
 		t.Fatalf("state %s after %d combined calls, %d permits, %d rules", got.State, h.combined, h.permits, len(h.quarantine))
 	}
 	for _, tc := range []struct{ fail, reason string }{
@@ -449,7 +452,7 @@ func TestDeviceWorkflowPermitAndRuleInOneActivity(t *testing.T) {
 		h := newHarness(0)
 		h.fail[tc.fail] = "apiserver unavailable"
 		got := h.run(t, 10*time.Second, ob(time.Second, device.Unhealthy, "10"))
-		if got.State == policy.Quarantined || got.Held == nil || !strings.HasPrefix(got.HeldReason, tc.reason) || !strings.Contains(got.HeldReason, "apiserver unavailable") {
+		if got.State == decide.Quarantined || got.Held == nil || !strings.HasPrefix(got.HeldReason, tc.reason) || !strings.Contains(got.HeldReason, "apiserver unavailable") {
 			t.Errorf("%s failing: state %s, held %v for %q; want held for %q", tc.fail, got.State, got.Held, got.HeldReason, tc.reason)
 		}
 		if len(h.quarantine) != 0 {
@@ -464,21 +467,21 @@ func TestDeviceWorkflowOperatorAnswerDoesNotWaitForNotices(t *testing.T) {
 	h := newHarness(0)
 	h.nodeReportFailures = 3 // retried at +200 ms, +400 ms, +800 ms
 	var answeredAt time.Time
-	var res policy.CommandResult
+	var res decide.CommandResult
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(string(policy.CmdForceQuarantine), "force", &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(string(decide.CmdForceQuarantine), "force", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
 			OnComplete: func(v any, err error) {
 				if err != nil {
 					t.Errorf("force-quarantine failed: %v", err)
 				}
-				res, _ = v.(policy.CommandResult)
+				res, _ = v.(decide.CommandResult)
 				answeredAt = h.env.Now()
 			},
-		}, policy.Command{Actor: "alice", Reason: "bad fan"})
+		}, decide.Command{Actor: "alice", Reason: "bad fan"})
 	}, time.Second)
 	got := h.run(t, time.Minute)
-	if res.State != policy.Quarantined || got.State != policy.Quarantined || len(h.quarantine) != 1 {
+	if res.State != decide.Quarantined || got.State != decide.Quarantined || len(h.quarantine) != 1 {
 		t.Fatalf("answer %+v, state %s, %d rules", res, got.State, len(h.quarantine))
 	}
 	if len(h.nodeReports) != 1 || answeredAt.IsZero() || !answeredAt.Before(h.nodeReportedAt) {
@@ -490,9 +493,9 @@ func TestDeviceWorkflowOperatorAnswerDoesNotWaitForNotices(t *testing.T) {
 // A device the breaker denied does not ask again every 30 s: one request before the fallback.
 func TestDeviceWorkflowDeniedDoesNotPoll(t *testing.T) {
 	h := newHarness(1000)
-	got := h.run(t, policy.BreakerFallback-time.Second, ob(time.Second, device.Unhealthy, "10"))
+	got := h.run(t, decide.BreakerFallback-time.Second, ob(time.Second, device.Unhealthy, "10"))
 	if h.permits != 1 || got.Held == nil || !got.BreakerWake {
-		t.Fatalf("%d permit requests in %s, held %v", h.permits, policy.BreakerFallback, got.Held)
+		t.Fatalf("%d permit requests in %s, held %v", h.permits, decide.BreakerFallback, got.Held)
 	}
 }
 
@@ -501,7 +504,7 @@ func TestDeviceWorkflowDeniedDoesNotPoll(t *testing.T) {
 func TestDeviceWorkflowHeldAlertRidesWithThePermit(t *testing.T) {
 	h := newHarness(1)
 	got := h.run(t, 2*time.Minute, ob(time.Second, device.Unhealthy, "10"), event{at: time.Minute, signal: api.SignalBreakerWake})
-	if len(h.held) != 1 || h.held[0].Level != policy.LevelCritical || !strings.Contains(h.held[0].Text, "device reported Unhealthy") || h.held[0].Device != gpu0 {
+	if len(h.held) != 1 || h.held[0].Level != decide.LevelCritical || !strings.Contains(h.held[0].Text, "device reported Unhealthy") || h.held[0].Device != gpu0 {
 		t.Fatalf("alerts carried with the permit: %+v", h.held)
 	}
 	for _, a := range h.alerts {
@@ -509,7 +512,7 @@ func TestDeviceWorkflowHeldAlertRidesWithThePermit(t *testing.T) {
 			t.Fatalf("the held alert also went as an activity: %+v", h.alerts)
 		}
 	}
-	if got.State != policy.Quarantined || h.permits != 2 {
+	if got.State != decide.Quarantined || h.permits != 2 {
 		t.Fatalf("state %s after %d permit requests", got.State, h.permits)
 	}
 }
@@ -519,7 +522,7 @@ func TestDeviceWorkflowHeldAlertRidesWithThePermit(t *testing.T) {
 func TestDeviceWorkflowUnknownAlertsJoinTheSummary(t *testing.T) {
 	h := newHarness(0)
 	h.run(t, 2*time.Minute, ob(time.Second, device.Unknown, "10"), ob(time.Minute, device.Healthy, "11"))
-	if len(h.notes) != 2 || h.notes[0].Level != policy.LevelWarning || h.notes[1].Level != policy.LevelInfo || h.notes[0].Device != gpu0 {
+	if len(h.notes) != 2 || h.notes[0].Level != decide.LevelWarning || h.notes[1].Level != decide.LevelInfo || h.notes[0].Device != gpu0 {
 		t.Fatalf("notes %+v", h.notes)
 	}
 	if len(h.alerts) != 0 {

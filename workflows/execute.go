@@ -9,27 +9,29 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // execute carries out the actions in order; an action's outcome may add more (a probe that passed
 // moves on to probation). Automatic taints first ask the circuit breaker; a denied or failed
 // permit holds the action for a later retry instead of failing the workflow.
-func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action) error {
+func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action) error {
 	actx := kubeCallOptions(ctx)
 	for len(acts) > 0 {
 		act := acts[0]
 		acts = acts[1:]
 		switch act.Kind {
-		case policy.ActAlert:
+		case decide.ActAlert:
 			alert(ctx, st, act)
-		case policy.ActTaint:
+		case decide.ActTaint:
 			// The alert that goes with an automatic taint rides along with the permit request:
 			// if the breaker holds the action, the worker sends it with the others held.
-			var held *policy.Action
-			if act.Automatic && len(acts) > 0 && acts[0].Kind == policy.ActAlert && takes(ctx, 2) {
+			var held *decide.Action
+			if act.Automatic && len(acts) > 0 && acts[0].Kind == decide.ActAlert && takes(ctx, 2) {
 				held = &acts[0]
 			}
 			more, alerted := taint(actx, st, act, held)
@@ -37,21 +39,21 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 				acts = acts[1:]
 			}
 			acts = append(acts, more...)
-		case policy.ActInspectRule:
-			var info policy.RuleInfo
+		case decide.ActInspectRule:
+			var info decide.RuleInfo
 			in := remediation.InspectInput{Device: st.Device, Effect: act.Effect, Members: st.Members()}
 			if err := executeLocal(actx, rem.InspectRule, in).Get(ctx, &info); err != nil {
 				workflow.GetLogger(ctx).Warn("rule not inspected", "error", err)
 				continue
 			}
 			acts = append(acts, st.RuleSeen(info, workflow.Now(ctx))...)
-		case policy.ActRefreshRule:
+		case decide.ActRefreshRule:
 			acts = append(acts, refresh(actx, st, act)...)
-		case policy.ActFenceMembers:
+		case decide.ActFenceMembers:
 			fenceMembers(actx, st, act)
-		case policy.ActProbe, policy.ActCanary:
+		case decide.ActProbe, decide.ActCanary:
 			acts = append(acts, check(ctx, st, act)...)
-		case policy.ActRequestApproval:
+		case decide.ActRequestApproval:
 			req := notify.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
 			if r := st.Review; r != nil {
@@ -60,7 +62,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 			if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)
 			}
-		case policy.ActRelease:
+		case decide.ActRelease:
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
 				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
@@ -75,7 +77,7 @@ func execute(ctx workflow.Context, st *policy.DeviceState, acts []policy.Action)
 }
 
 // alertInput is the alert of an action about the device.
-func alertInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action) notify.AlertInput {
+func alertInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action) notify.AlertInput {
 	in := notify.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if st.ReleasePath {
 		in.Channel = st.Policy.SlackChannel
@@ -83,7 +85,7 @@ func alertInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action)
 	return in
 }
 
-func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
+func alert(ctx workflow.Context, st *decide.DeviceState, act decide.Action) {
 	in := alertInput(ctx, st, act)
 	if act.Gather && takes(ctx, 3) {
 		// An alert many devices raise at once joins the worker's summary: no activity task,
@@ -96,7 +98,7 @@ func alert(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
 
 // taint carries out a taint: an automatic one asks the circuit breaker first. With held set, the
 // permit request carries that alert, and alerted says the worker took it.
-func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held *policy.Action) (more []policy.Action, alerted bool) {
+func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held *decide.Action) (more []decide.Action, alerted bool) {
 	if st.UnitUnknown() {
 		// A unit's ID names no device: without its devices there is nothing to fence. The
 		// watcher's next report says which they are; the action waits for it.
@@ -112,7 +114,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	permitIn := permitInput(ctx, st, act, held)
 	// Older runs ask for the permit in a local activity of its own, then create the rule.
 	if permitIn != nil && !takes(ctx, 4) {
-		var permit policy.PermitResult
+		var permit breaker.PermitResult
 		err := run(ctx, rem.AcquirePermit, *permitIn).Get(ctx, &permit)
 		if stop, alerted := permitAnswered(ctx, st, act, permit, err); stop {
 			return nil, alerted
@@ -151,7 +153,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 	st.Applied(act, res.RuleName, workflow.Now(ctx))
 	// Workflows started before node escalation existed must replay without this activity.
 	if changed(ctx, "node-escalation") {
-		f := policy.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
+		f := escalation.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
 		notice(ctx, "node escalation not reported", workflow.ExecuteActivity(ctx, rem.ReportNodeFailure, f))
 	}
 	if pods := st.MigrationPods(act); len(pods) > 0 && changed(ctx, "migrate") {
@@ -164,7 +166,7 @@ func taint(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held
 // permitAnswered applies the circuit breaker's answer to an automatic taint: the action is held
 // when the breaker could not be asked (unreachable), denied when it said no. stop says the taint
 // ends here; alerted, that the worker sent the held device's alert with the request.
-func permitAnswered(ctx workflow.Context, st *policy.DeviceState, act policy.Action, permit policy.PermitResult, unreachable error) (stop, alerted bool) {
+func permitAnswered(ctx workflow.Context, st *decide.DeviceState, act decide.Action, permit breaker.PermitResult, unreachable error) (stop, alerted bool) {
 	switch {
 	case unreachable != nil:
 		st.Hold(act, "circuit breaker unreachable: "+unreachable.Error(), workflow.Now(ctx))
@@ -176,7 +178,7 @@ func permitAnswered(ctx workflow.Context, st *policy.DeviceState, act policy.Act
 	return false, false
 }
 
-func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
+func refresh(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
 	in := remediation.QuarantineInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor, Key: act.Key,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Members: st.Members()}
@@ -188,14 +190,14 @@ func refresh(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []
 		return st.RuleRefreshed(act, "", err.Error(), workflow.Now(ctx))
 	}
 	if res.Missing {
-		return st.RuleSeen(policy.RuleInfo{Name: st.Device.TaintRuleName()}, workflow.Now(ctx))
+		return st.RuleSeen(decide.RuleInfo{Name: st.Device.TaintRuleName()}, workflow.Now(ctx))
 	}
 	return st.RuleRefreshed(act, res.Effect, "", workflow.Now(ctx))
 }
 
 // fenceMembers extends a unit's standing fence to every device it is published as. A failure is
 // logged: the heartbeat's look at the rules finds the device still unfenced and asks again.
-func fenceMembers(ctx workflow.Context, st *policy.DeviceState, act policy.Action) {
+func fenceMembers(ctx workflow.Context, st *decide.DeviceState, act decide.Action) {
 	in := remediation.QuarantineInput{Device: st.Device, Reason: st.Quarantine.Reason, Actor: st.Quarantine.Actor, Key: act.Key,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Members: st.Members()}
@@ -206,8 +208,8 @@ func fenceMembers(ctx workflow.Context, st *policy.DeviceState, act policy.Actio
 
 // check runs a probe or canary Pod on each device the unit is proven on (the device itself, a
 // unit's whole device, or every form of it); the first failure is the result.
-func check(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []policy.Action {
-	var res policy.StepResult
+func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
+	var res decide.StepResult
 	targets := st.CheckTargets()
 	for _, id := range targets {
 		res = checkOne(ctx, st, act, id)
@@ -222,7 +224,7 @@ func check(ctx workflow.Context, st *policy.DeviceState, act policy.Action) []po
 }
 
 // checkOne runs one probe or canary Pod; an activity that fails outright is a failed check.
-func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, id device.ID) policy.StepResult {
+func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, id device.ID) decide.StepResult {
 	c := *act.Check
 	class := c.DeviceClass
 	if class == "" {
@@ -239,16 +241,16 @@ func checkOne(ctx workflow.Context, st *policy.DeviceState, act policy.Action, i
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3,
 			NonRetryableErrorTypes: []string{remediation.ErrNoIdentity}},
 	})
-	var res policy.StepResult
+	var res decide.StepResult
 	if err := workflow.ExecuteActivity(cctx, rem.RunCheck, in).Get(ctx, &res); err != nil {
-		res = policy.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
+		res = decide.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
 	}
 	return res
 }
 
 // permitInput is the breaker request an automatic taint needs (nil for an operator's). With held
 // set, the request carries that alert for the worker to send if the action is held.
-func permitInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, held *policy.Action) *remediation.PermitInput {
+func permitInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held *decide.Action) *remediation.PermitInput {
 	if !act.Automatic {
 		return nil
 	}
@@ -262,7 +264,7 @@ func permitInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action
 
 // quarantineInput is the rule a taint writes: expiring after the quarantine lease, or after the
 // review interval while on the release path.
-func quarantineInput(ctx workflow.Context, st *policy.DeviceState, act policy.Action, now time.Time) remediation.QuarantineInput {
+func quarantineInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, now time.Time) remediation.QuarantineInput {
 	lease := st.Policy.QuarantineLease.D()
 	if st.ReviewInterval > 0 && st.ReleasePath {
 		lease = st.ReviewInterval.D()

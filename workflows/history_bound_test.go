@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -11,7 +10,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -21,7 +21,7 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 	h := newMigration(t)
 	h.env.SetContinueAsNewSuggested(true)
 	h.denyPermits = 1
-	decide(t, h, time.Minute, api.UpdateMigrateAnyway, policy.MigrationDecision{Actor: "bob", Reason: "results are in the bucket"}, "")
+	decideOn(t, h, time.Minute, api.UpdateMigrateAnyway, migrationplan.MigrationDecision{Actor: "bob", Reason: "results are in the bucket"}, "")
 	h.grant(2 * time.Minute)
 	h.env.ExecuteWorkflow(MigrateWorkflow, migrateInput("Pod", "none", false))
 	var can *workflow.ContinueAsNewError
@@ -32,7 +32,7 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
-	if c := next.Carried; c == nil || c.Anyway != policy.MoveEvict || !c.Slot || c.State.Actor != "bob" {
+	if c := next.Carried; c == nil || c.Anyway != migrationplan.MoveEvict || !c.Slot || c.State.Actor != "bob" {
 		t.Fatalf("carried %+v", next.Carried)
 	}
 	if got := h.called("PreserveEvidence", "EvictPod", "ReleaseMigrationLease", "ReleaseMigrationSlot"); got != "PreserveEvidence" {
@@ -40,7 +40,7 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 	}
 	h2 := newMigration(t)
 	st := h2.run(t, next)
-	if st.Outcome != policy.OutcomeMigrated || st.Actor != "bob" {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Actor != "bob" {
 		t.Fatalf("second run: %+v", st)
 	}
 	if got := h2.called("TakeMigrationLease", "PreserveEvidence", "RequestMigrationSlot", "EvictPod"); got != "TakeMigrationLease,EvictPod" {

@@ -8,7 +8,6 @@ package workflows
 import (
 	"context"
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -17,7 +16,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -113,7 +113,7 @@ func TestMigrationWaitingAMonthForASlotBoundsItsHistory(t *testing.T) {
 		t.Fatalf("%d runs, longest history %d events: want several runs, each within %d", runs, longest, historyBound)
 	}
 	c := last.Carried
-	if c == nil || c.Slot || c.State.Phase != policy.PhaseWaitingForSlot || !c.Started.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+	if c == nil || c.Slot || c.State.Phase != migrationplan.PhaseWaitingForSlot || !c.Started.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("after a month: %+v", c)
 	}
 }
@@ -130,13 +130,13 @@ func TestMigrationWaitingAMonthForTheBreakerBoundsItsHistory(t *testing.T) {
 		return h.env
 	}
 	in := migrateInput("Job", "annotation", false)
-	in.Carried = &api.MigrationCarry{State: policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, Started: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	in.Carried = &api.MigrationCarry{State: migrationplan.MigrationState{Phase: migrationplan.PhaseWaitingForSlot}, Started: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	runs, longest, last := monthOfRuns(t, MigrateWorkflow, in, newEnv)
 	t.Logf("30 days waiting for the breaker: %d runs, longest history %d events (bound %d)", runs, longest, historyBound)
 	if longest > historyBound+11 || runs < 2 {
 		t.Fatalf("%d runs, longest history %d events: want several runs, each within %d", runs, longest, historyBound)
 	}
-	if c := last.Carried; c == nil || !c.Slot || c.State.Phase != policy.PhaseWaitingForBreaker {
+	if c := last.Carried; c == nil || !c.Slot || c.State.Phase != migrationplan.PhaseWaitingForBreaker {
 		t.Fatalf("after a month: %+v", c)
 	}
 }

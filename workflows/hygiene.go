@@ -2,15 +2,15 @@ package workflows
 
 import (
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/capacity"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // rechecksPerRun is the default bound on one run's rechecks.
@@ -82,9 +82,9 @@ func ClaimHygieneWorkflow(ctx workflow.Context, in api.ClaimHygieneInput) (api.C
 // deleteLeaked asks the breaker, then deletes the claim if a fresh look still finds it a leak
 // that may go; done when the claim is gone either way.
 func deleteLeaked(ctx, actx workflow.Context, claim hygiene.HygieneInput, st *api.ClaimHygieneStatus) (bool, error) {
-	var permit policy.PermitResult
+	var permit breaker.PermitResult
 	key := claim.Namespace + "/" + claim.Claim + "/" + claim.UID
-	if err := workflow.ExecuteActivity(actx, rem.AcquirePermit, remediation.PermitInput{Claim: key, Action: policy.ClaimDeleted}).Get(ctx, &permit); err != nil {
+	if err := workflow.ExecuteActivity(actx, rem.AcquirePermit, remediation.PermitInput{Claim: key, Action: breaker.ClaimDeleted}).Get(ctx, &permit); err != nil {
 		return false, err
 	}
 	if !permit.Granted {

@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +14,9 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/capacity"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // hygieneEnv runs one claim-hygiene workflow with its activities mocked: looks answers the
@@ -50,8 +50,8 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 		h.calls = append(h.calls, "record:"+f.Kind)
 		return nil
 	}).Maybe()
-	h.env.OnActivity(rem.AcquirePermit, mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
-		if in.Claim != "t/job-0-gpu/u1" || in.Action != policy.ClaimDeleted {
+	h.env.OnActivity(rem.AcquirePermit, mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
+		if in.Claim != "t/job-0-gpu/u1" || in.Action != breaker.ClaimDeleted {
 			t.Errorf("permit asked for %+v", in)
 		}
 		granted := h.permits[0]
@@ -60,9 +60,9 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 		}
 		h.calls = append(h.calls, map[bool]string{true: "permit:granted", false: "permit:denied"}[granted])
 		if !granted {
-			return policy.PermitResult{Reason: "circuit breaker open: paused"}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: paused"}, nil
 		}
-		return policy.PermitResult{Granted: true}, nil
+		return breaker.PermitResult{Granted: true}, nil
 	}).Maybe()
 	h.env.OnActivity(hyg.DeleteLeakedClaim, mock.Anything, mock.Anything).Return(func(_ context.Context, in hygiene.HygieneInput) (hygiene.ClaimCheck, error) {
 		if in.UID != "u1" || in.Claim != "job-0-gpu" || !in.Policy.DeleteLeaked {

@@ -2,11 +2,11 @@ package workflows
 
 import (
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // MigrationLimiterWorkflow (ID "devicewarden-migrations") is the semaphore every migration goes
@@ -16,9 +16,9 @@ import (
 func MigrationLimiterWorkflow(ctx workflow.Context, in api.LimiterInput) error {
 	st := in.State
 	if st == nil {
-		st = &policy.SlotState{}
+		st = &migrationplan.SlotState{}
 	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.SlotState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (migrationplan.SlotState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	acquire := workflow.GetSignalChannel(ctx, api.SignalSlotAcquire)
@@ -27,7 +27,7 @@ func MigrationLimiterWorkflow(ctx workflow.Context, in api.LimiterInput) error {
 		var granted []string
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(acquire, func(c workflow.ReceiveChannel, _ bool) {
-			var req policy.SlotRequest
+			var req migrationplan.SlotRequest
 			c.Receive(ctx, &req)
 			req.At = workflow.Now(ctx)
 			granted = st.Acquire(req)

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -11,7 +10,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // The limiter grants in order under the per-node cap, and a migration that is gone when its turn
@@ -31,15 +31,15 @@ func TestMigrationLimiter(t *testing.T) {
 	send := func(at time.Duration, name string, arg any) {
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(name, arg) }, at)
 	}
-	req := func(id string) policy.SlotRequest {
-		return policy.SlotRequest{ID: id, Node: "node-1", PerNode: 1, ClusterWide: 10}
+	req := func(id string) migrationplan.SlotRequest {
+		return migrationplan.SlotRequest{ID: id, Node: "node-1", PerNode: 1, ClusterWide: 10}
 	}
 	send(time.Second, api.SignalSlotAcquire, req("m1"))
 	send(2*time.Second, api.SignalSlotAcquire, req("gone"))
 	send(3*time.Second, api.SignalSlotAcquire, req("m3"))
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(api.QueryState)
-		var st policy.SlotState
+		var st migrationplan.SlotState
 		if err != nil || v.Get(&st) != nil || len(st.Holders) != 1 || st.Position("m3") != 2 {
 			t.Errorf("state %+v (%v): m1 holds, gone and m3 wait", st, err)
 		}
@@ -47,7 +47,7 @@ func TestMigrationLimiter(t *testing.T) {
 	send(5*time.Second, api.SignalSlotRelease, "m1")
 	env.RegisterDelayedCallback(func() {
 		v, _ := env.QueryWorkflow(api.QueryState)
-		var st policy.SlotState
+		var st migrationplan.SlotState
 		_ = v.Get(&st)
 		if len(st.Holders) != 1 || st.Holders[0].ID != "m3" || st.MaxOnNode != 1 {
 			t.Errorf("after m1: %+v, want m3 holding", st)
@@ -67,8 +67,8 @@ func TestMigrationLimiterContinuesAsNew(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalSlotGranted, mock.Anything).Return(nil)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(api.SignalSlotAcquire, policy.SlotRequest{ID: "m1", Node: "n", PerNode: 1, ClusterWide: 1})
-		env.SignalWorkflow(api.SignalSlotAcquire, policy.SlotRequest{ID: "m2", Node: "n", PerNode: 1, ClusterWide: 1})
+		env.SignalWorkflow(api.SignalSlotAcquire, migrationplan.SlotRequest{ID: "m1", Node: "n", PerNode: 1, ClusterWide: 1})
+		env.SignalWorkflow(api.SignalSlotAcquire, migrationplan.SlotRequest{ID: "m2", Node: "n", PerNode: 1, ClusterWide: 1})
 	}, time.Second)
 	env.RegisterDelayedCallback(func() {
 		env.SetContinueAsNewSuggested(true)

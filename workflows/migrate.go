@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"time"
 
@@ -12,7 +11,11 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -32,7 +35,7 @@ const (
 // migration is one run's working state.
 type migrationRun struct {
 	in        api.MigrateInput
-	m         *policy.MigrationState
+	m         *migrationplan.MigrationState
 	id        string
 	started   time.Time
 	slot      bool
@@ -55,13 +58,13 @@ type migrationRun struct {
 // to checkpoint when it can, moves it (suspend and resume a Job, evict a shard or a replicated Pod
 // through the Eviction API) and waits for it to be Ready on other devices. A workload that cannot
 // move without losing its work keeps its evidence and waits for a person's migrate-anyway or abandon.
-func MigrateWorkflow(ctx workflow.Context, in api.MigrateInput) (policy.MigrationState, error) {
-	r := &migrationRun{in: in, m: &policy.MigrationState{Phase: policy.PhaseWaitingForSlot}, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
+func MigrateWorkflow(ctx workflow.Context, in api.MigrateInput) (migrationplan.MigrationState, error) {
+	r := &migrationRun{in: in, m: &migrationplan.MigrationState{Phase: migrationplan.PhaseWaitingForSlot}, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		started: workflow.Now(ctx), decisions: workflow.NewBufferedChannel(ctx, 1)}
 	if r.in.Policy.DecisionTimeout <= 0 {
 		r.in.Policy.DecisionTimeout = policy.DefaultMigration().DecisionTimeout
 	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.MigrationState, error) { return *r.m, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (migrationplan.MigrationState, error) { return *r.m, nil }); err != nil {
 		return *r.m, fmt.Errorf("register query: %w", err)
 	}
 	if err := r.registerDecisions(ctx); err != nil {
@@ -75,7 +78,7 @@ func MigrateWorkflow(ctx workflow.Context, in api.MigrateInput) (policy.Migratio
 		r.m, r.slot, r.started, r.anyway = &c.State, c.Slot, c.Started, c.Anyway
 		r.in.Carried = nil
 	} else {
-		r.m.Mechanism = policy.MoveMechanism(in.Workload.Kind, in.Workload.Shrinkable)
+		r.m.Mechanism = migrationplan.MoveMechanism(in.Workload.Kind, in.Workload.Shrinkable)
 		r.m.Record(r.started, "%s %s/%s on %s: %s", in.Workload.Kind, in.Workload.Namespace, in.Workload.Name, in.Device, in.Report)
 	}
 
@@ -88,7 +91,7 @@ func MigrateWorkflow(ctx workflow.Context, in api.MigrateInput) (policy.Migratio
 		if err != nil {
 			reason = "migration lease not taken: " + err.Error()
 		}
-		r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, reason, workflow.Now(ctx))
+		r.m.Finish(migrationplan.OutcomeFailed, migrationplan.FailNonRetryable, reason, workflow.Now(ctx))
 		r.finish(ctx)
 		return *r.m, nil
 	}
@@ -102,14 +105,14 @@ func MigrateWorkflow(ctx workflow.Context, in api.MigrateInput) (policy.Migratio
 		next.Carried = &api.MigrationCarry{State: *r.m, Slot: r.slot, Started: r.started, Anyway: r.anyway}
 		return *r.m, continueAsNew(ctx, MigrateWorkflow, next)
 	}
-	if *lost != "" && r.m.Phase != policy.PhaseDone {
+	if *lost != "" && r.m.Phase != migrationplan.PhaseDone {
 		if r.suspended {
 			// Whoever holds the Lease now may move the workload, so it is not resumed here; but a
 			// person must know it is suspended, or it may stay so.
-			r.m.Finish(policy.OutcomeFailed, policy.FailNeedsCleanup, fmt.Sprintf("%s; the %s was suspended by this migration and is not resumed: resume it unless the Lease's holder moves it",
+			r.m.Finish(migrationplan.OutcomeFailed, migrationplan.FailNeedsCleanup, fmt.Sprintf("%s; the %s was suspended by this migration and is not resumed: resume it unless the Lease's holder moves it",
 				*lost, strings.ToLower(r.in.Workload.Kind)), workflow.Now(ctx))
 		} else {
-			r.m.Finish(policy.OutcomeFailed, policy.FailNonRetryable, *lost, workflow.Now(ctx))
+			r.m.Finish(migrationplan.OutcomeFailed, migrationplan.FailNonRetryable, *lost, workflow.Now(ctx))
 		}
 	}
 	stopWork()
@@ -150,7 +153,7 @@ func (r *migrationRun) proceed() {
 		r.moveAnyway()
 		return
 	}
-	if !policy.Recoverable(w.Kind, w.Checkpoint) {
+	if !migrationplan.Recoverable(w.Kind, w.Checkpoint) {
 		r.decide(fmt.Sprintf("a bare Pod with %s=%s: nothing recreates it and it cannot save its work", kubeobj.AnnotationCheckpoint, w.Checkpoint))
 		return
 	}
@@ -176,9 +179,9 @@ func (r *migrationRun) acquireSlot() bool {
 	if r.slot {
 		return true
 	}
-	r.m.Phase, r.m.Waiting = policy.PhaseWaitingForSlot, fmt.Sprintf("a migration slot (at most %d on node %s, %d in the cluster)",
+	r.m.Phase, r.m.Waiting = migrationplan.PhaseWaitingForSlot, fmt.Sprintf("a migration slot (at most %d on node %s, %d in the cluster)",
 		r.in.Policy.PerNode, r.in.Node, r.in.Policy.ClusterWide)
-	req := policy.SlotRequest{ID: r.id, Node: r.in.Node, PerNode: r.in.Policy.PerNode, ClusterWide: r.in.Policy.ClusterWide}
+	req := migrationplan.SlotRequest{ID: r.id, Node: r.in.Node, PerNode: r.in.Policy.PerNode, ClusterWide: r.in.Policy.ClusterWide}
 	granted := workflow.GetSignalChannel(ctx, api.SignalSlotGranted)
 	for r.dropStale && granted.ReceiveAsync(nil) {
 		r.m.Record(workflow.Now(ctx), "a grant of an earlier slot request dropped")
@@ -225,8 +228,8 @@ func (r *migrationRun) releaseSlot(ctx workflow.Context) {
 func (r *migrationRun) permit() bool {
 	ctx := r.work
 	for {
-		var res policy.PermitResult
-		err := executeLocal(kubeCallOptions(ctx), rem.AcquirePermit, remediation.PermitInput{Device: r.in.Device, Action: policy.ActionMigrate}).Get(ctx, &res)
+		var res breaker.PermitResult
+		err := executeLocal(kubeCallOptions(ctx), rem.AcquirePermit, remediation.PermitInput{Device: r.in.Device, Action: migrationplan.ActionMigrate}).Get(ctx, &res)
 		if ctx.Err() != nil {
 			return false
 		}
@@ -238,8 +241,8 @@ func (r *migrationRun) permit() bool {
 		if err != nil {
 			reason = "circuit breaker unreachable: " + err.Error()
 		}
-		r.m.Phase, r.m.Waiting = policy.PhaseWaitingForBreaker, reason
-		if workflow.Sleep(ctx, policy.BreakerRetry) != nil {
+		r.m.Phase, r.m.Waiting = migrationplan.PhaseWaitingForBreaker, reason
+		if workflow.Sleep(ctx, decide.BreakerRetry) != nil {
 			return false
 		}
 		if historyFull(ctx) {
@@ -253,7 +256,7 @@ func (r *migrationRun) permit() bool {
 func (r *migrationRun) checkpoint() (bool, string) {
 	ctx := r.work
 	w := r.in.Workload
-	r.m.Phase = policy.PhaseCheckpointing
+	r.m.Phase = migrationplan.PhaseCheckpointing
 	timeout := r.in.Policy.CheckpointTimeout.D()
 	r.m.Waiting = fmt.Sprintf("%s=%s on %v (up to %s)", kubeobj.AnnotationCheckpointCompleted, r.id, w.Pods, timeout)
 	in := migration.CheckpointInput{Namespace: w.Namespace, Pods: w.Pods, ID: r.id}
@@ -298,7 +301,7 @@ func (r *migrationRun) decide(reason string) {
 	ev := migration.EvidenceInput{WorkflowID: r.id, Device: r.in.Device, Workload: w, Report: r.in.Report, Keep: r.in.Policy.EvidenceKeep.D()}
 	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.PreserveEvidence, ev).Get(ctx, &name); err != nil {
 		if ctx.Err() == nil {
-			r.m.Finish(policy.OutcomeFailed, policy.FailRetryable, "evidence not kept: "+err.Error(), workflow.Now(ctx))
+			r.m.Finish(migrationplan.OutcomeFailed, migrationplan.FailRetryable, "evidence not kept: "+err.Error(), workflow.Now(ctx))
 		}
 		return
 	}
@@ -308,9 +311,9 @@ func (r *migrationRun) decide(reason string) {
 	if channel == "" {
 		channel = r.in.Channel
 	}
-	r.notify(ctx, policy.LevelWarning, channel, fmt.Sprintf("%s %s/%s was not moved off failed device %s: %s. Evidence in ConfigMap %s. Decide within %s: devicewarden migration migrate-anyway|abandon %s",
+	r.notify(ctx, decide.LevelWarning, channel, fmt.Sprintf("%s %s/%s was not moved off failed device %s: %s. Evidence in ConfigMap %s. Decide within %s: devicewarden migration migrate-anyway|abandon %s",
 		w.Kind, w.Namespace, w.Name, r.in.Device, reason, name, timeout, r.id))
-	r.m.Phase, r.m.Waiting = policy.PhaseWaitingForDecision, fmt.Sprintf("migrate-anyway or abandon (until %s)", workflow.Now(ctx).Add(timeout).UTC().Format(time.RFC3339))
+	r.m.Phase, r.m.Waiting = migrationplan.PhaseWaitingForDecision, fmt.Sprintf("migrate-anyway or abandon (until %s)", workflow.Now(ctx).Add(timeout).UTC().Format(time.RFC3339))
 	tctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	var d decision
@@ -322,16 +325,16 @@ func (r *migrationRun) decide(reason string) {
 	switch {
 	case ctx.Err() != nil:
 	case timedOut:
-		r.m.Finish(policy.OutcomeEvidencePreserved, "", fmt.Sprintf("%s; nobody decided within %s", reason, timeout), workflow.Now(ctx))
+		r.m.Finish(migrationplan.OutcomeEvidencePreserved, "", fmt.Sprintf("%s; nobody decided within %s", reason, timeout), workflow.Now(ctx))
 	case d.kind == api.UpdateAbandon:
 		r.m.Actor = d.Actor
-		r.m.Finish(policy.OutcomeAbandoned, "", fmt.Sprintf("left on the device by %s: %s", d.Actor, d.Reason), workflow.Now(ctx))
+		r.m.Finish(migrationplan.OutcomeAbandoned, "", fmt.Sprintf("left on the device by %s: %s", d.Actor, d.Reason), workflow.Now(ctx))
 	default:
 		r.m.Actor = d.Actor
 		r.m.Record(workflow.Now(ctx), "migrate anyway, by %s: %s", d.Actor, d.Reason)
 		r.anyway = r.m.Mechanism
-		if r.anyway == policy.MoveNone {
-			r.anyway = policy.MoveEvict // a bare Pod: gone once evicted, on this person's word
+		if r.anyway == migrationplan.MoveNone {
+			r.anyway = migrationplan.MoveEvict // a bare Pod: gone once evicted, on this person's word
 		}
 		r.moveAnyway()
 	}
@@ -349,13 +352,13 @@ func (r *migrationRun) moveAnyway() {
 func (r *migrationRun) move(mech string) {
 	ctx := r.work
 	w := r.in.Workload
-	r.m.Phase, r.m.Mechanism = policy.PhaseMoving, mech
+	r.m.Phase, r.m.Mechanism = migrationplan.PhaseMoving, mech
 	var before []migration.PodInfo
 	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), mig.WorkloadPods, w).Get(ctx, &before); err != nil {
-		r.failUnlessCancelled(policy.FailRetryable, "workload's Pods not listed: "+err.Error())
+		r.failUnlessCancelled(migrationplan.FailRetryable, "workload's Pods not listed: "+err.Error())
 		return
 	}
-	if mech == policy.MoveSuspend {
+	if mech == migrationplan.MoveSuspend {
 		if !r.suspendAndResume(before) {
 			return
 		}
@@ -363,10 +366,10 @@ func (r *migrationRun) move(mech string) {
 		return
 	}
 	if w.Kind == "Pod" {
-		r.m.Finish(policy.OutcomeMigrated, "", fmt.Sprintf("evicted on %s's word; nothing recreates a bare Pod", r.m.Actor), workflow.Now(ctx))
+		r.m.Finish(migrationplan.OutcomeMigrated, "", fmt.Sprintf("evicted on %s's word; nothing recreates a bare Pod", r.m.Actor), workflow.Now(ctx))
 		return
 	}
-	r.m.Phase = policy.PhaseWaitingForReady
+	r.m.Phase = migrationplan.PhaseWaitingForReady
 	timeout := r.in.Policy.ReadyTimeout.D()
 	r.m.Waiting = fmt.Sprintf("%d new Pod(s) Ready on other devices (up to %s)", len(w.Pods), timeout)
 	in := migration.ReadyInput{Workload: w, Device: r.in.Device, Before: before, Want: len(w.Pods)}
@@ -374,11 +377,11 @@ func (r *migrationRun) move(mech string) {
 		HeartbeatTimeout: waitHeartbeat, RetryPolicy: backoff()})
 	var ready []string
 	if err := workflow.ExecuteActivity(wctx, mig.WaitWorkloadReady, in).Get(ctx, &ready); err != nil {
-		r.failUnlessCancelled(policy.FailRetryable, fmt.Sprintf("not Ready on other devices within %s: %v", timeout, err))
+		r.failUnlessCancelled(migrationplan.FailRetryable, fmt.Sprintf("not Ready on other devices within %s: %v", timeout, err))
 		return
 	}
 	r.m.Ready = ready
-	r.m.Finish(policy.OutcomeMigrated, "", fmt.Sprintf("Ready on other devices: %v", ready), workflow.Now(ctx))
+	r.m.Finish(migrationplan.OutcomeMigrated, "", fmt.Sprintf("Ready on other devices: %v", ready), workflow.Now(ctx))
 }
 
 func (r *migrationRun) suspendAndResume(before []migration.PodInfo) bool {
@@ -391,7 +394,7 @@ func (r *migrationRun) suspendAndResume(before []migration.PodInfo) bool {
 	}
 	r.suspended = true // from the call on: one cut short may have suspended it
 	if err := workflow.ExecuteActivity(actx, mig.SuspendJob, suspend).Get(ctx, nil); err != nil {
-		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" not suspended (it may be): "+err.Error())
+		r.failUnlessCancelled(migrationplan.FailNeedsCleanup, strings.ToLower(w.Kind)+" not suspended (it may be): "+err.Error())
 		return false
 	}
 	r.m.Record(workflow.Now(ctx), "%s suspended", strings.ToLower(w.Kind))
@@ -405,10 +408,10 @@ func (r *migrationRun) suspendAndResume(before []migration.PodInfo) bool {
 	r.suspended = resumed != nil
 	switch {
 	case resumed != nil:
-		r.failUnlessCancelled(policy.FailNeedsCleanup, strings.ToLower(w.Kind)+" left suspended: "+resumed.Error())
+		r.failUnlessCancelled(migrationplan.FailNeedsCleanup, strings.ToLower(w.Kind)+" left suspended: "+resumed.Error())
 		return false
 	case gone != nil:
-		r.failUnlessCancelled(policy.FailRetryable, strings.ToLower(w.Kind)+"'s Pods did not go: "+gone.Error())
+		r.failUnlessCancelled(migrationplan.FailRetryable, strings.ToLower(w.Kind)+"'s Pods did not go: "+gone.Error())
 		return false
 	}
 	for _, p := range before {
@@ -436,7 +439,7 @@ func (r *migrationRun) evict(before []migration.PodInfo) bool {
 		}
 		r.m.Waiting = "eviction of " + pod + " (PodDisruptionBudgets respected)"
 		if err := workflow.ExecuteActivity(ectx, mig.EvictPod, migration.EvictInput{Namespace: w.Namespace, Pod: pod, UID: uid}).Get(ctx, nil); err != nil {
-			r.failUnlessCancelled(policy.FailRetryable, "eviction of "+pod+" not allowed: "+err.Error())
+			r.failUnlessCancelled(migrationplan.FailRetryable, "eviction of "+pod+" not allowed: "+err.Error())
 			return false
 		}
 		r.m.Moved = append(r.m.Moved, pod)
@@ -446,9 +449,9 @@ func (r *migrationRun) evict(before []migration.PodInfo) bool {
 	return true
 }
 
-func (r *migrationRun) failUnlessCancelled(class policy.FailureClass, reason string) {
+func (r *migrationRun) failUnlessCancelled(class migrationplan.FailureClass, reason string) {
 	if r.work.Err() == nil {
-		r.m.Finish(policy.OutcomeFailed, class, reason, workflow.Now(r.work))
+		r.m.Finish(migrationplan.OutcomeFailed, class, reason, workflow.Now(r.work))
 	}
 }
 
@@ -457,18 +460,18 @@ func (r *migrationRun) finish(ctx workflow.Context) {
 	r.releaseSlot(ctx)
 	now := workflow.Now(ctx)
 	rec := migration.MigrationRecord{Outcome: r.m.Outcome, Class: r.m.Class, Duration: now.Sub(r.started), CheckpointWait: r.m.CheckpointWait.D()}
-	if r.m.Outcome == policy.OutcomeMigrated && !r.in.QuarantinedAt.IsZero() {
+	if r.m.Outcome == migrationplan.OutcomeMigrated && !r.in.QuarantinedAt.IsZero() {
 		rec.OnDevice = now.Sub(r.in.QuarantinedAt)
 	}
 	if err := workflow.ExecuteActivity(notifyOptions(ctx), mig.RecordMigration, rec).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("migration not counted", "error", err)
 	}
-	level := policy.LevelWarning
+	level := decide.LevelWarning
 	switch {
-	case r.m.Outcome == policy.OutcomeMigrated:
-		level = policy.LevelInfo
-	case r.m.Class == policy.FailNeedsCleanup:
-		level = policy.LevelCritical
+	case r.m.Outcome == migrationplan.OutcomeMigrated:
+		level = decide.LevelInfo
+	case r.m.Class == migrationplan.FailNeedsCleanup:
+		level = decide.LevelCritical
 	}
 	w := r.in.Workload
 	outcome := string(r.m.Outcome)
@@ -488,7 +491,7 @@ func (r *migrationRun) notify(ctx workflow.Context, level, channel, text string)
 // decision is a person's word, handed from an update to the main flow.
 type decision struct {
 	kind string
-	policy.MigrationDecision
+	migrationplan.MigrationDecision
 }
 
 // registerDecisions makes migrate-anyway and abandon updates, validated against the phase.
@@ -496,12 +499,12 @@ func (r *migrationRun) registerDecisions(ctx workflow.Context) error {
 	for _, kind := range []string{api.UpdateMigrateAnyway, api.UpdateAbandon} {
 		kind := kind
 		err := workflow.SetUpdateHandlerWithOptions(ctx, kind,
-			func(ctx workflow.Context, d policy.MigrationDecision) (policy.MigrationState, error) {
+			func(ctx workflow.Context, d migrationplan.MigrationDecision) (migrationplan.MigrationState, error) {
 				r.decisions.Send(ctx, decision{kind: kind, MigrationDecision: d})
-				err := workflow.Await(ctx, func() bool { return r.m.Phase != policy.PhaseWaitingForDecision })
+				err := workflow.Await(ctx, func() bool { return r.m.Phase != migrationplan.PhaseWaitingForDecision })
 				return *r.m, err
 			},
-			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d policy.MigrationDecision) error {
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d migrationplan.MigrationDecision) error {
 				if r.decisions.Len() > 0 {
 					return errors.New("a decision is already being applied")
 				}

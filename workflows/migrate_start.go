@@ -2,20 +2,20 @@ package workflows
 
 import (
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/migration"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // startMigrations finds the workloads of the Pods on a quarantined device and starts one migration
 // per workload, abandoned by this workflow (they outlive its continue-as-new). A migration of the
 // same report already started (a repeated trigger) is joined, not started twice.
-func startMigrations(ctx workflow.Context, st *policy.DeviceState, pods []policy.PodRef) {
+func startMigrations(ctx workflow.Context, st *decide.DeviceState, pods []decide.PodRef) {
 	in := migration.FindWorkloadsInput{}
 	for _, p := range pods {
 		in.Pods = append(in.Pods, migration.PodRef{Namespace: p.Namespace, Name: p.Name})

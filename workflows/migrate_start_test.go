@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/migration"
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -43,9 +44,9 @@ func TestQuarantineStartsMigrations(t *testing.T) {
 			var started []api.MigrateInput
 			h.env.RegisterWorkflow(MigrateWorkflow)
 			h.env.OnWorkflow("MigrateWorkflow", mock.Anything, mock.Anything).Return(
-				func(ctx workflow.Context, in api.MigrateInput) (policy.MigrationState, error) {
+				func(ctx workflow.Context, in api.MigrateInput) (migrationplan.MigrationState, error) {
 					started = append(started, in)
-					return policy.MigrationState{}, nil
+					return migrationplan.MigrationState{}, nil
 				})
 			st := h.run(t, c.end, ob(time.Second, c.health, "10"))
 			if got := strings.Join(st.Migrations, ","); got != c.want {

@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,10 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -64,7 +67,7 @@ func newMigration(t *testing.T) *mharness {
 		h.calls = append(h.calls, "ReleaseMigrationLease")
 		return nil
 	})
-	on("RequestMigrationSlot", func(_ context.Context, req policy.SlotRequest) error {
+	on("RequestMigrationSlot", func(_ context.Context, req migrationplan.SlotRequest) error {
 		h.calls = append(h.calls, "RequestMigrationSlot")
 		return nil
 	})
@@ -73,16 +76,16 @@ func newMigration(t *testing.T) *mharness {
 		h.calls = append(h.calls, "ReleaseMigrationSlot")
 		return nil
 	})
-	on("AcquirePermit", func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
-		if in.Action != policy.ActionMigrate {
-			t.Errorf("permit asked for %s, want %s", in.Action, policy.ActionMigrate)
+	on("AcquirePermit", func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
+		if in.Action != migrationplan.ActionMigrate {
+			t.Errorf("permit asked for %s, want %s", in.Action, migrationplan.ActionMigrate)
 		}
 		h.calls = append(h.calls, "AcquirePermit")
 		if h.denyPermits > 0 {
 			h.denyPermits--
-			return policy.PermitResult{Reason: "circuit breaker open: test"}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: test"}, nil
 		}
-		return policy.PermitResult{Granted: true}, nil
+		return breaker.PermitResult{Granted: true}, nil
 	})
 	on("RequestCheckpoint", func(_ context.Context, in migration.CheckpointInput) error {
 		h.calls = append(h.calls, "RequestCheckpoint")
@@ -172,13 +175,13 @@ func (h *mharness) grant(d time.Duration) {
 	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalSlotGranted, nil) }, d)
 }
 
-func (h *mharness) run(t *testing.T, in api.MigrateInput) policy.MigrationState {
+func (h *mharness) run(t *testing.T, in api.MigrateInput) migrationplan.MigrationState {
 	t.Helper()
 	h.env.ExecuteWorkflow(MigrateWorkflow, in)
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("workflow failed: %v", err)
 	}
-	var st policy.MigrationState
+	var st migrationplan.MigrationState
 	if err := h.env.GetWorkflowResult(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -204,13 +207,13 @@ func TestMigrateCheckpointedJob(t *testing.T) {
 	h.grant(time.Minute)
 	h.env.RegisterDelayedCallback(func() {
 		v, err := h.env.QueryWorkflow(api.QueryState)
-		var st policy.MigrationState
-		if err != nil || v.Get(&st) != nil || st.Phase != policy.PhaseWaitingForSlot || !strings.Contains(st.Waiting, "at most 1 on node node-1, 10 in the cluster") {
+		var st migrationplan.MigrationState
+		if err != nil || v.Get(&st) != nil || st.Phase != migrationplan.PhaseWaitingForSlot || !strings.Contains(st.Waiting, "at most 1 on node node-1, 10 in the cluster") {
 			t.Errorf("while waiting for a slot the query shows %+v (%v)", st, err)
 		}
 	}, 30*time.Second)
 	st := h.run(t, migrateInput("Job", "annotation", false))
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveSuspend || len(st.Ready) != 1 {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveSuspend || len(st.Ready) != 1 {
 		t.Fatalf("state %+v", st)
 	}
 	want := "TakeMigrationLease,RequestMigrationSlot,AcquirePermit,RequestCheckpoint,WaitCheckpoint,SuspendJob,WaitPodsGone,SuspendJob,WaitWorkloadReady,ReleaseMigrationLease,ReleaseMigrationSlot"
@@ -226,10 +229,10 @@ func TestMigrateCheckpointedJob(t *testing.T) {
 	if st.SlotFreedAt.IsZero() || st.SlotFreedAt.Before(st.SlotAt) {
 		t.Fatalf("slot held %s..%s", st.SlotAt, st.SlotFreedAt)
 	}
-	if len(h.records) != 1 || h.records[0].Outcome != policy.OutcomeMigrated || h.records[0].Duration < time.Minute {
+	if len(h.records) != 1 || h.records[0].Outcome != migrationplan.OutcomeMigrated || h.records[0].Duration < time.Minute {
 		t.Fatalf("records %+v", h.records)
 	}
-	if n := len(h.alerts); n != 1 || h.alerts[0].Level != policy.LevelInfo || !strings.HasPrefix(h.alerts[0].Text, "migration migrated: Job team-a/train") {
+	if n := len(h.alerts); n != 1 || h.alerts[0].Level != decide.LevelInfo || !strings.HasPrefix(h.alerts[0].Text, "migration migrated: Job team-a/train") {
 		t.Fatalf("alerts %+v", h.alerts)
 	}
 }
@@ -243,22 +246,22 @@ func TestMigrateCheckpointTimeoutKeepsEvidence(t *testing.T) {
 	in := migrateInput("Job", "annotation", false)
 	h.env.RegisterDelayedCallback(func() {
 		v, _ := h.env.QueryWorkflow(api.QueryState)
-		var st policy.MigrationState
+		var st migrationplan.MigrationState
 		_ = v.Get(&st)
-		if st.Phase != policy.PhaseCheckpointing {
+		if st.Phase != migrationplan.PhaseCheckpointing {
 			t.Errorf("9 minutes in: %s, want still checkpointing", st.Phase)
 		}
 	}, 9*time.Minute)
 	h.env.RegisterDelayedCallback(func() {
 		v, _ := h.env.QueryWorkflow(api.QueryState)
-		var st policy.MigrationState
+		var st migrationplan.MigrationState
 		_ = v.Get(&st)
-		if st.Phase != policy.PhaseWaitingForDecision || h.slotReleased != 1 {
+		if st.Phase != migrationplan.PhaseWaitingForDecision || h.slotReleased != 1 {
 			t.Errorf("11 minutes in: %s, slot released %d times; want waiting for a decision with the slot freed", st.Phase, h.slotReleased)
 		}
 	}, 11*time.Minute)
 	st := h.run(t, in)
-	if st.Outcome != policy.OutcomeEvidencePreserved || !strings.Contains(st.Reason, "no checkpoint within 10m0s") ||
+	if st.Outcome != migrationplan.OutcomeEvidencePreserved || !strings.Contains(st.Reason, "no checkpoint within 10m0s") ||
 		!strings.Contains(st.Reason, "nobody decided within 24h0m0s") || st.Evidence == "" {
 		t.Fatalf("state %+v", st)
 	}
@@ -273,7 +276,7 @@ func TestMigrateCheckpointTimeoutKeepsEvidence(t *testing.T) {
 	}
 }
 
-func decide(t *testing.T, h *mharness, at time.Duration, kind string, d policy.MigrationDecision, wantErr string) {
+func decideOn(t *testing.T, h *mharness, at time.Duration, kind string, d migrationplan.MigrationDecision, wantErr string) {
 	h.env.RegisterDelayedCallback(func() {
 		h.env.UpdateWorkflow(kind, "", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) {
@@ -290,11 +293,11 @@ func decide(t *testing.T, h *mharness, at time.Duration, kind string, d policy.M
 // A bare Pod that cannot checkpoint waits for a person; abandon leaves it, unsigned words are refused.
 func TestMigrateBarePodAbandoned(t *testing.T) {
 	h := newMigration(t)
-	decide(t, h, time.Minute, api.UpdateAbandon, policy.MigrationDecision{}, "actor is required")
-	decide(t, h, 2*time.Minute, api.UpdateAbandon, policy.MigrationDecision{Actor: "alice", Reason: "results are not needed"}, "")
+	decideOn(t, h, time.Minute, api.UpdateAbandon, migrationplan.MigrationDecision{}, "actor is required")
+	decideOn(t, h, 2*time.Minute, api.UpdateAbandon, migrationplan.MigrationDecision{Actor: "alice", Reason: "results are not needed"}, "")
 	in := migrateInput("Pod", "none", false)
 	st := h.run(t, in)
-	if st.Outcome != policy.OutcomeAbandoned || st.Actor != "alice" || !strings.Contains(st.Reason, "results are not needed") {
+	if st.Outcome != migrationplan.OutcomeAbandoned || st.Actor != "alice" || !strings.Contains(st.Reason, "results are not needed") {
 		t.Fatalf("state %+v", st)
 	}
 	if got := h.called("RequestMigrationSlot", "EvictPod", "PreserveEvidence"); got != "PreserveEvidence" {
@@ -305,11 +308,11 @@ func TestMigrateBarePodAbandoned(t *testing.T) {
 // migrate-anyway evicts the bare Pod; a second decision is refused once the first was taken.
 func TestMigrateAnywayEvictsBarePod(t *testing.T) {
 	h := newMigration(t)
-	decide(t, h, time.Minute, api.UpdateMigrateAnyway, policy.MigrationDecision{Actor: "bob"}, "")
+	decideOn(t, h, time.Minute, api.UpdateMigrateAnyway, migrationplan.MigrationDecision{Actor: "bob"}, "")
 	h.grant(2 * time.Minute)
-	decide(t, h, 3*time.Minute, api.UpdateAbandon, policy.MigrationDecision{Actor: "carol"}, "not waiting for a decision")
+	decideOn(t, h, 3*time.Minute, api.UpdateAbandon, migrationplan.MigrationDecision{Actor: "carol"}, "not waiting for a decision")
 	st := h.run(t, migrateInput("Pod", "none", false))
-	if st.Outcome != policy.OutcomeMigrated || st.Actor != "bob" || !strings.Contains(st.Reason, "evicted on bob's word") {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Actor != "bob" || !strings.Contains(st.Reason, "evicted on bob's word") {
 		t.Fatalf("state %+v", st)
 	}
 	if got := h.called("PreserveEvidence", "RequestMigrationSlot", "AcquirePermit", "EvictPod", "WaitWorkloadReady"); got != "PreserveEvidence,RequestMigrationSlot,AcquirePermit,EvictPod" {
@@ -324,7 +327,7 @@ func TestMigrateShrinkableEvictsThroughBudget(t *testing.T) {
 	h.evictBlocked, h.denyPermits = 3, 2
 	h.grant(time.Second)
 	st := h.run(t, migrateInput("Job", "none", true))
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveEvict || strings.Join(st.Moved, ",") != "train-0" {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveEvict || strings.Join(st.Moved, ",") != "train-0" {
 		t.Fatalf("state %+v", st)
 	}
 	if got := h.called("AcquirePermit", "EvictPod", "SuspendJob"); got != "AcquirePermit,AcquirePermit,AcquirePermit,EvictPod" {
@@ -337,10 +340,10 @@ func TestMigrateReadyTimeout(t *testing.T) {
 	h.readyNever = true
 	h.grant(time.Second)
 	st := h.run(t, migrateInput("Deployment", "none", false))
-	if st.Outcome != policy.OutcomeFailed || st.Class != policy.FailRetryable || !strings.Contains(st.Reason, "not Ready on other devices within 30m0s") {
+	if st.Outcome != migrationplan.OutcomeFailed || st.Class != migrationplan.FailRetryable || !strings.Contains(st.Reason, "not Ready on other devices within 30m0s") {
 		t.Fatalf("state %+v", st)
 	}
-	if h.records[0].Outcome != policy.OutcomeFailed || h.records[0].Class != policy.FailRetryable || h.alerts[0].Level != policy.LevelWarning {
+	if h.records[0].Outcome != migrationplan.OutcomeFailed || h.records[0].Class != migrationplan.FailRetryable || h.alerts[0].Level != decide.LevelWarning {
 		t.Fatalf("records %+v alerts %+v", h.records, h.alerts)
 	}
 }
@@ -350,10 +353,10 @@ func TestMigrateResumeFailureNeedsCleanup(t *testing.T) {
 	h.resumeFails = true
 	h.grant(time.Second)
 	st := h.run(t, migrateInput("Job", "none", false))
-	if st.Outcome != policy.OutcomeFailed || st.Class != policy.FailNeedsCleanup || !strings.Contains(st.Reason, "job left suspended") {
+	if st.Outcome != migrationplan.OutcomeFailed || st.Class != migrationplan.FailNeedsCleanup || !strings.Contains(st.Reason, "job left suspended") {
 		t.Fatalf("state %+v", st)
 	}
-	if h.alerts[0].Level != policy.LevelCritical {
+	if h.alerts[0].Level != decide.LevelCritical {
 		t.Fatalf("alert %+v", h.alerts[0])
 	}
 }
@@ -363,7 +366,7 @@ func TestMigrateLeaseHeldElsewhere(t *testing.T) {
 	h := newMigration(t)
 	h.holder = "migrate/other"
 	st := h.run(t, migrateInput("Job", "annotation", false))
-	if st.Outcome != policy.OutcomeFailed || st.Class != policy.FailNonRetryable || !strings.Contains(st.Reason, "held by migrate/other") {
+	if st.Outcome != migrationplan.OutcomeFailed || st.Class != migrationplan.FailNonRetryable || !strings.Contains(st.Reason, "held by migrate/other") {
 		t.Fatalf("state %+v", st)
 	}
 	if got := strings.Join(h.calls, ","); got != "TakeMigrationLease" {
@@ -377,7 +380,7 @@ func TestMigrateLeaseLostMidway(t *testing.T) {
 	h.checkpointNever, h.loseLeaseAfter = true, 4
 	h.grant(time.Second)
 	st := h.run(t, migrateInput("Job", "annotation", false))
-	if st.Outcome != policy.OutcomeFailed || st.Class != policy.FailNonRetryable || !strings.Contains(st.Reason, "migration lease lost") {
+	if st.Outcome != migrationplan.OutcomeFailed || st.Class != migrationplan.FailNonRetryable || !strings.Contains(st.Reason, "migration lease lost") {
 		t.Fatalf("state %+v", st)
 	}
 	if got := h.called("SuspendJob", "EvictPod", "PreserveEvidence"); got != "" {
@@ -393,7 +396,7 @@ func TestMigrateAsksForItsSlotAgain(t *testing.T) {
 	h := newMigration(t)
 	h.grant(25 * time.Minute)
 	st := h.run(t, migrateInput("Deployment", "none", false))
-	if st.Outcome != policy.OutcomeMigrated {
+	if st.Outcome != migrationplan.OutcomeMigrated {
 		t.Fatalf("state %+v", st)
 	}
 	if got := h.called("RequestMigrationSlot"); got != "RequestMigrationSlot,RequestMigrationSlot,RequestMigrationSlot" {
@@ -411,7 +414,7 @@ func TestMigrateDecisionTimeoutFromPolicy(t *testing.T) {
 		in := migrateInput("Pod", "none", false)
 		in.Policy.DecisionTimeout = policy.JSONDuration(c.set)
 		st := h.run(t, in)
-		if st.Outcome != policy.OutcomeEvidencePreserved || !strings.Contains(st.Reason, c.want) {
+		if st.Outcome != migrationplan.OutcomeEvidencePreserved || !strings.Contains(st.Reason, c.want) {
 			t.Fatalf("decision timeout %s: %+v", c.set, st)
 		}
 		if h.records[0].OnDevice != 0 {
@@ -425,7 +428,7 @@ func TestMigrateEvidenceNotKept(t *testing.T) {
 	h := newMigration(t)
 	h.evidenceFails = true
 	st := h.run(t, migrateInput("Pod", "none", false))
-	if st.Outcome != policy.OutcomeFailed || st.Class != policy.FailRetryable || !strings.Contains(st.Reason, "evidence not kept") {
+	if st.Outcome != migrationplan.OutcomeFailed || st.Class != migrationplan.FailRetryable || !strings.Contains(st.Reason, "evidence not kept") {
 		t.Fatalf("state %+v", st)
 	}
 }
@@ -437,7 +440,7 @@ func TestMigrateCountsTimeOnTheDevice(t *testing.T) {
 	in := migrateInput("Deployment", "none", false)
 	h.env.SetStartTime(in.QuarantinedAt.Add(time.Minute))
 	h.run(t, in)
-	if r := h.records[0]; r.Outcome != policy.OutcomeMigrated || r.OnDevice < 2*time.Minute || r.OnDevice > 3*time.Minute {
+	if r := h.records[0]; r.Outcome != migrationplan.OutcomeMigrated || r.OnDevice < 2*time.Minute || r.OnDevice > 3*time.Minute {
 		t.Fatalf("record %+v: want about 2 minutes on the device (1 before the migration, 1 for the slot)", r)
 	}
 }
@@ -449,7 +452,7 @@ func TestMigrateJobSetSuspendedAsAWhole(t *testing.T) {
 	in := migrateInput("JobSet", "none", false)
 	in.Workload.APIVersion = "jobset.x-k8s.io/v1alpha2"
 	st := h.run(t, in)
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveSuspend {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveSuspend {
 		t.Fatalf("state %+v", st)
 	}
 	if got := strings.Join(h.suspendKinds, ","); got != "JobSet jobset.x-k8s.io/v1alpha2,JobSet jobset.x-k8s.io/v1alpha2" || len(h.suspends) != 2 || !h.suspends[0] || h.suspends[1] {

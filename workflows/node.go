@@ -2,14 +2,14 @@ package workflows
 
 import (
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // NodeWorkflow (ID "node/<name>") collects device failures on one node and escalates once when a
@@ -17,16 +17,16 @@ import (
 func NodeWorkflow(ctx workflow.Context, in api.NodeInput) error {
 	st := in.State
 	if st == nil {
-		st = &policy.NodeState{Node: in.Node}
+		st = &escalation.NodeState{Node: in.Node}
 	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (policy.NodeState, error) { return *st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (escalation.NodeState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 	ch := workflow.GetSignalChannel(ctx, api.SignalDeviceFailed)
 	for {
-		var f policy.NodeFailure
+		var f escalation.NodeFailure
 		ch.Receive(ctx, &f)
 		for _, act := range st.Fail(f, workflow.Now(ctx)) {
 			in := notify.AlertInput{Level: act.Level, Text: act.Reason, WorkflowID: api.NodeWorkflowID(st.Node), Node: st.Node}

@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,11 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -28,7 +31,7 @@ func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	registerActivities(env)
-	var br policy.BreakerState
+	var br breaker.State
 	queryThenCancel(t, env, time.Minute, &br)
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if !br.SeparateBudgets || !br.WakeWaiting {
@@ -78,17 +81,17 @@ func TestBreakerKeepsRestrictionsOffTheQuarantineBudget(t *testing.T) {
 	registerActivities(env)
 	env.OnActivity("Alert", mock.Anything, mock.Anything).Return(nil).Maybe()
 	recordWakes(env)
-	cfg := policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 2, MaxPercent: 100}
+	cfg := breaker.Config{Window: 10 * time.Minute, MaxCount: 2, MaxPercent: 100}
 	var restrict, quarantine updateResult
 	env.RegisterDelayedCallback(func() {
 		for i := range 5 {
-			req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: policy.Restricted, KnownDevices: 100, Config: cfg}
+			req := breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: decide.Restricted, KnownDevices: 100, Config: cfg}
 			env.UpdateWorkflow(api.UpdateAcquire, fmt.Sprint("r", i), restrict.callbacks(), req)
 		}
-		req := policy.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: policy.Quarantined, KnownDevices: 100, Config: cfg}
+		req := breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: decide.Quarantined, KnownDevices: 100, Config: cfg}
 		env.UpdateWorkflow(api.UpdateAcquire, "q", quarantine.callbacks(), req)
 	}, time.Second)
-	var st policy.BreakerState
+	var st breaker.State
 	queryThenCancel(t, env, time.Minute, &st)
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if restrict.granted != 2 || quarantine.granted != 1 || st.Open || !st.RestrictionsOpen {
@@ -104,7 +107,7 @@ func TestActivityTimeoutsAndRuleFields(t *testing.T) {
 	var started time.Time
 	h.env.RegisterDelayedCallback(func() { started = h.env.Now() }, time.Second)
 	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "1"),
-		event{at: 2 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+		event{at: 2 * time.Second, signal: api.SignalExtend, cmd: decide.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
 	for _, name := range []string{"Quarantine", "Alert"} {
 		if d := startToClose(h.info[name]); d != 30*time.Second {
 			t.Errorf("%s start-to-close %s, want 30s", name, d)
@@ -121,13 +124,13 @@ func TestActivityTimeoutsAndRuleFields(t *testing.T) {
 func TestCheckTimeouts(t *testing.T) {
 	h := newHarness(0)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "1",
-			Reporters: []policy.Reporter{{Pod: "p", Health: device.Unhealthy}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "1",
+			Reporters: []decide.Reporter{{Pod: "p", Health: device.Unhealthy}}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
 	}, 2*time.Second)
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 48*time.Hour, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	info, ok := h.info["RunCheck"]
@@ -159,10 +162,10 @@ func TestNodeWorkflowEscalatesOnce(t *testing.T) {
 	})
 	for i, dev := range []string{"gpu-0", "gpu-0", "gpu-1", "gpu-2"} {
 		env.RegisterDelayedCallback(func() {
-			env.SignalWorkflow(api.SignalDeviceFailed, policy.NodeFailure{Node: "node-1", Device: "d/node-1/" + dev, State: policy.Quarantined, Threshold: 2})
+			env.SignalWorkflow(api.SignalDeviceFailed, escalation.NodeFailure{Node: "node-1", Device: "d/node-1/" + dev, State: decide.Quarantined, Threshold: 2})
 		}, time.Duration(i+1)*time.Second)
 	}
-	var st policy.NodeState
+	var st escalation.NodeState
 	queryThenCancel(t, env, time.Minute, &st)
 	env.ExecuteWorkflow(NodeWorkflow, api.NodeInput{Node: "node-1"})
 	if !st.Escalated || len(st.Failed) != 3 || len(alerts) != 1 || alerts[0].WorkflowID != api.NodeWorkflowID("node-1") {
@@ -178,13 +181,13 @@ func TestKubernetesCallsRetryWithBackoff(t *testing.T) {
 	h := newHarness(0)
 	h.releaseFailures = 9 // the test environment stops retrying after 10 attempts
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
-			Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
-	if got.State != policy.Released || len(h.releaseAttempts) != 10 {
+	if got.State != decide.Released || len(h.releaseAttempts) != 10 {
 		t.Fatalf("state %s after %d release attempts %v; %+v", got.State, len(h.releaseAttempts), h.releaseAttempts, got.Transitions[len(got.Transitions)-1])
 	}
 	want := []time.Duration{200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000}
@@ -213,7 +216,7 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 		h := newHarness(0)
 		h.fail["Quarantine"] = "admission webhook denied"
 		got := h.run(t, 10*time.Second, unhealthy)
-		if got.Held == nil || !strings.Contains(got.HeldReason, "taint failed") || got.TaintFailures != 1 || got.State != policy.Healthy {
+		if got.Held == nil || !strings.Contains(got.HeldReason, "taint failed") || got.TaintFailures != 1 || got.State != decide.Healthy {
 			t.Fatalf("held %q, failures %d, state %s", got.HeldReason, got.TaintFailures, got.State)
 		}
 	})
@@ -221,7 +224,7 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 		h := newHarness(0)
 		h.fail["RunCheck"] = "no identity"
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
+			h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
 		}, 2*time.Second)
 		got := h.run(t, 25*time.Hour, unhealthy)
 		if got.LastProbe == nil || got.LastProbe.Passed || !strings.Contains(got.LastProbe.Reason, "probe could not run") || len(h.released) != 0 {
@@ -231,7 +234,7 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 	t.Run("rule missing on refresh", func(t *testing.T) {
 		h := newHarness(0)
 		h.ruleMissing = true
-		h.run(t, time.Minute, unhealthy, event{at: 2 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+		h.run(t, time.Minute, unhealthy, event{at: 2 * time.Second, signal: api.SignalExtend, cmd: decide.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
 		if len(h.refreshed) != 1 || len(h.quarantine) != 2 {
 			t.Fatalf("refreshes %d, quarantines %d: a rule found missing must be put back", len(h.refreshed), len(h.quarantine))
 		}
@@ -249,12 +252,12 @@ func TestBreakerRefusesMalformedRequests(t *testing.T) {
 	var rejected []string
 	reject := &testsuite.TestUpdateCallback{OnAccept: func() {}, OnComplete: func(any, error) {}, OnReject: func(err error) { rejected = append(rejected, err.Error()) }}
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(api.UpdateAcquire, "bad-device", reject, policy.PermitRequest{Device: device.ID{Driver: "d"}, Action: policy.Quarantined})
-		env.UpdateWorkflow(api.UpdateBreakerConfigure, "no-owner", reject, api.ConfigureBreaker{Config: policy.DefaultBreaker()})
+		env.UpdateWorkflow(api.UpdateAcquire, "bad-device", reject, breaker.PermitRequest{Device: device.ID{Driver: "d"}, Action: decide.Quarantined})
+		env.UpdateWorkflow(api.UpdateBreakerConfigure, "no-owner", reject, api.ConfigureBreaker{Config: breaker.DefaultConfig()})
 		env.SignalWorkflow(api.SignalBreakerWait, []string{"not-a-device", "d/p/gpu-1"})
 		env.SignalWorkflow(api.SignalBreakerResume, api.BreakerSignal{Actor: "alice"})
 	}, time.Second)
-	var st policy.BreakerState
+	var st breaker.State
 	queryThenCancel(t, env, time.Minute, &st)
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
 	if len(rejected) != 2 || !strings.Contains(rejected[0], "invalid device") || !strings.Contains(rejected[1], "owner is required") {
@@ -272,8 +275,8 @@ func TestRuleCallsThatFail(t *testing.T) {
 	h.fail["RefreshRule"] = "forbidden"
 	h.fail["InspectRule"] = "timeout"
 	got := h.run(t, time.Minute, ob(time.Second, device.Unhealthy, "1"), ob(2*time.Second, device.Unhealthy, "2"),
-		event{at: 3 * time.Second, signal: api.SignalExtend, cmd: policy.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
-	if got.State != policy.Quarantined || len(h.quarantine) != 1 {
+		event{at: 3 * time.Second, signal: api.SignalExtend, cmd: decide.Command{Actor: "bob", Duration: policy.JSONDuration(time.Hour)}})
+	if got.State != decide.Quarantined || len(h.quarantine) != 1 {
 		t.Fatalf("state %s, quarantines %d", got.State, len(h.quarantine))
 	}
 	said := false

@@ -1,13 +1,14 @@
 package workflows
 
 import (
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -15,12 +16,12 @@ import (
 // update sends an operator update at `at` and records its outcome.
 type updateOutcome struct {
 	rejected error
-	result   policy.CommandResult
+	result   decide.CommandResult
 	err      error
 	done     bool
 }
 
-func (h *harness) update(at time.Duration, name string, cmd policy.Command) *updateOutcome {
+func (h *harness) update(at time.Duration, name string, cmd decide.Command) *updateOutcome {
 	out := &updateOutcome{}
 	h.env.RegisterDelayedCallback(func() {
 		h.env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
@@ -28,7 +29,7 @@ func (h *harness) update(at time.Duration, name string, cmd policy.Command) *upd
 			OnAccept: func() {},
 			OnComplete: func(v any, err error) {
 				out.done, out.err = true, err
-				if r, ok := v.(policy.CommandResult); ok {
+				if r, ok := v.(decide.CommandResult); ok {
 					out.result = r
 				}
 			},
@@ -42,22 +43,22 @@ func TestReleaseAfterLeaseReview(t *testing.T) {
 	p := policy.Default()
 	p.Identity = []string{"node", "index"}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
-			DeviceClass: "gpu.example.com", Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			DeviceClass: "gpu.example.com", Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
-	if got.State != policy.Released || len(got.Closed) != 1 {
+	if got.State != decide.Released || len(got.Closed) != 1 {
 		t.Fatalf("state %s, closed %+v; transitions %+v", got.State, got.Closed, got.Transitions)
 	}
-	if len(h.ran) != 2 || h.ran[0].Kind != policy.ActProbe || h.ran[1].Kind != policy.ActCanary {
+	if len(h.ran) != 2 || h.ran[0].Kind != decide.ActProbe || h.ran[1].Kind != decide.ActCanary {
 		t.Fatalf("checks %+v", h.ran)
 	}
 	if in := h.ran[0]; in.DeviceClass != "gpu.example.com" || in.Review != 1 || strings.Join(in.Identity, ",") != "node,index" {
 		t.Fatalf("probe input %+v", in)
 	}
-	if len(h.refreshed) != 1 || h.refreshed[0].Key != policy.TaintProbation {
+	if len(h.refreshed) != 1 || h.refreshed[0].Key != decide.TaintProbation {
 		t.Fatalf("refresh calls %+v", h.refreshed)
 	}
 	if len(h.released) != 1 || !h.released[0].FirstReviewPassed || h.released[0].QuarantinedAt.IsZero() {
@@ -67,18 +68,18 @@ func TestReleaseAfterLeaseReview(t *testing.T) {
 
 func TestFailedProbeRefusesReleaseUpdate(t *testing.T) {
 	h := newHarness(0)
-	h.checks = []policy.StepResult{{Reason: "XID 79 again"}}
+	h.checks = []decide.StepResult{{Reason: "XID 79 again"}}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
-			Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
-	first := h.update(time.Minute, string(policy.CmdRelease), policy.Command{Actor: "alice", Reason: "reseated"})
-	second := h.update(2*time.Minute, string(policy.CmdRelease), policy.Command{Actor: "alice"})
-	noActor := h.update(3*time.Minute, string(policy.CmdExtend), policy.Command{Duration: policy.JSONDuration(time.Hour)})
-	var got policy.DeviceState
+	first := h.update(time.Minute, string(decide.CmdRelease), decide.Command{Actor: "alice", Reason: "reseated"})
+	second := h.update(2*time.Minute, string(decide.CmdRelease), decide.Command{Actor: "alice"})
+	noActor := h.update(3*time.Minute, string(decide.CmdExtend), decide.Command{Duration: policy.JSONDuration(time.Hour)})
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 4*time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
-	if first.rejected != nil || first.err != nil || first.result.State != policy.Quarantined || !strings.Contains(first.result.Message, "probe failed") {
+	if first.rejected != nil || first.err != nil || first.result.State != decide.Quarantined || !strings.Contains(first.result.Message, "probe failed") {
 		t.Fatalf("first release: %+v", first)
 	}
 	if second.rejected == nil || !strings.Contains(second.rejected.Error(), "last probe failed") {
@@ -87,14 +88,14 @@ func TestFailedProbeRefusesReleaseUpdate(t *testing.T) {
 	if noActor.rejected == nil || !strings.Contains(noActor.rejected.Error(), "actor is required") {
 		t.Fatalf("extend without actor not refused: %+v", noActor)
 	}
-	if got.State != policy.Quarantined || got.ReviewInterval.D() != 48*time.Hour || got.LastProbe == nil || got.LastProbe.Passed {
+	if got.State != decide.Quarantined || got.ReviewInterval.D() != 48*time.Hour || got.LastProbe == nil || got.LastProbe.Passed {
 		t.Fatalf("after failed probe: %+v", got)
 	}
-	if len(h.refreshed) != 1 || h.refreshed[0].Key != policy.TaintQuarantine || !h.refreshed[0].ExpiresAt.Equal(got.Quarantine.ExpiresAt) {
+	if len(h.refreshed) != 1 || h.refreshed[0].Key != decide.TaintQuarantine || !h.refreshed[0].ExpiresAt.Equal(got.Quarantine.ExpiresAt) {
 		t.Fatalf("expiry not written on the rule: %+v", h.refreshed)
 	}
 	// The rule keeps the quarantine's reason; the failed review is in the transitions.
-	if h.refreshed[0].Reason != got.Quarantine.Reason || h.refreshed[0].Actor != policy.Actor {
+	if h.refreshed[0].Reason != got.Quarantine.Reason || h.refreshed[0].Actor != decide.Actor {
 		t.Fatalf("refresh reason %q actor %q, quarantine reason %q", h.refreshed[0].Reason, h.refreshed[0].Actor, got.Quarantine.Reason)
 	}
 }
@@ -103,8 +104,8 @@ func TestMalformedSignalIsDroppedAndTheWorkflowGoesOn(t *testing.T) {
 	h := newHarness(0)
 	report := func(at time.Duration, hl device.Health, ver string) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: hl, StatusVersion: ver,
-				Reporters: []policy.Reporter{{Pod: "p"}}})
+			h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: hl, StatusVersion: ver,
+				Reporters: []decide.Reporter{{Pod: "p"}}})
 		}, at)
 	}
 	report(time.Second, device.Unknown, "9")
@@ -112,10 +113,10 @@ func TestMalformedSignalIsDroppedAndTheWorkflowGoesOn(t *testing.T) {
 		h.env.SignalWorkflow(api.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}})
 	}, 2*time.Second)
 	report(3*time.Second, device.Unhealthy, "10")
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
-	if got.State != policy.Quarantined || len(h.quarantine) != 1 {
+	if got.State != decide.Quarantined || len(h.quarantine) != 1 {
 		t.Fatalf("Unhealthy after a malformed signal: state %s, quarantines %d", got.State, len(h.quarantine))
 	}
 	if got.Dropped != 1 || !strings.Contains(got.LastDropped, "does not decode") {
@@ -127,17 +128,17 @@ func TestRuleDeletedByHandIsRecordedAndReplaced(t *testing.T) {
 	h := newHarness(0)
 	obs := func(at time.Duration, ver string) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
-				Reporters: []policy.Reporter{{Pod: "p"}}})
+			h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
+				Reporters: []decide.Reporter{{Pod: "p"}}})
 		}, at)
 	}
 	obs(time.Second, "10")
-	h.env.RegisterDelayedCallback(func() { h.rule = policy.RuleInfo{Name: "r", Actor: "kubectl-client-side-apply"} }, time.Minute)
+	h.env.RegisterDelayedCallback(func() { h.rule = decide.RuleInfo{Name: "r", Actor: "kubectl-client-side-apply"} }, time.Minute)
 	obs(2*time.Minute, "11")
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 3*time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
-	if got.State != policy.Quarantined || len(h.quarantine) != 2 {
+	if got.State != decide.Quarantined || len(h.quarantine) != 2 {
 		t.Fatalf("state %s, quarantine calls %d", got.State, len(h.quarantine))
 	}
 	if len(got.Closed) != 1 || got.Closed[0].ClosedBy != "kubectl-client-side-apply" {
@@ -151,19 +152,19 @@ func TestApprovalByUpdate(t *testing.T) {
 	p.ApprovalRequired = true
 	p.StabilityWindow = policy.JSONDuration(time.Minute)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
-			Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
-	early := h.update(time.Minute, string(policy.CmdApprove), policy.Command{Actor: "U1"})
-	h.update(2*time.Minute, string(policy.CmdRelease), policy.Command{Actor: "alice"})
-	approve := h.update(10*time.Minute, string(policy.CmdApprove), policy.Command{Actor: "U1"})
-	var got policy.DeviceState
+	early := h.update(time.Minute, string(decide.CmdApprove), decide.Command{Actor: "U1"})
+	h.update(2*time.Minute, string(decide.CmdRelease), decide.Command{Actor: "alice"})
+	approve := h.update(10*time.Minute, string(decide.CmdApprove), decide.Command{Actor: "U1"})
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 11*time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	if early.rejected == nil {
 		t.Fatal("approve before a review was accepted")
 	}
-	if approve.rejected != nil || approve.result.State != policy.Released || len(h.approvals) != 1 || len(h.released) != 1 {
+	if approve.rejected != nil || approve.result.State != decide.Released || len(h.approvals) != 1 || len(h.released) != 1 {
 		t.Fatalf("approve %+v, approvals %d, released %d", approve, len(h.approvals), len(h.released))
 	}
 	if got.Closed[0].ClosedBy != "U1" {
@@ -181,10 +182,10 @@ func TestRecordKeepsTheEffectTheWorkerApplied(t *testing.T) {
 	h := newHarness(0)
 	h.appliedEffect = "None" // a worker running with --dry-run answers with effect None
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
-			Reporters: []policy.Reporter{{Pod: "p"}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
 	if got.Quarantine == nil || got.Quarantine.Effect != "None" {

@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"strings"
 	"time"
@@ -12,7 +11,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/rollouts"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -195,7 +195,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	}
 	if err := measured.Get(ctx, &rep); err != nil {
 		reason := fmt.Sprintf("phase %s: its gates could not be measured: %v", ph.Name, err)
-		r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
+		r.warn(ctx, decide.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
 		return r.rollback(ctx, 1, reason)
 	}
 	if n := len(r.st.Reports); n > 0 && !r.st.GatesWaitUntil.IsZero() {
@@ -221,7 +221,7 @@ func (r *rolloutRun) gates(ctx, actx workflow.Context) error {
 	r.st.GatesWaitUntil = time.Time{}
 	if !rep.Passed() {
 		reason := fmt.Sprintf("phase %s failed %d gate(s): %s", ph.Name, len(rep.Failed), rep.Failed[0])
-		r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
+		r.warn(ctx, decide.LevelCritical, fmt.Sprintf("rollout %s: %s; rolling the phase back", r.plan.Name, reason))
 		return r.rollback(ctx, 1, reason)
 	}
 	r.note(ctx, fmt.Sprintf("phase %s passed its gates (%d claims, claim->allocated p99 %s)", ph.Name, rep.Claims, rep.ClaimToAllocated.P99))
@@ -412,7 +412,7 @@ const GateRemeasure = 30 * time.Second
 // stuck holds the rollout blocked after a step failed: a person fixes the cause and resumes (the
 // phase starts again from preflight) or rolls back.
 func (r *rolloutRun) stuck(ctx workflow.Context, reason string) error {
-	r.warn(ctx, policy.LevelCritical, fmt.Sprintf("rollout %s: %s; fix it, then resume or roll back", r.plan.Name, reason))
+	r.warn(ctx, decide.LevelCritical, fmt.Sprintf("rollout %s: %s; fix it, then resume or roll back", r.plan.Name, reason))
 	r.note(ctx, reason)
 	return r.hold(ctx, rolloutplan.StateBlocked)
 }

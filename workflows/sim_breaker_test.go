@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"sync"
 	"testing"
 	"time"
@@ -14,16 +13,19 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // breakerModel counts what the breaker granted, per budget, since the last resume.
 type breakerModel struct {
 	carrier
 	simLog
-	cfg      policy.BreakerConfig
+	cfg      breaker.Config
 	grants   map[string][]breakerGrant // budget -> new grants
 	pausedAt time.Time                 // a pause sent at, zero after a resume
 	updates  []*simUpdate
@@ -44,9 +46,9 @@ type simWorker struct {
 }
 
 type simLease struct {
-	l     policy.Lease
+	l     breaker.Lease
 	left  int
-	spent []policy.Grant
+	spent []breaker.Grant
 }
 
 // spend takes a permit from one of worker w's leases as the worker package does: only while
@@ -66,7 +68,7 @@ func (m *breakerModel) spend(w int, now time.Time) string {
 		sl.left--
 		m.spends++
 		key := fmt.Sprintf("gpu.sim.devicewarden.io/node-1/leased-%d", m.spends)
-		sl.spent = append(sl.spent, policy.Grant{Device: key, Action: sl.l.Action, At: now})
+		sl.spent = append(sl.spent, breaker.Grant{Device: key, Action: sl.l.Action, At: now})
 		m.countGrant(budget(sl.l.Action), key+"/"+string(sl.l.Action), now)
 		return fmt.Sprintf("spent one of lease %d (%d left)", sl.l.ID, sl.left)
 	}
@@ -74,12 +76,12 @@ func (m *breakerModel) spend(w int, now time.Time) string {
 }
 
 // reports is what worker w tells the breaker of its leases; a lease that ran out is returned.
-func (m *breakerModel) reports(w int, now time.Time, all bool) []policy.LeaseReport {
+func (m *breakerModel) reports(w int, now time.Time, all bool) []breaker.LeaseReport {
 	wk := &m.workers[w]
-	var out []policy.LeaseReport
+	var out []breaker.LeaseReport
 	kept := wk.leases[:0]
 	for _, sl := range wk.leases {
-		r := policy.LeaseReport{Worker: fmt.Sprint(w), Lease: sl.l.ID, Spent: sl.spent}
+		r := breaker.LeaseReport{Worker: fmt.Sprint(w), Lease: sl.l.ID, Spent: sl.spent}
 		sl.spent = nil
 		if all || !now.Before(sl.l.Until.Add(-time.Second)) {
 			r.Returned, sl.left = sl.left, 0
@@ -96,7 +98,7 @@ func (m *breakerModel) reports(w int, now time.Time, all bool) []policy.LeaseRep
 }
 
 // revoke answers the breaker's revocation on a worker's queue; it runs on the activity's goroutine.
-func (m *breakerModel) revoke(queue string, in remediation.RevokeInput, now time.Time) ([]policy.LeaseReport, error) {
+func (m *breakerModel) revoke(queue string, in remediation.RevokeInput, now time.Time) ([]breaker.LeaseReport, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var w int
@@ -117,8 +119,8 @@ type breakerGrant struct {
 }
 
 // budget is the budget an action draws on: restrictions have their own.
-func budget(a policy.State) string {
-	if a == policy.Restricted {
+func budget(a decide.State) string {
+	if a == decide.Restricted {
 		return "restrictions"
 	}
 	return "actions"
@@ -126,7 +128,7 @@ func budget(a policy.State) string {
 
 // granted takes a grant the breaker gave at now: a device (and action) already granted within the
 // window is not a new grant.
-func (m *breakerModel) granted(req policy.PermitRequest, sent, now time.Time) {
+func (m *breakerModel) granted(req breaker.PermitRequest, sent, now time.Time) {
 	b := budget(req.Action)
 	key := req.Key() + "/" + string(req.Action)
 	if !m.pausedAt.IsZero() && sent.After(m.pausedAt) {
@@ -162,9 +164,9 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 	switch kind {
 	case "lease":
 		d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("device%d", i))
-		action := rapid.SampledFrom([]policy.State{policy.Quarantined, policy.Restricted}).Draw(rt, fmt.Sprintf("action%d", i))
-		req := policy.LeaseRequest{PermitRequest: policy.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: fmt.Sprintf("gpu-%d", d)},
-			Action: action, Config: m.cfg}, Worker: fmt.Sprint(w), Queue: fmt.Sprintf("q%d", w), Want: policy.LeaseBatch}
+		action := rapid.SampledFrom([]decide.State{decide.Quarantined, decide.Restricted}).Draw(rt, fmt.Sprintf("action%d", i))
+		req := breaker.LeaseRequest{PermitRequest: breaker.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: fmt.Sprintf("gpu-%d", d)},
+			Action: action, Config: m.cfg}, Worker: fmt.Sprint(w), Queue: fmt.Sprintf("q%d", w), Want: breaker.LeaseBatch}
 		what := fmt.Sprintf("worker %d leases %s for gpu-%d", w, action, d)
 		return what, func(env *testsuite.TestWorkflowEnvironment) {
 			if m.workers[w].dead {
@@ -174,7 +176,7 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 			u := &simUpdate{what: what}
 			m.updates = append(m.updates, u)
 			sendUpdate(env, api.UpdateLease, req, u, nil, func(v any, _ error) {
-				r, _ := v.(policy.LeaseResult)
+				r, _ := v.(breaker.LeaseResult)
 				m.note("  %s: granted %v %s, lease %+v", what, r.Granted, r.Reason, r.Lease)
 				if r.Granted {
 					m.granted(req.PermitRequest, sent, env.Now())
@@ -195,7 +197,7 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 	case "report":
 		return fmt.Sprintf("worker %d reports", w), func(env *testsuite.TestWorkflowEnvironment) {
 			m.mu.Lock()
-			var reps []policy.LeaseReport
+			var reps []breaker.LeaseReport
 			if !m.workers[w].dead {
 				reps = m.reports(w, env.Now(), false)
 			}
@@ -255,9 +257,9 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 			}
 		case "acquire":
 			d := rapid.IntRange(0, devices-1).Draw(rt, fmt.Sprintf("device%d", i))
-			action := rapid.SampledFrom([]policy.State{policy.Quarantined, policy.Restricted, policy.ActionMigrate}).Draw(rt, fmt.Sprintf("action%d", i))
+			action := rapid.SampledFrom([]decide.State{decide.Quarantined, decide.Restricted, migrationplan.ActionMigrate}).Draw(rt, fmt.Sprintf("action%d", i))
 			valid := rapid.IntRange(0, 9).Draw(rt, fmt.Sprintf("valid%d", i)) > 0
-			req := policy.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: fmt.Sprintf("gpu-%d", d)},
+			req := breaker.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: "node-1", Device: fmt.Sprintf("gpu-%d", d)},
 				Action: action, Config: m.cfg}
 			if !valid {
 				req.Device = device.ID{}
@@ -268,7 +270,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 				u := &simUpdate{what: s.what}
 				m.updates = append(m.updates, u)
 				sendUpdate(env, api.UpdateAcquire, req, u, nil, func(v any, _ error) {
-					r, _ := v.(policy.PermitResult)
+					r, _ := v.(breaker.PermitResult)
 					m.note("  %s: granted %v %s", s.what, r.Granted, r.Reason)
 					if r.Granted {
 						m.granted(req, sent, env.Now())
@@ -320,19 +322,19 @@ func TestSimulateBreakerWorkflow(t *testing.T) { simulate(t, 300, breakerPropert
 
 func breakerProperty(rt *rapid.T) {
 	m := &breakerModel{grants: map[string][]breakerGrant{},
-		cfg: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap")}}
+		cfg: breaker.Config{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap")}}
 	steps := breakerSteps(rt, m, rapid.IntRange(0, 3).Draw(rt, "leasing") > 0)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		registerActivities(env)
 		env.OnActivity("Alert", mock.Anything, mock.Anything).Return(func(context.Context, notify.AlertInput) error { return nil }).Maybe()
 		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalBreakerWake, mock.Anything).Return(nil).Maybe()
-		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]policy.LeaseReport, error) {
+		env.OnActivity("RevokePermits", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.RevokeInput) ([]breaker.LeaseReport, error) {
 			return m.revoke(activity.GetInfo(ctx).TaskQueue, in, env.Now())
 		}).Maybe()
 	})
 	check := func(env *testsuite.TestWorkflowEnvironment, after string) {
 		m.stepped(env, after)
-		var st policy.BreakerState
+		var st breaker.State
 		if m.look(env, after, &st) {
 			m.note("  state: open %v (%s), grants %v, resumed %s", st.Open, st.Reason, st.Grants, st.ResumedAt.Format("15:04:05"))
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +15,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -55,15 +57,15 @@ type deviceModel struct {
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	registerActivities(env)
-	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
+	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
 		if m.breakerOpen {
-			return policy.PermitResult{Reason: "circuit breaker open: simulated"}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
 		m.permits++
-		return policy.PermitResult{Granted: true}, nil
+		return breaker.PermitResult{Granted: true}, nil
 	}).Maybe()
 	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
@@ -94,14 +96,14 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 				m.violate("an automatic %s taint without a granted permit (%d new fences, %d permits)", in.Decision, m.automatic, m.permits)
 			}
 		}
-		if in.Decision == string(policy.Quarantined) && !m.unhealthySeen && !m.forced && !m.checkFailed {
+		if in.Decision == string(decide.Quarantined) && !m.unhealthySeen && !m.forced && !m.checkFailed {
 			m.violate("quarantined with no Unhealthy report, no force-quarantine and no failed check: Unknown is not Unhealthy")
 		}
 		if m.rule == nil {
 			m.probeOK, m.canaryOK = nil, nil
 		}
 		rule := in
-		rule.Key = policy.TaintQuarantine // what Quarantine writes; a refresh may make it probation
+		rule.Key = decide.TaintQuarantine // what Quarantine writes; a refresh may make it probation
 		m.rule = &rule
 		if m.quarantineFails == 1 {
 			m.quarantineFails = 0
@@ -110,16 +112,16 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return remediation.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
 	}).Maybe()
-	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.InspectInput) (policy.RuleInfo, error) {
+	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.InspectInput) (decide.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if len(in.Members) > 0 {
 			return m.inspectUnit(in), nil
 		}
 		if m.rule == nil {
-			return policy.RuleInfo{Name: in.Device.TaintRuleName()}, nil
+			return decide.RuleInfo{Name: in.Device.TaintRuleName()}, nil
 		}
-		return policy.RuleInfo{Present: true, Name: in.Device.TaintRuleName(), Key: m.rule.Key, Effect: string(m.rule.Effect), WantEffect: string(in.Effect)}, nil
+		return decide.RuleInfo{Present: true, Name: in.Device.TaintRuleName(), Key: m.rule.Key, Effect: string(m.rule.Effect), WantEffect: string(in.Effect)}, nil
 	}).Maybe()
 	env.OnActivity("RefreshRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.QuarantineInput) (remediation.RefreshResult, error) {
 		m.mu.Lock()
@@ -137,7 +139,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return remediation.RefreshResult{Effect: string(in.Effect)}, nil
 	}).Maybe()
-	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.CheckInput) (policy.StepResult, error) {
+	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.CheckInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ok := m.checkFails == 0
@@ -146,15 +148,15 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.checkFailed = true
 		}
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
-		if in.Kind == policy.ActProbe {
+		if in.Kind == decide.ActProbe {
 			m.probeOK = &ok
 		} else {
 			m.canaryOK = &ok
 		}
 		if !ok {
-			return policy.StepResult{Reason: "exit 1"}, nil
+			return decide.StepResult{Reason: "exit 1"}, nil
 		}
-		return policy.StepResult{Passed: true, Reason: "exit 0"}, nil
+		return decide.StepResult{Passed: true, Reason: "exit 0"}, nil
 	}).Maybe()
 	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.ReleaseInput) error {
 		m.mu.Lock()
@@ -220,13 +222,13 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				term++ // a new leader
 			}
 			seq++
-			src := rapid.SampledFrom([]policy.Source{policy.SourcePodStatus, policy.SourcePodStatus, policy.SourceSlice, policy.SourceClaimCondition}).Draw(rt, fmt.Sprintf("src%d", i))
+			src := rapid.SampledFrom([]decide.Source{decide.SourcePodStatus, decide.SourcePodStatus, decide.SourceSlice, decide.SourceClaimCondition}).Draw(rt, fmt.Sprintf("src%d", i))
 			idle := rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("idle%d", i)) == 0
 			byUpdate := rapid.Bool().Draw(rt, fmt.Sprintf("byUpdate%d", i))
-			o := policy.Observation{Device: id, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
-				Seq: &policy.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
+			o := decide.Observation{Device: id, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
+				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
 			if !idle {
-				o.Reporters = []policy.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
+				o.Reporters = []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
 			}
 			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
@@ -248,16 +250,16 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				}
 			}
 		case "command":
-			c := rapid.SampledFrom(policy.Commands).Draw(rt, fmt.Sprintf("cmd%d", i))
+			c := rapid.SampledFrom(decide.Commands).Draw(rt, fmt.Sprintf("cmd%d", i))
 			actor := rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i))
 			how := rapid.SampledFrom([]string{"update", "update", "signal", "junk"}).Draw(rt, fmt.Sprintf("how%d", i))
-			cmd := policy.Command{Kind: c, Actor: actor, Reason: "simulated"}
-			if c == policy.CmdExtend || c == policy.CmdPause {
+			cmd := decide.Command{Kind: c, Actor: actor, Reason: "simulated"}
+			if c == decide.CmdExtend || c == decide.CmdPause {
 				cmd.Duration = policy.JSONDuration(rapid.SampledFrom([]time.Duration{0, time.Hour}).Draw(rt, fmt.Sprintf("dur%d", i)))
 			}
 			s.what = fmt.Sprintf("%s %s by %q", how, c, actor)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				if c == policy.CmdForceQuarantine {
+				if c == decide.CmdForceQuarantine {
 					m.mu.Lock()
 					m.forced = true
 					m.mu.Unlock()
@@ -266,7 +268,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				case "update":
 					m.update(env, string(c), s.what, cmd)
 				case "signal":
-					if c != policy.CmdReject && c != policy.CmdApprove {
+					if c != decide.CmdReject && c != decide.CmdApprove {
 						m.signal(env, string(c), cmd)
 					}
 				case "junk":
@@ -324,7 +326,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stepped(env, after)
-	var st policy.DeviceState
+	var st decide.DeviceState
 	if !m.look(env, after, &st) {
 		return // (an idle device's run that ended: the watcher's next report starts another)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +15,9 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/capacity"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // hygieneModel is one claim as the scanner and the apiserver see it, the breaker, and what the
@@ -73,17 +73,17 @@ func (m *hygieneModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.recorded = append(m.recorded, f.Kind)
 		return nil
 	})
-	on("AcquirePermit", func(_ context.Context, in remediation.PermitInput) (policy.PermitResult, error) {
+	on("AcquirePermit", func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if in.Action != policy.ClaimDeleted {
+		if in.Action != breaker.ClaimDeleted {
 			m.violate("a permit asked for %s", in.Action)
 		}
 		if m.breakerOpen {
-			return policy.PermitResult{Reason: "circuit breaker open: simulated"}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
 		m.permits++
-		return policy.PermitResult{Granted: true}, nil
+		return breaker.PermitResult{Granted: true}, nil
 	})
 	on("DeleteLeakedClaim", func(ctx context.Context, in hygiene.HygieneInput) (hygiene.ClaimCheck, error) {
 		m.mu.Lock()

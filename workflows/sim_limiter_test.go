@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"testing"
 	"time"
 
@@ -11,7 +10,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // limiterModel is the migrations around the limiter: which asked, were told they have a slot,
@@ -43,7 +43,7 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 		s := step{at: tl.next(gap)}
 		switch rapid.SampledFrom([]string{"acquire", "acquire", "release", "gone", "sweep", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
 		case "acquire":
-			req := policy.SlotRequest{ID: id, Node: node, PerNode: m.perNode, ClusterWide: m.clusterWide}
+			req := migrationplan.SlotRequest{ID: id, Node: node, PerNode: m.perNode, ClusterWide: m.clusterWide}
 			s.what = "acquire " + id + " on " + node
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				if !m.gone[id] {
@@ -79,7 +79,7 @@ func limiterSteps(rt *rapid.T, m *limiterModel) []step {
 // sweep is the leader's sweep (app.ReleaseGoneSlots): a slot held by a migration that is gone is
 // released.
 func (m *limiterModel) sweep(env *testsuite.TestWorkflowEnvironment) {
-	var st policy.SlotState
+	var st migrationplan.SlotState
 	if ok, _ := query(env, &st); !ok {
 		return
 	}
@@ -94,7 +94,7 @@ func (m *limiterModel) sweep(env *testsuite.TestWorkflowEnvironment) {
 // checkLimiter holds the limiter's state to its caps after a step.
 func (m *limiterModel) checkLimiter(env *testsuite.TestWorkflowEnvironment, after string) {
 	m.stepped(env, after)
-	var st policy.SlotState
+	var st migrationplan.SlotState
 	if !m.look(env, after, &st) {
 		return
 	}
@@ -123,7 +123,7 @@ func (m *limiterModel) checkLimiter(env *testsuite.TestWorkflowEnvironment, afte
 	}
 }
 
-func holderIDs(hs []policy.SlotRequest) []string {
+func holderIDs(hs []migrationplan.SlotRequest) []string {
 	var out []string
 	for _, h := range hs {
 		out = append(out, h.ID)
@@ -156,7 +156,7 @@ func limiterProperty(rt *rapid.T) {
 	})
 	// A final sweep after everything, then a look at what is held.
 	last := steps[len(steps)-1].at + 2*time.Second
-	var final policy.SlotState
+	var final migrationplan.SlotState
 	steps = append(steps, step{at: last, what: "final sweep", do: m.sweep}, step{at: last + time.Second, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
 	if err := segments(rt, &m.carrier, MigrationLimiterWorkflow, api.LimiterInput{}, false, last+time.Minute, steps, newEnv, m.checkLimiter); err != nil {
 		m.violate("the workflow failed: %v", err)

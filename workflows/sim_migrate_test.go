@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,10 @@ import (
 
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -49,7 +51,7 @@ type migrateModel struct {
 	records      []migration.MigrationRecord
 	updates      []*simUpdate
 	answered     int // decisions answered with the state they left
-	final        policy.MigrationState
+	final        migrationplan.MigrationState
 }
 
 // effect runs act as a side effect under the injected faults: failing before it acts, or acting
@@ -111,7 +113,7 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.leaseHeld = false
 		return nil
 	})
-	on("RequestMigrationSlot", func(context.Context, policy.SlotRequest) error {
+	on("RequestMigrationSlot", func(context.Context, migrationplan.SlotRequest) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.effect("RequestMigrationSlot", func() { m.asked = true })
@@ -121,14 +123,14 @@ func (m *migrateModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		defer m.mu.Unlock()
 		return m.effect("ReleaseMigrationSlot", func() { m.slot, m.asked = false, false })
 	})
-	on("AcquirePermit", func(context.Context, remediation.PermitInput) (policy.PermitResult, error) {
+	on("AcquirePermit", func(context.Context, remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.breakerOpen {
-			return policy.PermitResult{Reason: "circuit breaker open: simulated"}, nil
+			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
 		m.permits++
-		return policy.PermitResult{Granted: true}, nil
+		return breaker.PermitResult{Granted: true}, nil
 	})
 	on("RequestCheckpoint", func(context.Context, migration.CheckpointInput) error { return nil })
 	on("WaitCheckpoint", func(context.Context, migration.CheckpointInput) (migration.CheckpointStatus, error) {
@@ -250,13 +252,13 @@ func migrateSteps(rt *rapid.T, m *migrateModel) []step {
 		case "decide":
 			kind := rapid.SampledFrom([]string{api.UpdateMigrateAnyway, api.UpdateAbandon}).Draw(rt, fmt.Sprintf("decision%d", i))
 			actor := rapid.SampledFrom([]string{simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i))
-			d := policy.MigrationDecision{Actor: actor, Reason: "simulated"}
+			d := migrationplan.MigrationDecision{Actor: actor, Reason: "simulated"}
 			s.what = fmt.Sprintf("%s by %q", kind, actor)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				u := &simUpdate{what: s.what}
 				m.updates = append(m.updates, u)
 				sendUpdate(env, kind, d, u, nil, func(res any, err error) {
-					st, ok := res.(policy.MigrationState)
+					st, ok := res.(migrationplan.MigrationState)
 					if ok {
 						m.answered++
 					}
@@ -278,12 +280,12 @@ func (m *migrateModel) checkMigration(env *testsuite.TestWorkflowEnvironment, af
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stepped(env, after)
-	var st policy.MigrationState
+	var st migrationplan.MigrationState
 	if !m.look(env, after, &st) {
 		return
 	}
 	m.note("  phase %s waiting %q outcome %s", st.Phase, st.Waiting, st.Outcome)
-	if st.Phase == policy.PhaseWaitingForDecision && !st.SlotAt.IsZero() && st.SlotFreedAt.Before(st.SlotAt) {
+	if st.Phase == migrationplan.PhaseWaitingForDecision && !st.SlotAt.IsZero() && st.SlotFreedAt.Before(st.SlotAt) {
 		m.violate("waiting for a person while holding a migration slot (granted %s)", st.SlotAt.Format("15:04:05"))
 	}
 	if m.suspensions > 1 || m.resumes > 1 {
@@ -369,10 +371,10 @@ func (m *migrateModel) checkEnd() {
 	if m.leaseHeld {
 		m.violate("the Lease is still held after the migration ended %s", rec.Outcome)
 	}
-	if m.suspended && rec.Class != policy.FailNeedsCleanup {
+	if m.suspended && rec.Class != migrationplan.FailNeedsCleanup {
 		m.violate("the Job is left suspended, but the migration ended %s (%s), not needs-cleanup", rec.Outcome, rec.Class)
 	}
-	if rec.Outcome == policy.OutcomeMigrated {
+	if rec.Outcome == migrationplan.OutcomeMigrated {
 		moved := m.suspensions == 1 && m.resumes == 1
 		for _, n := range m.evictions {
 			moved = moved || n == 1

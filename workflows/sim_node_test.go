@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"sync"
 	"testing"
@@ -15,8 +14,10 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // nodeModel is a node's failed devices as their device workflows report them, and the alerts the
@@ -63,8 +64,8 @@ func nodeSteps(rt *rapid.T, m *nodeModel) []step {
 		case "fail":
 			dev := fmt.Sprintf("gpu-%d", rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("device%d", i)))
 			threshold := rapid.SampledFrom([]int{0, 2, 2, 3}).Draw(rt, fmt.Sprintf("threshold%d", i))
-			state := rapid.SampledFrom([]policy.State{policy.Quarantined, policy.Restricted}).Draw(rt, fmt.Sprintf("state%d", i))
-			f := policy.NodeFailure{Node: "node-1", Device: dev, State: state, Threshold: threshold}
+			state := rapid.SampledFrom([]decide.State{decide.Quarantined, decide.Restricted}).Draw(rt, fmt.Sprintf("state%d", i))
+			f := escalation.NodeFailure{Node: "node-1", Device: dev, State: state, Threshold: threshold}
 			s.what = fmt.Sprintf("%s %s (threshold %d)", dev, state, threshold)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.mu.Lock()
@@ -98,7 +99,7 @@ func (m *nodeModel) checkNode(env *testsuite.TestWorkflowEnvironment, after stri
 	if m.alerts > 1 {
 		m.violate("the node escalated %d times", m.alerts)
 	}
-	var st policy.NodeState
+	var st escalation.NodeState
 	if !m.look(env, after, &st) {
 		return
 	}
@@ -132,7 +133,7 @@ func nodeProperty(rt *rapid.T) {
 	m := &nodeModel{failed: map[string]bool{}}
 	steps := nodeSteps(rt, m)
 	last := steps[len(steps)-1].at + time.Minute
-	var final policy.NodeState
+	var final escalation.NodeState
 	steps = append(steps, step{at: last, what: "final look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &final) }})
 	if err := segments(rt, &m.carrier, NodeWorkflow, api.NodeInput{Node: "node-1"}, false, last+time.Minute, steps, quietEnv(m.activities), m.checkNode); err != nil {
 		m.violate("the workflow failed: %v", err)

@@ -9,8 +9,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // The device simulation in unit mode: the workflow is a partitionable GPU's, its observations
@@ -82,7 +82,7 @@ func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediatio
 				m.violate("an automatic %s of the unit without a granted permit (%d new fences, %d permits)", in.Decision, m.automatic, m.permits)
 			}
 		}
-		if in.Decision == string(policy.Quarantined) && !m.unhealthySeen && !m.forced && !m.checkFailed {
+		if in.Decision == string(decide.Quarantined) && !m.unhealthySeen && !m.forced && !m.checkFailed {
 			m.violate("quarantined with no Unhealthy report, no force-quarantine and no failed check: Unknown is not Unhealthy")
 		}
 	}
@@ -95,7 +95,7 @@ func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediatio
 	}
 	rule.Key = in.Key
 	if rule.Key == "" {
-		rule.Key = policy.TaintQuarantine
+		rule.Key = decide.TaintQuarantine
 	}
 	m.rule = &rule
 	for _, f := range in.Members {
@@ -114,8 +114,8 @@ func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediatio
 
 // inspectUnit answers as InspectRule does for a unit: in force while any form's rule stands,
 // naming the forms without one.
-func (m *deviceModel) inspectUnit(in remediation.InspectInput) policy.RuleInfo {
-	info := policy.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: in.Effect}
+func (m *deviceModel) inspectUnit(in remediation.InspectInput) decide.RuleInfo {
+	info := decide.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: in.Effect}
 	var missing []string
 	for _, f := range in.Members {
 		if !m.forms[f] {
@@ -162,11 +162,11 @@ func (m *deviceModel) releaseUnit(in remediation.ReleaseInput) {
 }
 
 // checkUnit holds the unit's workflow to its forms after a step.
-func (m *deviceModel) checkUnit(after string, st *policy.DeviceState) {
+func (m *deviceModel) checkUnit(after string, st *decide.DeviceState) {
 	if st.Unit == nil {
 		return
 	}
-	fenced := st.Quarantine != nil && (st.State == policy.Quarantined || st.State == policy.Restricted || st.State == policy.Recovering)
+	fenced := st.Quarantine != nil && (st.State == decide.Quarantined || st.State == decide.Restricted || st.State == decide.Recovering)
 	if !fenced || m.quarantineFaulted || m.lost || len(m.forms) == 0 {
 		return
 	}

@@ -1,11 +1,12 @@
 package workflows
 
 import (
-	"github.com/devicewarden/devicewarden/api"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -25,8 +26,8 @@ func TestUnitIsFencedProbedAndReleasedAsOne(t *testing.T) {
 	id := unit.Device()
 	obs := func(at time.Duration, ver string, u *device.Unit) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
-				Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy},
+			h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: ver,
+				Reporters: []decide.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy},
 					{Namespace: "ns", Pod: "b", Device: "gpu-0-mig-b", Health: device.Unhealthy}},
 				Unit: u})
 		}, at)
@@ -35,7 +36,7 @@ func TestUnitIsFencedProbedAndReleasedAsOne(t *testing.T) {
 	obs(time.Minute, "11", gpu0Unit("gpu-0", "gpu-0-mig-a", "gpu-0-mig-b", "gpu-0-mig-c"))
 	p := policy.Default()
 	p.Identity = []string{"uuid"}
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p})
 
@@ -53,7 +54,7 @@ func TestUnitIsFencedProbedAndReleasedAsOne(t *testing.T) {
 	if len(fenced) != 2 || !slices.Equal(fenced[0], want[0]) || !slices.Equal(fenced[1], want[1]) {
 		t.Fatalf("quarantine calls cover %v, want %v", fenced, want)
 	}
-	if q := h.quarantine[1]; q.Key != policy.TaintQuarantine || q.Decision != "" || q.Reason != h.quarantine[0].Reason {
+	if q := h.quarantine[1]; q.Key != decide.TaintQuarantine || q.Decision != "" || q.Reason != h.quarantine[0].Reason {
 		t.Fatalf("the new partition's fence %+v: want the quarantine's key and reason, no second decision", q)
 	}
 	for _, r := range h.ran {
@@ -67,7 +68,7 @@ func TestUnitIsFencedProbedAndReleasedAsOne(t *testing.T) {
 	if len(h.refreshed) != 1 || !slices.Equal(h.refreshed[0].Members, want[1]) {
 		t.Fatalf("probation refresh %+v, want every form", h.refreshed)
 	}
-	if got.State != policy.Released || len(h.released) != 1 || !slices.Equal(h.released[0].Members, want[1]) {
+	if got.State != decide.Released || len(h.released) != 1 || !slices.Equal(h.released[0].Members, want[1]) {
 		t.Fatalf("state %s, release calls %+v", got.State, h.released)
 	}
 }
@@ -78,14 +79,14 @@ func TestUnitWithoutAWholeFormIsProbedOnEveryForm(t *testing.T) {
 	h := newHarness(0)
 	unit := gpu0Unit("gpu-0-mig-a", "gpu-0-mig-b")
 	unit.Whole = ""
-	h.checks = []policy.StepResult{{Passed: true, Reason: "exit 0"}, {Passed: false, Reason: "exit 1"}}
+	h.checks = []decide.StepResult{{Passed: true, Reason: "exit 0"}, {Passed: false, Reason: "exit 1"}}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
-			StatusVersion: "10", Unit: unit, Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+			StatusVersion: "10", Unit: unit, Reporters: []decide.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
 	}, time.Second)
 	p := policy.Default()
 	p.Identity = []string{"uuid"}
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 25*time.Hour, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: unit.Device(), Node: "node-1", Policy: p})
 	var on []string
@@ -107,12 +108,12 @@ func TestUnitReportWithoutItsDevicesWaits(t *testing.T) {
 	unit := gpu0Unit("gpu-0", "gpu-0-mig-a")
 	send := func(at time.Duration, ver string, u *device.Unit) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.SignalWorkflow(api.SignalObservation, policy.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
-				StatusVersion: ver, Unit: u, Reporters: []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
+			h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+				StatusVersion: ver, Unit: u, Reporters: []decide.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
 		}, at)
 	}
 	send(time.Second, "10", nil)
-	var held policy.DeviceState
+	var held decide.DeviceState
 	h.env.RegisterDelayedCallback(func() {
 		v, err := h.env.QueryWorkflow(api.QueryState)
 		if err != nil || v.Get(&held) != nil {
@@ -120,13 +121,13 @@ func TestUnitReportWithoutItsDevicesWaits(t *testing.T) {
 		}
 	}, 10*time.Second)
 	send(time.Minute, "11", unit)
-	var got policy.DeviceState
+	var got decide.DeviceState
 	queryThenCancel(t, h.env, 2*time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: unit.Device(), Node: "node-1", Policy: policy.Default()})
-	if held.Held == nil || held.HeldReason != "the unit's devices are not known yet" || held.State != policy.Healthy {
+	if held.Held == nil || held.HeldReason != "the unit's devices are not known yet" || held.State != decide.Healthy {
 		t.Fatalf("before the devices are known: state %s, held %+v (%s)", held.State, held.Held, held.HeldReason)
 	}
-	if got.State != policy.Quarantined || len(h.quarantine) != 1 || !slices.Equal(h.quarantine[0].Members, unit.Devices) {
+	if got.State != decide.Quarantined || len(h.quarantine) != 1 || !slices.Equal(h.quarantine[0].Members, unit.Devices) {
 		t.Fatalf("after: state %s, quarantine calls %+v", got.State, h.quarantine)
 	}
 }

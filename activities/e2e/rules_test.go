@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/poll"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -30,7 +30,7 @@ func TestRuleActivitiesOnTheRealAPIServer(t *testing.T) {
 	// A legal pool name with a slash whose 63-character cut ends in '-' (the label needs mending).
 	id := device.ID{Driver: sim.Driver, Pool: "rack-1/" + strings.Repeat("b", 55) + "-c", Device: "gpu-dry"}
 	dry := &remediation.Activities{Kube: kube, DryRun: true}
-	in := remediation.QuarantineInput{Device: id, Reason: "test", Actor: policy.Actor, Effect: resourcev1.DeviceTaintEffectNoSchedule,
+	in := remediation.QuarantineInput{Device: id, Reason: "test", Actor: decide.Actor, Effect: resourcev1.DeviceTaintEffectNoSchedule,
 		ExpiresAt: time.Now().Add(time.Hour)}
 	res, err := dry.Quarantine(ctx, in)
 	if err != nil {

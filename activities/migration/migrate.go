@@ -3,7 +3,6 @@ package migration
 import (
 	"context"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"sort"
 	"time"
 
@@ -12,20 +11,21 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // MigrationLimiter reaches the one migration-limiter workflow. package api implements it
 // with signal-with-start, so the first request also starts the limiter.
 type MigrationLimiter interface {
-	Acquire(ctx context.Context, req policy.SlotRequest) error
+	Acquire(ctx context.Context, req migrationplan.SlotRequest) error
 	Release(ctx context.Context, id string) error
 }
 
 // RequestMigrationSlot queues the migration at the limiter; the limiter signals it once a slot is free.
-func (a *Activities) RequestMigrationSlot(ctx context.Context, req policy.SlotRequest) error {
+func (a *Activities) RequestMigrationSlot(ctx context.Context, req migrationplan.SlotRequest) error {
 	if a.Limiter == nil {
 		return fmt.Errorf("no migration limiter configured")
 	}
@@ -226,10 +226,10 @@ func (a *Activities) usesDevice(ctx context.Context, pod *corev1.Pod, id device.
 
 // MigrationRecord is what a finished migration adds to the metrics.
 type MigrationRecord struct {
-	Outcome        policy.MigrationOutcome `json:"outcome"`
-	Class          policy.FailureClass     `json:"class,omitempty"`
-	Duration       time.Duration           `json:"duration"`
-	CheckpointWait time.Duration           `json:"checkpointWait,omitempty"`
+	Outcome        migrationplan.MigrationOutcome `json:"outcome"`
+	Class          migrationplan.FailureClass     `json:"class,omitempty"`
+	Duration       time.Duration                  `json:"duration"`
+	CheckpointWait time.Duration                  `json:"checkpointWait,omitempty"`
 	// OnDevice is how long the workload stayed on the device after the quarantine (0 if it never left).
 	OnDevice time.Duration `json:"onDevice,omitempty"`
 }

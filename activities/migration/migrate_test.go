@@ -3,7 +3,6 @@ package migration
 import (
 	"context"
 	"errors"
-	"github.com/devicewarden/devicewarden/api"
 	"strings"
 	"testing"
 	"time"
@@ -11,19 +10,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"go.temporal.io/sdk/worker"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
-
-	"go.temporal.io/sdk/worker"
-	k8stesting "k8s.io/client-go/testing"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // readyPod is a running, Ready Pod of a Job whose claim holds the given device.
@@ -118,12 +117,12 @@ func TestWaitPodsGoneAndCheckpoint(t *testing.T) {
 }
 
 type limiter struct {
-	acquired []policy.SlotRequest
+	acquired []migrationplan.SlotRequest
 	released []string
 	err      error
 }
 
-func (l *limiter) Acquire(_ context.Context, r policy.SlotRequest) error {
+func (l *limiter) Acquire(_ context.Context, r migrationplan.SlotRequest) error {
 	l.acquired = append(l.acquired, r)
 	return l.err
 }
@@ -135,12 +134,12 @@ func (l *limiter) Release(_ context.Context, id string) error {
 
 func TestMigrationSlotsAndRecord(t *testing.T) {
 	env, a, _ := activityEnv(t)
-	if _, err := env.ExecuteActivity(a.RequestMigrationSlot, policy.SlotRequest{ID: "m"}); err == nil || !strings.Contains(err.Error(), "no migration limiter") {
+	if _, err := env.ExecuteActivity(a.RequestMigrationSlot, migrationplan.SlotRequest{ID: "m"}); err == nil || !strings.Contains(err.Error(), "no migration limiter") {
 		t.Fatalf("without a limiter: %v", err)
 	}
 	l := &limiter{}
 	a.Limiter = l
-	if _, err := env.ExecuteActivity(a.RequestMigrationSlot, policy.SlotRequest{ID: "m", Node: "n"}); err != nil {
+	if _, err := env.ExecuteActivity(a.RequestMigrationSlot, migrationplan.SlotRequest{ID: "m", Node: "n"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.ExecuteActivity(a.ReleaseMigrationSlot, "m"); err != nil {
@@ -153,11 +152,11 @@ func TestMigrationSlotsAndRecord(t *testing.T) {
 	if _, err := env.ExecuteActivity(a.ReleaseMigrationSlot, "m"); err == nil {
 		t.Fatal("a failed release reported done")
 	}
-	rec := MigrationRecord{Outcome: policy.OutcomeMigrated, Duration: 90 * time.Second, CheckpointWait: 3 * time.Second, OnDevice: 2 * time.Minute}
+	rec := MigrationRecord{Outcome: migrationplan.OutcomeMigrated, Duration: 90 * time.Second, CheckpointWait: 3 * time.Second, OnDevice: 2 * time.Minute}
 	if _, err := env.ExecuteActivity(a.RecordMigration, rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.ExecuteActivity(a.RecordMigration, MigrationRecord{Outcome: policy.OutcomeFailed, Class: policy.FailNeedsCleanup}); err != nil {
+	if _, err := env.ExecuteActivity(a.RecordMigration, MigrationRecord{Outcome: migrationplan.OutcomeFailed, Class: migrationplan.FailNeedsCleanup}); err != nil {
 		t.Fatal(err)
 	}
 	m := a.Metrics

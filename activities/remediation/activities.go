@@ -8,9 +8,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Activities fence and release devices: DeviceTaintRules, probe and canary checks, the breaker's
@@ -22,7 +22,7 @@ type Activities struct {
 	Metrics *metrics.Metrics
 	// Breaker answers permit requests; BreakerConfig is the cap sent with each one.
 	Breaker       BreakerClient
-	BreakerConfig policy.BreakerConfig
+	BreakerConfig breaker.Config
 	// Alerter may be nil: alerts are then only logged and counted.
 	Alerter notify.Alerter
 	// Nodes receives device failures for node-level escalation; nil disables it.

@@ -9,15 +9,17 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // BreakerClient asks the fleet-wide circuit breaker for a permit. package api implements
 // it with update-with-start on the breaker workflow.
 type BreakerClient interface {
-	Acquire(ctx context.Context, req policy.PermitRequest) (policy.PermitResult, error)
+	Acquire(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error)
 }
 
 // PermitInput asks for permission to take one automatic action on a device (or, with Claim, on a
@@ -25,7 +27,7 @@ type BreakerClient interface {
 type PermitInput struct {
 	Device device.ID    `json:"device"`
 	Claim  string       `json:"claim,omitempty"`
-	Action policy.State `json:"action"`
+	Action decide.State `json:"action"`
 	// Woken: the breaker woke the device; ask it even if it was just seen open.
 	Woken bool `json:"woken,omitempty"`
 	// HeldAlert, when set, is the device's alert: if the action is held, the worker sends it with
@@ -34,14 +36,14 @@ type PermitInput struct {
 }
 
 // AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
-func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.PermitResult, error) {
+func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker.PermitResult, error) {
 	known, err := a.knownDevices(ctx)
 	if err != nil {
-		return policy.PermitResult{}, err
+		return breaker.PermitResult{}, err
 	}
-	res, err := a.Breaker.Acquire(ctx, policy.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
+	res, err := a.Breaker.Acquire(ctx, breaker.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
 	if err != nil {
-		return policy.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", policy.PermitRequest{Device: in.Device, Claim: in.Claim}.Key(), err)
+		return breaker.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", breaker.PermitRequest{Device: in.Device, Claim: in.Claim}.Key(), err)
 	}
 	if a.Metrics != nil {
 		result := "granted"
@@ -60,9 +62,9 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (policy.
 	return res, nil
 }
 
-// PermitRevoker takes back leased permits this worker holds (see policy.Lease).
+// PermitRevoker takes back leased permits this worker holds (see breaker.Lease).
 type PermitRevoker interface {
-	Revoke(leases []int64) []policy.LeaseReport
+	Revoke(leases []int64) []breaker.LeaseReport
 }
 
 // RevokeInput names the leases the breaker takes back from one worker.
@@ -72,7 +74,7 @@ type RevokeInput struct {
 
 // RevokePermits gives back what this worker holds of the named leases: the breaker was paused.
 // It runs on the worker's own task queue, so it reaches the one process that holds them.
-func (a *Activities) RevokePermits(_ context.Context, in RevokeInput) ([]policy.LeaseReport, error) {
+func (a *Activities) RevokePermits(_ context.Context, in RevokeInput) ([]breaker.LeaseReport, error) {
 	r, ok := a.Breaker.(PermitRevoker)
 	if !ok {
 		return nil, nil
@@ -144,12 +146,12 @@ func (a *Activities) countDevices(ctx context.Context) (int, error) {
 
 // NodeReporter delivers device failures to a node's workflow (signal-with-start).
 type NodeReporter interface {
-	DeviceFailed(ctx context.Context, f policy.NodeFailure) error
+	DeviceFailed(ctx context.Context, f escalation.NodeFailure) error
 }
 
 // ReportNodeFailure tells the device's node that the device was quarantined or restricted, so that
 // enough failures on one node escalate to a node-level decision.
-func (a *Activities) ReportNodeFailure(ctx context.Context, f policy.NodeFailure) error {
+func (a *Activities) ReportNodeFailure(ctx context.Context, f escalation.NodeFailure) error {
 	if a.Nodes == nil || f.Node == "" {
 		return nil
 	}

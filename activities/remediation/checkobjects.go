@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // checkSelector selects every Pod of one check.
@@ -25,10 +25,10 @@ func checkSelector(name string) string { return kubeobj.LabelCheck + "=" + name 
 
 // clearStale removes a check left by an earlier review (a worker that died before cleaning up)
 // and waits until its Pods, Job and claim are gone. The current review's own check is adopted.
-func (a *Activities) clearStale(ctx context.Context, kind policy.ActionKind, ns, name string, review int) error {
+func (a *Activities) clearStale(ctx context.Context, kind decide.ActionKind, ns, name string, review int) error {
 	var labels map[string]string
 	var deleting bool
-	if kind == policy.ActCanary {
+	if kind == decide.ActCanary {
 		j, err := a.Kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("get job %s/%s: %w", ns, name, err)
@@ -66,9 +66,9 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 	labels := map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRole: string(in.Kind), kubeobj.LabelReview: strconv.Itoa(in.Review),
 		kubeobj.LabelDevice: kubeobj.LabelValue(in.Device.Device), kubeobj.LabelCheck: name}
 	annotations := map[string]string{kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationWorkflow: in.WorkflowID}
-	tolerate := policy.TaintQuarantine
-	if in.Kind == policy.ActCanary {
-		tolerate = policy.TaintProbation
+	tolerate := decide.TaintQuarantine
+	if in.Kind == decide.ActCanary {
+		tolerate = decide.TaintProbation
 	}
 	claim := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
@@ -101,7 +101,7 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 	}
 	meta := metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations}
 	var err error
-	if in.Kind == policy.ActCanary {
+	if in.Kind == decide.ActCanary {
 		job := &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To(int32(0)), Parallelism: ptr.To(int32(1)), Completions: ptr.To(int32(1)),
 			ActiveDeadlineSeconds: ptr.To(int64(in.Check.Timeout.D().Seconds()) + 1),

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -29,8 +30,8 @@ const ErrNoIdentity = "NoDeviceIdentity"
 // CheckInput runs a probe or canary Pod on exactly one device.
 type CheckInput struct {
 	Device device.ID `json:"device"`
-	// Kind is policy.ActProbe or policy.ActCanary.
-	Kind        policy.ActionKind `json:"kind"`
+	// Kind is decide.ActProbe or decide.ActCanary.
+	Kind        decide.ActionKind `json:"kind"`
 	Check       policy.Check      `json:"check"`
 	DeviceClass string            `json:"deviceClass"`
 	// Identity names the attributes that single out the device (policy, per driver).
@@ -42,7 +43,7 @@ type CheckInput struct {
 }
 
 // CheckName is the deterministic name of a device's probe or canary Pod and claim.
-func CheckName(kind policy.ActionKind, id device.ID) string {
+func CheckName(kind decide.ActionKind, id device.ID) string {
 	sum := sha256.Sum256([]byte(id.String()))
 	return "devicewarden-" + string(kind) + "-" + hex.EncodeToString(sum[:])[:16]
 }
@@ -51,51 +52,51 @@ func CheckName(kind policy.ActionKind, id device.ID) string {
 // Pod, no retries), as a workload would run. Its own claim can be allocated only the device (its
 // identifying attributes, on its node) and tolerates the taint of the stage. Everything is deleted
 // afterwards, and by the next attempt when a worker died in between.
-func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (policy.StepResult, error) {
+func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepResult, error) {
 	name := CheckName(in.Kind, in.Device)
 	ns := in.Check.Namespace
-	fail := func(format string, args ...any) (policy.StepResult, error) {
+	fail := func(format string, args ...any) (decide.StepResult, error) {
 		a.countCheck(in.Kind, false)
-		return policy.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now()}, nil
+		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now()}, nil
 	}
 	if in.Device.DevicePlugin() {
 		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
 	}
 	sel, node, err := a.pinDevice(ctx, in)
 	if err != nil {
-		return policy.StepResult{}, err
+		return decide.StepResult{}, err
 	}
 	if in.DeviceClass == "" {
 		// No claim named a class for this device (its driver reported it directly): use the
 		// driver's own check class.
 		if in.DeviceClass, err = a.checkClass(ctx, in.Device.Driver); err != nil {
-			return policy.StepResult{}, err
+			return decide.StepResult{}, err
 		}
 	}
 	if sel == "" {
 		return fail("device %s is not published in its pool", in.Device)
 	}
 	if err := a.ensureNamespace(ctx, ns); err != nil {
-		return policy.StepResult{}, err
+		return decide.StepResult{}, err
 	}
 	if err := a.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
-		return policy.StepResult{}, err
+		return decide.StepResult{}, err
 	}
 	defer a.deleteCheck(ns, name)
 	if err := a.createCheck(ctx, in, ns, name, sel, node); err != nil {
-		return policy.StepResult{}, err
+		return decide.StepResult{}, err
 	}
 	deadline := time.Now().Add(in.Check.Timeout.D())
 	podName, err := a.checkPod(ctx, ns, name, deadline)
 	if err != nil {
-		return policy.StepResult{}, fmt.Errorf("find %s pod of %s/%s: %w", in.Kind, ns, name, err)
+		return decide.StepResult{}, fmt.Errorf("find %s pod of %s/%s: %w", in.Kind, ns, name, err)
 	}
 	if podName == "" {
 		return fail("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
 	}
 	pod, err := a.awaitPod(ctx, ns, podName, deadline)
 	if err != nil {
-		return policy.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, podName, err)
+		return decide.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, podName, err)
 	}
 	res, done := checkOutcome(pod)
 	if !done {
@@ -163,7 +164,7 @@ func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline tim
 	}
 }
 
-func (a *Activities) countCheck(kind policy.ActionKind, passed bool) {
+func (a *Activities) countCheck(kind decide.ActionKind, passed bool) {
 	if a.Metrics == nil {
 		return
 	}
@@ -176,7 +177,7 @@ func (a *Activities) countCheck(kind policy.ActionKind, passed bool) {
 
 // checkOutcome reads a finished Pod: it passes when it succeeded and its own device reports, if
 // any, are all Healthy.
-func checkOutcome(pod *corev1.Pod) (policy.StepResult, bool) {
+func checkOutcome(pod *corev1.Pod) (decide.StepResult, bool) {
 	var unhealthy []string
 	for _, cs := range pod.Status.ContainerStatuses {
 		for _, rs := range cs.AllocatedResourcesStatus {
@@ -194,9 +195,9 @@ func checkOutcome(pod *corev1.Pod) (policy.StepResult, bool) {
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		if len(unhealthy) > 0 {
-			return policy.StepResult{Reason: "exited 0 but its device reported " + strings.Join(unhealthy, "; ")}, true
+			return decide.StepResult{Reason: "exited 0 but its device reported " + strings.Join(unhealthy, "; ")}, true
 		}
-		return policy.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, true
+		return decide.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, true
 	case corev1.PodFailed:
 		reason := "failed"
 		for _, cs := range pod.Status.ContainerStatuses {
@@ -207,9 +208,9 @@ func checkOutcome(pod *corev1.Pod) (policy.StepResult, bool) {
 		if len(unhealthy) > 0 {
 			reason += "; device reported " + strings.Join(unhealthy, "; ")
 		}
-		return policy.StepResult{Reason: strings.TrimSpace(reason)}, true
+		return decide.StepResult{Reason: strings.TrimSpace(reason)}, true
 	}
-	return policy.StepResult{}, false
+	return decide.StepResult{}, false
 }
 
 func scheduling(pod *corev1.Pod) string {

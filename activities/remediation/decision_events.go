@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // decisionEvents writes an Event on each Pod and ResourceClaim that reported the device, so that
@@ -26,7 +26,7 @@ func (a *Activities) decisionEvents(ctx context.Context, in QuarantineInput, rul
 
 // tellReporters writes one Event on each Pod and claim of reporters. Each is named after the
 // object and key, so a retried or repeated call writes it once.
-func (a *Activities) tellReporters(ctx context.Context, reporters []policy.Reporter, reason, typ, msg, key string) {
+func (a *Activities) tellReporters(ctx context.Context, reporters []decide.Reporter, reason, typ, msg, key string) {
 	seen := map[string]bool{}
 	for _, r := range reporters {
 		for _, obj := range []corev1.ObjectReference{

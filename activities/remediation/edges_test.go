@@ -8,15 +8,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // The current review's own canary Job is adopted, not deleted and recreated.
 func TestClearStaleAdoptsTheCurrentCanaryJob(t *testing.T) {
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "checks", Name: "canary-1", Labels: map[string]string{kubeobj.LabelReview: "2"}}}
 	_, a, kube := activityEnv(t, job)
-	if err := a.clearStale(context.Background(), policy.ActCanary, "checks", "canary-1", 2); err != nil {
+	if err := a.clearStale(context.Background(), decide.ActCanary, "checks", "canary-1", 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.BatchV1().Jobs("checks").Get(context.Background(), "canary-1", metav1.GetOptions{}); err != nil {

@@ -10,9 +10,10 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 type alertBox struct {
@@ -38,15 +39,15 @@ func (b *alertBox) all() []notify.AlertInput {
 // A granted permit leaves its alert to the workflow.
 func TestHeldAlertsGoTogether(t *testing.T) {
 	box := &alertBox{}
-	b := &breakerAnswer{res: policy.PermitResult{Reason: "circuit breaker open: cap"}}
-	a := &Activities{Kube: fake.NewClientset(), Breaker: b, Alerter: box, BreakerConfig: policy.DefaultBreaker()}
+	b := &breakerAnswer{res: breaker.PermitResult{Reason: "circuit breaker open: cap"}}
+	a := &Activities{Kube: fake.NewClientset(), Breaker: b, Alerter: box, BreakerConfig: breaker.DefaultConfig()}
 	a.held.every = 20 * time.Millisecond
 	for i := range 25 {
 		al := notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Level: "critical", Text: "device reported Unhealthy"}
 		if i == 24 {
 			al.Channel, al.Level = "#other", "warning"
 		}
-		res, err := a.AcquirePermit(context.Background(), PermitInput{Device: al.Device, Action: policy.Quarantined, HeldAlert: &al})
+		res, err := a.AcquirePermit(context.Background(), PermitInput{Device: al.Device, Action: decide.Quarantined, HeldAlert: &al})
 		if err != nil || res.Granted || !res.Alerted {
 			t.Fatalf("gpu-%d: %+v %v", i, res, err)
 		}
@@ -66,9 +67,9 @@ func TestHeldAlertsGoTogether(t *testing.T) {
 	if got[1].Level != "warning" || !strings.Contains(got[1].Text, "1 devices held") {
 		t.Fatalf("second channel %+v", got[1])
 	}
-	b.res = policy.PermitResult{Granted: true}
+	b.res = breaker.PermitResult{Granted: true}
 	al := notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-x"}, Level: "critical", Text: "x"}
-	if res, _ := a.AcquirePermit(context.Background(), PermitInput{Device: al.Device, Action: policy.Quarantined, HeldAlert: &al}); !res.Granted || res.Alerted {
+	if res, _ := a.AcquirePermit(context.Background(), PermitInput{Device: al.Device, Action: decide.Quarantined, HeldAlert: &al}); !res.Granted || res.Alerted {
 		t.Fatalf("a granted permit took the alert: %+v", res)
 	}
 }

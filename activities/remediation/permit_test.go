@@ -14,17 +14,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 )
 
 // breakerAnswer is a BreakerClient that answers from a list and records the requests.
 type breakerAnswer struct {
-	res  policy.PermitResult
+	res  breaker.PermitResult
 	err  error
-	reqs []policy.PermitRequest
+	reqs []breaker.PermitRequest
 }
 
-func (b *breakerAnswer) Acquire(_ context.Context, req policy.PermitRequest) (policy.PermitResult, error) {
+func (b *breakerAnswer) Acquire(_ context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
 	b.reqs = append(b.reqs, req)
 	return b.res, b.err
 }
@@ -37,11 +39,11 @@ func slice(name string, devices int) *resourcev1.ResourceSlice {
 	return s
 }
 
-func permit(t *testing.T, b *breakerAnswer, calls int, in PermitInput) ([]policy.PermitResult, *Activities, error) {
+func permit(t *testing.T, b *breakerAnswer, calls int, in PermitInput) ([]breaker.PermitResult, *Activities, error) {
 	t.Helper()
 	env, a, kube := activityEnv(t, slice("node-1", 3), slice("node-2", 5))
-	a.Breaker, a.BreakerConfig = b, policy.BreakerConfig{Window: time.Minute, MaxCount: 4}
-	var out []policy.PermitResult
+	a.Breaker, a.BreakerConfig = b, breaker.Config{Window: time.Minute, MaxCount: 4}
+	var out []breaker.PermitResult
 	for i := range calls {
 		if i == 1 { // a slice published after the first count is not seen until the cache expires
 			if _, err := kube.ResourceV1().ResourceSlices().Create(context.Background(), slice("node-3", 8), metav1.CreateOptions{}); err != nil {
@@ -52,7 +54,7 @@ func permit(t *testing.T, b *breakerAnswer, calls int, in PermitInput) ([]policy
 		if err != nil {
 			return out, a, err
 		}
-		var res policy.PermitResult
+		var res breaker.PermitResult
 		if err := v.Get(&res); err != nil {
 			t.Fatal(err)
 		}
@@ -62,8 +64,8 @@ func permit(t *testing.T, b *breakerAnswer, calls int, in PermitInput) ([]policy
 }
 
 func TestAcquirePermitGranted(t *testing.T) {
-	b := &breakerAnswer{res: policy.PermitResult{Granted: true}}
-	in := PermitInput{Device: gpu3, Action: policy.Quarantined, Woken: true}
+	b := &breakerAnswer{res: breaker.PermitResult{Granted: true}}
+	in := PermitInput{Device: gpu3, Action: decide.Quarantined, Woken: true}
 	res, a, err := permit(t, b, 2, in)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +74,7 @@ func TestAcquirePermitGranted(t *testing.T) {
 		t.Fatalf("results %+v", res)
 	}
 	req := b.reqs[0]
-	if req.Device != gpu3 || req.Action != policy.Quarantined || !req.Woken || req.Config.MaxCount != 4 {
+	if req.Device != gpu3 || req.Action != decide.Quarantined || !req.Woken || req.Config.MaxCount != 4 {
 		t.Fatalf("request %+v", req)
 	}
 	// The fleet size is counted from the slices once and cached.
@@ -85,8 +87,8 @@ func TestAcquirePermitGranted(t *testing.T) {
 }
 
 func TestAcquirePermitDeniedAndTripped(t *testing.T) {
-	b := &breakerAnswer{res: policy.PermitResult{Reason: "circuit breaker open: cap of 4", Tripped: true}}
-	res, a, err := permit(t, b, 1, PermitInput{Device: gpu3, Action: policy.Restricted})
+	b := &breakerAnswer{res: breaker.PermitResult{Reason: "circuit breaker open: cap of 4", Tripped: true}}
+	res, a, err := permit(t, b, 1, PermitInput{Device: gpu3, Action: decide.Restricted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func TestAcquirePermitDeniedAndTripped(t *testing.T) {
 
 func TestAcquirePermitBreakerUnreachable(t *testing.T) {
 	b := &breakerAnswer{err: errors.New("connection refused")}
-	_, a, err := permit(t, b, 1, PermitInput{Device: gpu3, Action: policy.Quarantined})
+	_, a, err := permit(t, b, 1, PermitInput{Device: gpu3, Action: decide.Quarantined})
 	if err == nil || !strings.Contains(err.Error(), "acquire permit for "+gpu3.String()) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("err %v", err)
 	}
@@ -114,24 +116,24 @@ func TestAcquirePermitBreakerUnreachable(t *testing.T) {
 
 // nodeReports records the failures handed to node workflows.
 type nodeReports struct {
-	got []policy.NodeFailure
+	got []escalation.NodeFailure
 	err error
 }
 
-func (n *nodeReports) DeviceFailed(_ context.Context, f policy.NodeFailure) error {
+func (n *nodeReports) DeviceFailed(_ context.Context, f escalation.NodeFailure) error {
 	n.got = append(n.got, f)
 	return n.err
 }
 
 func TestReportNodeFailure(t *testing.T) {
-	f := policy.NodeFailure{Node: "node-1", Device: gpu3.String(), State: policy.Quarantined, Threshold: 2}
+	f := escalation.NodeFailure{Node: "node-1", Device: gpu3.String(), State: decide.Quarantined, Threshold: 2}
 	env, a, _ := activityEnv(t)
 	if _, err := env.ExecuteActivity(a.ReportNodeFailure, f); err != nil {
 		t.Fatalf("without a node reporter: %v", err)
 	}
 	nodes := &nodeReports{}
 	a.Nodes = nodes
-	if _, err := env.ExecuteActivity(a.ReportNodeFailure, policy.NodeFailure{Device: gpu3.String()}); err != nil || len(nodes.got) != 0 {
+	if _, err := env.ExecuteActivity(a.ReportNodeFailure, escalation.NodeFailure{Device: gpu3.String()}); err != nil || len(nodes.got) != 0 {
 		t.Fatalf("a failure without a node: %v, reported %v", err, nodes.got)
 	}
 	if _, err := env.ExecuteActivity(a.ReportNodeFailure, f); err != nil || len(nodes.got) != 1 || nodes.got[0] != f {

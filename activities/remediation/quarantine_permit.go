@@ -5,7 +5,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 )
 
 // ErrPermitUnavailable is the error type of QuarantineWithPermit when the circuit breaker could
@@ -20,8 +20,8 @@ type QuarantineWithPermitInput struct {
 
 // QuarantineWithPermitResult is the breaker's answer and, when it granted, the rule.
 type QuarantineWithPermitResult struct {
-	Permit policy.PermitResult `json:"permit"`
-	Rule   QuarantineResult    `json:"rule"`
+	Permit breaker.PermitResult `json:"permit"`
+	Rule   QuarantineResult     `json:"rule"`
 }
 
 // QuarantineWithPermit takes the circuit breaker's permit and, when it is granted, creates the

@@ -10,26 +10,27 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // TestQuarantineWithPermit: the rule is created only with the breaker's permit, and a breaker
 // that cannot be asked fails with its own error type, so the workflow can tell it from a failed taint.
 func TestQuarantineWithPermit(t *testing.T) {
-	in := QuarantineWithPermitInput{Permit: PermitInput{Device: gpu3, Action: policy.Quarantined}, Quarantine: quarantineIn("XID 79")}
+	in := QuarantineWithPermitInput{Permit: PermitInput{Device: gpu3, Action: decide.Quarantined}, Quarantine: quarantineIn("XID 79")}
 	for _, tc := range []struct {
 		name     string
 		breaker  *breakerAnswer
 		wantRule bool
 		wantErr  string
 	}{
-		{name: "granted", breaker: &breakerAnswer{res: policy.PermitResult{Granted: true}}, wantRule: true},
-		{name: "denied", breaker: &breakerAnswer{res: policy.PermitResult{Reason: "circuit breaker open"}}},
+		{name: "granted", breaker: &breakerAnswer{res: breaker.PermitResult{Granted: true}}, wantRule: true},
+		{name: "denied", breaker: &breakerAnswer{res: breaker.PermitResult{Reason: "circuit breaker open"}}},
 		{name: "unreachable", breaker: &breakerAnswer{err: errors.New("connection refused")}, wantErr: ErrPermitUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env, a, kube := activityEnv(t, slice("node-1", 3))
-			a.Breaker, a.BreakerConfig = tc.breaker, policy.BreakerConfig{Window: time.Minute, MaxCount: 4}
+			a.Breaker, a.BreakerConfig = tc.breaker, breaker.Config{Window: time.Minute, MaxCount: 4}
 			v, err := env.ExecuteActivity(a.QuarantineWithPermit, in)
 			var app *temporal.ApplicationError
 			if tc.wantErr != "" {

@@ -20,10 +20,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/activities/activitytest"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 var gpu3 = device.ID{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-3"}
@@ -239,8 +239,8 @@ func TestQuarantineAPIErrorIsRetried(t *testing.T) {
 func TestQuarantineTellsTheReportersPodsAndClaims(t *testing.T) {
 	env, _, kube := activityEnv(t)
 	in := quarantineIn("XID 79")
-	in.Decision = string(policy.Quarantined)
-	in.Reporters = []policy.Reporter{
+	in.Decision = string(decide.Quarantined)
+	in.Reporters = []decide.Reporter{
 		{Namespace: "team", Pod: "trainer-0", Container: "a", Claim: "trainer-0-gpu"},
 		{Namespace: "team", Pod: "trainer-0", Container: "b", Claim: "trainer-0-gpu"},
 		{Namespace: "team", Pod: "", Claim: ""},
@@ -276,9 +276,9 @@ func TestQuarantineTellsTheReportersPodsAndClaims(t *testing.T) {
 func TestDecisionEventNamesFit(t *testing.T) {
 	env, _, kube := activityEnv(t)
 	in := quarantineIn("XID 79")
-	in.Decision = string(policy.Restricted)
+	in.Decision = string(decide.Restricted)
 	long := strings.Repeat("p", 300)
-	in.Reporters = []policy.Reporter{{Namespace: "team", Pod: long}}
+	in.Reporters = []decide.Reporter{{Namespace: "team", Pod: long}}
 	if _, err := quarantine(t, env, in); err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 func TestInspectRule(t *testing.T) {
@@ -32,15 +32,15 @@ func TestInspectRule(t *testing.T) {
 		name string
 		rule *resourcev1.DeviceTaintRule
 		id   device.ID
-		want policy.RuleInfo
+		want decide.RuleInfo
 	}{
-		{"missing", nil, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), WantEffect: "NoSchedule"}},
-		{"present", ours, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Key: kubeobj.TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule",
+		{"missing", nil, gpu3, decide.RuleInfo{Name: gpu3.TaintRuleName(), WantEffect: "NoSchedule"}},
+		{"present", ours, gpu3, decide.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Key: kubeobj.TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule",
 			Actor: "device-taint-eviction-controller"}},
-		{"deleting", deleting, gpu3, policy.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Deleting: true, Key: kubeobj.TaintKey, Effect: "NoSchedule",
+		{"deleting", deleting, gpu3, decide.RuleInfo{Name: gpu3.TaintRuleName(), Present: true, Deleting: true, Key: kubeobj.TaintKey, Effect: "NoSchedule",
 			WantEffect: "NoSchedule", Actor: "device-taint-eviction-controller"}},
 		{"device plugin", nil, device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"},
-			policy.RuleInfo{Name: device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"}.TaintRuleName(), Present: true, Key: kubeobj.TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule"}},
+			decide.RuleInfo{Name: device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"}.TaintRuleName(), Present: true, Key: kubeobj.TaintKey, Effect: "NoSchedule", WantEffect: "NoSchedule"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestInspectRule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got policy.RuleInfo
+			var got decide.RuleInfo
 			if err := v.Get(&got); err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func TestReleaseRule(t *testing.T) {
 		env, a, kube := activityEnv(t, existingRule(quarantineIn("XID 79")))
 		told := in
 		told.Node = "node-1"
-		told.Reporters = []policy.Reporter{{Namespace: "team", Pod: "trainer-0", Claim: "trainer-0-gpu"}}
+		told.Reporters = []decide.Reporter{{Namespace: "team", Pod: "trainer-0", Claim: "trainer-0-gpu"}}
 		for range 2 {
 			if _, err := env.ExecuteActivity(a.ReleaseRule, told); err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,11 +16,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
-
-	"go.temporal.io/sdk/temporal"
 )
 
 // ErrRuleNameCollision is the non-retryable error type of a rule name that belongs to another device.
@@ -39,7 +38,7 @@ type QuarantineInput struct {
 	// Decision is the state the taint puts the device in (Quarantined, Restricted, ...); with
 	// Reporters, the Pods and claims that reported it get an Event saying so.
 	Decision  string            `json:"decision,omitempty"`
-	Reporters []policy.Reporter `json:"reporters,omitempty"`
+	Reporters []decide.Reporter `json:"reporters,omitempty"`
 	// Members, when set, are the devices of the physical unit Device names (device.Unit.Device):
 	// each gets its own rule, and all of them stand or fall together.
 	Members []string `json:"members,omitempty"`
@@ -67,7 +66,7 @@ func (a *Activities) effect(e resourcev1.DeviceTaintEffect) resourcev1.DeviceTai
 
 func (in QuarantineInput) key() string {
 	if in.Key == "" {
-		return policy.TaintQuarantine
+		return decide.TaintQuarantine
 	}
 	return in.Key
 }
@@ -221,14 +220,14 @@ type InspectInput struct {
 }
 
 // InspectRule reads the device's rule so the workflow can tell whether its fence still stands.
-func (a *Activities) InspectRule(ctx context.Context, in InspectInput) (policy.RuleInfo, error) {
+func (a *Activities) InspectRule(ctx context.Context, in InspectInput) (decide.RuleInfo, error) {
 	if len(in.Members) > 0 {
 		return a.inspectUnit(ctx, in)
 	}
-	info := policy.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}
+	info := decide.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}
 	if in.Device.DevicePlugin() {
 		// Nothing to inspect: a device-plugin quarantine is a record only.
-		info.Present, info.Key, info.Effect = true, policy.TaintQuarantine, info.WantEffect
+		info.Present, info.Key, info.Effect = true, decide.TaintQuarantine, info.WantEffect
 		return info, nil
 	}
 	r, err := a.ownRule(ctx, in.Device)
@@ -316,7 +315,7 @@ type ReleaseInput struct {
 	FirstReviewPassed bool `json:"firstReviewPassed,omitempty"`
 	// Node and Reporters get a DeviceReleased Event (kubectl describe node, pod, claim).
 	Node      string            `json:"node,omitempty"`
-	Reporters []policy.Reporter `json:"reporters,omitempty"`
+	Reporters []decide.Reporter `json:"reporters,omitempty"`
 	// Members are a unit's devices (QuarantineInput.Members): every one's rule is deleted.
 	Members []string `json:"members,omitempty"`
 	// WorkflowID is the releasing workflow: only the rules it owns are removed (owners.go).

@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -69,14 +70,14 @@ func kubelet(kube kubernetes.Interface, phase corev1.PodPhase, health corev1.Res
 	return func() { cancel(); wg.Wait() }
 }
 
-func checkIn(kind policy.ActionKind) CheckInput {
+func checkIn(kind decide.ActionKind) CheckInput {
 	return CheckInput{Device: gpu3, Kind: kind, DeviceClass: "gpu.example.com", Identity: []string{"index"}, Review: 1, WorkflowID: gpu3.WorkflowID(),
 		Check: policy.Check{Image: "busybox", Command: []string{"true"}, Timeout: policy.JSONDuration(5 * time.Second), Namespace: "checks"}}
 }
 
 // runCheck runs RunCheck against gpuSlice with a kubelet that ends check Pods in phase; setup
 // adds reactors to the fake clientset first.
-func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.ResourceHealthStatus, setup ...func(*fake.Clientset)) (policy.StepResult, *Activities, kubernetes.Interface, error) {
+func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.ResourceHealthStatus, setup ...func(*fake.Clientset)) (decide.StepResult, *Activities, kubernetes.Interface, error) {
 	t.Helper()
 	env, a, kube := activityEnv(t, gpuSlice())
 	a.CheckPoll = 50 * time.Millisecond
@@ -86,7 +87,7 @@ func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.
 	stop := kubelet(kube, phase, health)
 	defer stop()
 	v, err := env.ExecuteActivity(a.RunCheck, in)
-	var res policy.StepResult
+	var res decide.StepResult
 	if err == nil {
 		err = v.Get(&res)
 	}
@@ -94,7 +95,7 @@ func runCheck(t *testing.T, in CheckInput, phase corev1.PodPhase, health corev1.
 }
 
 func TestRunCheckPasses(t *testing.T) {
-	for _, kind := range []policy.ActionKind{policy.ActProbe, policy.ActCanary} {
+	for _, kind := range []decide.ActionKind{decide.ActProbe, decide.ActCanary} {
 		t.Run(string(kind), func(t *testing.T) {
 			in := checkIn(kind)
 			res, a, kube, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
@@ -123,7 +124,7 @@ func TestRunCheckPasses(t *testing.T) {
 // The claim can be allocated only the device, tolerating the stage's taint; the Pod goes to its node.
 func TestRunCheckPinsTheDevice(t *testing.T) {
 	_, a, kube := activityEnv(t, gpuSlice())
-	in := checkIn(policy.ActCanary)
+	in := checkIn(decide.ActCanary)
 	sel, node, err := a.pinDevice(context.Background(), in)
 	if err != nil || node != "node-1" || sel != `device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].index == 3` {
 		t.Fatalf("selector %q node %q err %v", sel, node, err)
@@ -133,7 +134,7 @@ func TestRunCheckPinsTheDevice(t *testing.T) {
 	}
 	claim, _ := kube.ResourceV1().ResourceClaims("checks").Get(context.Background(), "c", metav1.GetOptions{})
 	req := claim.Spec.Devices.Requests[0].Exactly
-	if req.Selectors[0].CEL.Expression != sel || req.Tolerations[0].Key != policy.TaintProbation || req.Count != 1 || req.DeviceClassName != "gpu.example.com" {
+	if req.Selectors[0].CEL.Expression != sel || req.Tolerations[0].Key != decide.TaintProbation || req.Count != 1 || req.DeviceClassName != "gpu.example.com" {
 		t.Fatalf("claim request %+v", req)
 	}
 	job, _ := kube.BatchV1().Jobs("checks").Get(context.Background(), "c", metav1.GetOptions{})
@@ -146,7 +147,7 @@ func TestRunCheckPinsTheDevice(t *testing.T) {
 
 func TestRunCheckFails(t *testing.T) {
 	t.Run("exit code and device report", func(t *testing.T) {
-		res, a, _, err := runCheck(t, checkIn(policy.ActProbe), corev1.PodFailed, corev1.ResourceHealthStatusUnhealthy)
+		res, a, _, err := runCheck(t, checkIn(decide.ActProbe), corev1.PodFailed, corev1.ResourceHealthStatusUnhealthy)
 		if err != nil || res.Passed || res.Reason != "exit code 1 Error ECC error; device reported gpu-3 Unhealthy" {
 			t.Fatalf("result %+v %v", res, err)
 		}
@@ -155,7 +156,7 @@ func TestRunCheckFails(t *testing.T) {
 		}
 	})
 	t.Run("never finishes", func(t *testing.T) {
-		in := checkIn(policy.ActProbe)
+		in := checkIn(decide.ActProbe)
 		in.Check.Timeout = policy.JSONDuration(time.Second)
 		res, _, _, err := runCheck(t, in, "", "")
 		if err != nil || res.Passed || !strings.Contains(res.Reason, "probe Pod did not finish within 1s") {
@@ -163,7 +164,7 @@ func TestRunCheckFails(t *testing.T) {
 		}
 	})
 	t.Run("device not published", func(t *testing.T) {
-		in := checkIn(policy.ActProbe)
+		in := checkIn(decide.ActProbe)
 		in.Device = device.ID{Driver: gpu3.Driver, Pool: "node-1", Device: "gpu-9"}
 		res, _, _, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
 		if err != nil || res.Passed || !strings.Contains(res.Reason, "is not published in its pool") {
@@ -171,7 +172,7 @@ func TestRunCheckFails(t *testing.T) {
 		}
 	})
 	t.Run("device plugin", func(t *testing.T) {
-		in := checkIn(policy.ActProbe)
+		in := checkIn(decide.ActProbe)
 		in.Device = device.ID{Driver: "example.com/gpu", Pool: "node-1", Device: "GPU-1"}
 		res, _, _, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
 		if err != nil || res.Passed || !strings.Contains(res.Reason, "cannot be probed") {
@@ -179,7 +180,7 @@ func TestRunCheckFails(t *testing.T) {
 		}
 	})
 	t.Run("no identity", func(t *testing.T) {
-		in := checkIn(policy.ActProbe)
+		in := checkIn(decide.ActProbe)
 		in.Identity = nil
 		_, _, _, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
 		var app *temporal.ApplicationError
@@ -191,7 +192,7 @@ func TestRunCheckFails(t *testing.T) {
 
 // A device no claim named a class for is checked through the driver's own class, made once.
 func TestRunCheckWithoutAClass(t *testing.T) {
-	in := checkIn(policy.ActProbe)
+	in := checkIn(decide.ActProbe)
 	in.DeviceClass = ""
 	res, _, kube, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
 	if err != nil || !res.Passed {
@@ -206,7 +207,7 @@ func TestRunCheckWithoutAClass(t *testing.T) {
 // A check Pod from an earlier review (a worker that died) is removed before the new one runs;
 // this review's own Pod, already finished, is adopted.
 func TestRunCheckClearsAnOlderReview(t *testing.T) {
-	name := CheckName(policy.ActProbe, gpu3)
+	name := CheckName(decide.ActProbe, gpu3)
 	for _, tt := range []struct {
 		review string
 		reason string
@@ -223,11 +224,11 @@ func TestRunCheckClearsAnOlderReview(t *testing.T) {
 			}
 			stop := kubelet(kube, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
 			defer stop()
-			v, err := env.ExecuteActivity(a.RunCheck, checkIn(policy.ActProbe))
+			v, err := env.ExecuteActivity(a.RunCheck, checkIn(decide.ActProbe))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var res policy.StepResult
+			var res decide.StepResult
 			if err := v.Get(&res); err != nil || res.Reason != tt.reason {
 				t.Fatalf("result %+v %v, want %q", res, err, tt.reason)
 			}
@@ -244,7 +245,7 @@ func TestRunCheckWithoutTheRightToCreateNamespaces(t *testing.T) {
 			return true, nil, apierrors.NewForbidden(corev1.Resource("namespaces"), "checks", errors.New("not granted"))
 		})
 	}
-	res, _, _, err := runCheck(t, checkIn(policy.ActProbe), corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, forbid)
+	res, _, _, err := runCheck(t, checkIn(decide.ActProbe), corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, forbid)
 	if err != nil || !res.Passed {
 		t.Fatalf("probe without the namespace right: %+v, %v", res, err)
 	}
@@ -254,7 +255,7 @@ func TestRunCheckWithoutTheRightToCreateNamespaces(t *testing.T) {
 			return true, nil, apierrors.NewNotFound(corev1.Resource("namespaces"), "checks")
 		})
 	}
-	_, _, _, err = runCheck(t, checkIn(policy.ActProbe), corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, forbid, missing)
+	_, _, _, err = runCheck(t, checkIn(decide.ActProbe), corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, forbid, missing)
 	if err == nil || !strings.Contains(err.Error(), "check namespace checks does not exist") || !strings.Contains(err.Error(), "checks.namespaces") {
 		t.Fatalf("probe in a missing namespace: %v", err)
 	}
@@ -266,7 +267,7 @@ func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
 	first := gpuSlice()
 	first.Spec.Pool.Generation = 0
 	_, a, _ := activityEnv(t, first)
-	sel, node, err := a.pinDevice(context.Background(), checkIn(policy.ActProbe))
+	sel, node, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
 	if err != nil || node != "node-1" || !strings.HasSuffix(sel, "index == 3") {
 		t.Fatalf("generation 0: selector %q node %q err %v", sel, node, err)
 	}
@@ -281,7 +282,7 @@ func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		sel, _, err := a.pinDevice(context.Background(), checkIn(policy.ActProbe))
+		sel, _, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
 		if err != nil || !strings.HasSuffix(sel, "index == 7") {
 			t.Fatalf("old and new generation listed: selector %q err %v", sel, err)
 		}

@@ -8,16 +8,15 @@ import (
 	"fmt"
 	"strings"
 
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/errgroup"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
-
-	"go.temporal.io/sdk/temporal"
-	"golang.org/x/sync/errgroup"
 )
 
 // A physical unit (a GPU and its partitions) is fenced by one DeviceTaintRule per device it is
@@ -90,13 +89,13 @@ func unitError(what string, id, unit device.ID, err error) error {
 // is the first rule that no longer fences (deleted by someone, edited), else the first one, and
 // Missing lists the devices with no rule, which the workflow fences again. With no rule at all,
 // the fence is gone.
-func (a *Activities) inspectUnit(ctx context.Context, in InspectInput) (policy.RuleInfo, error) {
-	var first, broken *policy.RuleInfo
+func (a *Activities) inspectUnit(ctx context.Context, in InspectInput) (decide.RuleInfo, error) {
+	var first, broken *decide.RuleInfo
 	var missing []string
 	for _, id := range memberIDs(in.Device, in.Members) {
 		info, err := a.InspectRule(ctx, InspectInput{Device: id, Effect: in.Effect})
 		if err != nil {
-			return policy.RuleInfo{}, unitError("inspect the rule of", id, in.Device, err)
+			return decide.RuleInfo{}, unitError("inspect the rule of", id, in.Device, err)
 		}
 		if !info.Present {
 			missing = append(missing, id.Device)
@@ -110,7 +109,7 @@ func (a *Activities) inspectUnit(ctx context.Context, in InspectInput) (policy.R
 		}
 	}
 	if first == nil {
-		return policy.RuleInfo{Name: in.Device.String(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}, nil
+		return decide.RuleInfo{Name: in.Device.String(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}, nil
 	}
 	out := *first
 	if broken != nil {

@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // unitGPU is gpu-0 of node-1 as a unit: its whole device and two partitions.
@@ -43,11 +43,11 @@ func TestUnitRulesStandAndFallTogether(t *testing.T) {
 	env, a, kube := activityEnv(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}})
 	in := quarantineIn("XID 79")
 	in.Device, in.Members = unitGPU, []string{"gpu-0", "gpu-0-mig-a", "gpu-0-mig-b"}
-	in.Decision, in.Reporters = "Quarantined", []policy.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a"}}
+	in.Decision, in.Reporters = "Quarantined", []decide.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a"}}
 	if _, err := env.ExecuteActivity(a.Quarantine, in); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"gpu-0-mig-a:" + policy.TaintQuarantine, "gpu-0-mig-b:" + policy.TaintQuarantine, "gpu-0:" + policy.TaintQuarantine}
+	want := []string{"gpu-0-mig-a:" + decide.TaintQuarantine, "gpu-0-mig-b:" + decide.TaintQuarantine, "gpu-0:" + decide.TaintQuarantine}
 	if got := fencedDevices(t, kube); !slices.Equal(got, want) {
 		t.Fatalf("rules select %v, want %v", got, want)
 	}
@@ -65,7 +65,7 @@ func TestUnitRulesStandAndFallTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info policy.RuleInfo
+	var info decide.RuleInfo
 	if err := v.Get(&info); err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +74,11 @@ func TestUnitRulesStandAndFallTogether(t *testing.T) {
 	}
 	// Probation: the refresh rewrites every rule and makes the missing one.
 	pin := in
-	pin.Key, pin.Decision, pin.Reporters = policy.TaintProbation, "", nil
+	pin.Key, pin.Decision, pin.Reporters = decide.TaintProbation, "", nil
 	if _, err := env.ExecuteActivity(a.RefreshRule, pin); err != nil {
 		t.Fatal(err)
 	}
-	wantProbation := []string{"gpu-0-mig-a:" + policy.TaintProbation, "gpu-0-mig-b:" + policy.TaintProbation, "gpu-0:" + policy.TaintProbation}
+	wantProbation := []string{"gpu-0-mig-a:" + decide.TaintProbation, "gpu-0-mig-b:" + decide.TaintProbation, "gpu-0:" + decide.TaintProbation}
 	if got := fencedDevices(t, kube); !slices.Equal(got, wantProbation) {
 		t.Fatalf("after refresh rules select %v, want %v", got, wantProbation)
 	}
@@ -112,7 +112,7 @@ func TestUnitRulesStandAndFallTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var after policy.RuleInfo
+	var after decide.RuleInfo
 	if err := v.Get(&after); err != nil || after.Present || len(after.Missing) != 0 {
 		t.Fatalf("inspect of a released unit %+v %v", after, err)
 	}
@@ -152,7 +152,7 @@ func TestUnitRulesEditedLostAndForeign(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err = env.ExecuteActivity(a.InspectRule, InspectInput{Device: unitGPU, Effect: "NoSchedule", Members: in.Members})
-	var info policy.RuleInfo
+	var info decide.RuleInfo
 	if err != nil || v.Get(&info) != nil || info.InForce() || info.Key != "example.com/other" {
 		t.Fatalf("inspect with an edited form's rule: %+v %v, want the edited rule", info, err)
 	}

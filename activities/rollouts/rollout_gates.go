@@ -5,16 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/devicewarden/devicewarden/api"
 	"log/slog"
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/activity"
-
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	"go.temporal.io/sdk/activity"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -23,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -59,9 +59,9 @@ func (a *Activities) EvaluateRolloutGates(ctx context.Context, in api.GateInput)
 		if counts[class] == 0 {
 			continue
 		}
-		level := policy.LevelWarning
+		level := decide.LevelWarning
 		if class != rolloutplan.FailureRetryable {
-			level = policy.LevelCritical
+			level = decide.LevelCritical
 		}
 		var objs []string
 		for _, f := range r.Failures {

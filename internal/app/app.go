@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -253,8 +254,8 @@ type ControllerOptions struct {
 	MetricsListener net.Listener
 	// Policies picks each device's policy; nil means the default policy everywhere.
 	Policies *policy.Set
-	// Breaker caps automatic actions; the zero value means policy.DefaultBreaker().
-	Breaker policy.BreakerConfig
+	// Breaker caps automatic actions; the zero value means breaker.DefaultConfig().
+	Breaker breaker.Config
 	// HeartbeatInterval is how often an unchanged device with a workflow is re-signalled.
 	HeartbeatInterval time.Duration
 	// LeaderElection, when set, runs the watcher only while this replica holds the Lease.
@@ -302,7 +303,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		o.Namespace = "default"
 	}
 	if o.Breaker.Window == 0 {
-		o.Breaker = policy.DefaultBreaker()
+		o.Breaker = breaker.DefaultConfig()
 	}
 	if err := o.Breaker.Validate(); err != nil {
 		return err
@@ -499,7 +500,7 @@ func serveMetrics(ctx context.Context, addr string, ln net.Listener, m *metrics.
 
 // configureBreaker makes this worker's breaker flags the breaker's configuration (a breaker
 // running code from before the configure update refuses it; requests then carry the flags).
-func configureBreaker(ctx context.Context, tc client.Client, cfg policy.BreakerConfig, logger *slog.Logger) error {
+func configureBreaker(ctx context.Context, tc client.Client, cfg breaker.Config, logger *slog.Logger) error {
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("worker %s (pid %d)", host, os.Getpid())
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // SlotCheckInterval is how often the leader looks for migration slots held by migrations that
@@ -31,7 +31,7 @@ func ReleaseGoneSlots(ctx context.Context, tc client.Client) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query the migration limiter: %w", err)
 	}
-	var st policy.SlotState
+	var st migrationplan.SlotState
 	if err := v.Get(&st); err != nil {
 		return nil, fmt.Errorf("decode the migration limiter's state: %w", err)
 	}
@@ -47,7 +47,7 @@ func ReleaseGoneSlots(ctx context.Context, tc client.Client) ([]string, error) {
 		}
 		// Named with its acquire: a new run of the same migration that acquired the slot since
 		// the describe keeps it.
-		if err := (&api.LimiterClient{Client: tc}).Release(ctx, policy.ReleaseOf(h.ID, h.At)); err != nil {
+		if err := (&api.LimiterClient{Client: tc}).Release(ctx, migrationplan.ReleaseOf(h.ID, h.At)); err != nil {
 			return freed, err
 		}
 		freed = append(freed, h.ID)

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // startCluster starts a fresh local cluster under dir and returns an admin client with the given rate limits.
@@ -68,7 +68,7 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 	}
 	opts.Workers = 8
 	if opts.Breaker.Window == 0 {
-		opts.Breaker = policy.BreakerConfig{Window: time.Minute, MaxCount: 1 << 20}
+		opts.Breaker = breaker.Config{Window: time.Minute, MaxCount: 1 << 20}
 	}
 	if build != nil {
 		build(kube, &opts)

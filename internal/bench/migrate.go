@@ -16,8 +16,10 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -207,13 +209,13 @@ func watchReady(ctx context.Context, kube kubernetes.Interface, first map[string
 func migrationCost(ctx context.Context, tc client.Client, first map[string]jobStart, out io.Writer) error {
 	var tasks, events, n int
 	var slowest time.Duration
-	var slow policy.MigrationState
+	var slow migrationplan.MigrationState
 	for _, f := range first {
 		v, err := tc.QueryWorkflow(ctx, f.id.WorkflowID(), "", api.QueryState)
 		if err != nil {
 			return err
 		}
-		var st policy.DeviceState
+		var st decide.DeviceState
 		if err := v.Get(&st); err != nil {
 			return err
 		}
@@ -223,7 +225,7 @@ func migrationCost(ctx context.Context, tc client.Client, first map[string]jobSt
 				return err
 			}
 			tasks, events, n = tasks+t, events+e, n+1
-			var m policy.MigrationState
+			var m migrationplan.MigrationState
 			if err := tc.GetWorkflow(ctx, id, "").Get(ctx, &m); err != nil {
 				return err
 			}

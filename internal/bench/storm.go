@@ -17,6 +17,8 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -56,7 +58,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	if err != nil {
 		return err
 	}
-	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols, Breaker: policy.DefaultBreaker()}, nil)
+	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols, Breaker: breaker.DefaultConfig()}, nil)
 	if err != nil {
 		return err
 	}
@@ -86,7 +88,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	defer stopRules()
 
 	fmt.Fprintf(o.Out, "[bench] %s storm: %d devices on %d nodes, default breaker (%d actions per %s, %g%%), tolerance window 15s\n",
-		health, len(storm), len(storm)/8, policy.DefaultBreaker().MaxCount, policy.DefaultBreaker().Window, policy.DefaultBreaker().MaxPercent)
+		health, len(storm), len(storm)/8, breaker.DefaultConfig().MaxCount, breaker.DefaultConfig().Window, breaker.DefaultConfig().MaxPercent)
 	cpu := startCPU(st.cluster.Pids())
 	t0 := time.Now()
 	var written atomic.Int64
@@ -194,7 +196,7 @@ const forces = 5
 func forceMidStorm(ctx context.Context, tc client.Client, pols *policy.Set, id device.ID, rules func(string) <-chan time.Time, t0, at time.Time) forceResult {
 	time.Sleep(time.Until(at))
 	start := time.Now()
-	cmd := policy.Command{Kind: policy.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
+	cmd := decide.Command{Kind: decide.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
 	if _, err := api.SendCommand(ctx, tc, id, cmd, &api.DeviceInput{Device: id, Node: id.Pool, Policy: pols.For("", id.Driver)}); err != nil {
 		return forceResult{err: err}
 	}
@@ -273,9 +275,9 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 				}
 				decided[i] = s.LastHeard.Sub(t0)
 				switch {
-				case s.State == policy.Quarantined:
+				case s.State == decide.Quarantined:
 					r.quarantined++
-				case s.State == policy.Restricted:
+				case s.State == decide.Restricted:
 					r.restricted++
 				case s.Held != nil:
 					r.held++
@@ -292,8 +294,8 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 	return r, nil
 }
 
-func deviceState(ctx context.Context, tc client.Client, id device.ID) (policy.DeviceState, error) {
-	var s policy.DeviceState
+func deviceState(ctx context.Context, tc client.Client, id device.ID) (decide.DeviceState, error) {
+	var s decide.DeviceState
 	v, err := tc.QueryWorkflow(ctx, id.WorkflowID(), "", api.QueryState)
 	if err != nil {
 		return s, err

@@ -18,6 +18,8 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -90,7 +92,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 			if id, err = cf.deciderOf(c, g, id); err != nil {
 				return err
 			}
-			var st policy.DeviceState
+			var st decide.DeviceState
 			if output == "json" {
 				return cf.queryJSON(c, g, id.WorkflowID(), &st)
 			}
@@ -124,7 +126,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
-			cmd := policy.Command{Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
+			cmd := decide.Command{Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
 			if err := tc.SignalWorkflow(c.Context(), id.WorkflowID(), "", args[1], cmd); err != nil {
 				return fmt.Errorf("signal %s: %w", id.WorkflowID(), err)
 			}
@@ -137,17 +139,17 @@ func newDeviceCmd(g *globals) *cobra.Command {
 	signal.Flags().DurationVar(&dur, "duration", 0, "for extend: how much longer, e.g. 48h (default: one lease)")
 	cmd.AddCommand(list, show, signal)
 	for _, k := range []struct {
-		kind  policy.CommandKind
+		kind  decide.CommandKind
 		use   string
 		short string
 	}{
-		{policy.CmdForceQuarantine, "quarantine", "Quarantine a device now (starts its workflow if it has none, e.g. a suspected silent data corruption)"},
-		{policy.CmdRelease, "release", "Start the device's recovery review now: probe, probation with a canary, stability window (refused while the last probe failed)"},
-		{policy.CmdExtend, "extend", "Keep a quarantine longer (--duration, default one lease)"},
-		{policy.CmdPause, "pause", "Stop automatic actions for the device"},
-		{policy.CmdResume, "resume", "Resume automatic actions for the device"},
-		{policy.CmdApprove, "approve", "Approve a release that waits for approval"},
-		{policy.CmdReject, "reject", "Reject a release that waits for approval (the device stays quarantined)"},
+		{decide.CmdForceQuarantine, "quarantine", "Quarantine a device now (starts its workflow if it has none, e.g. a suspected silent data corruption)"},
+		{decide.CmdRelease, "release", "Start the device's recovery review now: probe, probation with a canary, stability window (refused while the last probe failed)"},
+		{decide.CmdExtend, "extend", "Keep a quarantine longer (--duration, default one lease)"},
+		{decide.CmdPause, "pause", "Stop automatic actions for the device"},
+		{decide.CmdResume, "resume", "Resume automatic actions for the device"},
+		{decide.CmdApprove, "approve", "Approve a release that waits for approval"},
+		{decide.CmdReject, "reject", "Reject a release that waits for approval (the device stays quarantined)"},
 	} {
 		k := k
 		sub := &cobra.Command{
@@ -160,12 +162,12 @@ func newDeviceCmd(g *globals) *cobra.Command {
 				if actor == "" {
 					return fmt.Errorf("--actor is required: every operator action is audited")
 				}
-				if dur != 0 && k.kind != policy.CmdExtend {
+				if dur != 0 && k.kind != decide.CmdExtend {
 					return fmt.Errorf("--duration is only for extend")
 				}
-				cmd := policy.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
+				cmd := decide.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
 				var start *api.DeviceInput
-				if k.kind == policy.CmdForceQuarantine {
+				if k.kind == decide.CmdForceQuarantine {
 					pol := policy.DefaultSet()
 					if policyFile != "" {
 						if pol, err = policy.LoadFile(policyFile); err != nil {
@@ -198,10 +200,10 @@ func newDeviceCmd(g *globals) *cobra.Command {
 		}
 		sub.Flags().StringVar(&actor, "actor", "", "who is acting (recorded in the audit trail)")
 		sub.Flags().StringVar(&reason, "reason", "", "why")
-		if k.kind == policy.CmdExtend {
+		if k.kind == decide.CmdExtend {
 			sub.Flags().DurationVar(&dur, "duration", 0, "how much longer, e.g. 48h (default: one lease)")
 		}
-		if k.kind == policy.CmdForceQuarantine {
+		if k.kind == decide.CmdForceQuarantine {
 			sub.Flags().StringVar(&policyFile, "policy", "", "policy file for a device that has no workflow yet (default: built-in policy)")
 			kf.add(sub)
 		}
@@ -274,7 +276,7 @@ func newBreakerCmd(g *globals) *cobra.Command {
 	status := &cobra.Command{
 		Use: "status", Short: "Print the breaker's state as JSON", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return cf.queryJSON(c, g, api.BreakerWorkflowID, &policy.BreakerState{})
+			return cf.queryJSON(c, g, api.BreakerWorkflowID, &breaker.State{})
 		},
 	}
 	send := func(name string) *cobra.Command {

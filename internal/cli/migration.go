@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 func newMigrationCmd(g *globals) *cobra.Command {
@@ -46,14 +46,14 @@ func newMigrationCmd(g *globals) *cobra.Command {
 	show := &cobra.Command{
 		Use: "show MIGRATION-ID", Short: "Print a migration's state (phase, what it waits for, outcome, steps) as JSON", Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			var st policy.MigrationState
+			var st migrationplan.MigrationState
 			return cf.queryJSON(c, g, args[0], &st)
 		},
 	}
 	limits := &cobra.Command{
 		Use: "limits", Short: "Print the migration limiter's holders and queue as JSON", Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			var st policy.SlotState
+			var st migrationplan.SlotState
 			return cf.queryJSON(c, g, api.MigrationLimiterID, &st)
 		},
 	}
@@ -79,11 +79,11 @@ func newMigrationCmd(g *globals) *cobra.Command {
 				}
 				defer tc.Close()
 				h, err := tc.UpdateWorkflow(c.Context(), client.UpdateWorkflowOptions{WorkflowID: args[0], UpdateName: k.name,
-					Args: []any{policy.MigrationDecision{Actor: actor, Reason: reason}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+					Args: []any{migrationplan.MigrationDecision{Actor: actor, Reason: reason}}, WaitForStage: client.WorkflowUpdateStageCompleted})
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", k.name, args[0], err)
 				}
-				var st policy.MigrationState
+				var st migrationplan.MigrationState
 				if err := h.Get(c.Context(), &st); err != nil {
 					return fmt.Errorf("%s %s: %w", k.name, args[0], err)
 				}

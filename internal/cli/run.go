@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -28,7 +29,7 @@ type controllerFlags struct {
 func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	o := &f.o
 	f.slack.addNotify(cmd)
-	def := policy.DefaultBreaker()
+	def := breaker.DefaultConfig()
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
 	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
 	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")

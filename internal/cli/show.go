@@ -7,12 +7,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // printDevice writes the device's state for a person: the summary line first, then the record,
 // the last reports and the recent transitions.
-func printDevice(out io.Writer, st *policy.DeviceState) error {
+func printDevice(out io.Writer, st *decide.DeviceState) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	ts := func(t time.Time) string {
 		if t.IsZero() {

@@ -7,10 +7,10 @@ import (
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/watcher"
@@ -72,7 +72,7 @@ func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlag
 	if !unit.Shared() {
 		return own, nil
 	}
-	st := policy.NewState(unit.Device(), node, pol.For("", id.Driver), false)
+	st := decide.NewState(unit.Device(), node, pol.For("", id.Driver), false)
 	st.Unit = &unit
 	fmt.Fprintf(c.OutOrStdout(), "%s is one of %d forms of %s: quarantining them all\n", id, len(unit.Devices), unit.ID)
 	return &api.DeviceInput{Device: unit.Device(), Node: node, Policy: st.Policy, State: st}, nil

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -62,8 +63,8 @@ func TestSlackApproval(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := freedQuarantine(t, ctx, shared, "approve", approvalClass)
-	st := waitState(t, ctx, shared, id, time.Minute, func(st policy.DeviceState) bool {
-		return st.Review != nil && st.Review.Stage == policy.StageApproval
+	st := waitState(t, ctx, shared, id, time.Minute, func(st decide.DeviceState) bool {
+		return st.Review != nil && st.Review.Stage == decide.StageApproval
 	})
 	if _, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{}); err != nil {
 		t.Fatalf("rule gone before approval: %v", err)
@@ -93,7 +94,7 @@ func TestSlackApproval(t *testing.T) {
 	if code := press("USTRANGER", st.Review.ID()); code != http.StatusOK {
 		t.Fatalf("stranger: %d", code)
 	}
-	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != policy.Recovering {
+	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != decide.Recovering {
 		t.Fatalf("a stranger's approval changed the device: %s %v", st.State, err)
 	}
 	// A button of a message left over from an earlier review: the workflow refuses it.
@@ -101,13 +102,13 @@ func TestSlackApproval(t *testing.T) {
 		t.Fatalf("stale button: %d", code)
 	}
 	srv.Wait()
-	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != policy.Recovering {
+	if st, err := queryState(ctx, id.WorkflowID()); err != nil || st.State != decide.Recovering {
 		t.Fatalf("a button of an earlier review changed the device: %s %v", st.State, err)
 	}
 	if code := press("UOPS", st.Review.ID()); code != http.StatusOK {
 		t.Fatalf("approver: %d", code)
 	}
-	st = waitState(t, ctx, shared, id, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	st = waitState(t, ctx, shared, id, 10*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Released })
 	if st.Closed[0].ClosedBy != "slack:UOPS" {
 		t.Fatalf("closed by %q", st.Closed[0].ClosedBy)
 	}
@@ -169,11 +170,11 @@ func TestWorkerStoppedMidProbe(t *testing.T) {
 	s.noKubelet = false
 	_, stop2 := s.controller(opts)
 	defer stop2()
-	st := waitState(t, ctx, s, id, 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	st := waitState(t, ctx, s, id, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
 	// One review, whose probe outcome was recorded once (by the restarted worker).
 	reviews := 0
 	for _, tr := range st.Transitions {
-		if tr.To == policy.Recovering && tr.From != policy.Recovering {
+		if tr.To == decide.Recovering && tr.From != decide.Recovering {
 			reviews++
 		}
 	}
@@ -219,7 +220,7 @@ func TestDryRunTurnedOff(t *testing.T) {
 		}
 	}
 	eventually(t, 30*time.Second, "preview rule", effect("None"))
-	settled(t, ctx, s, id, policy.Quarantined)
+	settled(t, ctx, s, id, decide.Quarantined)
 	stop1()
 	before, _ := stateOf(ctx, s, id)
 	// The restarted watcher re-sends the device's report once, and heartbeats re-read the fence too:
@@ -234,8 +235,8 @@ func TestDryRunTurnedOff(t *testing.T) {
 		}
 	}()
 	eventually(t, 30*time.Second, "real rule after dry run is off", effect("NoSchedule"))
-	st := waitState(t, ctx, s, id, 10*time.Second, func(st policy.DeviceState) bool { return st.Quarantine != nil && st.Quarantine.Effect == "NoSchedule" })
-	if st.State != policy.Quarantined || len(st.Closed) != 0 {
+	st := waitState(t, ctx, s, id, 10*time.Second, func(st decide.DeviceState) bool { return st.Quarantine != nil && st.Quarantine.Effect == "NoSchedule" })
+	if st.State != decide.Quarantined || len(st.Closed) != 0 {
 		t.Fatalf("state %s, closed %+v", st.State, st.Closed)
 	}
 }
@@ -243,7 +244,7 @@ func TestDryRunTurnedOff(t *testing.T) {
 // settled waits until the device's workflow is in the state with no activity pending: stop a
 // controller only then, since an activity cut off by a stopping worker is retried only after its
 // timeout, which is not what the restart tests are about.
-func settled(t *testing.T, ctx context.Context, s *stack, id device.ID, want policy.State) {
+func settled(t *testing.T, ctx context.Context, s *stack, id device.ID, want decide.State) {
 	t.Helper()
 	eventually(t, 45*time.Second, "workflow settled", func() error {
 		d, err := s.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), "")

@@ -17,9 +17,10 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/cli"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -49,7 +50,7 @@ func TestBreakerCapsAStorm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s, stop, err := startStack(ctx, t.TempDir(), app.ControllerOptions{Workers: 8,
-		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 5}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +84,12 @@ func TestBreakerCapsAStorm(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			var st policy.DeviceState
+			var st decide.DeviceState
 			if err := v.Get(&st); err != nil {
 				return err
 			}
 			switch {
-			case st.State == policy.Quarantined:
+			case st.State == decide.Quarantined:
 				quarantined++
 			case st.Held != nil && strings.Contains(st.HeldReason, "circuit breaker open"):
 				held++
@@ -113,13 +114,13 @@ func TestBreakerCapsAStorm(t *testing.T) {
 
 	// The worker reports the permits its devices took from its lease within a second or so: then
 	// the breaker names each of the 5 and holds no permit outstanding.
-	var br policy.BreakerState
+	var br breaker.State
 	eventually(t, 10*time.Second, "the breaker names every grant", func() error {
 		v, err := s.temporal.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState)
 		if err != nil {
 			return err
 		}
-		br = policy.BreakerState{}
+		br = breaker.State{}
 		if err := v.Get(&br); err != nil {
 			return err
 		}

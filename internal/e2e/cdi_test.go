@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -134,7 +135,7 @@ func TestEightGPUPodWithCDIIDs(t *testing.T) {
 			}
 			return nil
 		})
-		st := waitState(t, ctx, shared, ids[6], 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+		st := waitState(t, ctx, shared, ids[6], 10*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 		if !strings.Contains(st.Message, "ambiguous report, one of 8 devices") {
 			t.Fatalf("message %q", st.Message)
 		}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +34,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -285,7 +287,7 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	pols = pols.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
-	_, stop := s.controllerAs(sa, app.ControllerOptions{Workers: 4, OwnNamespace: ns, Policies: pols, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
+	_, stop := s.controllerAs(sa, app.ControllerOptions{Workers: 4, OwnNamespace: ns, Policies: pols, Breaker: breaker.Config{Window: time.Minute, MaxCount: 100}})
 	defer stop()
 	ids := devicePods(t, ctx, s.kube, "rbac", 1)
 	setHealth(t, ctx, s.kube, ids, corev1.ResourceHealthStatusUnhealthy)
@@ -365,7 +367,7 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	if err := s.kube.CoreV1().Pods("rbac").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	st := waitState(t, ctx, s, ids[0], 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	st := waitState(t, ctx, s, ids[0], 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
 	if st.LastProbe == nil || !st.LastProbe.Passed || !strings.HasPrefix(st.LastProbe.Pod, policy.DefaultProbeNamespace+"/") {
 		t.Fatalf("released without a passed probe in %s: %+v", policy.DefaultProbeNamespace, st.LastProbe)
 	}

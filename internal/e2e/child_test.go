@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/cli"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -54,7 +55,7 @@ func runChild(raw string) int {
 		return 1
 	}
 	defer tc.Close()
-	opts := app.ControllerOptions{Workers: c.Workers, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 1000}}
+	opts := app.ControllerOptions{Workers: c.Workers, Breaker: breaker.Config{Window: time.Minute, MaxCount: 1000}}
 	if c.Hygiene != nil {
 		opts.Hygiene = *c.Hygiene
 	}

@@ -20,8 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
@@ -79,7 +79,7 @@ func fenced(t *testing.T, ctx context.Context, s *stack, ids []device.ID, within
 			if err != nil {
 				return fmt.Errorf("%s: %w", id, err)
 			}
-			if st.State != policy.Quarantined || len(st.Transitions) != 1 {
+			if st.State != decide.Quarantined || len(st.Transitions) != 1 {
 				return fmt.Errorf("%s: %s with %d transitions, want Quarantined with 1", id, st.State, len(st.Transitions))
 			}
 			if _, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{}); err != nil {

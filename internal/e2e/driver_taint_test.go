@@ -12,8 +12,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -43,7 +43,7 @@ func TestDriverTaintInItsSlice(t *testing.T) {
 		}
 	}
 	setTaint([]resourcev1.DeviceTaint{{Key: "gpu.sim.devicewarden.io/xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoExecute}})
-	settled(t, ctx, shared, ids[3], policy.Quarantined)
+	settled(t, ctx, shared, ids[3], decide.Quarantined)
 	st, err := stateOf(ctx, shared, ids[3])
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestDriverTaintInItsSlice(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.Review == nil || !strings.Contains(st.Review.Trigger, string(policy.SourceSlice)) {
+		if st.Review == nil || !strings.Contains(st.Review.Trigger, string(decide.SourceSlice)) {
 			return fmt.Errorf("state %s, review %+v", st.State, st.Review)
 		}
 		return nil

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/metrics"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // TestLeaderFailover runs replicas as a Deployment would, elected through a real Lease. A replica
@@ -94,7 +94,7 @@ func TestLeaderFailover(t *testing.T) {
 
 	id := devicePods(t, ctx, s.kube, "failover-le", 1)[0]
 	unpublish(t, ctx, s.kube, id)
-	settled(t, ctx, s, id, policy.Suspect)
+	settled(t, ctx, s, id, decide.Suspect)
 	before, err := stateOf(ctx, s, id)
 	if err != nil {
 		t.Fatal(err)

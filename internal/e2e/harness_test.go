@@ -22,6 +22,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -137,7 +138,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8, Policies: pols,
-		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 1000}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
 		dumpLogs(dir)

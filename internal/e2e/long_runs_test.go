@@ -14,7 +14,9 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -47,7 +49,7 @@ func TestLongWaitsContinueAsNew(t *testing.T) {
 	defer stopInfra()
 	// One automatic action per window: the quarantine takes it, and the migration waits.
 	_, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Policies: pols,
-		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 1, MaxPercent: 100}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1, MaxPercent: 100}})
 	defer stopCtl()
 	// The group returns once both waits, run side by side, are done.
 	t.Run("waits", func(t *testing.T) {
@@ -143,7 +145,7 @@ func migrationHeldAcrossRuns(t *testing.T, ctx context.Context, s *stack) {
 	if _, err := sim.SetHealth(ctx, s.kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	mid := migrationIn(t, ctx, s, bad, policy.PhaseWaitingForBreaker)
+	mid := migrationIn(t, ctx, s, bad, migrationplan.PhaseWaitingForBreaker)
 	// Resumed now, the breaker grants the next request: the run's history is full by the end of
 	// its first 30 s wait, so that request comes from the next run, which carries the slot.
 	first := currentRun(t, ctx, s, mid)

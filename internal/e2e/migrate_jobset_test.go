@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -119,7 +119,7 @@ func TestJobSetIsSuspendedAsAWhole(t *testing.T) {
 	}
 	mid := migrationOf(t, ctx, bad)
 	st := migrationResult(t, ctx, mid)
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveSuspend || suspends.Load() != 1 {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveSuspend || suspends.Load() != 1 {
 		t.Fatalf("migration %+v; JobSet suspended %d times", st, suspends.Load())
 	}
 	if err := rest(ctx, kube, "GET", base+"/train", nil, &js); err != nil || js.Spec.Suspend {

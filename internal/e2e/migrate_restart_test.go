@@ -15,7 +15,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -60,11 +60,11 @@ func checkpointingJob(t *testing.T, ctx context.Context, kube kubernetes.Interfa
 // the migration's workflow ID.
 func migrationCheckpointing(t *testing.T, ctx context.Context, s *stack, bad device.ID) string {
 	t.Helper()
-	return migrationIn(t, ctx, s, bad, policy.PhaseCheckpointing)
+	return migrationIn(t, ctx, s, bad, migrationplan.PhaseCheckpointing)
 }
 
 // migrationIn waits until the device's first migration is in phase and returns its workflow ID.
-func migrationIn(t *testing.T, ctx context.Context, s *stack, bad device.ID, phase policy.MigrationPhase) string {
+func migrationIn(t *testing.T, ctx context.Context, s *stack, bad device.ID, phase migrationplan.MigrationPhase) string {
 	t.Helper()
 	var mid string
 	eventually(t, time.Minute, "the migration in phase "+string(phase), func() error {
@@ -73,7 +73,7 @@ func migrationIn(t *testing.T, ctx context.Context, s *stack, bad device.ID, pha
 			return fmt.Errorf("device %s migrations %v (%v)", st.State, st.Migrations, err)
 		}
 		mid = st.Migrations[0]
-		var m policy.MigrationState
+		var m migrationplan.MigrationState
 		if err := queryInto(ctx, s.temporal, mid, &m); err != nil || m.Phase != phase {
 			return fmt.Errorf("migration %s (%v)", m.Phase, err)
 		}
@@ -84,13 +84,13 @@ func migrationIn(t *testing.T, ctx context.Context, s *stack, bad device.ID, pha
 
 // movedOnce waits for the migration's end and checks it migrated the Job by suspension, which the
 // Job controller's events show suspended and resumed exactly once.
-func movedOnce(t *testing.T, ctx context.Context, s *stack, ns, mid string) policy.MigrationState {
+func movedOnce(t *testing.T, ctx context.Context, s *stack, ns, mid string) migrationplan.MigrationState {
 	t.Helper()
-	var m policy.MigrationState
+	var m migrationplan.MigrationState
 	if err := s.temporal.GetWorkflow(ctx, mid, "").Get(ctx, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Outcome != policy.OutcomeMigrated || m.Mechanism != policy.MoveSuspend {
+	if m.Outcome != migrationplan.OutcomeMigrated || m.Mechanism != migrationplan.MoveSuspend {
 		t.Fatalf("migration %+v", m)
 	}
 	events, err := s.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "train").String()})

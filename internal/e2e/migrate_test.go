@@ -18,9 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -96,19 +97,19 @@ func runningJob(t *testing.T, ctx context.Context, w sim.Workload, o sim.JobOpti
 // migrationOf waits for the device's workflow to have started a migration and returns its ID.
 func migrationOf(t *testing.T, ctx context.Context, id device.ID) string {
 	t.Helper()
-	st := waitState(t, ctx, shared, id, 30*time.Second, func(st policy.DeviceState) bool { return len(st.Migrations) > 0 })
+	st := waitState(t, ctx, shared, id, 30*time.Second, func(st decide.DeviceState) bool { return len(st.Migrations) > 0 })
 	return st.Migrations[len(st.Migrations)-1]
 }
 
-func migrationState(ctx context.Context, id string) (policy.MigrationState, error) {
-	var st policy.MigrationState
+func migrationState(ctx context.Context, id string) (migrationplan.MigrationState, error) {
+	var st migrationplan.MigrationState
 	return st, queryInto(ctx, shared.temporal, id, &st)
 }
 
 // migrationResult waits for a migration to end and returns its record.
-func migrationResult(t *testing.T, ctx context.Context, id string) policy.MigrationState {
+func migrationResult(t *testing.T, ctx context.Context, id string) migrationplan.MigrationState {
 	t.Helper()
-	var st policy.MigrationState
+	var st migrationplan.MigrationState
 	if err := shared.temporal.GetWorkflow(ctx, id, "").Get(ctx, &st); err != nil {
 		t.Fatalf("migration %s: %v", id, err)
 	}
@@ -139,7 +140,7 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 		t.Fatalf("migration ID %s, want it under %s", mid, want)
 	}
 	st := migrationResult(t, ctx, mid)
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveSuspend || st.CheckpointWait.D() < time.Second || len(st.Ready) != 1 {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveSuspend || st.CheckpointWait.D() < time.Second || len(st.Ready) != 1 {
 		t.Fatalf("migration %+v", st)
 	}
 	now, err := jobPods(ctx, kube, w.Namespace, w.Name)
@@ -197,7 +198,7 @@ func TestShrinkableShardWaitsForItsBudget(t *testing.T) {
 	mid := migrationOf(t, ctx, bad)
 	eventually(t, 30*time.Second, "the eviction refused by the budget", func() error {
 		st, err := migrationState(ctx, mid)
-		if err != nil || st.Phase != policy.PhaseMoving || !strings.Contains(st.Waiting, "eviction of "+pods[1].Name) {
+		if err != nil || st.Phase != migrationplan.PhaseMoving || !strings.Contains(st.Waiting, "eviction of "+pods[1].Name) {
 			return fmt.Errorf("migration %s %q (%v)", st.Phase, st.Waiting, err)
 		}
 		return nil
@@ -215,7 +216,7 @@ func TestShrinkableShardWaitsForItsBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := migrationResult(t, ctx, mid)
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveEvict || strings.Join(st.Moved, ",") != pods[1].Name {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveEvict || strings.Join(st.Moved, ",") != pods[1].Name {
 		t.Fatalf("migration %+v", st)
 	}
 	now, err := jobPods(ctx, kube, w.Namespace, w.Name)
@@ -258,10 +259,10 @@ func TestUnrecoverablePodKeepsEvidenceAndWaitsForAPerson(t *testing.T) {
 			t.Fatal(err)
 		}
 		mid := migrationOf(t, ctx, bad)
-		var st policy.MigrationState
+		var st migrationplan.MigrationState
 		eventually(t, 30*time.Second, "waiting for a decision", func() error {
 			var err error
-			if st, err = migrationState(ctx, mid); err != nil || st.Phase != policy.PhaseWaitingForDecision {
+			if st, err = migrationState(ctx, mid); err != nil || st.Phase != migrationplan.PhaseWaitingForDecision {
 				return fmt.Errorf("migration %s (%v)", st.Phase, err)
 			}
 			return nil
@@ -281,12 +282,12 @@ func TestUnrecoverablePodKeepsEvidenceAndWaitsForAPerson(t *testing.T) {
 		p, err := kube.CoreV1().Pods(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		switch decision {
 		case api.UpdateAbandon:
-			if res.Outcome != policy.OutcomeAbandoned || err != nil || p.UID != pod.UID || p.DeletionTimestamp != nil {
+			if res.Outcome != migrationplan.OutcomeAbandoned || err != nil || p.UID != pod.UID || p.DeletionTimestamp != nil {
 				t.Fatalf("abandon: %+v; pod %v (%v)", res, p, err)
 			}
 			recordHistory(t, ctx, shared.temporal, mid, "migrate_bare_abandon.json")
 		default:
-			if res.Outcome != policy.OutcomeMigrated || res.Actor != "alice" {
+			if res.Outcome != migrationplan.OutcomeMigrated || res.Actor != "alice" {
 				t.Fatalf("migrate-anyway: %+v", res)
 			}
 			eventually(t, 30*time.Second, "the evicted Pod gone", func() error {
@@ -321,7 +322,7 @@ func TestCheckpointTimeoutWaitsThenMovesOnDecision(t *testing.T) {
 	mid := migrationOf(t, ctx, ids[0])
 	eventually(t, 30*time.Second, "waiting for a decision", func() error {
 		st, err := migrationState(ctx, mid)
-		if err != nil || st.Phase != policy.PhaseWaitingForDecision || !strings.Contains(strings.Join(stepTexts(st), "|"), "no checkpoint within 2s") {
+		if err != nil || st.Phase != migrationplan.PhaseWaitingForDecision || !strings.Contains(strings.Join(stepTexts(st), "|"), "no checkpoint within 2s") {
 			return fmt.Errorf("migration %s %v (%v)", st.Phase, stepTexts(st), err)
 		}
 		return nil
@@ -330,13 +331,13 @@ func TestCheckpointTimeoutWaitsThenMovesOnDecision(t *testing.T) {
 		t.Fatalf("migrate-anyway: %v (%s)", err, out)
 	}
 	st := migrationResult(t, ctx, mid)
-	if st.Outcome != policy.OutcomeMigrated || st.Mechanism != policy.MoveSuspend {
+	if st.Outcome != migrationplan.OutcomeMigrated || st.Mechanism != migrationplan.MoveSuspend {
 		t.Fatalf("migration %+v", st)
 	}
 	recordHistory(t, ctx, shared.temporal, mid, "migrate_checkpoint_timeout.json")
 }
 
-func stepTexts(st policy.MigrationState) []string {
+func stepTexts(st migrationplan.MigrationState) []string {
 	var out []string
 	for _, s := range st.Steps {
 		out = append(out, s.What)
@@ -371,7 +372,7 @@ func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
 	sawWaiting := false
 	eventually(t, 30*time.Second, "a migration waiting for its slot", func() error {
 		for _, mid := range mids {
-			if st, err := migrationState(ctx, mid); err == nil && st.Phase == policy.PhaseWaitingForSlot && strings.Contains(st.Waiting, "at most 1 on node") {
+			if st, err := migrationState(ctx, mid); err == nil && st.Phase == migrationplan.PhaseWaitingForSlot && strings.Contains(st.Waiting, "at most 1 on node") {
 				sawWaiting = true
 				return nil
 			}
@@ -382,7 +383,7 @@ func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
 	var spans []span
 	for _, mid := range mids {
 		st := migrationResult(t, ctx, mid)
-		if st.Outcome != policy.OutcomeMigrated || st.SlotAt.IsZero() || st.SlotFreedAt.IsZero() {
+		if st.Outcome != migrationplan.OutcomeMigrated || st.SlotAt.IsZero() || st.SlotFreedAt.IsZero() {
 			t.Fatalf("migration %s: %+v", mid, st)
 		}
 		spans = append(spans, span{st.SlotAt, st.SlotFreedAt})
@@ -390,7 +391,7 @@ func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
 	// The limiter's own record is the proof: never two holders on one node. The migrations' times
 	// agree with it up to the release's own latency: a migration notes SlotFreedAt once its release
 	// activity returns, and the limiter may grant the next one a few milliseconds before that.
-	var slots policy.SlotState
+	var slots migrationplan.SlotState
 	if err := queryInto(ctx, shared.temporal, api.MigrationLimiterID, &slots); err != nil {
 		t.Fatal(err)
 	}

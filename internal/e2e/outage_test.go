@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -35,14 +35,14 @@ func TestNodeOutage(t *testing.T) {
 	// Give one device a workflow: an Unknown blip that recovers.
 	setHealth(t, ctx, s.kube, ids[:1], corev1.ResourceHealthStatusUnknown)
 	eventually(t, 30*time.Second, "followed device suspect", func() error {
-		if st, err := stateOf(ctx, s, followed); err != nil || st.State != policy.Suspect {
+		if st, err := stateOf(ctx, s, followed); err != nil || st.State != decide.Suspect {
 			return fmt.Errorf("%v %s", err, st.State)
 		}
 		return nil
 	})
 	setHealth(t, ctx, s.kube, ids[:1], corev1.ResourceHealthStatusHealthy)
 	eventually(t, 30*time.Second, "followed device healthy again", func() error {
-		if st, err := stateOf(ctx, s, followed); err != nil || st.State != policy.Healthy {
+		if st, err := stateOf(ctx, s, followed); err != nil || st.State != decide.Healthy {
 			return fmt.Errorf("%v %s", err, st.State)
 		}
 		return nil
@@ -69,7 +69,7 @@ func TestNodeOutage(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Suspect || !strings.Contains(st.Message, "outage") {
+		if st.State != decide.Suspect || !strings.Contains(st.Message, "outage") {
 			return fmt.Errorf("state %s message %q", st.State, st.Message)
 		}
 		return nil
@@ -119,7 +119,7 @@ func TestDeviceGoneFromSlice(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Suspect || !strings.Contains(st.Message, "disappeared from its ResourceSlice") {
+		if st.State != decide.Suspect || !strings.Contains(st.Message, "disappeared from its ResourceSlice") {
 			return fmt.Errorf("state %s message %q", st.State, st.Message)
 		}
 		return nil
@@ -130,7 +130,7 @@ func TestDeviceGoneFromSlice(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Healthy {
+		if st.State != decide.Healthy {
 			return fmt.Errorf("state %s", st.State)
 		}
 		return nil
@@ -161,7 +161,7 @@ func TestDevicePluginDevice(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Quarantined || st.Quarantine == nil || st.Quarantine.RuleName != "" || len(st.Reporters) != 1 {
+		if st.State != decide.Quarantined || st.Quarantine == nil || st.Quarantine.RuleName != "" || len(st.Reporters) != 1 {
 			return fmt.Errorf("state %+v", st)
 		}
 		return nil
@@ -195,7 +195,7 @@ func TestClaimDeviceCondition(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Suspect || !strings.Contains(st.Message, "Ready=False") {
+		if st.State != decide.Suspect || !strings.Contains(st.Message, "Ready=False") {
 			return fmt.Errorf("state %s message %q", st.State, st.Message)
 		}
 		return nil
@@ -206,7 +206,7 @@ func TestClaimDeviceCondition(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Healthy {
+		if st.State != decide.Healthy {
 			return fmt.Errorf("state %s message %q", st.State, st.Message)
 		}
 		return nil
@@ -230,29 +230,29 @@ func TestSliceRecreatedUnderANewName(t *testing.T) {
 	if err := s.kube.ResourceV1().ResourceSlices().Delete(ctx, orig.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, s, id, 30*time.Second, func(st policy.DeviceState) bool {
-		return st.State == policy.Suspect && strings.Contains(st.Message, "disappeared from its ResourceSlice")
+	waitState(t, ctx, s, id, 30*time.Second, func(st decide.DeviceState) bool {
+		return st.State == decide.Suspect && strings.Contains(st.Message, "disappeared from its ResourceSlice")
 	})
 	again := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: id.Pool + "-gpu.sim-"}, Spec: orig.Spec}
 	again.Spec.Pool.Generation++
 	if _, err := s.kube.ResourceV1().ResourceSlices().Create(ctx, again, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, s, id, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Healthy })
+	waitState(t, ctx, s, id, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Healthy })
 
 	// The node goes away with its slice and its Pods; the claim is deleted with the Pod.
 	gone := devicePods(t, ctx, s.kube, "spot", 1)[0]
 	if err := s.kube.ResourceV1().ResourceSlices().Delete(ctx, gone.Pool+"-gpu.sim", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, s, gone, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	waitState(t, ctx, s, gone, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Suspect })
 	if err := s.kube.CoreV1().Pods("spot").Delete(ctx, "job-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.kube.ResourceV1().ResourceClaims("spot").Delete(ctx, "job-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, s, gone, 60*time.Second, func(st policy.DeviceState) bool {
-		return st.State == policy.Healthy && len(st.Reporters) == 0
+	waitState(t, ctx, s, gone, 60*time.Second, func(st decide.DeviceState) bool {
+		return st.State == decide.Healthy && len(st.Reporters) == 0
 	})
 }

@@ -17,8 +17,12 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -66,7 +70,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	}
 	defer stopInfra()
 	_, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Policies: pols,
-		Breaker: policy.BreakerConfig{Window: 10 * time.Minute, MaxCount: 1000}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000}})
 	defer stopCtl()
 
 	if err := sim.EnsureClass(ctx, s.kube, pathsClass); err != nil {
@@ -88,9 +92,9 @@ func TestEveryWorkflowPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wait := func(id device.ID, what string, ok func(policy.DeviceState) bool) policy.DeviceState {
+	wait := func(id device.ID, what string, ok func(decide.DeviceState) bool) decide.DeviceState {
 		t.Helper()
-		var st policy.DeviceState
+		var st decide.DeviceState
 		eventually(t, time.Minute, what, func() error {
 			var err error
 			if st, err = stateOf(ctx, s, id); err != nil {
@@ -103,15 +107,15 @@ func TestEveryWorkflowPath(t *testing.T) {
 		})
 		return st
 	}
-	update := func(id device.ID, kind policy.CommandKind, dur time.Duration) {
+	update := func(id device.ID, kind decide.CommandKind, dur time.Duration) {
 		t.Helper()
-		if _, err := api.SendCommand(ctx, s.temporal, id, policy.Command{Kind: kind, Actor: "ops", Duration: policy.JSONDuration(dur)}, nil); err != nil {
+		if _, err := api.SendCommand(ctx, s.temporal, id, decide.Command{Kind: kind, Actor: "ops", Duration: policy.JSONDuration(dur)}, nil); err != nil {
 			t.Fatalf("%s update: %v", kind, err)
 		}
 	}
-	signal := func(id device.ID, kind policy.CommandKind) {
+	signal := func(id device.ID, kind decide.CommandKind) {
 		t.Helper()
-		if err := s.temporal.SignalWorkflow(ctx, id.WorkflowID(), "", string(kind), policy.Command{Actor: "ops"}); err != nil {
+		if err := s.temporal.SignalWorkflow(ctx, id.WorkflowID(), "", string(kind), decide.Command{Actor: "ops"}); err != nil {
 			t.Fatalf("%s signal: %v", kind, err)
 		}
 	}
@@ -121,26 +125,26 @@ func TestEveryWorkflowPath(t *testing.T) {
 			t.Fatalf("breaker %v: %v", args, err)
 		}
 	}
-	suspect := func(st policy.DeviceState) bool { return st.State == policy.Suspect }
-	approval := func(st policy.DeviceState) bool { return st.Review != nil && st.Review.Stage == policy.StageApproval }
+	suspect := func(st decide.DeviceState) bool { return st.State == decide.Suspect }
+	approval := func(st decide.DeviceState) bool { return st.Review != nil && st.Review.Stage == decide.StageApproval }
 
 	// Suspect, Healthy again, Suspect again; a pause keeps the device Suspect past its tolerance window.
 	health(d0, corev1.ResourceHealthStatusUnknown)
 	wait(d0, "suspect", suspect)
 	health(d0, corev1.ResourceHealthStatusHealthy)
-	wait(d0, "healthy again", func(st policy.DeviceState) bool { return st.State == policy.Healthy })
+	wait(d0, "healthy again", func(st decide.DeviceState) bool { return st.State == decide.Healthy })
 	health(d0, corev1.ResourceHealthStatusUnknown)
 	wait(d0, "suspect again", suspect)
-	update(d0, policy.CmdPause, 0)
-	wait(d0, "tolerance over while paused, still suspect", func(st policy.DeviceState) bool {
-		return st.State == policy.Suspect && st.Paused && !st.ToleranceUntil.IsZero() && time.Now().After(st.ToleranceUntil.Add(500*time.Millisecond))
+	update(d0, decide.CmdPause, 0)
+	wait(d0, "tolerance over while paused, still suspect", func(st decide.DeviceState) bool {
+		return st.State == decide.Suspect && st.Paused && !st.ToleranceUntil.IsZero() && time.Now().After(st.ToleranceUntil.Add(500*time.Millisecond))
 	})
 
 	// The breaker, paused by hand, denies the restriction; the worker then refuses d1 itself and
 	// hands it to the wait list; resume wakes both.
 	breaker("pause", "--actor", "ops", "--reason", "paths test")
-	signal(d0, policy.CmdResume)
-	wait(d0, "restriction denied by the breaker", func(st policy.DeviceState) bool {
+	signal(d0, decide.CmdResume)
+	wait(d0, "restriction denied by the breaker", func(st decide.DeviceState) bool {
 		return st.Held != nil && strings.Contains(st.HeldReason, "circuit breaker open")
 	})
 	health(d1, corev1.ResourceHealthStatusUnhealthy)
@@ -155,18 +159,18 @@ func TestEveryWorkflowPath(t *testing.T) {
 		return nil
 	})
 	breaker("resume", "--actor", "ops")
-	wait(d0, "restricted once woken", func(st policy.DeviceState) bool { return st.State == policy.Restricted })
-	wait(d1, "d1 quarantined once woken", func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	wait(d0, "restricted once woken", func(st decide.DeviceState) bool { return st.State == decide.Restricted })
+	wait(d1, "d1 quarantined once woken", func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 
 	// Unhealthy: quarantined; the second failed device escalates the node.
 	health(d0, corev1.ResourceHealthStatusUnhealthy)
-	wait(d0, "quarantined", func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	wait(d0, "quarantined", func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	eventually(t, time.Minute, "node escalated", func() error {
 		v, err := s.temporal.QueryWorkflow(ctx, api.NodeWorkflowID(node), "", api.QueryState)
 		if err != nil {
 			return err
 		}
-		var ns policy.NodeState
+		var ns escalation.NodeState
 		if err := v.Get(&ns); err != nil {
 			return err
 		}
@@ -191,22 +195,22 @@ func TestEveryWorkflowPath(t *testing.T) {
 	})
 
 	// Extend, pause and resume while quarantined; the lease then ends and reviews need approval.
-	update(d0, policy.CmdExtend, time.Second)
-	signal(d0, policy.CmdPause)
-	wait(d0, "paused", func(st policy.DeviceState) bool { return st.Paused })
-	update(d0, policy.CmdResume, 0)
+	update(d0, decide.CmdExtend, time.Second)
+	signal(d0, decide.CmdPause)
+	wait(d0, "paused", func(st decide.DeviceState) bool { return st.Paused })
+	update(d0, decide.CmdResume, 0)
 	if err := s.kube.CoreV1().Pods("paths").Delete(ctx, "trainer-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait(d0, "first review waits for approval", approval)
-	update(d0, policy.CmdReject, 0)
-	wait(d0, "rejected", func(st policy.DeviceState) bool { return st.State == policy.Quarantined && st.Review == nil })
+	update(d0, decide.CmdReject, 0)
+	wait(d0, "rejected", func(st decide.DeviceState) bool { return st.State == decide.Quarantined && st.Review == nil })
 	wait(d0, "second review waits for approval", approval)
-	signal(d0, policy.CmdReject)
-	wait(d0, "rejected by signal", func(st policy.DeviceState) bool { return st.State == policy.Quarantined && st.Review == nil })
+	signal(d0, decide.CmdReject)
+	wait(d0, "rejected by signal", func(st decide.DeviceState) bool { return st.State == decide.Quarantined && st.Review == nil })
 	wait(d0, "third review waits for approval", approval)
-	update(d0, policy.CmdReleaseApproval, 0)
-	st := wait(d0, "released", func(st policy.DeviceState) bool { return st.State == policy.Released })
+	update(d0, decide.CmdReleaseApproval, 0)
+	st := wait(d0, "released", func(st decide.DeviceState) bool { return st.State == decide.Released })
 
 	// What every continue-as-new carried: the whole record. Released and held by no Pod, the run ended.
 	rejected := 0
@@ -227,22 +231,22 @@ func TestEveryWorkflowPath(t *testing.T) {
 	// signals, once by updates (approved by the older signal name).
 	start := api.DeviceInput{Device: d0, Node: node, Policy: pols.For(pathsClass, d0.Driver)}
 	opts := client.StartWorkflowOptions{ID: d0.WorkflowID(), TaskQueue: api.TaskQueue, TypedSearchAttributes: api.DeviceSearchAttributes(d0, node)}
-	if _, err := s.temporal.SignalWithStartWorkflow(ctx, d0.WorkflowID(), api.SignalForceQuarantine, policy.Command{Actor: "ops"}, opts, api.DeviceWorkflow, start); err != nil {
+	if _, err := s.temporal.SignalWithStartWorkflow(ctx, d0.WorkflowID(), api.SignalForceQuarantine, decide.Command{Actor: "ops"}, opts, api.DeviceWorkflow, start); err != nil {
 		t.Fatal(err)
 	}
-	wait(d0, "forced by signal", func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
-	signal(d0, policy.CmdRelease)
+	wait(d0, "forced by signal", func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	signal(d0, decide.CmdRelease)
 	wait(d0, "release requested by signal waits for approval", approval)
-	signal(d0, policy.CmdApprove)
-	wait(d0, "released again", func(st policy.DeviceState) bool { return st.State == policy.Released })
+	signal(d0, decide.CmdApprove)
+	wait(d0, "released again", func(st decide.DeviceState) bool { return st.State == decide.Released })
 	recordHistory(t, ctx, s.temporal, d0.WorkflowID(), "paths_device_signals.json")
-	if _, err := api.SendCommand(ctx, s.temporal, d0, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "ops"}, &start); err != nil {
+	if _, err := api.SendCommand(ctx, s.temporal, d0, decide.Command{Kind: decide.CmdForceQuarantine, Actor: "ops"}, &start); err != nil {
 		t.Fatal(err)
 	}
-	update(d0, policy.CmdRelease, 0)
+	update(d0, decide.CmdRelease, 0)
 	wait(d0, "release requested by update waits for approval", approval)
-	signal(d0, policy.CmdReleaseApproval) // the older name, as existing tools send it
-	wait(d0, "released a third time", func(st policy.DeviceState) bool { return st.State == policy.Released })
+	signal(d0, decide.CmdReleaseApproval) // the older name, as existing tools send it
+	wait(d0, "released a third time", func(st decide.DeviceState) bool { return st.State == decide.Released })
 	recordHistory(t, ctx, s.temporal, d0.WorkflowID(), "paths_device_updates.json")
 
 	// An operator pausing and resuming the breaker over time; a node hearing of its devices again.
@@ -262,7 +266,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 		if i == 60 {
 			t.Fatal("the node workflow never continued as new")
 		}
-		f := policy.NodeFailure{Node: node, Device: d0.String(), State: policy.Quarantined, Threshold: 2}
+		f := escalation.NodeFailure{Node: node, Device: d0.String(), State: decide.Quarantined, Threshold: 2}
 		if err := s.temporal.SignalWorkflow(ctx, api.NodeWorkflowID(node), "", api.SignalDeviceFailed, f); err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +285,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 		if i == 60 {
 			t.Fatal("the migration limiter never continued as new")
 		}
-		req := policy.SlotRequest{ID: fmt.Sprintf("migrate/none/%d", i), Node: node, PerNode: 1, ClusterWide: 1}
+		req := migrationplan.SlotRequest{ID: fmt.Sprintf("migrate/none/%d", i), Node: node, PerNode: 1, ClusterWide: 1}
 		if err := limiter.Acquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +295,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 			}
 		}
 	}
-	var slots policy.SlotState
+	var slots migrationplan.SlotState
 	eventually(t, 30*time.Second, "the limiter idle after continue-as-new", func() error {
 		err := queryInto(ctx, s.temporal, api.MigrationLimiterID, &slots)
 		if err != nil || !slots.Idle() || slots.Granted == 0 {
@@ -302,7 +306,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	recordRuns(t, ctx, s.temporal, api.MigrationLimiterID, "paths_limiter")
 }
 
-func breakerState(ctx context.Context, tc client.Client) (policy.BreakerState, error) {
-	var br policy.BreakerState
+func breakerState(ctx context.Context, tc client.Client) (breaker.State, error) {
+	var br breaker.State
 	return br, queryInto(ctx, tc, api.BreakerWorkflowID, &br)
 }

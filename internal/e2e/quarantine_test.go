@@ -20,9 +20,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -140,7 +140,7 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != policy.Quarantined || st.Quarantine == nil || len(st.Reporters) != 1 {
+		if st.State != decide.Quarantined || st.Quarantine == nil || len(st.Reporters) != 1 {
 			return fmt.Errorf("state %+v", st)
 		}
 		return nil

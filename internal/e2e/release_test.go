@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -62,9 +63,9 @@ func watchInto(ctx context.Context, w watch.Interface, fn func(watch.Event)) {
 	}()
 }
 
-func waitState(t *testing.T, ctx context.Context, s *stack, id device.ID, timeout time.Duration, ok func(policy.DeviceState) bool) policy.DeviceState {
+func waitState(t *testing.T, ctx context.Context, s *stack, id device.ID, timeout time.Duration, ok func(decide.DeviceState) bool) decide.DeviceState {
 	t.Helper()
-	var st policy.DeviceState
+	var st decide.DeviceState
 	eventually(t, timeout, "state of "+id.String(), func() error {
 		var err error
 		if st, err = stateOf(ctx, s, id); err != nil {
@@ -78,7 +79,7 @@ func waitState(t *testing.T, ctx context.Context, s *stack, id device.ID, timeou
 	return st
 }
 
-func last(st policy.DeviceState) any {
+func last(st decide.DeviceState) any {
 	if n := len(st.Transitions); n > 0 {
 		return st.Transitions[n-1]
 	}
@@ -170,20 +171,20 @@ func TestReleasePath(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, shared, bad, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	waitState(t, ctx, shared, bad, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	// The job leaves the device (migration is another workflow's work), freeing it for probes.
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, "trainer", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	st := waitState(t, ctx, shared, bad, time.Minute, func(st policy.DeviceState) bool { return st.LastProbe != nil })
-	if st.State != policy.Quarantined || st.LastProbe.Passed || !strings.Contains(st.LastProbe.Reason, "XID 79") {
+	st := waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.LastProbe != nil })
+	if st.State != decide.Quarantined || st.LastProbe.Passed || !strings.Contains(st.LastProbe.Reason, "XID 79") {
 		t.Fatalf("probe on a broken device: state %s, probe %+v", st.State, st.LastProbe)
 	}
 	if st.ReviewInterval.D() != 12*time.Second || st.Quarantine == nil {
 		t.Fatalf("review interval %s after a failed probe, want 12s", st.ReviewInterval)
 	}
-	_, err = api.SendCommand(ctx, shared.temporal, bad, policy.Command{Kind: policy.CmdRelease, Actor: "alice"}, nil)
+	_, err = api.SendCommand(ctx, shared.temporal, bad, decide.Command{Kind: decide.CmdRelease, Actor: "alice"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "last probe failed") {
 		t.Fatalf("release after a failed probe: %v", err)
 	}
@@ -199,8 +200,8 @@ func TestReleasePath(t *testing.T) {
 	if err := sim.SetFault(ctx, kube, bad, corev1.ResourceHealthStatusHealthy, ""); err != nil {
 		t.Fatal(err)
 	}
-	st = waitState(t, ctx, shared, bad, time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
-	if len(st.Closed) != 1 || st.Closed[0].ClosedBy != policy.Actor || !strings.Contains(st.Closed[0].CloseReason, "canary passed") {
+	st = waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
+	if len(st.Closed) != 1 || st.Closed[0].ClosedBy != decide.Actor || !strings.Contains(st.Closed[0].CloseReason, "canary passed") {
 		t.Fatalf("closed record %+v", st.Closed)
 	}
 	eventually(t, 10*time.Second, "rule gone", func() error {
@@ -225,7 +226,7 @@ func TestReleasePath(t *testing.T) {
 		}
 		return nil
 	})
-	if got, want := strings.Join(keys.all(), ","), policy.TaintQuarantine+","+policy.TaintProbation+",deleted"; got != want {
+	if got, want := strings.Join(keys.all(), ","), decide.TaintQuarantine+","+decide.TaintProbation+",deleted"; got != want {
 		t.Fatalf("rule taint keys over time %s, want %s", got, want)
 	}
 	want := "probe " + node + "/gpu-2"
@@ -285,13 +286,13 @@ func TestRuleDeletedByHandThenUnhealthyAgain(t *testing.T) {
 		}
 		return nil
 	})
-	st := waitState(t, ctx, shared, bad, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined && len(st.Closed) == 1 })
+	st := waitState(t, ctx, shared, bad, 10*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Quarantined && len(st.Closed) == 1 })
 	if c := st.Closed[0]; !strings.Contains(c.CloseReason, "deleted outside DeviceWarden") || c.ClosedBy == "" {
 		t.Fatalf("closed record %+v", c)
 	}
 	var released bool
 	for _, tr := range st.Transitions {
-		released = released || tr.To == policy.Released
+		released = released || tr.To == decide.Released
 	}
 	if !released {
 		t.Fatalf("no Released transition: %+v", st.Transitions)
@@ -311,12 +312,12 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	sdc := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-1"}
-	res, err := api.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice", Reason: "silent data corruption"},
+	res, err := api.SendCommand(ctx, shared.temporal, sdc, decide.Command{Kind: decide.CmdForceQuarantine, Actor: "alice", Reason: "silent data corruption"},
 		&api.DeviceInput{Device: sdc, Policy: policy.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.State != policy.Quarantined {
+	if res.State != decide.Quarantined {
 		t.Fatalf("force-quarantine answered %+v", res)
 	}
 	r, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, sdc.TaintRuleName(), metav1.GetOptions{})
@@ -326,7 +327,7 @@ func TestOperatorCommands(t *testing.T) {
 	if r.Annotations[kubeobj.AnnotationActor] != "alice" {
 		t.Fatalf("rule actor %q", r.Annotations[kubeobj.AnnotationActor])
 	}
-	if _, err := api.SendCommand(ctx, shared.temporal, sdc, policy.Command{Kind: policy.CmdForceQuarantine, Actor: "alice"}, nil); err == nil ||
+	if _, err := api.SendCommand(ctx, shared.temporal, sdc, decide.Command{Kind: decide.CmdForceQuarantine, Actor: "alice"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "already quarantined") {
 		t.Fatalf("second force-quarantine: %v", err)
 	}
@@ -338,7 +339,7 @@ func TestOperatorCommands(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, dev, corev1.ResourceHealthStatusUnknown, "driver restarting"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, shared, dev, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	waitState(t, ctx, shared, dev, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Suspect })
 	if err := shared.temporal.SignalWorkflow(ctx, dev.WorkflowID(), "", api.SignalExtend, map[string]any{"actor": "bob", "duration": []int{1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -349,14 +350,14 @@ func TestOperatorCommands(t *testing.T) {
 		_, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, dev.TaintRuleName(), metav1.GetOptions{})
 		return err
 	})
-	st := waitState(t, ctx, shared, dev, 10*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	st := waitState(t, ctx, shared, dev, 10*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	if st.Dropped != 1 || !strings.Contains(st.LastDropped, "does not decode") {
 		t.Fatalf("dropped %d %q", st.Dropped, st.LastDropped)
 	}
 	recordHistory(t, ctx, shared.temporal, dev.WorkflowID(), "device_malformed_signal.json")
 	// Extend, then query: the update's answer and the rule's expiry agree.
-	res, err = api.SendCommand(ctx, shared.temporal, dev, policy.Command{Kind: policy.CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}, nil)
-	if err != nil || res.State != policy.Quarantined || !strings.Contains(res.Message, "extended by 48h0m0s") {
+	res, err = api.SendCommand(ctx, shared.temporal, dev, decide.Command{Kind: decide.CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}, nil)
+	if err != nil || res.State != decide.Quarantined || !strings.Contains(res.Message, "extended by 48h0m0s") {
 		t.Fatalf("extend: %+v %v", res, err)
 	}
 	recordHistory(t, ctx, shared.temporal, sdc.WorkflowID(), "device_force.json")

@@ -19,8 +19,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -70,8 +71,8 @@ func setHealth(t *testing.T, ctx context.Context, kube kubernetes.Interface, ids
 	}
 }
 
-func stateOf(ctx context.Context, s *stack, id device.ID) (policy.DeviceState, error) {
-	var st policy.DeviceState
+func stateOf(ctx context.Context, s *stack, id device.ID) (decide.DeviceState, error) {
+	var st decide.DeviceState
 	return st, queryInto(ctx, s.temporal, id.WorkflowID(), &st)
 }
 
@@ -159,14 +160,14 @@ func TestRestartMidStorm(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("%s: %w", id, err)
 			}
-			want, transitions := policy.Suspect, 1
+			want, transitions := decide.Suspect, 1
 			switch {
 			case i < 4:
-				want, transitions = policy.Healthy, 2
+				want, transitions = decide.Healthy, 2
 			case i >= 12 && i < 18:
-				want = policy.Quarantined
+				want = decide.Quarantined
 			}
-			if i < 4 && st.State == policy.Healthy && len(st.Transitions) == 0 {
+			if i < 4 && st.State == decide.Healthy && len(st.Transitions) == 0 {
 				continue
 			}
 			if st.State != want || len(st.Transitions) != transitions {
@@ -200,7 +201,7 @@ func TestLeaderElection(t *testing.T) {
 	defer stopInfra()
 	opts := func(id string) app.ControllerOptions {
 		// The default breaker allows 10% of 16 devices (one action); this test is about leadership.
-		return app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}, LeaderElection: &app.LeaderElection{Namespace: "default", Name: "devicewarden-watcher",
+		return app.ControllerOptions{Workers: 4, Breaker: breaker.Config{Window: time.Minute, MaxCount: 100}, LeaderElection: &app.LeaderElection{Namespace: "default", Name: "devicewarden-watcher",
 			Identity: id, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}}
 	}
 	holder := func() string {
@@ -279,7 +280,7 @@ func TestRestartWhileDeviceMissing(t *testing.T) {
 	_, stop1 := s.controller(app.ControllerOptions{Workers: 4})
 	id := devicePods(t, ctx, s.kube, "failover", 1)[0]
 	unpublish(t, ctx, s.kube, id)
-	settled(t, ctx, s, id, policy.Suspect)
+	settled(t, ctx, s, id, decide.Suspect)
 	before, err := stateOf(ctx, s, id)
 	if err != nil {
 		t.Fatal(err)
@@ -293,9 +294,9 @@ func TestRestartWhileDeviceMissing(t *testing.T) {
 // stillSuspect waits until a new watcher (a restart, a new leader) has re-sent the device's state
 // once, under its own newer sequence, and checks that the device stayed Suspect with the same
 // tolerance window and no new transition.
-func stillSuspect(t *testing.T, ctx context.Context, s *stack, id device.ID, before policy.DeviceState, after string) {
+func stillSuspect(t *testing.T, ctx context.Context, s *stack, id device.ID, before decide.DeviceState, after string) {
 	t.Helper()
-	var st policy.DeviceState
+	var st decide.DeviceState
 	eventually(t, 30*time.Second, "the new watcher's report heard after "+after, func() error {
 		var err error
 		if st, err = stateOf(ctx, s, id); err != nil {
@@ -306,7 +307,7 @@ func stillSuspect(t *testing.T, ctx context.Context, s *stack, id device.ID, bef
 		}
 		return nil
 	})
-	if st.State != policy.Suspect || !st.ToleranceUntil.Equal(before.ToleranceUntil) || len(st.Transitions) != len(before.Transitions) {
+	if st.State != decide.Suspect || !st.ToleranceUntil.Equal(before.ToleranceUntil) || len(st.Transitions) != len(before.Transitions) {
 		t.Fatalf("after %s: %s until %s (was until %s), transitions %+v", after, st.State, st.ToleranceUntil, before.ToleranceUntil, st.Transitions)
 	}
 }

@@ -19,8 +19,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/slackapp"
@@ -32,11 +32,11 @@ type countingDecider struct {
 	n  int
 }
 
-func (d *countingDecider) Decide(context.Context, device.ID, policy.Command) (policy.CommandResult, error) {
+func (d *countingDecider) Decide(context.Context, device.ID, decide.Command) (decide.CommandResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.n++
-	return policy.CommandResult{State: policy.Released}, nil
+	return decide.CommandResult{State: decide.Released}, nil
 }
 
 func (d *countingDecider) ApproveRollout(context.Context, string, rolloutplan.Command) (string, error) {

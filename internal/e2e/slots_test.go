@@ -13,7 +13,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
 // TestSlotOfATerminatedMigrationIsFreed: a migration holds a limiter slot and is terminated by
@@ -30,13 +30,13 @@ func TestSlotOfATerminatedMigrationIsFreed(t *testing.T) {
 			api.NodeWorkflow, api.NodeInput{Node: "e2e-slots-" + name}); err != nil {
 			t.Fatal(err)
 		}
-		if err := (&api.LimiterClient{Client: tc}).Acquire(ctx, policy.SlotRequest{ID: id, Node: "e2e-slots-" + name, PerNode: 1, ClusterWide: 100}); err != nil {
+		if err := (&api.LimiterClient{Client: tc}).Acquire(ctx, migrationplan.SlotRequest{ID: id, Node: "e2e-slots-" + name, PerNode: 1, ClusterWide: 100}); err != nil {
 			t.Fatal(err)
 		}
 		return id
 	}
 	holders := func() []string {
-		var st policy.SlotState
+		var st migrationplan.SlotState
 		if err := queryInto(ctx, tc, api.MigrationLimiterID, &st); err != nil {
 			t.Fatal(err)
 		}

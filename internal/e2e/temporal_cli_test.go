@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
-	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -46,7 +46,7 @@ func TestStockTemporalCLI(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, id, corev1.ResourceHealthStatusUnknown, "driver restarting"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, shared, id, 30*time.Second, func(st policy.DeviceState) bool { return st.State == policy.Suspect })
+	waitState(t, ctx, shared, id, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Suspect })
 
 	if out, err := temporalCLI(t, ctx, "workflow", "signal", "--workflow-id", wf, "--name", "extend", "--input", `{"actor":"bob","duration":[1]}`); err != nil {
 		t.Fatalf("signal: %v\n%s", err, out)

@@ -14,7 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
@@ -33,7 +34,7 @@ func TestTemporalDown(t *testing.T) {
 	addr := s.frontend
 	kube := s.kube
 	// A cap of 10% of these 8 devices would hold all but one; this test is about Temporal.
-	m, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100}})
+	m, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Breaker: breaker.Config{Window: time.Minute, MaxCount: 100}})
 	defer stopCtl()
 	ids := devicePods(t, ctx, kube, "tdown", 3)
 	ruleFor := func(i int) error {
@@ -75,7 +76,7 @@ func TestTemporalDown(t *testing.T) {
 	var rules []string
 	for _, id := range ids {
 		st, err := stateOf(ctx, s, id)
-		if err != nil || st.State != policy.Quarantined || len(st.Transitions) != 1 {
+		if err != nil || st.State != decide.Quarantined || len(st.Transitions) != 1 {
 			t.Fatalf("%s: %s with %d transitions (%v)", id, st.State, len(st.Transitions), err)
 		}
 		if n, err := runs(ctx, s, id); err != nil || n != 1 {

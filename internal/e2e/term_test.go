@@ -15,8 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // TestOrderSurvivesFailoverToAnOlderReplica: replica a starts, then b; b leads and reports a
@@ -48,7 +49,7 @@ func TestOrderSurvivesFailoverToAnOlderReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, stop := s.controller(app.ControllerOptions{Workers: 4, MetricsListener: ln,
-			Breaker: policy.BreakerConfig{Window: time.Minute, MaxCount: 100},
+			Breaker: breaker.Config{Window: time.Minute, MaxCount: 100},
 			LeaderElection: &app.LeaderElection{Namespace: "default", Name: leaseName, Identity: identity,
 				LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}})
 		return ln.Addr().String(), stop
@@ -73,11 +74,11 @@ func TestOrderSurvivesFailoverToAnOlderReplica(t *testing.T) {
 
 	id := devicePods(t, ctx, s.kube, "order", 1)[0]
 	setHealth(t, ctx, s.kube, []device.ID{id}, corev1.ResourceHealthStatusUnknown)
-	var underB policy.DeviceState
+	var underB decide.DeviceState
 	eventually(t, 30*time.Second, "b's Unknown report taken", func() error {
 		var err error
 		underB, err = stateOf(ctx, s, id)
-		if err == nil && (underB.State != policy.Suspect || underB.Seq == nil) {
+		if err == nil && (underB.State != decide.Suspect || underB.Seq == nil) {
 			err = fmt.Errorf("state %s, seq %v", underB.State, underB.Seq)
 		}
 		return err
@@ -86,7 +87,7 @@ func TestOrderSurvivesFailoverToAnOlderReplica(t *testing.T) {
 	stopB() // b's node drained: it gives the Lease up
 	eventually(t, 30*time.Second, "a leads, its watcher synced", func() error { return expectReady(readyA, "ok") })
 	setHealth(t, ctx, s.kube, []device.ID{id}, corev1.ResourceHealthStatusUnhealthy)
-	settled(t, ctx, s, id, policy.Quarantined)
+	settled(t, ctx, s, id, decide.Quarantined)
 	st, err := stateOf(ctx, s, id)
 	if err != nil {
 		t.Fatal(err)

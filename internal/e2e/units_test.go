@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -19,12 +21,11 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
-
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -128,7 +129,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 	}
 
 	// One decision for the physical GPU: its workflow is the unit's, every form is fenced.
-	st := waitState(t, ctx, shared, unit, time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Quarantined })
+	st := waitState(t, ctx, shared, unit, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	if st.Unit == nil || st.Unit.Whole != "gpu-0" || len(st.Unit.Devices) != sim.FormsPerGPU {
 		t.Fatalf("unit %+v: want gpu-0's %d forms", st.Unit, sim.FormsPerGPU)
 	}
@@ -138,7 +139,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 			return err
 		}
 		for _, d := range st.Unit.Devices {
-			if rules[d] != policy.TaintQuarantine {
+			if rules[d] != decide.TaintQuarantine {
 				return fmt.Errorf("%s not fenced: %v", d, rules)
 			}
 		}
@@ -187,7 +188,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		}
 		return nil
 	})
-	// The stock temporal CLI finds the unit by any of its forms, as README says.
+	// The stock temporal CLI finds the unit by any of its forms, as docs/policy-and-recovery.md says.
 	eventually(t, 30*time.Second, "temporal workflow list by a form", func() error {
 		out, err := temporalCLI(t, ctx, "workflow", "list", "--query", fmt.Sprintf("DeviceForms = '%s'", bad))
 		if err != nil || !strings.Contains(out, unit.WorkflowID()) {
@@ -211,13 +212,13 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 
 	// Each of gpu-0's workloads gets a migration, the one whose Pod reported nothing included;
 	// bare Pods keep their evidence and wait for a person, who moves them.
-	st = waitState(t, ctx, shared, unit, 30*time.Second, func(st policy.DeviceState) bool { return len(st.Migrations) == 3 })
+	st = waitState(t, ctx, shared, unit, 30*time.Second, func(st decide.DeviceState) bool { return len(st.Migrations) == 3 })
 	var moved []string
 	for _, mid := range st.Migrations {
-		var ms policy.MigrationState
+		var ms migrationplan.MigrationState
 		eventually(t, 30*time.Second, "migration "+mid+" waiting for a decision", func() error {
 			var err error
-			if ms, err = migrationState(ctx, mid); err != nil || ms.Phase != policy.PhaseWaitingForDecision || ms.Evidence == "" {
+			if ms, err = migrationState(ctx, mid); err != nil || ms.Phase != migrationplan.PhaseWaitingForDecision || ms.Evidence == "" {
 				return fmt.Errorf("migration %s, evidence %q (%v)", ms.Phase, ms.Evidence, err)
 			}
 			return nil
@@ -226,7 +227,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 			t.Fatalf("migrate-anyway: %v (%s)", err, out)
 		}
 		res := migrationResult(t, ctx, mid)
-		if res.Outcome != policy.OutcomeMigrated || len(res.Moved) != 1 {
+		if res.Outcome != migrationplan.OutcomeMigrated || len(res.Moved) != 1 {
 			t.Fatalf("migration %s: %+v", mid, res)
 		}
 		moved = append(moved, res.Moved[0][strings.LastIndex(res.Moved[0], "/")+1:])
@@ -292,14 +293,14 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 
 	// The probe on the broken GPU fails; fixed, the next review proves the whole gpu-0 and the
 	// release lifts every form's rule at once.
-	st = waitState(t, ctx, shared, unit, time.Minute, func(st policy.DeviceState) bool { return st.LastProbe != nil })
-	if st.LastProbe.Passed || st.State != policy.Quarantined {
+	st = waitState(t, ctx, shared, unit, time.Minute, func(st decide.DeviceState) bool { return st.LastProbe != nil })
+	if st.LastProbe.Passed || st.State != decide.Quarantined {
 		t.Fatalf("probe of the broken GPU: %+v, state %s", st.LastProbe, st.State)
 	}
 	if err := sim.SetFault(ctx, kube, device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}, corev1.ResourceHealthStatusHealthy, ""); err != nil {
 		t.Fatal(err)
 	}
-	st = waitState(t, ctx, shared, unit, 2*time.Minute, func(st policy.DeviceState) bool { return st.State == policy.Released })
+	st = waitState(t, ctx, shared, unit, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
 	if rules, err := unitRules(ctx, kube, unit); err != nil || len(rules) != 0 {
 		t.Fatalf("rules after the release: %v (%v)", rules, err)
 	}
@@ -330,7 +331,7 @@ func TestForceQuarantineOfAPartitionFencesItsGPU(t *testing.T) {
 	// A closed run of the partition's own (a standalone run that ended in service) is not where
 	// its commands go once its unit runs (#40, defect 4: deciderOf took any run, closed or not).
 	closed, err := shared.temporal.SignalWithStartWorkflow(ctx, part.WorkflowID(), api.SignalObservation,
-		policy.Observation{Device: part, Node: node, Health: device.Healthy, StatusVersion: "1", ObservedAt: time.Now()},
+		decide.Observation{Device: part, Node: node, Health: device.Healthy, StatusVersion: "1", ObservedAt: time.Now()},
 		client.StartWorkflowOptions{ID: part.WorkflowID(), TaskQueue: api.TaskQueue}, api.DeviceWorkflow,
 		api.DeviceInput{Device: part, Node: node, Policy: policy.Default()})
 	if err != nil {

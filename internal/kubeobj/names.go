@@ -8,12 +8,12 @@ import (
 	"cmp"
 	"strings"
 
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // Who owns an object, and the taint key of every quarantine.
 const (
-	TaintKey       = policy.TaintQuarantine
+	TaintKey       = decide.TaintQuarantine
 	FieldManager   = "devicewarden"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "devicewarden"

@@ -17,9 +17,13 @@ var layers = [][]string{
 	// Leaves: no package of this module.
 	{"internal/device", "internal/capacity", "internal/ports", "internal/poll", "internal/buildinfo",
 		"internal/imagecheck", "internal/casemut", "internal/layers", "activities/activitytest"},
-	// Pure rules and local infrastructure.
+	// The policy file, and local infrastructure.
 	{"internal/policy", "internal/metrics", "internal/localcluster", "internal/temporalserver"},
-	{"internal/rolloutplan", "internal/kubeobj", "internal/notify", "internal/temporalserver/temporaltest"},
+	// Pure decisions: a device's, and a rollout's.
+	{"internal/decide", "internal/rolloutplan", "internal/temporalserver/temporaltest"},
+	// Pure decisions built on a device's: the breaker, migrations, node escalation; and what
+	// DeviceWarden writes on objects and sends to people.
+	{"internal/breaker", "internal/migrationplan", "internal/escalation", "internal/kubeobj", "internal/notify"},
 	// The workflow contract, and the simulated driver.
 	{"api", "internal/sim"},
 	// Side effects, and the parties that only talk to workflows through the contract.
@@ -123,6 +127,30 @@ func TestOnlyTheWorkerImportsTheImplementation(t *testing.T) {
 			if implementation(i) && !seen[i] {
 				seen[i] = true
 				t.Errorf("%s imports %s: use package api", p.ImportPath, i)
+			}
+		}
+	}
+}
+
+// pure are the decision packages: they do no I/O, so they import no Temporal and no Kubernetes client.
+var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/decide", "internal/rolloutplan",
+	"internal/breaker", "internal/migrationplan", "internal/escalation"}
+
+// TestDecisionsDoNoIO: a pure package that imports a Temporal or Kubernetes client fails.
+func TestDecisionsDoNoIO(t *testing.T) {
+	byPath := map[string]pkg{}
+	for _, p := range packages(t) {
+		byPath[p.ImportPath] = p
+	}
+	for _, name := range pure {
+		p, ok := byPath[name]
+		if !ok {
+			t.Errorf("%s: no such package", name)
+			continue
+		}
+		for _, i := range p.Imports {
+			if strings.HasPrefix(i, "go.temporal.io/") || strings.HasPrefix(i, "k8s.io/client-go") {
+				t.Errorf("%s imports %s: decisions do no I/O", name, i)
 			}
 		}
 	}

@@ -6,8 +6,8 @@ package notify
 import (
 	"context"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // AlertInput is one alert about a device or the fleet.
@@ -38,9 +38,9 @@ type ApprovalRequest struct {
 	WorkflowID string    `json:"workflowID"`
 	// Channel is the policy's Slack channel.
 	Channel string             `json:"channel,omitempty"`
-	Probe   *policy.StepResult `json:"probe,omitempty"`
-	Canary  *policy.StepResult `json:"canary,omitempty"`
-	// Review names the review asking (policy.Review.ID): the buttons decide on it alone.
+	Probe   *decide.StepResult `json:"probe,omitempty"`
+	Canary  *decide.StepResult `json:"canary,omitempty"`
+	// Review names the review asking (decide.Review.ID): the buttons decide on it alone.
 	Review string `json:"review,omitempty"`
 }
 

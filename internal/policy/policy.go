@@ -1,4 +1,6 @@
-// Package policy holds the per-device-class remediation policy and its YAML file.
+// Package policy reads the policy file: per device class or driver, how a device is fenced,
+// reviewed and migrated, and the durations it names. Decisions live in decide, breaker,
+// migrationplan and escalation.
 package policy
 
 import (

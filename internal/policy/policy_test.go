@@ -28,51 +28,7 @@ drivers:
   nic.example.com: {identity: [serial]}
 `
 
-// drivers names identity attributes for the drivers the broken-file cases use.
 const drivers = "drivers:\n  d: {identity: [uuid]}\n  e: {identity: [uuid]}\n"
-
-func TestParseAndMatch(t *testing.T) {
-	s, err := Parse([]byte(good))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		class, driver string
-		wantName      string
-		wantTolerance time.Duration
-	}{
-		{"gpu.example.com", "gpu.example.com", "a100", 10 * time.Minute},
-		{"other", "nic.example.com", "nics", 2 * time.Minute},
-		{"other", "other", "default", 2 * time.Minute},
-	}
-	for _, tt := range tests {
-		p := s.For(tt.class, tt.driver)
-		if p.Name != tt.wantName || p.ToleranceWindow.D() != tt.wantTolerance {
-			t.Errorf("For(%s, %s) = %s/%s, want %s/%s", tt.class, tt.driver, p.Name, p.ToleranceWindow.D(), tt.wantName, tt.wantTolerance)
-		}
-	}
-	if p := s.For("gpu.example.com", "x"); !p.ApprovalRequired || p.HeartbeatLimit != Default().HeartbeatLimit {
-		t.Errorf("overrides not layered on the default: %+v", p)
-	}
-	p := s.For("", "nic.example.com")
-	if p.TaintEffect != EffectNoExecute {
-		t.Errorf("effect = %s", p.TaintEffect)
-	}
-	wantProbe := Check{Image: "diag:1", Command: []string{"diag", "--full"}, Timeout: JSONDuration(2 * time.Minute), Namespace: DefaultProbeNamespace}
-	if !reflect.DeepEqual(p.Probe, wantProbe) || p.Canary.Namespace != "canaries" || p.Canary.Image != DefaultCheckImage ||
-		p.SlackChannel != "#nics" || !reflect.DeepEqual(p.Identity, []string{"serial"}) {
-		t.Errorf("probe/canary/identity not read: %+v", p)
-	}
-	if p := s.For("gpu.example.com", "gpu.example.com"); p.Identity != nil || p.Probe.Image != DefaultCheckImage {
-		t.Errorf("a driver the file does not name has identity %v, probe %+v", p.Identity, p.Probe)
-	}
-	if p := s.WithIdentity("gpu.example.com", "node", "index").For("gpu.example.com", "gpu.example.com"); !reflect.DeepEqual(p.Identity, []string{"node", "index"}) {
-		t.Errorf("WithIdentity: %v", p.Identity)
-	}
-	if p := s.WithIdentity("nic.example.com", "other").For("", "nic.example.com"); !reflect.DeepEqual(p.Identity, []string{"serial"}) {
-		t.Errorf("WithIdentity overrode the file's identity: %v", p.Identity)
-	}
-}
 
 func TestEmptyFileIsTheDefault(t *testing.T) {
 	s, err := Parse(nil)
@@ -182,8 +138,6 @@ func TestDriversCDIAndAmbiguous(t *testing.T) {
 	}
 }
 
-// A driver's units: counter sets by default, a grouping attribute, or independent partitions;
-// asking for both, or for neither, is refused with the reason.
 func TestDriverUnits(t *testing.T) {
 	set, err := Parse([]byte("drivers:\n  a.example.com: {identity: [uuid], units: {attribute: parentUUID}}\n  b.example.com: {identity: [uuid], units: {independent: true}}\n  c.example.com: {identity: [uuid]}\n"))
 	if err != nil {
@@ -203,5 +157,48 @@ func TestDriverUnits(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "drivers.a.example.com.units: give either attribute") {
 			t.Fatalf("units %s: %v", bad, err)
 		}
+	}
+}
+
+func TestParseAndMatch(t *testing.T) {
+	s, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		class, driver string
+		wantName      string
+		wantTolerance time.Duration
+	}{
+		{"gpu.example.com", "gpu.example.com", "a100", 10 * time.Minute},
+		{"other", "nic.example.com", "nics", 2 * time.Minute},
+		{"other", "other", "default", 2 * time.Minute},
+	}
+	for _, tt := range tests {
+		p := s.For(tt.class, tt.driver)
+		if p.Name != tt.wantName || p.ToleranceWindow.D() != tt.wantTolerance {
+			t.Errorf("For(%s, %s) = %s/%s, want %s/%s", tt.class, tt.driver, p.Name, p.ToleranceWindow.D(), tt.wantName, tt.wantTolerance)
+		}
+	}
+	if p := s.For("gpu.example.com", "x"); !p.ApprovalRequired || p.HeartbeatLimit != Default().HeartbeatLimit {
+		t.Errorf("overrides not layered on the default: %+v", p)
+	}
+	p := s.For("", "nic.example.com")
+	if p.TaintEffect != EffectNoExecute {
+		t.Errorf("effect = %s", p.TaintEffect)
+	}
+	wantProbe := Check{Image: "diag:1", Command: []string{"diag", "--full"}, Timeout: JSONDuration(2 * time.Minute), Namespace: DefaultProbeNamespace}
+	if !reflect.DeepEqual(p.Probe, wantProbe) || p.Canary.Namespace != "canaries" || p.Canary.Image != DefaultCheckImage ||
+		p.SlackChannel != "#nics" || !reflect.DeepEqual(p.Identity, []string{"serial"}) {
+		t.Errorf("probe/canary/identity not read: %+v", p)
+	}
+	if p := s.For("gpu.example.com", "gpu.example.com"); p.Identity != nil || p.Probe.Image != DefaultCheckImage {
+		t.Errorf("a driver the file does not name has identity %v, probe %+v", p.Identity, p.Probe)
+	}
+	if p := s.WithIdentity("gpu.example.com", "node", "index").For("gpu.example.com", "gpu.example.com"); !reflect.DeepEqual(p.Identity, []string{"node", "index"}) {
+		t.Errorf("WithIdentity: %v", p.Identity)
+	}
+	if p := s.WithIdentity("nic.example.com", "other").For("", "nic.example.com"); !reflect.DeepEqual(p.Identity, []string{"serial"}) {
+		t.Errorf("WithIdentity overrode the file's identity: %v", p.Identity)
 	}
 }

@@ -15,10 +15,10 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Action IDs of the approval buttons.
@@ -132,7 +132,7 @@ func ApprovalBlocks(in notify.ApprovalRequest, link string) []slack.Block {
 	return []slack.Block{slack.NewSectionBlock(md, nil, nil), slack.NewActionBlock("devicewarden-approval", approve, reject)}
 }
 
-func step(r *policy.StepResult) string {
+func step(r *decide.StepResult) string {
 	switch {
 	case r == nil:
 		return "-"
@@ -207,9 +207,9 @@ func (n *Notifier) count(result string) {
 
 func levelEmoji(level string) string {
 	switch level {
-	case policy.LevelCritical:
+	case decide.LevelCritical:
 		return ":red_circle:"
-	case policy.LevelWarning:
+	case decide.LevelWarning:
 		return ":warning:"
 	}
 	return ":information_source:"

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -43,7 +44,7 @@ type Report struct {
 	Message     string
 	Reporter    api.Reporter
 	// Source is where the report came from (empty: a Pod's status).
-	Source policy.Source
+	Source decide.Source
 }
 
 // ResolveError explains why one health entry was not turned into a Report.

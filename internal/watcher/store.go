@@ -4,16 +4,16 @@ import (
 	"cmp"
 	"iter"
 	"slices"
-
-	corev1 "k8s.io/api/core/v1"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // store aggregates reports per device across every pod that holds it and remembers what was
@@ -32,7 +32,7 @@ type store struct {
 	seen map[string]struct{}
 	// outages holds nodes whose Lease expired, with the reason.
 	outages map[string]string
-	// term and counter order this watcher's observations (policy.Seq): a watcher started later,
+	// term and counter order this watcher's observations (decide.Seq): a watcher started later,
 	// a new leader, has a larger term (Config.Term).
 	term    int64
 	counter uint64
@@ -53,7 +53,7 @@ type entry struct {
 	// driverCleared: the driver took back its own word against the device (its slice taint, its
 	// claim condition); the next observation says so with that source, which may start a
 	// quarantined device's recovery review.
-	driverCleared policy.Source
+	driverCleared decide.Source
 }
 
 func newStore() *store {
@@ -84,7 +84,7 @@ func (s *store) signalledAny() bool {
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.
 func (s *store) stamp(obs api.Observation) api.Observation {
 	s.counter++
-	obs.Seq = &policy.Seq{Term: s.term, N: s.counter}
+	obs.Seq = &decide.Seq{Term: s.term, N: s.counter}
 	return obs
 }
 
@@ -500,7 +500,7 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 
 // clearedByDriver notes that the driver took back its word against a device that has a
 // workflow (source: how it had said it); it returns whether there is one to tell.
-func (s *store) clearedByDriver(id device.ID, source policy.Source) bool {
+func (s *store) clearedByDriver(id device.ID, source decide.Source) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[s.unitID(id)]

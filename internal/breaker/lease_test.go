@@ -1,4 +1,4 @@
-package policy
+package breaker
 
 import (
 	"fmt"
@@ -7,28 +7,28 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 )
 
-func leaseReq(worker, dev string, action State, cfg BreakerConfig) LeaseRequest {
+func leaseReq(worker, dev string, action decide.State, cfg Config) LeaseRequest {
 	return LeaseRequest{PermitRequest: PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: dev}, Action: action, Config: cfg},
 		Worker: worker, Queue: "q-" + worker, Want: LeaseBatch}
 }
 
-// A lease grants the request's own permit and at most half of what is still free; reports turn
-// spent permits into grants naming their devices and give returned ones back.
 func TestLeaseGrantsHalfOfWhatIsFree(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20}
+	b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	res := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
+	res := b.Lease(leaseReq("w1", "gpu-0", decide.Quarantined, cfg), t0)
 	if !res.Granted || res.Lease == nil || res.Lease.Count != 8 || res.Lease.Until != t0.Add(LeaseFor) {
 		t.Fatalf("first lease = %+v %+v", res, res.Lease)
 	}
 	if got := b.used("actions"); got != 9 {
 		t.Fatalf("used = %d, want 9 (1 granted + 8 leased)", got)
 	}
-	res = b.Lease(leaseReq("w2", "gpu-1", Quarantined, cfg), t0)
+	res = b.Lease(leaseReq("w2", "gpu-1", decide.Quarantined, cfg), t0)
 	if res.Lease == nil || res.Lease.Count != 5 { // 20 - 10 = 10 free, half of it
 		t.Fatalf("second lease = %+v", res.Lease)
 	}
@@ -37,7 +37,7 @@ func TestLeaseGrantsHalfOfWhatIsFree(t *testing.T) {
 		t.Fatalf("after a report: leases %+v, used %d", b.Leases, b.used("actions"))
 	}
 	g := b.Grants[len(b.Grants)-1]
-	if g.Device != "d/p/gpu-7" || g.Action != Quarantined || !g.At.Equal(t0.Add(time.Second)) {
+	if g.Device != "d/p/gpu-7" || g.Action != decide.Quarantined || !g.At.Equal(t0.Add(time.Second)) {
 		t.Fatalf("spent permit became %+v", g)
 	}
 	// A report from another worker, of a lease it does not hold, changes nothing.
@@ -56,25 +56,23 @@ func TestLeaseGrantsHalfOfWhatIsFree(t *testing.T) {
 		t.Fatalf("a spend before its lease counted at %s", g.At)
 	}
 	// Restrictions lease from their own budget.
-	res = b.Lease(leaseReq("w1", "gpu-2", Restricted, cfg), t0)
+	res = b.Lease(leaseReq("w1", "gpu-2", decide.Restricted, cfg), t0)
 	if res.Lease == nil || res.Lease.Count != 8 || b.used("restrictions") != 9 || b.used("actions") != 8 {
 		t.Fatalf("restriction lease %+v: used %d / %d", res.Lease, b.used("restrictions"), b.used("actions"))
 	}
 }
 
-// Near the cap the breaker leases nothing more, and when every permit is granted or leased the
-// next request opens it: what workers hold counts as used.
 func TestLeasesCountTowardTheCap(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 4}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 4}
+	b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	r1 := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0) // 1 + half of 3
-	r2 := b.Lease(leaseReq("w2", "gpu-1", Quarantined, cfg), t0) // 1, 0 leased (1 free)
-	r3 := b.Lease(leaseReq("w3", "gpu-2", Quarantined, cfg), t0) // the last one
+	r1 := b.Lease(leaseReq("w1", "gpu-0", decide.Quarantined, cfg), t0) // 1 + half of 3
+	r2 := b.Lease(leaseReq("w2", "gpu-1", decide.Quarantined, cfg), t0) // 1, 0 leased (1 free)
+	r3 := b.Lease(leaseReq("w3", "gpu-2", decide.Quarantined, cfg), t0) // the last one
 	if r1.Lease == nil || r1.Lease.Count != 1 || r2.Lease != nil || !r3.Granted || r3.Lease != nil {
 		t.Fatalf("leases: %+v / %+v / %+v", r1.Lease, r2, r3)
 	}
-	r4 := b.Lease(leaseReq("w3", "gpu-3", Quarantined, cfg), t0)
+	r4 := b.Lease(leaseReq("w3", "gpu-3", decide.Quarantined, cfg), t0)
 	if r4.Granted || !r4.Tripped || !b.Open {
 		t.Fatalf("over the cap: %+v", r4)
 	}
@@ -93,13 +91,12 @@ func TestLeasesCountTowardTheCap(t *testing.T) {
 	}
 }
 
-// A repeat, a claim and a refusal lease nothing.
 func TestLeaseOnlyWithAFreshGrant(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20}
+	b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
-	if r := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0); !r.Granted || r.Lease != nil {
+	b.Lease(leaseReq("w1", "gpu-0", decide.Quarantined, cfg), t0)
+	if r := b.Lease(leaseReq("w1", "gpu-0", decide.Quarantined, cfg), t0); !r.Granted || r.Lease != nil {
 		t.Fatalf("a repeat leased %+v", r)
 	}
 	claim := leaseReq("w1", "", ClaimDeleted, cfg)
@@ -107,26 +104,24 @@ func TestLeaseOnlyWithAFreshGrant(t *testing.T) {
 	if r := b.Lease(claim, t0); !r.Granted || r.Lease != nil {
 		t.Fatalf("a claim leased %+v", r)
 	}
-	none := leaseReq("w1", "gpu-1", Quarantined, cfg)
+	none := leaseReq("w1", "gpu-1", decide.Quarantined, cfg)
 	none.Want = 0
 	if r := b.Lease(none, t0); !r.Granted || r.Lease != nil {
 		t.Fatalf("a request for no batch leased %+v", r)
 	}
 	b.Trip("op", "test", t0)
-	if r := b.Lease(leaseReq("w1", "gpu-2", Quarantined, cfg), t0); r.Granted || r.Lease != nil {
+	if r := b.Lease(leaseReq("w1", "gpu-2", decide.Quarantined, cfg), t0); r.Granted || r.Lease != nil {
 		t.Fatalf("a paused breaker leased %+v", r)
 	}
 }
 
-// A revocation lists each worker's spendable leases once, by queue; leases it could not reach
-// hold the breaker until they can no longer be spent.
 func TestOutstandingAndUnreachable(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 100}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 100}
+	b := &State{Config: cfg, SeparateBudgets: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
-	b.Lease(leaseReq("w2", "gpu-1", Quarantined, cfg), t0.Add(time.Second))
-	b.Lease(leaseReq("w1", "gpu-2", Restricted, cfg), t0.Add(2*time.Second))
+	b.Lease(leaseReq("w1", "gpu-0", decide.Quarantined, cfg), t0)
+	b.Lease(leaseReq("w2", "gpu-1", decide.Quarantined, cfg), t0.Add(time.Second))
+	b.Lease(leaseReq("w1", "gpu-2", decide.Restricted, cfg), t0.Add(2*time.Second))
 	queues, ids := b.Outstanding(t0.Add(3 * time.Second))
 	if fmt.Sprint(queues) != "[q-w1 q-w2]" || fmt.Sprint(ids["q-w1"]) != "[1 3]" || fmt.Sprint(ids["q-w2"]) != "[2]" {
 		t.Fatalf("outstanding %v %v", queues, ids)
@@ -149,13 +144,10 @@ func TestOutstandingAndUnreachable(t *testing.T) {
 	}
 }
 
-// Many workers lease, spend, report, return and die in any order: the devices that acted in any
-// window since the last resume never outnumber the cap, and a lease is never spent after it ran
-// out. The model's workers spend only what they hold, as the worker package does.
 func TestLeasesNeverExceedTheCap(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 30).Draw(rt, "cap")}
-		b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
+		cfg := Config{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 30).Draw(rt, "cap")}
+		b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true}
 		type held struct {
 			lease Lease
 			left  int
@@ -187,7 +179,7 @@ func TestLeasesNeverExceedTheCap(t *testing.T) {
 					continue
 				}
 				dev++
-				res := b.Lease(leaseReq(fmt.Sprint(w), fmt.Sprintf("gpu-%d", dev), Quarantined, cfg), now)
+				res := b.Lease(leaseReq(fmt.Sprint(w), fmt.Sprintf("gpu-%d", dev), decide.Quarantined, cfg), now)
 				if res.Granted {
 					act()
 				}
@@ -229,59 +221,52 @@ func TestLeasesNeverExceedTheCap(t *testing.T) {
 	})
 }
 
-// A leased permit is recorded under the action that spent it: a batch leased by a migration and
-// spent on device E's quarantine leaves E's own migration to be counted (#40, defect 3). Before
-// the change it was recorded as E's migration, so E's migration was answered "already granted"
-// at no cost and two actions counted as one.
 func TestSpentPermitKeepsItsOwnAction(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20}
+	b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	res := b.Lease(leaseReq("w1", "gpu-0", ActionMigrate, cfg), t0)
+	res := b.Lease(leaseReq("w1", "gpu-0", migrationplan.ActionMigrate, cfg), t0)
 	if res.Lease == nil {
 		t.Fatalf("no lease: %+v", res)
 	}
 	b.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Seq: 1,
-		Spent: []Grant{{Device: "d/p/gpu-1", Action: Quarantined, At: t0}}}, t0)
-	if g := b.Grants[len(b.Grants)-1]; g.Device != "d/p/gpu-1" || g.Action != Quarantined {
+		Spent: []Grant{{Device: "d/p/gpu-1", Action: decide.Quarantined, At: t0}}}, t0)
+	if g := b.Grants[len(b.Grants)-1]; g.Device != "d/p/gpu-1" || g.Action != decide.Quarantined {
 		t.Fatalf("spent on a quarantine, recorded as %+v", g)
 	}
 	used := b.used("actions")
-	mig := b.Acquire(leaseReq("w1", "gpu-1", ActionMigrate, cfg).PermitRequest, t0)
+	mig := b.Acquire(leaseReq("w1", "gpu-1", migrationplan.ActionMigrate, cfg).PermitRequest, t0)
 	if !mig.Granted || mig.Reason != "" || b.used("actions") != used+1 {
 		t.Fatalf("gpu-1's migration after its quarantine: %+v, used %d -> %d", mig, used, b.used("actions"))
 	}
 	// A spend of another budget is never recorded as that budget: it stays the lease's.
 	b.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Seq: 2,
-		Spent: []Grant{{Device: "d/p/gpu-2", Action: Restricted, At: t0}}}, t0)
-	if g := b.Grants[len(b.Grants)-1]; g.Action != ActionMigrate {
+		Spent: []Grant{{Device: "d/p/gpu-2", Action: decide.Restricted, At: t0}}}, t0)
+	if g := b.Grants[len(b.Grants)-1]; g.Action != migrationplan.ActionMigrate {
 		t.Fatalf("a restriction spent from an actions batch recorded as %+v", g)
 	}
 	// A run recorded before the change keeps recording under the lease's action.
-	old := &BreakerState{Config: cfg, SeparateBudgets: true}
-	res = old.Lease(leaseReq("w1", "gpu-0", ActionMigrate, cfg), t0)
-	old.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Spent: []Grant{{Device: "d/p/gpu-1", Action: Quarantined, At: t0}}}, t0)
-	if g := old.Grants[len(old.Grants)-1]; g.Action != ActionMigrate {
+	old := &State{Config: cfg, SeparateBudgets: true}
+	res = old.Lease(leaseReq("w1", "gpu-0", migrationplan.ActionMigrate, cfg), t0)
+	old.Report(LeaseReport{Worker: "w1", Lease: res.Lease.ID, Spent: []Grant{{Device: "d/p/gpu-1", Action: decide.Quarantined, At: t0}}}, t0)
+	if g := old.Grants[len(old.Grants)-1]; g.Action != migrationplan.ActionMigrate {
 		t.Fatalf("an old run recorded %+v", g)
 	}
 }
 
-// A report whose signal reached the breaker but answered an error is sent again; the breaker
-// applies it once. Before Seq, the resend doubled the grants and used up the lease, so the
-// worker's later genuine spends were dropped.
 func TestReportSentAgainCountsOnce(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20}
+	b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	res := b.Lease(leaseReq("w1", "gpu-0", Quarantined, cfg), t0)
+	res := b.Lease(leaseReq("w1", "gpu-0", decide.Quarantined, cfg), t0)
 	id := res.Lease.ID
 	first := LeaseReport{Worker: "w1", Lease: id, Seq: 1, Spent: []Grant{
-		{Device: "d/p/gpu-1", Action: Quarantined, At: t0}, {Device: "d/p/gpu-2", Action: Quarantined, At: t0},
-		{Device: "d/p/gpu-3", Action: Quarantined, At: t0}, {Device: "d/p/gpu-4", Action: Quarantined, At: t0}}}
+		{Device: "d/p/gpu-1", Action: decide.Quarantined, At: t0}, {Device: "d/p/gpu-2", Action: decide.Quarantined, At: t0},
+		{Device: "d/p/gpu-3", Action: decide.Quarantined, At: t0}, {Device: "d/p/gpu-4", Action: decide.Quarantined, At: t0}}}
 	b.Report(first, t0)
 	b.Report(first, t0) // the resend
 	later := LeaseReport{Worker: "w1", Lease: id, Seq: 2, Spent: []Grant{
-		{Device: "d/p/gpu-5", Action: Quarantined, At: t0}, {Device: "d/p/gpu-6", Action: Quarantined, At: t0}}}
+		{Device: "d/p/gpu-5", Action: decide.Quarantined, At: t0}, {Device: "d/p/gpu-6", Action: decide.Quarantined, At: t0}}}
 	b.Report(later, t0)
 	devices := map[string]int{}
 	for _, g := range b.Grants {
@@ -297,14 +282,11 @@ func TestReportSentAgainCountsOnce(t *testing.T) {
 	}
 }
 
-// A lease whose answer never reached its worker (the update timed out after the breaker made it)
-// is given back by the request's tag; before, it counted as used for a whole window, and timeouts
-// in a storm shrank the free budget until the breaker tripped falsely.
 func TestLeaseGivenBackByItsRequest(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 20}
-	b := &BreakerState{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20}
+	b := &State{Config: cfg, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	req := leaseReq("w1", "gpu-0", Quarantined, cfg)
+	req := leaseReq("w1", "gpu-0", decide.Quarantined, cfg)
 	req.Ask = "w1/7"
 	if res := b.Lease(req, t0); res.Lease == nil || res.Lease.Count != 8 {
 		t.Fatalf("lease %+v", res)

@@ -1,9 +1,10 @@
-package policy
+package decide
 
 import (
 	"slices"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // A device published in several forms (a GPU and its partitions) is one physical unit: the
@@ -65,7 +66,7 @@ func (st *DeviceState) fenceMembers(reason string) Action {
 	q := st.Quarantine
 	key, effect := TaintQuarantine, st.wantEffect(st.stateBeforeReview())
 	if r := st.Review; r != nil && r.Stage != StageProbe {
-		key, effect = TaintProbation, EffectNoSchedule
+		key, effect = TaintProbation, policy.EffectNoSchedule
 	}
 	return Action{Kind: ActFenceMembers, Key: key, Effect: effect, ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor}
 }

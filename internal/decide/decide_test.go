@@ -1,4 +1,4 @@
-package policy
+package decide
 
 import (
 	"strconv"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 var (
@@ -13,7 +14,6 @@ var (
 	dev = device.ID{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0"}
 )
 
-// step is one input to the state machine: an observation, a clock tick, or a command.
 type step struct {
 	at      time.Duration // after t0
 	obs     *device.Health
@@ -27,7 +27,7 @@ type step struct {
 
 func h(x device.Health) *device.Health { return &x }
 
-func run(p Policy, dryRun bool, steps []step) (*DeviceState, []Action) {
+func run(p policy.Policy, dryRun bool, steps []step) (*DeviceState, []Action) {
 	st := NewState(dev, "node-1", p, dryRun)
 	var all []Action
 	for _, s := range steps {
@@ -71,7 +71,7 @@ func taints(acts []Action) []Action {
 }
 
 func TestDecide(t *testing.T) {
-	p := Default() // tolerance 5m, cap 1h, heartbeat 10m, lease 24h
+	p := policy.Default() // tolerance 5m, cap 1h, heartbeat 10m, lease 24h
 	tests := []struct {
 		name        string
 		dryRun      bool
@@ -82,7 +82,7 @@ func TestDecide(t *testing.T) {
 		check       func(t *testing.T, st *DeviceState, acts []Action)
 	}{
 		{name: "unhealthy quarantines at once with NoSchedule", steps: []step{{obs: h(device.Unhealthy), version: 1}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule},
 			check: func(t *testing.T, st *DeviceState, acts []Action) {
 				q := st.Quarantine
 				if q == nil || q.Actor != Actor || !q.ExpiresAt.Equal(t0.Add(24*time.Hour)) || q.Reason == "" {
@@ -93,18 +93,18 @@ func TestDecide(t *testing.T) {
 				}
 			}},
 		{name: "dry run taints with effect None", dryRun: true, steps: []step{{obs: h(device.Unhealthy), version: 1}},
-			wantState: Quarantined, wantTaints: []string{EffectNone}},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNone}},
 		{name: "unknown then healthy inside the window: no taint", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: 4 * time.Minute, tick: true}, {at: 4 * time.Minute, obs: h(device.Healthy), version: 2},
 			{at: 6 * time.Minute, tick: true}}, wantState: Healthy},
 		{name: "unknown past the window restricts with NoSchedule, never evicts", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: 5 * time.Minute, tick: true}},
-			wantState: Restricted, wantTaints: []string{EffectNoSchedule}},
+			wantState: Restricted, wantTaints: []string{policy.EffectNoSchedule}},
 		{name: "unknown does not restrict before the window ends", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: 4*time.Minute + 59*time.Second, tick: true}}, wantState: Suspect},
 		{name: "unknown with NoExecute policy still restricts with NoSchedule", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: 5 * time.Minute, tick: true}},
-			wantState: Restricted, wantTaints: []string{EffectNoSchedule}},
+			wantState: Restricted, wantTaints: []string{policy.EffectNoSchedule}},
 		{name: "repeated unknown episodes back off: 5m, 10m, 20m", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: time.Minute, obs: h(device.Healthy), version: 2},
 			{at: 2 * time.Minute, obs: h(device.Unknown), version: 3}, {at: 3 * time.Minute, obs: h(device.Healthy), version: 4},
@@ -120,10 +120,10 @@ func TestDecide(t *testing.T) {
 			wantState: Healthy, wantIgnored: 2},
 		{name: "unhealthy after unknown upgrades the restriction to quarantine", steps: []step{
 			{obs: h(device.Unknown), version: 1}, {at: 5 * time.Minute, tick: true}, {at: 6 * time.Minute, obs: h(device.Unhealthy), version: 2}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule, EffectNoSchedule}},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule, policy.EffectNoSchedule}},
 		{name: "stale healthy becomes unknown, then restricted", steps: []step{
 			{obs: h(device.Healthy), version: 1}, {at: 10 * time.Minute, tick: true}, {at: 15 * time.Minute, tick: true}},
-			wantState: Restricted, wantTaints: []string{EffectNoSchedule},
+			wantState: Restricted, wantTaints: []string{policy.EffectNoSchedule},
 			check: func(t *testing.T, st *DeviceState, _ []Action) {
 				if !st.Stale || st.Health != device.Unknown {
 					t.Fatalf("stale=%v health=%s", st.Stale, st.Health)
@@ -137,22 +137,22 @@ func TestDecide(t *testing.T) {
 		{name: "the breaker withholds; the action is retried later", steps: []step{
 			{obs: h(device.Unhealthy), version: 1, hold: "breaker open"}, {at: 10 * time.Second, tick: true, hold: "breaker open"},
 			{at: 30 * time.Second, tick: true}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule, EffectNoSchedule}},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule, policy.EffectNoSchedule}},
 		{name: "paused device takes no automatic action until resumed", steps: []step{
 			{cmd: &Command{Kind: CmdPause, Actor: "alice"}}, {obs: h(device.Unhealthy), version: 1},
 			{at: time.Minute, tick: true}, {at: 2 * time.Minute, cmd: &Command{Kind: CmdResume, Actor: "alice"}}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule}},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule}},
 		{name: "force-quarantine by a person records the actor", steps: []step{
 			{cmd: &Command{Kind: CmdForceQuarantine, Actor: "bob", Reason: "ECC errors in dmesg"}}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule},
 			check: func(t *testing.T, st *DeviceState, _ []Action) {
 				if st.Quarantine.Actor != "bob" || st.Transitions[0].Actor != "bob" {
 					t.Fatalf("actor not recorded: %+v", st.Quarantine)
 				}
 			}},
 		{name: "extend moves the expiry", steps: []step{
-			{obs: h(device.Unhealthy), version: 1}, {cmd: &Command{Kind: CmdExtend, Actor: "bob", Duration: JSONDuration(48 * time.Hour)}}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule},
+			{obs: h(device.Unhealthy), version: 1}, {cmd: &Command{Kind: CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}}},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule},
 			check: func(t *testing.T, st *DeviceState, _ []Action) {
 				if !st.Quarantine.ExpiresAt.Equal(t0.Add(72 * time.Hour)) {
 					t.Fatalf("expires %s", st.Quarantine.ExpiresAt)
@@ -160,7 +160,7 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "an expired quarantine is re-evaluated, never silently released", steps: []step{
 			{obs: h(device.Unhealthy), version: 1}, {at: 24 * time.Hour, tick: true}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule},
 			check: func(t *testing.T, st *DeviceState, acts []Action) {
 				if !st.Quarantine.ExpiresAt.Equal(t0.Add(48*time.Hour)) || acts[len(acts)-1].Kind != ActAlert {
 					t.Fatalf("lease not renewed with an alert: %+v", st.Quarantine)
@@ -168,7 +168,7 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "a quarantined device reporting healthy stays quarantined until released", steps: []step{
 			{obs: h(device.Unhealthy), version: 1}, {at: time.Minute, obs: h(device.Healthy), version: 2}},
-			wantState: Quarantined, wantTaints: []string{EffectNoSchedule}},
+			wantState: Quarantined, wantTaints: []string{policy.EffectNoSchedule}},
 		{name: "same version, new content later in time (a node outage) is taken", steps: []step{
 			{obs: h(device.Healthy), version: 7}, {at: time.Minute, obs: h(device.Unknown), version: 7}},
 			wantState: Suspect},
@@ -180,7 +180,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pol := p
 			if tt.name == "unknown with NoExecute policy still restricts with NoSchedule" {
-				pol.TaintEffect = EffectNoExecute
+				pol.TaintEffect = policy.EffectNoExecute
 			}
 			st, acts := run(pol, tt.dryRun, tt.steps)
 			if st.State != tt.wantState {
@@ -209,31 +209,28 @@ func TestDecide(t *testing.T) {
 }
 
 func TestNextDeadline(t *testing.T) {
-	st, _ := run(Default(), false, []step{{obs: h(device.Healthy), version: 1}})
+	st, _ := run(policy.Default(), false, []step{{obs: h(device.Healthy), version: 1}})
 	if got := st.NextDeadline(); !got.Equal(t0.Add(10 * time.Minute)) {
 		t.Fatalf("healthy: next %s, want heartbeat limit", got)
 	}
-	st, _ = run(Default(), false, []step{{obs: h(device.Unknown), version: 1}})
+	st, _ = run(policy.Default(), false, []step{{obs: h(device.Unknown), version: 1}})
 	if got := st.NextDeadline(); !got.Equal(t0.Add(5 * time.Minute)) {
 		t.Fatalf("suspect: next %s, want tolerance end", got)
 	}
-	st, _ = run(Default(), false, []step{{obs: h(device.Unhealthy), version: 1}})
+	st, _ = run(policy.Default(), false, []step{{obs: h(device.Unhealthy), version: 1}})
 	if got := st.NextDeadline(); !got.Equal(t0.Add(24 * time.Hour)) {
 		t.Fatalf("quarantined: next %s, want lease expiry", got)
 	}
-	st, _ = run(Default(), false, []step{{obs: h(device.Healthy), version: 1, idle: true}})
+	st, _ = run(policy.Default(), false, []step{{obs: h(device.Healthy), version: 1, idle: true}})
 	if !st.NextDeadline().IsZero() || !st.Idle() {
 		t.Fatal("idle healthy device should wait for nothing")
 	}
 }
 
-// A staleness deadline taken up late means the workflow itself was away (Temporal down): the
-// watcher's heartbeats get one interval to arrive before a Healthy device counts as stale. On
-// time, or in runs recorded before the grace, it goes stale at once.
 func TestStaleGraceAfterTheWorkflowWasAway(t *testing.T) {
-	limit := Default().HeartbeatLimit.D()
+	limit := policy.Default().HeartbeatLimit.D()
 	fresh := func(graceOn bool) *DeviceState {
-		st := NewState(dev, "node-1", Default(), false)
+		st := NewState(dev, "node-1", policy.Default(), false)
 		st.StaleGraceOn = graceOn
 		st.Observe(obs(device.Healthy, 1, SourcePodStatus), t0)
 		return st

@@ -1,4 +1,4 @@
-package policy
+package breaker
 
 import (
 	"encoding/json"
@@ -7,16 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
-func req(i int, known int, cfg BreakerConfig) PermitRequest {
-	return PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: Quarantined, KnownDevices: known, Config: cfg}
+func req(i int, known int, cfg Config) PermitRequest {
+	return PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: decide.Quarantined, KnownDevices: known, Config: cfg}
 }
 
 func TestBreakerCapsAndHoldsUntilResume(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
-	var b BreakerState
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 5, MaxPercent: 100}
+	var b State
 	granted, tripped := 0, 0
 	for i := 0; i < 20; i++ {
 		r := b.Acquire(req(i, 100, cfg), t0)
@@ -45,14 +46,14 @@ func TestBreakerCapsAndHoldsUntilResume(t *testing.T) {
 }
 
 func TestBreakerSlidingWindowAndPercent(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 100, MaxPercent: 10}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 100, MaxPercent: 10}
 	if got := cfg.Limit(40); got != 4 {
 		t.Fatalf("limit(40) = %d, want 4 (10%%)", got)
 	}
 	if got := cfg.Limit(3); got != 1 {
 		t.Fatalf("limit(3) = %d, want at least 1", got)
 	}
-	var b BreakerState
+	var b State
 	for i := 0; i < 4; i++ {
 		if r := b.Acquire(req(i, 40, cfg), t0.Add(time.Duration(i)*time.Minute)); !r.Granted {
 			t.Fatalf("grant %d denied", i)
@@ -67,46 +68,31 @@ func TestBreakerSlidingWindowAndPercent(t *testing.T) {
 	}
 }
 
-func TestNodeEscalatesOnceAtThreshold(t *testing.T) {
-	var n NodeState
-	alerts := 0
-	for i, dev := range []string{"gpu-0", "gpu-1", "gpu-1", "gpu-2", "gpu-3"} {
-		alerts += len(n.Fail(NodeFailure{Node: "node-1", Device: dev, State: Quarantined, Threshold: 3}, t0.Add(time.Duration(i)*time.Minute)))
-		if i == 2 && n.Escalated {
-			t.Fatal("a repeated device counted twice")
-		}
-	}
-	if !n.Escalated || alerts != 1 || len(n.Failed) != 4 || !n.EscalatedAt.Equal(t0.Add(3*time.Minute)) {
-		t.Fatalf("state %+v alerts %d", n, alerts)
-	}
-}
-
-// An Unknown storm spends the restrictions' budget, not the one confirmed quarantines need.
 func TestRestrictionsHaveTheirOwnBudget(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 3}
-	b := &BreakerState{SeparateBudgets: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 3}
+	b := &State{SeparateBudgets: true}
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
-	ask := func(i int, action State) PermitResult {
+	ask := func(i int, action decide.State) PermitResult {
 		return b.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: action, KnownDevices: 1000, Config: cfg}, at(i))
 	}
 	for i := 0; i < 3; i++ {
-		if r := ask(i, Restricted); !r.Granted {
+		if r := ask(i, decide.Restricted); !r.Granted {
 			t.Fatalf("restriction %d denied: %s", i, r.Reason)
 		}
 	}
-	r := ask(3, Restricted)
+	r := ask(3, decide.Restricted)
 	if r.Granted || !r.Tripped || !b.RestrictionsOpen || b.Open || !strings.Contains(r.Reason, "restrictions") {
 		t.Fatalf("4th restriction: %+v, breaker %+v", r, b)
 	}
-	if r := ask(4, Restricted); r.Granted || r.Tripped {
+	if r := ask(4, decide.Restricted); r.Granted || r.Tripped {
 		t.Fatalf("5th restriction: %+v", r)
 	}
 	for i := 10; i < 13; i++ {
-		if r := ask(i, Quarantined); !r.Granted {
+		if r := ask(i, decide.Quarantined); !r.Granted {
 			t.Fatalf("quarantine %d denied by the restriction storm: %s", i, r.Reason)
 		}
 	}
-	if r := ask(13, Quarantined); r.Granted || !b.Open {
+	if r := ask(13, decide.Quarantined); r.Granted || !b.Open {
 		t.Fatalf("quarantine past its own cap: %+v", r)
 	}
 	b.Resume("alice", at(20))
@@ -114,37 +100,35 @@ func TestRestrictionsHaveTheirOwnBudget(t *testing.T) {
 		t.Fatal("resume left a budget closed")
 	}
 	// Without separate budgets (runs recorded before), restrictions count against the one cap.
-	old := &BreakerState{}
+	old := &State{}
 	for i := 0; i < 3; i++ {
-		old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: Restricted, Config: cfg}, at(i))
+		old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprint("gpu-", i)}, Action: decide.Restricted, Config: cfg}, at(i))
 	}
-	if r := old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: Quarantined, Config: cfg}, at(5)); r.Granted {
+	if r := old.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Action: decide.Quarantined, Config: cfg}, at(5)); r.Granted {
 		t.Fatal("old runs changed behaviour")
 	}
 }
 
 func TestBreakerConfigJSON(t *testing.T) {
-	b, err := json.Marshal(BreakerConfig{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10})
+	b, err := json.Marshal(Config{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10})
 	if err != nil || string(b) != `{"maxCount":20,"maxPercent":10,"window":"10m0s"}` {
 		t.Fatalf("%s %v", b, err)
 	}
 	for _, in := range []string{`{"window":"10m","maxCount":20,"maxPercent":10}`, `{"window":600000000000,"maxCount":20,"maxPercent":10}`} {
-		var c BreakerConfig
+		var c Config
 		if err := json.Unmarshal([]byte(in), &c); err != nil || c.Window != 10*time.Minute || c.MaxCount != 20 || c.MaxPercent != 10 {
 			t.Errorf("%s -> %+v %v", in, c, err)
 		}
 	}
-	var c BreakerConfig
+	var c Config
 	if err := json.Unmarshal([]byte(`{"window":[1]}`), &c); err == nil {
 		t.Error("a window that is not a duration decoded")
 	}
 }
 
-// A claim deletion (claim hygiene) draws on the quarantines' budget, counts once per claim, and is
-// never put on the devices' wait list.
 func TestClaimDeletionsShareTheActionsBudget(t *testing.T) {
-	cfg := BreakerConfig{Window: 10 * time.Minute, MaxCount: 2}
-	b := BreakerState{WakeWaiting: true, SeparateBudgets: true, Config: cfg}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 2}
+	b := State{WakeWaiting: true, SeparateBudgets: true, Config: cfg}
 	claim := func(uid string) PermitRequest {
 		return PermitRequest{Claim: "t/c-" + uid + "/" + uid, Action: ClaimDeleted, Config: cfg}
 	}
@@ -174,13 +158,10 @@ func TestClaimDeletionsShareTheActionsBudget(t *testing.T) {
 	}
 }
 
-// Found by TestSimulateBreakerWorkflow: a device already granted in the window was granted again
-// while the breaker was paused by hand. An open breaker denies every request (in runs that set
-// OpenDeniesAll; older runs replay as they ran).
 func TestOpenBreakerDeniesARepeatOfAGrantedAction(t *testing.T) {
 	for _, deniesAll := range []bool{false, true} {
-		b := &BreakerState{Config: BreakerConfig{Window: 10 * time.Minute, MaxCount: 5}, OpenDeniesAll: deniesAll}
-		req := PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: Quarantined, Config: b.Config}
+		b := &State{Config: Config{Window: 10 * time.Minute, MaxCount: 5}, OpenDeniesAll: deniesAll}
+		req := PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Action: decide.Quarantined, Config: b.Config}
 		now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 		if !b.Acquire(req, now).Granted {
 			t.Fatal("first request denied")

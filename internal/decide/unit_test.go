@@ -1,4 +1,4 @@
-package policy
+package decide
 
 import (
 	"fmt"
@@ -8,24 +8,21 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 func unitOf(devices ...string) *device.Unit {
 	return &device.Unit{ID: device.UnitID{Driver: dev.Driver, Pool: dev.Pool, Key: "counters=set"}, Devices: devices, Whole: devices[0]}
 }
 
-// quarantinedUnit returns a release-path state of the unit of devices, quarantined at t0.
-func quarantinedUnit(p Policy, devices ...string) *DeviceState {
+func quarantinedUnit(p policy.Policy, devices ...string) *DeviceState {
 	o := obs(device.Unhealthy, 1, "")
 	o.Unit = unitOf(devices...)
 	return quarantinedBy(p, o)
 }
 
-// A unit takes the forms it is published as while unfenced; fenced, it keeps every form it had
-// and fences the new ones (with the standing key), and a form whose rule went missing is fenced
-// again rather than read as a release.
 func TestUnitMembershipWhileFenced(t *testing.T) {
-	st := NewState(dev, "node-1", Default(), false)
+	st := NewState(dev, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	o := obs(device.Unknown, 1, "")
 	o.Unit = unitOf("g", "g-a", "g-b")
@@ -49,13 +46,13 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 	o = obs(device.Unhealthy, 4, "")
 	o.Unit = unitOf("g", "g-c")
 	acts := st.Observe(o, t0.Add(time.Minute))
-	if len(acts) == 0 || acts[0].Kind != ActFenceMembers || acts[0].Key != TaintQuarantine || acts[0].Effect != EffectNoSchedule {
+	if len(acts) == 0 || acts[0].Kind != ActFenceMembers || acts[0].Key != TaintQuarantine || acts[0].Effect != policy.EffectNoSchedule {
 		t.Fatalf("actions on growth while fenced %+v", acts)
 	}
 	if !slices.Equal(st.Members(), []string{"g", "g-a", "g-c"}) {
 		t.Fatalf("fenced members %v: want every form seen while fenced", st.Members())
 	}
-	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
+	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
 	if len(acts) != 1 || acts[0].Kind != ActFenceMembers || st.State != Quarantined {
 		t.Fatalf("a form's rule missing: %+v, state %s", acts, st.State)
 	}
@@ -64,10 +61,8 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 	}
 }
 
-// The Pods on a quarantined unit move once each: those known at the decision, then a sibling
-// form's Pod learnt of later; a device of its own is left to the decision's migrations.
 func TestUnitHoldersMoveOnceEach(t *testing.T) {
-	p := Default()
+	p := policy.Default()
 	p.Migration.Enabled = true
 	st := quarantinedUnit(p, "g", "g-a", "g-b")
 	st.MovingStarted(st.MigrationPods(Action{To: Quarantined})) // what the decision's taint moved
@@ -93,11 +88,9 @@ func TestUnitHoldersMoveOnceEach(t *testing.T) {
 	}
 }
 
-// A unit's workflow that has not heard which devices it is refuses a force-quarantine (its ID
-// selects no device), and takes one once an observation names them.
 func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
 	id := device.ID{Driver: dev.Driver, Pool: dev.Pool, Device: "counters=set"}
-	st := NewState(id, "node-1", Default(), false)
+	st := NewState(id, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	cmd := Command{Kind: CmdForceQuarantine, Actor: "alice"}
 	if err := st.Validate(cmd); err == nil || !strings.Contains(err.Error(), "not known yet") {
@@ -109,15 +102,13 @@ func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
 	if err := st.Validate(cmd); err != nil {
 		t.Fatalf("force-quarantine once the devices are known: %v", err)
 	}
-	if NewState(dev, "node-1", Default(), false).UnitUnknown() {
+	if NewState(dev, "node-1", policy.Default(), false).UnitUnknown() {
 		t.Fatal("a plain device read as a unit of unknown devices")
 	}
 }
 
-// A standing fence extends with the key it stands on: the quarantine key while a probe runs,
-// probation's once the unit is on probation; a report naming a whole device keeps it current.
 func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
-	st := quarantinedUnit(Default(), "g", "g-a")
+	st := quarantinedUnit(policy.Default(), "g", "g-a")
 	st.startReview("test", "alice", t0)
 	if st.Review == nil || st.Review.Stage != StageProbe {
 		t.Fatalf("review %+v", st.Review)
@@ -126,7 +117,7 @@ func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
 		t.Fatalf("key while probing %s", a.Key)
 	}
 	st.toProbation()
-	if a := st.fenceMembers("x"); a.Key != TaintProbation || a.Effect != EffectNoSchedule {
+	if a := st.fenceMembers("x"); a.Key != TaintProbation || a.Effect != policy.EffectNoSchedule {
 		t.Fatalf("key on probation %s %s", a.Key, a.Effect)
 	}
 	u := unitOf("g2", "g", "g-a")
@@ -142,10 +133,8 @@ func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
 	}
 }
 
-// Holders move only from a quarantined unit (a restricted one keeps its Pods: Unknown moves no
-// job), and a new quarantine moves the Pods an earlier one had moved, should they be back.
 func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
-	p := Default()
+	p := policy.Default()
 	p.Migration.Enabled = true
 	st := quarantinedUnit(p, "g", "g-a")
 	st.MovingStarted(st.HoldersToMove())
@@ -161,17 +150,12 @@ func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
 	}
 }
 
-// A restricted unit whose remaining reporters are silent holders (Pods on sibling forms that said
-// nothing) has no word that the device works: no review starts, and once a Pod does report
-// Healthy the review skips probe and canary only on that Pod's word (#40, check). Before, the
-// silent holders' Healthy started the review and stood for the probe and the canary. A run from
-// before the change (SilentNoEvidence off) decides as it did.
 func TestSilentHoldersAreNoEvidence(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	silent := Reporter{Namespace: "ns", Pod: "sibling", Health: device.Healthy, Device: "gpu-0-mig-1", Silent: true}
 	spoke := Reporter{Namespace: "ns", Pod: "user", Health: device.Healthy, Device: "gpu-0-mig-0"}
 	restricted := func(on bool) *DeviceState {
-		st := NewState(dev, "node-1", Default(), false)
+		st := NewState(dev, "node-1", policy.Default(), false)
 		st.ReleasePath, st.SilentNoEvidence = true, on
 		st.State = Restricted
 		st.Quarantine = &QuarantineRecord{CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}

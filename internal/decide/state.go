@@ -1,9 +1,10 @@
-package policy
+package decide
 
 import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // State is where a device stands in its remediation.
@@ -119,9 +120,9 @@ type Transition struct {
 
 // DeviceState is everything the device workflow knows; the `state` query returns it.
 type DeviceState struct {
-	Device device.ID `json:"device"`
-	Node   string    `json:"node"`
-	Policy Policy    `json:"policy"`
+	Device device.ID     `json:"device"`
+	Node   string        `json:"node"`
+	Policy policy.Policy `json:"policy"`
 	// DeviceClass is the class the device was last requested through (probes request it too).
 	DeviceClass   string        `json:"deviceClass,omitempty"`
 	DryRun        bool          `json:"dryRun,omitempty"`
@@ -170,7 +171,7 @@ type DeviceState struct {
 	Review *Review `json:"review,omitempty"`
 	// ReviewInterval is how long the next quarantine lasts before its review; it doubles after
 	// every failed review (up to MaxReviewInterval) and resets on release.
-	ReviewInterval JSONDuration `json:"reviewInterval,omitempty"`
+	ReviewInterval policy.JSONDuration `json:"reviewInterval,omitempty"`
 	// LastProbe is the newest probe outcome; a failed one blocks `release` until a probe passes.
 	LastProbe *StepResult `json:"lastProbe,omitempty"`
 	// Closed keeps the newest closed quarantine records.
@@ -239,7 +240,7 @@ type Action struct {
 	// ExpiresAt is the expiry written on the rule by refresh actions.
 	ExpiresAt time.Time `json:"expiresAt,omitempty"`
 	// Check is the probe or canary to run.
-	Check *Check `json:"check,omitempty"`
+	Check *policy.Check `json:"check,omitempty"`
 	// Woken marks an automatic action retried because the breaker woke the device: its permit
 	// request goes to the breaker even where a worker saw it open a moment ago.
 	Woken bool `json:"woken,omitempty"`

@@ -1,4 +1,4 @@
-package policy
+package decide
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Actor is recorded on decisions DeviceWarden makes by itself.
@@ -32,7 +33,7 @@ const BreakerRetry = 30 * time.Second
 const maxTransitions = 100
 
 // NewState is the state of a device that has just been seen.
-func NewState(id device.ID, node string, p Policy, dryRun bool) *DeviceState {
+func NewState(id device.ID, node string, p policy.Policy, dryRun bool) *DeviceState {
 	return &DeviceState{Device: id, Node: node, Policy: p, DryRun: dryRun, State: Healthy, Health: device.Healthy}
 }
 
@@ -171,7 +172,7 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 	}
 	if st.State == Suspect && !st.Paused && !st.ToleranceUntil.IsZero() && !now.Before(st.ToleranceUntil) && (st.Held == nil) {
 		reason := fmt.Sprintf("Unknown for the whole tolerance window (until %s) without a Healthy report", st.ToleranceUntil.UTC().Format(time.RFC3339))
-		acts = append(acts, st.automatic(Action{Kind: ActTaint, To: Restricted, Effect: st.effect(EffectNoSchedule), Reason: reason, Actor: Actor, Automatic: true})...)
+		acts = append(acts, st.automatic(Action{Kind: ActTaint, To: Restricted, Effect: st.effect(policy.EffectNoSchedule), Reason: reason, Actor: Actor, Automatic: true})...)
 	}
 	if st.Held != nil && !st.Paused && !st.RetryAt.IsZero() && !now.Before(st.RetryAt) {
 		a := *st.Held
@@ -302,7 +303,7 @@ func (st *DeviceState) inService() bool { return st.State == Healthy || st.State
 // (read per decision); older runs froze it in their state.
 func (st *DeviceState) effect(e string) string {
 	if st.DryRun && !st.ReleasePath {
-		return EffectNone
+		return policy.EffectNone
 	}
 	return e
 }

@@ -1,16 +1,17 @@
-package policy
+package migrationplan
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // ActionMigrate is what a migration asks the circuit breaker for: one eviction or suspension. It
 // draws on the same budget as quarantines, so a storm cannot move more jobs than the breaker allows.
 // (A permit action, not a device state.)
-var ActionMigrate = State("Migrate")
+var ActionMigrate = decide.State("Migrate")
 
 // MigrationPhase is where a migration stands; the migration's query shows it.
 type MigrationPhase string
@@ -84,8 +85,8 @@ type MigrationState struct {
 	SlotAt      time.Time `json:"slotAt,omitzero"`
 	SlotFreedAt time.Time `json:"slotFreedAt,omitzero"`
 	// CheckpointWait is how long the workload took to answer the checkpoint request.
-	CheckpointWait JSONDuration `json:"checkpointWait,omitempty"`
-	Mechanism      string       `json:"mechanism,omitempty"`
+	CheckpointWait policy.JSONDuration `json:"checkpointWait,omitempty"`
+	Mechanism      string              `json:"mechanism,omitempty"`
 	// Moved are the Pods moved (evicted, or removed by the suspension); Ready the Pods that took over.
 	Moved    []string `json:"moved,omitempty"`
 	Ready    []string `json:"ready,omitempty"`
@@ -127,35 +128,8 @@ func (m *MigrationState) ValidateDecision(d MigrationDecision) error {
 		return fmt.Errorf("the migration is %s, not waiting for a decision", m.Phase)
 	case d.Actor == "":
 		return fmt.Errorf("actor is required: every operator action is audited")
-	case len(d.Reason) > maxReason:
-		return fmt.Errorf("reason is %d characters, at most %d", len(d.Reason), maxReason)
+	case len(d.Reason) > decide.MaxReason:
+		return fmt.Errorf("reason is %d characters, at most %d", len(d.Reason), decide.MaxReason)
 	}
 	return nil
-}
-
-// MigrationPods says which Pods to move after an action was applied: those that reported the
-// device, when the action quarantined it because it is Unhealthy and the policy moves jobs. Unknown
-// never moves a job (Suspect and Restricted devices keep theirs), nor does a forced quarantine of a
-// device no Pod reported Unhealthy.
-func (st *DeviceState) MigrationPods(act Action) []PodRef {
-	if act.To != Quarantined || st.Health != device.Unhealthy || !st.Policy.Migration.Enabled {
-		return nil
-	}
-	var pods []PodRef
-	seen := map[PodRef]bool{}
-	for _, r := range st.Reporters {
-		ref := PodRef{Namespace: r.Namespace, Name: r.Pod}
-		if r.Pod == "" || seen[ref] {
-			continue
-		}
-		seen[ref] = true
-		pods = append(pods, ref)
-	}
-	return pods
-}
-
-// PodRef names a Pod.
-type PodRef struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
 }

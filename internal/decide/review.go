@@ -1,9 +1,11 @@
-package policy
+package decide
 
 import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Stage is where a recovery review stands.
@@ -92,7 +94,7 @@ func (st *DeviceState) fenced() bool {
 // wantEffect is the effect the rule of a quarantine or restriction should carry.
 func (st *DeviceState) wantEffect(s State) string {
 	if s == Restricted {
-		return EffectNoSchedule
+		return policy.EffectNoSchedule
 	}
 	return st.effect(st.Policy.TaintEffect)
 }
@@ -124,7 +126,7 @@ func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Actio
 
 func (st *DeviceState) toProbation() []Action {
 	st.Review.Stage = StageProbation
-	return []Action{{Kind: ActRefreshRule, Key: TaintProbation, Effect: EffectNoSchedule, ExpiresAt: st.Quarantine.ExpiresAt,
+	return []Action{{Kind: ActRefreshRule, Key: TaintProbation, Effect: policy.EffectNoSchedule, ExpiresAt: st.Quarantine.ExpiresAt,
 		Reason: "probation: only canaries may use the device", Actor: Actor}}
 }
 
@@ -219,7 +221,7 @@ func (st *DeviceState) reviewFailed(reason string, double bool, actor string, no
 		from = st.Review.From
 	}
 	if double {
-		st.ReviewInterval = JSONDuration(min(2*st.interval(), max(MaxReviewInterval, st.Policy.QuarantineLease.D())))
+		st.ReviewInterval = policy.JSONDuration(min(2*st.interval(), max(MaxReviewInterval, st.Policy.QuarantineLease.D())))
 	}
 	st.Review = nil
 	if st.Quarantine == nil {

@@ -1,4 +1,4 @@
-package policy
+package decide
 
 import (
 	"encoding/json"
@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// quarantined returns a release-path state quarantined at t0 (Unhealthy, version 1).
-func quarantined(p Policy) *DeviceState { return quarantinedBy(p, obs(device.Unhealthy, 1, "")) }
+func quarantined(p policy.Policy) *DeviceState { return quarantinedBy(p, obs(device.Unhealthy, 1, "")) }
 
-// quarantinedBy returns a release-path state quarantined at t0 by the observation.
-func quarantinedBy(p Policy, o Observation) *DeviceState {
+func quarantinedBy(p policy.Policy, o Observation) *DeviceState {
 	st := NewState(dev, "node-1", p, false)
 	st.ReleasePath = true
 	for _, a := range st.Observe(o, t0) {
@@ -53,8 +52,6 @@ func wantKinds(t *testing.T, step string, acts []Action, want ...ActionKind) {
 
 func pass(at time.Time) StepResult { return StepResult{Passed: true, Reason: "exit 0", At: at} }
 
-// review drives a quarantined device from its lease end through probe, probation and canary to the
-// start of the stability window, checking each step's actions.
 func review(t *testing.T, st *DeviceState) time.Time {
 	t.Helper()
 	at := t0.Add(24 * time.Hour)
@@ -68,12 +65,12 @@ func review(t *testing.T, st *DeviceState) time.Time {
 	}
 	acts = st.CheckDone(ActProbe, pass(at), at)
 	wantKinds(t, "probe passed", acts, ActRefreshRule)
-	if acts[0].Key != TaintProbation || acts[0].Effect != EffectNoSchedule || st.Review.Stage != StageProbation {
+	if acts[0].Key != TaintProbation || acts[0].Effect != policy.EffectNoSchedule || st.Review.Stage != StageProbation {
 		t.Fatalf("probation action %+v, stage %s", acts[0], st.Review.Stage)
 	}
-	acts = st.RuleRefreshed(acts[0], EffectNoSchedule, "", at)
+	acts = st.RuleRefreshed(acts[0], policy.EffectNoSchedule, "", at)
 	wantKinds(t, "probation applied", acts, ActCanary)
-	if acts[0].Check.Namespace != DefaultCanaryNamespace || st.Review.Stage != StageCanary {
+	if acts[0].Check.Namespace != policy.DefaultCanaryNamespace || st.Review.Stage != StageCanary {
 		t.Fatalf("canary action %+v", acts[0])
 	}
 	wantKinds(t, "canary passed", st.CheckDone(ActCanary, pass(at), at))
@@ -84,7 +81,7 @@ func review(t *testing.T, st *DeviceState) time.Time {
 }
 
 func TestReleaseAfterProbeCanaryAndWindow(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	end := review(t, st)
 	wantKinds(t, "window not over", st.Tick(end.Add(-time.Second)))
 	acts := st.Tick(end)
@@ -105,7 +102,7 @@ func TestReleaseAfterProbeCanaryAndWindow(t *testing.T) {
 	if acts := st.Observe(obs(device.Unhealthy, 5, ""), end.Add(time.Minute)); len(acts) == 0 || acts[0].Kind != ActTaint {
 		t.Fatalf("Unhealthy after release: %v", kinds(acts))
 	}
-	st2 := quarantined(Default())
+	st2 := quarantined(policy.Default())
 	review(t, st2)
 	st2.Tick(end)
 	st2.ReleaseDone(end)
@@ -116,7 +113,7 @@ func TestReleaseAfterProbeCanaryAndWindow(t *testing.T) {
 }
 
 func TestFailedProbeKeepsQuarantineAndBlocksRelease(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	at := t0.Add(24 * time.Hour)
 	st.Tick(at)
 	acts := st.CheckDone(ActProbe, StepResult{Reason: "pod failed: XID 79", At: at}, at)
@@ -148,7 +145,7 @@ func TestFailedProbeKeepsQuarantineAndBlocksRelease(t *testing.T) {
 }
 
 func TestReviewIntervalIsCapped(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	for i := 0; i < 12; i++ {
 		at := st.Quarantine.ExpiresAt
 		st.Tick(at)
@@ -160,18 +157,18 @@ func TestReviewIntervalIsCapped(t *testing.T) {
 }
 
 func TestCanaryFailureAndReportsDuringReviewGoBack(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	at := t0.Add(24 * time.Hour)
 	st.Tick(at)
 	acts := st.CheckDone(ActProbe, pass(at), at)
-	st.RuleRefreshed(acts[0], EffectNoSchedule, "", at)
+	st.RuleRefreshed(acts[0], policy.EffectNoSchedule, "", at)
 	acts = st.CheckDone(ActCanary, StepResult{Reason: "canary pod failed", At: at}, at)
 	wantKinds(t, "canary failed", acts, ActRefreshRule, ActAlert)
-	if st.State != Quarantined || acts[0].Key != TaintQuarantine || acts[0].Effect != EffectNoSchedule || !strings.Contains(st.Transitions[len(st.Transitions)-1].Reason, "canary failed") {
+	if st.State != Quarantined || acts[0].Key != TaintQuarantine || acts[0].Effect != policy.EffectNoSchedule || !strings.Contains(st.Transitions[len(st.Transitions)-1].Reason, "canary failed") {
 		t.Fatalf("after failed canary: %s %+v", st.State, acts[0])
 	}
 	for _, h := range []device.Health{device.Unhealthy, device.Unknown} {
-		st := quarantined(Default())
+		st := quarantined(policy.Default())
 		end := review(t, st)
 		acts := st.Observe(obs(h, 3, ""), end.Add(-time.Minute))
 		wantKinds(t, string(h)+" on probation", acts, ActRefreshRule, ActAlert)
@@ -186,7 +183,7 @@ func TestCanaryFailureAndReportsDuringReviewGoBack(t *testing.T) {
 }
 
 func TestApprovalRequired(t *testing.T) {
-	p := Default()
+	p := policy.Default()
 	p.ApprovalRequired = true
 	st := quarantined(p)
 	end := review(t, st)
@@ -223,7 +220,7 @@ func TestApprovalRequired(t *testing.T) {
 }
 
 func TestHowRecoveryStarts(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	if acts := st.Observe(obs(device.Healthy, 2, ""), t0.Add(time.Minute)); acts != nil || st.State != Quarantined {
 		t.Fatalf("a bare Healthy report started a review: %v", kinds(acts))
 	}
@@ -233,16 +230,16 @@ func TestHowRecoveryStarts(t *testing.T) {
 		t.Fatalf("trigger %q", st.Review.Trigger)
 	}
 	// The driver took its own slice taint off a device no pod holds any more.
-	st = quarantined(Default())
+	st = quarantined(policy.Default())
 	untainted := Observation{Device: dev, Health: device.Healthy, ObservedAt: t0.Add(time.Second), Source: SourceSlice, Seq: &Seq{Term: 2, N: 1}}
 	wantKinds(t, "driver untainted", st.Observe(untainted, t0.Add(time.Minute)), ActProbe)
-	st = quarantined(Default())
+	st = quarantined(policy.Default())
 	untainted.Source, untainted.Seq = SourcePodStatus, &Seq{Term: 2, N: 2}
 	if acts := st.Observe(untainted, t0.Add(time.Minute)); acts != nil || st.State != Quarantined {
 		t.Fatalf("a Healthy with no reporters and no driver behind it started a review: %v", kinds(acts))
 	}
 
-	st = quarantined(Default())
+	st = quarantined(policy.Default())
 	wantKinds(t, "release", st.Command(Command{Kind: CmdRelease, Actor: "alice", Reason: "card reseated"}, t0), ActProbe)
 	if st.Review.Actor != "alice" || !strings.Contains(st.Review.Trigger, "card reseated") {
 		t.Fatalf("release review %+v", st.Review)
@@ -252,7 +249,7 @@ func TestHowRecoveryStarts(t *testing.T) {
 	}
 
 	// Paused: the lease end renews instead of reviewing.
-	st = quarantined(Default())
+	st = quarantined(policy.Default())
 	st.Command(Command{Kind: CmdPause, Actor: "alice"}, t0)
 	acts = st.Tick(t0.Add(24 * time.Hour))
 	wantKinds(t, "paused lease end", acts, ActAlert, ActRefreshRule)
@@ -261,7 +258,7 @@ func TestHowRecoveryStarts(t *testing.T) {
 	}
 }
 
-func restricted(p Policy) *DeviceState {
+func restricted(p policy.Policy) *DeviceState {
 	st := NewState(dev, "node-1", p, false)
 	st.ReleasePath = true
 	st.Observe(obs(device.Unknown, 1, ""), t0)
@@ -276,7 +273,7 @@ func restricted(p Policy) *DeviceState {
 func TestRestrictedDeviceRecoversOnHealthy(t *testing.T) {
 	// Still in use: its own Pods' Healthy reports are the evidence; probe and canary are skipped
 	// (they could not get the device), probation keeps new work off it through the window.
-	st := restricted(Default())
+	st := restricted(policy.Default())
 	if st.State != Restricted {
 		t.Fatalf("state %s", st.State)
 	}
@@ -286,7 +283,7 @@ func TestRestrictedDeviceRecoversOnHealthy(t *testing.T) {
 	if st.Review.From != Restricted || !st.Review.ProbeSkipped || !st.Review.CanarySkipped || acts[0].Key != TaintProbation {
 		t.Fatalf("review %+v", st.Review)
 	}
-	wantKinds(t, "probation applied", st.RuleRefreshed(acts[0], EffectNoSchedule, "", at))
+	wantKinds(t, "probation applied", st.RuleRefreshed(acts[0], policy.EffectNoSchedule, "", at))
 	if st.Review.Stage != StageStability {
 		t.Fatalf("stage %s", st.Review.Stage)
 	}
@@ -300,23 +297,23 @@ func TestRestrictedDeviceRecoversOnHealthy(t *testing.T) {
 	}
 
 	// An Unknown report on probation sends it back to Restricted, with a restriction's effect.
-	st = restricted(Default())
+	st = restricted(policy.Default())
 	st.Observe(obs(device.Healthy, 2, ""), at)
 	acts = st.Observe(obs(device.Unknown, 3, ""), at.Add(time.Minute))
-	if st.State != Restricted || acts[0].Effect != EffectNoSchedule || acts[0].Key != TaintQuarantine {
+	if st.State != Restricted || acts[0].Effect != policy.EffectNoSchedule || acts[0].Key != TaintQuarantine {
 		t.Fatalf("Unknown on probation: %s %+v", st.State, acts)
 	}
 }
 
 func TestFreedRestrictionIsReviewedAtLeaseEnd(t *testing.T) {
-	p := Default()
-	p.TaintEffect = EffectNoExecute
+	p := policy.Default()
+	p.TaintEffect = policy.EffectNoExecute
 	st := restricted(p)
 	st.Observe(Observation{Device: dev, Node: "node-1", Health: device.Unknown, StatusVersion: "2", ObservedAt: t0}, t0.Add(6*time.Minute))
 	end := st.Quarantine.ExpiresAt
 	wantKinds(t, "lease end, device free", st.Tick(end), ActProbe)
 	acts := st.CheckDone(ActProbe, StepResult{Reason: "no", At: end}, end)
-	if st.State != Restricted || acts[0].Effect != EffectNoSchedule {
+	if st.State != Restricted || acts[0].Effect != policy.EffectNoSchedule {
 		t.Fatalf("failed probe of a restriction: %s %+v", st.State, acts[0])
 	}
 
@@ -325,10 +322,10 @@ func TestFreedRestrictionIsReviewedAtLeaseEnd(t *testing.T) {
 	st.Observe(Observation{Device: dev, Node: "node-1", Health: device.Unknown, StatusVersion: "2", ObservedAt: t0}, t0.Add(6*time.Minute))
 	acts = st.Tick(st.Quarantine.ExpiresAt)
 	wantKinds(t, "probe skipped", acts, ActRefreshRule)
-	wantKinds(t, "canary still runs", st.RuleRefreshed(acts[0], EffectNoSchedule, "", st.Quarantine.ExpiresAt), ActCanary)
+	wantKinds(t, "canary still runs", st.RuleRefreshed(acts[0], policy.EffectNoSchedule, "", st.Quarantine.ExpiresAt), ActCanary)
 
 	// Still in use and still Unknown at lease end: renewed, alerted, the rule's expiry rewritten.
-	st = restricted(Default())
+	st = restricted(policy.Default())
 	acts = st.Tick(st.Quarantine.ExpiresAt)
 	wantKinds(t, "in use at lease end", acts, ActAlert, ActRefreshRule)
 	if st.State != Restricted {
@@ -337,17 +334,17 @@ func TestFreedRestrictionIsReviewedAtLeaseEnd(t *testing.T) {
 }
 
 func TestHeartbeatRereadsTheFence(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0.Add(2*time.Minute))
 	wantKinds(t, "heartbeat while quarantined", acts, ActInspectRule)
-	st = NewState(dev, "node-1", Default(), false)
+	st = NewState(dev, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	st.Observe(obs(device.Healthy, 1, ""), t0)
 	wantKinds(t, "heartbeat while healthy", st.Observe(obs(device.Healthy, 1, ""), t0.Add(2*time.Minute)))
 }
 
 func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	acts := st.Observe(obs(device.Unhealthy, 2, ""), t0.Add(time.Hour))
 	wantKinds(t, "Unhealthy while quarantined", acts, ActInspectRule)
 	acts = st.RuleSeen(RuleInfo{Name: "r", Present: false}, t0.Add(time.Hour))
@@ -362,7 +359,7 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 
 	for _, info := range []RuleInfo{{Name: "r", Present: true, Deleting: true, Key: TaintQuarantine, Actor: "kubectl"},
 		{Name: "r", Present: true, Key: "other", Actor: "kubectl"}} {
-		st := quarantined(Default())
+		st := quarantined(policy.Default())
 		st.Health = device.Healthy // last report healthy: no new taint
 		acts := st.RuleSeen(info, t0)
 		wantKinds(t, "rule "+info.Key, acts, ActAlert)
@@ -371,18 +368,18 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 		}
 	}
 
-	st = quarantined(Default())
-	wantKinds(t, "rule in force", st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: EffectNoSchedule, WantEffect: EffectNoSchedule}, t0))
-	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: EffectNone, WantEffect: EffectNoSchedule}, t0)
+	st = quarantined(policy.Default())
+	wantKinds(t, "rule in force", st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, WantEffect: policy.EffectNoSchedule}, t0))
+	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNone, WantEffect: policy.EffectNoSchedule}, t0)
 	wantKinds(t, "dry run turned off", acts, ActRefreshRule)
-	if acts[0].Effect != EffectNoSchedule || acts[0].Key != TaintQuarantine {
+	if acts[0].Effect != policy.EffectNoSchedule || acts[0].Key != TaintQuarantine {
 		t.Fatalf("refresh %+v", acts[0])
 	}
 	if st.State != Quarantined {
 		t.Fatalf("state %s", st.State)
 	}
 	// Not fenced: nothing to reconcile.
-	st = NewState(dev, "node-1", Default(), false)
+	st = NewState(dev, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	if acts := st.RuleSeen(RuleInfo{Name: "r"}, t0); acts != nil || st.State != Healthy {
 		t.Fatal("a healthy device reconciled a rule")
@@ -390,7 +387,7 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 }
 
 func TestTaintFailuresAlert(t *testing.T) {
-	st := NewState(dev, "node-1", Default(), false)
+	st := NewState(dev, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	act := st.Observe(obs(device.Unhealthy, 1, ""), t0)[0]
 	alerts := 0
@@ -411,10 +408,10 @@ func TestTaintFailuresAlert(t *testing.T) {
 }
 
 func TestValidateCommands(t *testing.T) {
-	q := quarantined(Default())
-	fresh := NewState(dev, "node-1", Default(), false)
+	q := quarantined(policy.Default())
+	fresh := NewState(dev, "node-1", policy.Default(), false)
 	fresh.ReleasePath = true
-	paused := quarantined(Default())
+	paused := quarantined(policy.Default())
 	paused.Command(Command{Kind: CmdPause, Actor: "a"}, t0)
 	tests := []struct {
 		name string
@@ -425,9 +422,9 @@ func TestValidateCommands(t *testing.T) {
 		{"unknown kind", q, Command{Kind: "reboot", Actor: "a"}, "unknown command"},
 		{"no actor", q, Command{Kind: CmdExtend}, "actor is required"},
 		{"long reason", q, Command{Kind: CmdExtend, Actor: "a", Reason: strings.Repeat("x", 1025)}, "at most 1024"},
-		{"negative duration", q, Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(-time.Hour)}, "out of range"},
-		{"huge duration", q, Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(400 * 24 * time.Hour)}, "out of range"},
-		{"duration on pause", q, Command{Kind: CmdPause, Actor: "a", Duration: JSONDuration(time.Hour)}, "takes no duration"},
+		{"negative duration", q, Command{Kind: CmdExtend, Actor: "a", Duration: policy.JSONDuration(-time.Hour)}, "out of range"},
+		{"huge duration", q, Command{Kind: CmdExtend, Actor: "a", Duration: policy.JSONDuration(400 * 24 * time.Hour)}, "out of range"},
+		{"duration on pause", q, Command{Kind: CmdPause, Actor: "a", Duration: policy.JSONDuration(time.Hour)}, "takes no duration"},
 		{"extend healthy", fresh, Command{Kind: CmdExtend, Actor: "a"}, "not quarantined"},
 		{"release healthy", fresh, Command{Kind: CmdRelease, Actor: "a"}, "not quarantined"},
 		{"approve nothing", q, Command{Kind: CmdApprove, Actor: "a"}, "no release is waiting"},
@@ -435,7 +432,7 @@ func TestValidateCommands(t *testing.T) {
 		{"force twice", q, Command{Kind: CmdForceQuarantine, Actor: "a"}, "already quarantined"},
 		{"pause twice", paused, Command{Kind: CmdPause, Actor: "a"}, "already paused"},
 		{"resume unpaused", q, Command{Kind: CmdResume, Actor: "a"}, "not paused"},
-		{"extend ok", q, Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(48 * time.Hour)}, ""},
+		{"extend ok", q, Command{Kind: CmdExtend, Actor: "a", Duration: policy.JSONDuration(48 * time.Hour)}, ""},
 		{"release ok", q, Command{Kind: CmdRelease, Actor: "a"}, ""},
 		{"force fresh ok", fresh, Command{Kind: CmdForceQuarantine, Actor: "a", Reason: "silent data corruption"}, ""},
 		{"resume ok", paused, Command{Kind: CmdResume, Actor: "a"}, ""},
@@ -449,8 +446,8 @@ func TestValidateCommands(t *testing.T) {
 }
 
 func TestExtendRewritesTheRuleExpiry(t *testing.T) {
-	st := quarantined(Default())
-	acts := st.Command(Command{Kind: CmdExtend, Actor: "bob", Duration: JSONDuration(48 * time.Hour)}, t0)
+	st := quarantined(policy.Default())
+	acts := st.Command(Command{Kind: CmdExtend, Actor: "bob", Duration: policy.JSONDuration(48 * time.Hour)}, t0)
 	wantKinds(t, "extend", acts, ActRefreshRule)
 	if !acts[0].ExpiresAt.Equal(t0.Add(72*time.Hour)) || !st.Quarantine.ExpiresAt.Equal(t0.Add(72*time.Hour)) || acts[0].Key != TaintQuarantine {
 		t.Fatalf("extend: %+v", acts[0])
@@ -470,28 +467,28 @@ func TestJSONDuration(t *testing.T) {
 			t.Errorf("%s decoded", in)
 		}
 	}
-	b, _ := json.Marshal(Command{Kind: CmdExtend, Actor: "a", Duration: JSONDuration(48 * time.Hour)})
+	b, _ := json.Marshal(Command{Kind: CmdExtend, Actor: "a", Duration: policy.JSONDuration(48 * time.Hour)})
 	if !strings.Contains(string(b), `"duration":"48h0m0s"`) {
 		t.Errorf("marshal: %s", b)
 	}
-	b, _ = json.Marshal(Default())
+	b, _ = json.Marshal(policy.Default())
 	if !strings.Contains(string(b), `"quarantineLease":"24h0m0s"`) {
 		t.Errorf("policy marshal: %s", b)
 	}
 }
 
 func TestCommandsOnRestrictionsAndReviews(t *testing.T) {
-	r := restricted(Default())
+	r := restricted(policy.Default())
 	for _, c := range []Command{{Kind: CmdRelease, Actor: "a"}, {Kind: CmdExtend, Actor: "a"}} {
 		if err := r.Validate(c); err != nil {
 			t.Errorf("%s on a restriction: %v", c.Kind, err)
 		}
 	}
 	acts := r.Command(Command{Kind: CmdExtend, Actor: "a"}, t0.Add(10*time.Minute))
-	if want := t0.Add(5*time.Minute + 48*time.Hour); !r.Quarantine.ExpiresAt.Equal(want) || acts[0].Effect != EffectNoSchedule {
+	if want := t0.Add(5*time.Minute + 48*time.Hour); !r.Quarantine.ExpiresAt.Equal(want) || acts[0].Effect != policy.EffectNoSchedule {
 		t.Fatalf("extend without duration: expiry %s, want %s (one more lease); %+v", r.Quarantine.ExpiresAt, want, acts)
 	}
-	q := quarantined(Default())
+	q := quarantined(policy.Default())
 	q.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
 	if err := q.Validate(Command{Kind: CmdExtend, Actor: "a"}); err == nil || !strings.Contains(err.Error(), "not quarantined") {
 		t.Fatalf("extend during a review: %v", err)
@@ -508,7 +505,7 @@ func TestCommandsOnRestrictionsAndReviews(t *testing.T) {
 }
 
 func TestRuleSeenDuringReviewAndRestriction(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	st.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
 	st.Health = device.Healthy
 	wantKinds(t, "rule gone during review", st.RuleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
@@ -516,27 +513,27 @@ func TestRuleSeenDuringReviewAndRestriction(t *testing.T) {
 		t.Fatalf("state %s", st.State)
 	}
 	// A restriction whose rule vanished, still Unknown: suspected again, not tainted at once.
-	r := restricted(Default())
+	r := restricted(policy.Default())
 	acts := r.RuleSeen(RuleInfo{Name: "r"}, t0.Add(time.Hour))
 	wantKinds(t, "restriction's rule gone", acts, ActAlert, ActAlert)
 	if r.State != Suspect {
 		t.Fatalf("state %s", r.State)
 	}
 	// Rule gone, device Unhealthy but no Pod reports it any more: released, nothing to taint.
-	q := quarantined(Default())
+	q := quarantined(policy.Default())
 	q.Reporters = nil
 	wantKinds(t, "rule gone, device idle", q.RuleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
 }
 
 func TestRefreshKeepsTheRecordTrue(t *testing.T) {
-	st := quarantined(Default())
-	st.Quarantine.Effect = EffectNone
-	st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, EffectNoSchedule, "", t0)
-	if st.Quarantine.Effect != EffectNoSchedule {
+	st := quarantined(policy.Default())
+	st.Quarantine.Effect = policy.EffectNone
+	st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, policy.EffectNoSchedule, "", t0)
+	if st.Quarantine.Effect != policy.EffectNoSchedule {
 		t.Fatalf("effect %s after a refresh", st.Quarantine.Effect)
 	}
 	st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "", t0)
-	if st.Quarantine.Effect != EffectNoSchedule {
+	if st.Quarantine.Effect != policy.EffectNoSchedule {
 		t.Fatal("a refresh that reported no effect blanked the record")
 	}
 	acts := st.RuleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "conflict", t0)
@@ -551,7 +548,7 @@ func TestRefreshKeepsTheRecordTrue(t *testing.T) {
 }
 
 func TestClosedRecordsAreBounded(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	for i := 0; i < maxClosed+5; i++ {
 		st.RuleSeen(RuleInfo{Name: "r", Actor: strconv.Itoa(i)}, t0)
 		st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "again"}, "r", t0)
@@ -562,12 +559,12 @@ func TestClosedRecordsAreBounded(t *testing.T) {
 }
 
 func TestHeartbeatOnARestriction(t *testing.T) {
-	r := restricted(Default())
+	r := restricted(policy.Default())
 	wantKinds(t, "heartbeat while restricted", r.Observe(obs(device.Unknown, 1, ""), t0.Add(time.Hour)), ActInspectRule)
 }
 
 func TestObservationKeepsClassAndNode(t *testing.T) {
-	st := NewState(dev, "node-1", Default(), false)
+	st := NewState(dev, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	o := obs(device.Unknown, 1, "")
 	o.DeviceClass = "gpu.example.com"
@@ -581,7 +578,7 @@ func TestObservationKeepsClassAndNode(t *testing.T) {
 }
 
 func TestSummary(t *testing.T) {
-	st := quarantined(Default())
+	st := quarantined(policy.Default())
 	if s := st.Summary(); !strings.HasPrefix(s, "Quarantined since 2026-11-29T12:00:00Z (device reported Unhealthy, by devicewarden)") ||
 		!strings.Contains(s, "next: recovery review (probe, canary, probation) at 2026-11-30T12:00:00Z") {
 		t.Fatalf("quarantined: %s", s)
@@ -594,12 +591,12 @@ func TestSummary(t *testing.T) {
 	if s := st.Next(); s != "canary running on probation" {
 		t.Fatalf("probation: %s", s)
 	}
-	st.RuleRefreshed(acts[0], EffectNoSchedule, "", t0)
+	st.RuleRefreshed(acts[0], policy.EffectNoSchedule, "", t0)
 	st.CheckDone(ActCanary, pass(t0), t0)
 	if s := st.Next(); s != "release at 2026-11-29T12:30:00Z if nothing is reported" {
 		t.Fatalf("window: %s", s)
 	}
-	p := Default()
+	p := policy.Default()
 	p.ApprovalRequired = true
 	a := quarantined(p)
 	end := review(t, a)
@@ -607,12 +604,12 @@ func TestSummary(t *testing.T) {
 	if s := a.Next(); !strings.HasPrefix(s, "waiting for approval until 2026-12-01T12:30:00Z") {
 		t.Fatalf("approval: %s", s)
 	}
-	paused := quarantined(Default())
+	paused := quarantined(policy.Default())
 	paused.Command(Command{Kind: CmdPause, Actor: "a"}, t0)
 	if s := paused.Summary(); !strings.Contains(s, "automatic actions paused") || !strings.Contains(s, "next: lease renewed at") {
 		t.Fatalf("paused: %s", s)
 	}
-	sus := NewState(dev, "node-1", Default(), false)
+	sus := NewState(dev, "node-1", policy.Default(), false)
 	sus.Observe(obs(device.Unknown, 1, ""), t0)
 	if s := sus.Next(); s != "restrict at 2026-11-29T12:05:00Z unless it reports Healthy" {
 		t.Fatalf("suspect: %s", s)
@@ -623,19 +620,18 @@ func TestSummary(t *testing.T) {
 	if s := sus.Next(); sus.State != Restricted || !strings.HasPrefix(s, "lease renewed at ") {
 		t.Fatalf("restricted (%s): %s", sus.State, s)
 	}
-	held := NewState(dev, "node-1", Default(), false)
+	held := NewState(dev, "node-1", policy.Default(), false)
 	held.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
 	if s := held.Next(); s != "retry Quarantined at 2026-11-29T12:00:30Z (circuit breaker open)" {
 		t.Fatalf("held: %s", s)
 	}
-	if s := NewState(dev, "n", Default(), false).Summary(); s != "Healthy; next: nothing until the device reports trouble" {
+	if s := NewState(dev, "n", policy.Default(), false).Summary(); s != "Healthy; next: nothing until the device reports trouble" {
 		t.Fatalf("fresh: %s", s)
 	}
 }
 
-// After an etcd restore resourceVersions go backwards; a new leader's watcher must still be heard.
 func TestWatcherSequenceOrdersObservations(t *testing.T) {
-	st := NewState(dev, "node-1", Default(), false)
+	st := NewState(dev, "node-1", policy.Default(), false)
 	st.ReleasePath = true
 	at := func(o Observation, term int64, n uint64, version string) Observation {
 		o.Seq, o.StatusVersion = &Seq{Term: term, N: n}, version
@@ -666,11 +662,8 @@ func TestWatcherSequenceOrdersObservations(t *testing.T) {
 	}
 }
 
-// A decision names the review it was made for: one for an earlier review of the same device (a
-// Slack message left over after a review approved through the CLI) is refused; one for the
-// review waiting, or naming none, is taken; only decisions name a review.
 func TestDecisionsAreBoundToTheirReview(t *testing.T) {
-	p := Default()
+	p := policy.Default()
 	p.ApprovalRequired = true
 	st := quarantined(p)
 	end := review(t, st)
@@ -699,12 +692,9 @@ func TestDecisionsAreBoundToTheirReview(t *testing.T) {
 	}
 }
 
-// Found by TestSimulateDeviceWorkflow (seed 8042649117842588117): a restricted device whose probe
-// failed was released, probe and canary skipped, on its Pods' next Healthy report. A failed probe
-// outweighs the reports: the next review runs the probe again.
 func TestFailedProbeHoldsARestrictedDeviceInUse(t *testing.T) {
 	for _, holds := range []bool{false, true} {
-		st := restricted(Default())
+		st := restricted(policy.Default())
 		st.FailedProbeHolds = holds
 		at := t0.Add(10 * time.Minute)
 		st.LastProbe = &StepResult{Reason: "exit 1", At: at}

@@ -1,11 +1,11 @@
-package policy
+package migrationplan
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 func TestSlotsPerNodeAndClusterWide(t *testing.T) {
@@ -65,10 +65,10 @@ func TestMigrationDecisions(t *testing.T) {
 	if err := m.ValidateDecision(MigrationDecision{}); err == nil {
 		t.Fatal("unsigned decision accepted")
 	}
-	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", maxReason+1)}); err == nil {
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", decide.MaxReason+1)}); err == nil {
 		t.Fatal("overlong reason accepted")
 	}
-	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", maxReason)}); err != nil {
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", decide.MaxReason)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -99,64 +99,6 @@ func TestMoveMechanism(t *testing.T) {
 	}
 }
 
-// Only an Unhealthy quarantine under a policy that moves jobs names Pods to move; Unknown never does.
-func TestMigrationPods(t *testing.T) {
-	p := Default()
-	p.Migration = DefaultMigration()
-	p.Migration.Enabled = true
-	st := NewState(dev, "node-1", p, false)
-	o := obs(device.Unhealthy, 1, "")
-	o.Reporters = append(o.Reporters, Reporter{Namespace: "ns", Pod: "p", Container: "c2"}, Reporter{Namespace: "ns", Pod: "q"},
-		Reporter{Slice: "slice-1"})
-	st.Observe(o, t0)
-	q := Action{Kind: ActTaint, To: Quarantined}
-	if got := st.MigrationPods(q); len(got) != 2 || got[0] != (PodRef{"ns", "p"}) || got[1] != (PodRef{"ns", "q"}) {
-		t.Fatalf("pods %v, want ns/p and ns/q once each", got)
-	}
-	if got := st.MigrationPods(Action{Kind: ActTaint, To: Restricted}); got != nil {
-		t.Fatalf("a restriction moves %v", got)
-	}
-	unknown := NewState(dev, "node-1", p, false)
-	unknown.Observe(obs(device.Unknown, 1, ""), t0)
-	if got := unknown.MigrationPods(q); got != nil {
-		t.Fatalf("an Unknown device moves %v", got)
-	}
-	off := NewState(dev, "node-1", Default(), false)
-	off.Observe(obs(device.Unhealthy, 1, ""), t0)
-	if got := off.MigrationPods(q); got != nil {
-		t.Fatalf("migration off, yet %v", got)
-	}
-}
-
-// Killers of mutants that lived: a failed migration's step names its class; a threshold of one
-// escalates on the first failed device; a rule removed by hand from a device whose Pods report it
-// Healthy again is recorded as a release and does not re-decide the device.
-func TestMutantsThatLived(t *testing.T) {
-	var m MigrationState
-	m.Finish(OutcomeFailed, FailRetryable, "not Ready", t0)
-	m2 := MigrationState{}
-	m2.Finish(OutcomeMigrated, "", "Ready", t0)
-	if m.Steps[0].What != "failed (retryable): not Ready" || m2.Steps[0].What != "migrated: Ready" {
-		t.Fatalf("steps %q %q", m.Steps[0].What, m2.Steps[0].What)
-	}
-	var n NodeState
-	if acts := n.Fail(NodeFailure{Node: "n", Device: "d/p/g", State: Quarantined, Threshold: 1}, t0); len(acts) != 1 || !n.Escalated {
-		t.Fatalf("threshold 1: %v escalated=%v", acts, n.Escalated)
-	}
-	st := quarantined(Default())
-	st.Observe(obs(device.Healthy, 2, SourcePodStatus), t0.Add(time.Minute))
-	if st.State != Quarantined || st.Health != device.Healthy {
-		t.Fatalf("setup: %s %s", st.State, st.Health)
-	}
-	acts := st.RuleSeen(RuleInfo{Name: dev.TaintRuleName()}, t0.Add(2*time.Minute))
-	if st.State != Released || len(acts) != 1 || acts[0].Kind != ActAlert {
-		t.Fatalf("after the rule went: %s %v", st.State, acts)
-	}
-}
-
-// The leader's sweep of gone migrations names the acquire it saw: a new run of the same
-// migration that acquired the slot since keeps it (#40, check). Before, the sweep released by ID
-// and freed the new run's slot.
 func TestSweepReleaseKeepsANewRunsSlot(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	var s SlotState
@@ -176,5 +118,16 @@ func TestSweepReleaseKeepsANewRunsSlot(t *testing.T) {
 	s.Acquire(SlotRequest{ID: "m", Node: "n", PerNode: 1, ClusterWide: 5, At: t0})
 	if s.Release("m"); len(s.Holders) != 0 {
 		t.Fatalf("a plain release: %+v", s.Holders)
+	}
+}
+
+// A finished migration's last step names its outcome, its class when it failed, and why.
+func TestFinishNamesTheOutcome(t *testing.T) {
+	var m MigrationState
+	m.Finish(OutcomeFailed, FailRetryable, "not Ready", t0)
+	m2 := MigrationState{}
+	m2.Finish(OutcomeMigrated, "", "Ready", t0)
+	if m.Steps[0].What != "failed (retryable): not Ready" || m2.Steps[0].What != "migrated: Ready" {
+		t.Fatalf("steps %q %q", m.Steps[0].What, m2.Steps[0].What)
 	}
 }

@@ -1,17 +1,19 @@
-package policy
+package escalation
 
 import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // NodeFailure tells a node's workflow that one of its devices was quarantined or restricted.
 type NodeFailure struct {
-	Node      string `json:"node"`
-	Device    string `json:"device"`
-	State     State  `json:"state"`
-	Threshold int    `json:"threshold"`
+	Node      string       `json:"node"`
+	Device    string       `json:"device"`
+	State     decide.State `json:"state"`
+	Threshold int          `json:"threshold"`
 }
 
 // NodeState is what a node's workflow knows: which of its devices failed, and whether that
@@ -27,7 +29,7 @@ type NodeState struct {
 }
 
 // Fail records a failed device; it returns an alert when this failure escalates the node.
-func (n *NodeState) Fail(f NodeFailure, now time.Time) []Action {
+func (n *NodeState) Fail(f NodeFailure, now time.Time) []decide.Action {
 	n.Node = f.Node
 	if f.Threshold > 0 {
 		n.Threshold = f.Threshold
@@ -42,5 +44,5 @@ func (n *NodeState) Fail(f NodeFailure, now time.Time) []Action {
 	n.Escalated, n.EscalatedAt = true, now
 	n.Reason = fmt.Sprintf("%d devices on node %s failed (threshold %d): escalated to a node-level decision; cordon and drain are left to node failure handling",
 		len(n.Failed), n.Node, n.Threshold)
-	return []Action{{Kind: ActAlert, Level: "critical", Reason: n.Reason}}
+	return []decide.Action{{Kind: decide.ActAlert, Level: "critical", Reason: n.Reason}}
 }

@@ -1,8 +1,10 @@
-package policy
+package decide
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // CommandKind names an operator command.
@@ -27,8 +29,8 @@ var Commands = []CommandKind{CmdForceQuarantine, CmdRelease, CmdExtend, CmdPause
 // maxExtend bounds one `extend`.
 const maxExtend = 365 * 24 * time.Hour
 
-// maxReason bounds a command's reason, like the API bounds a health message.
-const maxReason = 1024
+// MaxReason bounds a command's reason, like the API bounds a health message.
+const MaxReason = 1024
 
 // Command is an operator's instruction for one device.
 type Command struct {
@@ -36,7 +38,7 @@ type Command struct {
 	Actor  string      `json:"actor"`
 	Reason string      `json:"reason,omitempty"`
 	// Duration is how much longer an `extend` keeps the quarantine, e.g. "48h" (default: one lease).
-	Duration JSONDuration `json:"duration,omitempty"`
+	Duration policy.JSONDuration `json:"duration,omitempty"`
 	// Review names the review an approve or reject was made for (Review.ID); a decision for any
 	// other review is refused. Slack's buttons always name theirs; empty means the review waiting
 	// now.
@@ -61,8 +63,8 @@ func (st *DeviceState) Validate(c Command) error {
 		return fmt.Errorf("unknown command %q", c.Kind)
 	case c.Actor == "":
 		return fmt.Errorf("%s: actor is required: every operator action is audited", c.Kind)
-	case len(c.Reason) > maxReason:
-		return fmt.Errorf("%s: reason is %d characters, at most %d", c.Kind, len(c.Reason), maxReason)
+	case len(c.Reason) > MaxReason:
+		return fmt.Errorf("%s: reason is %d characters, at most %d", c.Kind, len(c.Reason), MaxReason)
 	case c.Duration < 0 || c.Duration.D() > maxExtend:
 		return fmt.Errorf("%s: duration %s out of range (0 to %s)", c.Kind, c.Duration.D(), maxExtend)
 	case c.Duration != 0 && c.Kind != CmdExtend:

@@ -1,8 +1,10 @@
-package policy
+package breaker
 
 import (
 	"strings"
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // RefusedFor is how long a worker answers for a breaker it saw refuse a budget.
@@ -11,8 +13,8 @@ const RefusedFor = 5 * time.Second
 // BudgetOf names what a worker keeps refusals and leased batches under: restrictions apart from
 // every other action. The breaker may draw both on one budget (SeparateBudgets off); a worker
 // keeping them apart only asks the breaker once more.
-func BudgetOf(action State) string {
-	if action == Restricted {
+func BudgetOf(action decide.State) string {
+	if action == decide.Restricted {
 		return "restrictions"
 	}
 	return "actions"
@@ -56,6 +58,6 @@ func (r *Refusals) Note(req PermitRequest, res PermitResult, now time.Time) {
 	seen := refusal{until: now.Add(RefusedFor), reason: res.Reason}
 	r.seen[BudgetOf(req.Action)] = seen
 	if strings.HasPrefix(res.Reason, "circuit breaker open") {
-		r.seen[BudgetOf(Quarantined)], r.seen[BudgetOf(Restricted)] = seen, seen
+		r.seen[BudgetOf(decide.Quarantined)], r.seen[BudgetOf(decide.Restricted)] = seen, seen
 	}
 }

@@ -1,7 +1,9 @@
-package policy
+package breaker
 
 import (
 	"time"
+
+	"github.com/devicewarden/devicewarden/internal/decide"
 )
 
 // Permits leased ahead. Asking the one breaker workflow for every automatic action costs a round
@@ -25,8 +27,8 @@ type Lease struct {
 	ID     int64  `json:"id"`
 	Worker string `json:"worker"`
 	// Queue is the worker's own task queue, where the breaker revokes the lease (a pause).
-	Queue  string `json:"queue,omitempty"`
-	Action State  `json:"action"`
+	Queue  string       `json:"queue,omitempty"`
+	Action decide.State `json:"action"`
 	// Count is how many of the batch the worker has not yet reported spent or returned.
 	Count int       `json:"count"`
 	At    time.Time `json:"at"`
@@ -77,7 +79,7 @@ type LeaseReport struct {
 
 // Lease grants the request's permit as Acquire does and, with it, leases up to Want more of the
 // same budget: never more than half of what the window still allows.
-func (b *BreakerState) Lease(req LeaseRequest, now time.Time) LeaseResult {
+func (b *State) Lease(req LeaseRequest, now time.Time) LeaseResult {
 	res := b.Acquire(req.PermitRequest, now)
 	if !res.Granted || res.Reason != "" || req.Want <= 0 || req.Claim != "" {
 		return LeaseResult{PermitResult: res}
@@ -98,7 +100,7 @@ func (b *BreakerState) Lease(req LeaseRequest, now time.Time) LeaseResult {
 // at the time it was spent (never before the lease, never after now), under the action that spent
 // it (SpendsOwnAction); a report of more than the lease still holds counts no further, and a
 // report applied before (same Seq) counts nothing. A lease with nothing left is forgotten.
-func (b *BreakerState) Report(r LeaseReport, now time.Time) {
+func (b *State) Report(r LeaseReport, now time.Time) {
 	for i := range b.Leases {
 		l := &b.Leases[i]
 		if l.Worker != r.Worker || (l.ID != r.Lease && (r.Lease != 0 || r.Ask == "" || l.Ask != r.Ask)) {
@@ -133,7 +135,7 @@ func (b *BreakerState) Report(r LeaseReport, now time.Time) {
 // and a migration of one device count as two actions whichever request leased the batch. A batch
 // is spent only within its budget; an action of another budget (or none) is recorded as the
 // lease's. Runs recorded before SpendsOwnAction record every spend under the lease's action.
-func (b *BreakerState) spentAs(l *Lease, g Grant) State {
+func (b *State) spentAs(l *Lease, g Grant) decide.State {
 	if !b.SpendsOwnAction || g.Action == "" || b.budget(g.Action) != b.budget(l.Action) {
 		return l.Action
 	}
@@ -142,7 +144,7 @@ func (b *BreakerState) spentAs(l *Lease, g Grant) State {
 
 // Outstanding lists, by worker queue in the order first leased, the leases a revocation must
 // reach: those with permits left that the worker may still spend.
-func (b *BreakerState) Outstanding(now time.Time) (queues []string, ids map[string][]int64) {
+func (b *State) Outstanding(now time.Time) (queues []string, ids map[string][]int64) {
 	ids = map[string][]int64{}
 	for _, l := range b.Leases {
 		if l.Count == 0 || l.Unreachable || !now.Before(l.Until) || l.Queue == "" {
@@ -158,7 +160,7 @@ func (b *BreakerState) Outstanding(now time.Time) (queues []string, ids map[stri
 
 // Unreachable marks the leases a revocation could not reach. They count as used until they
 // leave the window; SpendableUntil says how long the worker could still spend them.
-func (b *BreakerState) Unreachable(ids []int64) {
+func (b *State) Unreachable(ids []int64) {
 	for i := range b.Leases {
 		for _, id := range ids {
 			if b.Leases[i].ID == id {
@@ -169,7 +171,7 @@ func (b *BreakerState) Unreachable(ids []int64) {
 }
 
 // SpendableUntil is when the last unreachable lease can no longer be spent; zero when none can.
-func (b *BreakerState) SpendableUntil(now time.Time) time.Time {
+func (b *State) SpendableUntil(now time.Time) time.Time {
 	var last time.Time
 	for _, l := range b.Leases {
 		if l.Unreachable && l.Count > 0 && now.Before(l.Until) && l.Until.After(last) {
@@ -181,7 +183,7 @@ func (b *BreakerState) SpendableUntil(now time.Time) time.Time {
 
 // prune drops grants that left the window, and leases that can no longer be spent and whose
 // last possible spend left it.
-func (b *BreakerState) prune(now time.Time) {
+func (b *State) prune(now time.Time) {
 	cutoff := now.Add(-b.Config.Window)
 	kept := b.Grants[:0]
 	for _, g := range b.Grants {
@@ -200,7 +202,7 @@ func (b *BreakerState) prune(now time.Time) {
 }
 
 // used counts a budget's grants in the window and the permits leased for it and not yet reported.
-func (b *BreakerState) used(budget string) int {
+func (b *State) used(budget string) int {
 	n := 0
 	for _, g := range b.Grants {
 		if b.budget(g.Action) == budget {

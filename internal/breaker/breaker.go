@@ -1,15 +1,17 @@
-package policy
+package breaker
 
 import (
 	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// BreakerConfig caps automatic actions across the whole fleet.
-type BreakerConfig struct {
+// Config caps automatic actions across the whole fleet.
+type Config struct {
 	// Window is the sliding window the cap counts over.
 	Window time.Duration `json:"window"`
 	// MaxCount is the most devices that may be tainted automatically within Window.
@@ -19,13 +21,13 @@ type BreakerConfig struct {
 	MaxPercent float64 `json:"maxPercent"`
 }
 
-// DefaultBreaker is the cap used when no flags are given.
-func DefaultBreaker() BreakerConfig {
-	return BreakerConfig{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10}
+// DefaultConfig is the cap used when no flags are given.
+func DefaultConfig() Config {
+	return Config{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10}
 }
 
 // Validate checks the configuration.
-func (c BreakerConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.Window <= 0 || c.MaxCount < 1 || c.MaxPercent < 0 || c.MaxPercent > 100 {
 		return fmt.Errorf("breaker: window must be positive, max count >= 1, max percent within 0..100 (got %s, %d, %g)", c.Window, c.MaxCount, c.MaxPercent)
 	}
@@ -38,10 +40,10 @@ type PermitRequest struct {
 	// Claim, when set, asks for an action on a ResourceClaim instead of a device (claim hygiene):
 	// it is keyed "claim:<namespace>/<name>/<uid>" and draws on the same budget, but it is never
 	// put on the wait list (claim hygiene looks again on its own timer).
-	Claim        string        `json:"claim,omitempty"`
-	Action       State         `json:"action"`
-	KnownDevices int           `json:"knownDevices"`
-	Config       BreakerConfig `json:"config"`
+	Claim        string       `json:"claim,omitempty"`
+	Action       decide.State `json:"action"`
+	KnownDevices int          `json:"knownDevices"`
+	Config       Config       `json:"config"`
 	// Woken: the breaker woke this device; the request must reach it.
 	Woken bool `json:"woken,omitempty"`
 }
@@ -59,22 +61,22 @@ type PermitResult struct {
 
 // Grant is one automatic action the breaker allowed.
 type Grant struct {
-	Device string    `json:"device"`
-	Action State     `json:"action"`
-	At     time.Time `json:"at"`
+	Device string       `json:"device"`
+	Action decide.State `json:"action"`
+	At     time.Time    `json:"at"`
 }
 
-// BreakerState is the fleet-wide circuit breaker; one workflow owns it, so concurrent device
+// State is the fleet-wide circuit breaker; one workflow owns it, so concurrent device
 // workflows are answered one at a time and cannot race past the cap.
-type BreakerState struct {
-	Config    BreakerConfig `json:"config"`
-	Open      bool          `json:"open"`
-	Reason    string        `json:"reason,omitempty"`
-	OpenedAt  time.Time     `json:"openedAt,omitempty"`
-	Grants    []Grant       `json:"grants,omitempty"`
-	Denied    int           `json:"denied"`
-	ResumedBy string        `json:"resumedBy,omitempty"`
-	ResumedAt time.Time     `json:"resumedAt,omitempty"`
+type State struct {
+	Config    Config    `json:"config"`
+	Open      bool      `json:"open"`
+	Reason    string    `json:"reason,omitempty"`
+	OpenedAt  time.Time `json:"openedAt,omitempty"`
+	Grants    []Grant   `json:"grants,omitempty"`
+	Denied    int       `json:"denied"`
+	ResumedBy string    `json:"resumedBy,omitempty"`
+	ResumedAt time.Time `json:"resumedAt,omitempty"`
 	// SeparateBudgets gives restrictions (Unknown too long: NoSchedule, never eviction) a budget
 	// of their own, so an Unknown storm cannot use up what confirmed Unhealthy quarantines need.
 	// Set by breaker runs recorded after the change.
@@ -106,7 +108,7 @@ type BreakerState struct {
 
 // ClaimDeleted is the breaker action of deleting a leaked ResourceClaim (claim hygiene); it draws
 // on the same budget as quarantines. It is an action, never a device's state.
-const ClaimDeleted = State("ClaimDeleted")
+const ClaimDeleted = decide.State("ClaimDeleted")
 
 // Key names what a request acts on: the device, or "claim:" and the claim.
 func (r PermitRequest) Key() string {
@@ -117,7 +119,7 @@ func (r PermitRequest) Key() string {
 }
 
 // waitFor puts a denied device on the wait list; claims are not woken, they look again later.
-func (b *BreakerState) waitFor(req PermitRequest) {
+func (b *State) waitFor(req PermitRequest) {
 	if req.Claim == "" {
 		b.wait(req.Device.String())
 	}
@@ -127,7 +129,7 @@ func (b *BreakerState) waitFor(req PermitRequest) {
 const maxWaiting = 100000
 
 // wait records a denied device (once) so a resume can wake it.
-func (b *BreakerState) wait(device string) {
+func (b *State) wait(device string) {
 	if !b.WakeWaiting || len(b.Waiting) >= maxWaiting {
 		return
 	}
@@ -146,7 +148,7 @@ func (b *BreakerState) wait(device string) {
 
 // AddWaiting records devices that a worker denied on the breaker's behalf (it had just seen the
 // breaker open): they wait to be woken like the ones the breaker denied itself.
-func (b *BreakerState) AddWaiting(devices []string) {
+func (b *State) AddWaiting(devices []string) {
 	for _, d := range devices {
 		b.wait(d)
 	}
@@ -157,7 +159,7 @@ func (b *BreakerState) AddWaiting(devices []string) {
 // need their action, so the rest wait for the next resume rather than for nothing); none while
 // it is open. Devices that no longer need their action simply do not ask; each device also
 // retries on a long fallback timer, so none waits forever.
-func (b *BreakerState) Wake() []string {
+func (b *State) Wake() []string {
 	if b.Open || b.RestrictionsOpen || len(b.Waiting) == 0 {
 		return nil
 	}
@@ -171,7 +173,7 @@ func (b *BreakerState) Wake() []string {
 }
 
 // Configure sets the breaker's configuration; owner names who did (a worker, an operator).
-func (b *BreakerState) Configure(c BreakerConfig, owner string) error {
+func (b *State) Configure(c Config, owner string) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -181,15 +183,15 @@ func (b *BreakerState) Configure(c BreakerConfig, owner string) error {
 
 // budget names the budget an action draws on: restrictions have their own only with
 // SeparateBudgets.
-func (b *BreakerState) budget(action State) string {
+func (b *State) budget(action decide.State) string {
 	if b.SeparateBudgets {
 		return BudgetOf(action)
 	}
-	return BudgetOf(Quarantined)
+	return BudgetOf(decide.Quarantined)
 }
 
 // Limit is how many actions the window allows for a fleet of known devices.
-func (c BreakerConfig) Limit(known int) int {
+func (c Config) Limit(known int) int {
 	limit := c.MaxCount
 	if c.MaxPercent > 0 && known > 0 {
 		limit = min(limit, max(1, int(c.MaxPercent*float64(known)/100)))
@@ -198,7 +200,7 @@ func (c BreakerConfig) Limit(known int) int {
 }
 
 // Acquire grants or denies one automatic action.
-func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
+func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 	if req.Config.Window > 0 && (!b.WakeWaiting || b.ConfiguredBy == "") {
 		// Runs before the change took the configuration from every request; now a request's
 		// only counts until an owner configured the breaker.
@@ -255,38 +257,38 @@ func (b *BreakerState) Acquire(req PermitRequest, now time.Time) PermitResult {
 }
 
 // Resume re-arms the breaker and starts a fresh window.
-func (b *BreakerState) Resume(actor string, now time.Time) {
+func (b *State) Resume(actor string, now time.Time) {
 	b.Open, b.Reason, b.OpenedAt, b.Grants = false, "", time.Time{}, nil
 	b.RestrictionsOpen, b.RestrictionsReason = false, ""
 	b.ResumedBy, b.ResumedAt = actor, now
 }
 
 // Trip opens the breaker by hand.
-func (b *BreakerState) Trip(actor, reason string, now time.Time) {
+func (b *State) Trip(actor, reason string, now time.Time) {
 	b.Open, b.OpenedAt, b.Reason = true, now, fmt.Sprintf("paused by %s: %s", actor, reason)
 }
 
 // MarshalJSON writes the window as a duration string ("10m0s"), like every other duration in
 // payloads and queries.
-func (c BreakerConfig) MarshalJSON() ([]byte, error) {
-	type plain BreakerConfig
+func (c Config) MarshalJSON() ([]byte, error) {
+	type plain Config
 	return json.Marshal(struct {
 		plain
-		Window JSONDuration `json:"window"`
-	}{plain(c), JSONDuration(c.Window)})
+		Window policy.JSONDuration `json:"window"`
+	}{plain(c), policy.JSONDuration(c.Window)})
 }
 
 // UnmarshalJSON reads the window as a string, or as nanoseconds from histories written before.
-func (c *BreakerConfig) UnmarshalJSON(b []byte) error {
-	type plain BreakerConfig
+func (c *Config) UnmarshalJSON(b []byte) error {
+	type plain Config
 	var v struct {
 		plain
-		Window JSONDuration `json:"window"`
+		Window policy.JSONDuration `json:"window"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*c = BreakerConfig(v.plain)
+	*c = Config(v.plain)
 	c.Window = v.Window.D()
 	return nil
 }
