@@ -55,6 +55,9 @@ const (
 	SignalReleaseApproval = string(decide.CmdReleaseApproval)
 	// QueryState returns a device's decide.DeviceState, or the breaker's breaker.State.
 	QueryState = "state"
+	// QueryRules returns the decision rules a device workflow's run follows (decide.Rules): the
+	// changes its version markers took, which tell an upgrade's old runs from new ones.
+	QueryRules = "rules"
 
 	// BreakerWorkflowID is the one circuit-breaker workflow of a namespace.
 	BreakerWorkflowID = "devicewarden-breaker"

@@ -35,30 +35,24 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	if !takes(ctx, 1) {
 		ctx = suggestionOnly(ctx) // deviceChanges came after the history bound
 	}
-	// Runs recorded before the release path replay without it.
-	if changed(ctx, "release-path") {
-		st.ReleasePath = true
+	// The decision rules this run follows, from its own version markers: runs recorded before a
+	// change replay without it.
+	rules := decide.Rules{
+		ReleasePath:      changed(ctx, "release-path"),
+		StaleGraceOn:     changed(ctx, "stale-grace"),
+		BreakerWake:      changed(ctx, "breaker-wake"),       // before: a held action asked every 30 s
+		FailedProbeHolds: changed(ctx, "failed-probe-holds"), // before: Healthy reports stood for a failed probe
+		SilentNoEvidence: takes(ctx, 7),
 	}
-	// Runs recorded before the stale grace replay without it.
-	if changed(ctx, "stale-grace") {
-		st.StaleGraceOn = true
-	}
-	// Runs recorded before the breaker woke waiting devices replay with 30 s retries.
-	if changed(ctx, "breaker-wake") {
-		st.BreakerWake = true
-	}
-	// Runs recorded before a failed probe held a restricted device in use replay without it.
-	if changed(ctx, "failed-probe-holds") {
-		st.FailedProbeHolds = true
-	}
-	if takes(ctx, 7) {
-		st.SilentNoEvidence = true
+	st.Follow(rules)
+	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {
+		return fmt.Errorf("register query: %w", err)
 	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (decide.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	updates := workflow.NewBufferedChannel(ctx, 64)
-	if st.ReleasePath {
+	if rules.ReleasePath {
 		if err := registerUpdates(ctx, st, updates); err != nil {
 			return err
 		}
@@ -135,7 +129,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		if pods := st.HoldersToMove(); len(pods) > 0 {
 			// A unit's holders are learnt of after its decision; each moves once.
 			startMigrations(ctx, st, pods)
-			st.MovingStarted(pods)
+			st.Report(decide.Result{Outcome: decide.Moving, Pods: pods}, workflow.Now(ctx))
 		}
 		if answer != nil {
 			answer.reply.SetValue(decide.CommandResult{State: st.State, Message: lastReason(st)})
@@ -156,7 +150,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
-		if s := st.Summary(); st.ReleasePath && s != lastSummary {
+		if s := st.Summary(); rules.ReleasePath && s != lastSummary {
 			lastSummary = s
 			workflow.SetCurrentDetails(ctx, s)
 		}
@@ -284,7 +278,7 @@ func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide
 		}
 	}
 	cmd.Kind = kind
-	if st.ReleasePath {
+	if st.Rules().ReleasePath {
 		if err := st.Validate(cmd); err != nil {
 			st.Dropped, st.LastDropped = st.Dropped+1, "signal refused: "+err.Error()
 			workflow.GetLogger(ctx).Warn("operator signal refused", "signal", kind, "error", err)

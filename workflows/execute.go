@@ -46,7 +46,7 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 				workflow.GetLogger(ctx).Warn("rule not inspected", "error", err)
 				continue
 			}
-			acts = append(acts, st.RuleSeen(info, workflow.Now(ctx))...)
+			acts = append(acts, st.Report(decide.Result{Action: act, Outcome: decide.Done, Info: info}, workflow.Now(ctx))...)
 		case decide.ActRefreshRule:
 			acts = append(acts, refresh(actx, st, act)...)
 		case decide.ActFenceMembers:
@@ -66,11 +66,11 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
 				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+			res := decide.Result{Action: act, Outcome: decide.Done}
 			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
-				acts = append(acts, st.ReleaseFailed(err.Error(), workflow.Now(ctx))...)
-				continue
+				res = decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}
 			}
-			acts = append(acts, st.ReleaseDone(workflow.Now(ctx))...)
+			acts = append(acts, st.Report(res, workflow.Now(ctx))...)
 		}
 	}
 	return nil
@@ -79,7 +79,7 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 // alertInput is the alert of an action about the device.
 func alertInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action) notify.AlertInput {
 	in := notify.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
-	if st.ReleasePath {
+	if st.Rules().ReleasePath {
 		in.Channel = st.Policy.SlackChannel
 	}
 	return in
@@ -102,7 +102,7 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 	if st.UnitUnknown() {
 		// A unit's ID names no device: without its devices there is nothing to fence. The
 		// watcher's next report says which they are; the action waits for it.
-		st.Hold(act, "the unit's devices are not known yet", workflow.Now(ctx))
+		st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "the unit's devices are not known yet"}, workflow.Now(ctx))
 		return nil, false
 	}
 	// Permit and quarantine are short calls: as local activities they skip two task
@@ -141,16 +141,9 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 		err = run(ctx, rem.Quarantine, qin).Get(ctx, &res)
 	}
 	if err != nil {
-		if st.ReleasePath {
-			return st.TaintFailed(act, err.Error(), now), false
-		}
-		st.Hold(act, "taint failed: "+err.Error(), now)
-		return nil, false
+		return st.Report(decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, now), false
 	}
-	if st.ReleasePath && res.Effect != "" {
-		act.Effect = res.Effect
-	}
-	st.Applied(act, res.RuleName, workflow.Now(ctx))
+	st.Report(decide.Result{Action: act, Outcome: decide.Done, Rule: res.RuleName, Effect: res.Effect}, workflow.Now(ctx))
 	// Workflows started before node escalation existed must replay without this activity.
 	if changed(ctx, "node-escalation") {
 		f := escalation.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
@@ -158,7 +151,7 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 	}
 	if pods := st.MigrationPods(act); len(pods) > 0 && changed(ctx, "migrate") {
 		startMigrations(ctx, st, pods)
-		st.MovingStarted(pods)
+		st.Report(decide.Result{Action: act, Outcome: decide.Moving, Pods: pods}, workflow.Now(ctx))
 	}
 	return nil, false
 }
@@ -169,10 +162,10 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 func permitAnswered(ctx workflow.Context, st *decide.DeviceState, act decide.Action, permit breaker.PermitResult, unreachable error) (stop, alerted bool) {
 	switch {
 	case unreachable != nil:
-		st.Hold(act, "circuit breaker unreachable: "+unreachable.Error(), workflow.Now(ctx))
+		st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + unreachable.Error()}, workflow.Now(ctx))
 		return true, false
 	case !permit.Granted:
-		st.Denied(act, permit.Reason, workflow.Now(ctx))
+		st.Report(decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
 		return true, permit.Alerted
 	}
 	return false, false
@@ -187,12 +180,12 @@ func refresh(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []
 	}
 	var res remediation.RefreshResult
 	if err := executeLocal(ctx, rem.RefreshRule, in).Get(ctx, &res); err != nil {
-		return st.RuleRefreshed(act, "", err.Error(), workflow.Now(ctx))
+		return st.Report(decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, workflow.Now(ctx))
 	}
 	if res.Missing {
-		return st.RuleSeen(decide.RuleInfo{Name: st.Device.TaintRuleName()}, workflow.Now(ctx))
+		return st.Report(decide.Result{Action: act, Outcome: decide.Missing}, workflow.Now(ctx))
 	}
-	return st.RuleRefreshed(act, res.Effect, "", workflow.Now(ctx))
+	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Effect: res.Effect}, workflow.Now(ctx))
 }
 
 // fenceMembers extends a unit's standing fence to every device it is published as. A failure is
@@ -220,7 +213,7 @@ func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []de
 			break
 		}
 	}
-	return st.CheckDone(act.Kind, res, workflow.Now(ctx))
+	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
 
 // checkOne runs one probe or canary Pod; an activity that fails outright is a failed check.
@@ -266,7 +259,7 @@ func permitInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action
 // review interval while on the release path.
 func quarantineInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, now time.Time) remediation.QuarantineInput {
 	lease := st.Policy.QuarantineLease.D()
-	if st.ReviewInterval > 0 && st.ReleasePath {
+	if st.ReviewInterval > 0 && st.Rules().ReleasePath {
 		lease = st.ReviewInterval.D()
 	}
 	return remediation.QuarantineInput{

@@ -24,9 +24,19 @@ import (
 // A new run takes every current path: each GetVersion gate is open.
 func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 	h := newHarness(0)
-	got := h.run(t, time.Minute)
-	if !got.ReleasePath || !got.StaleGraceOn || !got.BreakerWake {
-		t.Fatalf("device run: release path %v, stale grace %v, breaker wake %v", got.ReleasePath, got.StaleGraceOn, got.BreakerWake)
+	var rules decide.Rules
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(api.QueryRules)
+		if err != nil {
+			t.Fatalf("query rules: %v", err)
+		}
+		if err := v.Get(&rules); err != nil {
+			t.Fatalf("decode rules: %v", err)
+		}
+	}, 30*time.Second)
+	h.run(t, time.Minute)
+	if (rules != decide.Rules{ReleasePath: true, StaleGraceOn: true, BreakerWake: true, FailedProbeHolds: true, SilentNoEvidence: true}) {
+		t.Fatalf("a new device run follows %+v, not every rule", rules)
 	}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()

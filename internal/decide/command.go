@@ -122,7 +122,7 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 	if actor == "" {
 		actor = "operator"
 	}
-	if !st.ReleasePath {
+	if !st.rules.ReleasePath {
 		return st.legacyCommand(c, actor, now)
 	}
 	switch c.Kind {

@@ -58,7 +58,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 				st.Stale = false
 				return st.evaluate(obs.Health, now, "fresh report after staleness")
 			}
-			if st.ReleasePath && st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted) {
+			if st.rules.ReleasePath && st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted) {
 				// Every heartbeat re-reads the fence: a rule removed by hand, or a dry run switched
 				// off, is seen within one heartbeat interval.
 				return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(st.State), Reason: "heartbeat"}}
@@ -77,7 +77,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	if obs.DeviceClass != "" {
 		st.DeviceClass = obs.DeviceClass
 	}
-	if len(obs.Reporters) == 0 && st.ReleasePath && obs.Source.FromDriver() {
+	if len(obs.Reporters) == 0 && st.rules.ReleasePath && obs.Source.FromDriver() {
 		// The driver vouches for a device no pod holds (it took its own taint off).
 		if acts, done := st.observeFenced(obs, "driver reports the device healthy ("+string(obs.Source)+")", now); done {
 			return acts
@@ -95,7 +95,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	if obs.Message != "" {
 		reason += ": " + obs.Message
 	}
-	if st.ReleasePath {
+	if st.rules.ReleasePath {
 		if acts, done := st.observeFenced(obs, reason, now); done {
 			return acts
 		}
@@ -160,7 +160,7 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 // Tick is called when NextDeadline passes.
 func (st *DeviceState) Tick(now time.Time) []Action {
 	var acts []Action
-	if s := st.staleAt(); !s.IsZero() && !now.Before(s) && st.StaleGraceOn && st.StaleGraceUntil.IsZero() && now.Sub(s) > StaleLate {
+	if s := st.staleAt(); !s.IsZero() && !now.Before(s) && st.rules.StaleGraceOn && st.StaleGraceUntil.IsZero() && now.Sub(s) > StaleLate {
 		// The deadline is taken up late: this workflow was away, and so were the watcher's
 		// heartbeats. Give them one interval to arrive before calling a Healthy device stale.
 		st.StaleGraceUntil = now.Add(StaleGrace)
@@ -190,7 +190,7 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
 		// A restriction whose Pods are gone gets the same review; one still in use recovers when
 		// its Pods report Healthy again.
-		if st.ReleasePath && !st.Paused && (st.State == Quarantined || len(st.Reporters) == 0) {
+		if st.rules.ReleasePath && !st.Paused && (st.State == Quarantined || len(st.Reporters) == 0) {
 			return append(acts, st.startReview("quarantine lease ended", Actor, now)...)
 		}
 		// Never a silent release: the lease is renewed and the expiry is audited and alerted.
@@ -198,17 +198,17 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 		reason := fmt.Sprintf("quarantine lease expired; re-evaluated with last report %s; kept until %s", st.Health, q.ExpiresAt.UTC().Format(time.RFC3339))
 		st.transition(st.State, reason, Actor, now)
 		acts = append(acts, Action{Kind: ActAlert, Level: LevelWarning, Reason: reason})
-		if st.ReleasePath {
+		if st.rules.ReleasePath {
 			acts = append(acts, Action{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor})
 		}
 	}
 	return acts
 }
 
-// Applied records a taint that the activity carried out.
-func (st *DeviceState) Applied(a Action, rule string, now time.Time) {
+// applied records a taint that the activity carried out.
+func (st *DeviceState) applied(a Action, rule string, now time.Time) {
 	lease := st.Policy.QuarantineLease.D()
-	if st.ReleasePath {
+	if st.rules.ReleasePath {
 		lease = st.interval()
 	}
 	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
@@ -218,17 +218,17 @@ func (st *DeviceState) Applied(a Action, rule string, now time.Time) {
 	st.transition(a.To, a.Reason, a.Actor, now)
 }
 
-// Hold records that the circuit breaker withheld an automatic action.
-func (st *DeviceState) Hold(a Action, reason string, now time.Time) {
+// hold records that the circuit breaker withheld an automatic action.
+func (st *DeviceState) hold(a Action, reason string, now time.Time) {
 	a.Woken = false
 	st.Held, st.HeldReason, st.RetryAt = &a, reason, now.Add(BreakerRetry)
 }
 
-// Denied records that the circuit breaker refused an automatic action. A breaker that wakes
+// denied records that the circuit breaker refused an automatic action. A breaker that wakes
 // waiting devices is not asked again until it does (or the fallback passes).
-func (st *DeviceState) Denied(a Action, reason string, now time.Time) {
-	st.Hold(a, reason, now)
-	if st.BreakerWake {
+func (st *DeviceState) denied(a Action, reason string, now time.Time) {
+	st.hold(a, reason, now)
+	if st.rules.BreakerWake {
 		st.RetryAt = now.Add(BreakerFallback)
 	}
 }
@@ -302,7 +302,7 @@ func (st *DeviceState) inService() bool { return st.State == Healthy || st.State
 // effect is the taint effect to ask for. Runs on the release path leave dry run to the worker
 // (read per decision); older runs froze it in their state.
 func (st *DeviceState) effect(e string) string {
-	if st.DryRun && !st.ReleasePath {
+	if st.DryRun && !st.rules.ReleasePath {
 		return policy.EffectNone
 	}
 	return e

@@ -49,9 +49,9 @@ func run(p policy.Policy, dryRun bool, steps []step) (*DeviceState, []Action) {
 		for _, a := range acts {
 			if a.Kind == ActTaint {
 				if s.hold != "" {
-					st.Hold(a, s.hold, now)
+					st.hold(a, s.hold, now)
 				} else {
-					st.Applied(a, dev.TaintRuleName(), now)
+					st.applied(a, dev.TaintRuleName(), now)
 				}
 			}
 		}
@@ -231,7 +231,7 @@ func TestStaleGraceAfterTheWorkflowWasAway(t *testing.T) {
 	limit := policy.Default().HeartbeatLimit.D()
 	fresh := func(graceOn bool) *DeviceState {
 		st := NewState(dev, "node-1", policy.Default(), false)
-		st.StaleGraceOn = graceOn
+		st.rules.StaleGraceOn = graceOn
 		st.Observe(obs(device.Healthy, 1, SourcePodStatus), t0)
 		return st
 	}

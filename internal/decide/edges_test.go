@@ -11,7 +11,7 @@ import (
 
 func TestCommandsOnTheLegacyPath(t *testing.T) {
 	st := quarantined(policy.Default())
-	st.ReleasePath = false // runs recorded before the release path
+	st.rules.ReleasePath = false // runs recorded before the release path
 	if acts := st.Command(Command{Kind: CmdForceQuarantine, Actor: "bob"}, t0); acts != nil {
 		t.Fatalf("force-quarantine of a quarantined device: %v", acts)
 	}
@@ -37,7 +37,7 @@ func TestCommandsOnTheReleasePath(t *testing.T) {
 		}
 	}
 	fresh := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", policy.Default(), false)
-	fresh.ReleasePath = true
+	fresh.rules.ReleasePath = true
 	if acts := fresh.Command(Command{Kind: CmdExtend, Actor: "bob"}, t0); acts != nil {
 		t.Fatalf("extend without a quarantine: %v", acts)
 	}
@@ -74,8 +74,8 @@ func TestReviewEdges(t *testing.T) {
 	p := policy.Default()
 	p.StabilityWindow = 0
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", p, false)
-	st.ReleasePath = true
-	st.Applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", t0)
+	st.rules.ReleasePath = true
+	st.applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", t0)
 	st.Review = &Review{Stage: StageCanary, From: Quarantined}
 	st.State = Recovering
 	acts := st.startWindow(t0)
@@ -87,14 +87,14 @@ func TestReviewEdges(t *testing.T) {
 	if acts := noRecord.reviewFailed("probe failed", false, Actor, t0); acts != nil || len(noRecord.Transitions) != 1 || noRecord.Review != nil {
 		t.Fatalf("a review without a quarantine record: %v %+v", acts, noRecord.Transitions)
 	}
-	if acts := noRecord.ReleaseDone(t0); acts != nil {
+	if acts := noRecord.releaseDone(t0); acts != nil {
 		t.Fatalf("release done with no review: %v", acts)
 	}
 }
 
 func TestSummaryOfHeldActions(t *testing.T) {
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", policy.Default(), false)
-	st.Hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
+	st.hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
 	if n := st.Next(); n != "retry Quarantined at "+t0.Add(BreakerRetry).UTC().Format(time.RFC3339)+" (circuit breaker open)" {
 		t.Fatalf("next %q", n)
 	}

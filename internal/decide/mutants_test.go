@@ -14,7 +14,7 @@ func TestHeldQuarantineIsNotAskedTwice(t *testing.T) {
 	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
 	for _, a := range acts {
 		if a.Kind == ActTaint {
-			st.Denied(a, "circuit breaker open", t0)
+			st.denied(a, "circuit breaker open", t0)
 		}
 	}
 	if acts := st.Observe(obs(device.Unhealthy, 2, ""), t0.Add(time.Second)); len(acts) != 0 {
@@ -32,7 +32,7 @@ func TestHeldQuarantineIsNotAskedTwice(t *testing.T) {
 	st.Observe(obs(device.Unknown, 1, ""), t0)
 	for _, a := range st.Tick(st.ToleranceUntil) {
 		if a.Kind == ActTaint {
-			st.Denied(a, "restrictions held", st.ToleranceUntil)
+			st.denied(a, "restrictions held", st.ToleranceUntil)
 		}
 	}
 	if st.Held == nil || st.Held.To != Restricted {
@@ -46,7 +46,7 @@ func TestHeldQuarantineIsNotAskedTwice(t *testing.T) {
 
 func TestStaleGraceBoundary(t *testing.T) {
 	st := NewState(dev, "node-1", policy.Default(), false)
-	st.StaleGraceOn = true
+	st.rules.StaleGraceOn = true
 	st.Observe(obs(device.Healthy, 1, SourcePodStatus), t0)
 	if st.Tick(t0.Add(st.Policy.HeartbeatLimit.D() + StaleLate)); !st.Stale {
 		t.Fatal("a deadline exactly StaleLate late is not late")
@@ -70,7 +70,7 @@ func TestRuleGoneWhileHealthyIsAReleaseWithAnAlert(t *testing.T) {
 	if st.State != Quarantined || st.Health != device.Healthy {
 		t.Fatalf("setup: %s %s", st.State, st.Health)
 	}
-	acts := st.RuleSeen(RuleInfo{Name: dev.TaintRuleName()}, t0.Add(2*time.Minute))
+	acts := st.ruleSeen(RuleInfo{Name: dev.TaintRuleName()}, t0.Add(2*time.Minute))
 	if st.State != Released || len(acts) != 1 || acts[0].Kind != ActAlert {
 		t.Fatalf("after the rule went: %s %v", st.State, acts)
 	}

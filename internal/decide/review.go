@@ -109,7 +109,7 @@ func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Actio
 	st.Review = r
 	st.transition(Recovering, "recovery review started: "+trigger, actor, now)
 	// A failed probe outweighs any report: the device passes a probe before it goes back.
-	probeFailed := st.FailedProbeHolds && st.LastProbe != nil && !st.LastProbe.Passed
+	probeFailed := st.rules.FailedProbeHolds && st.LastProbe != nil && !st.LastProbe.Passed
 	if r.From == Restricted && st.spoken(st.Reporters) > 0 && !probeFailed {
 		// Still in use: a probe or canary cannot get the device, and its own Pods' Healthy
 		// reports are the evidence. Probation keeps new work off it through the window.
@@ -130,8 +130,8 @@ func (st *DeviceState) toProbation() []Action {
 		Reason: "probation: only canaries may use the device", Actor: Actor}}
 }
 
-// CheckDone takes the outcome of a probe or canary.
-func (st *DeviceState) CheckDone(kind ActionKind, res StepResult, now time.Time) []Action {
+// checkDone takes the outcome of a probe or canary.
+func (st *DeviceState) checkDone(kind ActionKind, res StepResult, now time.Time) []Action {
 	r := st.Review
 	if kind == ActProbe {
 		st.LastProbe = &res
@@ -165,8 +165,8 @@ func (st *DeviceState) startWindow(now time.Time) []Action {
 	return nil
 }
 
-// RuleRefreshed takes the outcome of a refresh action. missing means the rule was not there.
-func (st *DeviceState) RuleRefreshed(a Action, effect string, failure string, now time.Time) []Action {
+// ruleRefreshed takes the outcome of a refresh action. missing means the rule was not there.
+func (st *DeviceState) ruleRefreshed(a Action, effect string, failure string, now time.Time) []Action {
 	if failure != "" {
 		if st.Review != nil && st.Review.Stage == StageProbation && a.Key == TaintProbation {
 			return st.reviewFailed("probation taint not applied: "+failure, false, Actor, now)
@@ -237,8 +237,8 @@ func (st *DeviceState) reviewFailed(reason string, double bool, actor string, no
 	}
 }
 
-// ReleaseDone closes the quarantine after the rule was deleted.
-func (st *DeviceState) ReleaseDone(now time.Time) []Action {
+// releaseDone closes the quarantine after the rule was deleted.
+func (st *DeviceState) releaseDone(now time.Time) []Action {
 	r, q := st.Review, st.Quarantine
 	if r == nil || q == nil {
 		return nil
@@ -270,9 +270,9 @@ func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
 	st.Quarantine, st.Review, st.Moving = nil, nil, nil
 }
 
-// RuleSeen reconciles the workflow with the device's rule in the cluster: a rule someone else
+// ruleSeen reconciles the workflow with the device's rule in the cluster: a rule someone else
 // deleted or edited is an operator release, and the device follows it.
-func (st *DeviceState) RuleSeen(info RuleInfo, now time.Time) []Action {
+func (st *DeviceState) ruleSeen(info RuleInfo, now time.Time) []Action {
 	if !st.fenced() {
 		return nil
 	}
@@ -314,10 +314,10 @@ func (st *DeviceState) stateBeforeReview() State {
 	return st.State
 }
 
-// TaintFailed holds a taint that the activity could not carry out; it alerts on the first failure
+// taintFailed holds a taint that the activity could not carry out; it alerts on the first failure
 // and every tenth, so a taint that keeps failing is seen rather than retried silently.
-func (st *DeviceState) TaintFailed(a Action, reason string, now time.Time) []Action {
-	st.Hold(a, "taint failed: "+reason, now)
+func (st *DeviceState) taintFailed(a Action, reason string, now time.Time) []Action {
+	st.hold(a, "taint failed: "+reason, now)
 	st.TaintFailures++
 	if st.TaintFailures == 1 || st.TaintFailures%10 == 0 {
 		return []Action{{Kind: ActAlert, Level: LevelCritical, Reason: fmt.Sprintf("taint to %s failed %d time(s), retrying every %s: %s", a.To, st.TaintFailures, BreakerRetry, reason)}}
@@ -325,8 +325,8 @@ func (st *DeviceState) TaintFailed(a Action, reason string, now time.Time) []Act
 	return nil
 }
 
-// ReleaseFailed keeps the device fenced when its rule could not be deleted.
-func (st *DeviceState) ReleaseFailed(reason string, now time.Time) []Action {
+// releaseFailed keeps the device fenced when its rule could not be deleted.
+func (st *DeviceState) releaseFailed(reason string, now time.Time) []Action {
 	if st.Review == nil {
 		return nil
 	}
@@ -338,7 +338,7 @@ func (st *DeviceState) ReleaseFailed(reason string, now time.Time) []Action {
 func (st *DeviceState) spoken(reps []Reporter) int {
 	n := 0
 	for _, r := range reps {
-		if !r.Silent || !st.SilentNoEvidence {
+		if !r.Silent || !st.rules.SilentNoEvidence {
 			n++
 		}
 	}
@@ -348,5 +348,5 @@ func (st *DeviceState) spoken(reps []Reporter) int {
 // evidence says whether a Healthy observation with these reporters is a word about the device: not
 // when every reporter is a silent holder (runs with SilentNoEvidence; none is no reporter at all).
 func (st *DeviceState) evidence(reps []Reporter) bool {
-	return !st.SilentNoEvidence || len(reps) == 0 || st.spoken(reps) > 0
+	return !st.rules.SilentNoEvidence || len(reps) == 0 || st.spoken(reps) > 0
 }

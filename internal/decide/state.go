@@ -64,6 +64,33 @@ type Observation struct {
 	Unit *device.Unit `json:"unit,omitempty"`
 }
 
+// Rules are the decision rules a run follows. Each is a change that runs recorded before it
+// replay without: the device workflow derives them from its own version markers at the start of
+// every run and hands them to the state (Follow). They are not part of the device's state, so a
+// run never carries one over from the run before it.
+type Rules struct {
+	// ReleasePath: the recovery review (probe, canary, probation, release); before it, a
+	// quarantine was renewed until a person released it.
+	ReleasePath bool `json:"releasePath,omitempty"`
+	// StaleGraceOn: a late staleness deadline gets a grace (StaleGraceUntil).
+	StaleGraceOn bool `json:"staleGraceOn,omitempty"`
+	// BreakerWake: the breaker wakes this device when it may grant again, so a denied action
+	// waits for that (or BreakerFallback) instead of asking every 30 s.
+	BreakerWake bool `json:"breakerWake,omitempty"`
+	// FailedProbeHolds: after a failed probe, a restricted device's review runs the probe again
+	// instead of taking its Pods' Healthy reports as the evidence.
+	FailedProbeHolds bool `json:"failedProbeHolds,omitempty"`
+	// SilentNoEvidence: a silent holder's Healthy (Reporter.Silent) neither starts a restricted
+	// unit's review nor stands for a probe and canary.
+	SilentNoEvidence bool `json:"silentNoEvidence,omitempty"`
+}
+
+// Follow makes the state decide by r.
+func (st *DeviceState) Follow(r Rules) { st.rules = r }
+
+// Rules are the decision rules the state decides by.
+func (st *DeviceState) Rules() Rules { return st.rules }
+
 // Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;
 // within a term N counts the watcher's changes. A heartbeat repeats the Seq it repeats.
 type Seq struct {
@@ -151,22 +178,8 @@ type DeviceState struct {
 	RetryAt    time.Time `json:"retryAt,omitempty"`
 	// Paused stops automatic actions for this device until an operator resumes it.
 	Paused bool `json:"paused,omitempty"`
-	// ReleasePath is set by workflows that run the recovery review (probe, canary, probation,
-	// release); runs recorded before it keep the old renew-only behaviour on replay.
-	ReleasePath bool `json:"releasePath,omitempty"`
-	// StaleGraceOn is set by workflows that give a late staleness deadline a grace (runs recorded
-	// before it replay without). StaleGraceUntil is that grace while it runs.
-	StaleGraceOn bool `json:"staleGraceOn,omitempty"`
-	// BreakerWake: the breaker wakes this device when it may grant again, so a denied action
-	// waits for that (or BreakerFallback) instead of asking every 30 s. Set by newer runs.
-	BreakerWake bool `json:"breakerWake,omitempty"`
-	// FailedProbeHolds: after a failed probe, a restricted device's review runs the probe again
-	// instead of taking its Pods' Healthy reports as the evidence. Set by newer runs.
-	FailedProbeHolds bool `json:"failedProbeHolds,omitempty"`
-	// SilentNoEvidence: a silent holder's Healthy (Reporter.Silent) neither starts a restricted
-	// unit's review nor stands for a probe and canary. Set by newer runs.
-	SilentNoEvidence bool      `json:"silentNoEvidence,omitempty"`
-	StaleGraceUntil  time.Time `json:"staleGraceUntil,omitempty"`
+	// StaleGraceUntil is the grace a late staleness deadline gets while it runs (Rules.StaleGraceOn).
+	StaleGraceUntil time.Time `json:"staleGraceUntil,omitempty"`
 	// Review is the recovery review in progress (state Recovering).
 	Review *Review `json:"review,omitempty"`
 	// ReviewInterval is how long the next quarantine lasts before its review; it doubles after
@@ -187,6 +200,9 @@ type DeviceState struct {
 	// Unit is the physical unit this workflow fences, for a device published in several forms:
 	// while fenced, every device it was ever seen with (a rule stands for each).
 	Unit *device.Unit `json:"unit,omitempty"`
+
+	// rules are the decision rules of the run deciding; not part of the device's state.
+	rules Rules
 }
 
 // ActionKind is what an Action asks the workflow to do.

@@ -40,7 +40,7 @@ func (st *DeviceState) Next() string {
 		case StageRelease:
 			return "deleting the rule"
 		}
-	case st.State == Quarantined && st.Quarantine != nil && st.ReleasePath && !st.Paused:
+	case st.State == Quarantined && st.Quarantine != nil && st.rules.ReleasePath && !st.Paused:
 		return "recovery review (probe, canary, probation) at " + at(st.Quarantine.ExpiresAt) + ", or on `device release`"
 	case (st.State == Quarantined || st.State == Restricted) && st.Quarantine != nil:
 		return "lease renewed at " + at(st.Quarantine.ExpiresAt)

@@ -86,8 +86,8 @@ func (st *DeviceState) HoldersToMove() []PodRef {
 	return out
 }
 
-// MovingStarted records the Pods migrations were started for in this quarantine.
-func (st *DeviceState) MovingStarted(pods []PodRef) { st.Moving = append(st.Moving, pods...) }
+// movingStarted records the Pods migrations were started for in this quarantine.
+func (st *DeviceState) movingStarted(pods []PodRef) { st.Moving = append(st.Moving, pods...) }
 
 // UnitUnknown: the workflow is a physical unit's (its device is a unit key) but has not heard
 // which devices the unit is (no observation since it started): it cannot fence anything yet.

@@ -23,7 +23,7 @@ func quarantinedUnit(p policy.Policy, devices ...string) *DeviceState {
 
 func TestUnitMembershipWhileFenced(t *testing.T) {
 	st := NewState(dev, "node-1", policy.Default(), false)
-	st.ReleasePath = true
+	st.rules.ReleasePath = true
 	o := obs(device.Unknown, 1, "")
 	o.Unit = unitOf("g", "g-a", "g-b")
 	st.Observe(o, t0)
@@ -37,7 +37,7 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 	o.Unit = unitOf("g", "g-a")
 	for _, a := range st.Observe(o, t0) {
 		if a.Kind == ActTaint {
-			st.Applied(a, "r", t0)
+			st.applied(a, "r", t0)
 		}
 	}
 	if st.State != Quarantined {
@@ -52,7 +52,7 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 	if !slices.Equal(st.Members(), []string{"g", "g-a", "g-c"}) {
 		t.Fatalf("fenced members %v: want every form seen while fenced", st.Members())
 	}
-	acts = st.RuleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
+	acts = st.ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
 	if len(acts) != 1 || acts[0].Kind != ActFenceMembers || st.State != Quarantined {
 		t.Fatalf("a form's rule missing: %+v, state %s", acts, st.State)
 	}
@@ -65,7 +65,7 @@ func TestUnitHoldersMoveOnceEach(t *testing.T) {
 	p := policy.Default()
 	p.Migration.Enabled = true
 	st := quarantinedUnit(p, "g", "g-a", "g-b")
-	st.MovingStarted(st.MigrationPods(Action{To: Quarantined})) // what the decision's taint moved
+	st.movingStarted(st.MigrationPods(Action{To: Quarantined})) // what the decision's taint moved
 	if got := st.HoldersToMove(); len(got) != 0 {
 		t.Fatalf("holders to move right after the decision: %v", got)
 	}
@@ -77,7 +77,7 @@ func TestUnitHoldersMoveOnceEach(t *testing.T) {
 	if len(got) != 1 || got[0].Name != "sibling" {
 		t.Fatalf("holders to move %v, want the sibling", got)
 	}
-	st.MovingStarted(got)
+	st.movingStarted(got)
 	if got := st.HoldersToMove(); len(got) != 0 {
 		t.Fatalf("moved twice: %v", got)
 	}
@@ -91,7 +91,7 @@ func TestUnitHoldersMoveOnceEach(t *testing.T) {
 func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
 	id := device.ID{Driver: dev.Driver, Pool: dev.Pool, Device: "counters=set"}
 	st := NewState(id, "node-1", policy.Default(), false)
-	st.ReleasePath = true
+	st.rules.ReleasePath = true
 	cmd := Command{Kind: CmdForceQuarantine, Actor: "alice"}
 	if err := st.Validate(cmd); err == nil || !strings.Contains(err.Error(), "not known yet") {
 		t.Fatalf("force-quarantine of a unit of unknown devices: %v", err)
@@ -137,7 +137,7 @@ func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
 	p := policy.Default()
 	p.Migration.Enabled = true
 	st := quarantinedUnit(p, "g", "g-a")
-	st.MovingStarted(st.HoldersToMove())
+	st.movingStarted(st.HoldersToMove())
 	st.closeRecord("alice", "test", t0)
 	st.State = Restricted
 	st.Quarantine = &QuarantineRecord{RuleName: "r"}
@@ -156,7 +156,7 @@ func TestSilentHoldersAreNoEvidence(t *testing.T) {
 	spoke := Reporter{Namespace: "ns", Pod: "user", Health: device.Healthy, Device: "gpu-0-mig-0"}
 	restricted := func(on bool) *DeviceState {
 		st := NewState(dev, "node-1", policy.Default(), false)
-		st.ReleasePath, st.SilentNoEvidence = true, on
+		st.rules.ReleasePath, st.rules.SilentNoEvidence = true, on
 		st.State = Restricted
 		st.Quarantine = &QuarantineRecord{CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 		return st

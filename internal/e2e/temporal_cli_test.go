@@ -70,4 +70,9 @@ func TestStockTemporalCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"state": "Quarantined"`) && !strings.Contains(out, `"state":"Quarantined"`) || !strings.Contains(out, "does not decode") {
 		t.Fatalf("query: %v\n%s", err, out)
 	}
+	// Which decision rules the run follows: every one, for a run this build started.
+	out, err = temporalCLI(t, ctx, "workflow", "query", "--workflow-id", wf, "--type", "rules")
+	if err != nil || strings.Count(strings.ReplaceAll(out, " ", ""), `":true`) != 5 {
+		t.Fatalf("query rules: %v\n%s", err, out)
+	}
 }
