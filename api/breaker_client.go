@@ -1,8 +1,8 @@
-// The typed clients reach DeviceWarden's long-lived workflows from activities and the app: the
-// circuit breaker (permits, leased ahead in batches, and the refusals it answered), the node
-// workflows, the migration limiter and the rollout windows.
-
 package api
+
+// The typed clients of this file reach DeviceWarden's long-lived workflows from activities and
+// the app: the circuit breaker (permits, leased ahead in batches, and the refusals it answered),
+// the node workflows and the migration limiter.
 
 import (
 	"context"
