@@ -141,7 +141,7 @@ var (
 // Actor is recorded on decisions DeviceWarden makes by itself.
 const Actor = decide.Actor
 
-// The state model lives in internal/policy; these names keep the workflow API in one place.
+// The state model lives in internal/decide; these names keep the workflow API in one place.
 type (
 	Observation = decide.Observation
 	Reporter    = decide.Reporter

@@ -22,7 +22,7 @@ type commandRequest struct {
 // DeviceWorkflow is the long-lived entity workflow for one device (ID "device/<driver>/<pool>/<device>").
 // Observations arrive as signals; operator commands as validated updates (or signals); a timer
 // wakes it for the next deadline (tolerance end, staleness, breaker retry, review, lease end).
-// internal/policy decides; this executes, one decision at a time.
+// internal/decide decides; this executes, one decision at a time.
 func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	st := in.State
 	if st == nil {

@@ -7,7 +7,7 @@
 // `go test -overlay` (the source tree is never written), runs the package's tests and prints
 // KILLED or LIVED per mutant and the totals.
 //
-//	gremlins unleash --dry-run ./internal/policy | go run ./internal/casemut ./internal/policy
+//	gremlins unleash --dry-run ./internal/decide | go run ./internal/casemut ./internal/decide
 package main
 
 import (
