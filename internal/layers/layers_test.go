@@ -3,10 +3,12 @@ package layers
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -46,18 +48,29 @@ type pkg struct {
 	XTestImports []string
 }
 
+// listed is the module's packages, listed once for every test of this package.
+var listed = sync.OnceValues(list)
+
 // packages lists the module's packages with their imports, e2e-tagged files included.
 func packages(t *testing.T) []pkg {
 	t.Helper()
+	pkgs, err := listed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+func list() ([]pkg, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
+		return nil, fmt.Errorf("go env GOMOD: %w", err)
 	}
 	cmd := exec.Command("go", "list", "-tags", "e2e", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
 	out, err = cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		return nil, fmt.Errorf("go list: %w", err)
 	}
 	var pkgs []pkg
 	dec := json.NewDecoder(strings.NewReader(string(out)))
@@ -66,15 +79,15 @@ func packages(t *testing.T) []pkg {
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("go list output: %v", err)
+			return nil, fmt.Errorf("go list output: %w", err)
 		}
 		p.ImportPath = strings.TrimPrefix(p.ImportPath, module)
 		pkgs = append(pkgs, p)
 	}
 	if len(pkgs) < 20 {
-		t.Fatalf("go list found %d packages", len(pkgs))
+		return nil, fmt.Errorf("go list found %d packages", len(pkgs))
 	}
-	return pkgs
+	return pkgs, nil
 }
 
 func own(imports []string) []string {
