@@ -258,13 +258,9 @@ func permitInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action
 // quarantineInput is the rule a taint writes: expiring after the quarantine lease, or after the
 // review interval while on the release path.
 func quarantineInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, now time.Time) remediation.QuarantineInput {
-	lease := st.Policy.QuarantineLease.D()
-	if st.ReviewInterval > 0 && st.Rules().ReleasePath {
-		lease = st.ReviewInterval.D()
-	}
 	return remediation.QuarantineInput{
 		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-		ExpiresAt: now.Add(lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
+		ExpiresAt: now.Add(st.Lease()), Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),
 	}
 }

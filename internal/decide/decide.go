@@ -205,14 +205,19 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 	return acts
 }
 
+// Lease is how long a quarantine taken now lasts, on its record and on its rule: the policy's
+// quarantine lease, or on the release path the review interval (which grows after failed reviews).
+func (st *DeviceState) Lease() time.Duration {
+	if st.rules.ReleasePath {
+		return st.interval()
+	}
+	return st.Policy.QuarantineLease.D()
+}
+
 // applied records a taint that the activity carried out.
 func (st *DeviceState) applied(a Action, rule string, now time.Time) {
-	lease := st.Policy.QuarantineLease.D()
-	if st.rules.ReleasePath {
-		lease = st.interval()
-	}
 	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
-		CreatedAt: now, ExpiresAt: now.Add(lease)}
+		CreatedAt: now, ExpiresAt: now.Add(st.Lease())}
 	st.ToleranceUntil, st.TaintFailures, st.Review = time.Time{}, 0, nil
 	st.clearHeld()
 	st.transition(a.To, a.Reason, a.Actor, now)

@@ -24,8 +24,8 @@ const (
 )
 
 // Result reports what became of one action. It is the one way the device workflow tells the
-// decisions about the world: the workflow performs the actions Observe, Command, Tick and
-// Report return, and reports each one's result here.
+// decisions about the world: the workflow performs the actions Observe, Command, Tick, Woken
+// and Report return, and reports each one's result here.
 type Result struct {
 	Action  Action
 	Outcome Outcome
