@@ -562,3 +562,13 @@ func (s *store) unitsIn(driver, pool string) []device.ID {
 	}
 	return out
 }
+
+// lastUnit is the unit a followed unit's workflow last heard of; nil when it heard of none.
+func (s *store) lastUnit(id device.ID) *device.Unit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.devices[id]; e != nil && e.signalled != nil {
+		return e.signalled.Unit
+	}
+	return nil
+}

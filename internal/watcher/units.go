@@ -96,6 +96,37 @@ func (x *sliceIndex) unitByKey(id device.ID, g device.Grouping) (device.Unit, bo
 	return *u, true
 }
 
+// successor is what became of a unit whose key its pool no longer publishes (a counter set
+// renamed, a form drawing on a second set, the policy's grouping edited): the unit under its old
+// ID, with its devices as last known and those of every unit now published that shares one of
+// them. Its workflow may still fence the old forms, and must hear of the new ones: a form
+// published under the new key would otherwise stay unfenced until a report started the new
+// key's workflow. False when no published unit shares a device with it.
+func (x *sliceIndex) successor(last device.Unit, g device.Grouping) (device.Unit, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	pu := x.poolUnits(poolKey{last.ID.Driver, last.ID.Pool}, g)
+	out := device.Unit{ID: last.ID, Devices: slices.Clone(last.Devices)}
+	var heirs []*device.Unit
+	for _, d := range last.Devices {
+		if u := pu.byDevice[d]; u != nil && !slices.Contains(heirs, u) {
+			heirs = append(heirs, u)
+		}
+	}
+	for _, u := range heirs {
+		for _, d := range u.Devices {
+			if !slices.Contains(out.Devices, d) {
+				out.Devices = append(out.Devices, d)
+			}
+		}
+	}
+	if len(heirs) == 1 {
+		out.Whole = heirs[0].Whole
+	}
+	slices.Sort(out.Devices)
+	return out, len(heirs) > 0
+}
+
 // poolUnits returns the pool's units, building them if needed. Callers hold x.mu.
 func (x *sliceIndex) poolUnits(pk poolKey, g device.Grouping) *poolUnits {
 	if pu := x.units[pk]; pu != nil && pu.grouping == g {

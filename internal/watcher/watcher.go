@@ -453,8 +453,13 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	w.cfg.Metrics.QueueDepth.Set(float64(w.queue.Len()))
 	var unit *device.Unit
 	if device.IsUnitKey(id.Device) {
-		if u, ok := w.slices.unitByKey(id, w.cfg.Policies.Units(id.Driver)); ok {
+		g := w.cfg.Policies.Units(id.Driver)
+		if u, ok := w.slices.unitByKey(id, g); ok {
 			unit = &u
+		} else if last := w.store.lastUnit(id); last != nil {
+			if u, ok := w.slices.successor(*last, g); ok {
+				unit = &u
+			}
 		}
 	}
 	obs, d := w.store.next(id, w.cfg.Clock(), w.cfg.HeartbeatInterval, unit)
