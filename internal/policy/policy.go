@@ -64,6 +64,8 @@ type Policy struct {
 	EscalationThreshold int `json:"escalationThreshold"`
 	// Migration moves jobs off a quarantined device (off unless the policy turns it on).
 	Migration Migration `json:"migration,omitempty"`
+	// Repair is the ladder a quarantined device climbs before its review (none by default).
+	Repair Repair `json:"repair,omitempty"`
 }
 
 // Default applies when no policy file entry matches.
@@ -193,6 +195,7 @@ type entry struct {
 	Ambiguous           *string         `yaml:"ambiguous"`
 	EscalationThreshold *int            `yaml:"escalationThreshold"`
 	Migration           *migrationEntry `yaml:"migration"`
+	Repair              *repairEntry    `yaml:"repair"`
 	line                int
 }
 
@@ -465,6 +468,7 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 		p.EscalationThreshold = *e.EscalationThreshold
 	}
 	e.Migration.apply(&p.Migration)
+	e.Repair.apply(&p.Repair)
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
 	}
@@ -509,6 +513,9 @@ func (p Policy) Validate() error {
 	}
 	if p.EscalationThreshold < 1 {
 		return fmt.Errorf("escalationThreshold must be >= 1, got %d", p.EscalationThreshold)
+	}
+	if err := p.Repair.validate(); err != nil {
+		return err
 	}
 	return p.Migration.validate()
 }
