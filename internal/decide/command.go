@@ -75,6 +75,9 @@ func (st *DeviceState) Validate(c Command) error {
 		if st.State == Quarantined {
 			return fmt.Errorf("force-quarantine: already quarantined (%s)", st.Quarantine.Reason)
 		}
+		if st.State == Retired {
+			return fmt.Errorf("force-quarantine: the device is retired and stays fenced")
+		}
 		if st.UnitUnknown() {
 			return fmt.Errorf("force-quarantine: %s is a physical unit whose devices are not known yet; quarantine one of its devices, or wait for the watcher's report", st.Device)
 		}
@@ -82,8 +85,11 @@ func (st *DeviceState) Validate(c Command) error {
 		if st.State == Recovering {
 			return fmt.Errorf("release: a recovery review is already running (stage %s)", st.Review.Stage)
 		}
-		if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted) {
+		if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted && st.State != Retired) {
 			return fmt.Errorf("release: device is %s, not quarantined or restricted", st.State)
+		}
+		if st.State == Retired {
+			break // its review ends with a person's approval, whatever the policy says
 		}
 		if p := st.LastProbe; p != nil && !p.Passed {
 			return fmt.Errorf("release: refused while the last probe failed (%s, %s); the next review at %s probes again",
@@ -183,7 +189,7 @@ func (st *DeviceState) legacyCommand(c Command, actor string, now time.Time) []A
 			st.clearHeld()
 			return st.automatic(a)
 		}
-		return st.Tick(now)
+		return append(st.Tick(now), st.climb(now)...)
 	case CmdReleaseApproval:
 		st.transition(st.State, "release approved", actor, now)
 	}

@@ -58,7 +58,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 				st.Stale = false
 				return st.evaluate(obs.Health, now, "fresh report after staleness")
 			}
-			if st.rules.ReleasePath && st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted) {
+			if st.rules.ReleasePath && st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted || st.State == Retired) {
 				// Every heartbeat re-reads the fence: a rule removed by hand, or a dry run switched
 				// off, is seen within one heartbeat interval.
 				return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(st.State), Reason: "heartbeat"}}
@@ -85,6 +85,10 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	}
 	if len(obs.Reporters) == 0 {
 		// No pod holds the device: there is nothing to suspect, and nothing to judge staleness by.
+		// A quarantine on a repair ladder may now take its next step.
+		if acts := st.climb(now); acts != nil {
+			return acts
+		}
 		if st.State == Suspect {
 			st.transition(Healthy, "no pod holds the device any more", Actor, now)
 			st.ToleranceUntil = time.Time{}
@@ -107,6 +111,9 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 // done is false when the usual evaluation applies.
 func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Time) ([]Action, bool) {
 	switch {
+	case st.State == Retired:
+		// Retired stays fenced whatever is reported; only a person brings it back.
+		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Retired), Reason: reason}}, true
 	case st.State == Recovering && obs.Health != device.Healthy:
 		return st.reviewFailed(reason+" during the recovery review", true, Actor, now), true
 	case st.State == Quarantined && obs.Health == device.Unhealthy:
@@ -125,7 +132,7 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) []Action {
 	switch h {
 	case device.Unhealthy:
-		if st.State == Quarantined || (st.Held != nil && st.Held.To == Quarantined) {
+		if st.State == Quarantined || st.State == Retired || (st.Held != nil && st.Held.To == Quarantined) {
 			return nil
 		}
 		acts := st.automatic(Action{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true})
@@ -190,7 +197,8 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
 		// A restriction whose Pods are gone gets the same review; one still in use recovers when
 		// its Pods report Healthy again.
-		if st.rules.ReleasePath && !st.Paused && (st.State == Quarantined || len(st.Reporters) == 0) {
+		repairing := st.laddered() && st.Quarantine.Ladder.Running
+		if st.rules.ReleasePath && !st.Paused && !repairing && (st.State == Quarantined || len(st.Reporters) == 0) {
 			return append(acts, st.startReview("quarantine lease ended", Actor, now)...)
 		}
 		// Never a silent release: the lease is renewed and the expiry is audited and alerted.

@@ -68,6 +68,13 @@ func (st *DeviceState) Report(r Result, now time.Time) []Action {
 		if r.Outcome == Done {
 			return st.checkDone(a.Kind, r.Check, now)
 		}
+	case ActRepair:
+		switch r.Outcome {
+		case Done:
+			return st.repaired(r.Check, now)
+		case Failed:
+			return st.repaired(StepResult{Reason: "the step could not run: " + r.Reason, At: now}, now)
+		}
 	case ActRelease:
 		switch r.Outcome {
 		case Done:
@@ -88,6 +95,9 @@ func (st *DeviceState) taintResult(r Result, now time.Time) []Action {
 			a.Effect = r.Effect
 		}
 		st.applied(a, r.Rule, now)
+		if a.Automatic {
+			return st.startLadder(now) // an operator's quarantine is theirs to end
+		}
 	case Held:
 		st.hold(a, r.Reason, now)
 	case Denied:

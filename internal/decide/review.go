@@ -88,7 +88,7 @@ func (st *DeviceState) interval() time.Duration {
 
 // fenced reports a state in which the device's rule must be in force.
 func (st *DeviceState) fenced() bool {
-	return st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted || st.State == Recovering)
+	return st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted || st.State == Recovering || st.State == Retired)
 }
 
 // wantEffect is the effect the rule of a quarantine or restriction should carry.
@@ -101,7 +101,7 @@ func (st *DeviceState) wantEffect(s State) string {
 
 // startReview begins the way back for a quarantined or restricted device.
 func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Action {
-	if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted) {
+	if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted && st.State != Retired) {
 		return nil
 	}
 	st.Quarantine.Reviews++
@@ -142,13 +142,15 @@ func (st *DeviceState) checkDone(kind ActionKind, res StepResult, now time.Time)
 	case kind == ActProbe && r.Stage == StageProbe:
 		r.Probe = &res
 		if !res.Passed {
-			return st.reviewFailed("probe failed: "+res.Reason, true, Actor, now)
+			acts := st.reviewFailed("probe failed: "+res.Reason, true, Actor, now)
+			return append(acts, st.reviewedAfterRepair("probe failed: "+res.Reason, now)...)
 		}
 		return st.toProbation()
 	case kind == ActCanary && r.Stage == StageCanary:
 		r.Canary = &res
 		if !res.Passed {
-			return st.reviewFailed("canary failed: "+res.Reason, true, Actor, now)
+			acts := st.reviewFailed("canary failed: "+res.Reason, true, Actor, now)
+			return append(acts, st.reviewedAfterRepair("canary failed: "+res.Reason, now)...)
 		}
 		return st.startWindow(now)
 	}
@@ -189,7 +191,7 @@ func (st *DeviceState) ruleRefreshed(a Action, effect string, failure string, no
 
 func (st *DeviceState) stabilityDone(now time.Time) []Action {
 	r := st.Review
-	if st.Policy.ApprovalRequired {
+	if st.Policy.ApprovalRequired || r.From == Retired {
 		r.Stage, r.Until = StageApproval, now.Add(st.Policy.ApprovalTimeout.D())
 		return []Action{{Kind: ActRequestApproval, Reason: st.reviewSummary(), Actor: Actor}}
 	}
@@ -248,6 +250,9 @@ func (st *DeviceState) releaseDone(now time.Time) []Action {
 		by = r.ApprovedBy
 	}
 	reason := fmt.Sprintf("released after %s (%s)", st.reviewSummary(), r.Trigger)
+	if l := q.Ladder; l != nil && len(l.Tries) > 0 && l.Tries[len(l.Tries)-1].Review == "" {
+		l.Tries[len(l.Tries)-1].Review = "passed: released"
+	}
 	st.closeRecord(by, reason, now)
 	st.ReviewInterval = 0
 	st.transition(Released, reason, by, now)

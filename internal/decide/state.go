@@ -83,6 +83,8 @@ type Rules struct {
 	// SilentNoEvidence: a silent holder's Healthy (Reporter.Silent) neither starts a restricted
 	// unit's review nor stands for a probe and canary.
 	SilentNoEvidence bool `json:"silentNoEvidence,omitempty"`
+	// Repair: a quarantine climbs its policy's repair ladder, and a device can be Retired.
+	Repair bool `json:"repair,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -130,6 +132,8 @@ type QuarantineRecord struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// Reviews counts recovery reviews started for this quarantine.
 	Reviews int `json:"reviews,omitempty"`
+	// Ladder is where the quarantine stands on its policy's repair ladder (nil: none).
+	Ladder *Ladder `json:"ladder,omitempty"`
 	// Closed* say who ended the quarantine, why and when.
 	ClosedAt    time.Time `json:"closedAt,omitempty"`
 	ClosedBy    string    `json:"closedBy,omitempty"`

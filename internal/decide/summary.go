@@ -40,6 +40,12 @@ func (st *DeviceState) Next() string {
 		case StageRelease:
 			return "deleting the rule"
 		}
+	case st.State == Retired:
+		return "nothing: retired, replace it (`device release` runs a review that needs an approval)"
+	case st.State == Quarantined && st.laddered() && st.Quarantine.Ladder.Running:
+		return "repair step running on the device"
+	case st.State == Quarantined && st.laddered() && len(st.Reporters) > 0:
+		return "repair once no Pod holds the device"
 	case st.State == Quarantined && st.Quarantine != nil && st.rules.ReleasePath && !st.Paused:
 		return "recovery review (probe, canary, probation) at " + at(st.Quarantine.ExpiresAt) + ", or on `device release`"
 	case (st.State == Quarantined || st.State == Restricted) && st.Quarantine != nil:

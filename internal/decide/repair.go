@@ -1,0 +1,185 @@
+package decide
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// A policy's repair ladder (policy.Repair) tries to bring a quarantined device back before its
+// review would: once the device is idle (no Pod holds it), each step runs, then the usual review
+// (probe, canary, window, approval). A review that passes releases the device; a step or review
+// that fails goes to the next attempt, then the next step; after the last one the device is
+// Retired: fenced for good, never reviewed again, released only with a person's approval.
+
+// Retired is a device the ladder gave up on, or that relapsed too often: replace it.
+const Retired State = "Retired"
+
+// ActRepair runs one step of the ladder on the device; the result goes to Report as a Check.
+const ActRepair ActionKind = "repair"
+
+// ActRetire writes a retired device's evidence (every fault, step and probe, with times).
+const ActRetire ActionKind = "retire"
+
+// Ladder is where a quarantine stands on its policy's repair ladder.
+type Ladder struct {
+	// Step indexes Policy.Repair.Steps; Attempt counts that step's tries, from 1.
+	Step    int `json:"step"`
+	Attempt int `json:"attempt"`
+	// Running: a step is out and its result not yet reported.
+	Running bool `json:"running,omitempty"`
+	// Tries are every step tried for this quarantine, with the review that followed.
+	Tries []RepairTry `json:"tries,omitempty"`
+}
+
+// RepairTry is one attempt at one step, and what the review after it found.
+type RepairTry struct {
+	Kind    policy.RepairKind `json:"kind"`
+	Attempt int               `json:"attempt"`
+	At      time.Time         `json:"at"`
+	Result  *StepResult       `json:"result,omitempty"`
+	// Review is how the review after a successful step ended ("" while it runs).
+	Review string `json:"review,omitempty"`
+}
+
+// laddered says whether this quarantine climbs a ladder.
+func (st *DeviceState) laddered() bool {
+	return st.rules.Repair && st.Policy.Repair.Enabled() && st.Quarantine != nil && st.Quarantine.Ladder != nil
+}
+
+// startLadder puts a fresh quarantine on its policy's ladder, or retires a device that relapsed
+// RetireAfter times within policy.RelapseWindow.
+func (st *DeviceState) startLadder(now time.Time) []Action {
+	if !st.rules.Repair || !st.Policy.Repair.Enabled() || st.Quarantine == nil || st.State != Quarantined {
+		return nil
+	}
+	st.Quarantine.Ladder = &Ladder{}
+	if n := st.Policy.Repair.RetireAfter; n > 0 {
+		if k := st.quarantinesSince(now.Add(-policy.RelapseWindow)); k >= n {
+			return st.retire(fmt.Sprintf("quarantined %d times within %s (retireAfter %d): a lemon", k, policy.RelapseWindow, n), now)
+		}
+	}
+	return st.climb(now)
+}
+
+// quarantinesSince counts the quarantines taken since t, the current one included.
+func (st *DeviceState) quarantinesSince(t time.Time) int {
+	n := 0
+	if st.Quarantine != nil && !st.Quarantine.CreatedAt.Before(t) {
+		n++
+	}
+	for _, q := range st.Closed {
+		if !q.CreatedAt.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// climb runs the ladder's next try, once the device is idle: no Pod holds it (its holders moved,
+// or there were none). A reset while a holder remains would kill its job.
+func (st *DeviceState) climb(now time.Time) []Action {
+	if !st.laddered() || st.State != Quarantined || st.Paused || len(st.Reporters) > 0 {
+		return nil
+	}
+	l := st.Quarantine.Ladder
+	if l.Running {
+		return nil
+	}
+	steps := st.Policy.Repair.Steps
+	switch {
+	case l.Attempt == 0:
+		l.Attempt = 1
+	case l.Step < len(steps) && l.Attempt < steps[l.Step].Attempts:
+		l.Attempt++
+	default:
+		l.Step, l.Attempt = l.Step+1, 1
+	}
+	if l.Step >= len(steps) {
+		return st.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries)", len(l.Tries)), now)
+	}
+	s := steps[l.Step]
+	l.Running = true
+	l.Tries = append(l.Tries, RepairTry{Kind: s.Kind, Attempt: l.Attempt, At: now})
+	reason := fmt.Sprintf("repair: %s, attempt %d of %d", s.Kind, l.Attempt, s.Attempts)
+	st.transition(Quarantined, reason, Actor, now)
+	check := s.Check
+	return []Action{{Kind: ActRepair, Check: &check, Reason: reason, Actor: Actor}}
+}
+
+// repaired takes a step's outcome: a step that did its work is proven by the review; one that
+// did not is the ladder's next try.
+func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
+	if !st.laddered() || !st.Quarantine.Ladder.Running {
+		return nil
+	}
+	l := st.Quarantine.Ladder
+	l.Running = false
+	try := &l.Tries[len(l.Tries)-1]
+	try.Result = &res
+	if st.State != Quarantined {
+		return nil // a person acted meanwhile (a release, a forced review): theirs stands
+	}
+	if !res.Passed {
+		try.Review = "not run: the step failed"
+		return st.climb(now)
+	}
+	return st.startReview(fmt.Sprintf("repair: %s attempt %d done (%s)", try.Kind, try.Attempt, res.Reason), Actor, now)
+}
+
+// reviewedAfterRepair records how the review after a step ended; a failed one climbs on.
+func (st *DeviceState) reviewedAfterRepair(outcome string, now time.Time) []Action {
+	if !st.laddered() {
+		return nil
+	}
+	l := st.Quarantine.Ladder
+	if n := len(l.Tries); n > 0 && l.Tries[n-1].Review == "" && l.Tries[n-1].Result != nil {
+		l.Tries[n-1].Review = outcome
+	}
+	return st.climb(now)
+}
+
+// retire gives the device up: it stays fenced, is never reviewed again, and its evidence is written.
+func (st *DeviceState) retire(reason string, now time.Time) []Action {
+	if st.Quarantine != nil && st.Quarantine.Ladder != nil {
+		st.Quarantine.Ladder.Running = false
+	}
+	st.Review = nil
+	st.transition(Retired, "retired: "+reason, Actor, now)
+	return []Action{
+		{Kind: ActRetire, Reason: reason, Actor: Actor},
+		{Kind: ActAlert, Level: LevelCritical, Reason: "device retired: " + reason + "; replace it (`device release` needs an approval)"},
+	}
+}
+
+// Evidence is a retired device's record for the people who replace it: every fault, step and
+// probe of the quarantine, with times.
+func (st *DeviceState) Evidence() map[string]string {
+	out := map[string]string{"device": st.Device.String(), "node": st.Node, "state": string(st.State)}
+	if q := st.Quarantine; q != nil {
+		out["quarantined"] = q.CreatedAt.UTC().Format(time.RFC3339) + " " + q.Reason
+		if q.Ladder != nil {
+			for i, t := range q.Ladder.Tries {
+				s := fmt.Sprintf("%s %s attempt %d", t.At.UTC().Format(time.RFC3339), t.Kind, t.Attempt)
+				if t.Result != nil {
+					s += fmt.Sprintf(": passed=%t %s", t.Result.Passed, t.Result.Reason)
+				}
+				if t.Review != "" {
+					s += "; review: " + t.Review
+				}
+				out[fmt.Sprintf("try-%02d", i+1)] = s
+			}
+		}
+	}
+	if p := st.LastProbe; p != nil {
+		out["last-probe"] = fmt.Sprintf("%s passed=%t %s", p.At.UTC().Format(time.RFC3339), p.Passed, p.Reason)
+	}
+	for i, q := range st.Closed {
+		out[fmt.Sprintf("earlier-%02d", i+1)] = fmt.Sprintf("%s to %s: %s", q.CreatedAt.UTC().Format(time.RFC3339), q.ClosedAt.UTC().Format(time.RFC3339), q.Reason)
+	}
+	for i, t := range st.Transitions {
+		out[fmt.Sprintf("transition-%03d", i+1)] = fmt.Sprintf("%s %s -> %s by %s: %s", t.At.UTC().Format(time.RFC3339), t.From, t.To, t.Actor, t.Reason)
+	}
+	return out
+}

@@ -1,0 +1,166 @@
+package decide
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// ladderPolicy resets twice before giving up.
+func ladderPolicy() policy.Policy {
+	p := policy.Default()
+	p.StabilityWindow = 0
+	p.Repair = policy.Repair{Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: 2,
+		Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
+	return p
+}
+
+// onLadder is a device quarantined automatically by a run that repairs, held by one Pod.
+func onLadder(t *testing.T, p policy.Policy) (*DeviceState, []Action) {
+	t.Helper()
+	st := NewState(dev, "node-1", p, false)
+	st.Follow(Rules{ReleasePath: true, Repair: true})
+	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+	wantKinds(t, "report", acts, ActTaint, ActAlert)
+	return st, st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
+}
+
+// idle is the watcher's word that no Pod holds the device any more.
+func idle(version int) Observation {
+	o := obs(device.Unhealthy, version, "")
+	o.Reporters = nil
+	return o
+}
+
+func TestLadderResetsOnlyOnceIdleThenReviews(t *testing.T) {
+	st, acts := onLadder(t, ladderPolicy())
+	wantKinds(t, "quarantined while a Pod holds it", acts)
+	if !strings.Contains(st.Next(), "repair once no Pod holds the device") {
+		t.Fatalf("next: %s", st.Next())
+	}
+	acts = st.Observe(idle(2), t0.Add(time.Minute))
+	wantKinds(t, "idle", acts, ActRepair)
+	if acts[0].Check.Image != "reset" || st.State != Quarantined || !st.Quarantine.Ladder.Running {
+		t.Fatalf("repair %+v state %s", acts[0], st.State)
+	}
+	// The reset worked: the review proves it, and a pass releases the device.
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0.Add(2 * time.Minute))}, t0.Add(2*time.Minute))
+	wantKinds(t, "reset done", acts, ActProbe)
+	if st.State != Recovering || !strings.Contains(st.Review.Trigger, "repair: reset attempt 1 done") {
+		t.Fatalf("state %s review %+v", st.State, st.Review)
+	}
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(3*time.Minute))
+	wantKinds(t, "probe passed", acts, ActRefreshRule)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done}, t0.Add(3*time.Minute))
+	wantKinds(t, "on probation", acts, ActCanary)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(4*time.Minute))
+	wantKinds(t, "canary passed, window 0", acts, ActRelease)
+	st.Report(Result{Action: acts[0], Outcome: Done}, t0.Add(4*time.Minute))
+	if st.State != Released || len(st.Closed) != 1 || st.Closed[0].Ladder.Tries[0].Review != "passed: released" {
+		t.Fatalf("state %s closed %+v", st.State, st.Closed)
+	}
+}
+
+// Every failed try climbs: the next attempt, then the next step; after the last the device is
+// Retired, stays fenced, is never reviewed again, and its release waits for a person.
+func TestLadderRetiresAfterTheLastTry(t *testing.T) {
+	st, _ := onLadder(t, ladderPolicy())
+	acts := st.Observe(idle(2), t0)
+	wantKinds(t, "idle", acts, ActRepair)
+	// Try 1: the reset Pod fails outright.
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "exit code 1"}}, t0.Add(time.Minute))
+	wantKinds(t, "try 1 failed", acts, ActRepair)
+	if l := st.Quarantine.Ladder; l.Step != 0 || l.Attempt != 2 {
+		t.Fatalf("ladder %+v", l)
+	}
+	// Try 2: the reset exits 0 but the probe after it fails.
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(2*time.Minute))
+	wantKinds(t, "try 2 done", acts, ActProbe)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0.Add(3*time.Minute))
+	wantKinds(t, "probe failed after the last try", acts, ActRefreshRule, ActAlert, ActRetire, ActAlert)
+	if st.State != Retired || acts[3].Level != LevelCritical || !st.fenced() {
+		t.Fatalf("state %s alert %+v", st.State, acts[3])
+	}
+	tries := st.Quarantine.Ladder.Tries
+	if len(tries) != 2 || tries[0].Review != "not run: the step failed" || tries[1].Review != "probe failed: XID 79" {
+		t.Fatalf("tries %+v", tries)
+	}
+	ev := st.Evidence()
+	if !strings.Contains(ev["try-02"], "review: probe failed: XID 79") || !strings.Contains(ev["quarantined"], "device reported Unhealthy") {
+		t.Fatalf("evidence %v", ev)
+	}
+	// Never reviewed again, whatever the clock or the reports say.
+	if d := st.NextDeadline(); !d.IsZero() {
+		t.Fatalf("a retired device has a deadline: %s", d)
+	}
+	wantKinds(t, "a year later", st.Tick(t0.Add(365*24*time.Hour)))
+	wantKinds(t, "reported Unhealthy again", st.Observe(obs(device.Unhealthy, 3, ""), t0.Add(time.Hour)), ActInspectRule)
+	wantKinds(t, "driver says Healthy", st.Observe(obs(device.Healthy, 4, SourceSlice), t0.Add(time.Hour)), ActInspectRule)
+	if st.State != Retired {
+		t.Fatalf("state %s", st.State)
+	}
+	if err := st.Validate(Command{Kind: CmdForceQuarantine, Actor: "op"}); err == nil {
+		t.Fatal("a retired device was quarantined again")
+	}
+	// A person's release runs the review, and even a passing one ends with an approval.
+	acts = st.Command(Command{Kind: CmdRelease, Actor: "op"}, t0.Add(2*time.Hour))
+	wantKinds(t, "release", acts, ActProbe)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(2*time.Hour))
+	acts = st.Report(Result{Action: acts[0], Outcome: Done}, t0.Add(2*time.Hour))
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(2*time.Hour))
+	wantKinds(t, "canary passed", acts, ActRequestApproval)
+	if st.Policy.ApprovalRequired {
+		t.Fatal("the policy asked for approval; the test must show the retirement does")
+	}
+}
+
+// A device quarantined retireAfter times within 30 days is retired at once: a lemon is not
+// repaired again.
+func TestLadderRetiresALemon(t *testing.T) {
+	p := ladderPolicy()
+	p.Repair.RetireAfter = 3
+	st := NewState(dev, "node-1", p, false)
+	st.Follow(Rules{ReleasePath: true, Repair: true})
+	st.Closed = []QuarantineRecord{{CreatedAt: t0.Add(-40 * 24 * time.Hour)}, {CreatedAt: t0.Add(-20 * 24 * time.Hour)}, {CreatedAt: t0.Add(-time.Hour)}}
+	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
+	wantKinds(t, "third quarantine in 30 days", acts, ActRetire, ActAlert)
+	if st.State != Retired || !strings.Contains(acts[0].Reason, "quarantined 3 times") {
+		t.Fatalf("state %s reason %q", st.State, acts[0].Reason)
+	}
+}
+
+// Without a ladder, or in a run recorded before it, a quarantine waits for its review as before.
+func TestNoLadderNoRepair(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		p     policy.Policy
+		rules Rules
+	}{
+		{"no ladder in the policy", policy.Default(), Rules{ReleasePath: true, Repair: true}},
+		{"a run from before the ladder", ladderPolicy(), Rules{ReleasePath: true}},
+	} {
+		st := NewState(dev, "node-1", tt.p, false)
+		st.Follow(tt.rules)
+		acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+		wantKinds(t, tt.name, st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0))
+		wantKinds(t, tt.name+": idle", st.Observe(idle(2), t0))
+		if st.Quarantine.Ladder != nil || !st.NextDeadline().Equal(t0.Add(24*time.Hour)) {
+			t.Fatalf("%s: ladder %+v deadline %s", tt.name, st.Quarantine.Ladder, st.NextDeadline())
+		}
+	}
+}
+
+// An operator's quarantine is theirs: it is not repaired.
+func TestForcedQuarantineIsNotRepaired(t *testing.T) {
+	st := NewState(dev, "node-1", ladderPolicy(), false)
+	st.Follow(Rules{ReleasePath: true, Repair: true})
+	acts := st.Command(Command{Kind: CmdForceQuarantine, Actor: "op"}, t0)
+	wantKinds(t, "forced", st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0))
+	if st.Quarantine.Ladder != nil {
+		t.Fatalf("ladder %+v", st.Quarantine.Ladder)
+	}
+}
