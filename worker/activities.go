@@ -46,7 +46,7 @@ type Activities struct {
 // NewActivities builds each domain's activities from d.
 func NewActivities(d Deps) *Activities {
 	rem := &remediation.Activities{Kube: d.Kube, Metrics: d.Metrics, Breaker: d.Breaker, BreakerConfig: d.BreakerConfig,
-		Nodes: d.Nodes, Alerter: d.Alerter, Approvals: d.Approvals, DryRun: d.DryRun}
+		Nodes: d.Nodes, Alerter: d.Alerter, Approvals: d.Approvals, DryRun: d.DryRun, OwnNamespace: d.OwnNamespace}
 	return &Activities{
 		Remediation: rem,
 		Migration:   &migration.Activities{Kube: d.Kube, Metrics: d.Metrics, OwnNamespace: d.OwnNamespace, Limiter: d.Limiter},

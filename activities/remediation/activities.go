@@ -32,6 +32,9 @@ type Activities struct {
 	DryRun bool
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
 	Approvals notify.Approver
+	// OwnNamespace is DeviceWarden's own namespace, where a retired device's evidence is kept
+	// (default "default").
+	OwnNamespace string
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
 

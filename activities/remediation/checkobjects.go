@@ -62,7 +62,7 @@ func (a *Activities) clearStale(ctx context.Context, kind decide.ActionKind, ns,
 }
 
 // createCheck creates the check's claim and its Pod (probe) or Job (canary).
-func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string) error {
+func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string, env []corev1.EnvVar) error {
 	labels := map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRole: string(in.Kind), kubeobj.LabelReview: strconv.Itoa(in.Review),
 		kubeobj.LabelDevice: kubeobj.LabelValue(in.Device.Device), kubeobj.LabelCheck: name}
 	annotations := map[string]string{kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationWorkflow: in.WorkflowID}
@@ -90,7 +90,7 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 		TerminationGracePeriodSeconds: ptr.To(int64(0)),
 		ResourceClaims:                []corev1.PodResourceClaim{{Name: "device", ResourceClaimName: ptr.To(name)}},
 		Containers: []corev1.Container{{
-			Name: string(in.Kind), Image: in.Check.Image, Command: in.Check.Command,
+			Name: string(in.Kind), Image: in.Check.Image, Command: in.Check.Command, Env: env,
 			Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "device"}}},
 		}},
 		// Nodes may be tainted while their devices are reviewed; the check must still run there.

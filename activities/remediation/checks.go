@@ -62,7 +62,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 	if in.Device.DevicePlugin() {
 		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
 	}
-	sel, node, err := a.pinDevice(ctx, in)
+	sel, node, env, err := a.pinDevice(ctx, in)
 	if err != nil {
 		return decide.StepResult{}, err
 	}
@@ -83,7 +83,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 		return decide.StepResult{}, err
 	}
 	defer a.deleteCheck(ns, name)
-	if err := a.createCheck(ctx, in, ns, name, sel, node); err != nil {
+	if err := a.createCheck(ctx, in, ns, name, sel, node, env); err != nil {
 		return decide.StepResult{}, err
 	}
 	deadline := time.Now().Add(in.Check.Timeout.D())
@@ -223,16 +223,17 @@ func scheduling(pod *corev1.Pod) string {
 }
 
 // pinDevice builds the CEL selector that matches only the device, from its published attributes,
-// and returns its node. An empty selector means the device is not published.
-func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, error) {
+// and returns its node and the environment that names it to the check's Pod (a reset tool needs
+// to know which device to reset). An empty selector means the device is not published.
+func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, []corev1.EnvVar, error) {
 	if len(in.Identity) == 0 {
-		return "", "", temporal.NewNonRetryableApplicationError(
+		return "", "", nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("no identity attributes for driver %s: name them in the policy file (drivers.%s.identity) so a probe cannot land on a neighbour", in.Device.Driver, in.Device.Driver),
 			ErrNoIdentity, nil)
 	}
 	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + in.Device.Driver})
 	if err != nil {
-		return "", "", fmt.Errorf("list resource slices of %s: %w", in.Device.Driver, err)
+		return "", "", nil, fmt.Errorf("list resource slices of %s: %w", in.Device.Driver, err)
 	}
 	var found *resourcev1.Device
 	var node string
@@ -249,17 +250,19 @@ func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, stri
 		}
 	}
 	if found == nil {
-		return "", "", nil
+		return "", "", nil, nil
 	}
 	expr := []string{fmt.Sprintf("device.driver == %q", in.Device.Driver)}
+	env := []corev1.EnvVar{{Name: "DEVICEWARDEN_DEVICE", Value: in.Device.String()}, {Name: "DEVICEWARDEN_NODE", Value: node}}
 	for _, name := range in.Identity {
+		env = append(env, corev1.EnvVar{Name: envName(name), Value: attrValue(in.Device.Driver, name, found.Attributes)})
 		e, err := attrExpr(in.Device.Driver, name, found.Attributes)
 		if err != nil {
-			return "", "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
+			return "", "", nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
 		}
 		expr = append(expr, e)
 	}
-	return strings.Join(expr, " && "), node, nil
+	return strings.Join(expr, " && "), node, env, nil
 }
 
 // attrExpr is the CEL comparison of one identifying attribute with the device's value.
@@ -287,6 +290,37 @@ func attrExpr(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1
 		return fmt.Sprintf("%s.compareTo(semver(%q)) == 0", ref, *v.VersionValue), nil
 	}
 	return "", fmt.Errorf("attribute %q has no value", name)
+}
+
+// envName is the variable an identifying attribute is given to a check's Pod as:
+// "DEVICEWARDEN_ATTR_" and its name in capitals, every other character an underscore.
+func envName(attr string) string {
+	b := []byte("DEVICEWARDEN_ATTR_" + strings.ToUpper(attr))
+	for i, c := range b {
+		if (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// attrValue is an attribute's value as text ("" when the device has none).
+func attrValue(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) string {
+	v, ok := attrs[resourcev1.QualifiedName(name)]
+	if !ok {
+		v = attrs[resourcev1.QualifiedName(driver+"/"+name)]
+	}
+	switch {
+	case v.StringValue != nil:
+		return *v.StringValue
+	case v.IntValue != nil:
+		return strconv.FormatInt(*v.IntValue, 10)
+	case v.BoolValue != nil:
+		return strconv.FormatBool(*v.BoolValue)
+	case v.VersionValue != nil:
+		return *v.VersionValue
+	}
+	return ""
 }
 
 // ensureNamespace creates a check namespace that is missing. A cluster install may not create

@@ -3,6 +3,7 @@ package remediation
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -125,11 +126,17 @@ func TestRunCheckPasses(t *testing.T) {
 func TestRunCheckPinsTheDevice(t *testing.T) {
 	_, a, kube := activityEnv(t, gpuSlice())
 	in := checkIn(decide.ActCanary)
-	sel, node, err := a.pinDevice(context.Background(), in)
+	sel, node, env, err := a.pinDevice(context.Background(), in)
 	if err != nil || node != "node-1" || sel != `device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].index == 3` {
 		t.Fatalf("selector %q node %q err %v", sel, node, err)
 	}
-	if err := a.createCheck(context.Background(), in, "checks", "c", sel, node); err != nil {
+	// A reset tool learns which device to act on from its environment.
+	wantEnv := []corev1.EnvVar{{Name: "DEVICEWARDEN_DEVICE", Value: "gpu.example.com/node-1/gpu-3"}, {Name: "DEVICEWARDEN_NODE", Value: "node-1"},
+		{Name: "DEVICEWARDEN_ATTR_INDEX", Value: "3"}}
+	if !reflect.DeepEqual(env, wantEnv) {
+		t.Fatalf("env %+v, want %+v", env, wantEnv)
+	}
+	if err := a.createCheck(context.Background(), in, "checks", "c", sel, node, env); err != nil {
 		t.Fatal(err)
 	}
 	claim, _ := kube.ResourceV1().ResourceClaims("checks").Get(context.Background(), "c", metav1.GetOptions{})
@@ -140,7 +147,7 @@ func TestRunCheckPinsTheDevice(t *testing.T) {
 	job, _ := kube.BatchV1().Jobs("checks").Get(context.Background(), "c", metav1.GetOptions{})
 	spec := job.Spec.Template.Spec
 	if spec.NodeSelector[corev1.LabelHostname] != "node-1" || *job.Spec.BackoffLimit != 0 || *job.Spec.ActiveDeadlineSeconds != 6 ||
-		spec.Containers[0].Image != "busybox" || spec.RestartPolicy != corev1.RestartPolicyNever {
+		spec.Containers[0].Image != "busybox" || spec.RestartPolicy != corev1.RestartPolicyNever || !reflect.DeepEqual(spec.Containers[0].Env, wantEnv) {
 		t.Fatalf("job %+v", job.Spec)
 	}
 }
@@ -267,7 +274,7 @@ func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
 	first := gpuSlice()
 	first.Spec.Pool.Generation = 0
 	_, a, _ := activityEnv(t, first)
-	sel, node, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
+	sel, node, _, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
 	if err != nil || node != "node-1" || !strings.HasSuffix(sel, "index == 3") {
 		t.Fatalf("generation 0: selector %q node %q err %v", sel, node, err)
 	}
@@ -282,7 +289,7 @@ func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		sel, _, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
+		sel, _, _, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
 		if err != nil || !strings.HasSuffix(sel, "index == 7") {
 			t.Fatalf("old and new generation listed: selector %q err %v", sel, err)
 		}
