@@ -22,10 +22,12 @@ import "go.temporal.io/sdk/workflow"
 //     notices are waited for: at v5 a form's next command could look its unit up too early.
 //   - 7: a shared unit's silent holders (Pods on a form that reported nothing) are no evidence:
 //     their Healthy neither starts a restricted unit's review nor skips its probe and canary.
+//   - 8: a quarantine climbs its policy's repair ladder (decide.Ladder), and a device can be
+//     Retired; a run without a ladder in its policy decides as at v7.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 7
+const deviceChangesNow workflow.Version = 8
 
 type changesKey struct{}
 

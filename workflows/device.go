@@ -43,6 +43,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		BreakerWake:      changed(ctx, "breaker-wake"),       // before: a held action asked every 30 s
 		FailedProbeHolds: changed(ctx, "failed-probe-holds"), // before: Healthy reports stood for a failed probe
 		SilentNoEvidence: takes(ctx, 7),
+		Repair:           takes(ctx, 8),
 	}
 	st.Follow(rules)
 	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {

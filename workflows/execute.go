@@ -51,8 +51,14 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			acts = append(acts, refresh(actx, st, act)...)
 		case decide.ActFenceMembers:
 			fenceMembers(actx, st, act)
-		case decide.ActProbe, decide.ActCanary:
+		case decide.ActProbe, decide.ActCanary, decide.ActRepair:
 			acts = append(acts, check(ctx, st, act)...)
+		case decide.ActRetire:
+			in := remediation.RetireInput{Device: st.Device, Node: st.Node, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
+				Reason: act.Reason, Evidence: st.Evidence()}
+			if err := workflow.ExecuteActivity(actx, rem.RecordRetirement, in).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Warn("retired device's evidence not written", "error", err)
+			}
 		case decide.ActRequestApproval:
 			req := notify.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
@@ -227,6 +233,9 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
 	if st.Quarantine != nil {
 		in.Review = st.Quarantine.Reviews
+		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
+			in.Review = len(l.Tries) // a repair Pod is keyed by its try
+		}
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,

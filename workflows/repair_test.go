@@ -1,0 +1,97 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+
+	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// laddered is a policy that resets twice and releases at once after a passing canary.
+func laddered() policy.Policy {
+	p := policy.Default()
+	p.Identity = []string{"node", "index"}
+	p.StabilityWindow = 0
+	p.Repair = policy.Repair{Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: 2,
+		Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute), Namespace: policy.DefaultResetNamespace}}}}
+	return p
+}
+
+// failedThenIdle reports gpu-0 Unhealthy with one Pod on it, then, a minute later, held by none.
+func failedThenIdle(h *harness) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
+			Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p"}}})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "11"})
+	}, time.Minute)
+}
+
+func checkKinds(ran []remediation.CheckInput) []decide.ActionKind {
+	var out []decide.ActionKind
+	for _, in := range ran {
+		out = append(out, in.Kind)
+	}
+	return out
+}
+
+// A reset that clears the fault: the device is reset once no Pod holds it, reviewed, and released
+// within minutes, with no person involved. Released and held by no Pod, its workflow then ends.
+func TestLadderBringsAResetDeviceBack(t *testing.T) {
+	h := newHarness(0)
+	failedThenIdle(h)
+	start := h.env.Now()
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: laddered()})
+	if err := h.env.GetWorkflowError(); err != nil || !h.env.IsWorkflowCompleted() {
+		t.Fatalf("workflow ended with %v", err)
+	}
+	if len(h.released) != 1 || h.releaseAttempts[0].Sub(start) > 2*time.Minute {
+		t.Fatalf("released %+v at %v after the report", h.released, h.releaseAttempts)
+	}
+	kinds := checkKinds(h.ran)
+	if len(kinds) != 3 || kinds[0] != decide.ActRepair || kinds[1] != decide.ActProbe || kinds[2] != decide.ActCanary {
+		t.Fatalf("checks %v", kinds)
+	}
+	if r := h.ran[0]; r.Check.Image != "reset" || r.Review != 1 || r.Check.Namespace != policy.DefaultResetNamespace {
+		t.Fatalf("reset input %+v", r)
+	}
+	if len(h.approvals) != 0 {
+		t.Fatalf("a person was asked: %+v", h.approvals)
+	}
+}
+
+// Every try fails: the device is Retired with its evidence written once, stays fenced, and is
+// never checked again, a day or a month later.
+func TestLadderRetiresADeviceNothingBringsBack(t *testing.T) {
+	h := newHarness(0)
+	h.checks = []decide.StepResult{{Reason: "reset exit 1"}, {Passed: true, Reason: "reset exit 0"}, {Reason: "XID 79"}}
+	var retired []remediation.RetireInput
+	h.env.OnActivity("RecordRetirement", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in remediation.RetireInput) (string, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			retired = append(retired, in)
+			return "evidence", nil
+		})
+	failedThenIdle(h)
+	var got decide.DeviceState
+	queryThenCancel(t, h.env, 31*24*time.Hour, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: laddered()})
+	if got.State != decide.Retired || len(h.released) != 0 {
+		t.Fatalf("state %s released %+v; transitions %+v", got.State, h.released, got.Transitions)
+	}
+	if kinds := checkKinds(h.ran); len(kinds) != 3 || kinds[0] != decide.ActRepair || kinds[1] != decide.ActRepair || kinds[2] != decide.ActProbe {
+		t.Fatalf("checks %v: a retired device was checked again", kinds)
+	}
+	if len(retired) != 1 || retired[0].Evidence["try-02"] == "" || retired[0].Device != gpu0 {
+		t.Fatalf("evidence %+v", retired)
+	}
+}
