@@ -23,12 +23,34 @@ const AnnotationFaults = "sim.devicewarden.io/faults"
 type Fault struct {
 	Health  corev1.ResourceHealthStatus `json:"health"`
 	Message string                      `json:"message,omitempty"`
+	// Kind says what clears it: a reset (FaultTransient), a node reboot (FaultReboot), nothing
+	// (FaultPermanent). None: only `sim health --health Healthy`.
+	Kind string `json:"kind,omitempty"`
 }
+
+// The kinds of fault the simulated driver plays.
+const (
+	FaultTransient = "transient"
+	FaultReboot    = "reboot"
+	FaultPermanent = "permanent"
+)
+
+// FaultKinds are the kinds `sim health --fault` takes.
+var FaultKinds = []string{FaultTransient, FaultReboot, FaultPermanent}
+
+// ResetImage is the simulated driver's reset tool: a Pod with this image that runs on a faulty
+// device clears a transient fault and exits 0; any other fault it leaves, and exits 1.
+const ResetImage = "sim.devicewarden.io/reset"
 
 // SetFault records the device's fault state (Healthy clears it) on its pool's slice. A fault is
 // the physical GPU's: on a partitionable GPU it is set on every form of it (the whole device and
 // each partition), whichever form was named.
 func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message string) error {
+	return SetFaultKind(ctx, cs, id, health, message, "")
+}
+
+// SetFaultKind is SetFault with the kind of fault, which says what clears it.
+func SetFaultKind(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message, kind string) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		pool, err := poolSlices(ctx, cs, id)
 		if err != nil {
@@ -40,7 +62,7 @@ func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health
 			if health == corev1.ResourceHealthStatusHealthy {
 				delete(faults, d)
 			} else {
-				faults[d] = Fault{Health: health, Message: message}
+				faults[d] = Fault{Health: health, Message: message, Kind: kind}
 			}
 		}
 		data, err := json.Marshal(faults)
@@ -116,4 +138,18 @@ func poolSlices(ctx context.Context, cs kubernetes.Interface, id device.ID) ([]r
 		return nil, fmt.Errorf("no resource slice publishes pool %s of driver %s", id.Pool, id.Driver)
 	}
 	return out, nil
+}
+
+// FaultOf is the device's simulated fault; false when it has none.
+func FaultOf(ctx context.Context, cs kubernetes.Interface, id device.ID) (Fault, bool, error) {
+	pool, err := poolSlices(ctx, cs, id)
+	if err != nil {
+		return Fault{}, false, err
+	}
+	for i := range pool {
+		if f, ok := readFaults(&pool[i])[id.Device]; ok {
+			return f, true, nil
+		}
+	}
+	return Fault{}, false, nil
 }

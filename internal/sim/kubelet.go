@@ -79,6 +79,16 @@ func runsToCompletion(pod *corev1.Pod) bool {
 		pod.DeletionTimestamp == nil && len(pod.Status.ContainerStatuses) > 0
 }
 
+// isReset says whether the Pod runs the simulated driver's reset tool.
+func isReset(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if c.Image == ResetImage {
+			return true
+		}
+	}
+	return false
+}
+
 // faultState is every pool's faults, read once per pass: pool -> device -> fault.
 type faultState map[string]map[string]Fault
 
@@ -115,12 +125,21 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 	}
 	var reports []report
 	failed := ""
+	reset := isReset(pod)
 	for entry, claim := range devs {
 		for _, id := range claim.ids {
 			r := report{entry: entry, id: id, uid: claim.uid}
-			if f, ok := state[id.Pool][id.Device]; ok {
+			if f, ok := state[id.Pool][id.Device]; ok && reset && f.Kind == FaultTransient {
+				// The reset tool clears what a reset can clear.
+				if err := SetFault(ctx, k.Kube, id, corev1.ResourceHealthStatusHealthy, ""); err != nil {
+					return fmt.Errorf("reset %s: %w", id, err)
+				}
+			} else if ok {
 				r.fault = &f
 				failed = fmt.Sprintf("device %s %s: %s", id, f.Health, f.Message)
+				if reset {
+					failed = fmt.Sprintf("reset did not clear device %s (%s fault): %s", id, f.Kind, f.Message)
+				}
 			}
 			reports = append(reports, r)
 		}
