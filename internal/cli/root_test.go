@@ -42,6 +42,8 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "device without pool", args: []string{"sim", "health", "--device", "gpu.sim.devicewarden.io/gpu-0", "--health", "Unhealthy"}, wantErr: "--device"},
 		{name: "unknown health value", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Degraded"}, wantErr: "--health"},
 		{name: "missing required flag", args: []string{"sim", "health", "--device", "d/p/gpu-0"}, wantErr: "health"},
+		{name: "unknown fault kind", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Unhealthy", "--fault", "flaky"}, wantErr: "--fault \"flaky\""},
+		{name: "a Healthy fault", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Healthy", "--fault", "transient"}, wantErr: "not Healthy"},
 		{name: "bad log level", args: []string{"--log-level", "loud", "cluster", "status"}, wantErr: "--log-level"},
 		{name: "bad integer from env", env: map[string]string{"DEVICEWARDEN_COUNT": "many"}, args: []string{"sim", "nodes"}, wantErr: "DEVICEWARDEN_COUNT"},
 		{name: "bad bool from env", env: map[string]string{"DEVICEWARDEN_DRY_RUN": "perhaps"}, args: []string{"run"}, wantErr: "DEVICEWARDEN_DRY_RUN"},

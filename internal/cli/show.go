@@ -36,6 +36,9 @@ func printDevice(out io.Writer, st *decide.DeviceState) error {
 	if q := st.Quarantine; q != nil {
 		fmt.Fprintf(w, "Quarantine:\trule %s, effect %s, by %s at %s, expires %s, reviews %d\n", q.RuleName, q.Effect, q.Actor, ts(q.CreatedAt), ts(q.ExpiresAt), q.Reviews)
 		fmt.Fprintf(w, "Reason:\t%s\n", q.Reason)
+		if q.Ladder != nil {
+			printLadder(w, q.Ladder, ts)
+		}
 	}
 	if r := st.Review; r != nil {
 		fmt.Fprintf(w, "Review:\tstage %s since %s (%s)\n", r.Stage, ts(r.StartedAt), r.Trigger)
@@ -52,6 +55,9 @@ func printDevice(out io.Writer, st *decide.DeviceState) error {
 	}
 	for _, c := range st.Closed {
 		fmt.Fprintf(w, "Closed:\t%s by %s: %s\n", ts(c.ClosedAt), c.ClosedBy, c.CloseReason)
+		if c.Ladder != nil && len(c.Ladder.Tries) > 0 {
+			fmt.Fprintf(w, "  repaired in:\t%s (%d repair tries)\n", c.ClosedAt.Sub(c.CreatedAt).Round(time.Second), len(c.Ladder.Tries))
+		}
 	}
 	if st.Dropped > 0 {
 		fmt.Fprintf(w, "Dropped commands:\t%d (last: %s)\n", st.Dropped, st.LastDropped)
@@ -66,4 +72,21 @@ func printDevice(out io.Writer, st *decide.DeviceState) error {
 		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", ts(t.At), t.From, t.To, t.Actor, t.Reason)
 	}
 	return tw.Flush()
+}
+
+// printLadder writes each repair try of a quarantine and what followed it.
+func printLadder(w io.Writer, l *decide.Ladder, ts func(time.Time) string) {
+	if len(l.Tries) == 0 {
+		fmt.Fprintf(w, "Repair:\tnot started (waits until no Pod holds the device)\n")
+	}
+	for _, t := range l.Tries {
+		res := "running"
+		if t.Result != nil {
+			res = fmt.Sprintf("passed=%t %s", t.Result.Passed, t.Result.Reason)
+		}
+		if t.Review != "" {
+			res += "; review: " + t.Review
+		}
+		fmt.Fprintf(w, "Repair:\t%s %s attempt %d: %s\n", ts(t.At), t.Kind, t.Attempt, res)
+	}
 }

@@ -137,7 +137,7 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 
 func newSimHealthCmd(g *globals) *cobra.Command {
 	var k kubeFlags
-	var devFlag, healthFlag, message, podFlag, cdi string
+	var devFlag, healthFlag, message, podFlag, cdi, fault string
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Set a device's fault state in the simulated driver and write its health into every pod holding it, as kubelet would",
@@ -150,6 +150,12 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			h, err := device.ParseHealth(healthFlag)
 			if err != nil {
 				return fmt.Errorf("--health: %w (want Healthy, Unhealthy or Unknown)", err)
+			}
+			if fault != "" && !slices.Contains(sim.FaultKinds, fault) {
+				return fmt.Errorf("--fault %q: want one of %v", fault, sim.FaultKinds)
+			}
+			if fault != "" && h == device.Healthy {
+				return fmt.Errorf("--fault %s: a fault is Unhealthy or Unknown, not Healthy", fault)
 			}
 			if !slices.Contains(sim.CDIStyles, sim.CDIStyle(cdi)) {
 				return fmt.Errorf("--cdi %q: want one of %v", cdi, sim.CDIStyles)
@@ -175,7 +181,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			}
 			// The driver keeps the fault: Pods that run on the device later (probes, canaries) fail
 			// until it is reported Healthy again.
-			if err := sim.SetFault(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message); err != nil {
+			if err := sim.SetFaultKind(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message, fault); err != nil {
 				return err
 			}
 			targets, err := sim.Targets(c.Context(), cs, id)
@@ -200,6 +206,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&healthFlag, "health", "", "Healthy, Unhealthy or Unknown")
 	cmd.Flags().StringVar(&message, "message", "", "driver message")
 	cmd.Flags().StringVar(&cdi, "cdi", string(sim.CDIClaimDevice), "how the resourceID names the device (claim-device, device, uuid, canonical, opaque), as different drivers do")
+	cmd.Flags().StringVar(&fault, "fault", "", "what clears the fault: transient (the driver's reset tool, image "+sim.ResetImage+"), reboot (a node reboot), permanent (nothing); default: only --health Healthy")
 	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")
