@@ -63,6 +63,10 @@ const approvalClass = "approval.gpu.sim.devicewarden.io"
 // unitClass devices (partitionable GPUs) are reviewed within seconds and move their workloads.
 const unitClass = "unit.gpu.sim.devicewarden.io"
 
+// repairClass devices climb a repair ladder (two resets with the simulated driver's reset tool)
+// and move their workloads first; their review has no stability window.
+const repairClass = "repair.gpu.sim.devicewarden.io"
+
 // testPolicies is the policy set of the test controllers.
 func testPolicies() (*policy.Set, error) {
 	pols, err := policy.Parse([]byte(testPolicy))
@@ -96,6 +100,15 @@ policies:
     probe: {timeout: 30s}
     canary: {timeout: 30s}
     migration: {enabled: true, perNode: 2, clusterWide: 10, checkpointTimeout: 30s, readyTimeout: 2m, decisionTimeout: 5m}
+  - name: repair-test
+    match: {deviceClass: ` + repairClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    migration: {enabled: true, perNode: 1, clusterWide: 10, checkpointTimeout: 30s, readyTimeout: 2m, decisionTimeout: 5m}
+    repair:
+      steps:
+        - {kind: reset, attempts: 2, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
   - name: release-test
     match: {deviceClass: ` + releaseClass + `}
     quarantineLease: 6s
