@@ -115,7 +115,8 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 		// Retired stays fenced whatever is reported; only a person brings it back.
 		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Retired), Reason: reason}}, true
 	case st.State == Recovering && obs.Health != device.Healthy:
-		return st.reviewFailed(reason+" during the recovery review", true, Actor, now), true
+		acts := st.reviewFailed(reason+" during the recovery review", true, Actor, now)
+		return append(acts, st.stillBroken(now)...), true
 	case st.State == Quarantined && obs.Health == device.Unhealthy:
 		// Still failed: make sure the fence is still there (someone may have removed it).
 		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Quarantined), Reason: reason}}, true
@@ -193,6 +194,10 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 		case StageApproval:
 			acts = append(acts, st.reviewFailed(fmt.Sprintf("no approval within %s", st.Policy.ApprovalTimeout.D()), false, Actor, now)...)
 		}
+	}
+	if l := st.ladderRetry(); !l.IsZero() && !now.Before(l) {
+		st.Quarantine.Ladder.RetryAt = time.Time{}
+		acts = append(acts, st.climb(now)...)
 	}
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
 		// A restriction whose Pods are gone gets the same review; one still in use recovers when
@@ -279,6 +284,7 @@ func (st *DeviceState) NextDeadline() time.Time {
 	if st.Review != nil && st.State == Recovering {
 		consider(st.Review.Until)
 	}
+	consider(st.ladderRetry())
 	return next
 }
 

@@ -29,9 +29,20 @@ type Ladder struct {
 	Attempt int `json:"attempt"`
 	// Running: a step is out and its result not yet reported.
 	Running bool `json:"running,omitempty"`
+	// Due: the next try is to be taken once the device is idle. Set when the ladder starts and
+	// when a try fails (the step, or the review after it, found the device still broken); a
+	// review that ends otherwise (no approval, a person's rejection or force-quarantine) stops
+	// the ladder, and the quarantine waits for its review as it would without one.
+	Due bool `json:"due,omitempty"`
 	// Tries are every step tried for this quarantine, with the review that followed.
 	Tries []RepairTry `json:"tries,omitempty"`
+	// RetryAt is when a try that found the device still held looks again.
+	RetryAt time.Time `json:"retryAt,omitempty"`
 }
+
+// RepairRetry is how long a try that found the device still allocated waits before it looks
+// again, in case no report says the holder left.
+const RepairRetry = time.Minute
 
 // RepairTry is one attempt at one step, and what the review after it found.
 type RepairTry struct {
@@ -54,7 +65,7 @@ func (st *DeviceState) startLadder(now time.Time) []Action {
 	if !st.rules.Repair || !st.Policy.Repair.Enabled() || st.Quarantine == nil || st.State != Quarantined {
 		return nil
 	}
-	st.Quarantine.Ladder = &Ladder{}
+	st.Quarantine.Ladder = &Ladder{Due: true}
 	if n := st.Policy.Repair.RetireAfter; n > 0 {
 		if k := st.quarantinesSince(now.Add(-policy.RelapseWindow)); k >= n {
 			return st.retire(fmt.Sprintf("quarantined %d times within %s (retireAfter %d): a lemon", k, policy.RelapseWindow, n), now)
@@ -84,9 +95,10 @@ func (st *DeviceState) climb(now time.Time) []Action {
 		return nil
 	}
 	l := st.Quarantine.Ladder
-	if l.Running {
+	if l.Running || !l.Due {
 		return nil
 	}
+	l.Due = false
 	steps := st.Policy.Repair.Steps
 	switch {
 	case l.Attempt == 0:
@@ -116,6 +128,17 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 	}
 	l := st.Quarantine.Ladder
 	l.Running = false
+	if res.Busy {
+		// Nothing ran: the try is taken again once the device is idle (or at RetryAt).
+		l.Tries = l.Tries[:len(l.Tries)-1]
+		if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
+			l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
+		}
+		l.Due, l.RetryAt = true, now.Add(RepairRetry)
+		st.transition(st.State, "repair waits: "+res.Reason, Actor, now)
+		return nil
+	}
+	l.RetryAt = time.Time{}
 	try := &l.Tries[len(l.Tries)-1]
 	try.Result = &res
 	if st.State != Quarantined {
@@ -123,21 +146,31 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 	}
 	if !res.Passed {
 		try.Review = "not run: the step failed"
+		l.Due = true
 		return st.climb(now)
 	}
 	return st.startReview(fmt.Sprintf("repair: %s attempt %d done (%s)", try.Kind, try.Attempt, res.Reason), Actor, now)
 }
 
-// reviewedAfterRepair records how the review after a step ended; a failed one climbs on.
-func (st *DeviceState) reviewedAfterRepair(outcome string, now time.Time) []Action {
+// stillBroken: a review found the device still broken (a probe or canary failed, or it was
+// reported so during the review). The ladder, if any, takes its next try once the device is idle.
+func (st *DeviceState) stillBroken(now time.Time) []Action {
 	if !st.laddered() {
 		return nil
+	}
+	st.Quarantine.Ladder.Due = true
+	return st.climb(now)
+}
+
+// reviewEnded records on the try before it how a review ended (its first review only).
+func (st *DeviceState) reviewEnded(outcome string) {
+	if !st.laddered() {
+		return
 	}
 	l := st.Quarantine.Ladder
 	if n := len(l.Tries); n > 0 && l.Tries[n-1].Review == "" && l.Tries[n-1].Result != nil {
 		l.Tries[n-1].Review = outcome
 	}
-	return st.climb(now)
 }
 
 // retire gives the device up: it stays fenced, is never reviewed again, and its evidence is written.
@@ -182,4 +215,12 @@ func (st *DeviceState) Evidence() map[string]string {
 		out[fmt.Sprintf("transition-%03d", i+1)] = fmt.Sprintf("%s %s -> %s by %s: %s", t.At.UTC().Format(time.RFC3339), t.From, t.To, t.Actor, t.Reason)
 	}
 	return out
+}
+
+// ladderRetry is when a try that found the device busy looks again; zero when none waits.
+func (st *DeviceState) ladderRetry() time.Time {
+	if !st.laddered() || st.State != Quarantined || st.Paused {
+		return time.Time{}
+	}
+	return st.Quarantine.Ladder.RetryAt
 }

@@ -164,3 +164,58 @@ func TestForcedQuarantineIsNotRepaired(t *testing.T) {
 		t.Fatalf("ladder %+v", st.Quarantine.Ladder)
 	}
 }
+
+// A review after a try that ends without finding the device broken (no approval in time) stops the
+// ladder: nothing says another reset would help, and a device that passed its checks is not retired
+// for want of a person. The quarantine waits for its lease review, as without a ladder.
+func TestLadderStopsWhenAReviewEndsWithoutAFault(t *testing.T) {
+	p := ladderPolicy()
+	p.ApprovalRequired = true
+	p.ApprovalTimeout = policy.JSONDuration(time.Hour)
+	st, _ := onLadder(t, p)
+	acts := st.Observe(idle(2), t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done}, t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
+	wantKinds(t, "canary passed", acts, ActRequestApproval)
+	acts = st.Tick(t0.Add(time.Hour))
+	wantKinds(t, "no approval", acts, ActRefreshRule, ActAlert)
+	wantKinds(t, "idle again", st.Observe(idle(3), t0.Add(2*time.Hour)))
+	if st.State != Quarantined || st.Quarantine.Ladder.Tries[0].Review != "no approval within 1h0m0s" {
+		t.Fatalf("state %s tries %+v", st.State, st.Quarantine.Ladder.Tries)
+	}
+	if d := st.NextDeadline(); d.IsZero() {
+		t.Fatal("no lease review after the ladder stopped")
+	}
+}
+
+// A try that finds the device still allocated runs nothing and counts for nothing: it is taken
+// again once the device is reported idle, or after RepairRetry.
+func TestLadderWaitsForABusyDevice(t *testing.T) {
+	st, _ := onLadder(t, ladderPolicy())
+	acts := st.Observe(idle(2), t0)
+	wantKinds(t, "idle", acts, ActRepair)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Busy: true, Reason: "claim ns/c holds it"}}, t0)
+	wantKinds(t, "busy", acts)
+	if l := st.Quarantine.Ladder; len(l.Tries) != 0 || l.Attempt != 0 || !st.NextDeadline().Equal(t0.Add(RepairRetry)) {
+		t.Fatalf("ladder %+v deadline %s", l, st.NextDeadline())
+	}
+	acts = st.Tick(t0.Add(RepairRetry))
+	wantKinds(t, "retry", acts, ActRepair)
+	if l := st.Quarantine.Ladder; len(l.Tries) != 1 || l.Attempt != 1 || !l.RetryAt.IsZero() {
+		t.Fatalf("ladder %+v", l)
+	}
+}
+
+// A retired device's rule removed by hand is put back: it is known broken, and only a release
+// with an approval brings it back.
+func TestRetiredDeviceIsFencedAgain(t *testing.T) {
+	st, _ := onLadder(t, ladderPolicy())
+	st.retire("test", t0)
+	acts := st.Report(Result{Action: Action{Kind: ActInspectRule}, Outcome: Done, Info: RuleInfo{Name: "r", Actor: "kubectl"}}, t0.Add(time.Hour))
+	wantKinds(t, "rule gone", acts, ActFenceMembers, ActAlert)
+	if st.State != Retired || acts[1].Level != LevelCritical || !strings.Contains(acts[0].Reason, "by kubectl") {
+		t.Fatalf("state %s actions %+v", st.State, acts)
+	}
+}

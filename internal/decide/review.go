@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -33,6 +34,8 @@ type StepResult struct {
 	Reason string    `json:"reason"`
 	Pod    string    `json:"pod,omitempty"`
 	At     time.Time `json:"at"`
+	// Busy: a repair step found the device still allocated to another claim and ran nothing.
+	Busy bool `json:"busy,omitempty"`
 }
 
 // Review is a quarantined or restricted device's way back: probe, probation with a canary, a
@@ -143,14 +146,14 @@ func (st *DeviceState) checkDone(kind ActionKind, res StepResult, now time.Time)
 		r.Probe = &res
 		if !res.Passed {
 			acts := st.reviewFailed("probe failed: "+res.Reason, true, Actor, now)
-			return append(acts, st.reviewedAfterRepair("probe failed: "+res.Reason, now)...)
+			return append(acts, st.stillBroken(now)...)
 		}
 		return st.toProbation()
 	case kind == ActCanary && r.Stage == StageCanary:
 		r.Canary = &res
 		if !res.Passed {
 			acts := st.reviewFailed("canary failed: "+res.Reason, true, Actor, now)
-			return append(acts, st.reviewedAfterRepair("canary failed: "+res.Reason, now)...)
+			return append(acts, st.stillBroken(now)...)
 		}
 		return st.startWindow(now)
 	}
@@ -222,6 +225,7 @@ func (st *DeviceState) reviewFailed(reason string, double bool, actor string, no
 	if st.Review != nil {
 		from = st.Review.From
 	}
+	st.reviewEnded(reason)
 	if double {
 		st.ReviewInterval = policy.JSONDuration(min(2*st.interval(), max(MaxReviewInterval, st.Policy.QuarantineLease.D())))
 	}
@@ -280,6 +284,12 @@ func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
 func (st *DeviceState) ruleSeen(info RuleInfo, now time.Time) []Action {
 	if !st.fenced() {
 		return nil
+	}
+	if !info.InForce() && st.State == Retired {
+		// A retired device is known broken: a rule removed by hand (or by a tool that prunes
+		// what it did not create) is put back. Only `device release`, with an approval, ends it.
+		reason := fmt.Sprintf("DeviceTaintRule %s of a retired device was removed (by %s): fenced again; `device release` brings it back after a review and an approval", info.Name, cmp.Or(info.Actor, "unknown"))
+		return []Action{st.fenceMembers(reason), {Kind: ActAlert, Level: LevelCritical, Reason: reason}}
 	}
 	if !info.InForce() {
 		actor := info.Actor

@@ -94,3 +94,11 @@ func (st *DeviceState) movingStarted(pods []PodRef) { st.Moving = append(st.Movi
 func (st *DeviceState) UnitUnknown() bool {
 	return st.Unit == nil && device.IsUnitKey(st.Device.Device)
 }
+
+// FencedDevices are the devices a fence covers: the device itself, or every form of its unit.
+func (st *DeviceState) FencedDevices() []device.ID {
+	if st.Unit == nil {
+		return []device.ID{st.Device}
+	}
+	return st.Unit.DeviceIDs()
+}
