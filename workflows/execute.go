@@ -215,7 +215,7 @@ func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []de
 		if len(targets) > 1 {
 			res.Reason = id.Device + ": " + res.Reason
 		}
-		if !res.Passed {
+		if !res.Passed || res.Busy {
 			break
 		}
 	}
@@ -235,6 +235,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		in.Review = st.Quarantine.Reviews
 		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
 			in.Review = len(l.Tries) // a repair Pod is keyed by its try
+			in.Idle = st.FencedDevices()
 		}
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

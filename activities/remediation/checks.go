@@ -40,6 +40,9 @@ type CheckInput struct {
 	// anything older.
 	Review     int    `json:"review"`
 	WorkflowID string `json:"workflowID"`
+	// Idle are the devices no other claim may hold when a repair step starts (the device, or
+	// every form of its physical unit); a step that finds one held runs nothing and says Busy.
+	Idle []device.ID `json:"idle,omitempty"`
 }
 
 // CheckName is the deterministic name of a device's probe or canary Pod and claim.
@@ -75,6 +78,15 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 	}
 	if sel == "" {
 		return fail("device %s is not published in its pool", in.Device)
+	}
+	if in.Kind == decide.ActRepair {
+		held, err := a.heldBy(ctx, in.Idle, ns+"/"+name)
+		if err != nil {
+			return decide.StepResult{}, err
+		}
+		if held != "" {
+			return decide.StepResult{Busy: true, Reason: held, At: time.Now()}, nil
+		}
 	}
 	if err := a.ensureNamespace(ctx, ns); err != nil {
 		return decide.StepResult{}, err

@@ -16,6 +16,40 @@ import (
 // only the device satisfies, tolerating its quarantine, keyed by device and try, its outcome read
 // from the Pod. This file keeps what a retired device leaves behind.
 
+// heldBy names a claim, other than own ("<namespace>/<name>"), that is allocated one of the
+// devices; "" when none is. A reset must never run under a workload: the watcher's word that no
+// Pod holds the device is checked against the claims themselves.
+func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string) (string, error) {
+	if len(devices) == 0 {
+		return "", nil
+	}
+	want := map[device.ID]bool{}
+	for _, d := range devices {
+		want[d] = true
+	}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return "", fmt.Errorf("list resource claims: %w", err)
+		}
+		for _, c := range list.Items {
+			key := c.Namespace + "/" + c.Name
+			if c.Status.Allocation == nil || key == own {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if id := (device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}); want[id] {
+					return fmt.Sprintf("claim %s is still allocated %s", key, id), nil
+				}
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return "", nil
+		}
+	}
+}
+
 // RetireInput asks to keep a retired device's evidence.
 type RetireInput struct {
 	Device     device.ID         `json:"device"`

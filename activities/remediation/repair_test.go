@@ -1,0 +1,68 @@
+package remediation
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// allocated is a claim in ns allocated the devices.
+func allocated(ns, name string, ids ...device.ID) *resourcev1.ResourceClaim {
+	c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: resourcev1.ResourceClaimStatus{
+		Allocation: &resourcev1.AllocationResult{}}}
+	for _, id := range ids {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+			resourcev1.DeviceRequestAllocationResult{Request: "r", Driver: id.Driver, Pool: id.Pool, Device: id.Device})
+	}
+	return c
+}
+
+// A repair step never runs under a workload: with another claim still allocated the device (or a
+// form of its unit), it runs nothing and says Busy. Claims of other devices, and its own claim from
+// an attempt a worker died in, do not count.
+func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
+	sibling := device.ID{Driver: gpu3.Driver, Pool: gpu3.Pool, Device: "gpu-3-mig-a"}
+	for _, tt := range []struct {
+		name   string
+		claims []*resourcev1.ResourceClaim
+		busy   string
+	}{
+		{"held by a workload", []*resourcev1.ResourceClaim{allocated("team", "train", gpu3)}, "claim team/train is still allocated"},
+		{"a form of its unit held", []*resourcev1.ResourceClaim{allocated("team", "infer", sibling)}, "claim team/infer is still allocated"},
+		{"idle", []*resourcev1.ResourceClaim{allocated("team", "other", device.ID{Driver: gpu3.Driver, Pool: gpu3.Pool, Device: "gpu-4"})}, ""},
+		{"only its own claim", []*resourcev1.ResourceClaim{allocated("checks", CheckName(decide.ActRepair, gpu3), gpu3)}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := checkIn(decide.ActRepair)
+			in.Idle = []device.ID{gpu3, sibling}
+			res, _, kube, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, func(cs *fake.Clientset) {
+				for _, c := range tt.claims {
+					if err := cs.Tracker().Add(c); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods, _ := kube.CoreV1().Pods("checks").List(context.Background(), metav1.ListOptions{})
+			if tt.busy != "" {
+				if !res.Busy || res.Passed || !strings.Contains(res.Reason, tt.busy) || len(pods.Items) != 0 {
+					t.Fatalf("result %+v, %d pods: want Busy (%s) and no Pod", res, len(pods.Items), tt.busy)
+				}
+				return
+			}
+			if res.Busy || !res.Passed {
+				t.Fatalf("result %+v: want the step run", res)
+			}
+		})
+	}
+}
