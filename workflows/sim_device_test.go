@@ -53,11 +53,17 @@ type deviceModel struct {
 	forms             map[string]bool
 	quarantineFaulted bool
 	lost              bool
+	// Repair ladder: held says the newest observation sent named a Pod on the device; retired
+	// that the workflow retired it and no release followed; resets counts repair steps run.
+	// heldAt and idleAt are when the newest report naming a Pod, and naming none, were sent.
+	held, retired, releaseAsked        bool
+	heldAt, idleAt, retiredAt, askedAt time.Time
+	resets                             int
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	registerActivities(env)
-	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
+	acquire := func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
@@ -66,8 +72,8 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		m.permits++
 		return breaker.PermitResult{Granted: true}, nil
-	}).Maybe()
-	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
+	}
+	quarantine := func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.quarantineFatal {
@@ -111,7 +117,22 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return remediation.QuarantineResult{}, errors.New("connection reset after the write")
 		}
 		return remediation.QuarantineResult{RuleName: name, Created: true, Effect: string(in.Effect)}, nil
-	}).Maybe()
+	}
+	env.OnActivity("AcquirePermit", mock.Anything, mock.Anything).Return(acquire).Maybe()
+	env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(quarantine).Maybe()
+	// New runs take the permit and make the rule in one local activity: the model's two, in turn.
+	env.OnActivity("QuarantineWithPermit", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in remediation.QuarantineWithPermitInput) (remediation.QuarantineWithPermitResult, error) {
+			permit, err := acquire(ctx, in.Permit)
+			if err != nil || !permit.Granted {
+				return remediation.QuarantineWithPermitResult{Permit: permit}, err
+			}
+			rule, err := quarantine(ctx, in.Quarantine)
+			if err != nil {
+				return remediation.QuarantineWithPermitResult{}, err
+			}
+			return remediation.QuarantineWithPermitResult{Permit: permit, Rule: rule}, nil
+		}).Maybe()
 	env.OnActivity("InspectRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.InspectInput) (decide.RuleInfo, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -148,6 +169,28 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.checkFailed = true
 		}
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
+		if in.Kind == decide.ActRepair {
+			m.resets++
+			// A holder reported before the step started, and no report since saying none holds it.
+			// (Reports sent in the step's own instant may reach the workflow after its decision.)
+			if m.idleAt.Before(m.heldAt) && m.heldAt.Before(env.Now()) {
+				m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device")
+			}
+			if m.held {
+				// The activity finds the claim still allocated and runs nothing.
+				return decide.StepResult{Busy: true, Reason: "claim ns/cl is still allocated"}, nil
+			}
+			if m.retired {
+				m.violate("a repair step ran on a retired device")
+			}
+			if !ok {
+				return decide.StepResult{Reason: "reset exit 1"}, nil
+			}
+			return decide.StepResult{Passed: true, Reason: "reset exit 0"}, nil
+		}
+		if m.retired && in.Kind == decide.ActProbe && (!m.releaseAsked || m.askedAt.Before(m.retiredAt)) {
+			m.violate("a retired device was probed without a person's release")
+		}
 		if in.Kind == decide.ActProbe {
 			m.probeOK = &ok
 		} else {
@@ -166,6 +209,10 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return errors.New("apiserver unavailable")
 		}
 		m.note("ReleaseRule by %q: %s", in.Actor, in.Reason)
+		if m.retired && in.Actor == decide.Actor {
+			m.violate("a retired device was released with no person's approval")
+		}
+		m.retired, m.releaseAsked = false, false
 		if (m.probeOK != nil && !*m.probeOK) || (m.canaryOK != nil && !*m.canaryOK) {
 			m.violate("rule released while the last probe or canary failed (probe %v, canary %v)", ptrBool(m.probeOK), ptrBool(m.canaryOK))
 		}
@@ -179,6 +226,13 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return errors.New("connection reset after the delete")
 		}
 		return nil
+	}).Maybe()
+	env.OnActivity("RecordRetirement", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.RetireInput) (string, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.note("RecordRetirement: %s", in.Reason)
+		m.retired, m.retiredAt = true, env.Now()
+		return "evidence", nil
 	}).Maybe()
 	for _, name := range []string{"Alert", "RequestApproval", "ReportNodeFailure"} {
 		env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
@@ -236,6 +290,11 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				if h == device.Unhealthy {
 					m.unhealthySeen = true
 				}
+				if m.held = !idle; idle {
+					m.idleAt = env.Now()
+				} else {
+					m.heldAt = env.Now()
+				}
 				if m.unit != nil {
 					// What the watcher sends: the forms published when it looks.
 					u := *m.unit
@@ -259,11 +318,16 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			}
 			s.what = fmt.Sprintf("%s %s by %q", how, c, actor)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
 				if c == decide.CmdForceQuarantine {
-					m.mu.Lock()
 					m.forced = true
-					m.mu.Unlock()
 				}
+				if c == decide.CmdRelease && how != "junk" && actor != "" {
+					// A person asked: a device retired before the command arrived may be reviewed
+					// (one sent in the same instant may reach the workflow after the retirement).
+					m.releaseAsked, m.askedAt = true, env.Now()
+				}
+				m.mu.Unlock()
 				switch how {
 				case "update":
 					m.update(env, string(c), s.what, cmd)
@@ -366,6 +430,11 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 		p.StabilityWindow = policy.JSONDuration(time.Minute)
 		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
+		if rapid.Bool().Draw(rt, "ladder") {
+			p.Repair = policy.Repair{RetireAfter: rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter"),
+				Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: rapid.IntRange(1, 2).Draw(rt, "attempts"),
+					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
+		}
 		end := steps[len(steps)-1].at + time.Hour
 		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
 		if err != nil {
