@@ -149,7 +149,9 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 	if err != nil {
 		return st.Report(decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, now), false
 	}
-	st.Report(decide.Result{Action: act, Outcome: decide.Done, Rule: res.RuleName, Effect: res.Effect}, workflow.Now(ctx))
+	// What follows a taint (a repair ladder's first step, or a lemon's retirement) runs after the
+	// node report and the migrations below.
+	more = st.Report(decide.Result{Action: act, Outcome: decide.Done, Rule: res.RuleName, Effect: res.Effect}, workflow.Now(ctx))
 	// Workflows started before node escalation existed must replay without this activity.
 	if changed(ctx, "node-escalation") {
 		f := escalation.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
@@ -159,7 +161,7 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 		startMigrations(ctx, st, pods)
 		st.Report(decide.Result{Action: act, Outcome: decide.Moving, Pods: pods}, workflow.Now(ctx))
 	}
-	return nil, false
+	return more, false
 }
 
 // permitAnswered applies the circuit breaker's answer to an automatic taint: the action is held

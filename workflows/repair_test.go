@@ -95,3 +95,28 @@ func TestLadderRetiresADeviceNothingBringsBack(t *testing.T) {
 		t.Fatalf("evidence %+v", retired)
 	}
 }
+
+// A device quarantined retireAfter times within 30 days is retired as its rule is made: its
+// evidence is written and no repair is tried.
+func TestLadderRetiresALemonAtItsQuarantine(t *testing.T) {
+	h := newHarness(0)
+	var retired []remediation.RetireInput
+	h.env.OnActivity("RecordRetirement", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in remediation.RetireInput) (string, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			retired = append(retired, in)
+			return "evidence", nil
+		})
+	p := laddered()
+	p.Repair.RetireAfter = 2
+	st := decide.NewState(gpu0, "node-1", p, false)
+	st.Closed = []decide.QuarantineRecord{{CreatedAt: h.env.Now().Add(-24 * time.Hour)}}
+	failedThenIdle(h)
+	var got decide.DeviceState
+	queryThenCancel(t, h.env, time.Hour, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p, State: st})
+	if got.State != decide.Retired || len(retired) != 1 || len(h.ran) != 0 {
+		t.Fatalf("state %s, evidence %d, checks %v", got.State, len(retired), checkKinds(h.ran))
+	}
+}
