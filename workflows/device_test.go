@@ -49,7 +49,11 @@ type harness struct {
 	pol        *policy.Policy // the device's policy (default policy.Default())
 	quarantine []remediation.QuarantineInput
 	denyFirst  int // AcquirePermit denies this many requests first
-	permits    int
+	// resetDenials: AcquirePermit refuses this many reset permits first; resetAsks are when
+	// reset permits were asked for.
+	resetDenials int
+	resetAsks    []time.Time
+	permits      int
 	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
 	combined int
 	// nodeReports are the failures reported to the node's workflow.
@@ -215,6 +219,14 @@ func (h *harness) quarantineRule(ctx context.Context, in remediation.QuarantineI
 }
 
 func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
+	if in.Action == breaker.Reset {
+		h.resetAsks = append(h.resetAsks, h.env.Now())
+		if h.resetDenials > 0 {
+			h.resetDenials--
+			return breaker.PermitResult{Reason: "reset budget spent: test"}, nil
+		}
+		return breaker.PermitResult{Granted: true}, nil
+	}
 	h.permits++
 	if err := h.failed("AcquirePermit"); err != nil {
 		return breaker.PermitResult{}, err

@@ -51,8 +51,10 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			acts = append(acts, refresh(actx, st, act)...)
 		case decide.ActFenceMembers:
 			fenceMembers(actx, st, act)
-		case decide.ActProbe, decide.ActCanary, decide.ActRepair:
+		case decide.ActProbe, decide.ActCanary:
 			acts = append(acts, check(ctx, st, act)...)
+		case decide.ActRepair:
+			acts = append(acts, repair(actx, st, act)...)
 		case decide.ActRetire:
 			in := remediation.RetireInput{Device: st.Device, Node: st.Node, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 				Reason: act.Reason, Evidence: st.Evidence()}
@@ -283,4 +285,17 @@ func executeLocal(ctx workflow.Context, activity any, args ...any) workflow.Futu
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: ao.StartToCloseTimeout, RetryPolicy: ao.RetryPolicy})
 	return workflow.ExecuteLocalActivity(lctx, activity, args...)
+}
+
+// repair runs a repair step once the circuit breaker grants it from its reset budget.
+func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
+	var permit breaker.PermitResult
+	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset}
+	if err := executeLocal(ctx, rem.AcquirePermit, in).Get(ctx, &permit); err != nil {
+		return st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
+	}
+	if !permit.Granted {
+		return st.Report(decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
+	}
+	return check(ctx, st, act)
 }

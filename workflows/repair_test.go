@@ -120,3 +120,18 @@ func TestLadderRetiresALemonAtItsQuarantine(t *testing.T) {
 		t.Fatalf("state %s, evidence %d, checks %v", got.State, len(retired), checkKinds(h.ran))
 	}
 }
+
+// A repair step asks the breaker's reset budget first; a refusal puts the try off until the
+// budget allows it, and the refused try does not count.
+func TestLadderWaitsForTheResetBudget(t *testing.T) {
+	h := newHarness(0)
+	h.resetDenials = 1
+	failedThenIdle(h)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: laddered()})
+	if asked := h.resetAsks; len(asked) != 2 || asked[1].Sub(asked[0]) != decide.BreakerRetry {
+		t.Fatalf("reset permits asked at %v", asked)
+	}
+	if kinds := checkKinds(h.ran); len(kinds) != 3 || kinds[0] != decide.ActRepair || h.ran[0].Review != 1 || len(h.released) != 1 {
+		t.Fatalf("checks %v, released %d", kinds, len(h.released))
+	}
+}

@@ -58,7 +58,7 @@ type deviceModel struct {
 	// heldAt and idleAt are when the newest report naming a Pod, and naming none, were sent.
 	held, retired, releaseAsked        bool
 	heldAt, idleAt, retiredAt, askedAt time.Time
-	resets                             int
+	resets, resetPermits               int
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
@@ -69,6 +69,10 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
 		if m.breakerOpen {
 			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
+		}
+		if in.Action == breaker.Reset {
+			m.resetPermits++
+			return breaker.PermitResult{Granted: true}, nil
 		}
 		m.permits++
 		return breaker.PermitResult{Granted: true}, nil
@@ -170,7 +174,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
-			m.resets++
+			if m.resets++; m.resets > m.resetPermits {
+				m.violate("a repair step without the breaker's reset permit (%d steps, %d permits)", m.resets, m.resetPermits)
+			}
 			// A holder reported before the step started, and no report since saying none holds it.
 			// (Reports sent in the step's own instant may reach the workflow after its decision.)
 			if m.idleAt.Before(m.heldAt) && m.heldAt.Before(env.Now()) {

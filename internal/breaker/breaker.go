@@ -19,7 +19,26 @@ type Config struct {
 	// MaxPercent caps the same count as a percentage of known devices (0 disables it). A
 	// percentage never allows fewer than one action, so a small fleet can still act.
 	MaxPercent float64 `json:"maxPercent"`
+	// MaxResets is the most devices the window allows repair steps (resets) on, a budget of
+	// their own: a driver bug that fails every device must not reset a fleet. A device's further
+	// tries within the window are its own grant again (0: DefaultMaxResets).
+	MaxResets int `json:"maxResets,omitempty"`
 }
+
+// DefaultMaxResets is the reset budget of a breaker configured without one.
+const DefaultMaxResets = 5
+
+// Resets is the reset budget of the window.
+func (c Config) Resets() int {
+	if c.MaxResets > 0 {
+		return c.MaxResets
+	}
+	return DefaultMaxResets
+}
+
+// Reset is the breaker action of a repair step on a device (a reset Pod). Resets draw on their
+// own budget and never open the breaker: one that is refused waits for the window to move.
+const Reset = decide.State("Reset")
 
 // DefaultConfig is the cap used when no flags are given.
 func DefaultConfig() Config {
@@ -28,6 +47,9 @@ func DefaultConfig() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
+	if c.MaxResets < 0 {
+		return fmt.Errorf("breaker: max resets must be >= 0 (0 means %d), got %d", DefaultMaxResets, c.MaxResets)
+	}
 	if c.Window <= 0 || c.MaxCount < 1 || c.MaxPercent < 0 || c.MaxPercent > 100 {
 		return fmt.Errorf("breaker: window must be positive, max count >= 1, max percent within 0..100 (got %s, %d, %g)", c.Window, c.MaxCount, c.MaxPercent)
 	}
@@ -184,6 +206,9 @@ func (b *State) Configure(c Config, owner string) error {
 // budget names the budget an action draws on: restrictions have their own only with
 // SeparateBudgets.
 func (b *State) budget(action decide.State) string {
+	if action == Reset {
+		return BudgetOf(Reset)
+	}
 	if b.SeparateBudgets {
 		return BudgetOf(action)
 	}
@@ -227,6 +252,14 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	limit := b.Config.Limit(req.KnownDevices)
+	if req.Action == Reset {
+		if used := b.used(BudgetOf(Reset)); used >= b.Config.Resets() {
+			b.Denied++
+			return PermitResult{Reason: fmt.Sprintf("reset budget spent: %d resets within %s (max %d); the device waits for the window to move", used, b.Config.Window, b.Config.Resets())}
+		}
+		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
+		return PermitResult{Granted: true}
+	}
 	if b.budget(req.Action) == "restrictions" {
 		if b.RestrictionsOpen {
 			b.Denied++

@@ -14,8 +14,11 @@ const RefusedFor = 5 * time.Second
 // every other action. The breaker may draw both on one budget (SeparateBudgets off); a worker
 // keeping them apart only asks the breaker once more.
 func BudgetOf(action decide.State) string {
-	if action == decide.Restricted {
+	switch action {
+	case decide.Restricted:
 		return "restrictions"
+	case Reset:
+		return "resets"
 	}
 	return "actions"
 }

@@ -127,18 +127,11 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 		return nil
 	}
 	l := st.Quarantine.Ladder
-	l.Running = false
 	if res.Busy {
-		// Nothing ran: the try is taken again once the device is idle (or at RetryAt).
-		l.Tries = l.Tries[:len(l.Tries)-1]
-		if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
-			l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
-		}
-		l.Due, l.RetryAt = true, now.Add(RepairRetry)
-		st.transition(st.State, "repair waits: "+res.Reason, Actor, now)
+		st.tryLater(res.Reason, now.Add(RepairRetry), now)
 		return nil
 	}
-	l.RetryAt = time.Time{}
+	l.Running, l.RetryAt = false, time.Time{}
 	try := &l.Tries[len(l.Tries)-1]
 	try.Result = &res
 	if st.State != Quarantined {
@@ -223,4 +216,20 @@ func (st *DeviceState) ladderRetry() time.Time {
 		return time.Time{}
 	}
 	return st.Quarantine.Ladder.RetryAt
+}
+
+// tryLater undoes a try that never ran (the device still held, the breaker's reset budget spent):
+// it is taken again at at, or once the device is reported idle.
+func (st *DeviceState) tryLater(reason string, at, now time.Time) {
+	if !st.laddered() || !st.Quarantine.Ladder.Running {
+		return
+	}
+	l := st.Quarantine.Ladder
+	l.Running = false
+	l.Tries = l.Tries[:len(l.Tries)-1]
+	if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
+		l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
+	}
+	l.Due, l.RetryAt = true, at
+	st.transition(st.State, "repair waits: "+reason, Actor, now)
 }

@@ -74,6 +74,9 @@ func (st *DeviceState) Report(r Result, now time.Time) []Action {
 			return st.repaired(r.Check, now)
 		case Failed:
 			return st.repaired(StepResult{Reason: "the step could not run: " + r.Reason, At: now}, now)
+		case Denied, Held:
+			// The breaker refused (its reset budget is spent, or it is open) or could not be asked.
+			st.tryLater(r.Reason, now.Add(BreakerRetry), now)
 		}
 	case ActRelease:
 		switch r.Outcome {

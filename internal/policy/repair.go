@@ -52,8 +52,9 @@ type repairStepEntry struct {
 	checkEntry `yaml:",inline"`
 }
 
-// DefaultResetNamespace is where reset Pods run unless a step says otherwise.
-const DefaultResetNamespace = "devicewarden-repair"
+// DefaultResetNamespace is where reset Pods run unless a step says otherwise: beside the probes,
+// in a namespace the chart already lets DeviceWarden create Pods in.
+const DefaultResetNamespace = DefaultProbeNamespace
 
 func (r *repairEntry) apply(dst *Repair) {
 	if r == nil {

@@ -1,0 +1,50 @@
+package breaker
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// Resets have a budget of their own: the window allows MaxResets devices, a refused reset neither
+// opens the breaker nor uses what quarantines need, and an open breaker refuses resets too.
+func TestResetsHaveABudgetOfTheirOwn(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	b := &State{SeparateBudgets: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20, MaxResets: 3}
+	ask := func(i int, action decide.State, at time.Time) PermitResult {
+		return b.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: fmt.Sprintf("gpu-%d", i)}, Action: action, Config: cfg}, at)
+	}
+	for i := range 3 {
+		if r := ask(i, Reset, now); !r.Granted {
+			t.Fatalf("reset %d refused: %s", i, r.Reason)
+		}
+	}
+	if r := ask(0, Reset, now); !r.Granted {
+		t.Fatalf("a device's next try in the window: %s", r.Reason)
+	}
+	r := ask(3, Reset, now)
+	if r.Granted || r.Tripped || b.Open || !strings.Contains(r.Reason, "reset budget spent: 3 resets") {
+		t.Fatalf("fourth device: %+v, open %v", r, b.Open)
+	}
+	if r := ask(10, decide.Quarantined, now); !r.Granted {
+		t.Fatalf("a quarantine after the reset budget was spent: %s", r.Reason)
+	}
+	if r := ask(3, Reset, now.Add(11*time.Minute)); !r.Granted {
+		t.Fatalf("a reset once the window moved: %s", r.Reason)
+	}
+	b.Open, b.Reason = true, "paused by hand"
+	if r := ask(4, Reset, now.Add(11*time.Minute)); r.Granted {
+		t.Fatal("an open breaker granted a reset")
+	}
+	if err := (Config{Window: time.Minute, MaxCount: 1, MaxResets: -1}).Validate(); err == nil {
+		t.Fatal("a negative reset budget was accepted")
+	}
+	if (Config{}).Resets() != DefaultMaxResets {
+		t.Fatal("no default reset budget")
+	}
+}
