@@ -151,7 +151,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8, Policies: pols,
-		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
 		dumpLogs(dir)
