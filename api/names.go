@@ -118,6 +118,8 @@ var (
 	SearchDeviceNode   = temporal.NewSearchAttributeKeyKeyword("DeviceNode")
 	SearchDeviceDriver = temporal.NewSearchAttributeKeyKeyword("DeviceDriver")
 	SearchDeviceState  = temporal.NewSearchAttributeKeyKeyword("DeviceState")
+	// SearchDeviceRepair is the repair ladder's step and try ("reset 1/2"), empty when none runs.
+	SearchDeviceRepair = temporal.NewSearchAttributeKeyKeyword("DeviceRepair")
 )
 
 // SearchDeviceForms (KeywordList) are the devices a physical unit's workflow fences, as
@@ -127,7 +129,7 @@ var SearchDeviceForms = temporal.NewSearchAttributeKeyKeywordList("DeviceForms")
 // SearchAttributeNames lists every custom Keyword search attribute, for registration;
 // SearchAttributeLists the KeywordList ones.
 var (
-	SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "RolloutName", "RolloutPhase", "RolloutState"}
+	SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "DeviceRepair", "RolloutName", "RolloutPhase", "RolloutState"}
 	SearchAttributeLists = []string{"DeviceForms"}
 )
 

@@ -78,7 +78,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		return false
 	}
 	var tm deadlineTimer
-	lastState, lastSummary := st.State, ""
+	lastState, lastSummary, lastRepair := st.State, "", st.RepairStep()
 	var lastForms []string
 	for {
 		tm.reset(ctx, st.NextDeadline())
@@ -141,6 +141,17 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		if st.State != lastState {
 			lastState = st.State
 			if err := workflow.UpsertTypedSearchAttributes(ctx, api.SearchDeviceState.ValueSet(string(st.State))); err != nil {
+				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
+			}
+		}
+		if step := st.RepairStep(); step != lastRepair {
+			// The ladder's step is searchable: `DeviceRepair != ''` lists every device being repaired.
+			lastRepair = step
+			upd := api.SearchDeviceRepair.ValueSet(step)
+			if step == "" {
+				upd = api.SearchDeviceRepair.ValueUnset()
+			}
+			if err := workflow.UpsertTypedSearchAttributes(ctx, upd); err != nil {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}

@@ -73,7 +73,7 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 		case decide.ActRelease:
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
-				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, RepairedBy: st.RepairedBy()}
 			res := decide.Result{Action: act, Outcome: decide.Done}
 			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
 				res = decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}
@@ -240,6 +240,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
 			in.Review = len(l.Tries) // a repair Pod is keyed by its try
 			in.Idle = st.FencedDevices()
+			in.Step = string(st.Policy.Repair.Steps[l.Step].Kind)
 		}
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

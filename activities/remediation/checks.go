@@ -40,6 +40,8 @@ type CheckInput struct {
 	// anything older.
 	Review     int    `json:"review"`
 	WorkflowID string `json:"workflowID"`
+	// Step is the repair step a repair Pod runs (its kind, for the metric).
+	Step string `json:"step,omitempty"`
 	// Idle are the devices no other claim may hold when a repair step starts (the device, or
 	// every form of its physical unit); a step that finds one held runs nothing and says Busy.
 	Idle []device.ID `json:"idle,omitempty"`
@@ -60,6 +62,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 	ns := in.Check.Namespace
 	fail := func(format string, args ...any) (decide.StepResult, error) {
 		a.countCheck(in.Kind, false)
+		a.countTry(in.Step, "failed")
 		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now()}, nil
 	}
 	if in.Device.DevicePlugin() {
@@ -85,6 +88,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 			return decide.StepResult{}, err
 		}
 		if held != "" {
+			a.countTry(in.Step, "busy")
 			return decide.StepResult{Busy: true, Reason: held, At: time.Now()}, nil
 		}
 	}
@@ -115,6 +119,11 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 		return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
 	}
 	a.countCheck(in.Kind, res.Passed)
+	if res.Passed {
+		a.countTry(in.Step, "passed")
+	} else {
+		a.countTry(in.Step, "failed")
+	}
 	res.Pod, res.At = ns+"/"+podName, time.Now()
 	return res, nil
 }
@@ -185,6 +194,13 @@ func (a *Activities) countCheck(kind decide.ActionKind, passed bool) {
 		result = "passed"
 	}
 	a.Metrics.Checks.WithLabelValues(string(kind), result).Inc()
+}
+
+// countTry counts a repair step's outcome.
+func (a *Activities) countTry(step, result string) {
+	if a.Metrics != nil && step != "" {
+		a.Metrics.RepairTries.WithLabelValues(step, result).Inc()
+	}
 }
 
 // checkOutcome reads a finished Pod: it passes when it succeeded and its own device reports, if

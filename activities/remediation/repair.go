@@ -85,6 +85,9 @@ func (a *Activities) RecordRetirement(ctx context.Context, in RetireInput) (stri
 			return "", fmt.Errorf("update evidence %s/%s: %w", ns, name, err)
 		}
 	}
+	if a.Metrics != nil {
+		a.Metrics.Retired.Inc()
+	}
 	msg := fmt.Sprintf("device %s on node %s retired: %s; replace it (evidence in ConfigMap %s/%s)", in.Device, in.Node, in.Reason, ns, name)
 	a.event(ctx, corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ns, Name: name}, "DeviceRetired", corev1.EventTypeWarning, msg, name+".retired")
 	return name, nil

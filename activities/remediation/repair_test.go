@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,8 +44,8 @@ func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := checkIn(decide.ActRepair)
-			in.Idle = []device.ID{gpu3, sibling}
-			res, _, kube, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, func(cs *fake.Clientset) {
+			in.Idle, in.Step = []device.ID{gpu3, sibling}, "reset"
+			res, a, kube, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, func(cs *fake.Clientset) {
 				for _, c := range tt.claims {
 					if err := cs.Tracker().Add(c); err != nil {
 						t.Fatal(err)
@@ -58,10 +60,16 @@ func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
 				if !res.Busy || res.Passed || !strings.Contains(res.Reason, tt.busy) || len(pods.Items) != 0 {
 					t.Fatalf("result %+v, %d pods: want Busy (%s) and no Pod", res, len(pods.Items), tt.busy)
 				}
+				if n := testutil.ToFloat64(a.Metrics.RepairTries.WithLabelValues("reset", "busy")); n != 1 {
+					t.Fatalf("busy tries metric %v", n)
+				}
 				return
 			}
 			if res.Busy || !res.Passed {
 				t.Fatalf("result %+v: want the step run", res)
+			}
+			if n := testutil.ToFloat64(a.Metrics.RepairTries.WithLabelValues("reset", "passed")); n != 1 {
+				t.Fatalf("passed tries metric %v", n)
 			}
 		})
 	}

@@ -130,6 +130,20 @@ func TestReleaseRule(t *testing.T) {
 		if n := testutil.CollectAndCount(a.Metrics.QuarantineSeconds); n != 1 {
 			t.Errorf("time in quarantine not observed")
 		}
+		if n := testutil.CollectAndCount(a.Metrics.RepairSeconds); n != 0 {
+			t.Errorf("a release with no repair counted as one")
+		}
+	})
+	t.Run("a repaired device's time to repair is observed by its step", func(t *testing.T) {
+		env, a, _ := activityEnv(t, existingRule(quarantineIn("XID 79")))
+		in := in
+		in.RepairedBy, in.FirstReviewPassed = "reset", false
+		if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
+			t.Fatal(err)
+		}
+		if n := testutil.CollectAndCount(a.Metrics.RepairSeconds, "devicewarden_repair_time_to_repair_seconds"); n != 1 {
+			t.Errorf("time to repair observed %d times", n)
+		}
 	})
 	t.Run("a rule already gone is released", func(t *testing.T) {
 		env, a, _ := activityEnv(t)

@@ -320,6 +320,9 @@ type ReleaseInput struct {
 	Members []string `json:"members,omitempty"`
 	// WorkflowID is the releasing workflow: only the rules it owns are removed (owners.go).
 	WorkflowID string `json:"workflowID,omitempty"`
+	// RepairedBy is the repair step the passing review followed ("" when none ran): the release
+	// counts toward the time-to-repair metric of that step.
+	RepairedBy string `json:"repairedBy,omitempty"`
 }
 
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
@@ -345,6 +348,9 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		}
 		if in.FirstReviewPassed {
 			m.FalseQuarantines.Inc()
+		}
+		if in.RepairedBy != "" && !in.QuarantinedAt.IsZero() {
+			m.RepairSeconds.WithLabelValues(in.RepairedBy).Observe(time.Since(in.QuarantinedAt).Seconds())
 		}
 	}
 	return nil

@@ -233,3 +233,23 @@ func (st *DeviceState) tryLater(reason string, at, now time.Time) {
 	l.Due, l.RetryAt = true, at
 	st.transition(st.State, "repair waits: "+reason, Actor, now)
 }
+
+// RepairedBy is the step whose try the review being passed followed ("" when the quarantine took
+// no try): a device a repair brought back was broken, not falsely quarantined.
+func (st *DeviceState) RepairedBy() string {
+	if st.Quarantine == nil || st.Quarantine.Ladder == nil || len(st.Quarantine.Ladder.Tries) == 0 {
+		return ""
+	}
+	return string(st.Quarantine.Ladder.Tries[len(st.Quarantine.Ladder.Tries)-1].Kind)
+}
+
+// RepairStep says where a quarantine stands on its ladder, for the Temporal UI: the step and its
+// try ("reset 1/2") from the first try until the quarantine ends; "" otherwise.
+func (st *DeviceState) RepairStep() string {
+	if !st.laddered() || len(st.Quarantine.Ladder.Tries) == 0 || (st.State != Quarantined && st.State != Recovering) {
+		return ""
+	}
+	l := st.Quarantine.Ladder
+	t := l.Tries[len(l.Tries)-1]
+	return fmt.Sprintf("%s %d/%d", t.Kind, t.Attempt, st.Policy.Repair.Steps[min(l.Step, len(st.Policy.Repair.Steps)-1)].Attempts)
+}

@@ -58,6 +58,9 @@ func TestLadderResetsOnlyOnceIdleThenReviews(t *testing.T) {
 	wantKinds(t, "on probation", acts, ActCanary)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(4*time.Minute))
 	wantKinds(t, "canary passed, window 0", acts, ActRelease)
+	if st.FirstReviewPassed() || st.RepairedBy() != "reset" {
+		t.Fatalf("a repaired device counted as falsely quarantined (%t) or not as repaired (%q)", st.FirstReviewPassed(), st.RepairedBy())
+	}
 	st.Report(Result{Action: acts[0], Outcome: Done}, t0.Add(4*time.Minute))
 	if st.State != Released || len(st.Closed) != 1 || st.Closed[0].Ladder.Tries[0].Review != "passed: released" {
 		t.Fatalf("state %s closed %+v", st.State, st.Closed)

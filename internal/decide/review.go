@@ -266,7 +266,7 @@ func (st *DeviceState) releaseDone(now time.Time) []Action {
 // FirstReviewPassed reports whether the quarantine being released passed its first review: the
 // device was probably never broken (it counts toward the false-quarantine rate).
 func (st *DeviceState) FirstReviewPassed() bool {
-	return st.Quarantine != nil && st.Quarantine.Reviews == 1 && st.Review != nil && !st.Review.ProbeSkipped
+	return st.Quarantine != nil && st.Quarantine.Reviews == 1 && st.Review != nil && !st.Review.ProbeSkipped && st.RepairedBy() == ""
 }
 
 func (st *DeviceState) closeRecord(by, reason string, now time.Time) {

@@ -57,6 +57,12 @@ type Metrics struct {
 	AmbiguousReports *prometheus.CounterVec
 	// Checks counts probe and canary runs by kind and result (passed, failed).
 	Checks *prometheus.CounterVec
+	// RepairTries counts repair steps run, by step and result (passed, failed, busy); RepairSeconds
+	// is the time from quarantine to release of devices a repair brought back, by step; Retired
+	// counts devices retired.
+	RepairTries   *prometheus.CounterVec
+	RepairSeconds *prometheus.HistogramVec
+	Retired       prometheus.Counter
 	// Notifications counts Slack messages by result (sent, failed).
 	Notifications *prometheus.CounterVec
 	// Migrations counts finished migrations by outcome and failure class (empty unless failed).
@@ -205,6 +211,20 @@ func New() *Metrics {
 		Namespace: "devicewarden", Subsystem: "claim_hygiene", Name: "deletions_total",
 		Help: "Leaked ResourceClaims deleted by claim hygiene.",
 	})
+	m.RepairTries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "devicewarden", Subsystem: "repair", Name: "tries_total",
+		Help: "Repair steps run on quarantined devices, by step and result (passed, failed, busy: another claim held the device).",
+	}, []string{"step", "result"})
+	m.RepairSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "devicewarden", Subsystem: "repair", Name: "time_to_repair_seconds",
+		Help:    "From quarantine to release (rule deleted) of devices a repair step brought back, by the step.",
+		Buckets: prometheus.ExponentialBuckets(10, 3, 10),
+	}, []string{"step"})
+	m.Retired = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "devicewarden", Subsystem: "repair", Name: "retired_total",
+		Help: "Devices retired: the repair ladder gave up, or they relapsed too often. Replace them.",
+	})
+	m.Registry.MustRegister(m.RepairTries, m.RepairSeconds, m.Retired)
 	m.Leading = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "devicewarden", Subsystem: "watcher", Name: "leading",
 		Help: "1 while this replica's watcher runs (it holds the Lease); summed over replicas, whether anyone watches.",
