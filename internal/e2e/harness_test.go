@@ -67,6 +67,9 @@ const unitClass = "unit.gpu.sim.devicewarden.io"
 // and move their workloads first; their review has no stability window.
 const repairClass = "repair.gpu.sim.devicewarden.io"
 
+// unitRepairClass devices (partitionable GPUs) climb the same ladder, and move nothing.
+const unitRepairClass = "unit-repair.gpu.sim.devicewarden.io"
+
 // testPolicies is the policy set of the test controllers.
 func testPolicies() (*policy.Set, error) {
 	pols, err := policy.Parse([]byte(testPolicy))
@@ -109,6 +112,14 @@ policies:
     repair:
       steps:
         - {kind: reset, attempts: 2, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+  - name: unit-repair-test
+    match: {deviceClass: ` + unitRepairClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
   - name: release-test
     match: {deviceClass: ` + releaseClass + `}
     quarantineLease: 6s

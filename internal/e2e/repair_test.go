@@ -10,13 +10,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/migrationplan"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
@@ -111,4 +115,82 @@ func TestPermanentFaultRetiresTheDevice(t *testing.T) {
 		t.Fatalf("a retired device's rule: %v", err)
 	}
 	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_retired.json")
+}
+
+// A partitionable GPU is reset as one physical unit, once, and only after every form is idle: a
+// Pod on a sibling partition that never reported holds the reset back as the reporter's does.
+func TestPartitionedGPUIsResetOnceEveryFormIsIdle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	if err := sim.EnsureClass(ctx, kube, unitRepairClass); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreatePartitionedNodes(ctx, kube, "rep-unit", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := "rep-unit", nodes[0]
+	unit := device.ID{Driver: sim.Driver, Pool: node, Device: device.CounterSetsKey + sim.CounterSetName(0)}
+	if err := sim.EnsureNamespace(ctx, kube, policy.DefaultResetNamespace); err != nil {
+		t.Fatal(err)
+	}
+	// What every reset on this node was allocated.
+	var resets recorder
+	cw, err := kube.ResourceV1().ResourceClaims(policy.DefaultResetNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelRole + "=" + string(decide.ActRepair)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchInto(ctx, cw, func(ev watch.Event) {
+		if c, ok := ev.Object.(*resourcev1.ResourceClaim); ok && c.Status.Allocation != nil {
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.Pool == node {
+					resets.add(string(c.UID) + " " + r.Device)
+				}
+			}
+		}
+	})
+	part := func(name string, gpu int, profile string) sim.Workload {
+		return sim.Workload{Namespace: ns, Name: name, Node: node, Index: ptr.To(gpu), Profile: profile, DeviceClass: unitRepairClass, Template: true}
+	}
+	holders := map[string]device.ID{}
+	for _, w := range []sim.Workload{part("small-0", 0, "1g.10gb"), part("large-0", 0, "3g.40gb"), part("small-1", 1, "1g.10gb")} {
+		p := runningPod(t, ctx, kube, w)
+		if holders[w.Name], err = podDevice(ctx, kube, *p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := holders["small-0"]
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, shared, unit, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	// The reporter leaves; large-0, silent on a sibling form, still runs on the GPU.
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, "small-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, ctx, shared, unit, 30*time.Second, func(st decide.DeviceState) bool {
+		return len(st.Reporters) == 1 && st.Reporters[0].Pod == "large-0"
+	})
+	time.Sleep(3 * time.Second)
+	if got := resets.all(); len(got) != 0 || st.Quarantine.Ladder == nil || len(st.Quarantine.Ladder.Tries) != 0 {
+		t.Fatalf("reset while large-0 held a form: %v", got)
+	}
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, "large-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	st = waitState(t, ctx, shared, unit, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
+	got := resets.all()
+	if len(got) != 1 || !strings.HasSuffix(got[0], " gpu-0") {
+		t.Fatalf("resets on %s: %v, want one of the whole gpu-0", node, got)
+	}
+	if tries := st.Closed[len(st.Closed)-1].Ladder.Tries; len(tries) != 1 || tries[0].Review != "passed: released" {
+		t.Fatalf("tries %+v", tries)
+	}
+	if p, err := kube.CoreV1().Pods(ns).Get(ctx, "small-1", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("gpu-1's Pod: %v", err)
+	}
 }
