@@ -101,6 +101,23 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rel.Flags().IntVar(&r.Devices, "devices", 120, "devices to quarantine and release")
 	rel.Flags().IntVar(&r.Sequential, "sequential", 20, "of those, released one at a time for latency; the rest at once")
 	rel.Flags().StringVar(&r.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var rp bench.RepairOptions
+	rep := &cobra.Command{
+		Use:   "repair",
+		Short: "Time to repair: transient faults repaired by the ladder (report -> rule deleted), against the same steps done by hand",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if rp.Devices < 1 || rp.Floor < 1 {
+				return fmt.Errorf("--devices and --floor must be >= 1")
+			}
+			rp.Out = c.OutOrStdout()
+			return bench.Repair(c.Context(), rp)
+		},
+	}
+	rep.Flags().IntVar(&rp.Devices, "devices", 100, "devices given a transient fault, one at a time, and repaired by the ladder")
+	rep.Flags().IntVar(&rp.Floor, "floor", 20, "further devices repaired by hand for the floor")
+	rep.Flags().StringVar(&rp.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(rep)
 	cmd.AddCommand(
 		fleetBenchCmd("rollout", "Rollout gates at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time the gate activity", bench.Rollout),
 		fleetBenchCmd("capacity", "Capacity check and what-if at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time both", bench.Capacity))

@@ -75,7 +75,8 @@ func TestShippedExampleParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := s.For("gpu.sim.devicewarden.io", "gpu.sim.devicewarden.io"); p.Name != "training-gpus" || !p.ApprovalRequired {
+	if p := s.For("gpu.sim.devicewarden.io", "gpu.sim.devicewarden.io"); p.Name != "training-gpus" || !p.ApprovalRequired ||
+		len(p.Repair.Steps) != 1 || p.Repair.Steps[0].Attempts != 2 || p.Repair.RetireAfter != 3 {
 		t.Fatalf("example policy = %+v", p)
 	}
 }
