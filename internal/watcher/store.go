@@ -54,6 +54,10 @@ type entry struct {
 	// claim condition); the next observation says so with that source, which may start a
 	// quarantined device's recovery review.
 	driverCleared decide.Source
+	// sending: an observation is on its way to the workflow and not yet acknowledged. The
+	// entry outlives its last report until then: the workflow may already act on the
+	// observation (a rule made in the same task), and a holder gone meanwhile must still be told.
+	sending bool
 }
 
 func newStore() *store {
@@ -284,7 +288,7 @@ func (s *store) forget(id device.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[id]
-	if e == nil || e.signalled != nil || e.seeded {
+	if e == nil || e.signalled != nil || e.seeded || e.sending {
 		return
 	}
 	for _, rs := range e.reports {
@@ -370,7 +374,7 @@ func (s *store) seed(ids []device.ID) {
 
 // gc forgets a device that nobody reports and that has no workflow.
 func (s *store) gc(id device.ID, e *entry) {
-	if len(e.reports) == 0 && e.signalled == nil {
+	if len(e.reports) == 0 && e.signalled == nil && !e.sending {
 		delete(s.devices, id)
 	}
 }
@@ -388,10 +392,15 @@ const (
 // next computes the device's aggregate observation and whether it must be signalled. A device
 // with a workflow is re-signalled unchanged once per heartbeat interval, so the workflow can tell
 // a current Healthy from a stale one.
-func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit *device.Unit) (api.Observation, decision) {
+func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit *device.Unit) (_ api.Observation, d decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[id]
+	defer func() {
+		if d == doSignal {
+			e.sending = true
+		}
+	}()
 	if e == nil {
 		return api.Observation{}, skipNothing
 	}
@@ -460,6 +469,7 @@ func (s *store) markSignalled(obs api.Observation, now time.Time) (first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
+		e.sending = false
 		if len(obs.Reporters) == 0 && len(e.reports) == 0 && !device.IsUnitKey(obs.Device.Device) {
 			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep.
 			// A shared unit is kept: a form published later must reach its workflow, which may
@@ -571,4 +581,15 @@ func (s *store) lastUnit(id device.ID) *device.Unit {
 		return e.signalled.Unit
 	}
 	return nil
+}
+
+// unsent records that an observation did not reach the workflow: the entry goes if nothing else
+// keeps it.
+func (s *store) unsent(id device.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.devices[id]; e != nil {
+		e.sending = false
+		s.gc(id, e)
+	}
 }

@@ -481,6 +481,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	err := w.cfg.Signaler.Signal(ctx, obs)
 	w.cfg.Metrics.SignalSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
+		w.store.unsent(id)
 		w.cfg.Metrics.Signals.WithLabelValues("error").Inc()
 		if ctx.Err() == nil {
 			w.cfg.Logger.Warn("signal device workflow failed; will retry", "device", id.String(), "error", err)
