@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
@@ -97,6 +98,10 @@ func Repair(ctx context.Context, o RepairOptions) error {
 		case at := <-deleted(rule):
 			lat = append(lat, at.Sub(start))
 		case <-time.After(3 * time.Minute):
+			var ds decide.DeviceState
+			if v, err := st.tc.QueryWorkflow(ctx, tg.id.WorkflowID(), "", api.QueryState); err == nil && v.Get(&ds) == nil {
+				return fmt.Errorf("%s not repaired after 3m: %s; reporters %+v; ladder %+v; transitions %+v", tg.id, ds.Summary(), ds.Reporters, ds.Quarantine.Ladder, ds.Transitions)
+			}
 			return fmt.Errorf("%s not repaired after 3m", tg.id)
 		case <-ctx.Done():
 			return ctx.Err()
