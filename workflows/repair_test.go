@@ -35,6 +35,19 @@ func failedThenIdle(h *harness) {
 	}, time.Minute)
 }
 
+// recordRetirements keeps every evidence bundle the workflow asks to write.
+func recordRetirements(h *harness) *[]remediation.RetireInput {
+	var retired []remediation.RetireInput
+	h.env.OnActivity("RecordRetirement", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in remediation.RetireInput) (string, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			retired = append(retired, in)
+			return "evidence", nil
+		})
+	return &retired
+}
+
 func checkKinds(ran []remediation.CheckInput) []decide.ActionKind {
 	var out []decide.ActionKind
 	for _, in := range ran {
@@ -73,14 +86,7 @@ func TestLadderBringsAResetDeviceBack(t *testing.T) {
 func TestLadderRetiresADeviceNothingBringsBack(t *testing.T) {
 	h := newHarness(0)
 	h.checks = []decide.StepResult{{Reason: "reset exit 1"}, {Passed: true, Reason: "reset exit 0"}, {Reason: "XID 79"}}
-	var retired []remediation.RetireInput
-	h.env.OnActivity("RecordRetirement", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in remediation.RetireInput) (string, error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			retired = append(retired, in)
-			return "evidence", nil
-		})
+	retired := recordRetirements(h)
 	failedThenIdle(h)
 	var got decide.DeviceState
 	queryThenCancel(t, h.env, 31*24*time.Hour, &got)
@@ -91,8 +97,8 @@ func TestLadderRetiresADeviceNothingBringsBack(t *testing.T) {
 	if kinds := checkKinds(h.ran); len(kinds) != 3 || kinds[0] != decide.ActRepair || kinds[1] != decide.ActRepair || kinds[2] != decide.ActProbe {
 		t.Fatalf("checks %v: a retired device was checked again", kinds)
 	}
-	if len(retired) != 1 || retired[0].Evidence["try-02"] == "" || retired[0].Device != gpu0 {
-		t.Fatalf("evidence %+v", retired)
+	if len(*retired) != 1 || (*retired)[0].Evidence["try-02"] == "" || (*retired)[0].Device != gpu0 {
+		t.Fatalf("evidence %+v", *retired)
 	}
 }
 
@@ -100,14 +106,7 @@ func TestLadderRetiresADeviceNothingBringsBack(t *testing.T) {
 // evidence is written and no repair is tried.
 func TestLadderRetiresALemonAtItsQuarantine(t *testing.T) {
 	h := newHarness(0)
-	var retired []remediation.RetireInput
-	h.env.OnActivity("RecordRetirement", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in remediation.RetireInput) (string, error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			retired = append(retired, in)
-			return "evidence", nil
-		})
+	retired := recordRetirements(h)
 	p := laddered()
 	p.Repair.RetireAfter = 2
 	st := decide.NewState(gpu0, "node-1", p, false)
@@ -116,8 +115,8 @@ func TestLadderRetiresALemonAtItsQuarantine(t *testing.T) {
 	var got decide.DeviceState
 	queryThenCancel(t, h.env, time.Hour, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p, State: st})
-	if got.State != decide.Retired || len(retired) != 1 || len(h.ran) != 0 {
-		t.Fatalf("state %s, evidence %d, checks %v", got.State, len(retired), checkKinds(h.ran))
+	if got.State != decide.Retired || len(*retired) != 1 || len(h.ran) != 0 {
+		t.Fatalf("state %s, evidence %d, checks %v", got.State, len(*retired), checkKinds(h.ran))
 	}
 }
 
