@@ -168,9 +168,6 @@ func (st *DeviceState) reviewEnded(outcome string) {
 
 // retire gives the device up: it stays fenced, is never reviewed again, and its evidence is written.
 func (st *DeviceState) retire(reason string, now time.Time) []Action {
-	if st.Quarantine != nil && st.Quarantine.Ladder != nil {
-		st.Quarantine.Ladder.Running = false
-	}
 	st.Review = nil
 	st.transition(Retired, "retired: "+reason, Actor, now)
 	return []Action{

@@ -92,7 +92,8 @@ func TestLadderRetiresAfterTheLastTry(t *testing.T) {
 		t.Fatalf("tries %+v", tries)
 	}
 	ev := st.Evidence()
-	if !strings.Contains(ev["try-02"], "review: probe failed: XID 79") || !strings.Contains(ev["quarantined"], "device reported Unhealthy") {
+	if !strings.Contains(ev["try-02"], "review: probe failed: XID 79") || !strings.Contains(ev["quarantined"], "device reported Unhealthy") ||
+		!strings.Contains(ev["last-probe"], "passed=false XID 79") || !strings.Contains(ev["transition-001"], "Healthy -> Quarantined") {
 		t.Fatalf("evidence %v", ev)
 	}
 	// Never reviewed again, whatever the clock or the reports say.
@@ -109,6 +110,9 @@ func TestLadderRetiresAfterTheLastTry(t *testing.T) {
 		t.Fatal("a retired device was quarantined again")
 	}
 	// A person's release runs the review, and even a passing one ends with an approval.
+	if err := st.Validate(Command{Kind: CmdRelease, Actor: "op"}); err != nil {
+		t.Fatalf("a person may release a retired device: %v", err)
+	}
 	acts = st.Command(Command{Kind: CmdRelease, Actor: "op"}, t0.Add(2*time.Hour))
 	wantKinds(t, "release", acts, ActProbe)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(2*time.Hour))
@@ -220,5 +224,37 @@ func TestRetiredDeviceIsFencedAgain(t *testing.T) {
 	wantKinds(t, "rule gone", acts, ActFenceMembers, ActAlert)
 	if st.State != Retired || acts[1].Level != LevelCritical || !strings.Contains(acts[0].Reason, "by kubectl") {
 		t.Fatalf("state %s actions %+v", st.State, acts)
+	}
+}
+
+// A busy try on a later step is taken again as that step's, not the one before; a failed review
+// of a quarantine that took no try yet records nothing and does not climb.
+func TestLadderKeepsItsPlaceAcrossSteps(t *testing.T) {
+	p := ladderPolicy()
+	p.Repair.Steps = append(p.Repair.Steps, p.Repair.Steps[0])
+	p.Repair.Steps[0].Attempts = 1
+	st, _ := onLadder(t, p)
+	acts := st.Observe(idle(2), t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "exit 1"}}, t0)
+	wantKinds(t, "first step failed", acts, ActRepair)
+	if l := st.Quarantine.Ladder; l.Step != 1 || l.Attempt != 1 {
+		t.Fatalf("ladder %+v", l)
+	}
+	st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Busy: true, Reason: "held"}}, t0)
+	if l := st.Quarantine.Ladder; l.Step != 0 || l.Attempt != 1 || len(l.Tries) != 1 {
+		t.Fatalf("after a busy try: %+v", l)
+	}
+	acts = st.Tick(t0.Add(RepairRetry))
+	wantKinds(t, "retried", acts, ActRepair)
+	if l := st.Quarantine.Ladder; l.Step != 1 || l.Attempt != 1 || len(l.Tries) != 2 {
+		t.Fatalf("the retry is not the second step's first try: %+v", l)
+	}
+
+	fresh, _ := onLadder(t, ladderPolicy())
+	acts = fresh.Command(Command{Kind: CmdRelease, Actor: "op"}, t0)
+	wantKinds(t, "release before any try", acts, ActProbe)
+	fresh.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0)
+	if l := fresh.Quarantine.Ladder; len(l.Tries) != 0 || fresh.State != Quarantined {
+		t.Fatalf("ladder %+v state %s", l, fresh.State)
 	}
 }
