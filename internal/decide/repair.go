@@ -114,8 +114,9 @@ func (st *DeviceState) climb(now time.Time) []Action {
 	s := steps[l.Step]
 	l.Running = true
 	l.Tries = append(l.Tries, RepairTry{Kind: s.Kind, Attempt: l.Attempt, At: now})
+	// The trail gets the try once it ran (repaired): a try put off while the device is held is
+	// taken again every minute, and says so once.
 	reason := fmt.Sprintf("repair: %s, attempt %d of %d", s.Kind, l.Attempt, s.Attempts)
-	st.transition(Quarantined, reason, Actor, now)
 	check := s.Check
 	return []Action{{Kind: ActRepair, Check: &check, Reason: reason, Actor: Actor}}
 }
@@ -134,6 +135,8 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 	l.Running, l.RetryAt = false, time.Time{}
 	try := &l.Tries[len(l.Tries)-1]
 	try.Result = &res
+	st.transition(st.State, fmt.Sprintf("repair: %s, attempt %d of %d: passed=%t %s", try.Kind, try.Attempt,
+		st.Policy.Repair.Steps[l.Step].Attempts, res.Passed, res.Reason), Actor, now)
 	if st.State != Quarantined {
 		return nil // a person acted meanwhile (a release, a forced review): theirs stands
 	}
@@ -228,7 +231,10 @@ func (st *DeviceState) tryLater(reason string, at, now time.Time) {
 		l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
 	}
 	l.Due, l.RetryAt = true, at
-	st.transition(st.State, "repair waits: "+reason, Actor, now)
+	// A device held for hours is looked at every minute: the trail says so once per reason.
+	if n := len(st.Transitions); n == 0 || st.Transitions[n-1].Reason != "repair waits: "+reason {
+		st.transition(st.State, "repair waits: "+reason, Actor, now)
+	}
 }
 
 // RepairedBy is the step whose try the review being passed followed ("" when the quarantine took

@@ -213,6 +213,12 @@ func TestLadderWaitsForABusyDevice(t *testing.T) {
 	if l := st.Quarantine.Ladder; len(l.Tries) != 1 || l.Attempt != 1 || !l.RetryAt.IsZero() {
 		t.Fatalf("ladder %+v", l)
 	}
+	// Still held a minute later: looked at again, said once in the trail.
+	n := len(st.Transitions)
+	st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Busy: true, Reason: "claim ns/c holds it"}}, t0.Add(RepairRetry))
+	if len(st.Transitions) != n || st.Transitions[n-1].Reason != "repair waits: claim ns/c holds it" {
+		t.Fatalf("transitions %+v", st.Transitions[n-1:])
+	}
 }
 
 // A retired device's rule removed by hand is put back: it is known broken, and only a release
