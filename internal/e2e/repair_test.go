@@ -114,6 +114,14 @@ func TestPermanentFaultRetiresTheDevice(t *testing.T) {
 	if _, err := shared.kube.ResourceV1().DeviceTaintRules().Get(ctx, bad.TaintRuleName(), metav1.GetOptions{}); err != nil {
 		t.Fatalf("a retired device's rule: %v", err)
 	}
+	// The stock temporal CLI lists the devices to replace, as docs/operating.md says.
+	eventually(t, 30*time.Second, "temporal workflow list of retired devices", func() error {
+		out, err := temporalCLI(t, ctx, "workflow", "list", "--query", "DeviceState = 'Retired'")
+		if err != nil || !strings.Contains(out, bad.WorkflowID()) {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
 	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_retired.json")
 }
 
