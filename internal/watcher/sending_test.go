@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -34,9 +36,19 @@ func (s *slowSignaler) Signal(ctx context.Context, obs api.Observation) error {
 func TestHolderGoneWhileItsReportIsSentIsReported(t *testing.T) {
 	p, c := holder("train", "gpu-0", "Unhealthy")
 	kube := fake.NewSimpleClientset(p, c)
+	// The fake clientset replays nothing to a watch that starts late: delete only once the
+	// watcher watches Pods.
+	watching := make(chan struct{})
+	var once sync.Once
+	kube.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		wi, err := kube.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, wi, err
+	})
 	var w *Watcher
 	sig := &slowSignaler{}
 	sig.during = func() {
+		<-watching
 		deletePodAndWait(t, kube, w, p.Namespace, p.Name)
 	}
 	w = New(Config{Kube: kube, Signaler: sig, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1})
