@@ -76,7 +76,7 @@ func TestShippedExampleParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p := s.For("gpu.sim.devicewarden.io", "gpu.sim.devicewarden.io"); p.Name != "training-gpus" || !p.ApprovalRequired ||
-		len(p.Repair.Steps) != 1 || p.Repair.Steps[0].Attempts != 2 || p.Repair.RetireAfter != 3 {
+		len(p.Repair.Steps) != 2 || p.Repair.Steps[0].Attempts != 2 || p.Repair.RetireAfter != 3 || p.Repair.Steps[1].Kind != RepairNode {
 		t.Fatalf("example policy = %+v", p)
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -27,16 +28,39 @@ type RepairKind string
 const (
 	// RepairReset runs the driver's reset tool in a Pod on the device, once it is idle.
 	RepairReset RepairKind = "reset"
+	// RepairNode asks the node's remediator to reboot the node (an object from the step's
+	// template), and waits until the node booted again and is Ready.
+	RepairNode RepairKind = "node"
 )
+
+// RepairKinds are the kinds a step can have.
+var RepairKinds = []RepairKind{RepairReset, RepairNode}
 
 // RepairStep is one rung: what to do, how often to try, and for how long.
 type RepairStep struct {
 	Kind RepairKind `json:"kind"`
 	// Attempts is how many times the step is tried before the next step (default 1).
 	Attempts int `json:"attempts"`
-	// Check is the Pod a reset runs: its image, command, timeout and namespace.
+	// Check is the Pod a reset runs: its image, command, timeout and namespace. A node step
+	// uses only its timeout: how long the node has to boot again and be Ready.
 	Check Check `json:"check"`
+	// Template is a node step's object (JSON), created to ask the node's remediator for a
+	// reboot; its strings may name {{ .Node }}, {{ .Device }}, {{ .Driver }} and {{ .Pool }}.
+	Template string `json:"template,omitempty"`
+	// Holders says who moves the node's other Pods that hold devices before a node step:
+	// HoldersWait (the default) waits until none is left; HoldersRemediator leaves them to the
+	// remediator (one that drains the node itself).
+	Holders string `json:"holders,omitempty"`
 }
+
+// Who moves a node's other device holders before its reboot.
+const (
+	HoldersWait       = "wait"
+	HoldersRemediator = "remediator"
+)
+
+// DefaultNodeTimeout is how long a node step waits for the node to boot again, unless it says.
+const DefaultNodeTimeout = 20 * time.Minute
 
 // repairEntry is the policy file's `repair:` block.
 type repairEntry struct {
@@ -47,8 +71,10 @@ type repairEntry struct {
 // repairStepEntry is one step: its kind, attempts, and the Pod it runs (image, command, timeout,
 // namespace, deviceClass, as a probe's).
 type repairStepEntry struct {
-	Kind       string `yaml:"kind"`
-	Attempts   *int   `yaml:"attempts"`
+	Kind       string         `yaml:"kind"`
+	Attempts   *int           `yaml:"attempts"`
+	Template   map[string]any `yaml:"template"`
+	Holders    string         `yaml:"holders"`
 	checkEntry `yaml:",inline"`
 }
 
@@ -63,10 +89,19 @@ func (r *repairEntry) apply(dst *Repair) {
 	if r.Steps != nil {
 		dst.Steps = nil
 		for _, s := range r.Steps {
-			step := RepairStep{Kind: RepairKind(s.Kind), Attempts: 1,
+			step := RepairStep{Kind: RepairKind(s.Kind), Attempts: 1, Holders: s.Holders,
 				Check: Check{Timeout: JSONDuration(5 * time.Minute), Namespace: DefaultResetNamespace}}
+			if step.Kind == RepairNode {
+				step.Check = Check{Timeout: JSONDuration(DefaultNodeTimeout)}
+				if step.Holders == "" {
+					step.Holders = HoldersWait
+				}
+			}
 			if s.Attempts != nil {
 				step.Attempts = *s.Attempts
+			}
+			if s.Template != nil {
+				step.Template = templateJSON(s.Template)
 			}
 			s.checkEntry.apply(&step.Check)
 			dst.Steps = append(dst.Steps, step)
@@ -83,16 +118,32 @@ func (r Repair) validate() error {
 		return fmt.Errorf("repair.retireAfter must be >= 0, got %d", r.RetireAfter)
 	}
 	for i, s := range r.Steps {
-		switch {
-		case s.Kind != RepairReset:
-			return fmt.Errorf("repair.steps[%d]: unknown kind %q (known: %s)", i, s.Kind, RepairReset)
-		case s.Attempts < 1:
-			return fmt.Errorf("repair.steps[%d]: attempts must be >= 1, got %d", i, s.Attempts)
-		case s.Check.Image == "" || len(s.Check.Command) == 0:
-			return fmt.Errorf("repair.steps[%d]: a %s step needs an image and a command", i, s.Kind)
-		case s.Check.Timeout <= 0:
-			return fmt.Errorf("repair.steps[%d]: timeout must be positive", i)
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("repair.steps[%d]: %w", i, err)
 		}
+	}
+	return nil
+}
+
+func (s RepairStep) validate() error {
+	switch {
+	case !slices.Contains(RepairKinds, s.Kind):
+		return fmt.Errorf("unknown kind %q (known: %s, %s)", s.Kind, RepairReset, RepairNode)
+	case s.Attempts < 1:
+		return fmt.Errorf("attempts must be >= 1, got %d", s.Attempts)
+	case s.Check.Timeout <= 0:
+		return fmt.Errorf("timeout must be positive")
+	case s.Kind == RepairReset && (s.Check.Image == "" || len(s.Check.Command) == 0):
+		return fmt.Errorf("a %s step needs an image and a command", s.Kind)
+	case s.Kind == RepairReset && (s.Template != "" || s.Holders != ""):
+		return fmt.Errorf("a %s step takes no template or holders (they are a node step's)", s.Kind)
+	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0):
+		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image or command", s.Kind)
+	case s.Kind == RepairNode && s.Holders != HoldersWait && s.Holders != HoldersRemediator:
+		return fmt.Errorf("holders %q: want %s or %s", s.Holders, HoldersWait, HoldersRemediator)
+	case s.Kind == RepairNode:
+		_, err := s.Object(NodeVars{Node: "node-0", Device: "gpu-0", Driver: "gpu.example.com", Pool: "node-0"})
+		return err
 	}
 	return nil
 }

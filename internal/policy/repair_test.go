@@ -51,10 +51,63 @@ func TestBadRepairLadders(t *testing.T) {
 		{`steps: [{kind: reset, image: i, command: [c], timeout: 0s}]`, "timeout must be positive"},
 		{`retireAfter: -1`, "retireAfter must be >= 0"},
 		{`steps: [{kind: reset, image: i, command: [c], colour: red}]`, "colour"},
+		{`steps: [{kind: reset, image: i, command: [c], holders: wait}]`, "takes no template or holders"},
+		{`steps: [{kind: node}]`, "needs a template"},
+		{`steps: [{kind: node, template: {kind: Reboot}}]`, "needs apiVersion"},
+		{`steps: [{kind: node, template: {apiVersion: v1}}]`, "needs kind"},
+		{`steps: [{kind: node, template: {apiVersion: v1, kind: K, metadata: [a]}}]`, "metadata must be an object"},
+		{`steps: [{kind: node, template: {apiVersion: v1, kind: K, spec: {n: "{{ .Nodes }}"}}}]`, "Nodes"},
+		{`steps: [{kind: node, template: {apiVersion: v1, kind: K, spec: {n: "{{ .Node "}}}]`, "template"},
+		{`steps: [{kind: node, image: i, template: {apiVersion: v1, kind: K}}]`, "runs no Pod"},
+		{`steps: [{kind: node, holders: everyone, template: {apiVersion: v1, kind: K}}]`, `holders "everyone"`},
 	} {
 		set, err := Parse([]byte("default:\n  repair: {" + tt.ladder + "}\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: got %v, %v; want an error with %q", tt.ladder, set, err, tt.want)
 		}
+	}
+}
+
+// A node step's template is kept as written and rendered for a device: every string may name the
+// node, device, driver and pool.
+func TestNodeStepTemplate(t *testing.T) {
+	set, err := Parse([]byte(`
+default:
+  repair:
+    steps:
+      - {kind: reset, image: i, command: [c]}
+      - kind: node
+        timeout: 15m
+        template:
+          apiVersion: remediation.medik8s.io/v1alpha1
+          kind: SelfNodeRemediation
+          metadata: {name: "{{ .Node }}", namespace: medik8s, labels: {pool: "{{ .Pool }}"}}
+          spec: {reasons: ["{{ .Driver }}/{{ .Device }} failed its reset"], replicas: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := set.For("", "gpu.example.com").Repair.Steps[1]
+	if s.Kind != RepairNode || s.Attempts != 1 || s.Holders != HoldersWait || s.Check.Timeout.D() != 15*time.Minute || s.Check.Namespace != "" {
+		t.Fatalf("step %+v", s)
+	}
+	obj, err := s.Object(NodeVars{Node: "n-3", Device: "gpu-1", Driver: "gpu.example.com", Pool: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := obj["metadata"].(map[string]any)
+	spec := obj["spec"].(map[string]any)
+	if obj["kind"] != "SelfNodeRemediation" || md["name"] != "n-3" || md["namespace"] != "medik8s" ||
+		md["labels"].(map[string]any)["pool"] != "p" || spec["reasons"].([]any)[0] != "gpu.example.com/gpu-1 failed its reset" || spec["replicas"] != float64(1) {
+		t.Fatalf("object %v", obj)
+	}
+	// Rendering leaves the step's template as it was, for the next device.
+	if again, _ := s.Object(NodeVars{Node: "n-4"}); again["metadata"].(map[string]any)["name"] != "n-4" {
+		t.Fatalf("second object %v", again)
+	}
+	def := Default()
+	def.Repair.Steps = []RepairStep{{Kind: RepairNode, Attempts: 1, Check: Check{Timeout: JSONDuration(time.Minute)}, Holders: HoldersWait}}
+	if _, err := def.Repair.Steps[0].Object(NodeVars{}); err == nil || !strings.Contains(err.Error(), "needs a template") {
+		t.Fatalf("a step without a template: %v", err)
 	}
 }
