@@ -58,8 +58,8 @@ func (b *BreakerClient) Acquire(ctx context.Context, req breaker.PermitRequest) 
 	}
 	var res breaker.PermitResult
 	var err error
-	if b.Worker != "" && req.Claim == "" && !req.Woken && req.Action != breaker.Reset {
-		// Resets are few and slow: each asks the breaker itself, never from a leased batch.
+	if b.Worker != "" && req.Claim == "" && !req.Woken && !breaker.OwnBudget(req.Action) {
+		// Resets and reboots are few and slow: each asks the breaker itself, never from a leased batch.
 		res, err = b.lease(ctx, req)
 	} else {
 		res, err = b.acquire(ctx, req)

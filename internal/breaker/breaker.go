@@ -23,7 +23,30 @@ type Config struct {
 	// their own: a driver bug that fails every device must not reset a fleet. A device's further
 	// tries within the window are its own grant again (0: DefaultMaxResets).
 	MaxResets int `json:"maxResets,omitempty"`
+	// MaxReboots is the most devices the window allows node steps (reboots through the node's
+	// remediator) for, a budget of its own and a small one: a reboot ends every Pod on the node
+	// (0: DefaultMaxReboots).
+	MaxReboots int `json:"maxReboots,omitempty"`
 }
+
+// DefaultMaxReboots is the node-step budget of a breaker configured without one.
+const DefaultMaxReboots = 1
+
+// Reboots is the node-step budget of the window.
+func (c Config) Reboots() int {
+	if c.MaxReboots > 0 {
+		return c.MaxReboots
+	}
+	return DefaultMaxReboots
+}
+
+// Reboot is the breaker action of a node step of a repair ladder: a reboot of the device's node.
+// Like resets, reboots draw on their own budget and never open the breaker.
+const Reboot = decide.State("Reboot")
+
+// OwnBudget says whether an action is a repair step's, with a budget of its own that never
+// opens the breaker and is never leased to a worker in batches.
+func OwnBudget(action decide.State) bool { return action == Reset || action == Reboot }
 
 // DefaultMaxResets is the reset budget of a breaker configured without one.
 const DefaultMaxResets = 5
@@ -49,6 +72,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.MaxResets < 0 {
 		return fmt.Errorf("breaker: max resets must be >= 0 (0 means %d), got %d", DefaultMaxResets, c.MaxResets)
+	}
+	if c.MaxReboots < 0 {
+		return fmt.Errorf("breaker: max reboots must be >= 0 (0 means %d), got %d", DefaultMaxReboots, c.MaxReboots)
 	}
 	if c.Window <= 0 || c.MaxCount < 1 || c.MaxPercent < 0 || c.MaxPercent > 100 {
 		return fmt.Errorf("breaker: window must be positive, max count >= 1, max percent within 0..100 (got %s, %d, %g)", c.Window, c.MaxCount, c.MaxPercent)
@@ -206,8 +232,8 @@ func (b *State) Configure(c Config, owner string) error {
 // budget names the budget an action draws on: restrictions have their own only with
 // SeparateBudgets.
 func (b *State) budget(action decide.State) string {
-	if action == Reset {
-		return BudgetOf(Reset)
+	if OwnBudget(action) {
+		return BudgetOf(action)
 	}
 	if b.SeparateBudgets {
 		return BudgetOf(action)
@@ -256,6 +282,14 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 		if used := b.used(BudgetOf(Reset)); used >= b.Config.Resets() {
 			b.Denied++
 			return PermitResult{Reason: fmt.Sprintf("reset budget spent: %d resets within %s (max %d); the device waits for the window to move", used, b.Config.Window, b.Config.Resets())}
+		}
+		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
+		return PermitResult{Granted: true}
+	}
+	if req.Action == Reboot {
+		if used := b.used(BudgetOf(Reboot)); used >= b.Config.Reboots() {
+			b.Denied++
+			return PermitResult{Reason: fmt.Sprintf("reboot budget spent: %d node steps within %s (max %d); the device waits for the window to move", used, b.Config.Window, b.Config.Reboots())}
 		}
 		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
 		return PermitResult{Granted: true}

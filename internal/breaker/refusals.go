@@ -19,6 +19,8 @@ func BudgetOf(action decide.State) string {
 		return "restrictions"
 	case Reset:
 		return "resets"
+	case Reboot:
+		return "reboots"
 	}
 	return "actions"
 }

@@ -37,6 +37,7 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().DurationVar(&o.Breaker.Window, "breaker-window", def.Window, "circuit breaker: sliding window for the cap")
 	cmd.Flags().IntVar(&o.Breaker.MaxCount, "breaker-max-count", def.MaxCount, "circuit breaker: most devices tainted automatically per window")
 	cmd.Flags().IntVar(&o.Breaker.MaxResets, "breaker-max-resets", breaker.DefaultMaxResets, "circuit breaker: most devices a repair ladder may reset per window (a budget of its own)")
+	cmd.Flags().IntVar(&o.Breaker.MaxReboots, "breaker-max-reboots", breaker.DefaultMaxReboots, "circuit breaker: most devices a repair ladder may reboot the node of per window (a budget of its own)")
 	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
 	cmd.Flags().StringVar(&o.OwnNamespace, "own-namespace", "default", "DeviceWarden's own namespace: migration Leases and evidence ConfigMaps are kept there")
 	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
