@@ -6,6 +6,7 @@ package remediation
 import (
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/breaker"
@@ -35,6 +36,9 @@ type Activities struct {
 	// OwnNamespace is DeviceWarden's own namespace, where a retired device's evidence is kept
 	// (default "default").
 	OwnNamespace string
+	// Objects creates node remediators' objects (a repair ladder's node step); nil: a client on
+	// Kube's connection.
+	Objects dynamic.Interface
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
 

@@ -47,6 +47,10 @@ const (
 	AnnotationWaiting = "devicewarden.io/waiting-workflows"
 	// AnnotationHandedOver names the workflow that handed the rule to its owner, and when.
 	AnnotationHandedOver = "devicewarden.io/handed-over-from"
+	// AnnotationBootID is the node's boot ID when a repair ladder's node step asked its
+	// remediator for a reboot (on the remediator's object); AnnotationRepairTry numbers that try.
+	AnnotationBootID    = "devicewarden.io/boot-id"
+	AnnotationRepairTry = "devicewarden.io/repair-try"
 )
 
 // Labels on probe and canary Pods. LabelCheck names the check (probe Pod or canary Job) an object
