@@ -53,6 +53,7 @@ type harness struct {
 	// reset permits were asked for.
 	resetDenials int
 	resetAsks    []time.Time
+	rebootAsks   int
 	permits      int
 	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
 	combined int
@@ -219,6 +220,10 @@ func (h *harness) quarantineRule(ctx context.Context, in remediation.QuarantineI
 }
 
 func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
+	if in.Action == breaker.Reboot {
+		h.rebootAsks++
+		return breaker.PermitResult{Granted: true}, nil
+	}
 	if in.Action == breaker.Reset {
 		h.resetAsks = append(h.resetAsks, h.env.Now())
 		if h.resetDenials > 0 {

@@ -287,16 +287,3 @@ func executeLocal(ctx workflow.Context, activity any, args ...any) workflow.Futu
 		StartToCloseTimeout: ao.StartToCloseTimeout, RetryPolicy: ao.RetryPolicy})
 	return workflow.ExecuteLocalActivity(lctx, activity, args...)
 }
-
-// repair runs a repair step once the circuit breaker grants it from its reset budget.
-func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
-	var permit breaker.PermitResult
-	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset}
-	if err := executeLocal(ctx, rem.AcquirePermit, in).Get(ctx, &permit); err != nil {
-		return st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
-	}
-	if !permit.Granted {
-		return st.Report(decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
-	}
-	return check(ctx, st, act)
-}

@@ -134,3 +134,38 @@ func TestLadderWaitsForTheResetBudget(t *testing.T) {
 		t.Fatalf("checks %v, released %d", kinds, len(h.released))
 	}
 }
+
+// A ladder of a reset and then a node step: the reset does not clear the fault, so the node step
+// runs, from the reboot budget, with the step's template and the try's number; the review after
+// it releases the device.
+func TestLadderRebootsTheNodeWhenTheResetFails(t *testing.T) {
+	h := newHarness(0)
+	h.checks = []decide.StepResult{{Reason: "reset exit 1: reboot fault"}}
+	var asked []remediation.NodeInput
+	h.env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in remediation.NodeInput) (decide.StepResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			asked = append(asked, in)
+			return decide.StepResult{Passed: true, Reason: "node node-1 booted again"}, nil
+		})
+	p := laddered()
+	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
+		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
+	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
+	p.Repair.Steps[0].Attempts = 1
+	failedThenIdle(h)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	if err := h.env.GetWorkflowError(); err != nil || len(h.released) != 1 {
+		t.Fatalf("workflow ended with %v, released %+v", err, h.released)
+	}
+	if len(asked) != 1 || asked[0].Node != "node-1" || asked[0].Try != 2 || asked[0].Step.Template != node.Template || asked[0].Device != gpu0 || h.rebootAsks != 1 {
+		t.Fatalf("node steps %+v, reboot permits %d", asked, h.rebootAsks)
+	}
+	if kinds := checkKinds(h.ran); len(kinds) != 3 || kinds[0] != decide.ActRepair || kinds[1] != decide.ActProbe || kinds[2] != decide.ActCanary {
+		t.Fatalf("checks %v", kinds)
+	}
+	if h.released[0].RepairedBy != string(policy.RepairNode) {
+		t.Fatalf("released as repaired by %q", h.released[0].RepairedBy)
+	}
+}

@@ -59,6 +59,34 @@ type deviceModel struct {
 	held, retired, releaseAsked        bool
 	heldAt, idleAt, retiredAt, askedAt time.Time
 	resets, resetPermits               int
+	lastPermit                         decide.State
+}
+
+// repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
+// answers it as the activity would; ok says whether the step clears the fault.
+func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action decide.State, ok bool) decide.StepResult {
+	if m.resets++; m.resets > m.resetPermits {
+		m.violate("a repair step without the breaker's permit (%d steps, %d permits)", m.resets, m.resetPermits)
+	}
+	if m.lastPermit != action {
+		m.violate("a %s step ran on a permit for %s", action, m.lastPermit)
+	}
+	// A holder reported before the step started, and no report since saying none holds it.
+	// (Reports sent in the step's own instant may reach the workflow after its decision.)
+	if m.idleAt.Before(m.heldAt) && m.heldAt.Before(env.Now()) {
+		m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device")
+	}
+	if m.held {
+		// The activity finds the claim still allocated and runs nothing.
+		return decide.StepResult{Busy: true, Reason: "claim ns/cl is still allocated"}
+	}
+	if m.retired {
+		m.violate("a repair step ran on a retired device")
+	}
+	if !ok {
+		return decide.StepResult{Reason: string(action) + " did not clear the fault"}
+	}
+	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
@@ -70,8 +98,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if m.breakerOpen {
 			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
-		if in.Action == breaker.Reset {
+		if breaker.OwnBudget(in.Action) {
 			m.resetPermits++
+			m.lastPermit = in.Action
 			return breaker.PermitResult{Granted: true}, nil
 		}
 		m.permits++
@@ -174,25 +203,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
-			if m.resets++; m.resets > m.resetPermits {
-				m.violate("a repair step without the breaker's reset permit (%d steps, %d permits)", m.resets, m.resetPermits)
-			}
-			// A holder reported before the step started, and no report since saying none holds it.
-			// (Reports sent in the step's own instant may reach the workflow after its decision.)
-			if m.idleAt.Before(m.heldAt) && m.heldAt.Before(env.Now()) {
-				m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device")
-			}
-			if m.held {
-				// The activity finds the claim still allocated and runs nothing.
-				return decide.StepResult{Busy: true, Reason: "claim ns/cl is still allocated"}, nil
-			}
-			if m.retired {
-				m.violate("a repair step ran on a retired device")
-			}
-			if !ok {
-				return decide.StepResult{Reason: "reset exit 1"}, nil
-			}
-			return decide.StepResult{Passed: true, Reason: "reset exit 0"}, nil
+			return m.repairStep(env, breaker.Reset, ok), nil
 		}
 		if m.retired && in.Kind == decide.ActProbe && (!m.releaseAsked || m.askedAt.Before(m.retiredAt)) {
 			m.violate("a retired device was probed without a person's release")
@@ -206,6 +217,17 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return decide.StepResult{Reason: "exit 1"}, nil
 		}
 		return decide.StepResult{Passed: true, Reason: "exit 0"}, nil
+	}).Maybe()
+	env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.NodeInput) (decide.StepResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ok := m.checkFails == 0
+		if !ok {
+			m.checkFails--
+			m.checkFailed = true
+		}
+		m.note("RemediateNode passed=%v", ok)
+		return m.repairStep(env, breaker.Reboot, ok), nil
 	}).Maybe()
 	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.ReleaseInput) error {
 		m.mu.Lock()
@@ -440,6 +462,10 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 			p.Repair = policy.Repair{RetireAfter: rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter"),
 				Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: rapid.IntRange(1, 2).Draw(rt, "attempts"),
 					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
+			if rapid.Bool().Draw(rt, "nodeStep") {
+				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait,
+					Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)}, Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`})
+			}
 		}
 		end := steps[len(steps)-1].at + time.Hour
 		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)

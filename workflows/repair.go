@@ -1,0 +1,59 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// repair runs a repair step once the circuit breaker grants it from the step's budget: resets
+// from the reset budget, node steps from the reboot budget.
+func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
+	step := ladderStep(st)
+	var permit breaker.PermitResult
+	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset}
+	if step.Kind == policy.RepairNode {
+		in.Action = breaker.Reboot
+	}
+	if err := executeLocal(ctx, rem.AcquirePermit, in).Get(ctx, &permit); err != nil {
+		return st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
+	}
+	if !permit.Granted {
+		return st.Report(decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
+	}
+	if step.Kind == policy.RepairNode {
+		return remediateNode(ctx, st, act, step)
+	}
+	return check(ctx, st, act)
+}
+
+// ladderStep is the step the quarantine's ladder stands on (a zero step when there is none).
+func ladderStep(st *decide.DeviceState) policy.RepairStep {
+	if st.Quarantine == nil || st.Quarantine.Ladder == nil || st.Quarantine.Ladder.Step >= len(st.Policy.Repair.Steps) {
+		return policy.RepairStep{}
+	}
+	return st.Policy.Repair.Steps[st.Quarantine.Ladder.Step]
+}
+
+// remediateNode asks the node's remediator for a reboot and waits for it (RemediateNode); an
+// activity that fails outright is a failed try.
+func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Action, step policy.RepairStep) []decide.Action {
+	in := remediation.NodeInput{Device: st.Device, Node: st.Node, Step: step, Try: len(st.Quarantine.Ladder.Tries),
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: step.Check.Timeout.D() + 2*time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+	})
+	var res decide.StepResult
+	if err := workflow.ExecuteActivity(actx, rem.RemediateNode, in).Get(ctx, &res); err != nil {
+		res = decide.StepResult{Reason: "node step could not run: " + err.Error(), At: workflow.Now(ctx)}
+	}
+	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
+}
