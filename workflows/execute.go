@@ -66,6 +66,8 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
 			if r := st.Review; r != nil {
 				req.Probe, req.Canary, req.Review = r.Probe, r.Canary, r.ID()
+			} else if id, step := st.StepApproval(); id != "" {
+				req.Review, req.Step = id, step
 			}
 			if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)

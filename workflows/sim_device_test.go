@@ -19,6 +19,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -60,6 +61,10 @@ type deviceModel struct {
 	heldAt, idleAt, retiredAt, askedAt time.Time
 	resets, resetPermits               int
 	lastPermit                         decide.State
+	// stepApproval: the ladder's node step needs a person's approval; stepAskedAt is when the
+	// workflow last asked for it, approvedAt when a person last sent an approval.
+	stepApproval            bool
+	stepAskedAt, approvedAt time.Time
 }
 
 // repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
@@ -70,6 +75,9 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 	}
 	if m.lastPermit != action {
 		m.violate("a %s step ran on a permit for %s", action, m.lastPermit)
+	}
+	if action == breaker.Reboot && m.stepApproval && (m.stepAskedAt.IsZero() || m.approvedAt.Before(m.stepAskedAt)) {
+		m.violate("a node step that needs approval ran without one (asked %s, approved %s)", m.stepAskedAt, m.approvedAt)
 	}
 	// A holder reported before the step started, and no report since saying none holds it.
 	// (Reports sent in the step's own instant may reach the workflow after its decision.)
@@ -262,7 +270,16 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.retired, m.retiredAt = true, env.Now()
 		return "evidence", nil
 	}).Maybe()
-	for _, name := range []string{"Alert", "RequestApproval", "ReportNodeFailure"} {
+	env.OnActivity("RequestApproval", mock.Anything, mock.Anything).Return(func(_ context.Context, in notify.ApprovalRequest) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if in.Step != "" {
+			m.note("RequestApproval of step %s (%s)", in.Step, in.Review)
+			m.stepAskedAt = env.Now()
+		}
+		return nil
+	}).Maybe()
+	for _, name := range []string{"Alert", "ReportNodeFailure"} {
 		env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
 	}
 	env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(nil, nil).Maybe()
@@ -349,6 +366,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.mu.Lock()
 				if c == decide.CmdForceQuarantine {
 					m.forced = true
+				}
+				if c == decide.CmdApprove && how == "update" && actor != "" {
+					m.approvedAt = env.Now()
 				}
 				if c == decide.CmdRelease && how != "junk" && actor != "" {
 					// A person asked: a device retired before the command arrived may be reviewed
@@ -463,7 +483,8 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 				Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: rapid.IntRange(1, 2).Draw(rt, "attempts"),
 					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
 			if rapid.Bool().Draw(rt, "nodeStep") {
-				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait,
+				m.stepApproval = rapid.Bool().Draw(rt, "stepApproval")
+				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Approval: m.stepApproval,
 					Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)}, Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`})
 			}
 		}

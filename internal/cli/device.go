@@ -148,8 +148,8 @@ func newDeviceCmd(g *globals) *cobra.Command {
 		{decide.CmdExtend, "extend", "Keep a quarantine longer (--duration, default one lease)"},
 		{decide.CmdPause, "pause", "Stop automatic actions for the device"},
 		{decide.CmdResume, "resume", "Resume automatic actions for the device"},
-		{decide.CmdApprove, "approve", "Approve a release that waits for approval"},
-		{decide.CmdReject, "reject", "Reject a release that waits for approval (the device stays quarantined)"},
+		{decide.CmdApprove, "approve", "Approve a release, or a repair step, that waits for approval"},
+		{decide.CmdReject, "reject", "Reject a release or a repair step that waits for approval (the device stays quarantined)"},
 	} {
 		k := k
 		sub := &cobra.Command{

@@ -108,8 +108,14 @@ func (st *DeviceState) Validate(c Command) error {
 			return fmt.Errorf("resume: automatic actions are not paused")
 		}
 	case CmdApprove, CmdReleaseApproval, CmdReject:
+		if id, step := st.StepApproval(); id != "" {
+			if c.Review != "" && c.Review != id {
+				return fmt.Errorf("%s: made for %s, but the repair step waiting for approval is %s (%s): a message left over from an earlier step?", c.Kind, c.Review, id, step)
+			}
+			break
+		}
 		if st.Review == nil || st.Review.Stage != StageApproval {
-			return fmt.Errorf("%s: no release is waiting for approval (device is %s)", c.Kind, st.State)
+			return fmt.Errorf("%s: no release is waiting for approval, nor a repair step (device is %s)", c.Kind, st.State)
 		}
 		if c.Review != "" && c.Review != st.Review.ID() {
 			return fmt.Errorf("%s: made for the review started %s, but the one waiting started %s (a message left over from an earlier review?): look at its evidence and decide on it",
@@ -145,6 +151,9 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 		}
 		return []Action{{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}
 	case CmdApprove, CmdReleaseApproval:
+		if st.stepAwaiting() {
+			return st.approveStep(actor, now)
+		}
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return nil
 		}
@@ -152,6 +161,9 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 		st.transition(st.State, "release approved by "+actor, actor, now)
 		return []Action{{Kind: ActRelease, Reason: st.reviewSummary(), Actor: actor}}
 	case CmdReject:
+		if st.stepAwaiting() {
+			return st.stopForApproval("rejected by "+actor+reasonSuffix(c.Reason), actor, now)
+		}
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return nil
 		}

@@ -199,6 +199,9 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 		st.Quarantine.Ladder.RetryAt = time.Time{}
 		acts = append(acts, st.climb(now)...)
 	}
+	if d := st.stepApprovalDue(); !d.IsZero() && !now.Before(d) {
+		acts = append(acts, st.stopForApproval(fmt.Sprintf("had no approval within %s", st.Policy.ApprovalTimeout.D()), Actor, now)...)
+	}
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
 		// A restriction whose Pods are gone gets the same review; one still in use recovers when
 		// its Pods report Healthy again.
@@ -285,6 +288,7 @@ func (st *DeviceState) NextDeadline() time.Time {
 		consider(st.Review.Until)
 	}
 	consider(st.ladderRetry())
+	consider(st.stepApprovalDue())
 	return next
 }
 

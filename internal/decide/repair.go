@@ -38,6 +38,13 @@ type Ladder struct {
 	Tries []RepairTry `json:"tries,omitempty"`
 	// RetryAt is when a try that found the device still held looks again.
 	RetryAt time.Time `json:"retryAt,omitempty"`
+	// Awaiting: the next try's step needs a person's approval (its policy says so), asked for
+	// until ApprovalUntil. ApprovedTry is the try (its number, from 1) a person approved, and
+	// ApprovedBy who.
+	Awaiting      bool      `json:"awaiting,omitempty"`
+	ApprovalUntil time.Time `json:"approvalUntil,omitempty"`
+	ApprovedTry   int       `json:"approvedTry,omitempty"`
+	ApprovedBy    string    `json:"approvedBy,omitempty"`
 }
 
 // RepairRetry is how long a try that found the device still allocated waits before it looks
@@ -112,6 +119,9 @@ func (st *DeviceState) climb(now time.Time) []Action {
 		return st.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries)", len(l.Tries)), now)
 	}
 	s := steps[l.Step]
+	if s.Approval && l.ApprovedTry != len(l.Tries)+1 {
+		return st.askApproval(now)
+	}
 	l.Running = true
 	l.Tries = append(l.Tries, RepairTry{Kind: s.Kind, Attempt: l.Attempt, At: now})
 	// The trail gets the try once it ran (repaired): a try put off while the device is held is
@@ -227,13 +237,19 @@ func (st *DeviceState) tryLater(reason string, at, now time.Time) {
 	l := st.Quarantine.Ladder
 	l.Running = false
 	l.Tries = l.Tries[:len(l.Tries)-1]
-	if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
-		l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
-	}
+	st.rewind()
 	l.Due, l.RetryAt = true, at
 	// A device held for hours is looked at every minute: the trail says so once per reason.
 	if n := len(st.Transitions); n == 0 || st.Transitions[n-1].Reason != "repair waits: "+reason {
 		st.transition(st.State, "repair waits: "+reason, Actor, now)
+	}
+}
+
+// rewind takes the ladder back one try, so that climb takes the same step and attempt again.
+func (st *DeviceState) rewind() {
+	l := st.Quarantine.Ladder
+	if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
+		l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
 	}
 }
 

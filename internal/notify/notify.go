@@ -40,8 +40,11 @@ type ApprovalRequest struct {
 	Channel string             `json:"channel,omitempty"`
 	Probe   *decide.StepResult `json:"probe,omitempty"`
 	Canary  *decide.StepResult `json:"canary,omitempty"`
-	// Review names the review asking (decide.Review.ID): the buttons decide on it alone.
+	// Review names the review asking (decide.Review.ID), or the repair step (repair-<try>): the
+	// buttons decide on it alone.
 	Review string `json:"review,omitempty"`
+	// Step is the repair ladder's step that waits for approval ("" for a release).
+	Step string `json:"step,omitempty"`
 }
 
 // Approver posts approval requests where people can answer them (Slack buttons).

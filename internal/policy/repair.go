@@ -51,6 +51,9 @@ type RepairStep struct {
 	// HoldersWait (the default) waits until none is left; HoldersRemediator leaves them to the
 	// remediator (one that drains the node itself).
 	Holders string `json:"holders,omitempty"`
+	// Approval: each try of the step waits for a person's approval (Slack or `device approve`),
+	// for the policy's approvalTimeout; a rejection or no answer stops the ladder.
+	Approval bool `json:"approval,omitempty"`
 }
 
 // Who moves a node's other device holders before its reboot.
@@ -75,6 +78,7 @@ type repairStepEntry struct {
 	Attempts   *int           `yaml:"attempts"`
 	Template   map[string]any `yaml:"template"`
 	Holders    string         `yaml:"holders"`
+	Approval   bool           `yaml:"approval"`
 	checkEntry `yaml:",inline"`
 }
 
@@ -89,7 +93,7 @@ func (r *repairEntry) apply(dst *Repair) {
 	if r.Steps != nil {
 		dst.Steps = nil
 		for _, s := range r.Steps {
-			step := RepairStep{Kind: RepairKind(s.Kind), Attempts: 1, Holders: s.Holders,
+			step := RepairStep{Kind: RepairKind(s.Kind), Attempts: 1, Holders: s.Holders, Approval: s.Approval,
 				Check: Check{Timeout: JSONDuration(5 * time.Minute), Namespace: DefaultResetNamespace}}
 			if step.Kind == RepairNode {
 				step.Check = Check{Timeout: JSONDuration(DefaultNodeTimeout)}

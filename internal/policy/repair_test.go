@@ -78,6 +78,7 @@ default:
       - {kind: reset, image: i, command: [c]}
       - kind: node
         timeout: 15m
+        approval: true
         template:
           apiVersion: remediation.medik8s.io/v1alpha1
           kind: SelfNodeRemediation
@@ -88,7 +89,7 @@ default:
 		t.Fatal(err)
 	}
 	s := set.For("", "gpu.example.com").Repair.Steps[1]
-	if s.Kind != RepairNode || s.Attempts != 1 || s.Holders != HoldersWait || s.Check.Timeout.D() != 15*time.Minute || s.Check.Namespace != "" {
+	if s.Kind != RepairNode || s.Attempts != 1 || s.Holders != HoldersWait || !s.Approval || set.For("", "gpu.example.com").Repair.Steps[0].Approval || s.Check.Timeout.D() != 15*time.Minute || s.Check.Namespace != "" {
 		t.Fatalf("step %+v", s)
 	}
 	obj, err := s.Object(NodeVars{Node: "n-3", Device: "gpu-1", Driver: "gpu.example.com", Pool: "p"})

@@ -72,11 +72,19 @@ func (n *Notifier) Alert(ctx context.Context, in notify.AlertInput) error {
 
 // RequestApproval posts the approval message with Approve and Reject buttons.
 func (n *Notifier) RequestApproval(ctx context.Context, in notify.ApprovalRequest) error {
-	if _, err := n.post(ctx, n.channel(in.Channel), slack.MsgOptionText("Release of "+in.Device.String()+" waits for approval", false),
+	if _, err := n.post(ctx, n.channel(in.Channel), slack.MsgOptionText(approvalTitle(in), false),
 		slack.MsgOptionBlocks(ApprovalBlocks(in, n.workflowLink(in.WorkflowID))...)); err != nil {
 		return err
 	}
 	return nil
+}
+
+// approvalTitle is an approval message's plain text.
+func approvalTitle(in notify.ApprovalRequest) string {
+	if in.Step != "" {
+		return "Repair step " + in.Step + " of " + in.Device.String() + " waits for approval"
+	}
+	return "Release of " + in.Device.String() + " waits for approval"
 }
 
 // RequestRolloutApproval posts a rollout phase's approval message with an Approve button.
@@ -119,6 +127,14 @@ func ApprovalBlocks(in notify.ApprovalRequest, link string) []slack.Block {
 		"*Probe:* " + step(in.Probe),
 		"*Canary:* " + step(in.Canary),
 		"*Review:* " + orDash(in.Summary),
+	}
+	if in.Step != "" {
+		lines = []string{
+			fmt.Sprintf("*Repair step `%s` of `%s` waits for approval*", in.Step, in.Device),
+			"*Node:* " + orDash(in.Node),
+			"*Quarantined for:* " + orDash(in.Reason),
+			"*Step:* " + orDash(in.Summary),
+		}
 	}
 	if link != "" {
 		lines = append(lines, "<"+link+"|Workflow in the Temporal UI>")

@@ -378,6 +378,20 @@ func TestRolloutApprovalMessage(t *testing.T) {
 	}
 }
 
+// A repair step's approval says which step waits, and its buttons carry the step's ID, not a review's.
+func TestRepairStepApprovalMessage(t *testing.T) {
+	in := notify.ApprovalRequest{Device: gpu, Node: "node-1", Reason: "XID 79", Summary: "repair step node (attempt 1 of 1) on node node-1", Review: "repair-2", Step: "node"}
+	b, _ := json.Marshal(ApprovalBlocks(in, ""))
+	for _, want := range []string{"Repair step `node` of `" + gpu.String() + "` waits for approval", "*Step:* repair step node", `"value":"` + ButtonValue(gpu, "repair-2") + `"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("blocks lack %q: %s", want, b)
+		}
+	}
+	if strings.Contains(string(b), "Release of") || approvalTitle(in) != "Repair step node of "+gpu.String()+" waits for approval" {
+		t.Errorf("a repair step's message speaks of a release: %s / %s", b, approvalTitle(in))
+	}
+}
+
 // A request stays known for the whole replay window, to the nanosecond, and is forgotten after it.
 func TestMemoryReplaysKeepTheWholeWindow(t *testing.T) {
 	var m memoryReplays

@@ -1,0 +1,67 @@
+package decide
+
+import (
+	"fmt"
+	"time"
+)
+
+// A ladder step whose policy says `approval: true` (a node's reboot, say) runs only once a person
+// approved it: the ladder waits, asks (Slack, or `device approve` on the CLI), and runs the step on
+// approval. A rejection, or no answer within the policy's approvalTimeout, stops the ladder: the
+// quarantine waits for its review, as a review that ends without approval does.
+
+// askApproval puts the try climb is about to take on hold until a person approves it.
+func (st *DeviceState) askApproval(now time.Time) []Action {
+	l := st.Quarantine.Ladder
+	s := st.Policy.Repair.Steps[l.Step]
+	l.Awaiting, l.ApprovalUntil = true, now.Add(st.Policy.ApprovalTimeout.D())
+	st.transition(st.State, fmt.Sprintf("repair: %s, attempt %d of %d, waits for a person's approval (until %s)",
+		s.Kind, l.Attempt, s.Attempts, l.ApprovalUntil.UTC().Format(time.RFC3339)), Actor, now)
+	return []Action{{Kind: ActRequestApproval, Actor: Actor,
+		Reason: fmt.Sprintf("repair step %s (attempt %d of %d) on node %s: %d tries so far", s.Kind, l.Attempt, s.Attempts, st.Node, len(l.Tries))}}
+}
+
+// stepAwaiting says whether a ladder step waits for a person's approval now.
+func (st *DeviceState) stepAwaiting() bool {
+	return st.laddered() && st.Quarantine.Ladder.Awaiting && st.State == Quarantined && st.Review == nil
+}
+
+// StepApproval names the ladder step waiting for approval and the ID its approval must carry
+// (repair-<try>); both "" when none waits. A message left over from an earlier step decides
+// nothing on a later one.
+func (st *DeviceState) StepApproval() (id, step string) {
+	if !st.stepAwaiting() {
+		return "", ""
+	}
+	l := st.Quarantine.Ladder
+	return fmt.Sprintf("repair-%d", len(l.Tries)+1), string(st.Policy.Repair.Steps[l.Step].Kind)
+}
+
+// approveStep runs the waiting step, once the device is idle and automatic actions are not paused.
+func (st *DeviceState) approveStep(actor string, now time.Time) []Action {
+	l := st.Quarantine.Ladder
+	_, kind := st.StepApproval()
+	l.Awaiting, l.ApprovalUntil = false, time.Time{}
+	l.ApprovedTry, l.ApprovedBy = len(l.Tries)+1, actor
+	st.transition(st.State, fmt.Sprintf("repair: %s step approved by %s", kind, actor), actor, now)
+	st.rewind()
+	l.Due = true
+	return st.climb(now)
+}
+
+// stopForApproval ends the ladder's wait without the step: rejected, or not answered in time.
+func (st *DeviceState) stopForApproval(why, actor string, now time.Time) []Action {
+	l := st.Quarantine.Ladder
+	_, kind := st.StepApproval()
+	l.Awaiting, l.ApprovalUntil, l.Due = false, time.Time{}, false
+	st.transition(st.State, fmt.Sprintf("repair stopped: %s step %s; the quarantine waits for its review", kind, why), actor, now)
+	return nil
+}
+
+// stepApprovalDue is when a waiting step's approval runs out; zero when none waits.
+func (st *DeviceState) stepApprovalDue() time.Time {
+	if !st.stepAwaiting() {
+		return time.Time{}
+	}
+	return st.Quarantine.Ladder.ApprovalUntil
+}
