@@ -21,9 +21,12 @@ func (st *DeviceState) askApproval(now time.Time) []Action {
 		Reason: fmt.Sprintf("repair step %s (attempt %d of %d) on node %s: %d tries so far", s.Kind, l.Attempt, s.Attempts, st.Node, len(l.Tries))}}
 }
 
-// stepAwaiting says whether a ladder step waits for a person's approval now.
+// stepAwaiting says whether a ladder step waits for a person's approval now. It reads the record
+// alone (not the run's rules), so a queried state answers it too.
 func (st *DeviceState) stepAwaiting() bool {
-	return st.laddered() && st.Quarantine.Ladder.Awaiting && st.State == Quarantined && st.Review == nil
+	q := st.Quarantine
+	return q != nil && q.Ladder != nil && q.Ladder.Awaiting && q.Ladder.Step < len(st.Policy.Repair.Steps) &&
+		st.State == Quarantined && st.Review == nil
 }
 
 // StepApproval names the ladder step waiting for approval and the ID its approval must carry

@@ -40,6 +40,9 @@ func (st *DeviceState) Next() string {
 		case StageRelease:
 			return "deleting the rule"
 		}
+	case st.stepAwaiting():
+		_, step := st.StepApproval()
+		return "repair step " + step + " waits for approval until " + at(st.Quarantine.Ladder.ApprovalUntil) + " (devicewarden device approve|reject)"
 	case st.State == Retired:
 		return "nothing: retired, replace it (`device release` runs a review that needs an approval)"
 	case st.State == Quarantined && st.laddered() && st.Quarantine.Ladder.Running:
