@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +74,14 @@ func TestStockTemporalCLI(t *testing.T) {
 	}
 	// Which decision rules the run follows: every one, for a run this build started.
 	out, err = temporalCLI(t, ctx, "workflow", "query", "--workflow-id", wf, "--type", "rules")
-	if err != nil || strings.Count(strings.ReplaceAll(out, " ", ""), `":true`) != 5 {
+	var rules decide.Rules
+	if i := strings.Index(out, "{"); err != nil || i < 0 || json.Unmarshal([]byte(strings.TrimSpace(out[i:])), &rules) != nil {
 		t.Fatalf("query rules: %v\n%s", err, out)
+	}
+	v := reflect.ValueOf(rules)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Bool && !f.Bool() {
+			t.Errorf("a run this build started does not follow rule %s:\n%s", v.Type().Field(i).Name, out)
+		}
 	}
 }
