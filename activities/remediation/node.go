@@ -166,7 +166,11 @@ func (a *Activities) remediatorObjects(u *unstructured.Unstructured) (dynamic.Re
 		if r.Kind != u.GetKind() || strings.Contains(r.Name, "/") {
 			continue
 		}
-		res := a.objects().Resource(gv.WithResource(r.Name))
+		objs, err := a.objects()
+		if err != nil {
+			return nil, "", err
+		}
+		res := objs.Resource(gv.WithResource(r.Name))
 		if !r.Namespaced {
 			return res, what, nil
 		}
@@ -179,11 +183,11 @@ func (a *Activities) remediatorObjects(u *unstructured.Unstructured) (dynamic.Re
 }
 
 // objects is the client for remediators' objects: Objects, or one on the clientset's connection.
-func (a *Activities) objects() dynamic.Interface {
+func (a *Activities) objects() (dynamic.Interface, error) {
 	if a.Objects != nil {
-		return a.Objects
+		return a.Objects, nil
 	}
-	return dynamic.New(a.Kube.Discovery().RESTClient())
+	return kubeobj.Dynamic(a.Kube)
 }
 
 // nodeHolders names the Pods on the node that hold a device ("" when none does), other than
