@@ -109,6 +109,8 @@ func newDevCmd(g *globals) *cobra.Command {
 			copts.Extra = append(copts.Extra, (&sim.Checkpointer{Kube: kube, Logger: g.logger}).Run)
 			// Pools made with sim pool follow their ownership label (device plugin or DRA).
 			copts.Extra = append(copts.Extra, (&sim.OwnedDrivers{Kube: kube, Logger: g.logger}).Run)
+			// A node remediator: a repair ladder's node step (a NodeReboot) reboots a simulated node.
+			copts.Extra = append(copts.Extra, (&sim.Remediator{Kube: kube, Logger: g.logger}).Run)
 			err = app.RunController(ctx, kube, tc.Client, copts, m, g.logger)
 			g.logger.Info("worker and watcher stopped")
 			return err

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -110,7 +111,8 @@ func kwokNode(name string) *corev1.Node {
 			Labels:      map[string]string{LabelSimNode: "true", "kubernetes.io/hostname": name, "type": "kwok"},
 			Annotations: map[string]string{localcluster.KwokNodeAnnotation: "fake"},
 		},
-		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+		// A boot ID, as kubelet reports one: a node step tells the node's reboot by its change.
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity, NodeInfo: corev1.NodeSystemInfo{BootID: string(uuid.NewUUID())}},
 	}
 }
 
