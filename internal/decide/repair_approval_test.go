@@ -30,7 +30,7 @@ func toApproval(t *testing.T) *DeviceState {
 	if id, step := st.StepApproval(); id != "repair-2" || step != "node" || !strings.Contains(acts[0].Reason, "repair step node (attempt 1 of 1) on node node-1") {
 		t.Fatalf("approval %q %q: %s", id, step, acts[0].Reason)
 	}
-	if !st.NextDeadline().Equal(t0.Add(time.Minute + time.Hour)) || !strings.Contains(st.Next(), "repair step node waits for approval until") {
+	if !st.NextDeadline().Equal(t0.Add(time.Minute+time.Hour)) || !strings.Contains(st.Next(), "repair step node waits for approval until") {
 		t.Fatalf("next deadline %s; next: %s", st.NextDeadline(), st.Next())
 	}
 	return st

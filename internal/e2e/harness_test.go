@@ -67,6 +67,10 @@ const unitClass = "unit.gpu.sim.devicewarden.io"
 // and move their workloads first; their review has no stability window.
 const repairClass = "repair.gpu.sim.devicewarden.io"
 
+// rebootClass devices climb a ladder of one reset and then a node step (the simulator's
+// NodeReboot) that a person approves, and move nothing.
+const rebootClass = "reboot.gpu.sim.devicewarden.io"
+
 // unitRepairClass devices (partitionable GPUs) climb the same ladder, and move nothing.
 const unitRepairClass = "unit-repair.gpu.sim.devicewarden.io"
 
@@ -112,6 +116,18 @@ policies:
     repair:
       steps:
         - {kind: reset, attempts: 2, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+  - name: reboot-test
+    match: {deviceClass: ` + rebootClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+        - kind: node
+          timeout: 1m
+          approval: true
+          template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
   - name: unit-repair-test
     match: {deviceClass: ` + unitRepairClass + `}
     stabilityWindow: 0s
@@ -276,7 +292,8 @@ func (s *stack) controllerAs(kube kubernetes.Interface, opts app.ControllerOptio
 	if !s.noKubelet {
 		opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: s.kube, Logger: testLogger}).Run,
 			(&sim.Checkpointer{Kube: s.kube, Poll: 100 * time.Millisecond, Logger: testLogger}).Run,
-			(&sim.OwnedDrivers{Kube: s.kube, Logger: testLogger}).Run)
+			(&sim.OwnedDrivers{Kube: s.kube, Logger: testLogger}).Run,
+			(&sim.Remediator{Kube: s.kube, Logger: testLogger}).Run)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
