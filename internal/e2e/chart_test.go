@@ -19,6 +19,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -268,7 +269,8 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	// rollout.enabled is left at its default (off).
-	rbac := ofKind(renderChart(t, release, ns, "temporal.address=t:7233", "migration.namespaces={"+tenant+"}"),
+	rbac := ofKind(renderChart(t, release, ns, "temporal.address=t:7233", "migration.namespaces={"+tenant+"}",
+		"repair.nodeRemediators[0].apiGroup="+sim.RebootGroup, "repair.nodeRemediators[0].resource="+sim.RebootResource),
 		"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 	applyObjects(t, ctx, s, rbac, false)
 	cfg, err := app.KubeConfig(s.kubeconfig)
@@ -280,6 +282,22 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	sa, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A node step may create, read and delete the remediator's objects the chart lists, and no other.
+	for _, tt := range []struct {
+		group, resource, verb string
+		allowed               bool
+	}{
+		{sim.RebootGroup, sim.RebootResource, "create", true}, {sim.RebootGroup, sim.RebootResource, "get", true},
+		{sim.RebootGroup, sim.RebootResource, "delete", true}, {sim.RebootGroup, sim.RebootResource, "update", false},
+		{"self-node-remediation.medik8s.io", "selfnoderemediations", "create", false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: cfg.Impersonate.UserName, Groups: cfg.Impersonate.Groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tt.group, Resource: tt.resource, Verb: tt.verb, Name: "devicewarden-reboot-x"}}}
+		got, err := s.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil || got.Status.Allowed != tt.allowed {
+			t.Errorf("%s %s.%s: allowed %v, want %v (%v)", tt.verb, tt.resource, tt.group, got.Status.Allowed, tt.allowed, err)
+		}
 	}
 
 	pols, err := policy.Parse([]byte("default: {quarantineLease: 10s, stabilityWindow: 1s, probe: {timeout: 30s}, canary: {timeout: 30s}}"))
