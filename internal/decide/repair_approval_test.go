@@ -110,3 +110,12 @@ func TestLadderStopsWithoutApproval(t *testing.T) {
 		})
 	}
 }
+
+// A waiting step the policy no longer has (a new run with a shorter ladder) waits for nothing.
+func TestStepApprovalOfAStepThePolicyLost(t *testing.T) {
+	st := toApproval(t)
+	st.Policy.Repair.Steps = st.Policy.Repair.Steps[:1]
+	if id, step := st.StepApproval(); id != "" || step != "" || st.stepAwaiting() {
+		t.Fatalf("waits for %q %q", id, step)
+	}
+}

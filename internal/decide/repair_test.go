@@ -92,7 +92,7 @@ func TestLadderRetiresAfterTheLastTry(t *testing.T) {
 		t.Fatalf("tries %+v", tries)
 	}
 	ev := st.Evidence()
-	if !strings.Contains(ev["try-02"], "review: probe failed: XID 79") || !strings.Contains(ev["quarantined"], "device reported Unhealthy") ||
+	if !strings.Contains(ev["try-02"], "review: probe failed: XID 79") || !strings.Contains(ev["try-01"], "reset attempt 1: passed=false exit code 1") || !strings.Contains(ev["quarantined"], "device reported Unhealthy") ||
 		!strings.Contains(ev["last-probe"], "passed=false XID 79") || !strings.Contains(ev["transition-001"], "Healthy -> Quarantined") {
 		t.Fatalf("evidence %v", ev)
 	}
