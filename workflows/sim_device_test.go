@@ -97,6 +97,16 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
 }
 
+// checkPasses says whether the next check or repair step passes: not while faults are queued.
+func (m *deviceModel) checkPasses() bool {
+	if m.checkFails == 0 {
+		return true
+	}
+	m.checkFails--
+	m.checkFailed = true
+	return false
+}
+
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	registerActivities(env)
 	acquire := func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
@@ -204,11 +214,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.CheckInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		ok := m.checkFails == 0
-		if !ok {
-			m.checkFails--
-			m.checkFailed = true
-		}
+		ok := m.checkPasses()
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
 			return m.repairStep(env, breaker.Reset, ok), nil
@@ -229,11 +235,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.NodeInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		ok := m.checkFails == 0
-		if !ok {
-			m.checkFails--
-			m.checkFailed = true
-		}
+		ok := m.checkPasses()
 		m.note("RemediateNode passed=%v", ok)
 		return m.repairStep(env, breaker.Reboot, ok), nil
 	}).Maybe()
