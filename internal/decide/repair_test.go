@@ -264,3 +264,21 @@ func TestLadderKeepsItsPlaceAcrossSteps(t *testing.T) {
 		t.Fatalf("ladder %+v state %s", l, fresh.State)
 	}
 }
+
+// An operator's force-quarantine decided before the ladder retired the device, and carried out
+// after, leaves it retired: no new quarantine, no review, no release without a person.
+func TestForcedTaintAfterRetirementKeepsItRetired(t *testing.T) {
+	st, _ := onLadder(t, ladderPolicy())
+	st.State = Healthy // as the operator's command found it
+	forced := st.Command(Command{Kind: CmdForceQuarantine, Actor: "ops"}, t0)
+	st.State = Quarantined
+	st.retire("every step of the repair ladder failed", t0.Add(time.Minute))
+	if len(forced) != 1 || forced[0].Kind != ActTaint {
+		t.Fatalf("forced %+v", forced)
+	}
+	acts := st.Report(Result{Action: forced[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0.Add(2*time.Minute))
+	last := st.Transitions[len(st.Transitions)-1]
+	if len(acts) != 0 || st.State != Retired || !st.NextDeadline().IsZero() || !strings.Contains(last.Reason, "came after the retirement") {
+		t.Fatalf("acts %v state %s deadline %s last %+v", kinds(acts), st.State, st.NextDeadline(), last)
+	}
+}

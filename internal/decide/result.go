@@ -1,6 +1,9 @@
 package decide
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Outcome is what became of an action the workflow carried out.
 type Outcome string
@@ -94,6 +97,13 @@ func (st *DeviceState) taintResult(r Result, now time.Time) []Action {
 	a := r.Action
 	switch r.Outcome {
 	case Done:
+		if st.State == Retired {
+			// A taint decided before the retirement (an operator's force-quarantine sent as the
+			// ladder gave up) finds the device retired: it stays so, and only a release with a
+			// person's approval brings it back.
+			st.transition(Retired, fmt.Sprintf("%s by %s came after the retirement: the device stays retired", a.To, a.Actor), a.Actor, now)
+			return nil
+		}
 		if st.rules.ReleasePath && r.Effect != "" {
 			a.Effect = r.Effect
 		}
