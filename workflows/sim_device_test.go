@@ -56,7 +56,7 @@ type deviceModel struct {
 	lost              bool
 	// Repair ladder: held says the newest observation sent named a Pod on the device; retired
 	// that the workflow retired it and no release followed; resets counts repair steps run.
-	// heldAt and idleAt are when the newest report naming a Pod, and naming none, were sent.
+	// heldAt and idleAt are when the newest report naming a Pod, and naming none, reached the workflow.
 	held, retired, releaseAsked        bool
 	heldAt, idleAt, retiredAt, askedAt time.Time
 	resets, resetPermits               int
@@ -337,10 +337,18 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				if h == device.Unhealthy {
 					m.unhealthySeen = true
 				}
-				if m.held = !idle; idle {
-					m.idleAt = env.Now()
-				} else {
-					m.heldAt = env.Now()
+				// held is the world's truth, sent or not; heldAt and idleAt are when the workflow was
+				// told: an update its ending run never took is sent again by the watcher.
+				m.held = !idle
+				told := func() {
+					if idle {
+						m.idleAt = env.Now()
+					} else {
+						m.heldAt = env.Now()
+					}
+				}
+				if !byUpdate {
+					told()
 				}
 				if m.unit != nil {
 					// What the watcher sends: the forms published when it looks.
@@ -350,7 +358,11 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				}
 				m.mu.Unlock()
 				if byUpdate {
-					m.update(env, api.UpdateObservation, s.what, o)
+					u := &simUpdate{what: s.what}
+					m.mu.Lock()
+					m.updates = append(m.updates, u)
+					m.mu.Unlock()
+					sendUpdate(env, api.UpdateObservation, o, u, func() { m.mu.Lock(); told(); m.mu.Unlock() }, nil)
 				} else {
 					m.signal(env, api.SignalObservation, o)
 				}
@@ -369,7 +381,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				if c == decide.CmdForceQuarantine {
 					m.forced = true
 				}
-				if c == decide.CmdApprove && how == "update" && actor != "" {
+				if (c == decide.CmdApprove && how == "update" || c == decide.CmdReleaseApproval && how != "junk") && actor != "" {
 					m.approvedAt = env.Now()
 				}
 				if c == decide.CmdRelease && how != "junk" && actor != "" {
