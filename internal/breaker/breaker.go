@@ -3,6 +3,7 @@ package breaker
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/decide"
@@ -278,18 +279,15 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	limit := b.Config.Limit(req.KnownDevices)
-	if req.Action == Reset {
-		if used := b.used(BudgetOf(Reset)); used >= b.Config.Resets() {
-			b.Denied++
-			return PermitResult{Reason: fmt.Sprintf("reset budget spent: %d resets within %s (max %d); the device waits for the window to move", used, b.Config.Window, b.Config.Resets())}
+	if OwnBudget(req.Action) {
+		max, what := b.Config.Resets(), "resets"
+		if req.Action == Reboot {
+			max, what = b.Config.Reboots(), "node steps"
 		}
-		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
-		return PermitResult{Granted: true}
-	}
-	if req.Action == Reboot {
-		if used := b.used(BudgetOf(Reboot)); used >= b.Config.Reboots() {
+		if used := b.used(BudgetOf(req.Action)); used >= max {
 			b.Denied++
-			return PermitResult{Reason: fmt.Sprintf("reboot budget spent: %d node steps within %s (max %d); the device waits for the window to move", used, b.Config.Window, b.Config.Reboots())}
+			return PermitResult{Reason: fmt.Sprintf("%s budget spent: %d %s within %s (max %d); the device waits for the window to move",
+				strings.ToLower(string(req.Action)), used, what, b.Config.Window, max)}
 		}
 		b.Grants = append(b.Grants, Grant{Device: key, Action: req.Action, At: now})
 		return PermitResult{Granted: true}
