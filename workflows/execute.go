@@ -275,11 +275,15 @@ func permitInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action
 // quarantineInput is the rule a taint writes: expiring after the quarantine lease, or after the
 // review interval while on the release path.
 func quarantineInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, now time.Time) remediation.QuarantineInput {
-	return remediation.QuarantineInput{
+	in := remediation.QuarantineInput{
 		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		ExpiresAt: now.Add(st.Lease()), Effect: resourcev1.DeviceTaintEffect(act.Effect),
 		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),
 	}
+	if n := len(st.Closed); n > 0 {
+		in.PreviousAt, in.PreviousClosedAt = st.Closed[n-1].CreatedAt, st.Closed[n-1].ClosedAt
+	}
+	return in
 }
 
 // executeLocal runs an activity as a local activity with the same timeout and retry policy.

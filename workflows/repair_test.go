@@ -118,6 +118,10 @@ func TestLadderRetiresALemonAtItsQuarantine(t *testing.T) {
 	if got.State != decide.Retired || len(*retired) != 1 || len(h.ran) != 0 {
 		t.Fatalf("state %s, evidence %d, checks %v", got.State, len(*retired), checkKinds(h.ran))
 	}
+	// The quarantine's rule is written knowing the last one, for the incident metrics.
+	if len(h.quarantine) == 0 || !h.quarantine[0].PreviousAt.Equal(st.Closed[0].CreatedAt) {
+		t.Fatalf("quarantine inputs %+v", h.quarantine)
+	}
 }
 
 // A repair step asks the breaker's reset budget first; a refusal puts the try off until the

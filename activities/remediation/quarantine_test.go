@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	corev1 "k8s.io/api/core/v1"
@@ -287,4 +289,48 @@ func TestDecisionEventNamesFit(t *testing.T) {
 		evs.Items[0].Reason != "DeviceRestricted" {
 		t.Fatalf("events = %+v", evs.Items)
 	}
+}
+
+// A new quarantine counts the time since the device's last one, and a relapse when the last ended
+// within 30 days; a retried call that finds its own rule counts nothing again.
+func TestQuarantineCountsIncidentsAndRelapses(t *testing.T) {
+	now := time.Now()
+	for _, tt := range []struct {
+		name                string
+		previous, closed    time.Time
+		decision            string
+		incidents, relapses uint64
+	}{
+		{"first quarantine", time.Time{}, time.Time{}, string(decide.Quarantined), 0, 0},
+		{"released yesterday", now.Add(-48 * time.Hour), now.Add(-24 * time.Hour), string(decide.Quarantined), 1, 1},
+		{"released 31 days ago", now.Add(-32 * 24 * time.Hour), now.Add(-31 * 24 * time.Hour), string(decide.Quarantined), 1, 0},
+		{"a restriction", now.Add(-48 * time.Hour), now.Add(-24 * time.Hour), string(decide.Restricted), 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env, a, _ := activityEnv(t)
+			in := quarantineIn("XID 79")
+			in.PreviousAt, in.PreviousClosedAt, in.Decision = tt.previous, tt.closed, tt.decision
+			for range 2 {
+				v, err := env.ExecuteActivity(a.Quarantine, in)
+				if err != nil || v == nil {
+					t.Fatal(err)
+				}
+			}
+			if n := histogramCount(t, a.Metrics.TimeBetweenIncidents); n != tt.incidents {
+				t.Errorf("incidents observed %d, want %d", n, tt.incidents)
+			}
+			if n := testutil.ToFloat64(a.Metrics.Relapses); n != float64(tt.relapses) {
+				t.Errorf("relapses %v, want %d", n, tt.relapses)
+			}
+		})
+	}
+}
+
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // ErrRuleNameCollision is the non-retryable error type of a rule name that belongs to another device.
@@ -44,6 +45,11 @@ type QuarantineInput struct {
 	Members []string `json:"members,omitempty"`
 	// Unit is set on the rule of one member: the unit it fences a form of.
 	Unit string `json:"unit,omitempty"`
+	// PreviousAt and PreviousClosedAt are when the device's last quarantine began and ended (zero
+	// for its first): a new quarantine counts the time between incidents, and a relapse when the
+	// last ended within policy.RelapseWindow.
+	PreviousAt       time.Time `json:"previousAt,omitempty"`
+	PreviousClosedAt time.Time `json:"previousClosedAt,omitempty"`
 }
 
 // QuarantineResult says which rule holds the quarantine and whether this call created it.
@@ -111,6 +117,26 @@ func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 // device, so retries and repeated signals never make a second rule. A rule that is being deleted is
 // not in force: the call fails (and is retried) until it is gone, then creates a new one.
 func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	res, err := a.quarantine(ctx, in)
+	if err == nil && res.Created {
+		a.incident(in, time.Now())
+	}
+	return res, err
+}
+
+// incident counts a new quarantine against the device's last one: the time between them, and a
+// relapse when the last ended within policy.RelapseWindow.
+func (a *Activities) incident(in QuarantineInput, now time.Time) {
+	if a.Metrics == nil || in.Decision != string(decide.Quarantined) || in.PreviousAt.IsZero() {
+		return
+	}
+	a.Metrics.TimeBetweenIncidents.Observe(now.Sub(in.PreviousAt).Seconds())
+	if !in.PreviousClosedAt.IsZero() && now.Sub(in.PreviousClosedAt) <= policy.RelapseWindow {
+		a.Metrics.Relapses.Inc()
+	}
+}
+
+func (a *Activities) quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
 	if len(in.Members) > 0 {
 		return a.quarantineUnit(ctx, in)
 	}

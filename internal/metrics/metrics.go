@@ -63,6 +63,10 @@ type Metrics struct {
 	RepairTries   *prometheus.CounterVec
 	RepairSeconds *prometheus.HistogramVec
 	Retired       prometheus.Counter
+	// Relapses counts quarantines of a device released within the last 30 days;
+	// TimeBetweenIncidents is the time from a device's last quarantine to its next.
+	Relapses             prometheus.Counter
+	TimeBetweenIncidents prometheus.Histogram
 	// Notifications counts Slack messages by result (sent, failed).
 	Notifications *prometheus.CounterVec
 	// Migrations counts finished migrations by outcome and failure class (empty unless failed).
@@ -224,7 +228,16 @@ func New() *Metrics {
 		Namespace: "devicewarden", Subsystem: "repair", Name: "retired_total",
 		Help: "Devices retired: the repair ladder gave up, or they relapsed too often. Replace them.",
 	})
-	m.Registry.MustRegister(m.RepairTries, m.RepairSeconds, m.Retired)
+	m.Relapses = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "devicewarden", Subsystem: "repair", Name: "relapses_total",
+		Help: "Quarantines of a device whose last quarantine ended (released) within 30 days.",
+	})
+	m.TimeBetweenIncidents = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "devicewarden", Subsystem: "device", Name: "time_between_incidents_seconds",
+		Help:    "From a device's last quarantine to its next: the mean is the fleet's mean time between incidents per device.",
+		Buckets: prometheus.ExponentialBuckets(60, 4, 10),
+	})
+	m.Registry.MustRegister(m.RepairTries, m.RepairSeconds, m.Retired, m.Relapses, m.TimeBetweenIncidents)
 	m.Leading = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "devicewarden", Subsystem: "watcher", Name: "leading",
 		Help: "1 while this replica's watcher runs (it holds the Lease); summed over replicas, whether anyone watches.",
