@@ -125,6 +125,9 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 		a.countTry(in.Step, "failed")
 	}
 	res.Pod, res.At = ns+"/"+podName, time.Now()
+	if in.Kind == decide.ActRepair {
+		a.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, res)
+	}
 	return res, nil
 }
 

@@ -134,13 +134,17 @@ func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.St
 		if node != nil && after != "" && after != before && nodeReady(node) {
 			done()
 			a.countTry(step, "passed")
-			return decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created",
-				in.Node, short(after), short(before), now.Sub(created).Round(time.Second), what), At: now}, nil
+			res := decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created",
+				in.Node, short(after), short(before), now.Sub(created).Round(time.Second), what), At: now}
+			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, res)
+			return res, nil
 		}
 		if !now.Before(deadline) {
 			done()
-			return fail("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)", in.Node,
+			res, err := fail("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)", in.Node,
 				in.Step.Check.Timeout.D(), what, short(after), short(before))
+			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, res)
+			return res, err
 		}
 		select {
 		case <-ctx.Done():

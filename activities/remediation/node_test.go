@@ -120,6 +120,25 @@ func TestNodeStepWaitsForTheReboot(t *testing.T) {
 	if n := testutil.ToFloat64(a.Metrics.RepairTries.WithLabelValues("node", "passed")); n != 1 {
 		t.Fatalf("tries passed = %v", n)
 	}
+	wantTryEvent(t, a.Kube, corev1.EventTypeNormal, "repair step node (try 2) on "+gpu3.String()+" passed: node node-1 booted again")
+}
+
+// wantTryEvent finds the one repair Event on node-1, of the type and with the message's start.
+func wantTryEvent(t *testing.T, kube kubernetes.Interface, typ, msg string) {
+	t.Helper()
+	evs, err := kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs.Items {
+		if e.Reason == EventRepairTry && e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == "node-1" {
+			got = append(got, e.Type+" "+e.Message)
+		}
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], typ+" "+msg) {
+		t.Fatalf("repair events %q, want one %s %q", got, typ, msg)
+	}
 }
 
 // A node that never boots again, or boots but is not Ready, fails the step at its timeout.
@@ -149,6 +168,7 @@ func TestNodeStepFailsAtItsTimeout(t *testing.T) {
 			if left, _ := a.Objects.Resource(rebootGVR).List(context.Background(), metav1.ListOptions{}); len(left.Items) != 0 {
 				t.Fatalf("%d objects left after the timeout", len(left.Items))
 			}
+			wantTryEvent(t, a.Kube, corev1.EventTypeWarning, "repair step node (try 2) on "+gpu3.String()+" failed: node node-1 did not boot again")
 		})
 	}
 }

@@ -2,12 +2,15 @@ package remediation
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
@@ -48,6 +51,24 @@ func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string
 			return "", nil
 		}
 	}
+}
+
+// EventRepairTry is the reason of the Event on a node for each repair step tried on one of its
+// devices (a reset, a reboot), passed or not.
+const EventRepairTry = "DeviceRepairTry"
+
+// tryEvent records a repair step's outcome as an Event on the device's node, once per try.
+func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.ID, workflowID string, try int, res decide.StepResult) {
+	if node == "" {
+		return
+	}
+	typ, outcome := corev1.EventTypeWarning, "failed"
+	if res.Passed {
+		typ, outcome = corev1.EventTypeNormal, "passed"
+	}
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", workflowID, try)))
+	a.event(ctx, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}, EventRepairTry, typ,
+		fmt.Sprintf("repair step %s (try %d) on %s %s: %s", step, try, id, outcome, res.Reason), node+".repair."+hex.EncodeToString(sum[:8]))
 }
 
 // RetireInput asks to keep a retired device's evidence.

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -103,6 +106,22 @@ func TestRebootFaultIsClearedByTheNodeStep(t *testing.T) {
 	if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, bad.TaintRuleName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("rule after release: %v", err)
 	}
+	// Each try is an Event on the node: the reset that failed, the reboot that passed.
+	eventually(t, 30*time.Second, "repair Events on "+nodes[0], func() error {
+		evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + nodes[0] + ",reason=" + remediation.EventRepairTry})
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, e := range evs.Items {
+			got = append(got, e.Type+": "+e.Message)
+		}
+		slices.Sort(got)
+		if len(got) != 2 || !strings.HasPrefix(got[0], "Normal: repair step node (try 2)") || !strings.HasPrefix(got[1], "Warning: repair step reset (try 1)") {
+			return fmt.Errorf("events %q", got)
+		}
+		return nil
+	})
 	t.Logf("time to repair (quarantined to released): %s; node step: %s", q.ClosedAt.Sub(q.CreatedAt), l.Tries[1].Result.Reason)
 	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_reboot.json")
 }
