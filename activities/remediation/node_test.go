@@ -132,7 +132,7 @@ func wantTryEvent(t *testing.T, kube kubernetes.Interface, typ, msg string) {
 	}
 	var got []string
 	for _, e := range evs.Items {
-		if e.Reason == EventRepairTry && e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == "node-1" {
+		if e.Reason == kubeobj.EventRepairTry && e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == "node-1" {
 			got = append(got, e.Type+" "+e.Message)
 		}
 	}

@@ -53,10 +53,6 @@ func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string
 	}
 }
 
-// EventRepairTry is the reason of the Event on a node for each repair step tried on one of its
-// devices (a reset, a reboot), passed or not.
-const EventRepairTry = "DeviceRepairTry"
-
 // tryEvent records a repair step's outcome as an Event on the device's node, once per try.
 func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.ID, workflowID string, try int, res decide.StepResult) {
 	if node == "" {
@@ -67,7 +63,7 @@ func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.
 		typ, outcome = corev1.EventTypeNormal, "passed"
 	}
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", workflowID, try)))
-	a.event(ctx, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}, EventRepairTry, typ,
+	a.event(ctx, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}, kubeobj.EventRepairTry, typ,
 		fmt.Sprintf("repair step %s (try %d) on %s %s: %s", step, try, id, outcome, res.Reason), node+".repair."+hex.EncodeToString(sum[:8]))
 }
 

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -108,7 +107,7 @@ func TestRebootFaultIsClearedByTheNodeStep(t *testing.T) {
 	}
 	// Each try is an Event on the node: the reset that failed, the reboot that passed.
 	eventually(t, 30*time.Second, "repair Events on "+nodes[0], func() error {
-		evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + nodes[0] + ",reason=" + remediation.EventRepairTry})
+		evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + nodes[0] + ",reason=" + kubeobj.EventRepairTry})
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,9 @@ const (
 	EventClaimShareStuck    = "ClaimShareStuck"
 	EventClaimUnknown       = "ClaimAllocationUnknown"
 	EventLeakedClaimDeleted = "LeakedClaimDeleted"
+	// EventRepairTry is on a node for each repair step tried on one of its devices (a reset, a
+	// reboot), passed or not.
+	EventRepairTry = "DeviceRepairTry"
 	// A rollout, on the nodes it switches.
 	EventRolloutEnabled    = "RolloutEnabled"
 	EventRolloutRolledBack = "RolloutRolledBack"
