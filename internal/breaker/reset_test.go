@@ -38,8 +38,9 @@ func TestResetsHaveABudgetOfTheirOwn(t *testing.T) {
 		t.Fatalf("a reset once the window moved: %s", r.Reason)
 	}
 	b.Open, b.Reason = true, "paused by hand"
-	if r := ask(4, Reset, now.Add(11*time.Minute)); r.Granted {
-		t.Fatal("an open breaker granted a reset")
+	denied := b.Denied
+	if r := ask(4, Reset, now.Add(11*time.Minute)); r.Granted || b.Denied != denied+1 {
+		t.Fatalf("an open breaker granted a reset, or did not count its refusal (%d denied)", b.Denied)
 	}
 	if err := (Config{Window: time.Minute, MaxCount: 1, MaxResets: -1}).Validate(); err == nil {
 		t.Fatal("a negative reset budget was accepted")
@@ -72,8 +73,8 @@ func TestRebootsHaveABudgetOfTheirOwn(t *testing.T) {
 		t.Fatalf("a device's next reboot in the window: %s", r.Reason)
 	}
 	r := ask(2, Reboot, now)
-	if r.Granted || r.Tripped || b.Open || !strings.Contains(r.Reason, "reboot budget spent: 2 node steps") {
-		t.Fatalf("third device: %+v, open %v", r, b.Open)
+	if r.Granted || r.Tripped || b.Open || !strings.Contains(r.Reason, "reboot budget spent: 2 node steps") || b.Denied != 1 {
+		t.Fatalf("third device: %+v, open %v, denied %d", r, b.Open, b.Denied)
 	}
 	if r := ask(10, decide.Quarantined, now); !r.Granted {
 		t.Fatalf("a quarantine after the reboot budget was spent: %s", r.Reason)
