@@ -242,7 +242,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
 			in.Review = len(l.Tries) // a repair Pod is keyed by its try
 			in.Idle = st.FencedDevices()
-			in.Step = string(st.Policy.Repair.Steps[l.Step].Kind)
+			in.Step = string(ladderStep(st).Kind)
 		}
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
