@@ -24,10 +24,28 @@ type Config struct {
 	// their own: a driver bug that fails every device must not reset a fleet. A device's further
 	// tries within the window are its own grant again (0: DefaultMaxResets).
 	MaxResets int `json:"maxResets,omitempty"`
-	// MaxReboots is the most devices the window allows node steps (reboots through the node's
-	// remediator) for, a budget of its own and a small one: a reboot ends every Pod on the node
-	// (0: DefaultMaxReboots).
+	// MaxReboots is the most nodes of one node pool that node steps (reboots through the node's
+	// remediator) may hold at a time, a budget of its own and a small one: a reboot ends every Pod
+	// on the node (0: DefaultMaxReboots). The devices of one node share its permit.
 	MaxReboots int `json:"maxReboots,omitempty"`
+}
+
+// DefaultNodePoolLabels name node pools as the common node provisioners label them.
+var DefaultNodePoolLabels = []string{"devicewarden.io/node-pool", "karpenter.sh/nodepool", "cloud.google.com/gke-nodepool",
+	"eks.amazonaws.com/nodegroup", "kubernetes.azure.com/agentpool"}
+
+// NodePool is the pool a node's labels name: the value of the first of keys (empty:
+// DefaultNodePoolLabels) the node carries, or "" when it carries none.
+func NodePool(labels map[string]string, keys []string) string {
+	if len(keys) == 0 {
+		keys = DefaultNodePoolLabels
+	}
+	for _, k := range keys {
+		if v := labels[k]; v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // DefaultMaxReboots is the node-step budget of a breaker configured without one.
@@ -95,6 +113,11 @@ type PermitRequest struct {
 	Config       Config       `json:"config"`
 	// Woken: the breaker woke this device; the request must reach it.
 	Woken bool `json:"woken,omitempty"`
+	// Node and NodePool name a node step's node and the node's pool: the permit is the node's,
+	// shared by every device on it, and held until released or for Hold (see acquireNode).
+	Node     string        `json:"node,omitempty"`
+	NodePool string        `json:"nodePool,omitempty"`
+	Hold     time.Duration `json:"hold,omitempty"`
 }
 
 // PermitResult is the breaker's answer.
@@ -113,6 +136,11 @@ type Grant struct {
 	Device string       `json:"device"`
 	Action decide.State `json:"action"`
 	At     time.Time    `json:"at"`
+	// A node's permit (Device "node:<name>") is held by the device that took it, counts against
+	// its node pool, and lasts until released or Until rather than for the window.
+	Holder string    `json:"holder,omitempty"`
+	Pool   string    `json:"pool,omitempty"`
+	Until  time.Time `json:"until,omitempty"`
 }
 
 // State is the fleet-wide circuit breaker; one workflow owns it, so concurrent device
@@ -163,6 +191,9 @@ const ClaimDeleted = decide.State("ClaimDeleted")
 func (r PermitRequest) Key() string {
 	if r.Claim != "" {
 		return "claim:" + r.Claim
+	}
+	if r.Action == Reboot && r.Node != "" {
+		return "node:" + r.Node
 	}
 	return r.Device.String()
 }
@@ -279,6 +310,9 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	limit := b.Config.Limit(req.KnownDevices)
+	if req.Action == Reboot && req.Node != "" {
+		return b.acquireNode(req, key, now)
+	}
 	if OwnBudget(req.Action) {
 		max, what := b.Config.Resets(), "resets"
 		if req.Action == Reboot {

@@ -187,7 +187,7 @@ func (b *State) prune(now time.Time) {
 	cutoff := now.Add(-b.Config.Window)
 	kept := b.Grants[:0]
 	for _, g := range b.Grants {
-		if g.At.After(cutoff) {
+		if g.At.After(cutoff) && g.Until.IsZero() || now.Before(g.Until) {
 			kept = append(kept, g)
 		}
 	}

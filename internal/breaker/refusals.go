@@ -38,9 +38,10 @@ type refusal struct {
 }
 
 // Answer is the refusal the worker answers req with at now, if it saw req's budget refused within
-// RefusedFor. A device the breaker woke always asks the breaker.
+// RefusedFor. A device the breaker woke always asks the breaker, and so does a node step: its
+// budget is its node pool's, and another pool's refusal says nothing of it.
 func (r *Refusals) Answer(req PermitRequest, now time.Time) (PermitResult, bool) {
-	if req.Woken {
+	if req.Woken || req.Action == Reboot && req.Node != "" {
 		return PermitResult{}, false
 	}
 	seen, ok := r.seen[BudgetOf(req.Action)]
