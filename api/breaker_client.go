@@ -138,6 +138,11 @@ func (b *BreakerClient) flush() {
 	}
 }
 
+// Release gives a node's permit back (breaker.PermitRelease); one not released lasts its hold.
+func (b *BreakerClient) Release(rel breaker.PermitRelease) error {
+	return b.signal(SignalPermitRelease, rel)
+}
+
 func (b *BreakerClient) signal(name string, arg any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

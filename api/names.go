@@ -80,6 +80,9 @@ const (
 	UpdateLease = "lease"
 	// SignalPermitsReport tells the breaker what became of leased permits ([]breaker.LeaseReport).
 	SignalPermitsReport = "permits-used"
+	// SignalPermitRelease gives a node's permit back once its node step ended
+	// (breaker.PermitRelease).
+	SignalPermitRelease = "permit-release"
 	// UpdateBreakerPause opens the breaker by hand and answers once no worker can spend a leased
 	// permit any more (BreakerSignal -> breaker.State).
 	UpdateBreakerPause = "pause"

@@ -71,11 +71,12 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	resumeCh := workflow.GetSignalChannel(ctx, api.SignalBreakerResume)
 	pauseCh := workflow.GetSignalChannel(ctx, api.SignalBreakerPause)
 	waitCh := workflow.GetSignalChannel(ctx, api.SignalBreakerWait)
+	releaseCh := workflow.GetSignalChannel(ctx, api.SignalPermitRelease)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}})
 	for {
 		if err := workflow.Await(ctx, func() bool {
-			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || historyFull(ctx)
+			return len(alerts) > 0 || resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || releaseCh.Len() > 0 || historyFull(ctx)
 		}); err != nil {
 			return err
 		}
@@ -85,6 +86,11 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 			for _, r := range reps {
 				st.Report(r, workflow.Now(ctx))
 			}
+		}
+		for releaseCh.Len() > 0 {
+			var rel breaker.PermitRelease
+			releaseCh.Receive(ctx, &rel)
+			st.Release(rel)
 		}
 		for waitCh.Len() > 0 {
 			var devices []string
@@ -111,7 +117,7 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 			if err := handlersDone(ctx); err != nil {
 				return err
 			}
-			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || len(alerts) > 0) {
+			if st.WakeWaiting && (resumeCh.Len() > 0 || pauseCh.Len() > 0 || waitCh.Len() > 0 || reportCh.Len() > 0 || releaseCh.Len() > 0 || len(alerts) > 0) {
 				continue // a signal that came while handlers finished is taken before moving on
 			}
 			return continueAsNew(ctx, BreakerWorkflow, api.BreakerInput{State: st})
