@@ -19,7 +19,8 @@ func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []d
 	var permit breaker.PermitResult
 	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset}
 	if step.Kind == policy.RepairNode {
-		in.Action = breaker.Reboot
+		// The node's permit, held for the step's longest run unless the step gives it back first.
+		in.Action, in.Node, in.Hold = breaker.Reboot, st.Node, nodeStepTimeout(step)*3+time.Minute
 	}
 	if err := executeLocal(ctx, rem.AcquirePermit, in).Get(ctx, &permit); err != nil {
 		return st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
@@ -45,9 +46,9 @@ func ladderStep(st *decide.DeviceState) policy.RepairStep {
 // activity that fails outright is a failed try.
 func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Action, step policy.RepairStep) []decide.Action {
 	in := remediation.NodeInput{Device: st.Device, Node: st.Node, Step: step, Try: len(st.Quarantine.Ladder.Tries),
-		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, BootSeen: st.BootSeen()}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: step.Check.Timeout.D() + 2*time.Minute,
+		StartToCloseTimeout: nodeStepTimeout(step),
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
 	})
@@ -57,3 +58,6 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 	}
 	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
+
+// nodeStepTimeout bounds one run of a node step's activity (it has three).
+func nodeStepTimeout(step policy.RepairStep) time.Duration { return step.Check.Timeout.D() + 2*time.Minute }

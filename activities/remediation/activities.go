@@ -24,6 +24,9 @@ type Activities struct {
 	// Breaker answers permit requests; BreakerConfig is the cap sent with each one.
 	Breaker       BreakerClient
 	BreakerConfig breaker.Config
+	// NodePoolLabels name a node's pool for the node steps' permits (empty:
+	// breaker.DefaultNodePoolLabels).
+	NodePoolLabels []string
 	// Alerter may be nil: alerts are then only logged and counted.
 	Alerter notify.Alerter
 	// Nodes receives device failures for node-level escalation; nil disables it.

@@ -33,6 +33,15 @@ type PermitInput struct {
 	// HeldAlert, when set, is the device's alert: if the action is held, the worker sends it with
 	// the other held devices' (see heldAlerts) and the result says Alerted.
 	HeldAlert *notify.AlertInput `json:"heldAlert,omitempty"`
+	// Node and Hold, for a node step (breaker.Reboot): the permit is the node's, counted against
+	// its node pool (read from the node's labels here) and held for Hold unless released first.
+	Node string        `json:"node,omitempty"`
+	Hold time.Duration `json:"hold,omitempty"`
+}
+
+// PermitReleaser gives a node's permit back (package api's client does).
+type PermitReleaser interface {
+	Release(rel breaker.PermitRelease) error
 }
 
 // AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
@@ -41,7 +50,15 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 	if err != nil {
 		return breaker.PermitResult{}, err
 	}
-	res, err := a.Breaker.Acquire(ctx, breaker.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken})
+	req := breaker.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken}
+	if in.Action == breaker.Reboot && in.Node != "" {
+		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		if err != nil {
+			return breaker.PermitResult{}, fmt.Errorf("node pool of %s: %w", in.Node, err)
+		}
+		req.Node, req.NodePool, req.Hold = in.Node, breaker.NodePool(node.Labels, a.NodePoolLabels), in.Hold
+	}
+	res, err := a.Breaker.Acquire(ctx, req)
 	if err != nil {
 		return breaker.PermitResult{}, fmt.Errorf("acquire permit for %s: %w", breaker.PermitRequest{Device: in.Device, Claim: in.Claim}.Key(), err)
 	}
@@ -60,6 +77,19 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 		res.Alerted = true
 	}
 	return res, nil
+}
+
+// releaseNode gives back the node's permit the device holds, if it holds it (breaker.Release). A
+// permit not given back lasts its hold; the node pool waits that long.
+func (a *Activities) releaseNode(node string, id device.ID) {
+	r, ok := a.Breaker.(PermitReleaser)
+	if !ok {
+		return
+	}
+	rel := breaker.PermitRequest{Device: id, Action: breaker.Reboot, Node: node}
+	if err := r.Release(breaker.PermitRelease{Key: rel.Key(), Holder: id.String()}); err != nil {
+		slog.Default().Warn("node permit not given back; it lasts its hold", "node", node, "device", id.String(), "error", err)
+	}
 }
 
 // PermitRevoker takes back leased permits this worker holds (see breaker.Lease).

@@ -60,10 +60,11 @@ func CheckName(kind decide.ActionKind, id device.ID) string {
 func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepResult, error) {
 	name := CheckName(in.Kind, in.Device)
 	ns := in.Check.Namespace
+	boot := ""
 	fail := func(format string, args ...any) (decide.StepResult, error) {
 		a.countCheck(in.Kind, false)
 		a.countTry(in.Step, "failed")
-		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now()}, nil
+		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now(), BootID: boot}, nil
 	}
 	if in.Device.DevicePlugin() {
 		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
@@ -83,6 +84,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 		return fail("device %s is not published in its pool", in.Device)
 	}
 	if in.Kind == decide.ActRepair {
+		boot = a.bootID(ctx, node)
 		held, err := a.heldBy(ctx, in.Idle, ns+"/"+name)
 		if err != nil {
 			return decide.StepResult{}, err
@@ -124,7 +126,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 	} else {
 		a.countTry(in.Step, "failed")
 	}
-	res.Pod, res.At = ns+"/"+podName, time.Now()
+	res.Pod, res.At, res.BootID = ns+"/"+podName, time.Now(), boot
 	if in.Kind == decide.ActRepair {
 		a.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, res)
 	}
@@ -375,4 +377,17 @@ func checkNamespaceError(ns string, err error) error {
 		return fmt.Errorf("no right to create checks in namespace %s (a cluster install lists it in the chart's checks.namespaces): %w", ns, err)
 	}
 	return err
+}
+
+// bootID is the node's boot ID, "" when it cannot be read: a repair step records it, so that a
+// later node step can tell the node booted again since (a reboot another device's step asked for).
+func (a *Activities) bootID(ctx context.Context, node string) string {
+	if node == "" {
+		return ""
+	}
+	n, err := a.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return n.Status.NodeInfo.BootID
 }

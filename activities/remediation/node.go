@@ -31,6 +31,9 @@ type NodeInput struct {
 	// Try numbers the quarantine's try: a retried activity adopts its own object.
 	Try        int    `json:"try"`
 	WorkflowID string `json:"workflowID"`
+	// BootSeen is the node's boot ID an earlier try of this quarantine saw: a node that booted
+	// again since (another device's node step, a person) needs no reboot of this step's.
+	BootSeen string `json:"bootSeen,omitempty"`
 }
 
 // RemediateNode creates the step's object (its template, rendered for the device) and waits until
@@ -38,91 +41,190 @@ type NodeInput struct {
 // passed; the object is deleted either way. It runs nothing while another Pod on the node holds a
 // device (unless the step leaves that to the remediator), while someone else's object of the same
 // name stands (a remediation already under way), or while no API serves the template's kind: the
-// device then waits (Busy) rather than being called broken for want of a remediator.
+// device then waits (Busy) rather than being called broken for want of a remediator. Another
+// device's node step on the same node is joined: this one waits for that reboot, and one reboot
+// serves both. The node's permit goes back to the breaker once the step ended.
 func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.StepResult, error) {
-	step := string(policy.RepairNode)
-	fail := func(format string, args ...any) (decide.StepResult, error) {
-		a.countTry(step, "failed")
-		return decide.StepResult{Reason: fmt.Sprintf(format, args...), At: time.Now()}, nil
+	res, err := a.remediateNode(ctx, in)
+	if err == nil && in.Node != "" {
+		a.releaseNode(in.Node, in.Device)
 	}
-	busy := func(format string, args ...any) (decide.StepResult, error) {
-		a.countTry(step, "busy")
-		return decide.StepResult{Busy: true, Reason: fmt.Sprintf(format, args...), At: time.Now()}, nil
-	}
+	return res, err
+}
+
+// reboot is one node step's wait: for the object named what (its own, or another device's it
+// joined) and the node's boot ID before it.
+type reboot struct {
+	objs     dynamic.ResourceInterface
+	name     string
+	what     string
+	before   string
+	created  time.Time
+	deadline time.Time
+	own      bool
+}
+
+func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.StepResult, error) {
 	if in.Node == "" {
-		return fail("device %s names no node: there is nothing to reboot", in.Device)
+		return a.stepFailed("device %s names no node: there is nothing to reboot", in.Device)
 	}
 	obj, err := in.Step.Object(policy.NodeVars{Node: in.Node, Device: in.Device.Device, Driver: in.Device.Driver, Pool: in.Device.Pool})
 	if err != nil {
-		return fail("node step: %v", err)
+		return a.stepFailed("node step: %v", err)
 	}
 	u := &unstructured.Unstructured{Object: obj}
 	objs, what, err := a.remediatorObjects(u)
 	if err != nil {
-		return busy("%v", err)
+		return a.stepBusy("%v", err)
 	}
 	if u.GetName() == "" {
-		sum := sha256.Sum256([]byte(in.WorkflowID + "/" + strconv.Itoa(in.Try)))
+		// One name per node: two devices' steps racing to ask for the node's reboot make one
+		// object, and the one whose create fails joins the other's.
+		sum := sha256.Sum256([]byte(in.Node))
 		u.SetGenerateName("")
 		u.SetName("devicewarden-reboot-" + hex.EncodeToString(sum[:])[:16])
 	}
-	what += " " + u.GetName()
-	created, before := time.Now(), ""
+	r := reboot{objs: objs, name: u.GetName(), what: what + " " + u.GetName(), created: time.Now(), own: true}
 	cur, err := objs.Get(ctx, u.GetName(), metav1.GetOptions{})
 	switch {
 	case err == nil:
 		ann := cur.GetAnnotations()
-		if ann[kubeobj.AnnotationWorkflow] != in.WorkflowID || ann[kubeobj.AnnotationRepairTry] != strconv.Itoa(in.Try) {
-			return busy("%s already stands and is not this try's: a remediation of node %s is under way", what, in.Node)
+		// This device's own (this try's, or one a dead worker left) is adopted with the boot ID
+		// it recorded; another device's of the same node is joined; anyone else's waits.
+		if ann[kubeobj.AnnotationWorkflow] != in.WorkflowID {
+			if !joinable(cur, in.Node) {
+				return a.stepBusy("%s already stands and is not this try's: a remediation of node %s is under way", r.what, in.Node)
+			}
+			r.own = false // joined: this step waits its own timeout from now
+		} else {
+			r.created = cur.GetCreationTimestamp().Time
 		}
-		created, before = cur.GetCreationTimestamp().Time, ann[kubeobj.AnnotationBootID]
+		r.before = ann[kubeobj.AnnotationBootID]
 	case apierrors.IsNotFound(err):
+		if other, err := a.sibling(ctx, objs, in); err != nil {
+			return decide.StepResult{}, err
+		} else if other != nil {
+			r = reboot{objs: objs, name: other.GetName(), what: what + " " + other.GetName(), created: time.Now(), before: other.GetAnnotations()[kubeobj.AnnotationBootID]}
+			break
+		}
+		if res, ok, err := a.bootedSince(ctx, in); err != nil || ok {
+			return res, err
+		}
 		if in.Step.Holders != policy.HoldersRemediator {
 			held, err := a.nodeHolders(ctx, in.Node)
 			if err != nil {
 				return decide.StepResult{}, err
 			}
 			if held != "" {
-				return busy("node %s still runs %s; a reboot would end it", in.Node, held)
+				return a.stepBusy("node %s still runs %s; a reboot would end it", in.Node, held)
 			}
 		}
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
 		if err != nil {
 			return decide.StepResult{}, fmt.Errorf("get node %s: %w", in.Node, err)
 		}
-		if before = node.Status.NodeInfo.BootID; before == "" {
-			return fail("node %s reports no boot ID: its reboot could not be told", in.Node)
+		if r.before = node.Status.NodeInfo.BootID; r.before == "" {
+			return a.stepFailed("node %s reports no boot ID: its reboot could not be told", in.Node)
 		}
-		ann := u.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann[kubeobj.AnnotationWorkflow], ann[kubeobj.AnnotationRepairTry] = in.WorkflowID, strconv.Itoa(in.Try)
-		ann[kubeobj.AnnotationDevice], ann[kubeobj.AnnotationBootID] = in.Device.String(), before
-		u.SetAnnotations(ann)
-		labels := u.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[kubeobj.LabelManagedBy] = kubeobj.ManagedBy
-		u.SetLabels(labels)
+		mark(u, in, r.before)
 		if _, err := objs.Create(ctx, u, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
-			return decide.StepResult{}, fmt.Errorf("create %s: %w", what, err) // AlreadyExists: the retry adopts or waits
+			// Another device's step of the node asked first: join it.
+			if cur, gerr := objs.Get(ctx, u.GetName(), metav1.GetOptions{}); apierrors.IsAlreadyExists(err) && gerr == nil &&
+				joinable(cur, in.Node) && cur.GetAnnotations()[kubeobj.AnnotationWorkflow] != in.WorkflowID {
+				r.own, r.before = false, cur.GetAnnotations()[kubeobj.AnnotationBootID]
+				break
+			}
+			return decide.StepResult{}, fmt.Errorf("create %s: %w", r.what, err) // the retry adopts, joins or waits
 		}
 	default:
-		return decide.StepResult{}, fmt.Errorf("get %s: %w", what, err)
+		return decide.StepResult{}, fmt.Errorf("get %s: %w", r.what, err)
 	}
-	if before == "" {
-		return fail("%s records no boot ID of node %s: its reboot could not be told", what, in.Node)
+	if r.before == "" {
+		return a.stepFailed("%s records no boot ID of node %s: its reboot could not be told", r.what, in.Node)
 	}
-	done := func() { _ = objs.Delete(context.WithoutCancel(ctx), u.GetName(), metav1.DeleteOptions{}) }
-	deadline := created.Add(in.Step.Check.Timeout.D())
+	r.deadline = r.created.Add(in.Step.Check.Timeout.D())
+	return a.waitReboot(ctx, in, r)
+}
+
+// bootedSince passes a node step whose node booted again (and is Ready) since an earlier try of
+// the quarantine saw it: that reboot is this step's, and the review after it proves the device.
+func (a *Activities) bootedSince(ctx context.Context, in NodeInput) (decide.StepResult, bool, error) {
+	if in.BootSeen == "" {
+		return decide.StepResult{}, false, nil
+	}
+	node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+	if err != nil {
+		return decide.StepResult{}, false, fmt.Errorf("get node %s: %w", in.Node, err)
+	}
+	now := node.Status.NodeInfo.BootID
+	if now == "" || now == in.BootSeen || !nodeReady(node) {
+		return decide.StepResult{}, false, nil
+	}
+	a.countTry(string(policy.RepairNode), "passed")
+	res := decide.StepResult{Passed: true, BootID: now, At: time.Now(), Reason: fmt.Sprintf("node %s booted again since this device's last try (boot ID %s, was %s) and is Ready: no reboot asked for",
+		in.Node, short(now), short(in.BootSeen))}
+	a.tryEvent(ctx, in.Node, string(policy.RepairNode), in.Device, in.WorkflowID, in.Try, res)
+	return res, true, nil
+}
+
+// mark puts on a node step's object whose try it is, the node's boot ID before it, and its node.
+func mark(u *unstructured.Unstructured, in NodeInput, bootID string) {
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[kubeobj.AnnotationWorkflow], ann[kubeobj.AnnotationRepairTry] = in.WorkflowID, strconv.Itoa(in.Try)
+	ann[kubeobj.AnnotationDevice], ann[kubeobj.AnnotationBootID] = in.Device.String(), bootID
+	u.SetAnnotations(ann)
+	labels := u.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[kubeobj.LabelManagedBy], labels[kubeobj.LabelNode] = kubeobj.ManagedBy, kubeobj.LabelValue(in.Node)
+	u.SetLabels(labels)
+}
+
+// joinable says whether a standing object is another device's node step on the same node, with
+// the boot ID it waits to see change.
+func joinable(u *unstructured.Unstructured, node string) bool {
+	return u.GetLabels()[kubeobj.LabelManagedBy] == kubeobj.ManagedBy && u.GetLabels()[kubeobj.LabelNode] == kubeobj.LabelValue(node) &&
+		u.GetAnnotations()[kubeobj.AnnotationBootID] != "" && u.GetDeletionTimestamp() == nil
+}
+
+// sibling is another device's node step of the same node under way, if one stands.
+func (a *Activities) sibling(ctx context.Context, objs dynamic.ResourceInterface, in NodeInput) (*unstructured.Unstructured, error) {
+	list, err := objs.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy + "," + kubeobj.LabelNode + "=" + kubeobj.LabelValue(in.Node)})
+	if err != nil {
+		return nil, fmt.Errorf("list node steps of node %s: %w", in.Node, err)
+	}
+	for i := range list.Items {
+		if o := &list.Items[i]; joinable(o, in.Node) && o.GetAnnotations()[kubeobj.AnnotationWorkflow] != in.WorkflowID {
+			return o, nil
+		}
+	}
+	return nil, nil
+}
+
+// waitReboot waits until the node booted again and is Ready, or r's deadline. Its own object is
+// deleted either way; a joined one is its owner's, and when it is gone before the node booted
+// again, the try found the node busy and is taken again.
+func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (decide.StepResult, error) {
+	step := string(policy.RepairNode)
+	done := func() {
+		if r.own {
+			_ = r.objs.Delete(context.WithoutCancel(ctx), r.name, metav1.DeleteOptions{})
+		}
+	}
+	by := ""
+	if !r.own {
+		by = " (joined another device's node step)"
+	}
 	poll := a.CheckPoll
 	if poll <= 0 {
 		poll = 5 * time.Second
 	}
 	for {
-		activity.RecordHeartbeat(ctx, what)
+		activity.RecordHeartbeat(ctx, r.what)
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			return decide.StepResult{}, fmt.Errorf("get node %s: %w", in.Node, err)
@@ -131,27 +233,49 @@ func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.St
 		if node != nil {
 			after = node.Status.NodeInfo.BootID
 		}
-		if node != nil && after != "" && after != before && nodeReady(node) {
+		if node != nil && after != "" && after != r.before && nodeReady(node) {
 			done()
 			a.countTry(step, "passed")
-			res := decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created",
-				in.Node, short(after), short(before), now.Sub(created).Round(time.Second), what), At: now}
+			res := decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created%s",
+				in.Node, short(after), short(r.before), now.Sub(r.created).Round(time.Second), r.what, by), At: now, BootID: after}
 			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, res)
 			return res, nil
 		}
-		if !now.Before(deadline) {
+		if !r.own && after == r.before {
+			// The owner deletes its object once it saw the node back: read the node again after
+			// the object is gone, or this device would ask for a second reboot.
+			if _, err := r.objs.Get(ctx, r.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				if n, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{}); err != nil || n.Status.NodeInfo.BootID == r.before {
+					return a.stepBusy("%s ended before node %s booted again; this device's try asks again", r.what, in.Node)
+				}
+				continue
+			}
+		}
+		if !now.Before(r.deadline) {
 			done()
-			res, err := fail("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)", in.Node,
-				in.Step.Check.Timeout.D(), what, short(after), short(before))
+			res, err := a.stepFailed("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)%s", in.Node,
+				in.Step.Check.Timeout.D(), r.what, short(after), short(r.before), by)
+			res.BootID = after
 			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, res)
 			return res, err
 		}
 		select {
 		case <-ctx.Done():
 			return decide.StepResult{}, ctx.Err() // the retry adopts the object and waits on
-		case <-time.After(min(poll, time.Until(deadline))):
+		case <-time.After(min(poll, time.Until(r.deadline))):
 		}
 	}
+}
+
+// stepFailed is a node step's failed try; stepBusy one that could not run yet.
+func (a *Activities) stepFailed(format string, args ...any) (decide.StepResult, error) {
+	a.countTry(string(policy.RepairNode), "failed")
+	return decide.StepResult{Reason: fmt.Sprintf(format, args...), At: time.Now()}, nil
+}
+
+func (a *Activities) stepBusy(format string, args ...any) (decide.StepResult, error) {
+	a.countTry(string(policy.RepairNode), "busy")
+	return decide.StepResult{Busy: true, Reason: fmt.Sprintf(format, args...), At: time.Now()}, nil
 }
 
 // remediatorObjects is the client of the template's kind, and how to name it in a reason. No API

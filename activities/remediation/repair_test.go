@@ -51,6 +51,9 @@ func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				if err := cs.Tracker().Add(rebootNode("node-1", "boot-1", true)); err != nil {
+					t.Fatal(err)
+				}
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -65,8 +68,8 @@ func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
 				}
 				return
 			}
-			if res.Busy || !res.Passed {
-				t.Fatalf("result %+v: want the step run", res)
+			if res.Busy || !res.Passed || res.BootID != "boot-1" {
+				t.Fatalf("result %+v: want the step run, with the node's boot ID", res)
 			}
 			if n := testutil.ToFloat64(a.Metrics.RepairTries.WithLabelValues("reset", "passed")); n != 1 {
 				t.Fatalf("passed tries metric %v", n)

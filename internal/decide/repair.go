@@ -272,3 +272,18 @@ func (st *DeviceState) RepairStep() string {
 	t := l.Tries[len(l.Tries)-1]
 	return fmt.Sprintf("%s %d/%d", t.Kind, t.Attempt, st.Policy.Repair.Steps[min(l.Step, len(st.Policy.Repair.Steps)-1)].Attempts)
 }
+
+// BootSeen is the node's boot ID the quarantine's latest try saw ("" when none recorded one): a
+// node step that finds another has no reboot to ask for.
+func (st *DeviceState) BootSeen() string {
+	if st.Quarantine == nil || st.Quarantine.Ladder == nil {
+		return ""
+	}
+	tries := st.Quarantine.Ladder.Tries
+	for i := len(tries) - 1; i >= 0; i-- {
+		if r := tries[i].Result; r != nil && r.BootID != "" {
+			return r.BootID
+		}
+	}
+	return ""
+}

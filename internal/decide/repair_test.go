@@ -282,3 +282,20 @@ func TestForcedTaintAfterRetirementKeepsItRetired(t *testing.T) {
 		t.Fatalf("acts %v state %s deadline %s last %+v", kinds(acts), st.State, st.NextDeadline(), last)
 	}
 }
+
+// BootSeen is the boot ID the latest try that recorded one saw; none without a ladder or a record.
+func TestBootSeenIsTheLatestTrysRecord(t *testing.T) {
+	st := &DeviceState{}
+	if st.BootSeen() != "" {
+		t.Fatal("no quarantine")
+	}
+	st.Quarantine = &QuarantineRecord{Ladder: &Ladder{Tries: []RepairTry{
+		{Result: &StepResult{BootID: "boot-1"}}, {Result: &StepResult{BootID: "boot-2"}}, {Result: &StepResult{}}, {}}}}
+	if got := st.BootSeen(); got != "boot-2" {
+		t.Fatalf("BootSeen = %q", got)
+	}
+	st.Quarantine.Ladder.Tries = st.Quarantine.Ladder.Tries[2:]
+	if got := st.BootSeen(); got != "" {
+		t.Fatalf("BootSeen without a record = %q", got)
+	}
+}

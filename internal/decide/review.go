@@ -36,6 +36,9 @@ type StepResult struct {
 	At     time.Time `json:"at"`
 	// Busy: a repair step found the device still allocated to another claim and ran nothing.
 	Busy bool `json:"busy,omitempty"`
+	// BootID is the device's node's boot ID as a repair step saw it (a node step: after it), so
+	// a later node step can tell that the node booted again since.
+	BootID string `json:"bootID,omitempty"`
 }
 
 // Review is a quarantined or restricted device's way back: probe, probation with a canary, a

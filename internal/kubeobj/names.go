@@ -51,6 +51,9 @@ const (
 	// remediator for a reboot (on the remediator's object); AnnotationRepairTry numbers that try.
 	AnnotationBootID    = "devicewarden.io/boot-id"
 	AnnotationRepairTry = "devicewarden.io/repair-try"
+	// LabelNode marks a node step's object with its node (LabelValue), so a second device of the
+	// node finds the remediation under way and waits on it rather than asking for another.
+	LabelNode = "devicewarden.io/node"
 )
 
 // Labels on probe and canary Pods. LabelCheck names the check (probe Pod or canary Job) an object
