@@ -33,6 +33,8 @@ type Deps struct {
 	KeepLeakedClaims bool
 	// OwnNamespace is DeviceWarden's own namespace (default "default").
 	OwnNamespace string
+	// NodePoolLabels name a node's pool for the node steps' permits (empty: the defaults).
+	NodePoolLabels []string
 }
 
 // Activities are the four domains' activities, registered on the workers.
@@ -46,7 +48,8 @@ type Activities struct {
 // NewActivities builds each domain's activities from d.
 func NewActivities(d Deps) *Activities {
 	rem := &remediation.Activities{Kube: d.Kube, Metrics: d.Metrics, Breaker: d.Breaker, BreakerConfig: d.BreakerConfig,
-		Nodes: d.Nodes, Alerter: d.Alerter, Approvals: d.Approvals, DryRun: d.DryRun, OwnNamespace: d.OwnNamespace}
+		Nodes: d.Nodes, Alerter: d.Alerter, Approvals: d.Approvals, DryRun: d.DryRun, OwnNamespace: d.OwnNamespace,
+		NodePoolLabels: d.NodePoolLabels}
 	return &Activities{
 		Remediation: rem,
 		Migration:   &migration.Activities{Kube: d.Kube, Metrics: d.Metrics, OwnNamespace: d.OwnNamespace, Limiter: d.Limiter},

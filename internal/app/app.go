@@ -267,6 +267,9 @@ type ControllerOptions struct {
 	// OwnNamespace is DeviceWarden's own namespace: migration Leases and evidence live there
 	// (default "default").
 	OwnNamespace string
+	// NodePoolLabels name a node's pool: a repair ladder reboots at most --breaker-max-reboots
+	// nodes of one pool at a time (empty: breaker.DefaultNodePoolLabels).
+	NodePoolLabels []string
 	// Hygiene is the leader's claim-hygiene scanner (zero Interval: off).
 	Hygiene HygieneOptions
 	// WorkflowCacheSize bounds the device workflows the worker keeps in memory between tasks
@@ -318,7 +321,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
 	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: api.NewBreakerClient(tc), BreakerConfig: o.Breaker,
-		Nodes: &api.NodeClient{Client: tc}, Limiter: &api.LimiterClient{Client: tc}, Rollouts: &api.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace,
+		Nodes: &api.NodeClient{Client: tc}, Limiter: &api.LimiterClient{Client: tc}, Rollouts: &api.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace, NodePoolLabels: o.NodePoolLabels,
 		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
 	if o.Slack != nil {
 		o.Slack.Metrics = m

@@ -58,6 +58,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "broken policy file", args: []string{"run", "--policy", brokenPolicy}, wantErr: "line 4"},
 		{name: "missing policy file", args: []string{"run", "--policy", "/nonexistent/policy.yaml"}, wantErr: "read policy file"},
 		{name: "breaker cap of zero", args: []string{"run", "--breaker-max-count", "0"}, wantErr: "breaker"},
+		{name: "node pool label that is no label key", args: []string{"run", "--node-pool-labels", "pool name"}, wantErr: `--node-pool-labels: "pool name" is not a label key`},
 		{name: "hygiene leak timeout of zero", args: []string{"run", "--hygiene-leak-timeout", "0"}, wantErr: "stuck timeout must be positive"},
 		{name: "negative hygiene interval", args: []string{"run", "--hygiene-interval", "-1m"}, wantErr: "must not be negative"},
 		{name: "unknown operator signal", args: []string{"device", "signal", "d/p/gpu-0", "reboot", "--actor", "x"}, wantErr: "want one of"},

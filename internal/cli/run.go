@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
@@ -37,7 +39,8 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().DurationVar(&o.Breaker.Window, "breaker-window", def.Window, "circuit breaker: sliding window for the cap")
 	cmd.Flags().IntVar(&o.Breaker.MaxCount, "breaker-max-count", def.MaxCount, "circuit breaker: most devices tainted automatically per window")
 	cmd.Flags().IntVar(&o.Breaker.MaxResets, "breaker-max-resets", breaker.DefaultMaxResets, "circuit breaker: most devices a repair ladder may reset per window (a budget of its own)")
-	cmd.Flags().IntVar(&o.Breaker.MaxReboots, "breaker-max-reboots", breaker.DefaultMaxReboots, "circuit breaker: most devices a repair ladder may reboot the node of per window (a budget of its own)")
+	cmd.Flags().IntVar(&o.Breaker.MaxReboots, "breaker-max-reboots", breaker.DefaultMaxReboots, "circuit breaker: most nodes of one node pool a repair ladder may reboot at a time (a budget of its own)")
+	cmd.Flags().StringSliceVar(&o.NodePoolLabels, "node-pool-labels", breaker.DefaultNodePoolLabels, "node labels that name a node's pool for --breaker-max-reboots, the first one a node carries counting")
 	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
 	cmd.Flags().StringVar(&o.OwnNamespace, "own-namespace", "default", "DeviceWarden's own namespace: migration Leases and evidence ConfigMaps are kept there")
 	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
@@ -77,6 +80,11 @@ func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	}
 	if err := o.Breaker.Validate(); err != nil {
 		return o, err
+	}
+	for _, l := range o.NodePoolLabels {
+		if errs := validation.IsQualifiedName(l); len(errs) > 0 {
+			return o, fmt.Errorf("--node-pool-labels: %q is not a label key: %s", l, strings.Join(errs, "; "))
+		}
 	}
 	if o.HeartbeatInterval <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval must be positive")
