@@ -60,4 +60,6 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 }
 
 // nodeStepTimeout bounds one run of a node step's activity (it has three).
-func nodeStepTimeout(step policy.RepairStep) time.Duration { return step.Check.Timeout.D() + 2*time.Minute }
+func nodeStepTimeout(step policy.RepairStep) time.Duration {
+	return step.Check.Timeout.D() + 2*time.Minute
+}
