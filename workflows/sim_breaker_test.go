@@ -36,6 +36,51 @@ type breakerModel struct {
 	spends  int
 	// mu: the breaker revokes on several workers' queues at once, each a goroutine of its own.
 	mu sync.Mutex
+	// nodes are the node permits the breaker granted and did not take back: node -> its holder.
+	nodes map[string]nodePermit
+}
+
+// nodePermit is a node step's permit as the model holds it.
+type nodePermit struct {
+	pool, holder string
+	until        time.Time
+}
+
+// simNodes are the nodes node steps ask for: two in pool a, one in pool b.
+var simNodes = []struct{ name, pool string }{{"node-0", "a"}, {"node-1", "a"}, {"node-2", "b"}}
+
+// nodeHold is how long a node permit lasts unreleased; off the steps' gaps, so no request comes
+// in the instant one ends.
+const nodeHold = 7*time.Minute + 30*time.Second + 500*time.Millisecond
+
+// nodeGranted takes a node permit the breaker gave: a new one is held by the request's device, and
+// no pool may hold more nodes than the budget.
+func (m *breakerModel) nodeGranted(req breaker.PermitRequest, sent, now time.Time) {
+	if !m.pausedAt.IsZero() && sent.After(m.pausedAt) {
+		m.violate("node permit of %s granted while the breaker was paused by hand", req.Node)
+	}
+	m.expireNodes(now)
+	if _, ok := m.nodes[req.Node]; ok {
+		return // shared with the device that holds it
+	}
+	m.nodes[req.Node] = nodePermit{pool: req.NodePool, holder: req.Device.String(), until: sent.Add(req.Hold)}
+	held := 0
+	for _, p := range m.nodes {
+		if p.pool == req.NodePool {
+			held++
+		}
+	}
+	if held > m.cfg.Reboots() {
+		m.violate("%d nodes of pool %s hold a node permit at once, over the budget of %d", held, req.NodePool, m.cfg.Reboots())
+	}
+}
+
+func (m *breakerModel) expireNodes(now time.Time) {
+	for n, p := range m.nodes {
+		if !now.Before(p.until) {
+			delete(m.nodes, n)
+		}
+	}
 }
 
 // simWorker is a worker process holding leased permits: dead ones spend and answer nothing, cut
@@ -233,7 +278,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 		}
 		gap := rapid.SampledFrom(gaps).Draw(rt, fmt.Sprintf("gap%d", i))
 		s := step{at: tl.next(gap)}
-		kinds := []string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new"}
+		kinds := []string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new", "reboot", "reboot", "release"}
 		if leasing {
 			kinds = append(kinds, "lease", "lease", "lease", "spend", "spend", "spend", "spend", "report", "kill", "cut", "pause-update")
 		}
@@ -276,6 +321,36 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 						m.granted(req, sent, env.Now())
 					}
 				})
+			}
+		case "reboot":
+			n := simNodes[rapid.IntRange(0, len(simNodes)-1).Draw(rt, fmt.Sprintf("node%d", i))]
+			d := rapid.IntRange(0, 1).Draw(rt, fmt.Sprintf("device%d", i))
+			req := breaker.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: n.name, Device: fmt.Sprintf("gpu-%d", d)},
+				Action: breaker.Reboot, Node: n.name, NodePool: n.pool, Hold: nodeHold, Config: m.cfg}
+			s.what = fmt.Sprintf("node step of %s (pool %s) for gpu-%d", n.name, n.pool, d)
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				sent := env.Now()
+				u := &simUpdate{what: s.what}
+				m.updates = append(m.updates, u)
+				sendUpdate(env, api.UpdateAcquire, req, u, nil, func(v any, _ error) {
+					r, _ := v.(breaker.PermitResult)
+					m.note("  %s: granted %v %s", s.what, r.Granted, r.Reason)
+					if r.Granted {
+						m.nodeGranted(req, sent, env.Now())
+					}
+				})
+			}
+		case "release":
+			n := simNodes[rapid.IntRange(0, len(simNodes)-1).Draw(rt, fmt.Sprintf("node%d", i))]
+			d := rapid.IntRange(0, 1).Draw(rt, fmt.Sprintf("device%d", i))
+			holder := device.ID{Driver: "gpu.sim.devicewarden.io", Pool: n.name, Device: fmt.Sprintf("gpu-%d", d)}.String()
+			s.at = tl.own() // the model must know whether the request before it was granted
+			s.what = fmt.Sprintf("gpu-%d of %s gives the node permit back", d, n.name)
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				if p, ok := m.nodes[n.name]; ok && p.holder == holder {
+					delete(m.nodes, n.name)
+				}
+				m.signal(env, api.SignalPermitRelease, breaker.PermitRelease{Key: "node:" + n.name, Holder: holder})
 			}
 		case "pause":
 			s.what = "pause"
@@ -321,8 +396,8 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 func TestSimulateBreakerWorkflow(t *testing.T) { simulate(t, 300, breakerProperty) }
 
 func breakerProperty(rt *rapid.T) {
-	m := &breakerModel{grants: map[string][]breakerGrant{},
-		cfg: breaker.Config{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap")}}
+	m := &breakerModel{grants: map[string][]breakerGrant{}, nodes: map[string]nodePermit{},
+		cfg: breaker.Config{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap"), MaxReboots: rapid.IntRange(1, 2).Draw(rt, "reboots")}}
 	steps := breakerSteps(rt, m, rapid.IntRange(0, 3).Draw(rt, "leasing") > 0)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		registerActivities(env)

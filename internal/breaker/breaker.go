@@ -355,9 +355,16 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 	return PermitResult{Granted: true}
 }
 
-// Resume re-arms the breaker and starts a fresh window.
+// Resume re-arms the breaker and starts a fresh window; node permits in use stay held.
 func (b *State) Resume(actor string, now time.Time) {
-	b.Open, b.Reason, b.OpenedAt, b.Grants = false, "", time.Time{}, nil
+	// A node permit stays: its node is being rebooted, whatever the window.
+	var held []Grant
+	for _, g := range b.Grants {
+		if !g.Until.IsZero() {
+			held = append(held, g)
+		}
+	}
+	b.Open, b.Reason, b.OpenedAt, b.Grants = false, "", time.Time{}, held
 	b.RestrictionsOpen, b.RestrictionsReason = false, ""
 	b.ResumedBy, b.ResumedAt = actor, now
 }

@@ -108,3 +108,24 @@ func TestRefusalsDoNotAnswerNodeSteps(t *testing.T) {
 		t.Fatal("a refused node step held quarantines")
 	}
 }
+
+// A resume starts a fresh window, but a node being rebooted still holds its pool's permit.
+func TestResumeKeepsNodePermits(t *testing.T) {
+	b := &State{SeparateBudgets: true, OpenDeniesAll: true, SpendsOwnAction: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20, MaxReboots: 1}
+	ask := func(node string) PermitResult {
+		return b.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: node, Device: "gpu-0"}, Action: Reboot, Node: node, NodePool: "a", Hold: time.Hour, Config: cfg}, t0)
+	}
+	if r := ask("n1"); !r.Granted {
+		t.Fatal(r.Reason)
+	}
+	b.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: "n9", Device: "gpu-0"}, Action: decide.Quarantined, Config: cfg}, t0)
+	b.Trip("ops", "look", t0)
+	b.Resume("ops", t0)
+	if len(b.Grants) != 1 || b.Grants[0].Device != "node:n1" {
+		t.Fatalf("grants after a resume: %+v", b.Grants)
+	}
+	if r := ask("n2"); r.Granted {
+		t.Fatal("a resume let a second node of the pool reboot")
+	}
+}
