@@ -517,6 +517,9 @@ func (p Policy) Validate() error {
 	if err := p.Repair.validate(); err != nil {
 		return err
 	}
+	if p.Repair.MovesHolders() && !p.Migration.Enabled {
+		return fmt.Errorf("repair: a node step with holders: %s moves them with the policy's migration; enable migration or choose holders: %s", HoldersMove, HoldersWait)
+	}
 	return p.Migration.validate()
 }
 

@@ -48,8 +48,9 @@ type RepairStep struct {
 	// reboot; its strings may name {{ .Node }}, {{ .Device }}, {{ .Driver }} and {{ .Pool }}.
 	Template string `json:"template,omitempty"`
 	// Holders says who moves the node's other Pods that hold devices before a node step:
-	// HoldersWait (the default) waits until none is left; HoldersRemediator leaves them to the
-	// remediator (one that drains the node itself).
+	// HoldersWait (the default) waits until none is left; HoldersMove keeps new claims off the
+	// node's devices and moves them with the policy's migration; HoldersRemediator leaves them to
+	// the remediator (one that drains the node itself).
 	Holders string `json:"holders,omitempty"`
 	// Approval: each try of the step waits for a person's approval (Slack or `device approve`),
 	// for the policy's approvalTimeout; a rejection or no answer stops the ladder.
@@ -59,6 +60,7 @@ type RepairStep struct {
 // Who moves a node's other device holders before its reboot.
 const (
 	HoldersWait       = "wait"
+	HoldersMove       = "move"
 	HoldersRemediator = "remediator"
 )
 
@@ -117,6 +119,16 @@ func (r *repairEntry) apply(dst *Repair) {
 }
 
 // validate checks every step of a ladder.
+// MovesHolders says whether a node step of the ladder moves the node's other device holders.
+func (r Repair) MovesHolders() bool {
+	for _, s := range r.Steps {
+		if s.Kind == RepairNode && s.Holders == HoldersMove {
+			return true
+		}
+	}
+	return false
+}
+
 func (r Repair) validate() error {
 	if r.RetireAfter < 0 {
 		return fmt.Errorf("repair.retireAfter must be >= 0, got %d", r.RetireAfter)
@@ -143,8 +155,8 @@ func (s RepairStep) validate() error {
 		return fmt.Errorf("a %s step takes no template or holders (they are a node step's)", s.Kind)
 	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0):
 		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image or command", s.Kind)
-	case s.Kind == RepairNode && s.Holders != HoldersWait && s.Holders != HoldersRemediator:
-		return fmt.Errorf("holders %q: want %s or %s", s.Holders, HoldersWait, HoldersRemediator)
+	case s.Kind == RepairNode && s.Holders != HoldersWait && s.Holders != HoldersMove && s.Holders != HoldersRemediator:
+		return fmt.Errorf("holders %q: want %s, %s or %s", s.Holders, HoldersWait, HoldersMove, HoldersRemediator)
 	case s.Kind == RepairNode:
 		_, err := s.Object(NodeVars{Node: "node-0", Device: "gpu-0", Driver: "gpu.example.com", Pool: "node-0"})
 		return err

@@ -60,6 +60,7 @@ func TestBadRepairLadders(t *testing.T) {
 		{`steps: [{kind: node, template: {apiVersion: v1, kind: K, spec: {n: "{{ .Node "}}}]`, "template"},
 		{`steps: [{kind: node, image: i, template: {apiVersion: v1, kind: K}}]`, "runs no Pod"},
 		{`steps: [{kind: node, holders: everyone, template: {apiVersion: v1, kind: K}}]`, `holders "everyone"`},
+		{`steps: [{kind: node, holders: move, template: {apiVersion: v1, kind: K}}]`, "enable migration or choose holders: wait"},
 	} {
 		set, err := Parse([]byte("default:\n  repair: {" + tt.ladder + "}\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -110,5 +111,25 @@ default:
 	def.Repair.Steps = []RepairStep{{Kind: RepairNode, Attempts: 1, Check: Check{Timeout: JSONDuration(time.Minute)}, Holders: HoldersWait}}
 	if _, err := def.Repair.Steps[0].Object(NodeVars{}); err == nil || !strings.Contains(err.Error(), "needs a template") {
 		t.Fatalf("a step without a template: %v", err)
+	}
+}
+
+// A node step may move the node's other holders with the policy's migration.
+func TestNodeStepMovesHolders(t *testing.T) {
+	set, err := Parse([]byte(`
+default:
+  migration: {enabled: true}
+  repair:
+    steps:
+      - {kind: node, holders: move, template: {apiVersion: v1, kind: K}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := set.For("", "gpu.example.com").Repair; !r.MovesHolders() || r.Steps[0].Holders != HoldersMove {
+		t.Fatalf("ladder %+v", r)
+	}
+	if (Repair{Steps: []RepairStep{{Kind: RepairNode, Holders: HoldersWait}}}).MovesHolders() {
+		t.Fatal("a waiting node step moves holders")
 	}
 }
