@@ -75,7 +75,8 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 		case decide.ActRelease:
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
-				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, RepairedBy: st.RepairedBy()}
+				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, RepairedBy: st.RepairedBy(),
+				NodeFence: st.Policy.Repair.MovesHolders()}
 			res := decide.Result{Action: act, Outcome: decide.Done}
 			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
 				res = decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}

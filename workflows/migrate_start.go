@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"slices"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -50,6 +51,8 @@ func startMigrations(ctx workflow.Context, st *decide.DeviceState, pods []decide
 			workflow.GetLogger(ctx).Warn("migration not started", "migration", id, "error", err)
 			continue
 		}
-		st.Migrations = append(st.Migrations, id)
+		if !slices.Contains(st.Migrations, id) {
+			st.Migrations = append(st.Migrations, id)
+		}
 	}
 }

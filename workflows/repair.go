@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -55,6 +56,17 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 	var res decide.StepResult
 	if err := workflow.ExecuteActivity(actx, rem.RemediateNode, in).Get(ctx, &res); err != nil {
 		res = decide.StepResult{Reason: "node step could not run: " + err.Error(), At: workflow.Now(ctx)}
+	}
+	if res.Busy && len(res.Holders) > 0 {
+		// holders: move. The node is fenced; its holders move with the policy's migration (a
+		// migration already started for a workload is joined), and the try looks again later.
+		var pods []decide.PodRef
+		for _, h := range res.Holders {
+			if ns, name, ok := strings.Cut(h, "/"); ok {
+				pods = append(pods, decide.PodRef{Namespace: ns, Name: name})
+			}
+		}
+		startMigrations(ctx, st, pods)
 	}
 	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }

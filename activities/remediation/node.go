@@ -46,10 +46,20 @@ type NodeInput struct {
 // serves both. The node's permit goes back to the breaker once the step ended.
 func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.StepResult, error) {
 	res, err := a.remediateNode(ctx, in)
-	if err == nil && in.Node != "" {
-		a.releaseNode(in.Node, in.Device)
+	if err != nil || in.Node == "" {
+		return res, err
 	}
-	return res, err
+	if res.Busy && len(res.Holders) > 0 {
+		return res, nil // the node's holders are being moved: the node keeps its permit
+	}
+	if in.Step.Holders == policy.HoldersMove && !res.Busy {
+		// The step ended: the node's devices take claims again (the device's own rule stays).
+		if err := a.unfenceNode(ctx, in.Node, ""); err != nil {
+			return decide.StepResult{}, err
+		}
+	}
+	a.releaseNode(in.Node, in.Device)
+	return res, nil
 }
 
 // reboot is one node step's wait: for the object named what (its own, or another device's it
@@ -111,9 +121,18 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 			return res, err
 		}
 		if in.Step.Holders != policy.HoldersRemediator {
-			held, err := a.nodeHolders(ctx, in.Node)
+			held, pods, err := a.nodeHolders(ctx, in.Node)
 			if err != nil {
 				return decide.StepResult{}, err
+			}
+			if held != "" && in.Step.Holders == policy.HoldersMove {
+				n, err := a.fenceNode(ctx, in)
+				if err != nil {
+					return decide.StepResult{}, err
+				}
+				res, _ := a.stepBusy("node %s still runs %s; they are moved first, and new claims keep off its devices (%d fences)", in.Node, held, n)
+				res.Holders = pods
+				return res, nil
 			}
 			if held != "" {
 				return a.stepBusy("node %s still runs %s; a reboot would end it", in.Node, held)
@@ -318,12 +337,12 @@ func (a *Activities) objects() (dynamic.Interface, error) {
 	return kubeobj.Dynamic(a.Kube)
 }
 
-// nodeHolders names the Pods on the node that hold a device ("" when none does), other than
-// DeviceWarden's own checks: a reboot would end them.
-func (a *Activities) nodeHolders(ctx context.Context, node string) (string, error) {
+// nodeHolders says which Pods on the node hold a device ("" when none does), other than
+// DeviceWarden's own checks, and names them: a reboot would end them.
+func (a *Activities) nodeHolders(ctx context.Context, node string) (string, []string, error) {
 	pods, err := a.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
-		return "", fmt.Errorf("list pods on node %s: %w", node, err)
+		return "", nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
 	var names []string
 	for _, p := range pods.Items {
@@ -335,11 +354,11 @@ func (a *Activities) nodeHolders(ctx context.Context, node string) (string, erro
 	}
 	switch len(names) {
 	case 0:
-		return "", nil
+		return "", nil, nil
 	case 1:
-		return "Pod " + names[0] + ", which holds a device", nil
+		return "Pod " + names[0] + ", which holds a device", names, nil
 	}
-	return fmt.Sprintf("%d Pods that hold devices (%s, ...)", len(names), names[0]), nil
+	return fmt.Sprintf("%d Pods that hold devices (%s, ...)", len(names), names[0]), names, nil
 }
 
 // holdsDevice says whether a Pod has a resource claim or a device plugin's resource.

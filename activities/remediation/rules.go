@@ -346,6 +346,9 @@ type ReleaseInput struct {
 	Members []string `json:"members,omitempty"`
 	// WorkflowID is the releasing workflow: only the rules it owns are removed (owners.go).
 	WorkflowID string `json:"workflowID,omitempty"`
+	// NodeFence: the policy's ladder may have fenced the node while moving its holders; the
+	// fences this workflow made go too.
+	NodeFence bool `json:"nodeFence,omitempty"`
 	// RepairedBy is the repair step the passing review followed ("" when none ran): the release
 	// counts toward the time-to-repair metric of that step.
 	RepairedBy string `json:"repairedBy,omitempty"`
@@ -359,6 +362,11 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		}
 	} else if err := a.deleteOwnRule(ctx, in.Device, in.WorkflowID); err != nil {
 		return err
+	}
+	if in.NodeFence && in.Node != "" {
+		if err := a.unfenceNode(ctx, in.Node, in.WorkflowID); err != nil {
+			return err
+		}
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
 	msg := fmt.Sprintf("device %s released by %s: %s", in.Device, in.Actor, in.Reason)

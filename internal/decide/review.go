@@ -39,6 +39,9 @@ type StepResult struct {
 	// BootID is the device's node's boot ID as a repair step saw it (a node step: after it), so
 	// a later node step can tell that the node booted again since.
 	BootID string `json:"bootID,omitempty"`
+	// Holders are the Pods ("namespace/name") on the node that held devices when a node step
+	// that moves them found it busy: the workflow moves them.
+	Holders []string `json:"holders,omitempty"`
 }
 
 // Review is a quarantined or restricted device's way back: probe, probation with a canary, a

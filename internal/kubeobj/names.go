@@ -54,6 +54,9 @@ const (
 	// LabelNode marks a node step's object with its node (LabelValue), so a second device of the
 	// node finds the remediation under way and waits on it rather than asking for another.
 	LabelNode = "devicewarden.io/node"
+	// TaintNodeRepair is the taint key of a node fence: while a node step moves the node's other
+	// device holders and the node reboots, new claims keep off every device of the node.
+	TaintNodeRepair = "devicewarden.io/node-repair"
 )
 
 // Labels on probe and canary Pods. LabelCheck names the check (probe Pod or canary Job) an object
