@@ -71,6 +71,10 @@ const repairClass = "repair.gpu.sim.devicewarden.io"
 // NodeReboot) that a person approves, and move nothing.
 const rebootClass = "reboot.gpu.sim.devicewarden.io"
 
+// moveClass devices (on the nodes rep-move-*) climb a ladder of one reset and then a node step
+// that moves the node's other holders first, with no person involved.
+const moveClass = "move.gpu.sim.devicewarden.io"
+
 // unitRepairClass devices (partitionable GPUs) climb the same ladder, and move nothing.
 const unitRepairClass = "unit-repair.gpu.sim.devicewarden.io"
 
@@ -127,6 +131,19 @@ policies:
         - kind: node
           timeout: 1m
           approval: true
+          template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
+  - name: move-test
+    match: {deviceClass: ` + moveClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    migration: {enabled: true, perNode: 1, clusterWide: 10, checkpointTimeout: 30s, readyTimeout: 2m, decisionTimeout: 5m}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+        - kind: node
+          timeout: 1m
+          holders: move
           template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
   - name: unit-repair-test
     match: {deviceClass: ` + unitRepairClass + `}
