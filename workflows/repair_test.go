@@ -6,11 +6,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -171,5 +174,59 @@ func TestLadderRebootsTheNodeWhenTheResetFails(t *testing.T) {
 	}
 	if h.released[0].RepairedBy != string(policy.RepairNode) {
 		t.Fatalf("released as repaired by %q", h.released[0].RepairedBy)
+	}
+}
+
+// A node step that moves holders: the first try finds the node's other holders, and the workflow
+// moves their workloads with the policy's migration; the try a minute later joins the migration
+// already started rather than starting another, finds the node free and reboots it.
+func TestLadderMovesTheNodesHoldersBeforeTheReboot(t *testing.T) {
+	h := newHarness(0)
+	h.checks = []decide.StepResult{{Reason: "reset exit 1: reboot fault"}}
+	var asked []remediation.NodeInput
+	h.env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in remediation.NodeInput) (decide.StepResult, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			asked = append(asked, in)
+			if len(asked) < 3 {
+				return decide.StepResult{Busy: true, Reason: "node node-1 still runs Pod team/train", Holders: []string{"team/train-0"}}, nil
+			}
+			return decide.StepResult{Passed: true, Reason: "node node-1 booted again"}, nil
+		})
+	var found []migration.FindWorkloadsInput
+	h.env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in migration.FindWorkloadsInput) ([]api.Workload, error) {
+			found = append(found, in)
+			if in.Pods[0].Name != "train-0" {
+				return []api.Workload{{Kind: "Pod", Namespace: "ns", Name: "p", UID: "p-uid", Pods: []string{"p"}}}, nil
+			}
+			return []api.Workload{{Kind: "Job", Namespace: "team", Name: "train", UID: "job-uid", Pods: []string{"train-0"}}}, nil
+		})
+	var started []api.MigrateInput
+	h.env.RegisterWorkflow(MigrateWorkflow)
+	h.env.OnWorkflow("MigrateWorkflow", mock.Anything, mock.Anything).Return(
+		func(ctx workflow.Context, in api.MigrateInput) (migrationplan.MigrationState, error) {
+			started = append(started, in)
+			return migrationplan.MigrationState{}, nil
+		})
+	p := laddered()
+	p.Migration = policy.DefaultMigration()
+	p.Migration.Enabled = true
+	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersMove, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
+		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
+	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
+	p.Repair.Steps[0].Attempts = 1
+	failedThenIdle(h)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	if err := h.env.GetWorkflowError(); err != nil || len(h.released) != 1 {
+		t.Fatalf("workflow ended with %v, released %+v", err, h.released)
+	}
+	// The device's own holder is looked up at the quarantine, then the node's, at each busy try.
+	if len(asked) != 3 || len(found) != 3 || found[1].Pods[0] != (migration.PodRef{Namespace: "team", Name: "train-0"}) || found[2].Pods[0] != found[1].Pods[0] {
+		t.Fatalf("node steps %d, workloads looked up %+v", len(asked), found)
+	}
+	if len(started) != 2 || started[1].Workload.Name != "train" || started[1].Device != gpu0 || !h.released[0].NodeFence {
+		t.Fatalf("migrations started %+v; release %+v", started, h.released[0])
 	}
 }
