@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
 
+	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/breaker"
@@ -65,6 +66,11 @@ type deviceModel struct {
 	// workflow last asked for it, approvedAt when a person last sent an approval.
 	stepApproval            bool
 	stepAskedAt, approvedAt time.Time
+	// nodeHolders are the other Pods on the node that a node step moving holders (moveHolders)
+	// finds; holdersFound: the last try found some, moveAsked: the workflow looked for their
+	// workloads since (each look moves one).
+	moveHolders, holdersFound, moveAsked bool
+	nodeHolders                          int
 }
 
 // repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
@@ -235,6 +241,20 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.NodeInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		if in.Step.Holders == policy.HoldersMove && m.nodeHolders > 0 {
+			if m.holdersFound && !m.moveAsked {
+				m.violate("a node step looked again without the holders it found being moved")
+			}
+			if res := m.repairStep(env, breaker.Reboot, true); res.Busy {
+				return res, nil
+			}
+			m.holdersFound, m.moveAsked = true, false
+			m.note("RemediateNode: %d holders on the node, moved first", m.nodeHolders)
+			return decide.StepResult{Busy: true, Reason: "node node-1 still runs Pods", Holders: []string{fmt.Sprintf("team/holder-%d", m.nodeHolders)}}, nil
+		}
+		if in.Step.Holders == policy.HoldersMove && m.holdersFound && !m.moveAsked {
+			m.violate("a node step rebooted without the holders it found being moved")
+		}
 		ok := m.checkPasses()
 		m.note("RemediateNode passed=%v", ok)
 		return m.repairStep(env, breaker.Reboot, ok), nil
@@ -247,6 +267,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return errors.New("apiserver unavailable")
 		}
 		m.note("ReleaseRule by %q: %s", in.Actor, in.Reason)
+		if m.moveHolders && !in.NodeFence {
+			m.violate("a release of a device whose ladder fences its node does not take its fences")
+		}
 		if m.retired && in.Actor == decide.Actor {
 			m.violate("a retired device was released with no person's approval")
 		}
@@ -284,7 +307,18 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	for _, name := range []string{"Alert", "ReportNodeFailure"} {
 		env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
 	}
-	env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+	env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(func(_ context.Context, in migration.FindWorkloadsInput) ([]api.Workload, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, p := range in.Pods {
+			if p.Namespace == "team" && m.nodeHolders > 0 {
+				m.moveAsked = true
+				m.nodeHolders--
+				break
+			}
+		}
+		return nil, nil
+	}).Maybe()
 }
 
 func ptrBool(b *bool) string {
@@ -498,7 +532,12 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
 			if rapid.Bool().Draw(rt, "nodeStep") {
 				m.stepApproval = rapid.Bool().Draw(rt, "stepApproval")
-				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Approval: m.stepApproval,
+				holders := policy.HoldersWait
+				if m.moveHolders = rapid.Bool().Draw(rt, "moveHolders"); m.moveHolders {
+					holders, m.nodeHolders = policy.HoldersMove, rapid.IntRange(0, 2).Draw(rt, "nodeHolders")
+					p.Migration.Enabled = true
+				}
+				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: holders, Approval: m.stepApproval,
 					Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)}, Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`})
 			}
 		}
