@@ -24,10 +24,11 @@ import "go.temporal.io/sdk/workflow"
 //     their Healthy neither starts a restricted unit's review nor skips its probe and canary.
 //   - 8: a quarantine climbs its policy's repair ladder (decide.Ladder), and a device can be
 //     Retired; a run without a ladder in its policy decides as at v7.
+//   - 9: a failed repair try sends a warning that says what comes next (decide.Rules.StepAlerts).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 8
+const deviceChangesNow workflow.Version = 9
 
 type changesKey struct{}
 

@@ -44,6 +44,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		FailedProbeHolds: changed(ctx, "failed-probe-holds"), // before: Healthy reports stood for a failed probe
 		SilentNoEvidence: takes(ctx, 7),
 		Repair:           takes(ctx, 8),
+		StepAlerts:       takes(ctx, 9),
 	}
 	st.Follow(rules)
 	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {

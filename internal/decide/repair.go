@@ -153,7 +153,7 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 	if !res.Passed {
 		try.Review = "not run: the step failed"
 		l.Due = true
-		return st.climb(now)
+		return st.tryFailed(*try, "failed: "+res.Reason, now)
 	}
 	return st.startReview(fmt.Sprintf("repair: %s attempt %d done (%s)", try.Kind, try.Attempt, res.Reason), Actor, now)
 }
@@ -164,8 +164,31 @@ func (st *DeviceState) stillBroken(now time.Time) []Action {
 	if !st.laddered() {
 		return nil
 	}
-	st.Quarantine.Ladder.Due = true
+	l := st.Quarantine.Ladder
+	l.Due = true
+	if n := len(l.Tries); n > 0 && l.Tries[n-1].Result != nil && l.Tries[n-1].Result.Passed {
+		return st.tryFailed(l.Tries[n-1], "ran, but the device is still broken", now)
+	}
 	return st.climb(now)
+}
+
+// tryFailed takes the ladder's next try after a failed one and, under StepAlerts, warns what the
+// try found and what comes next (the next try, a person's approval, or the device's retirement,
+// which alerts on its own).
+func (st *DeviceState) tryFailed(try RepairTry, what string, now time.Time) []Action {
+	acts := st.climb(now)
+	if !st.rules.StepAlerts || st.State == Retired {
+		return acts
+	}
+	next := "the device waits for its review"
+	switch l := st.Quarantine.Ladder; {
+	case l.Awaiting:
+		next = "the next step waits for a person's approval"
+	case l.Running || l.Due:
+		next = fmt.Sprintf("next: %s", st.Policy.Repair.Steps[min(l.Step, len(st.Policy.Repair.Steps)-1)].Kind)
+	}
+	alert := Action{Kind: ActAlert, Level: LevelWarning, Reason: fmt.Sprintf("repair %s attempt %d %s; %s", try.Kind, try.Attempt, what, next)}
+	return append([]Action{alert}, acts...)
 }
 
 // reviewEnded records on the try before it how a review ended (its first review only).

@@ -299,3 +299,63 @@ func TestBootSeenIsTheLatestTrysRecord(t *testing.T) {
 		t.Fatalf("BootSeen without a record = %q", got)
 	}
 }
+
+// Under StepAlerts a failed try warns what it found and what comes next: the step's failure, or a
+// review that found the device still broken after the step ran; the last try's failure retires
+// the device, whose own critical alert says so, and nothing more. Without the rule (runs recorded
+// before it) a failed try sends nothing.
+func TestFailedTriesWarnWhatComesNext(t *testing.T) {
+	for _, alerts := range []bool{true, false} {
+		st := NewState(dev, "node-1", ladderPolicy(), false)
+		st.Follow(Rules{ReleasePath: true, Repair: true, StepAlerts: alerts})
+		acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+		st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
+		acts = st.Observe(idle(2), t0)
+		// Try 1: the reset fails outright.
+		acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "exit code 1"}}, t0.Add(time.Minute))
+		if !alerts {
+			wantKinds(t, "try 1 failed, no rule", acts, ActRepair)
+			continue
+		}
+		wantKinds(t, "try 1 failed", acts, ActAlert, ActRepair)
+		if acts[0].Level != LevelWarning || acts[0].Reason != "repair reset attempt 1 failed: exit code 1; next: reset" {
+			t.Fatalf("alert %+v", acts[0])
+		}
+		// Try 2: the reset runs, but the probe after it fails: the last try, so the device retires.
+		acts = st.Report(Result{Action: acts[1], Outcome: Done, Check: pass(t0.Add(2 * time.Minute))}, t0.Add(2*time.Minute))
+		wantKinds(t, "try 2 ran", acts, ActProbe)
+		acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "probe exit 1", At: t0.Add(3 * time.Minute)}}, t0.Add(3*time.Minute))
+		if st.State != Retired {
+			t.Fatalf("state %s", st.State)
+		}
+		for _, a := range acts {
+			if a.Kind == ActAlert && a.Level == LevelWarning && strings.HasPrefix(a.Reason, "repair ") {
+				t.Fatalf("a retired device's last try warned too: %+v", acts)
+			}
+		}
+	}
+}
+
+// A review that finds the device still broken after a step that ran warns so, naming the next try.
+func TestStillBrokenAfterAStepWarns(t *testing.T) {
+	p := ladderPolicy()
+	p.Repair.Steps[0].Attempts = 1
+	p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Approval: true, Holders: policy.HoldersWait,
+		Check: policy.Check{Timeout: policy.JSONDuration(time.Minute)}, Template: `{"apiVersion": "v1", "kind": "K"}`})
+	st := NewState(dev, "node-1", p, false)
+	st.Follow(Rules{ReleasePath: true, Repair: true, StepAlerts: true})
+	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+	st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
+	acts = st.Observe(idle(2), t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0.Add(time.Minute))}, t0.Add(time.Minute))
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "probe exit 1", At: t0.Add(2 * time.Minute)}}, t0.Add(2*time.Minute))
+	var warned string
+	for _, a := range acts {
+		if a.Kind == ActAlert && strings.HasPrefix(a.Reason, "repair reset") {
+			warned = a.Reason
+		}
+	}
+	if warned != "repair reset attempt 1 ran, but the device is still broken; the next step waits for a person's approval" {
+		t.Fatalf("alerts %+v", acts)
+	}
+}

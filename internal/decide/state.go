@@ -85,6 +85,9 @@ type Rules struct {
 	SilentNoEvidence bool `json:"silentNoEvidence,omitempty"`
 	// Repair: a quarantine climbs its policy's repair ladder, and a device can be Retired.
 	Repair bool `json:"repair,omitempty"`
+	// StepAlerts: a repair try that failed (its step, or the review after it) sends a warning
+	// that says what comes next.
+	StepAlerts bool `json:"stepAlerts,omitempty"`
 }
 
 // Follow makes the state decide by r.
