@@ -89,6 +89,9 @@ func newDevCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(out, "  Temporal UI: %s\n", u)
 				}
 			}
+			if ctl.console.listen != "" {
+				fmt.Fprintf(out, "  Fleet page:  http://%s\n", ctl.console.listen)
+			}
 			self := os.Args[0]
 			fmt.Fprintf(out, "  Try:         %s sim workload demo --node gpu-node-0 --index 0\n"+
 				"               %s sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
@@ -102,6 +105,7 @@ func newDevCmd(g *globals) *cobra.Command {
 			if err := ctl.addApprovals(&copts, tc.Client, kube, g.logger); err != nil {
 				return err
 			}
+			ctl.console.addConsole(&copts, tc.Client, kube, ctl.slack.uiURL, g.logger)
 			// The simulated driver: probes and canaries on its devices find out whether they were fixed.
 			copts.Policies = copts.Policies.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 			copts.Extra = append(copts.Extra, (&sim.Kubelet{Kube: kube, Logger: g.logger}).Run)

@@ -58,6 +58,8 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "broken policy file", args: []string{"run", "--policy", brokenPolicy}, wantErr: "line 4"},
 		{name: "missing policy file", args: []string{"run", "--policy", "/nonexistent/policy.yaml"}, wantErr: "read policy file"},
 		{name: "breaker cap of zero", args: []string{"run", "--breaker-max-count", "0"}, wantErr: "breaker"},
+		{name: "console address without a port", args: []string{"run", "--console-listen", "localhost"}, wantErr: `--console-listen "localhost"`},
+		{name: "console refresh too often", args: []string{"run", "--console-refresh", "1ms"}, wantErr: "--console-refresh must be at least 100ms"},
 		{name: "node pool label that is no label key", args: []string{"run", "--node-pool-labels", "pool name"}, wantErr: `--node-pool-labels: "pool name" is not a label key`},
 		{name: "hygiene leak timeout of zero", args: []string{"run", "--hygiene-leak-timeout", "0"}, wantErr: "stuck timeout must be positive"},
 		{name: "negative hygiene interval", args: []string{"run", "--hygiene-interval", "-1m"}, wantErr: "must not be negative"},

@@ -22,6 +22,7 @@ import (
 // controllerFlags are the worker's and watcher's flags; load turns them into options.
 type controllerFlags struct {
 	o           app.ControllerOptions
+	console     consoleFlags
 	slack       slackFlags
 	policyFile  string
 	leaderElect bool
@@ -31,6 +32,7 @@ type controllerFlags struct {
 func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	o := &f.o
 	f.slack.addNotify(cmd)
+	f.console.add(cmd)
 	def := breaker.DefaultConfig()
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "decide as usual but taint with effect None (preview only)")
 	cmd.Flags().IntVar(&o.Workers, "workers", 8, "devices signalled in parallel")
@@ -76,6 +78,9 @@ func (f *controllerFlags) addApprovals(o *app.ControllerOptions, tc client.Clien
 func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	o := f.o
 	if err := f.slack.validate(); err != nil {
+		return o, err
+	}
+	if err := f.console.validate(); err != nil {
 		return o, err
 	}
 	if err := o.Breaker.Validate(); err != nil {
@@ -154,6 +159,11 @@ func newRunCmd(g *globals) *cobra.Command {
 			if err := ctl.addApprovals(&copts, tc.Client, kube, g.logger); err != nil {
 				return err
 			}
+			ui := ctl.slack.uiURL
+			if ui == "" && tc.Server != nil {
+				ui = tc.Server.UIURL()
+			}
+			ctl.console.addConsole(&copts, tc.Client, kube, ui, g.logger)
 			return app.RunController(c.Context(), kube, tc.Client, copts, m, g.logger)
 		},
 	}

@@ -30,7 +30,7 @@ var layers = [][]string{
 	{"api", "internal/sim"},
 	// Side effects, and the parties that only talk to workflows through the contract.
 	{"activities/hygiene", "activities/migration", "activities/remediation", "activities/rollouts",
-		"internal/watcher", "internal/slackapp"},
+		"internal/watcher", "internal/slackapp", "internal/console"},
 	{"workflows"},
 	{"worker"},
 	{"internal/app"},

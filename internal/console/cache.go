@@ -1,0 +1,127 @@
+package console
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// DefaultRefresh is how old the cache's view may be before a request refreshes it.
+const DefaultRefresh = 3 * time.Second
+
+// Snapshot is the fleet as the cache last read it.
+type Snapshot struct {
+	At      time.Time
+	Devices map[device.ID]Device
+	Nodes   []Node
+	Breaker *breaker.State
+	// Errors are what could not be read this time (the rest is shown).
+	Errors []string
+}
+
+// Cache reads the fleet at most once per Refresh, however many requests ask: one request refreshes
+// while the others are answered from the last snapshot (the first ones wait for it).
+type Cache struct {
+	Fleet   Fleet
+	Cluster Cluster
+	Refresh time.Duration
+
+	mu      sync.Mutex
+	snap    *Snapshot
+	loading chan struct{}
+	states  map[device.ID]stateEntry
+}
+
+type stateEntry struct {
+	at  time.Time
+	st  decide.DeviceState
+	err error
+}
+
+func (c *Cache) refresh() time.Duration {
+	if c.Refresh > 0 {
+		return c.Refresh
+	}
+	return DefaultRefresh
+}
+
+// Fleet is the newest snapshot, refreshed first when it is older than Refresh.
+func (c *Cache) Snapshot(ctx context.Context) *Snapshot {
+	c.mu.Lock()
+	if c.snap != nil && time.Since(c.snap.At) < c.refresh() {
+		s := c.snap
+		c.mu.Unlock()
+		return s
+	}
+	if c.loading != nil {
+		wait, s := c.loading, c.snap
+		c.mu.Unlock()
+		if s != nil {
+			return s
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.snap == nil {
+			return &Snapshot{At: time.Now(), Errors: []string{"the fleet is being read"}}
+		}
+		return c.snap
+	}
+	c.loading = make(chan struct{})
+	c.mu.Unlock()
+	s := c.read(context.WithoutCancel(ctx))
+	c.mu.Lock()
+	c.snap = s
+	close(c.loading)
+	c.loading = nil
+	c.mu.Unlock()
+	return s
+}
+
+func (c *Cache) read(ctx context.Context) *Snapshot {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s := &Snapshot{Devices: map[device.ID]Device{}}
+	devices, err := c.Fleet.Devices(ctx)
+	if err != nil {
+		s.Errors = append(s.Errors, err.Error())
+	}
+	for _, d := range devices {
+		s.Devices[d.ID] = d
+	}
+	if s.Nodes, err = c.Cluster.Nodes(ctx); err != nil {
+		s.Errors = append(s.Errors, err.Error())
+	}
+	if b, err := c.Fleet.Breaker(ctx); err != nil {
+		s.Errors = append(s.Errors, err.Error())
+	} else {
+		s.Breaker = &b
+	}
+	s.At = time.Now()
+	return s
+}
+
+// State is a device's state record, asked of its workflow at most once per Refresh.
+func (c *Cache) State(ctx context.Context, id device.ID) (decide.DeviceState, error) {
+	c.mu.Lock()
+	e, ok := c.states[id]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < c.refresh() {
+		return e.st, e.err
+	}
+	st, err := c.Fleet.State(ctx, id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.states == nil || len(c.states) > 10000 {
+		c.states = map[device.ID]stateEntry{}
+	}
+	c.states[id] = stateEntry{at: time.Now(), st: st, err: err}
+	return st, err
+}

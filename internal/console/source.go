@@ -1,0 +1,172 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// Device is one device workflow as visibility lists it: a device DeviceWarden acts on.
+type Device struct {
+	ID     device.ID
+	State  decide.State
+	Node   string
+	Forms  int
+	Repair string
+	Since  time.Time
+}
+
+// Node is one node and the devices its ResourceSlices publish.
+type Node struct {
+	Name    string
+	Pool    string
+	Devices []device.ID
+}
+
+// Fleet reads what DeviceWarden keeps in Temporal.
+type Fleet interface {
+	Devices(ctx context.Context) ([]Device, error)
+	State(ctx context.Context, id device.ID) (decide.DeviceState, error)
+	Breaker(ctx context.Context) (breaker.State, error)
+}
+
+// Cluster reads the nodes and the devices they publish.
+type Cluster interface {
+	Nodes(ctx context.Context) ([]Node, error)
+}
+
+// TemporalFleet is the Fleet of a Temporal namespace; Calls counts the requests it sent.
+type TemporalFleet struct {
+	Client    client.Client
+	Namespace string
+	Calls     atomic.Int64
+}
+
+// Devices lists every running device workflow, page by page.
+func (f *TemporalFleet) Devices(ctx context.Context) ([]Device, error) {
+	var out []Device
+	var token []byte
+	for {
+		f.Calls.Add(1)
+		resp, err := f.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: f.Namespace, Query: api.RunningDevicesQuery, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list device workflows: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			if d, ok := deviceOf(e); ok {
+				out = append(out, d)
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// deviceOf reads a device workflow's search attributes.
+func deviceOf(e *workflowpb.WorkflowExecutionInfo) (Device, bool) {
+	fields := e.GetSearchAttributes().GetIndexedFields()
+	attr := func(name string) string {
+		var v string
+		if p, ok := fields[name]; ok {
+			_ = converter.GetDefaultDataConverter().FromPayload(p, &v)
+		}
+		return v
+	}
+	id, err := device.ParseID(attr("DeviceID"))
+	if err != nil {
+		return Device{}, false
+	}
+	d := Device{ID: id, State: decide.State(attr("DeviceState")), Node: attr("DeviceNode"), Repair: attr("DeviceRepair"), Forms: 1,
+		Since: e.GetStartTime().AsTime()}
+	if p, ok := fields["DeviceForms"]; ok {
+		var list []string
+		if converter.GetDefaultDataConverter().FromPayload(p, &list) == nil && len(list) > 0 {
+			d.Forms = len(list)
+		}
+	}
+	if d.State == "" {
+		d.State = decide.Healthy
+	}
+	return d, true
+}
+
+// State asks a device's workflow for its state record.
+func (f *TemporalFleet) State(ctx context.Context, id device.ID) (decide.DeviceState, error) {
+	var st decide.DeviceState
+	f.Calls.Add(1)
+	v, err := f.Client.QueryWorkflow(ctx, id.WorkflowID(), "", api.QueryState)
+	if err != nil {
+		return st, fmt.Errorf("query %s: %w", id.WorkflowID(), err)
+	}
+	return st, v.Get(&st)
+}
+
+// Breaker asks the breaker workflow for its state.
+func (f *TemporalFleet) Breaker(ctx context.Context) (breaker.State, error) {
+	var st breaker.State
+	f.Calls.Add(1)
+	v, err := f.Client.QueryWorkflow(ctx, api.BreakerWorkflowID, "", api.QueryState)
+	if err != nil {
+		return st, fmt.Errorf("query the breaker: %w", err)
+	}
+	return st, v.Get(&st)
+}
+
+// KubeCluster is the Cluster of a Kubernetes API: node-local ResourceSlices and the Nodes' pool
+// labels (breaker.NodePool).
+type KubeCluster struct {
+	Kube       kubernetes.Interface
+	PoolLabels []string
+}
+
+// Nodes lists every node that publishes devices, with its pool, sorted by name.
+func (c *KubeCluster) Nodes(ctx context.Context) ([]Node, error) {
+	slices, err := c.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list resource slices: %w", err)
+	}
+	nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	pool := map[string]string{}
+	for _, n := range nodes.Items {
+		pool[n.Name] = breaker.NodePool(n.Labels, c.PoolLabels)
+	}
+	byNode := map[string]*Node{}
+	for _, s := range slices.Items {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName == "" {
+			continue
+		}
+		n := byNode[*s.Spec.NodeName]
+		if n == nil {
+			n = &Node{Name: *s.Spec.NodeName, Pool: pool[*s.Spec.NodeName]}
+			byNode[n.Name] = n
+		}
+		for _, d := range s.Spec.Devices {
+			n.Devices = append(n.Devices, device.ID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name})
+		}
+	}
+	out := make([]Node, 0, len(byNode))
+	for _, n := range byNode {
+		sort.Slice(n.Devices, func(i, j int) bool { return n.Devices[i].String() < n.Devices[j].String() })
+		out = append(out, *n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
