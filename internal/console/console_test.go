@@ -60,7 +60,7 @@ func testServer(t *testing.T) (*httptest.Server, *fakeFleet) {
 		devices: []Device{{ID: bad, State: decide.Quarantined, Node: "node-a", Forms: 1, Since: since, Repair: "reset 1/2"},
 			{ID: gpu("node-gone", 0), State: decide.Retired, Node: "node-gone", Forms: 1, Since: since}},
 		states: map[device.ID]decide.DeviceState{bad: {Device: bad, Node: "node-a", State: decide.Quarantined, Health: device.Unhealthy,
-			Quarantine: &decide.QuarantineRecord{RuleName: bad.TaintRuleName(), Effect: "NoExecute", Reason: "XID 79: fell off the bus", Actor: "devicewarden", CreatedAt: since},
+			Quarantine:  &decide.QuarantineRecord{RuleName: bad.TaintRuleName(), Effect: "NoExecute", Reason: "XID 79: fell off the bus", Actor: "devicewarden", CreatedAt: since},
 			Transitions: []decide.Transition{{From: decide.Healthy, To: decide.Quarantined, Reason: "XID 79", Actor: "devicewarden", At: since}}}},
 	}
 	nodes := fakeCluster{{Name: "node-a", Pool: "h100", Devices: []device.ID{gpu("node-a", 0), bad}},
