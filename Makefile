@@ -24,7 +24,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane clean
+.PHONY: simulate dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -56,12 +56,17 @@ test-unit: ## Unit, workflow (time-skipping) and replay tests with the race dete
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
 	$(GO) test -count=1 $(FULL_PKGS)
 
-test-e2e: control-plane $(HELM) ## Integration tests on a real local cluster and the embedded Temporal server
+test-e2e: control-plane $(HELM) chromium ## Integration tests on a real local cluster and the embedded Temporal server
 	@$(BIN) cluster build --tools prometheus
 	@echo "==> the activities on a real local cluster"
 	$(GO) test -tags e2e -count=1 -timeout 5m -v ./activities/e2e/
-	@echo "==> integration tests on the real local stack"
-	DEVICEWARDEN_HELM=$(HELM) $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
+	@echo "==> integration tests on the real local stack (screenshots of the fleet page in .artefacts/)"
+	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
+
+chromium: ## Debian's Chromium, for the fleet page's browser test (installed when root; the test says why it skips otherwise)
+	@command -v chromium >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then echo "==> installing chromium (Debian package)"; apt-get install -y -q chromium >/dev/null; \
+		else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
 check: fmt vet staticcheck workflowcheck chart image-check test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
 

@@ -125,6 +125,14 @@ func TestFleetPage(t *testing.T) {
 	if strings.Contains(body, "node-c") || !strings.Contains(body, `<span class="mono">node-b</span>`) {
 		t.Error("pool filter, or the expanded healthy nodes")
 	}
+	_, body = get(t, srv.URL+"/?pool=(none)&expand=1")
+	if !strings.Contains(body, `<span class="mono">node-c</span>`) || strings.Contains(body, "node-b") || !strings.Contains(body, `<option value="(none)" selected>`) {
+		t.Error("the nodes without a pool label")
+	}
+	_, body = get(t, srv.URL+"/")
+	if strings.Contains(body, " selected>") {
+		t.Error("an unfiltered page marks a filter selected")
+	}
 }
 
 // A device's page shows its state, reason, rule, transitions and Events, and links to its

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"sort"
@@ -21,6 +22,9 @@ func stateName(s decide.State) string {
 	}
 	return string(s)
 }
+
+// NoPool is how the filter names the nodes that carry no pool label.
+const NoPool = "(none)"
 
 // Filter narrows the fleet page: by state, node (a substring), driver and node pool.
 type Filter struct {
@@ -142,7 +146,7 @@ func fleet(s *Snapshot, f Filter) fleetView {
 				row.Cells = append(row.Cells, c)
 			}
 		}
-		if (f.Node != "" && !strings.Contains(n.Name, f.Node)) || (f.Pool != "" && f.Pool != n.Pool) || len(row.Cells) == 0 {
+		if (f.Node != "" && !strings.Contains(n.Name, f.Node)) || (f.Pool != "" && f.Pool != cmp.Or(n.Pool, NoPool)) || len(row.Cells) == 0 {
 			continue
 		}
 		if healthy && f.State == "" {
