@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -19,6 +20,8 @@ type Snapshot struct {
 	Devices map[device.ID]Device
 	Nodes   []Node
 	Breaker *breaker.State
+	// Migrations and Rollouts are the running ones.
+	Migrations, Rollouts []Flow
 	// Errors are what could not be read this time (the rest is shown).
 	Errors []string
 }
@@ -97,6 +100,12 @@ func (c *Cache) read(ctx context.Context) *Snapshot {
 		s.Devices[d.ID] = d
 	}
 	if s.Nodes, err = c.Cluster.Nodes(ctx); err != nil {
+		s.Errors = append(s.Errors, err.Error())
+	}
+	if s.Migrations, err = c.Fleet.Running(ctx, api.MigrateWorkflow); err != nil {
+		s.Errors = append(s.Errors, err.Error())
+	}
+	if s.Rollouts, err = c.Fleet.Running(ctx, api.RolloutWorkflow); err != nil {
 		s.Errors = append(s.Errors, err.Error())
 	}
 	if b, err := c.Fleet.Breaker(ctx); err != nil {

@@ -32,6 +32,14 @@ func (f *fakeFleet) Devices(context.Context) ([]Device, error) {
 	return f.devices, nil
 }
 
+func (f *fakeFleet) Running(_ context.Context, workflowType string) ([]Flow, error) {
+	since := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	if workflowType == "RolloutWorkflow" {
+		return []Flow{{ID: "rollout/h100-dra", Started: since, Name: "h100-dra", Phase: "canary", State: "Soaking"}}, nil
+	}
+	return []Flow{{ID: "migrate/gpu.example.com/node-a/gpu-1/job-uid/10", Started: since}}, nil
+}
+
 func (f *fakeFleet) State(_ context.Context, id device.ID) (decide.DeviceState, error) {
 	st, ok := f.states[id]
 	if !ok {
@@ -41,7 +49,8 @@ func (f *fakeFleet) State(_ context.Context, id device.ID) (decide.DeviceState, 
 }
 
 func (f *fakeFleet) Breaker(context.Context) (breaker.State, error) {
-	return breaker.State{Config: breaker.Config{Window: 10 * time.Minute, MaxCount: 20}, Open: true, Reason: "20 automatic actions within 10m0s"}, nil
+	return breaker.State{Config: breaker.Config{Window: 10 * time.Minute, MaxCount: 20}, Open: true, Reason: "20 automatic actions within 10m0s",
+		Waiting: []string{"gpu.example.com/node-b/gpu-1"}}, nil
 }
 
 type fakeCluster []Node
@@ -104,6 +113,9 @@ func TestFleetPage(t *testing.T) {
 		`class="cell s-quarantined" href="/device?id=gpu.example.com%2Fnode-a%2Fgpu-1" title="gpu.example.com/node-a/gpu-1: Quarantined since 2026-12-03T10:00:00Z, repair reset 1/2"`,
 		`<td class="node">node-a</td>`, `Node pool h100: 4 devices`, `1 nodes with every device Healthy`, `Circuit breaker: <b>open</b>: 20 automatic actions`,
 		`Devices on no node in the inventory`, `gpu.example.com/node-gone/gpu-0`,
+		`Waiting for the breaker (1)`, `href="/device?id=gpu.example.com%2Fnode-b%2Fgpu-1"`,
+		`Migrations in flight: 1`, `href="http://ui.example:8233/namespaces/dw/workflows/migrate%2Fgpu.example.com%2Fnode-a%2Fgpu-1%2Fjob-uid%2F10"`,
+		`Rollouts: 1`, `>h100-dra</a></td><td>canary</td><td>Soaking</td>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("fleet page lacks %q", want)
@@ -126,7 +138,7 @@ func TestFleetPage(t *testing.T) {
 		t.Error("pool filter, or the expanded healthy nodes")
 	}
 	_, body = get(t, srv.URL+"/?pool=(none)&expand=1")
-	if !strings.Contains(body, `<span class="mono">node-c</span>`) || strings.Contains(body, "node-b") || !strings.Contains(body, `<option value="(none)" selected>`) {
+	if !strings.Contains(body, `<span class="mono">node-c</span>`) || strings.Contains(body, `<span class="mono">node-b</span>`) || !strings.Contains(body, `<option value="(none)" selected>`) {
 		t.Error("the nodes without a pool label")
 	}
 	_, body = get(t, srv.URL+"/")

@@ -37,9 +37,19 @@ type Node struct {
 	Devices []device.ID
 }
 
+// Flow is a running workflow other than a device's: a migration or a rollout.
+type Flow struct {
+	ID      string
+	Started time.Time
+	// Name, Phase and State are a rollout's search attributes.
+	Name, Phase, State string
+}
+
 // Fleet reads what DeviceWarden keeps in Temporal.
 type Fleet interface {
 	Devices(ctx context.Context) ([]Device, error)
+	// Running lists the running workflows of a type (api.MigrateWorkflow, api.RolloutWorkflow).
+	Running(ctx context.Context, workflowType string) ([]Flow, error)
 	State(ctx context.Context, id device.ID) (decide.DeviceState, error)
 	Breaker(ctx context.Context) (breaker.State, error)
 }
@@ -77,16 +87,45 @@ func (f *TemporalFleet) Devices(ctx context.Context) ([]Device, error) {
 	}
 }
 
-// deviceOf reads a device workflow's search attributes.
-func deviceOf(e *workflowpb.WorkflowExecutionInfo) (Device, bool) {
+// Running lists the running workflows of a type, page by page.
+func (f *TemporalFleet) Running(ctx context.Context, workflowType string) ([]Flow, error) {
+	var out []Flow
+	var token []byte
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflowType)
+	for {
+		f.Calls.Add(1)
+		resp, err := f.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: f.Namespace, Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list %s workflows: %w", workflowType, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			attr := keyword(e)
+			out = append(out, Flow{ID: e.GetExecution().GetWorkflowId(), Started: e.GetStartTime().AsTime(),
+				Name: attr("RolloutName"), Phase: attr("RolloutPhase"), State: attr("RolloutState")})
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+			return out, nil
+		}
+	}
+}
+
+// keyword reads a workflow's Keyword search attributes ("" when unset).
+func keyword(e *workflowpb.WorkflowExecutionInfo) func(string) string {
 	fields := e.GetSearchAttributes().GetIndexedFields()
-	attr := func(name string) string {
+	return func(name string) string {
 		var v string
 		if p, ok := fields[name]; ok {
 			_ = converter.GetDefaultDataConverter().FromPayload(p, &v)
 		}
 		return v
 	}
+}
+
+// deviceOf reads a device workflow's search attributes.
+func deviceOf(e *workflowpb.WorkflowExecutionInfo) (Device, bool) {
+	fields := e.GetSearchAttributes().GetIndexedFields()
+	attr := keyword(e)
 	id, err := device.ParseID(attr("DeviceID"))
 	if err != nil {
 		return Device{}, false

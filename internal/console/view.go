@@ -82,6 +82,13 @@ type fleetView struct {
 	Elsewhere []cell
 	Drivers   []string
 	Pools     []string
+	// Migrations and Rollouts in flight.
+	Migrations, Rollouts []flowRow
+}
+
+type flowRow struct {
+	ID, Href, Since    string
+	Name, Phase, State string
 }
 
 type breakerView struct {
@@ -91,6 +98,8 @@ type breakerView struct {
 	Window           string
 	Waiting, Denied  int
 	RestrictionsOpen bool
+	// Held are the first devices waiting for the breaker, with links.
+	Held []cell
 }
 
 func stateClass(s decide.State) string { return "s-" + strings.ToLower(string(s)) }
@@ -188,6 +197,19 @@ func fleet(s *Snapshot, f Filter) fleetView {
 		}
 		v.Breaker = &breakerView{Open: b.Open, Reason: b.Reason, Used: used, Cap: b.Config.Limit(b.Known), Window: b.Config.Window.String(),
 			Waiting: len(b.Waiting), Denied: b.Denied, RestrictionsOpen: b.RestrictionsOpen}
+		for _, w := range b.Waiting[:min(len(b.Waiting), 20)] {
+			if id, err := device.ParseID(w); err == nil {
+				c := mkcell(id)
+				c.Label = w
+				v.Breaker.Held = append(v.Breaker.Held, c)
+			}
+		}
+	}
+	for _, m := range s.Migrations {
+		v.Migrations = append(v.Migrations, flowRow{ID: m.ID, Since: when(m.Started)})
+	}
+	for _, r := range s.Rollouts {
+		v.Rollouts = append(v.Rollouts, flowRow{ID: r.ID, Since: when(r.Started), Name: r.Name, Phase: r.Phase, State: r.State})
 	}
 	return v
 }
