@@ -26,9 +26,10 @@ func TestNodePermitsPerNodePoolAtATime(t *testing.T) {
 	if r := ask("n1", "gpu-1", "a", t0); !r.Granted || !strings.Contains(r.Reason, "already granted") {
 		t.Fatalf("a second device of the same node does not share its permit: %+v", r)
 	}
+	denied := b.Denied
 	r := ask("n2", "gpu-0", "a", t0)
-	if r.Granted || r.Tripped || b.Open || !strings.Contains(r.Reason, "1 of node pool a being rebooted (n1; max 1 at a time)") {
-		t.Fatalf("a second node of pool a: %+v", r)
+	if r.Granted || r.Tripped || b.Open || !strings.Contains(r.Reason, "1 of node pool a being rebooted (n1; max 1 at a time)") || b.Denied != denied+1 {
+		t.Fatalf("a second node of pool a: %+v, %d refused", r, b.Denied)
 	}
 	if r := ask("n3", "gpu-0", "b", t0); !r.Granted {
 		t.Fatalf("pool b counted pool a's node: %s", r.Reason)

@@ -45,8 +45,9 @@ func (f *consoleFlags) addConsole(o *app.ControllerOptions, tc client.Client, ku
 		return
 	}
 	cluster := &console.KubeCluster{Kube: kube, PoolLabels: o.NodePoolLabels}
+	fleet := &console.TemporalFleet{Client: tc, Namespace: o.Namespace}
 	s := &console.Server{
-		Cache:       &console.Cache{Fleet: &console.TemporalFleet{Client: tc, Namespace: o.Namespace}, Cluster: cluster, Refresh: f.refresh},
+		Cache:       &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: f.refresh},
 		Events:      cluster.Events,
 		UIURL:       uiURL,
 		Namespace:   o.Namespace,

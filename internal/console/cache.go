@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -33,10 +34,45 @@ type Cache struct {
 	Cluster Cluster
 	Refresh time.Duration
 
+	// History, when set, gives the trends, read at most once per TrendRefresh.
+	History History
+
 	mu      sync.Mutex
 	snap    *Snapshot
 	loading chan struct{}
 	states  map[device.ID]stateEntry
+	trends  *trends
+	trendMu sync.Mutex
+}
+
+// TrendRefresh is how old the trends may be before a request reads them again.
+const TrendRefresh = time.Minute
+
+// MaxTrendWorkflows bounds the device workflows one reading of the trends queries.
+const MaxTrendWorkflows = 2000
+
+// Trends are the last TrendDays days' figures, read at most once per TrendRefresh (one reader at a
+// time; the others wait for it).
+func (c *Cache) Trends(ctx context.Context) (trends, error) {
+	c.trendMu.Lock()
+	defer c.trendMu.Unlock()
+	if c.History == nil {
+		return trends{}, fmt.Errorf("no history to read trends from")
+	}
+	if c.trends != nil && time.Since(c.trends.at) < TrendRefresh {
+		return *c.trends, nil
+	}
+	now := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	r, err := c.History.Records(ctx, now.AddDate(0, 0, -TrendDays), MaxTrendWorkflows)
+	if err != nil {
+		return trends{}, err
+	}
+	t := trendsOf(r, now)
+	t.at = now
+	c.trends = &t
+	return t, nil
 }
 
 type stateEntry struct {

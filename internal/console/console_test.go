@@ -88,6 +88,13 @@ func testServer(t *testing.T) (*httptest.Server, *fakeFleet) {
 	return srv, f
 }
 
+func newTestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)

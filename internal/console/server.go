@@ -57,6 +57,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.fleet)
 	mux.HandleFunc("GET /device", s.device)
+	mux.HandleFunc("GET /trends", s.trends)
 	mux.HandleFunc("GET /static/style.css", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")
@@ -147,6 +148,17 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request) {
 		data["Events"] = evs
 	}
 	s.render(w, "device", data)
+}
+
+func (s *Server) trends(w http.ResponseWriter, r *http.Request) {
+	data := map[string]any{"Page": page{Title: "Trends", UI: s.ui(), At: when(time.Now())}, "Days": TrendDays}
+	t, err := s.Cache.Trends(r.Context())
+	if err != nil {
+		data["Error"] = err.Error()
+	} else {
+		data["T"], data["Charts"] = t, charts(t)
+	}
+	s.render(w, "trends", data)
 }
 
 // nodeOf finds the device's node in the inventory.

@@ -209,3 +209,42 @@ func (c *KubeCluster) Nodes(ctx context.Context) ([]Node, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// Records reads the quarantine records of the device workflows that ran since: each running one's,
+// and each closed one's last run (a query Temporal answers from its history), at most max of them.
+func (f *TemporalFleet) Records(ctx context.Context, since time.Time, max int) (Records, error) {
+	var r Records
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus != 'ContinuedAsNew' AND (ExecutionStatus = 'Running' OR CloseTime >= '%s')",
+		api.DeviceWorkflow, since.UTC().Format(time.RFC3339))
+	var token []byte
+	for {
+		f.Calls.Add(1)
+		resp, err := f.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: f.Namespace, Query: query, NextPageToken: token})
+		if err != nil {
+			return r, fmt.Errorf("list device workflows since %s: %w", since.Format(time.RFC3339), err)
+		}
+		for _, e := range resp.GetExecutions() {
+			if r.Read >= max {
+				r.Capped = true
+				return r, nil
+			}
+			f.Calls.Add(1)
+			v, err := f.Client.QueryWorkflow(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), api.QueryState)
+			if err != nil {
+				continue // a history Temporal no longer keeps, or a run no worker can replay: left out
+			}
+			var st decide.DeviceState
+			if v.Get(&st) != nil {
+				continue
+			}
+			r.Read++
+			if start := e.GetStartTime().AsTime(); r.Oldest.IsZero() || start.Before(r.Oldest) {
+				r.Oldest = start
+			}
+			r.Quarantines = append(r.Quarantines, recordsOf(st)...)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return r, nil
+		}
+	}
+}

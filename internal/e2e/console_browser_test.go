@@ -74,7 +74,7 @@ func TestFleetPageInABrowser(t *testing.T) {
 	ln.Close()
 	cluster := &console.KubeCluster{Kube: kube}
 	fleet := &console.TemporalFleet{Client: shared.temporal, Namespace: "default"}
-	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, Refresh: time.Second},
+	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second},
 		Events: cluster.Events, PageRefresh: time.Second}
 	sctx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
@@ -180,7 +180,23 @@ func TestFleetPageInABrowser(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "device-page.png"), shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range append(fleetLinks, links(t, bctx)...) {
+	deviceLinks := links(t, bctx)
+
+	// The trends: read from the workflows' records, with this quarantine in today's bar.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/trends"), chromedp.WaitVisible(chromedp.ID(`reach`))); err != nil {
+		t.Fatalf("the trends page: %v", err)
+	}
+	today, err := chromedp.Run(bctx, chromedp.Evaluate[string](`[...document.querySelectorAll("#chart-quarantines title")].pop().textContent`))
+	if _, n, ok := strings.Cut(today, ": "); err != nil || !ok || n == "0" || n == "" {
+		t.Fatalf("today's quarantines on the trends page: %q (%v)", today, err)
+	}
+	if shot, err = chromedp.Run(bctx, chromedp.FullScreenshot(100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "trends-page.png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range append(append(fleetLinks, deviceLinks...), links(t, bctx)...) {
 		resp, err := http.Get(l)
 		if err != nil {
 			t.Fatalf("link %s: %v", l, err)
