@@ -88,7 +88,7 @@ func (c *Cache) refresh() time.Duration {
 	return DefaultRefresh
 }
 
-// Fleet is the newest snapshot, refreshed first when it is older than Refresh.
+// Snapshot is the newest snapshot, refreshed first when it is older than Refresh.
 func (c *Cache) Snapshot(ctx context.Context) *Snapshot {
 	c.mu.Lock()
 	if c.snap != nil && time.Since(c.snap.At) < c.refresh() {
