@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -30,11 +31,16 @@ type Device struct {
 	Since  time.Time
 }
 
-// Node is one node and the devices its ResourceSlices publish.
+// Node is one node and the devices its ResourceSlices publish: a partitionable GPU is one device,
+// its unit (device.Unit.Device), with its forms.
 type Node struct {
 	Name    string
 	Pool    string
 	Devices []device.ID
+	// Forms are the forms of each unit among Devices (shared units only), and Labels name a
+	// unit's cell (its whole form, or its first).
+	Forms  map[device.ID][]device.ID
+	Labels map[device.ID]string
 }
 
 // Flow is a running workflow other than a device's: a migration or a rollout.
@@ -194,11 +200,25 @@ func (c *KubeCluster) Nodes(ctx context.Context) ([]Node, error) {
 		}
 		n := byNode[*s.Spec.NodeName]
 		if n == nil {
-			n = &Node{Name: *s.Spec.NodeName, Pool: pool[*s.Spec.NodeName]}
+			n = &Node{Name: *s.Spec.NodeName, Pool: pool[*s.Spec.NodeName], Forms: map[device.ID][]device.ID{}, Labels: map[device.ID]string{}}
 			byNode[n.Name] = n
 		}
+		offers := make([]device.Offer, 0, len(s.Spec.Devices))
 		for _, d := range s.Spec.Devices {
-			n.Devices = append(n.Devices, device.ID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name})
+			o := device.Offer{Name: d.Name}
+			for _, c := range d.ConsumesCounters {
+				o.CounterSets = append(o.CounterSets, c.CounterSet)
+			}
+			offers = append(offers, o)
+		}
+		// Forms that draw on one counter set are one physical unit: one cell.
+		for _, u := range device.Units(s.Spec.Driver, s.Spec.Pool.Name, offers, device.Grouping{}) {
+			if !u.Shared() {
+				n.Devices = append(n.Devices, device.ID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: u.Devices[0]})
+				continue
+			}
+			n.Devices = append(n.Devices, u.Device())
+			n.Forms[u.Device()], n.Labels[u.Device()] = u.DeviceIDs(), cmp.Or(u.Whole, u.Devices[0])
 		}
 	}
 	out := make([]Node, 0, len(byNode))

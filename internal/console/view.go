@@ -104,14 +104,43 @@ type breakerView struct {
 
 func stateClass(s decide.State) string { return "s-" + strings.ToLower(string(s)) }
 
+// rank orders states by how far out of service they put a device.
+func rank(s decide.State) int {
+	switch s {
+	case decide.Retired:
+		return 6
+	case decide.Quarantined:
+		return 5
+	case decide.Restricted:
+		return 4
+	case decide.Recovering:
+		return 3
+	case decide.Suspect:
+		return 2
+	case decide.Released:
+		return 1
+	}
+	return 0
+}
+
 // fleet builds the fleet page's view of a snapshot.
 func fleet(s *Snapshot, f Filter) fleetView {
 	v := fleetView{At: s.At.UTC().Format(time.RFC3339), Errors: s.Errors, Filter: f}
 	counts := map[decide.State]int{}
 	seen := map[device.ID]bool{}
 	drivers, pools := map[string]bool{}, map[string]bool{}
+	var forms map[device.ID][]device.ID
+	var labels map[device.ID]string
 	mkcell := func(id device.ID) cell {
 		d, ok := s.Devices[id]
+		if !ok {
+			// A unit without a workflow of its own shows its worst form's.
+			for _, f := range forms[id] {
+				if fd, fok := s.Devices[f]; fok && (!ok || rank(fd.State) > rank(d.State)) {
+					d, ok = fd, true
+				}
+			}
+		}
 		st := decide.Healthy
 		title := stateName(st)
 		if ok {
@@ -125,6 +154,9 @@ func fleet(s *Snapshot, f Filter) fleetView {
 			Href: "/device?id=" + url.QueryEscape(id.String())}
 		if ok {
 			c.Forms = d.Forms
+		}
+		if n := len(forms[id]); n > 0 {
+			c.Forms, c.Label = n, labels[id]
 		}
 		return c
 	}
@@ -141,8 +173,12 @@ func fleet(s *Snapshot, f Filter) fleetView {
 		}
 		row := nodeRow{Name: n.Name}
 		healthy := true
+		forms, labels = n.Forms, n.Labels
 		for _, id := range n.Devices {
 			seen[id] = true
+			for _, f := range forms[id] {
+				seen[f] = true
+			}
 			drivers[id.Driver] = true
 			c := mkcell(id)
 			counts[decide.State(c.State)]++
@@ -164,6 +200,7 @@ func fleet(s *Snapshot, f Filter) fleetView {
 		}
 		g.Nodes = append(g.Nodes, row)
 	}
+	forms, labels = nil, nil
 	for id, d := range s.Devices {
 		if seen[id] {
 			continue
