@@ -51,6 +51,10 @@ type Ladder struct {
 // again, in case no report says the holder left.
 const RepairRetry = time.Minute
 
+// MoveRetry is how long a node step that is moving the node's other holders waits before it
+// looks again: the migrations it started end within seconds to minutes.
+const MoveRetry = 15 * time.Second
+
 // RepairTry is one attempt at one step, and what the review after it found.
 type RepairTry struct {
 	Kind    policy.RepairKind `json:"kind"`
@@ -139,7 +143,11 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 	}
 	l := st.Quarantine.Ladder
 	if res.Busy {
-		st.tryLater(res.Reason, now.Add(RepairRetry), now)
+		retry := RepairRetry
+		if len(res.Holders) > 0 {
+			retry = MoveRetry
+		}
+		st.tryLater(res.Reason, now.Add(retry), now)
 		return nil
 	}
 	l.Running, l.RetryAt = false, time.Time{}

@@ -359,3 +359,20 @@ func TestStillBrokenAfterAStepWarns(t *testing.T) {
 		t.Fatalf("alerts %+v", acts)
 	}
 }
+
+// A node step busy moving the node's holders looks again within MoveRetry; one busy for any other
+// reason within RepairRetry.
+func TestANodeStepMovingHoldersLooksAgainSooner(t *testing.T) {
+	for _, holders := range [][]string{nil, {"team/train-0"}} {
+		st, _ := onLadder(t, ladderPolicy())
+		acts := st.Observe(idle(2), t0)
+		st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Busy: true, Reason: "busy", Holders: holders}}, t0)
+		want := t0.Add(RepairRetry)
+		if holders != nil {
+			want = t0.Add(MoveRetry)
+		}
+		if got := st.Quarantine.Ladder.RetryAt; !got.Equal(want) {
+			t.Fatalf("holders %v: looks again at %s, want %s", holders, got, want)
+		}
+	}
+}
