@@ -42,6 +42,9 @@ func (f *fakeFleet) Running(_ context.Context, workflowType string) ([]Flow, err
 
 func (f *fakeFleet) State(_ context.Context, id device.ID) (decide.DeviceState, error) {
 	st, ok := f.states[id]
+	if id.Device == "gpu-9" {
+		return st, errors.New("context deadline exceeded")
+	}
 	if !ok {
 		return st, errors.New("workflow not found for ID: " + id.WorkflowID())
 	}
@@ -75,7 +78,7 @@ func testServer(t *testing.T) (*httptest.Server, *fakeFleet) {
 	nodes := fakeCluster{{Name: "node-a", Pool: "h100", Devices: []device.ID{gpu("node-a", 0), bad}},
 		{Name: "node-b", Pool: "h100", Devices: []device.ID{gpu("node-b", 0), gpu("node-b", 1)}},
 		{Name: "node-c", Pool: "", Devices: []device.ID{gpu("node-c", 0)}}}
-	s := &Server{Cache: &Cache{Fleet: f, Cluster: nodes, Refresh: time.Hour}, UIURL: "http://ui.example:8233", Namespace: "dw",
+	s := &Server{Cache: &Cache{Fleet: f, Cluster: nodes, Refresh: time.Hour}, UIURL: "http://ui.example:8233", Namespace: "dw", PageRefresh: 2 * time.Second,
 		Events: func(_ context.Context, node string, id device.ID) ([]Event, error) {
 			return []Event{{At: since, Type: "Warning", Reason: "DeviceQuarantined", Message: "device " + id.String() + " on " + node + " quarantined"}}, nil
 		}}
@@ -122,7 +125,7 @@ func TestFleetPage(t *testing.T) {
 		`Devices on no node in the inventory`, `gpu.example.com/node-gone/gpu-0`,
 		`Waiting for the breaker (1)`, `href="/device?id=gpu.example.com%2Fnode-b%2Fgpu-1"`,
 		`Migrations in flight: 1`, `href="http://ui.example:8233/namespaces/dw/workflows/migrate%2Fgpu.example.com%2Fnode-a%2Fgpu-1%2Fjob-uid%2F10"`,
-		`Rollouts: 1`, `>h100-dra</a></td><td>canary</td><td>Soaking</td>`,
+		`Rollouts: 1`, `>h100-dra</a></td><td>canary</td><td>Soaking</td>`, `<meta http-equiv="refresh" content="2">`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("fleet page lacks %q", want)
@@ -172,6 +175,17 @@ func TestDevicePage(t *testing.T) {
 	_, body = get(t, srv.URL+"/device?id=gpu.example.com/node-b/gpu-0")
 	if !strings.Contains(body, `id="state">Healthy`) || !strings.Contains(body, "nothing: no report") {
 		t.Errorf("a device without a workflow: %s", body)
+	}
+	_, body = get(t, srv.URL+"/device?id=gpu.example.com/node-b/gpu-9")
+	if !strings.Contains(body, `<div class="errors">context deadline exceeded</div>`) || strings.Contains(body, `id="state"`) {
+		t.Errorf("a workflow that does not answer: %s", body)
+	}
+	if !strings.Contains(body, "device gpu.example.com/node-b/gpu-9 on  quarantined") {
+		t.Errorf("Events of a device whose node is not known: %s", body)
+	}
+	_, body = get(t, srv.URL+"/device?id=gpu.example.com/node-b/gpu-0")
+	if !strings.Contains(body, "on node-b quarantined") {
+		t.Errorf("Events of a device without a workflow are not its inventory node's: %s", body)
 	}
 	if code, body := get(t, srv.URL+"/device?id=not-a-device"); code != http.StatusBadRequest || !strings.Contains(body, "want ?id=driver/pool/device") {
 		t.Fatalf("malformed id: %d %s", code, body)

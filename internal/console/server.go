@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,7 +166,7 @@ func (s *Server) trends(w http.ResponseWriter, r *http.Request) {
 func (s *Server) nodeOf(ctx context.Context, id device.ID) string {
 	for _, n := range s.Cache.Snapshot(ctx).Nodes {
 		for _, d := range n.Devices {
-			if d == id {
+			if d == id || slices.Contains(n.Forms[d], id) {
 				return n.Name
 			}
 		}
