@@ -48,6 +48,7 @@ func (f *consoleFlags) addConsole(o *app.ControllerOptions, tc client.Client, ku
 	fleet := &console.TemporalFleet{Client: tc, Namespace: o.Namespace}
 	s := &console.Server{
 		Cache:       &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: f.refresh},
+		Flows:       fleet,
 		Events:      cluster.Events,
 		UIURL:       uiURL,
 		Namespace:   o.Namespace,

@@ -124,8 +124,8 @@ func TestFleetPage(t *testing.T) {
 		`<td class="node">node-a</td>`, `Node pool h100: 4 devices`, `1 nodes with every device Healthy`, `Circuit breaker: <b>open</b>: 20 automatic actions`,
 		`Devices on no node in the inventory`, `gpu.example.com/node-gone/gpu-0`,
 		`Waiting for the breaker (1)`, `href="/device?id=gpu.example.com%2Fnode-b%2Fgpu-1"`,
-		`Migrations in flight: 1`, `href="http://ui.example:8233/namespaces/dw/workflows/migrate%2Fgpu.example.com%2Fnode-a%2Fgpu-1%2Fjob-uid%2F10"`,
-		`Rollouts: 1`, `>h100-dra</a></td><td>canary</td><td>Soaking</td>`, `<meta http-equiv="refresh" content="2">`,
+		`Migrations in flight: 1`, `href="/migration?id=migrate%2fgpu.example.com%2fnode-a%2fgpu-1%2fjob-uid%2f10"`,
+		`Rollouts: 1`, `href="/rollout?id=rollout%2fh100-dra">h100-dra</a></td><td>canary</td><td>Soaking</td>`, `<meta http-equiv="refresh" content="2">`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("fleet page lacks %q", want)

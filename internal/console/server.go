@@ -23,7 +23,9 @@ var files embed.FS
 
 // Server serves the pages. UIURL, when set, is the Temporal Web UI the pages link to.
 type Server struct {
-	Cache     *Cache
+	Cache *Cache
+	// Flows, when set, answers the migration and rollout pages.
+	Flows     Flows
 	Events    func(ctx context.Context, node string, id device.ID) ([]Event, error)
 	UIURL     string
 	Namespace string
@@ -31,7 +33,8 @@ type Server struct {
 	PageRefresh time.Duration
 	Logger      *slog.Logger
 
-	tmpl *template.Template
+	tmpl  *template.Template
+	flows flowCache
 }
 
 type page struct {
@@ -59,6 +62,8 @@ func (s *Server) Handler() (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", s.fleet)
 	mux.HandleFunc("GET /device", s.device)
 	mux.HandleFunc("GET /trends", s.trends)
+	mux.HandleFunc("GET /migration", s.flow("migration"))
+	mux.HandleFunc("GET /rollout", s.flow("rollout"))
 	mux.HandleFunc("GET /static/style.css", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")

@@ -74,7 +74,7 @@ func TestFleetPageInABrowser(t *testing.T) {
 	ln.Close()
 	cluster := &console.KubeCluster{Kube: kube}
 	fleet := &console.TemporalFleet{Client: shared.temporal, Namespace: "default"}
-	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second},
+	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second}, Flows: fleet,
 		Events: cluster.Events, PageRefresh: time.Second}
 	sctx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
