@@ -193,7 +193,7 @@ func (st *DeviceState) tryFailed(try RepairTry, what string, now time.Time) []Ac
 	case l.Awaiting:
 		next = "the next step waits for a person's approval"
 	case l.Running || l.Due:
-		next = fmt.Sprintf("next: %s", st.Policy.Repair.Steps[min(l.Step, len(st.Policy.Repair.Steps)-1)].Kind)
+		next = fmt.Sprintf("next: %s", st.Policy.Repair.Steps[l.Step].Kind) // a ladder past its last step retired above
 	}
 	alert := Action{Kind: ActAlert, Level: LevelWarning, Reason: fmt.Sprintf("repair %s attempt %d %s; %s", try.Kind, try.Attempt, what, next)}
 	return append([]Action{alert}, acts...)

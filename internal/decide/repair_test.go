@@ -294,7 +294,11 @@ func TestBootSeenIsTheLatestTrysRecord(t *testing.T) {
 	if got := st.BootSeen(); got != "boot-2" {
 		t.Fatalf("BootSeen = %q", got)
 	}
-	st.Quarantine.Ladder.Tries = st.Quarantine.Ladder.Tries[2:]
+	st.Quarantine.Ladder.Tries = st.Quarantine.Ladder.Tries[:1]
+	if got := st.BootSeen(); got != "boot-1" {
+		t.Fatalf("BootSeen of the first try only = %q", got)
+	}
+	st.Quarantine.Ladder.Tries = []RepairTry{{Result: &StepResult{}}, {}}
 	if got := st.BootSeen(); got != "" {
 		t.Fatalf("BootSeen without a record = %q", got)
 	}
