@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/devicewarden/devicewarden/activities/activitytest"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -205,7 +206,7 @@ func TestNodeStepSeesARebootSinceItsLastTry(t *testing.T) {
 
 // Two devices of one node whose steps race: one object, one reboot, both passed on it.
 func TestTwoDevicesOfANodeAskOnce(t *testing.T) {
-	a, run := nodeEnv(t, true, rebootNode("node-1", "boot-1", true))
+	a, _ := nodeEnv(t, true, rebootNode("node-1", "boot-1", true))
 	names := map[string]bool{}
 	var mu sync.Mutex
 	a.Objects.(*dynamicfake.FakeDynamicClient).PrependReactor("create", "reboots", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -223,7 +224,17 @@ func TestTwoDevicesOfANodeAskOnce(t *testing.T) {
 	}
 	done := make(chan out, 2)
 	for _, in := range []NodeInput{first, second} {
-		go func() { res, err := run(in); done <- out{res, err} }()
+		// A test activity environment runs one activity at a time: each step gets its own, over
+		// the same activities and clusters, as two workers would.
+		env := activitytest.Env(a)
+		go func() {
+			var res decide.StepResult
+			v, err := env.ExecuteActivity(a.RemediateNode, in)
+			if err == nil {
+				err = v.Get(&res)
+			}
+			done <- out{res, err}
+		}()
 	}
 	time.Sleep(100 * time.Millisecond)
 	stop := remediator(t, a, a.Kube, "boot-2")
