@@ -117,8 +117,12 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 			r = reboot{objs: objs, name: other.GetName(), what: what + " " + other.GetName(), created: time.Now(), before: other.GetAnnotations()[kubeobj.AnnotationBootID]}
 			break
 		}
-		if res, ok, err := a.bootedSince(ctx, in); err != nil || ok {
-			return res, err
+		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		if err != nil {
+			return decide.StepResult{}, fmt.Errorf("get node %s: %w", in.Node, err)
+		}
+		if res, ok := a.bootedSince(ctx, in, node); ok {
+			return res, nil
 		}
 		if in.Step.Holders != policy.HoldersRemediator {
 			held, pods, err := a.nodeHolders(ctx, in.Node)
@@ -137,10 +141,6 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 			if held != "" {
 				return a.stepBusy("node %s still runs %s; a reboot would end it", in.Node, held)
 			}
-		}
-		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
-		if err != nil {
-			return decide.StepResult{}, fmt.Errorf("get node %s: %w", in.Node, err)
 		}
 		if r.before = node.Status.NodeInfo.BootID; r.before == "" {
 			return a.stepFailed("node %s reports no boot ID: its reboot could not be told", in.Node)
@@ -167,23 +167,16 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 
 // bootedSince passes a node step whose node booted again (and is Ready) since an earlier try of
 // the quarantine saw it: that reboot is this step's, and the review after it proves the device.
-func (a *Activities) bootedSince(ctx context.Context, in NodeInput) (decide.StepResult, bool, error) {
-	if in.BootSeen == "" {
-		return decide.StepResult{}, false, nil
-	}
-	node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
-	if err != nil {
-		return decide.StepResult{}, false, fmt.Errorf("get node %s: %w", in.Node, err)
-	}
+func (a *Activities) bootedSince(ctx context.Context, in NodeInput, node *corev1.Node) (decide.StepResult, bool) {
 	now := node.Status.NodeInfo.BootID
-	if now == "" || now == in.BootSeen || !nodeReady(node) {
-		return decide.StepResult{}, false, nil
+	if in.BootSeen == "" || now == "" || now == in.BootSeen || !nodeReady(node) {
+		return decide.StepResult{}, false
 	}
 	a.countTry(string(policy.RepairNode), "passed")
 	res := decide.StepResult{Passed: true, BootID: now, At: time.Now(), Reason: fmt.Sprintf("node %s booted again since this device's last try (boot ID %s, was %s) and is Ready: no reboot asked for",
 		in.Node, short(now), short(in.BootSeen))}
 	a.tryEvent(ctx, in.Node, string(policy.RepairNode), in.Device, in.WorkflowID, in.Try, res)
-	return res, true, nil
+	return res, true
 }
 
 // mark puts on a node step's object whose try it is, the node's boot ID before it, and its node.
