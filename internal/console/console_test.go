@@ -79,7 +79,7 @@ func testServer(t *testing.T) (*httptest.Server, *fakeFleet) {
 		{Name: "node-b", Pool: "h100", Devices: []device.ID{gpu("node-b", 0), gpu("node-b", 1)}},
 		{Name: "node-c", Pool: "", Devices: []device.ID{gpu("node-c", 0)}}}
 	s := &Server{Cache: &Cache{Fleet: f, Cluster: nodes, Refresh: time.Hour}, UIURL: "http://ui.example:8233", Namespace: "dw", PageRefresh: 2 * time.Second,
-		Events: func(_ context.Context, node string, id device.ID) ([]Event, error) {
+		Events: func(_ context.Context, node string, id device.ID, _ []decide.Reporter) ([]Event, error) {
 			return []Event{{At: since, Type: "Warning", Reason: "DeviceQuarantined", Message: "device " + id.String() + " on " + node + " quarantined"}}, nil
 		}}
 	h, err := s.Handler()

@@ -26,7 +26,7 @@ type Server struct {
 	Cache *Cache
 	// Flows, when set, answers the migration and rollout pages.
 	Flows     Flows
-	Events    func(ctx context.Context, node string, id device.ID) ([]Event, error)
+	Events    func(ctx context.Context, node string, id device.ID, holders []decide.Reporter) ([]Event, error)
 	UIURL     string
 	Namespace string
 	// PageRefresh is how often the fleet page reloads itself (0: never).
@@ -147,7 +147,7 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request) {
 		if node == "" {
 			node = s.nodeOf(r.Context(), id)
 		}
-		evs, err := s.Events(r.Context(), node, id)
+		evs, err := s.Events(r.Context(), node, id, st.Reporters)
 		if err != nil {
 			data["Error"] = err.Error()
 		}

@@ -174,6 +174,11 @@ func TestFleetPageInABrowser(t *testing.T) {
 	if !strings.Contains(reason, "XID 79: fell off the bus") || !strings.Contains(rule, bad.TaintRuleName()) {
 		t.Fatalf("device page: reason %q, rule %q", reason, rule)
 	}
+	// The quarantine's Event, on the Pod that holds the device.
+	events, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID(`events`)))
+	if err != nil || !strings.Contains(events, "Pod infer") || !strings.Contains(events, "DeviceQuarantined") {
+		t.Fatalf("device page's Events: %q (%v)", events, err)
+	}
 	if shot, err = chromedp.Run(bctx, chromedp.FullScreenshot(100)); err != nil {
 		t.Fatal(err)
 	}
