@@ -56,19 +56,6 @@ func BenchmarkFleetPage10k(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(size), "bytes/page")
-	b.ReportMetric(float64(percentile(lat, 50).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(percentile(lat, 99).Microseconds())/1000, "p99-ms")
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s[min(len(s)-1, len(s)*p/100)]
+	b.ReportMetric(float64(quantile(lat, 50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(quantile(lat, 99).Microseconds())/1000, "p99-ms")
 }
