@@ -40,7 +40,7 @@ type Cache struct {
 	mu      sync.Mutex
 	snap    *Snapshot
 	loading chan struct{}
-	states  map[device.ID]stateEntry
+	states  answers
 	trends  *trends
 	trendMu sync.Mutex
 }
@@ -73,12 +73,6 @@ func (c *Cache) Trends(ctx context.Context) (trends, error) {
 	t.at = now
 	c.trends = &t
 	return t, nil
-}
-
-type stateEntry struct {
-	at  time.Time
-	st  decide.DeviceState
-	err error
 }
 
 func (c *Cache) refresh() time.Duration {
@@ -155,18 +149,7 @@ func (c *Cache) read(ctx context.Context) *Snapshot {
 
 // State is a device's state record, asked of its workflow at most once per Refresh.
 func (c *Cache) State(ctx context.Context, id device.ID) (decide.DeviceState, error) {
-	c.mu.Lock()
-	e, ok := c.states[id]
-	c.mu.Unlock()
-	if ok && time.Since(e.at) < c.refresh() {
-		return e.st, e.err
-	}
-	st, err := c.Fleet.State(ctx, id)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.states == nil || len(c.states) > 10000 {
-		c.states = map[device.ID]stateEntry{}
-	}
-	c.states[id] = stateEntry{at: time.Now(), st: st, err: err}
+	v, err := c.states.get(id.String(), c.refresh(), 10000, func() (any, error) { return c.Fleet.State(ctx, id) })
+	st, _ := v.(decide.DeviceState)
 	return st, err
 }

@@ -38,19 +38,20 @@ func (f *TemporalFleet) query(ctx context.Context, id string, into any) error {
 	return v.Get(into)
 }
 
-// flowCache keeps each flow's answer for a refresh.
-type flowCache struct {
+// answers keeps each workflow's answer to a query for a refresh (device states, migrations,
+// rollouts); past max of them, all are dropped.
+type answers struct {
 	mu      sync.Mutex
-	entries map[string]flowEntry
+	entries map[string]answer
 }
 
-type flowEntry struct {
+type answer struct {
 	at  time.Time
 	v   any
 	err error
 }
 
-func (c *flowCache) get(id string, ttl time.Duration, read func() (any, error)) (any, error) {
+func (c *answers) get(id string, ttl time.Duration, max int, read func() (any, error)) (any, error) {
 	c.mu.Lock()
 	e, ok := c.entries[id]
 	c.mu.Unlock()
@@ -60,10 +61,10 @@ func (c *flowCache) get(id string, ttl time.Duration, read func() (any, error)) 
 	v, err := read()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.entries == nil || len(c.entries) > 1000 {
-		c.entries = map[string]flowEntry{}
+	if c.entries == nil || len(c.entries) > max {
+		c.entries = map[string]answer{}
 	}
-	c.entries[id] = flowEntry{at: time.Now(), v: v, err: err}
+	c.entries[id] = answer{at: time.Now(), v: v, err: err}
 	return v, err
 }
 
@@ -81,7 +82,7 @@ func (s *Server) flow(kind string) http.HandlerFunc {
 			s.render(w, kind, data)
 			return
 		}
-		v, err := s.flows.get(kind+"/"+id, s.Cache.refresh(), func() (any, error) {
+		v, err := s.flows.get(kind+"/"+id, s.Cache.refresh(), 1000, func() (any, error) {
 			if kind == "rollout" {
 				return s.Flows.Rollout(r.Context(), id)
 			}

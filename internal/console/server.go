@@ -34,7 +34,7 @@ type Server struct {
 	Logger      *slog.Logger
 
 	tmpl  *template.Template
-	flows flowCache
+	flows answers
 }
 
 type page struct {
