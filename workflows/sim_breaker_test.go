@@ -266,6 +266,23 @@ func (m *breakerModel) workerStep(rt *rapid.T, kind string, i, devices int) (str
 	}
 }
 
+// acquire is a step that asks the breaker for req's permit; a grant goes to granted with when the
+// request was sent and when it was answered.
+func (m *breakerModel) acquire(what string, req breaker.PermitRequest, granted func(breaker.PermitRequest, time.Time, time.Time)) func(*testsuite.TestWorkflowEnvironment) {
+	return func(env *testsuite.TestWorkflowEnvironment) {
+		sent := env.Now()
+		u := &simUpdate{what: what}
+		m.updates = append(m.updates, u)
+		sendUpdate(env, api.UpdateAcquire, req, u, nil, func(v any, _ error) {
+			r, _ := v.(breaker.PermitResult)
+			m.note("  %s: granted %v %s", what, r.Granted, r.Reason)
+			if r.Granted {
+				granted(req, sent, env.Now())
+			}
+		})
+	}
+}
+
 func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 	n := rapid.IntRange(1, 60).Draw(rt, "steps")
 	devices := rapid.IntRange(1, 12).Draw(rt, "devices")
@@ -310,36 +327,14 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 				req.Device = device.ID{}
 			}
 			s.what = fmt.Sprintf("acquire %s for gpu-%d (valid %v)", action, d, valid)
-			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				sent := env.Now()
-				u := &simUpdate{what: s.what}
-				m.updates = append(m.updates, u)
-				sendUpdate(env, api.UpdateAcquire, req, u, nil, func(v any, _ error) {
-					r, _ := v.(breaker.PermitResult)
-					m.note("  %s: granted %v %s", s.what, r.Granted, r.Reason)
-					if r.Granted {
-						m.granted(req, sent, env.Now())
-					}
-				})
-			}
+			s.do = m.acquire(s.what, req, m.granted)
 		case "reboot":
 			n := simNodes[rapid.IntRange(0, len(simNodes)-1).Draw(rt, fmt.Sprintf("node%d", i))]
 			d := rapid.IntRange(0, 1).Draw(rt, fmt.Sprintf("device%d", i))
 			req := breaker.PermitRequest{Device: device.ID{Driver: "gpu.sim.devicewarden.io", Pool: n.name, Device: fmt.Sprintf("gpu-%d", d)},
 				Action: breaker.Reboot, Node: n.name, NodePool: n.pool, Hold: nodeHold, Config: m.cfg}
 			s.what = fmt.Sprintf("node step of %s (pool %s) for gpu-%d", n.name, n.pool, d)
-			s.do = func(env *testsuite.TestWorkflowEnvironment) {
-				sent := env.Now()
-				u := &simUpdate{what: s.what}
-				m.updates = append(m.updates, u)
-				sendUpdate(env, api.UpdateAcquire, req, u, nil, func(v any, _ error) {
-					r, _ := v.(breaker.PermitResult)
-					m.note("  %s: granted %v %s", s.what, r.Granted, r.Reason)
-					if r.Granted {
-						m.nodeGranted(req, sent, env.Now())
-					}
-				})
-			}
+			s.do = m.acquire(s.what, req, m.nodeGranted)
 		case "release":
 			n := simNodes[rapid.IntRange(0, len(simNodes)-1).Draw(rt, fmt.Sprintf("node%d", i))]
 			d := rapid.IntRange(0, 1).Draw(rt, fmt.Sprintf("device%d", i))
