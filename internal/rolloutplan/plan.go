@@ -55,12 +55,18 @@ type Phase struct {
 	// Approve makes the rollout wait for a person before the next phase.
 	Approve bool  `json:"approve,omitempty"`
 	Gates   Gates `json:"gates"`
+	// Enforcement proves, before tenants may claim the phase's classes, that the driver holds
+	// each ShareID to its share (required when a class is shared).
+	Enforcement *Enforcement `json:"enforcement,omitempty"`
 }
 
 // Class is a DeviceClass a phase uses.
 type Class struct {
 	Name   string `json:"name" yaml:"name"`
 	Driver string `json:"driver" yaml:"driver"`
+	// Shared: the phase makes the class's devices shared (consumable capacity), and tenants get
+	// it only after an enforcement proof.
+	Shared bool `json:"shared,omitempty" yaml:"shared"`
 }
 
 // Gates are the thresholds a phase's soak must meet. A nil field is not checked.
@@ -149,6 +155,8 @@ type phaseFile struct {
 	Soak       string    `yaml:"soak"`
 	Approve    bool      `yaml:"approve"`
 	Gates      gatesFile `yaml:"gates"`
+	// Enforcement is the phase's enforcement proof.
+	Enforcement *enforcementFile `yaml:"enforcement"`
 }
 
 type gatesFile struct {
@@ -326,6 +334,14 @@ func (f *file) checkPhase(i int) (Phase, error) {
 		return Phase{}, fmt.Errorf("line %d: phase %q: gates: %w", at("gates"), ph.Name, err)
 	}
 	ph.Gates = g
+	if ph.Enforcement, err = in.Enforcement.check(); err != nil {
+		return Phase{}, fmt.Errorf("line %d: phase %q: enforcement: %w", at("enforcement"), ph.Name, err)
+	}
+	for _, c := range ph.Classes {
+		if c.Shared && ph.Enforcement == nil {
+			return Phase{}, fmt.Errorf("line %d: phase %q makes class %s shared: it needs an enforcement proof (enforcement: image, share, ...) before tenants share its devices", at("classes"), ph.Name, c.Name)
+		}
+	}
 	return ph, nil
 }
 
