@@ -3,6 +3,7 @@ module github.com/devicewarden/devicewarden
 go 1.26.8
 
 require (
+	github.com/blang/semver/v4 v4.0.0
 	github.com/chromedp/cdproto v0.160.5
 	github.com/chromedp/chromedp v0.23.1
 	github.com/google/pprof v0.0.0-20250317173921-a4b03ec1a45e
@@ -74,7 +75,6 @@ require (
 	github.com/aws/smithy-go v1.27.6 // indirect
 	github.com/benbjohnson/clock v1.3.5 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cactus/go-statsd-client/statsd v0.0.0-20200423205355-cb0885a1018c // indirect
 	github.com/cactus/go-statsd-client/v5 v5.1.0 // indirect
 	github.com/caio/go-tdigest/v5 v5.0.0 // indirect

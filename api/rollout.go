@@ -39,6 +39,12 @@ type RolloutStatus struct {
 	Blocks     []BlockInput            `json:"blocks,omitempty"`
 	Violations []rolloutplan.Violation `json:"violations,omitempty"`
 	Reports    []rolloutplan.Report    `json:"reports,omitempty"`
+	// Proofs are the enforcement proofs run, oldest first (the last 20).
+	Proofs []rolloutplan.ProofReport `json:"proofs,omitempty"`
+	// Unproven is the phase whose failed proof waits for a person (onUnenforced: approve).
+	Unproven string `json:"unproven,omitempty"`
+	// SoftQuotas are the phases let in by a person although their proof failed.
+	SoftQuotas []SoftQuota `json:"softQuotas,omitempty"`
 	// RollbackPending is a rollback command not carried out yet.
 	RollbackPending *rolloutplan.Command `json:"rollbackPending,omitempty"`
 	// Retry is set by resume in a blocked or rolled-back rollout.
@@ -93,6 +99,20 @@ type BlockInput struct {
 	Phase   string   `json:"phase"`
 	Classes []string `json:"classes"`
 	Reason  string   `json:"reason"`
+	// Except is a namespace the block lets through: the enforcement proof's, while tenants wait
+	// for it ("" for a rollback's block).
+	Except string `json:"except,omitempty"`
+}
+
+// SoftQuota is a person's approval of a shared phase whose enforcement proof failed: its
+// classes are labelled soft quota, no QoS.
+type SoftQuota struct {
+	Phase   string    `json:"phase"`
+	Classes []string  `json:"classes"`
+	Actor   string    `json:"actor"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at"`
+	Proof   string    `json:"proof"`
 }
 
 // OpenWindowInput opens a scheduled rollout's window until Until.

@@ -33,7 +33,7 @@ func TestAttrExpr(t *testing.T) {
 		{"empty", "", "no value"},
 	}
 	for _, tt := range tests {
-		got, err := attrExpr("gpu.example.com", tt.name, attrs)
+		got, err := kubeobj.AttrExpr("gpu.example.com", tt.name, attrs)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%s: err %v, want %q", tt.name, err, tt.err)

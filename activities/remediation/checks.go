@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -288,41 +287,14 @@ func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, stri
 	expr := []string{fmt.Sprintf("device.driver == %q", in.Device.Driver)}
 	env := []corev1.EnvVar{{Name: "DEVICEWARDEN_DEVICE", Value: in.Device.String()}, {Name: "DEVICEWARDEN_NODE", Value: node}}
 	for _, name := range in.Identity {
-		env = append(env, corev1.EnvVar{Name: envName(name), Value: attrValue(in.Device.Driver, name, found.Attributes)})
-		e, err := attrExpr(in.Device.Driver, name, found.Attributes)
+		env = append(env, corev1.EnvVar{Name: envName(name), Value: kubeobj.AttrValue(in.Device.Driver, name, found.Attributes)})
+		e, err := kubeobj.AttrExpr(in.Device.Driver, name, found.Attributes)
 		if err != nil {
 			return "", "", nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
 		}
 		expr = append(expr, e)
 	}
 	return strings.Join(expr, " && "), node, env, nil
-}
-
-// attrExpr is the CEL comparison of one identifying attribute with the device's value.
-func attrExpr(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) (string, error) {
-	domain, short := driver, name
-	if d, n, ok := strings.Cut(name, "/"); ok {
-		domain, short = d, n
-	}
-	v, ok := attrs[resourcev1.QualifiedName(name)]
-	if !ok && domain == driver {
-		v, ok = attrs[resourcev1.QualifiedName(driver+"/"+short)]
-	}
-	if !ok {
-		return "", fmt.Errorf("has no attribute %q to identify it", name)
-	}
-	ref := fmt.Sprintf("device.attributes[%q].%s", domain, short)
-	switch {
-	case v.StringValue != nil:
-		return fmt.Sprintf("%s == %q", ref, *v.StringValue), nil
-	case v.IntValue != nil:
-		return ref + " == " + strconv.FormatInt(*v.IntValue, 10), nil
-	case v.BoolValue != nil:
-		return ref + " == " + strconv.FormatBool(*v.BoolValue), nil
-	case v.VersionValue != nil:
-		return fmt.Sprintf("%s.compareTo(semver(%q)) == 0", ref, *v.VersionValue), nil
-	}
-	return "", fmt.Errorf("attribute %q has no value", name)
 }
 
 // envName is the variable an identifying attribute is given to a check's Pod as:
@@ -335,25 +307,6 @@ func envName(attr string) string {
 		}
 	}
 	return string(b)
-}
-
-// attrValue is an attribute's value as text ("" when the device has none).
-func attrValue(driver, name string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) string {
-	v, ok := attrs[resourcev1.QualifiedName(name)]
-	if !ok {
-		v = attrs[resourcev1.QualifiedName(driver+"/"+name)]
-	}
-	switch {
-	case v.StringValue != nil:
-		return *v.StringValue
-	case v.IntValue != nil:
-		return strconv.FormatInt(*v.IntValue, 10)
-	case v.BoolValue != nil:
-		return strconv.FormatBool(*v.BoolValue)
-	case v.VersionValue != nil:
-		return *v.VersionValue
-	}
-	return ""
 }
 
 // ensureNamespace creates a check namespace that is missing. A cluster install may not create

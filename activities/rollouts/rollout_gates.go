@@ -173,6 +173,14 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in api.BlockInput) (err
 	list := "[" + strings.Join(quoted, ", ") + "]"
 	expr := fmt.Sprintf("!has(object.spec.devices) || !has(object.spec.devices.requests) || !object.spec.devices.requests.exists(r, "+
 		"(has(r.exactly) && r.exactly.deviceClassName in %s) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in %s)))", list, list)
+	msg := fmt.Sprintf("DeviceWarden rollout %s phase %s was rolled back (%s): new claims for %s are refused until the phase is enabled again",
+		in.Rollout, in.Phase, in.Reason, strings.Join(in.Classes, ", "))
+	if in.Except != "" {
+		// Tenants wait for the enforcement proof, whose load Pods run in Except.
+		expr = fmt.Sprintf("request.namespace == %q || (%s)", in.Except, expr)
+		msg = fmt.Sprintf("DeviceWarden rollout %s phase %s: %s: new claims for %s are refused until the driver is proven to hold each tenant to its share",
+			in.Rollout, in.Phase, in.Reason, strings.Join(in.Classes, ", "))
+	}
 	labels := map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRollout: in.Rollout}
 	fail := admissionv1.Fail
 	pol := &admissionv1.ValidatingAdmissionPolicy{
@@ -184,9 +192,7 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in api.BlockInput) (err
 					Operations: []admissionv1.OperationType{admissionv1.Create},
 					Rule:       admissionv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"resourceclaims"}},
 				}}}},
-			Validations: []admissionv1.Validation{{Expression: expr, Message: fmt.Sprintf(
-				"DeviceWarden rollout %s phase %s was rolled back (%s): new claims for %s are refused until the phase is enabled again",
-				in.Rollout, in.Phase, in.Reason, strings.Join(in.Classes, ", "))}},
+			Validations: []admissionv1.Validation{{Expression: expr, Message: msg}},
 		},
 	}
 	if err := a.ensureBlockPolicy(ctx, pol); err != nil {
@@ -202,11 +208,11 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in api.BlockInput) (err
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create admission policy binding %s: %w", name, err)
 	}
-	if err == nil && a.Metrics != nil {
+	if err == nil && a.Metrics != nil && in.Except == "" {
 		a.Metrics.RolloutRollbacks.Inc() // once per rollback: a retried block finds the binding there
 	}
 	for _, class := range in.Classes {
-		if err := a.proveBlock(ctx, name, class); err != nil {
+		if err := a.proveBlock(ctx, name, class, in.Except); err != nil {
 			return err
 		}
 	}
@@ -253,10 +259,10 @@ const blockProof = 30 * time.Second
 // may still be admitted, and the phase is not rolled back yet (the rollout says "blocking"). Where
 // no dry-run claim can be made (no namespace it may create claims in), the block is not proven and
 // a warning says so.
-func (a *Activities) proveBlock(ctx context.Context, name, class string) error {
+func (a *Activities) proveBlock(ctx context.Context, name, class, except string) error {
 	deadline := time.Now().Add(blockProof)
 	for {
-		admitted, err := a.tryBlockedClaim(ctx, name, class)
+		admitted, err := a.tryBlockedClaim(ctx, name, class, except)
 		switch {
 		case err != nil:
 			slog.Default().Warn("rollback block not proven: no dry-run claim could be made", "block", name, "error", err)
@@ -276,9 +282,14 @@ func (a *Activities) proveBlock(ctx context.Context, name, class string) error {
 }
 
 // tryBlockedClaim makes a dry-run claim for class, in the probe namespace or else in DeviceWarden's
-// own: admitted false when the block refused it. An error means neither namespace let one be made.
-func (a *Activities) tryBlockedClaim(ctx context.Context, name, class string) (admitted bool, err error) {
+// own (never in except, which the block lets through): admitted false when the block refused it.
+// An error means no namespace let one be made.
+func (a *Activities) tryBlockedClaim(ctx context.Context, name, class, except string) (admitted bool, err error) {
+	err = fmt.Errorf("no namespace but %s to try a claim in", except)
 	for _, ns := range []string{policy.DefaultProbeNamespace, a.ownNamespace()} {
+		if ns == except {
+			continue
+		}
 		claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{GenerateName: "devicewarden-block-proof-", Namespace: ns},
 			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "proof",
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class}}}}}}

@@ -28,7 +28,7 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var count, devices int
 	var prefix string
-	var partitions bool
+	var partitions, shared, unenforced bool
 	cmd := &cobra.Command{
 		Use:   "nodes",
 		Short: "Create kwok GPU nodes, each publishing a ResourceSlice of simulated devices",
@@ -40,9 +40,23 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 			if partitions && devices > sim.MaxPartitionedGPUs {
 				return fmt.Errorf("--partitions publishes a counter set per GPU: at most %d GPUs (--devices), as many counter sets as a ResourceSlice holds", sim.MaxPartitionedGPUs)
 			}
+			if unenforced && !shared {
+				return fmt.Errorf("--unenforced needs --shared: only shared devices have shares to enforce")
+			}
+			if shared && partitions {
+				return fmt.Errorf("--shared and --partitions publish different devices: choose one")
+			}
 			cs, err := k.client(g)
 			if err != nil {
 				return err
+			}
+			if shared {
+				names, err := sim.CreateSharedNodes(c.Context(), cs, prefix, count, devices, unenforced)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "%d nodes with %d shared devices each (%s of memory, driver %s, shares enforced: %t): %v\n", len(names), devices, sim.SharedMemory, sim.Driver, !unenforced, names)
+				return nil
 			}
 			if partitions {
 				names, err := sim.CreatePartitionedNodes(c.Context(), cs, prefix, count, devices)
@@ -64,6 +78,8 @@ func newSimNodesCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&count, "count", 3, "number of nodes")
 	cmd.Flags().IntVar(&devices, "devices", 8, "devices per node")
 	cmd.Flags().StringVar(&prefix, "prefix", "gpu-node", "node name prefix")
+	cmd.Flags().BoolVar(&shared, "shared", false, "shared devices: allowMultipleAllocations and "+sim.SharedMemory+" of memory taken in steps of "+sim.SharedMin)
+	cmd.Flags().BoolVar(&unenforced, "unenforced", false, "with --shared, a driver that does not hold tenants to their shares (sim misbehave --unenforced sets it per node)")
 	cmd.Flags().BoolVar(&partitions, "partitions", false, "partitionable GPUs: per GPU a counter set in a slice of its own, the whole device and its partitions (1g.10gb, 3g.40gb) drawing on it")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/blang/semver/v4"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -26,6 +27,14 @@ func newSimPoolCmd(g *globals) *cobra.Command {
 			if o.Count < 1 || o.GPUs < 1 || o.GPUs > 128 {
 				return fmt.Errorf("--count must be >= 1 and --gpus between 1 and 128")
 			}
+			if o.Unenforced && !o.Shared {
+				return fmt.Errorf("--unenforced needs --shared: only shared devices have shares to enforce")
+			}
+			if o.DriverVersion != "" {
+				if _, err := semver.Parse(o.DriverVersion); err != nil {
+					return fmt.Errorf("--driver-version %q: want a semantic version such as 1.2.0", o.DriverVersion)
+				}
+			}
 			o.Pool = args[0]
 			cs, err := k.client(g)
 			if err != nil {
@@ -43,6 +52,9 @@ func newSimPoolCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.Count, "count", 2, "nodes in the pool")
 	cmd.Flags().IntVar(&o.GPUs, "gpus", 8, "GPUs per node")
 	cmd.Flags().BoolVar(&o.Shared, "shared", false, "under DRA, publish shared devices: allowMultipleAllocations and "+sim.SharedMemory+" of memory taken in steps of "+sim.SharedMin)
+	cmd.Flags().BoolVar(&o.Unenforced, "unenforced", false, "with --shared, a driver that does not hold tenants to their shares (the simulated load test shows a noisy tenant taking more)")
+	cmd.Flags().StringVar(&o.DriverVersion, "driver-version", "", "the driverVersion attribute the DRA driver publishes on each device, e.g. 1.2.0")
+	cmd.Flags().StringVar(&o.NodeType, "node-type", "", "the nodes' "+sim.LabelNodeType+" label")
 	return cmd
 }
 
@@ -50,7 +62,7 @@ func newSimMisbehaveCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var delay time.Duration
 	var drift int
-	var ignoreLabel, reset bool
+	var ignoreLabel, reset, unenforced bool
 	cmd := &cobra.Command{
 		Use:   "misbehave NODE",
 		Short: "Make the simulated drivers misbehave on a pool node: publish late, publish fewer devices than the node has, or publish whatever the ownership label says",
@@ -59,7 +71,7 @@ func newSimMisbehaveCmd(g *globals) *cobra.Command {
 			if delay < 0 || drift < 0 {
 				return fmt.Errorf("--publish-delay and --drift must not be negative")
 			}
-			ann := map[string]any{sim.AnnotationPublishDelay: nil, sim.AnnotationDrift: nil, sim.AnnotationIgnoreLabel: nil}
+			ann := map[string]any{sim.AnnotationPublishDelay: nil, sim.AnnotationDrift: nil, sim.AnnotationIgnoreLabel: nil, sim.AnnotationUnenforced: nil}
 			if !reset {
 				if delay > 0 {
 					ann[sim.AnnotationPublishDelay] = delay.String()
@@ -70,6 +82,9 @@ func newSimMisbehaveCmd(g *globals) *cobra.Command {
 				if ignoreLabel {
 					ann[sim.AnnotationIgnoreLabel] = "true"
 				}
+				if unenforced {
+					ann[sim.AnnotationUnenforced] = "true"
+				}
 			}
 			cs, err := k.client(g)
 			if err != nil {
@@ -79,7 +94,7 @@ func newSimMisbehaveCmd(g *globals) *cobra.Command {
 			if _, err := cs.CoreV1().Nodes().Patch(c.Context(), args[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				return fmt.Errorf("node %s: %w", args[0], err)
 			}
-			fmt.Fprintf(c.OutOrStdout(), "node %s: publish-delay %s, drift %d, ignore-label %t\n", args[0], delay, drift, ignoreLabel)
+			fmt.Fprintf(c.OutOrStdout(), "node %s: publish-delay %s, drift %d, ignore-label %t, unenforced %t\n", args[0], delay, drift, ignoreLabel, unenforced)
 			return nil
 		},
 	}
@@ -87,6 +102,7 @@ func newSimMisbehaveCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&delay, "publish-delay", 0, "publish the node's ResourceSlice only this long after it is labelled for DRA")
 	cmd.Flags().IntVar(&drift, "drift", 0, "publish this many devices fewer than the node has")
 	cmd.Flags().BoolVar(&ignoreLabel, "ignore-label", false, "publish the node's slice whatever its ownership label says (double ownership)")
+	cmd.Flags().BoolVar(&unenforced, "unenforced", false, "publish shared devices without holding tenants to their shares")
 	cmd.Flags().BoolVar(&reset, "reset", false, "behave again")
 	return cmd
 }

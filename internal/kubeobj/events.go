@@ -25,6 +25,10 @@ const (
 	// A rollout, on the nodes it switches.
 	EventRolloutEnabled    = "RolloutEnabled"
 	EventRolloutRolledBack = "RolloutRolledBack"
+	// EventEnforcementProven and EventEnforcementNotProven record an enforcement proof's verdict on
+	// the node it ran on.
+	EventEnforcementProven    = "EnforcementProven"
+	EventEnforcementNotProven = "EnforcementNotProven"
 )
 
 // CreateEvent writes one Event about obj, named name (trimmed to a valid length) and reported by

@@ -98,6 +98,16 @@ const (
 	AnnotationRolloutPrevious = "devicewarden.io/rollout-previous-owner"
 	AnnotationRolloutDevices  = "devicewarden.io/rollout-plugin-devices"
 	LabelRollout              = "devicewarden.io/rollout"
+	// LabelProof marks an enforcement proof's load Pods and claims (rollout.phase), and
+	// LabelProofStage its stage.
+	LabelProof      = "devicewarden.io/proof"
+	LabelProofStage = "devicewarden.io/proof-stage"
+	// LabelIsolation on a DeviceClass says what its shares are: IsolationSoftQuota when a person
+	// let tenants share it although the driver was not proven to enforce the shares.
+	LabelIsolation     = "devicewarden.io/isolation"
+	IsolationSoftQuota = "soft-quota-no-qos"
+	// AnnotationIsolation says, in words, why a class is labelled soft quota.
+	AnnotationIsolation = "devicewarden.io/isolation-note"
 )
 
 // ReportConfigMap is the name of the ConfigMap that keeps a rollout phase's last gate report.

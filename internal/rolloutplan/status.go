@@ -33,9 +33,12 @@ type Step string
 const (
 	StepPreflight Step = "preflight"
 	StepEnable    Step = "enable"
-	StepSoak      Step = "soak"
-	StepGates     Step = "gates"
-	StepApprove   Step = "approve"
+	// StepProve runs the enforcement proof of a phase that asks for one, before its tenants may
+	// claim its classes.
+	StepProve   Step = "prove"
+	StepSoak    Step = "soak"
+	StepGates   Step = "gates"
+	StepApprove Step = "approve"
 )
 
 // Command is an operator's command to a rollout: pause, resume, rollback or approve-phase.

@@ -46,9 +46,12 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		pods, err := k.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("status.phase", string(corev1.PodRunning)).String()})
 		if err == nil {
+			if lerr := k.runLoads(ctx, pods.Items, time.Now()); lerr != nil && ctx.Err() == nil {
+				logger.Warn("sim kubelet: load Pods not ended", "error", lerr)
+			}
 			var faults faultState
 			for i := range pods.Items {
-				if !runsToCompletion(&pods.Items[i]) {
+				if !runsToCompletion(&pods.Items[i]) || isLoad(&pods.Items[i]) {
 					continue
 				}
 				if faults == nil {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -74,6 +75,24 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, co
 	return createNodes(ctx, cs, prefix, count, func(node string) []*resourcev1.ResourceSlice {
 		return []*resourcev1.ResourceSlice{nodeSlice(node, devices, false)}
 	})
+}
+
+// CreateSharedNodes creates count kwok nodes like CreateNodes whose devices are shared (consumable
+// memory); unenforced nodes' driver does not hold tenants to their shares.
+func CreateSharedNodes(ctx context.Context, cs kubernetes.Interface, prefix string, count, devices int, unenforced bool) ([]string, error) {
+	names, err := createNodes(ctx, cs, prefix, count, func(node string) []*resourcev1.ResourceSlice {
+		return []*resourcev1.ResourceSlice{nodeSlice(node, devices, true)}
+	})
+	if err != nil || !unenforced {
+		return names, err
+	}
+	for _, n := range names {
+		patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnenforced + `":"true"}}}`)
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("mark node %s unenforced: %w", n, err)
+		}
+	}
+	return names, nil
 }
 
 // createNodes creates count kwok nodes named <prefix>-<i>, each publishing the slices slices

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
@@ -48,7 +49,16 @@ type PoolOptions struct {
 	Count  int
 	GPUs   int
 	Shared bool
+	// Unenforced: the driver publishes shared devices but does not hold tenants to their shares.
+	Unenforced bool
+	// DriverVersion is the driverVersion attribute of the node's devices ("" for none); NodeType
+	// the node's instance-type label ("" for none).
+	DriverVersion string
+	NodeType      string
 }
+
+// LabelNodeType is the well-known node label of a node's instance type.
+const LabelNodeType = "node.kubernetes.io/instance-type"
 
 // CreatePool creates kwok nodes <pool>-<i> labelled for the pool and owned by the device plugin,
 // with no ResourceSlice: the ownership drivers (OwnedDrivers) publish what the label says.
@@ -61,6 +71,15 @@ func CreatePool(ctx context.Context, cs kubernetes.Interface, o PoolOptions) ([]
 		node.Annotations[AnnotationGPUs] = strconv.Itoa(o.GPUs)
 		if o.Shared {
 			node.Annotations[AnnotationShared] = "true"
+		}
+		if o.Unenforced {
+			node.Annotations[AnnotationUnenforced] = "true"
+		}
+		if o.DriverVersion != "" {
+			node.Annotations[AnnotationDriverVersion] = o.DriverVersion
+		}
+		if o.NodeType != "" {
+			node.Labels[LabelNodeType] = o.NodeType
 		}
 		if err := ensureNode(ctx, cs, node); err != nil {
 			return nil, err
@@ -186,6 +205,7 @@ func (o *OwnedDrivers) dra(ctx context.Context, n *corev1.Node, gpus int, have *
 	}
 	drift, _ := strconv.Atoi(n.Annotations[AnnotationDrift])
 	want := nodeSlice(n.Name, max(gpus-drift, 0), n.Annotations[AnnotationShared] == "true")
+	withDriverVersion(want, n.Annotations[AnnotationDriverVersion])
 	if have == nil {
 		_, err := o.Kube.ResourceV1().ResourceSlices().Create(ctx, want, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -193,7 +213,7 @@ func (o *OwnedDrivers) dra(ctx context.Context, n *corev1.Node, gpus int, have *
 		}
 		return nil
 	}
-	if len(have.Spec.Devices) == len(want.Spec.Devices) && sharedOf(have) == sharedOf(want) {
+	if len(have.Spec.Devices) == len(want.Spec.Devices) && sharedOf(have) == sharedOf(want) && driverVersionOf(have) == driverVersionOf(want) {
 		return nil
 	}
 	want.ResourceVersion = have.ResourceVersion
@@ -207,4 +227,24 @@ func (o *OwnedDrivers) dra(ctx context.Context, n *corev1.Node, gpus int, have *
 
 func sharedOf(s *resourcev1.ResourceSlice) bool {
 	return len(s.Spec.Devices) > 0 && s.Spec.Devices[0].AllowMultipleAllocations != nil && *s.Spec.Devices[0].AllowMultipleAllocations
+}
+
+// AttrDriverVersion is the attribute a simulated device publishes its driver's version in.
+const AttrDriverVersion = "driverVersion"
+
+// withDriverVersion gives every device of the slice the driver version v ("" leaves none).
+func withDriverVersion(s *resourcev1.ResourceSlice, v string) {
+	if v == "" {
+		return
+	}
+	for i := range s.Spec.Devices {
+		s.Spec.Devices[i].Attributes[AttrDriverVersion] = resourcev1.DeviceAttribute{VersionValue: ptr.To(v)}
+	}
+}
+
+func driverVersionOf(s *resourcev1.ResourceSlice) string {
+	if len(s.Spec.Devices) == 0 {
+		return ""
+	}
+	return ptr.Deref(s.Spec.Devices[0].Attributes[AttrDriverVersion].VersionValue, "")
 }
