@@ -111,7 +111,13 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 		}
 		r.st.Step = rolloutplan.StepEnable
 	case rolloutplan.StepEnable:
-		if err := r.unblock(actx, ctx, ph.Name); err != nil {
+		if ph.Enforcement != nil {
+			// Tenants wait for the proof: their claims are refused before the nodes switch.
+			if err := r.proofBlock(actx, ctx, ph); err != nil {
+				r.st.Step = rolloutplan.StepPreflight
+				return r.stuck(ctx, fmt.Sprintf("refusing tenants' claims of phase %s until its enforcement proof passes failed: %s", ph.Name, cause(err)))
+			}
+		} else if err := r.unblock(actx, ctx, ph.Name); err != nil {
 			r.st.Step = rolloutplan.StepPreflight
 			return r.stuck(ctx, fmt.Sprintf("lifting the admission block of phase %s failed: %s", ph.Name, cause(err)))
 		}
@@ -129,6 +135,11 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 		}
 		ch.At = workflow.Now(ctx)
 		r.st.Enabled = withChange(r.st.Enabled, ch)
+		if ph.Enforcement != nil {
+			r.st.Step = rolloutplan.StepProve
+			r.note(ctx, fmt.Sprintf("phase %s enabled on %d node(s); its tenants wait for the enforcement proof", ph.Name, len(ch.Nodes)))
+			break
+		}
 		r.st.SoakUntil = ch.At.Add(ph.Soak.D())
 		r.st.Step = rolloutplan.StepSoak
 		r.note(ctx, fmt.Sprintf("phase %s enabled on %d node(s); soaking until %s", ph.Name, len(ch.Nodes), r.st.SoakUntil.UTC().Format(time.RFC3339)))
@@ -139,6 +150,8 @@ func (r *rolloutRun) step(ctx workflow.Context) error {
 			return err
 		}
 		r.st.Step = rolloutplan.StepGates
+	case rolloutplan.StepProve:
+		return r.prove(ctx)
 	case rolloutplan.StepGates:
 		return r.gates(ctx, actx)
 	case rolloutplan.StepApprove:
@@ -261,6 +274,7 @@ func (r *rolloutRun) rollback(ctx workflow.Context, n int, reason string) error 
 		r.note(ctx, fmt.Sprintf("phase %s rolled back: %s", ch.Phase, reason))
 	}
 	r.st.RollbackPending = nil
+	r.st.Unproven = ""
 	r.st.Phase, r.st.Step = retry, rolloutplan.StepPreflight
 	return r.hold(ctx, rolloutplan.StateRolledBack)
 }

@@ -81,6 +81,9 @@ func (r *rolloutRun) apply(ctx workflow.Context, name string, c rolloutplan.Comm
 		c := c
 		r.st.RollbackPending = &c
 	case api.UpdateRolloutApprove:
+		if r.st.Unproven != "" && r.st.Unproven == r.st.Awaiting {
+			r.recordSoftQuota(ctx, c)
+		}
 		r.st.Awaiting = ""
 	}
 	text := fmt.Sprintf("%s by %s", name, c.Actor)

@@ -36,7 +36,15 @@ type rolloutModel struct {
 	enabled  map[string]time.Time
 	approved map[string]bool // phase -> an approval was accepted while it waited
 	gates    string          // "pass", "fail" or "nodata"
-	badNodes bool            // preflight finds nodes owned twice
+	// proof is what the next enforcement proof finds: "pass", "fail", "timeout" (its loads do
+	// not finish) or "lost" (a load's result is lost). proofBlock: the phase's block lets the
+	// proof's namespace through (tenants wait for the proof); proven: the phase's last proof
+	// since its enable passed; softOK: a person approved the phase after its last failed proof.
+	proof      string
+	proofBlock map[string]bool
+	proven     map[string]bool
+	softOK     map[string]bool
+	badNodes   bool // preflight finds nodes owned twice
 	// faults: the next calls fail, and may be retried; forbidden: the next fails for good; lost:
 	// the next enable or undo acts, then fails.
 	faults          int
@@ -102,15 +110,21 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if err := m.fault("UnblockNewClaims " + in.Phase); err != nil {
 			return err
 		}
-		m.blocked[in.Phase] = false
+		if m.proofBlock[in.Phase] && !m.proven[in.Phase] && !m.softOK[in.Phase] {
+			m.violate("shared phase %s opened to tenants without a passing proof or a recorded approval", in.Phase)
+		}
+		m.blocked[in.Phase], m.proofBlock[in.Phase] = false, false
 		return nil
 	})
 	on("EnableRolloutPhase", func(_ context.Context, in rollouts.PhaseInput) (rolloutplan.PhaseChange, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ph := in.Plan.Phases[in.Phase]
-		if m.blocked[ph.Name] {
+		if m.blocked[ph.Name] && !m.proofBlock[ph.Name] {
 			m.violate("phase %s enabled while its admission block stands", ph.Name)
+		}
+		if ph.Enforcement != nil && !(m.blocked[ph.Name] && m.proofBlock[ph.Name]) {
+			m.violate("shared phase %s enabled with its tenants let in before its proof", ph.Name)
 		}
 		if in.Phase > 0 {
 			if prev := in.Plan.Phases[in.Phase-1]; prev.Approve && !m.approved[prev.Name] {
@@ -127,6 +141,7 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			ch.Nodes = append(ch.Nodes, rolloutplan.NodeChange{Node: n, Previous: "plugin", HadLabel: true, PluginDevices: 8})
 		}
 		m.enabled[ph.Name] = m.env.Now()
+		m.proven[ph.Name], m.softOK[ph.Name] = false, false
 		return ch, m.loseResult()
 	})
 	on("EvaluateRolloutGates", func(_ context.Context, in api.GateInput) (rolloutplan.Report, error) {
@@ -154,8 +169,40 @@ func (m *rolloutModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if err := m.fault("BlockNewClaims " + in.Phase); err != nil {
 			return err
 		}
-		m.blocked[in.Phase] = true
+		m.blocked[in.Phase], m.proofBlock[in.Phase] = true, in.Except != ""
 		return nil
+	})
+	on("ProveEnforcement", func(_ context.Context, in rollouts.PhaseInput) ([]rolloutplan.ProofReport, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ph := in.Plan.Phases[in.Phase]
+		if !m.blocked[ph.Name] || !m.proofBlock[ph.Name] {
+			m.violate("phase %s proved with its tenants let in", ph.Name)
+		}
+		if m.owner[m.nodes(ph.Name)[0]] != "dra" {
+			m.violate("phase %s proved before its nodes were switched", ph.Name)
+		}
+		if err := m.fault("ProveEnforcement " + ph.Name + " (" + m.proof + ")"); err != nil {
+			return nil, err
+		}
+		m.proven[ph.Name], m.softOK[ph.Name] = m.proof == "pass", false
+		rep := rolloutplan.ProofReport{Phase: ph.Name, Node: m.nodes(ph.Name)[0], Baseline: rolloutplan.LoadResult{Throughput: 1000, P99Ms: 10},
+			Tenants: []rolloutplan.TenantFigures{{Pod: "noisy", Role: rolloutplan.RoleNoisy, Fraction: 0.2, Expected: 200, Result: rolloutplan.LoadResult{Throughput: 200, P99Ms: 10}}}}
+		switch m.proof {
+		case "fail":
+			rep.Tenants[0].Result.Throughput = 700
+		case "timeout":
+			return nil, errors.New("1 of 3 load Pods had not finished: context deadline exceeded")
+		case "lost":
+			return nil, errors.New("load Pod proof/x ended Failed with no result in its termination message")
+		}
+		rep.Judge()
+		return []rolloutplan.ProofReport{rep}, nil
+	})
+	on("MarkClassIsolation", func(_ context.Context, in rollouts.IsolationInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.fault(fmt.Sprintf("MarkClassIsolation %v soft %v", in.Classes, in.Soft))
 	})
 	on("UndoRolloutPhase", func(_ context.Context, in rollouts.UndoInput) (rollouts.UndoResult, error) {
 		m.mu.Lock()
@@ -204,7 +251,11 @@ func rolloutSteps(rt *rapid.T, m *rolloutModel) []step {
 	for i := range n {
 		gap := rapid.SampledFrom([]time.Duration{0, time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute}).Draw(rt, fmt.Sprintf("gap%d", i))
 		s := step{at: tl.next(gap)}
-		switch rapid.SampledFrom([]string{"command", "command", "command", "gates", "claims", "fault", "preflight", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
+		switch rapid.SampledFrom([]string{"command", "command", "command", "gates", "proof", "claims", "fault", "preflight", "continue-as-new"}).Draw(rt, fmt.Sprintf("kind%d", i)) {
+		case "proof":
+			o := rapid.SampledFrom([]string{"pass", "fail", "timeout", "lost"}).Draw(rt, fmt.Sprintf("proof%d", i))
+			s.what = "the proof would find " + o
+			s.do = func(*testsuite.TestWorkflowEnvironment) { m.mu.Lock(); m.proof = o; m.mu.Unlock() }
 		case "command":
 			name := rapid.SampledFrom([]string{api.UpdateRolloutPause, api.UpdateRolloutResume, api.UpdateRolloutRollback, api.UpdateRolloutApprove, api.UpdateRolloutApprove}).Draw(rt, fmt.Sprintf("cmd%d", i))
 			c := rolloutplan.Command{Actor: rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i)), Reason: "simulated"}
@@ -258,6 +309,7 @@ func (m *rolloutModel) update(env *testsuite.TestWorkflowEnvironment, name, what
 		if name == api.UpdateRolloutApprove {
 			m.mu.Lock()
 			m.approved[c.Phase] = true
+			m.softOK[c.Phase] = m.proofBlock[c.Phase]
 			m.mu.Unlock()
 		}
 	}, nil)
@@ -327,11 +379,14 @@ func (m *rolloutModel) checkOwners(st api.RolloutStatus, settled bool) {
 }
 
 // TestSimulateRollout runs generated sequences through a two-phase rollout (the first needs an
-// approval): pause, resume, rollback and approve commands (signed, unsigned, for the wrong phase,
-// refused by the state), gates that pass, fail or find no data, bound claims that keep nodes on
+// approval, the second makes its class shared and must prove enforcement, a failed proof rolling
+// it back or waiting for a person): pause, resume, rollback and approve commands (signed, unsigned,
+// for the wrong phase, refused by the state), proofs that pass, fail, time out or lose their
+// result, gates that pass, fail or find no data, bound claims that keep nodes on
 // DRA, preflights that find nodes owned twice, failing calls (retried, forbidden, or acting and
 // losing their result) and continue-as-new, holding it to: a phase enabled only with its admission
-// block lifted and the phase before it approved; gates measured only after the soak; nodes routed
+// block lifted and the phase before it approved; a shared phase enabled and proved only while
+// its tenants are refused, and opened to them only after a passing proof or a person's approval; gates measured only after the soak; nodes routed
 // back only after new claims are refused; no node listed both enabled and draining, or listed on
 // DRA while the plugin owns it; every refused command says why and every accepted one is
 // answered; the query answers; and once settled, every node on DRA is one the rollout lists.
@@ -342,8 +397,13 @@ func TestSimulateRollout(t *testing.T) {
 
 func rolloutProperty(rt *rapid.T) {
 	p := testPlan()
+	// The second phase makes its class shared: tenants get it only after an enforcement proof, or
+	// a person's approval where the plan allows one.
+	p.Phases[1].Classes[0].Shared = true
+	p.Phases[1].Enforcement = sharedPlan(rapid.SampledFrom([]string{rolloutplan.UnenforcedWholeDevice, rolloutplan.UnenforcedApprove}).Draw(rt, "onUnenforced")).Phases[0].Enforcement
 	m := &rolloutModel{plan: p, owner: map[string]string{}, claims: map[string]bool{}, blocked: map[string]bool{},
-		enabled: map[string]time.Time{}, approved: map[string]bool{}, gates: "pass"}
+		enabled: map[string]time.Time{}, approved: map[string]bool{}, gates: "pass", proof: "pass",
+		proofBlock: map[string]bool{}, proven: map[string]bool{}, softOK: map[string]bool{}}
 	for _, n := range []string{"canary-0", "wide-0", "wide-1"}[:rapid.IntRange(2, 3).Draw(rt, "nodes")] {
 		m.owner[n] = "plugin"
 	}
@@ -369,7 +429,7 @@ func rolloutProperty(rt *rapid.T) {
 		step{at: last + time.Second, what: "faults end, claims released", do: func(*testsuite.TestWorkflowEnvironment) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			m.faults, m.forbidden, m.lost, m.claims = 0, false, false, map[string]bool{}
+			m.faults, m.forbidden, m.lost, m.claims, m.proof = 0, false, false, map[string]bool{}, "pass"
 		}},
 		step{at: last + 30*time.Minute, what: "first settled look", do: func(env *testsuite.TestWorkflowEnvironment) { _, _ = query(env, &first) }},
 		step{at: last + 30*time.Minute + time.Second, what: "second settled look", do: func(env *testsuite.TestWorkflowEnvironment) {

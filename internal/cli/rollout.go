@@ -161,6 +161,10 @@ func printPlan(out io.Writer, p rolloutplan.Plan) error {
 	fmt.Fprintf(w, "Plan:\t%s (switch %s: %s -> %s; plugin resource %s)\n", p.Name, p.OwnerLabel, p.Plugin, p.DRA, p.PluginResource)
 	for i, ph := range p.Phases {
 		fmt.Fprintf(w, "Phase %d:\t%s nodes %q classes %v tenants %v soak %s approve %t\n", i+1, ph.Name, ph.Nodes, ph.ClassNames(), ph.Namespaces, ph.Soak, ph.Approve)
+		if e := ph.Enforcement; e != nil {
+			fmt.Fprintf(w, "  proof:\tshared %v: %d tenants of %s %s (noisy %gx), tolerance %.0f%%, image %s, on unenforced: %s\n",
+				classNames(ph.SharedClasses()), e.Tenants, e.Share, e.Capacity, e.Noisy, 100*e.Tolerance, e.Image, e.OnUnenforced)
+		}
 	}
 	return w.Flush()
 }
@@ -183,6 +187,10 @@ func printRollout(out io.Writer, st *api.RolloutStatus) error {
 		fmt.Fprintf(w, "Enabled:\t%s on %d node(s) at %s\n", e.Phase, len(e.Nodes), e.At.UTC().Format(time.RFC3339))
 	}
 	for _, b := range st.Blocks {
+		if b.Except != "" {
+			fmt.Fprintf(w, "New claims refused:\t%v (phase %s: %s; the proof's namespace %s excepted)\n", b.Classes, b.Phase, b.Reason, b.Except)
+			continue
+		}
 		fmt.Fprintf(w, "New claims refused:\t%v (phase %s rolled back: %s)\n", b.Classes, b.Phase, b.Reason)
 	}
 	for _, v := range st.Violations {
@@ -196,6 +204,12 @@ func printRollout(out io.Writer, st *api.RolloutStatus) error {
 		fmt.Fprintf(w, "Gates %s:\t%s; %d claims, claim->allocated p50 %s p99 %s, allocated->ready p50 %s p99 %s\n", r.Phase, verdict,
 			r.Claims, r.ClaimToAllocated.P50, r.ClaimToAllocated.P99, r.AllocatedToReady.P50, r.AllocatedToReady.P99)
 	}
+	for _, p := range st.Proofs {
+		printProof(w, p)
+	}
+	for _, q := range st.SoftQuotas {
+		fmt.Fprintf(w, "Soft quota:\t%v of phase %s labelled soft quota, no QoS: approved by %s at %s (%s)\n", q.Classes, q.Phase, q.Actor, q.At.UTC().Format(time.RFC3339), q.Proof)
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -205,4 +219,31 @@ func printRollout(out io.Writer, st *api.RolloutStatus) error {
 		fmt.Fprintf(out, "  %s  %s\n", e.At.UTC().Format(time.RFC3339), e.Text)
 	}
 	return nil
+}
+
+// printProof writes an enforcement proof's verdict, inputs and per-tenant figures.
+func printProof(w io.Writer, p rolloutplan.ProofReport) {
+	verdict := "enforced"
+	if !p.Enforced {
+		verdict = "NOT ENFORCED"
+	}
+	fmt.Fprintf(w, "Proof %s:\t%s on %s %s (%s, class %s) at %s\n", p.Phase, verdict, p.Node, p.Device, p.Group, p.Class, p.At.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  inputs:\t%d tenants of %s of %s %s each, the noisy one trying %gx; tolerance %.0f%%; %s per load\n",
+		len(p.Tenants), p.Share, p.CapacityValue, p.Capacity, p.Noisy, 100*p.Tolerance, p.Duration)
+	fmt.Fprintf(w, "  baseline:\t%.1f/s p99 %.2fms drops %d errors %d\n", p.Baseline.Throughput, p.Baseline.P99Ms, p.Baseline.Drops, p.Baseline.Errors)
+	for _, t := range p.Tenants {
+		fmt.Fprintf(w, "  %s %s:\tShareID %s, %.0f%% of the device: %.1f/s (share %.1f/s) p99 %.2fms drops %d errors %d\n",
+			t.Role, t.Pod, t.ShareID, 100*t.Fraction, t.Result.Throughput, t.Expected, t.Result.P99Ms, t.Result.Drops, t.Result.Errors)
+	}
+	for _, r := range p.Reasons {
+		fmt.Fprintf(w, "  why:\t%s\n", r)
+	}
+}
+
+func classNames(cs []rolloutplan.Class) []string {
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
 }

@@ -16,7 +16,9 @@ const (
 	StateWaitingWindow   State = "waiting-window"
 	StateBlocked         State = "blocked"
 	StateWaitingApproval State = "waiting-approval"
-	StateRolledBack      State = "rolled-back"
+	// StateProving: a phase's enforcement proof runs; its tenants wait.
+	StateProving    State = "proving"
+	StateRolledBack State = "rolled-back"
 	// StateBlocking: a phase is being rolled back and its admission block is not proven in force
 	// yet (new claims for its classes may still be admitted).
 	StateBlocking  State = "blocking"
