@@ -5,6 +5,7 @@ package rollouts
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -28,6 +29,9 @@ type Activities struct {
 	Approvals notify.Approver
 	// Rollouts opens scheduled rollouts' windows; nil refuses them.
 	Rollouts RolloutWindows
+	// ProofWait bounds how long an enforcement proof waits for its devices to be published and
+	// free (0: two minutes).
+	ProofWait time.Duration
 }
 
 // Alerts sends one alert.

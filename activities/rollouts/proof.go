@@ -3,6 +3,7 @@ package rollouts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -51,7 +52,7 @@ func (a *Activities) ProveEnforcement(ctx context.Context, in PhaseInput) (_ []r
 		return nil, err
 	}
 	defer a.deleteProof(e.Namespace, sel)
-	targets, err := a.proofTargets(ctx, in.Plan, ph)
+	targets, err := a.awaitTargets(ctx, in.Plan, ph)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +66,48 @@ func (a *Activities) ProveEnforcement(ctx context.Context, in PhaseInput) (_ []r
 		a.proofEvent(ctx, t.node, in.Plan.Name, rep)
 	}
 	return out, nil
+}
+
+// publishWait bounds how long a proof waits for the phase's driver to publish its shared devices
+// (it may have been switched moments before) or for one of them to be free.
+const publishWait = 2 * time.Minute
+
+// notYet is a target search that a later look may get past: no shared device published yet, or
+// none free. Permanent says whether it still is an error no retry fixes once publishWait is over.
+type notYet struct {
+	msg       string
+	permanent bool
+}
+
+func (e notYet) Error() string { return e.msg }
+
+// awaitTargets looks for the proof's devices until the driver has published them and one of each
+// group is free, for at most publishWait.
+func (a *Activities) awaitTargets(ctx context.Context, p rolloutplan.Plan, ph rolloutplan.Phase) ([]proofTarget, error) {
+	wait := publishWait
+	if a.ProofWait > 0 {
+		wait = a.ProofWait
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		targets, err := a.proofTargets(ctx, p, ph)
+		var later notYet
+		if !errors.As(err, &later) {
+			return targets, err
+		}
+		if time.Now().After(deadline) {
+			if later.permanent {
+				return nil, temporal.NewNonRetryableApplicationError(later.msg+" after "+wait.String(), ErrProofImpossible, nil)
+			}
+			return nil, err
+		}
+		activity.RecordHeartbeat(ctx, "waiting for a device to prove on: "+later.msg)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // proofLabel is the value of the proof label on one phase's load Pods and claims.
@@ -147,12 +190,11 @@ func (a *Activities) proofTargets(ctx context.Context, p rolloutplan.Plan, ph ro
 			}
 		}
 		if shared == 0 {
-			return nil, impossible("class %s: no shared device with a %s capacity on the phase's nodes (%s): the driver publishes none to prove", class.Name, e.Capacity, ph.Nodes)
+			return nil, notYet{msg: fmt.Sprintf("class %s: no shared device with a %s capacity on the phase's nodes (%s): the driver publishes none to prove", class.Name, e.Capacity, ph.Nodes), permanent: true}
 		}
 		for g := range groups {
 			if !seen[g] {
-				// A later attempt may find one freed.
-				return nil, fmt.Errorf("class %s: every shared device of %s is allocated: none free to prove on", class.Name, g)
+				return nil, notYet{msg: fmt.Sprintf("class %s: every shared device of %s is allocated: none free to prove on", class.Name, g)}
 			}
 		}
 	}
@@ -235,13 +277,21 @@ func (a *Activities) runStage(ctx context.Context, rollout string, ph rolloutpla
 	}
 	out := make([]rolloutplan.TenantFigures, len(loads))
 	done := make([]bool, len(loads))
+	var err error
 	for left := len(loads); left > 0; {
 		left = 0
 		for j := range loads {
 			if done[j] {
 				continue
 			}
-			f, finished, err := a.loadResult(ctx, ns, names[j], start, t.capacity, e.Capacity)
+			// The claim's share is read while the load runs: once its Pod ends, the claim is
+			// deallocated.
+			if out[j].Fraction == 0 {
+				if out[j].ShareID, out[j].Fraction, err = a.claimShare(ctx, ns, names[j], t.capacity, e.Capacity); err != nil {
+					return nil, err
+				}
+			}
+			f, finished, err := a.loadResult(ctx, ns, names[j], start, out[j])
 			if err != nil {
 				return nil, err
 			}
@@ -325,11 +375,30 @@ func (a *Activities) createLoad(ctx context.Context, ph rolloutplan.Phase, t pro
 	return nil
 }
 
-// loadResult reads a finished load Pod's result and its claim's share: finished false while it
-// runs. A Pod that ended with no readable result, or started its load late, is an error (the
-// attempt is retried).
-func (a *Activities) loadResult(ctx context.Context, ns, name string, start time.Time, capacity resource.Quantity, capName string) (rolloutplan.TenantFigures, bool, error) {
-	f := rolloutplan.TenantFigures{Pod: name}
+// claimShare reads a load claim's ShareID and its share of the device's capacity (0 while it is
+// not allocated).
+func (a *Activities) claimShare(ctx context.Context, ns, name string, capacity resource.Quantity, capName string) (string, float64, error) {
+	claim, err := a.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", 0, fmt.Errorf("get load claim %s/%s: %w", ns, name, err)
+	}
+	if claim.Status.Allocation == nil || capacity.Sign() <= 0 {
+		return "", 0, nil
+	}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if q, ok := r.ConsumedCapacity[resourcev1.QualifiedName(capName)]; ok {
+			return string(ptr.Deref(r.ShareID, "")), q.AsApproximateFloat64() / capacity.AsApproximateFloat64(), nil
+		}
+	}
+	return "", 0, nil
+}
+
+// loadResult reads a finished load Pod's result into f, which holds its claim's share as read
+// while it ran: finished false while it runs. A Pod that ended with no readable result, or
+// started its load late, or whose claim's share was never seen, is an error (the attempt is
+// retried).
+func (a *Activities) loadResult(ctx context.Context, ns, name string, start time.Time, f rolloutplan.TenantFigures) (rolloutplan.TenantFigures, bool, error) {
+	f.Pod = name
 	pod, err := a.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return f, false, fmt.Errorf("get load Pod %s/%s: %w", ns, name, err)
@@ -356,20 +425,8 @@ func (a *Activities) loadResult(ctx context.Context, ns, name string, start time
 	if err := f.Result.Valid(); err != nil {
 		return f, false, fmt.Errorf("load Pod %s/%s: %w", ns, name, err)
 	}
-	claim, err := a.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return f, false, fmt.Errorf("get load claim %s/%s: %w", ns, name, err)
-	}
-	if al := claim.Status.Allocation; al != nil {
-		for _, r := range al.Devices.Results {
-			f.ShareID = string(ptr.Deref(r.ShareID, ""))
-			if q, ok := r.ConsumedCapacity[resourcev1.QualifiedName(capName)]; ok && capacity.Sign() > 0 {
-				f.Fraction = q.AsApproximateFloat64() / capacity.AsApproximateFloat64()
-			}
-		}
-	}
 	if f.Fraction == 0 {
-		return f, false, fmt.Errorf("load claim %s/%s records no %s consumed: its share is unknown", ns, name, capName)
+		return f, false, fmt.Errorf("load claim %s/%s was never seen allocated with a share of the capacity: its share is unknown", ns, name)
 	}
 	return f, true, nil
 }
@@ -413,8 +470,17 @@ func (a *Activities) clearProof(ctx context.Context, ns, sel string) error {
 func (a *Activities) deleteProof(ns, sel string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = a.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}, metav1.ListOptions{LabelSelector: sel})
-	_ = a.Kube.ResourceV1().ResourceClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+	// One by one rather than a collection: DeviceWarden's role may delete, not delete collections.
+	if pods, err := a.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel}); err == nil {
+		for _, p := range pods.Items {
+			_ = a.Kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		}
+	}
+	if claims, err := a.Kube.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: sel}); err == nil {
+		for _, c := range claims.Items {
+			_ = a.Kube.ResourceV1().ResourceClaims(ns).Delete(ctx, c.Name, metav1.DeleteOptions{})
+		}
+	}
 }
 
 // ensureNamespace creates the proof's namespace when it is missing; a cluster install that may not

@@ -71,7 +71,7 @@ func newRolloutCmd(g *globals) *cobra.Command {
 		{"pause NAME", api.UpdateRolloutPause, "Hold the rollout before its next step (a soak keeps its clock)"},
 		{"resume NAME", api.UpdateRolloutResume, "Go on after pause; retry a blocked or rolled-back phase from preflight"},
 		{"rollback NAME", api.UpdateRolloutRollback, "Roll back every enabled phase: refuse new claims for their classes, route nodes back to the plugin"},
-		{"approve NAME PHASE", api.UpdateRolloutApprove, "Approve going on past PHASE (the phase waiting for approval)"},
+		{"approve NAME PHASE", api.UpdateRolloutApprove, "Approve going on past PHASE (the phase waiting for approval), or let tenants into a shared PHASE whose enforcement proof failed (its classes labelled soft quota, no QoS)"},
 	} {
 		k := k
 		var actor, reason string
