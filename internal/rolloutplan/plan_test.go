@@ -99,7 +99,10 @@ func TestExamplePlanParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Phases) != 2 || p.RollbackHold.D() != 72*time.Hour {
+	if len(p.Phases) != 3 || p.RollbackHold.D() != 72*time.Hour {
 		t.Errorf("plan = %+v", p)
+	}
+	if e := p.Phases[2].Enforcement; e == nil || e.OnUnenforced != UnenforcedApprove || !p.Phases[2].Classes[0].Shared {
+		t.Errorf("shared phase = %+v", p.Phases[2])
 	}
 }
