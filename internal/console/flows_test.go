@@ -29,7 +29,11 @@ func (f *fakeFlows) Rollout(_ context.Context, id string) (api.RolloutStatus, er
 	return api.RolloutStatus{Plan: "h100-dra", Phase: 1, Step: rolloutplan.StepPreflight, State: rolloutplan.StateRunning,
 		SoakUntil:  time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC),
 		Violations: []rolloutplan.Violation{{Node: "n3", Reason: "p99 allocation latency 9s over the gate's 2s"}},
-		Log:        []api.RolloutEntry{{At: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), Text: "phase canary enabled"}}}, nil
+		Log:        []api.RolloutEntry{{At: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), Text: "phase canary enabled"}},
+		Unproven:   "shared", Awaiting: "shared",
+		Proofs: []rolloutplan.ProofReport{{Phase: "canary", Node: "n1", Device: "n1/gpu-0", Enforced: true, Share: "8Gi", Tenants: make([]rolloutplan.TenantFigures, 3)},
+			{Phase: "shared", Node: "n2", Device: "n2/gpu-1", Group: rolloutplan.ProofGroup{DriverVersion: "1.1.0", NodeType: "a100"}, Reasons: []string{"noisy tenant x got 3.33x its share"}}},
+		SoftQuotas: []api.SoftQuota{{Phase: "older", Classes: []string{"gpu-old"}, Actor: "sre", At: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}}}, nil
 }
 
 // A migration's page says where it stands and what it did; a rollout's its phase, soak, the gates
@@ -56,7 +60,10 @@ func TestFlowPages(t *testing.T) {
 		t.Errorf("a migration that is gone: %s", body)
 	}
 	_, body = get(t, base+"/rollout?id=rollout/h100-dra")
-	for _, want := range []string{`id="phase">1, step`, "Soak until</dt><dd>2026-12-03 11:00:00Z", "p99 allocation latency 9s", "phase canary enabled"} {
+	for _, want := range []string{`id="phase">1, step`, "Soak until</dt><dd>2026-12-03 11:00:00Z", "p99 allocation latency 9s", "phase canary enabled",
+		"phase shared was not proven to enforce its shares", `<td class="proof">enforced: 3 tenants held to 8Gi each</td>`,
+		`<td class="mono">n2 n2/gpu-1</td><td>driver 1.1.0 on a100</td><td class="proof">NOT enforced: noisy tenant x got 3.33x its share</td>`,
+		`<td class="mono">gpu-old </td><td>sre</td>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("rollout page lacks %q", want)
 		}
