@@ -80,3 +80,27 @@ func TestProofWithoutSharedClassProvesEveryClass(t *testing.T) {
 		t.Errorf("shared classes without a proof = %v", c)
 	}
 }
+
+// TestEnforcementEdges: each bound is where the message says it is.
+func TestEnforcementEdges(t *testing.T) {
+	cases := []struct {
+		fields string
+		ok     bool
+	}{
+		{"duration: 0s", false},
+		{"duration: 1m, startDelay: 10s, timeout: 2m20s", false},
+		{"duration: 1m, startDelay: 10s, timeout: 2m21s", true},
+		{"tenants: 2", true},
+		{"noisy: 1", false},
+		{"noisy: 1.5", true},
+		{"tolerance: 1", false},
+		{"tolerance: 0.99", true},
+		{"tolerance: -0.01", false},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(proofHead + "    enforcement: {image: l, share: 1Gi, " + c.fields + "}\n"))
+		if (err == nil) != c.ok {
+			t.Errorf("%s: err = %v, want ok %v", c.fields, err, c.ok)
+		}
+	}
+}

@@ -106,3 +106,30 @@ func TestLoadResultValid(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestJudgeEdges: a load that got nothing is a figure, not a broken result; figures with nothing
+// to compare with are not judged; a report with no reason and a group with no names still read.
+func TestJudgeEdges(t *testing.T) {
+	if err := (LoadResult{}).Valid(); err != nil {
+		t.Errorf("a zero result: %v", err)
+	}
+	r := ProofReport{Tolerance: 0.1, Baseline: LoadResult{Throughput: 0, P99Ms: 10},
+		Tenants: []TenantFigures{{Pod: "t", Role: RoleTenant, Expected: 200, Result: LoadResult{Throughput: 100, P99Ms: 10}}}}
+	r.Judge()
+	if len(r.Reasons) != 1 {
+		t.Errorf("no baseline: %v", r.Reasons)
+	}
+	r = ProofReport{Tolerance: 0.1, Baseline: LoadResult{Throughput: 1000, P99Ms: 0},
+		Tenants: []TenantFigures{{Pod: "n", Role: RoleNoisy, Expected: 0, Result: LoadResult{Throughput: 5, P99Ms: 5}},
+			{Pod: "t", Role: RoleTenant, Expected: 200, Result: LoadResult{Throughput: 200, P99Ms: 5}}}}
+	r.Judge()
+	if !r.Enforced {
+		t.Errorf("nothing to compare: %v", r.Reasons)
+	}
+	if s := (ProofReport{Node: "n"}).Summary(); !strings.Contains(s, "no reason recorded") || !strings.Contains(s, "driver unknown on unknown") {
+		t.Errorf("summary = %q", s)
+	}
+	if s := (ProofGroup{DriverVersion: "1.0.0", NodeType: "a100"}).String(); s != "driver 1.0.0 on a100" {
+		t.Errorf("group = %q", s)
+	}
+}
