@@ -38,8 +38,8 @@ phases:
     enforcement:
       image: %[6]s
       command: [load, --json]
-      duration: 2s
-      startDelay: 3s
+      duration: 1s
+      startDelay: 2s
       timeout: 2m
       tenants: 3
       share: 8Gi
@@ -93,6 +93,7 @@ func proofEvent(t *testing.T, ctx context.Context, node, reason string) corev1.E
 // refused; with onUnenforced approve it waits for a person, and an approval lets tenants in with
 // the class labelled soft quota, no QoS. Tenants are refused while a proof runs or waits.
 func TestEnforcementProof(t *testing.T) {
+	t.Parallel() // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal
