@@ -48,18 +48,7 @@ func proofEnv(t *testing.T, outcomes ...string) *rolloutEnv {
 	r.preflight(func(int) []rolloutplan.Violation { return nil })
 	r.enable()
 	r.gates(func(int, int) []string { return nil })
-	r.env.OnActivity(rol.UndoRolloutPhase, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.UndoInput) (rollouts.UndoResult, error) {
-		r.record("undo", in.Change.Phase+"="+in.Change.Nodes[0].Previous)
-		return rollouts.UndoResult{Returned: []string{in.Change.Nodes[0].Node}}, nil
-	}).Maybe()
-	r.env.OnActivity(rol.UnblockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.BlockInput) error {
-		r.record("unblock", in.Phase)
-		return nil
-	}).Maybe()
-	r.env.OnActivity(rol.BlockNewClaims, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.BlockInput) error {
-		r.record("block", in.Phase+"/"+in.Except)
-		return nil
-	}).Maybe()
+	r.rollbackActs()
 	n := 0
 	r.env.OnActivity(rol.ProveEnforcement, mock.Anything, mock.Anything).Return(func(_ context.Context, in rollouts.PhaseInput) ([]rolloutplan.ProofReport, error) {
 		o := outcomes[min(n, len(outcomes)-1)]
@@ -93,7 +82,7 @@ func proofEnv(t *testing.T, outcomes ...string) *rolloutEnv {
 func TestProvenPhaseOpensToTenants(t *testing.T) {
 	r := proofEnv(t, "pass")
 	st := r.run(api.RolloutInput{Plan: sharedPlan(rolloutplan.UnenforcedWholeDevice)})
-	r.wantCalls("preflight:wide", "block:wide/proof", "enable:wide", "prove:pass", "mark:gpu-b=proven", "unblock:wide", "gates:wide")
+	r.wantCalls("preflight:wide", "block:wide but proof", "enable:wide", "prove:pass", "mark:gpu-b=proven", "unblock:wide", "gates:wide")
 	if st.State != rolloutplan.StateCompleted || len(st.Proofs) != 1 || !st.Proofs[0].Enforced || len(st.Blocks) != 0 {
 		t.Errorf("state %s proofs %d blocks %v", st.State, len(st.Proofs), st.Blocks)
 	}
@@ -112,7 +101,7 @@ func TestUnprovenPhaseStaysWholeDevice(t *testing.T) {
 	p := sharedPlan(rolloutplan.UnenforcedWholeDevice)
 	p.RollbackHold = policy.JSONDuration(time.Hour)
 	st := r.run(api.RolloutInput{Plan: p})
-	r.wantCalls("preflight:wide", "block:wide/proof", "enable:wide", "prove:fail", "block:wide/", "undo:wide=plugin")
+	r.wantCalls("preflight:wide", "block:wide but proof", "enable:wide", "prove:fail", "block:wide=gpu-b", "undo:wide=plugin")
 	if st.State != rolloutplan.StateRolledBack || len(st.Blocks) != 1 || st.Blocks[0].Except != "" {
 		t.Fatalf("state %s blocks %+v", st.State, st.Blocks)
 	}
@@ -133,7 +122,7 @@ func TestUnprovenPhaseWaitsForAPerson(t *testing.T) {
 	if waiting.State != rolloutplan.StateWaitingApproval || waiting.Awaiting != "wide" || waiting.Unproven != "wide" || waiting.Step != rolloutplan.StepProve {
 		t.Errorf("while waiting: state %s awaiting %q unproven %q step %s", waiting.State, waiting.Awaiting, waiting.Unproven, waiting.Step)
 	}
-	r.wantCalls("preflight:wide", "block:wide/proof", "enable:wide", "prove:fail", "ask:wide>wide as soft quota, no QoS", "mark:gpu-b=soft", "unblock:wide", "gates:wide")
+	r.wantCalls("preflight:wide", "block:wide but proof", "enable:wide", "prove:fail", "ask:wide>wide as soft quota, no QoS", "mark:gpu-b=soft", "unblock:wide", "gates:wide")
 	if st.State != rolloutplan.StateCompleted || len(st.SoftQuotas) != 1 {
 		t.Fatalf("state %s soft quotas %+v", st.State, st.SoftQuotas)
 	}
@@ -151,7 +140,7 @@ func TestRollbackWhileWaitingForAPerson(t *testing.T) {
 	p := sharedPlan(rolloutplan.UnenforcedApprove)
 	p.RollbackHold = policy.JSONDuration(time.Hour)
 	st := r.run(api.RolloutInput{Plan: p})
-	r.wantCalls("preflight:wide", "block:wide/proof", "enable:wide", "prove:fail", "ask:wide>wide as soft quota, no QoS", "block:wide/", "undo:wide=plugin")
+	r.wantCalls("preflight:wide", "block:wide but proof", "enable:wide", "prove:fail", "ask:wide>wide as soft quota, no QoS", "block:wide=gpu-b", "undo:wide=plugin")
 	if st.State != rolloutplan.StateRolledBack || st.Unproven != "" || len(st.SoftQuotas) != 0 {
 		t.Errorf("state %s unproven %q soft quotas %v", st.State, st.Unproven, st.SoftQuotas)
 	}
@@ -167,7 +156,7 @@ func TestProofThatCannotFinishHoldsTenantsOut(t *testing.T) {
 	if blocked.State != rolloutplan.StateBlocked || len(blocked.Blocks) != 1 || blocked.Blocks[0].Except != "proof" {
 		t.Errorf("after the failed proof: state %s blocks %+v", blocked.State, blocked.Blocks)
 	}
-	r.wantCalls("preflight:wide", "block:wide/proof", "enable:wide", "prove:load Pod x ended with no result", "prove:load Pod x ended with no result",
+	r.wantCalls("preflight:wide", "block:wide but proof", "enable:wide", "prove:load Pod x ended with no result", "prove:load Pod x ended with no result",
 		"prove:load Pod x ended with no result", "prove:pass", "mark:gpu-b=proven", "unblock:wide", "gates:wide")
 	if st.State != rolloutplan.StateCompleted {
 		t.Errorf("state %s", st.State)

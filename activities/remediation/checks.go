@@ -93,7 +93,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 			return decide.StepResult{Busy: true, Reason: held, At: time.Now()}, nil
 		}
 	}
-	if err := a.ensureNamespace(ctx, ns); err != nil {
+	if err := kubeobj.EnsureNamespace(ctx, a.Kube, ns); err != nil {
 		return decide.StepResult{}, err
 	}
 	if err := a.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
@@ -307,18 +307,6 @@ func envName(attr string) string {
 		}
 	}
 	return string(b)
-}
-
-// ensureNamespace creates a check namespace that is missing. A cluster install may not create
-// namespaces: its chart creates the ones in checks.namespaces, so Forbidden means "use it as it
-// is", and a namespace that is really missing fails the check's first create (checkNamespaceError).
-func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
-	_, err := a.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy}}}, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
-		return fmt.Errorf("create namespace %s: %w", ns, err)
-	}
-	return nil
 }
 
 // checkNamespaceError says what to do when a check cannot be created in its namespace.

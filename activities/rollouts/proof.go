@@ -45,7 +45,7 @@ func (a *Activities) ProveEnforcement(ctx context.Context, in PhaseInput) (_ []r
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("phase %s asks for no enforcement proof", ph.Name), ErrInvalidRolloutInput, nil)
 	}
 	sel := kubeobj.LabelProof + "=" + proofLabel(in.Plan.Name, ph.Name)
-	if err := a.ensureNamespace(ctx, e.Namespace); err != nil {
+	if err := kubeobj.EnsureNamespace(ctx, a.Kube, e.Namespace); err != nil {
 		return nil, err
 	}
 	if err := a.clearProof(ctx, e.Namespace, sel); err != nil {
@@ -481,17 +481,6 @@ func (a *Activities) deleteProof(ns, sel string) {
 			_ = a.Kube.ResourceV1().ResourceClaims(ns).Delete(ctx, c.Name, metav1.DeleteOptions{})
 		}
 	}
-}
-
-// ensureNamespace creates the proof's namespace when it is missing; a cluster install that may not
-// create namespaces uses the one its chart made.
-func (a *Activities) ensureNamespace(ctx context.Context, ns string) error {
-	_, err := a.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy}}}, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
-		return fmt.Errorf("create namespace %s: %w", ns, err)
-	}
-	return nil
 }
 
 // proofEvent records a proof's verdict on the node it ran on (Warning when not enforced).

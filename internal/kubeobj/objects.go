@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,4 +73,16 @@ func GrantRecords(ctx context.Context, kube kubernetes.Interface, ns string) (ma
 		out[cm.Labels[capacity.GrantLabel]] = cm.Data[capacity.GrantKey]
 	}
 	return out, nil
+}
+
+// EnsureNamespace creates a namespace DeviceWarden runs Pods in (checks, proofs) when it is missing.
+// A cluster install may not create namespaces: its chart creates the ones it names, so Forbidden
+// means "use it as it is", and a namespace that is really missing fails the first create in it.
+func EnsureNamespace(ctx context.Context, kube kubernetes.Interface, ns string) error {
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{LabelManagedBy: ManagedBy}}}, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	return nil
 }
