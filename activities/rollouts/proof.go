@@ -101,7 +101,7 @@ func (a *Activities) awaitTargets(ctx context.Context, p rolloutplan.Plan, ph ro
 			}
 			return nil, err
 		}
-		activity.RecordHeartbeat(ctx, "waiting for a device to prove on: "+later.msg)
+		heartbeat(ctx, "waiting for a device to prove on: "+later.msg)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -154,7 +154,7 @@ func (a *Activities) proofTargets(ctx context.Context, p rolloutplan.Plan, ph ro
 		slices.SortFunc(list, func(x, y *resourcev1.ResourceSlice) int { return strings.Compare(x.Name, y.Name) })
 		seen := map[rolloutplan.ProofGroup]bool{}
 		groups := map[rolloutplan.ProofGroup]bool{}
-		shared := 0
+		shared := false
 		for _, sl := range list {
 			node := ptr.Deref(sl.Spec.NodeName, "")
 			if _, ok := nodeType[node]; !ok {
@@ -165,7 +165,7 @@ func (a *Activities) proofTargets(ctx context.Context, p rolloutplan.Plan, ph ro
 				if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || !ok {
 					continue
 				}
-				shared++
+				shared = true
 				g := rolloutplan.ProofGroup{DriverVersion: kubeobj.AttrValue(class.Driver, e.DriverVersion, d.Attributes), NodeType: nodeType[node]}
 				groups[g] = true
 				id := class.Driver + "/" + sl.Spec.Pool.Name + "/" + d.Name
@@ -189,7 +189,7 @@ func (a *Activities) proofTargets(ctx context.Context, p rolloutplan.Plan, ph ro
 				out = append(out, proofTarget{class: class, group: g, node: node, device: sl.Spec.Pool.Name + "/" + d.Name, capacity: c.Value, pin: strings.Join(pin, " && ")})
 			}
 		}
-		if shared == 0 {
+		if !shared {
 			return nil, notYet{msg: fmt.Sprintf("class %s: no shared device with a %s capacity on the phase's nodes (%s): the driver publishes none to prove", class.Name, e.Capacity, ph.Nodes), permanent: true}
 		}
 		for g := range groups {
@@ -302,7 +302,7 @@ func (a *Activities) runStage(ctx context.Context, rollout string, ph rolloutpla
 			f.Role = loads[j].role
 			out[j], done[j] = f, true
 		}
-		activity.RecordHeartbeat(ctx, fmt.Sprintf("%s on %s/%s: %d of %d loads finished", stage, t.node, t.device, len(loads)-left, len(loads)))
+		heartbeat(ctx, fmt.Sprintf("%s on %s/%s: %d of %d loads finished", stage, t.node, t.device, len(loads)-left, len(loads)))
 		if left == 0 {
 			break
 		}
@@ -457,7 +457,7 @@ func (a *Activities) clearProof(ctx context.Context, ns, sel string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d load Pods and %d claims of an earlier proof still there after a minute", len(pods.Items), len(claims.Items))
 		}
-		activity.RecordHeartbeat(ctx, "clearing an earlier proof's load Pods")
+		heartbeat(ctx, "clearing an earlier proof's load Pods")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -496,5 +496,12 @@ func (a *Activities) proofEvent(ctx context.Context, node, rollout string, rep r
 	}
 	if err := kubeobj.CreateEvent(ctx, a.Kube, ref, reason, typ, cut(msg, 1000), fmt.Sprintf("%s.%x", node, time.Now().UnixNano()), "devicewarden.io/rollout"); err != nil {
 		activity.GetLogger(ctx).Warn("event not recorded", "node", node, "reason", reason, "error", err)
+	}
+}
+
+// heartbeat tells Temporal (and the UI's pending activity) where the proof is.
+func heartbeat(ctx context.Context, details string) {
+	if activity.IsActivity(ctx) {
+		activity.RecordHeartbeat(ctx, details)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
@@ -205,4 +206,74 @@ func errorType(err error) string {
 		return app.Type()
 	}
 	return ""
+}
+
+// TestProofWaitsForTheDriverToPublish: a phase switched moments ago has no slices yet; the proof
+// looks again until the driver publishes them.
+func TestProofWaitsForTheDriverToPublish(t *testing.T) {
+	_, a, kube := activityEnv(t, proofNode("a-0", "x"))
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = kube.ResourceV1().ResourceSlices().Create(context.Background(), sharedSlice("a-0", "1.0.0", 1, true), metav1.CreateOptions{})
+	}()
+	p := proofPlan()
+	got, err := a.awaitTargets(context.Background(), p, p.Phases[0])
+	if err != nil || len(got) != 1 {
+		t.Fatalf("targets %v, err %v", got, err)
+	}
+}
+
+// TestSharesThatFillTheDeviceFit: tenants whose shares add up to the whole device can be proved.
+func TestSharesThatFillTheDeviceFit(t *testing.T) {
+	_, a, _ := activityEnv(t, proofNode("a-0", "x"), sharedSlice("a-0", "1.0.0", 1, true))
+	p := proofPlan()
+	p.Phases[0].Enforcement.Tenants = 5 // 5 x 8Gi = 40Gi
+	if got, err := a.proofTargets(context.Background(), p, p.Phases[0]); err != nil || len(got) != 1 {
+		t.Fatalf("targets %v, err %v", got, err)
+	}
+}
+
+// TestClearProofWaitsForItsObjects: a leftover that will not go is an error, not a proof run beside it.
+func TestClearProofWaitsForItsObjects(t *testing.T) {
+	sel := map[string]string{kubeobj.LabelProof: "x"}
+	_, a, kube := activityEnv(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "left", Namespace: "proof", Labels: sel}},
+		&resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "left", Namespace: "proof", Labels: sel}})
+	kube.PrependReactor("delete", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("stuck") })
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := a.clearProof(ctx, "proof", kubeobj.LabelProof+"=x"); err == nil {
+		t.Fatal("cleared with a Pod and a claim still there")
+	}
+}
+
+func TestClaimShareOfNoCapacity(t *testing.T) {
+	_, a, _ := activityEnv(t, finishedLoad(corev1.PodRunning, "", time.Now(), "8Gi")...)
+	if _, f, err := a.claimShare(context.Background(), "proof", "l", resource.Quantity{}, "memory"); f != 0 || err != nil {
+		t.Errorf("share of a device with no capacity = %v, %v", f, err)
+	}
+	if cut("abc", 3) != "abc" || cut("abcd", 3) != "abc..." {
+		t.Error("cut")
+	}
+}
+
+// TestMarkClassIsolation: a soft quota labels the classes with a note; a proven one takes both off.
+func TestMarkClassIsolation(t *testing.T) {
+	env, _, kube := activityEnv(t, &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu-s", Labels: map[string]string{"keep": "me"}}})
+	if _, err := env.ExecuteActivity((&Activities{}).MarkClassIsolation, IsolationInput{Classes: []string{"gpu-s"}, Soft: true, Note: "soft quota, no QoS: approved by sre"}); err != nil {
+		t.Fatal(err)
+	}
+	dc, _ := kube.ResourceV1().DeviceClasses().Get(context.Background(), "gpu-s", metav1.GetOptions{})
+	if dc.Labels[kubeobj.LabelIsolation] != kubeobj.IsolationSoftQuota || dc.Annotations[kubeobj.AnnotationIsolation] != "soft quota, no QoS: approved by sre" || dc.Labels["keep"] != "me" {
+		t.Fatalf("soft: labels %v annotations %v", dc.Labels, dc.Annotations)
+	}
+	if _, err := env.ExecuteActivity((&Activities{}).MarkClassIsolation, IsolationInput{Classes: []string{"gpu-s"}}); err != nil {
+		t.Fatal(err)
+	}
+	dc, _ = kube.ResourceV1().DeviceClasses().Get(context.Background(), "gpu-s", metav1.GetOptions{})
+	if _, ok := dc.Labels[kubeobj.LabelIsolation]; ok || dc.Annotations[kubeobj.AnnotationIsolation] != "" || dc.Labels["keep"] != "me" {
+		t.Fatalf("proven: labels %v annotations %v", dc.Labels, dc.Annotations)
+	}
+	if _, err := env.ExecuteActivity((&Activities{}).MarkClassIsolation, IsolationInput{Classes: []string{"gone"}, Soft: true}); err == nil || !strings.Contains(err.Error(), "mark device class gone") {
+		t.Errorf("a class that is gone: %v", err)
+	}
 }
