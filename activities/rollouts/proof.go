@@ -263,10 +263,7 @@ func (a *Activities) runStage(ctx context.Context, rollout string, ph rolloutpla
 	e := ph.Enforcement
 	ns := e.Namespace
 	stageSel := sel + "," + kubeobj.LabelProofStage + "=" + stage
-	defer func() {
-		a.deleteProof(ns, stageSel)
-		_ = a.clearProof(ctx, ns, stageSel)
-	}()
+	defer func() { _ = a.clearProof(ctx, ns, stageSel) }() // deletes even when ctx has ended
 	start := time.Now().Add(e.StartDelay.D()).UTC()
 	names := make([]string, len(loads))
 	for j, l := range loads {
