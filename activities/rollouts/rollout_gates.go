@@ -304,7 +304,9 @@ func (a *Activities) tryBlockedClaim(ctx context.Context, name, class, except st
 	return false, err
 }
 
-// UnblockNewClaims removes a phase's admission block (idempotent).
+// UnblockNewClaims removes a phase's admission block (idempotent) and returns once a dry-run claim
+// for each of its classes is no longer refused by it: the apiserver drops a deleted policy within
+// a second or so, and a phase said to be open should take its tenants' claims.
 func (a *Activities) UnblockNewClaims(ctx context.Context, in api.BlockInput) (err error) {
 	defer func() { err = permanent(err) }()
 	name := kubeobj.BlockName(in.Rollout, in.Phase)
@@ -316,5 +318,31 @@ func (a *Activities) UnblockNewClaims(ctx context.Context, in api.BlockInput) (e
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete admission policy %s: %w", name, err)
 	}
+	for _, class := range in.Classes {
+		if err := a.proveUnblocked(ctx, name, class); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// proveUnblocked returns once a dry-run claim for class is not refused by the block name (admitted,
+// or refused by something else, or no namespace to try in: then nothing more can be told).
+func (a *Activities) proveUnblocked(ctx context.Context, name, class string) error {
+	deadline := time.Now().Add(blockProof)
+	for {
+		admitted, err := a.tryBlockedClaim(ctx, name, class, "")
+		if admitted || err != nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("block %s still in force %s after it was deleted: a dry-run claim for %s is refused by it", name, blockProof, class)
+		}
+		heartbeat(ctx, "waiting for the apiserver to drop "+name)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
