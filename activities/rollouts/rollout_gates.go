@@ -12,7 +12,6 @@ import (
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
-	"go.temporal.io/sdk/activity"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -212,7 +211,7 @@ func (a *Activities) BlockNewClaims(ctx context.Context, in api.BlockInput) (err
 		a.Metrics.RolloutRollbacks.Inc() // once per rollback: a retried block finds the binding there
 	}
 	for _, class := range in.Classes {
-		if err := a.proveBlock(ctx, name, class, in.Except); err != nil {
+		if err := a.awaitBlock(ctx, name, class, in.Except, true); err != nil {
 			return err
 		}
 	}
@@ -251,28 +250,34 @@ func (a *Activities) ensureBlockPolicy(ctx context.Context, pol *admissionv1.Val
 	return nil
 }
 
-// blockProof bounds how long a block may take to be enforced after its binding is created (the
-// apiserver loads new policies within about a second).
+// blockProof bounds how long a block may take to be enforced after its binding is created, or
+// lifted after it is deleted (the apiserver loads and drops policies within about a second).
 const blockProof = 30 * time.Second
 
-// proveBlock returns once a dry-run claim for class is refused by the block: until then new claims
-// may still be admitted, and the phase is not rolled back yet (the rollout says "blocking"). Where
-// no dry-run claim can be made (no namespace it may create claims in), the block is not proven and
-// a warning says so.
-func (a *Activities) proveBlock(ctx context.Context, name, class, except string) error {
+// awaitBlock returns once a dry-run claim for class shows the block name in force (inForce: refused
+// by it) or lifted (admitted, or refused by something else). Until a block is in force new claims
+// may still be admitted, and the phase is not rolled back yet (the rollout says "blocking"); until
+// it is lifted, a phase said to be open would refuse its tenants. Where no dry-run claim can be made
+// (no namespace it may create claims in), nothing can be told: a block is then not proven, and a
+// warning says so.
+func (a *Activities) awaitBlock(ctx context.Context, name, class, except string, inForce bool) error {
 	deadline := time.Now().Add(blockProof)
 	for {
 		admitted, err := a.tryBlockedClaim(ctx, name, class, except)
 		switch {
 		case err != nil:
-			slog.Default().Warn("rollback block not proven: no dry-run claim could be made", "block", name, "error", err)
+			if inForce {
+				slog.Default().Warn("rollback block not proven: no dry-run claim could be made", "block", name, "error", err)
+			}
 			return nil
-		case !admitted:
-			return nil // refused by the block
-		case time.Now().After(deadline):
+		case admitted != inForce:
+			return nil
+		case time.Now().After(deadline) && inForce:
 			return fmt.Errorf("block %s not in force after %s: a dry-run claim for %s is still admitted", name, blockProof, class)
+		case time.Now().After(deadline):
+			return fmt.Errorf("block %s still in force %s after it was deleted: a dry-run claim for %s is refused by it", name, blockProof, class)
 		}
-		activity.RecordHeartbeat(ctx)
+		heartbeat(ctx, "waiting for the apiserver to load or drop "+name)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -319,30 +324,9 @@ func (a *Activities) UnblockNewClaims(ctx context.Context, in api.BlockInput) (e
 		return fmt.Errorf("delete admission policy %s: %w", name, err)
 	}
 	for _, class := range in.Classes {
-		if err := a.proveUnblocked(ctx, name, class); err != nil {
+		if err := a.awaitBlock(ctx, name, class, "", false); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// proveUnblocked returns once a dry-run claim for class is not refused by the block name (admitted,
-// or refused by something else, or no namespace to try in: then nothing more can be told).
-func (a *Activities) proveUnblocked(ctx context.Context, name, class string) error {
-	deadline := time.Now().Add(blockProof)
-	for {
-		admitted, err := a.tryBlockedClaim(ctx, name, class, "")
-		if admitted || err != nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("block %s still in force %s after it was deleted: a dry-run claim for %s is refused by it", name, blockProof, class)
-		}
-		heartbeat(ctx, "waiting for the apiserver to drop "+name)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
