@@ -15,8 +15,13 @@ import (
 
 // commandRequest is an operator update waiting for the main loop to apply it.
 type commandRequest struct {
-	cmd   decide.Command
-	reply workflow.Settable
+	cmd decide.Command
+	// from is the device's state when the update was accepted.
+	from decide.State
+	// checkRetired: a release that finds the device retired since it was accepted does not
+	// release it (version 1 of release-after-retirement).
+	checkRetired bool
+	reply        workflow.Settable
 }
 
 // DeviceWorkflow is the long-lived entity workflow for one device (ID "device/<driver>/<pool>/<device>").
@@ -107,6 +112,9 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 			var req *commandRequest
 			c.Receive(ctx, &req)
 			answer = req
+			if staleRelease(st, req) {
+				return // answered below with the retirement: the release was asked of a device not retired
+			}
 			acts = st.Command(req.cmd, workflow.Now(ctx))
 		})
 		if tm.future != nil {
@@ -243,7 +251,11 @@ func registerUpdates(ctx workflow.Context, st *decide.DeviceState, updates workf
 			func(ctx workflow.Context, cmd decide.Command) (decide.CommandResult, error) {
 				cmd.Kind = kind
 				f, set := workflow.NewFuture(ctx)
-				updates.Send(ctx, &commandRequest{cmd: cmd, reply: set})
+				req := &commandRequest{cmd: cmd, from: st.State, reply: set}
+				if kind == decide.CmdRelease {
+					req.checkRetired = workflow.GetVersion(ctx, "release-after-retirement", workflow.DefaultVersion, 1) == 1
+				}
+				updates.Send(ctx, req)
 				var res decide.CommandResult
 				err := f.Get(ctx, &res)
 				return res, err
@@ -299,4 +311,12 @@ func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide
 		}
 	}
 	return st.Command(cmd, workflow.Now(ctx))
+}
+
+// staleRelease says whether a release accepted before the device was retired reached the loop only
+// after the retirement (it waited while the quarantine that retired the device ran). Asked of a
+// device that was not retired, it does not release a retired one: that takes a release asked after
+// the retirement. Runs recorded before this check released it.
+func staleRelease(st *decide.DeviceState, req *commandRequest) bool {
+	return req.checkRetired && req.cmd.Kind == decide.CmdRelease && st.State == decide.Retired && req.from != decide.Retired
 }
