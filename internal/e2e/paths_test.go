@@ -247,7 +247,7 @@ func TestEveryWorkflowPath(t *testing.T) {
 	wait(d0, "release requested by update waits for approval", approval)
 	signal(d0, decide.CmdReleaseApproval) // the older name, as existing tools send it
 	wait(d0, "released a third time", func(st decide.DeviceState) bool { return st.State == decide.Released })
-	recordHistory(t, ctx, s.temporal, d0.WorkflowID(), "paths_device_updates.json")
+	recordHistory(t, ctx, s.temporal, d0.WorkflowID(), "paths_device_updates_v10.json") // the release update records release-after-retirement; paths_device_updates.json is the run before it
 
 	// An operator pausing and resuming the breaker over time; a node hearing of its devices again.
 	// The breaker takes a signal that came while its handlers finished before it continues as
