@@ -60,8 +60,13 @@ type deviceModel struct {
 	// heldAt and idleAt are when the newest report naming a Pod, and naming none, reached the workflow.
 	held, retired, releaseAsked        bool
 	heldAt, idleAt, retiredAt, askedAt time.Time
-	resets, resetPermits               int
-	lastPermit                         decide.State
+	// actingAt is when the workflow first acted after the newest report reached it (reported: a
+	// report came since it last acted). A decision is made on what the workflow knew when it began
+	// acting on it: a report that arrived while it acted (a retried quarantine) is taken after.
+	reported             bool
+	actingAt             time.Time
+	resets, resetPermits int
+	lastPermit           decide.State
 	// stepApproval: the ladder's node step needs a person's approval; stepAskedAt is when the
 	// workflow last asked for it, approvedAt when a person last sent an approval.
 	stepApproval            bool
@@ -85,9 +90,10 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 	if action == breaker.Reboot && m.stepApproval && (m.stepAskedAt.IsZero() || m.approvedAt.Before(m.stepAskedAt)) {
 		m.violate("a node step that needs approval ran without one (asked %s, approved %s)", m.stepAskedAt, m.approvedAt)
 	}
-	// A holder reported before the step started, and no report since saying none holds it.
-	// (Reports sent in the step's own instant may reach the workflow after its decision.)
-	if m.idleAt.Before(m.heldAt) && m.heldAt.Before(env.Now()) {
+	// A holder reported before the workflow began acting on this decision, and no report since
+	// saying none holds it. (Reports sent in that instant may reach the workflow after its decision.)
+	m.acting(env)
+	if m.idleAt.Before(m.heldAt) && m.heldAt.Before(m.actingAt) {
 		m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device")
 	}
 	if m.held {
@@ -104,6 +110,13 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 }
 
 // checkPasses says whether the next check or repair step passes: not while faults are queued.
+// acting marks the workflow acting: the first action after a report starts a decision's acts.
+func (m *deviceModel) acting(env *testsuite.TestWorkflowEnvironment) {
+	if m.reported || m.actingAt.IsZero() {
+		m.actingAt, m.reported = env.Now(), false
+	}
+}
+
 func (m *deviceModel) checkPasses() bool {
 	if m.checkFails == 0 {
 		return true
@@ -118,6 +131,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	acquire := func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.acting(env)
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
 		if m.breakerOpen {
 			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
@@ -133,6 +147,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	quarantine := func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.acting(env)
 		if m.quarantineFatal {
 			m.quarantineFatal, m.quarantineFaulted = false, true
 			return remediation.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", remediation.ErrRuleNameCollision, nil)
@@ -375,6 +390,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				// told: an update its ending run never took is sent again by the watcher.
 				m.held = !idle
 				told := func() {
+					m.reported = true
 					if idle {
 						m.idleAt = env.Now()
 					} else {
