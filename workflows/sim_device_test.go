@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"pgregory.net/rapid"
@@ -92,9 +93,9 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 	}
 	// A holder reported before the workflow began acting on this decision, and no report since
 	// saying none holds it. (Reports sent in that instant may reach the workflow after its decision.)
-	m.acting(env)
+	m.acting(env, 1)
 	if m.idleAt.Before(m.heldAt) && m.heldAt.Before(m.actingAt) {
-		m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device")
+		m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device (held %s idle %s acting %s now %s)", m.heldAt.Format("15:04:05.000"), m.idleAt.Format("15:04:05.000"), m.actingAt.Format("15:04:05.000"), env.Now().Format("15:04:05.000"))
 	}
 	if m.held {
 		// The activity finds the claim still allocated and runs nothing.
@@ -110,9 +111,10 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 }
 
 // checkPasses says whether the next check or repair step passes: not while faults are queued.
-// acting marks the workflow acting: the first action after a report starts a decision's acts.
-func (m *deviceModel) acting(env *testsuite.TestWorkflowEnvironment) {
-	if m.reported || m.actingAt.IsZero() {
+// acting marks the workflow acting: the first action after a report starts a decision's acts; a
+// retried call (attempt > 1) is still the decision it was made for.
+func (m *deviceModel) acting(env *testsuite.TestWorkflowEnvironment, attempt int32) {
+	if attempt <= 1 && (m.reported || m.actingAt.IsZero()) {
 		m.actingAt, m.reported = env.Now(), false
 	}
 }
@@ -128,10 +130,10 @@ func (m *deviceModel) checkPasses() bool {
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	registerActivities(env)
-	acquire := func(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
+	acquire := func(ctx context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.acting(env)
+		m.acting(env, activity.GetInfo(ctx).Attempt)
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
 		if m.breakerOpen {
 			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
@@ -144,10 +146,10 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.permits++
 		return breaker.PermitResult{Granted: true}, nil
 	}
-	quarantine := func(_ context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
+	quarantine := func(ctx context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.acting(env)
+		m.acting(env, activity.GetInfo(ctx).Attempt)
 		if m.quarantineFatal {
 			m.quarantineFatal, m.quarantineFaulted = false, true
 			return remediation.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", remediation.ErrRuleNameCollision, nil)
