@@ -50,7 +50,7 @@ func (r *rolloutRun) prove(ctx workflow.Context) error {
 			r.note(ctx, fmt.Sprintf("phase %s proof: %s", ph.Name, rep.Summary()))
 		}
 		if rolloutplan.Proven(reports) {
-			iso := rollouts.IsolationInput{Classes: classNames(ph.SharedClasses())}
+			iso := rollouts.IsolationInput{Classes: ph.SharedClassNames()}
 			if err := workflow.ExecuteActivity(rolloutStepOptions(ctx, time.Minute), rol.MarkClassIsolation, iso).Get(ctx, nil); err != nil {
 				return r.stuck(ctx, fmt.Sprintf("phase %s: proven, but taking the soft-quota label off its classes failed: %s", ph.Name, cause(err)))
 			}
@@ -148,7 +148,7 @@ func (r *rolloutRun) openToTenants(ctx workflow.Context, ph rolloutplan.Phase, h
 // recordSoftQuota records a person's approval of an unproven phase (from the approve update).
 func (r *rolloutRun) recordSoftQuota(ctx workflow.Context, c rolloutplan.Command) {
 	ph := r.plan.Phases[r.st.Phase]
-	r.st.SoftQuotas = append(r.st.SoftQuotas, api.SoftQuota{Phase: ph.Name, Classes: classNames(ph.SharedClasses()), Actor: c.Actor,
+	r.st.SoftQuotas = append(r.st.SoftQuotas, api.SoftQuota{Phase: ph.Name, Classes: ph.SharedClassNames(), Actor: c.Actor,
 		Reason: c.Reason, At: workflow.Now(ctx), Proof: unproven(r.st.Proofs)})
 }
 
@@ -160,14 +160,6 @@ func unproven(reports []rolloutplan.ProofReport) string {
 		}
 	}
 	return "no failed proof recorded"
-}
-
-func classNames(cs []rolloutplan.Class) []string {
-	out := make([]string, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, c.Name)
-	}
-	return out
 }
 
 func keepLastProofs(rs []rolloutplan.ProofReport, n int) []rolloutplan.ProofReport {

@@ -163,7 +163,7 @@ func printPlan(out io.Writer, p rolloutplan.Plan) error {
 		fmt.Fprintf(w, "Phase %d:\t%s nodes %q classes %v tenants %v soak %s approve %t\n", i+1, ph.Name, ph.Nodes, ph.ClassNames(), ph.Namespaces, ph.Soak, ph.Approve)
 		if e := ph.Enforcement; e != nil {
 			fmt.Fprintf(w, "  proof:\tshared %v: %d tenants of %s %s (noisy %gx), tolerance %.0f%%, image %s, on unenforced: %s\n",
-				classNames(ph.SharedClasses()), e.Tenants, e.Share, e.Capacity, e.Noisy, 100*e.Tolerance, e.Image, e.OnUnenforced)
+				ph.SharedClassNames(), e.Tenants, e.Share, e.Capacity, e.Noisy, 100*e.Tolerance, e.Image, e.OnUnenforced)
 		}
 	}
 	return w.Flush()
@@ -238,12 +238,4 @@ func printProof(w io.Writer, p rolloutplan.ProofReport) {
 	for _, r := range p.Reasons {
 		fmt.Fprintf(w, "  why:\t%s\n", r)
 	}
-}
-
-func classNames(cs []rolloutplan.Class) []string {
-	out := make([]string, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, c.Name)
-	}
-	return out
 }

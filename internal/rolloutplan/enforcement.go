@@ -184,3 +184,8 @@ func (ph Phase) SharedClasses() []Class {
 	}
 	return out
 }
+
+// SharedClassNames names the classes SharedClasses lists.
+func (ph Phase) SharedClassNames() []string {
+	return Phase{Classes: ph.SharedClasses()}.ClassNames()
+}

@@ -25,7 +25,7 @@ func TestParseEnforcementDefaults(t *testing.T) {
 	if e.Duration.D() != time.Minute || e.StartDelay.D() != 15*time.Second || e.Timeout.D() != 2*75*time.Second+5*time.Minute {
 		t.Errorf("durations = %s %s %s", e.Duration, e.StartDelay, e.Timeout)
 	}
-	if c := p.Phases[0].SharedClasses(); len(c) != 1 || c[0].Name != "c" {
+	if c := p.Phases[0].SharedClasses(); len(c) != 1 || c[0].Name != "c" || p.Phases[0].SharedClassNames()[0] != "c" {
 		t.Errorf("shared classes = %v", c)
 	}
 	// A tolerance of 0 is asked for, not missing.
