@@ -25,10 +25,14 @@ import "go.temporal.io/sdk/workflow"
 //   - 8: a quarantine climbs its policy's repair ladder (decide.Ladder), and a device can be
 //     Retired; a run without a ladder in its policy decides as at v7.
 //   - 9: a failed repair try sends a warning that says what comes next (decide.Rules.StepAlerts).
+//   - 10: the ladder's rare paths (decide.Rules.LadderTrust): an approval is bound to the ask
+//     waiting when it was accepted and checked again where it is applied, a step that never ran
+//     is asked for again, retireAfter counts faults only, a retired device's review never ends
+//     in a release without a person.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 9
+const deviceChangesNow workflow.Version = 10
 
 type changesKey struct{}
 

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -137,6 +138,13 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 	if !st.rules.ReleasePath {
 		return st.legacyCommand(c, actor, now)
 	}
+	if st.answersAnother(c) {
+		// Checked again where it is applied: the ask it answered ended while it queued (a report
+		// failed the review, and the ladder now asks about a reboot).
+		st.transition(st.State, fmt.Sprintf("%s by %s not applied: it answered %s, which no longer waits (%s)",
+			c.Kind, actor, c.Review, cmp.Or(st.Ask(), "nothing waits")), actor, now)
+		return nil
+	}
 	switch c.Kind {
 	case CmdForceQuarantine:
 		if st.State == Recovering {
@@ -170,6 +178,12 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 		return st.reviewFailed("release rejected by "+actor+reasonSuffix(c.Reason), false, actor, now)
 	}
 	return st.legacyCommand(c, actor, now)
+}
+
+// answersAnother says whether an approval or rejection names an ask other than the one waiting.
+func (st *DeviceState) answersAnother(c Command) bool {
+	decides := c.Kind == CmdApprove || c.Kind == CmdReleaseApproval || c.Kind == CmdReject
+	return st.rules.LadderTrust && decides && c.Review != "" && c.Review != st.Ask()
 }
 
 // legacyCommand is the command handling of runs recorded before the release path (and pause/resume).

@@ -233,7 +233,7 @@ func (st *DeviceState) Lease() time.Duration {
 // applied records a taint that the activity carried out.
 func (st *DeviceState) applied(a Action, rule string, now time.Time) {
 	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
-		CreatedAt: now, ExpiresAt: now.Add(st.Lease())}
+		CreatedAt: now, ExpiresAt: now.Add(st.Lease()), State: a.To}
 	st.ToleranceUntil, st.TaintFailures, st.Review = time.Time{}, 0, nil
 	st.clearHeld()
 	st.transition(a.To, a.Reason, a.Actor, now)

@@ -85,18 +85,33 @@ func (st *DeviceState) startLadder(now time.Time) []Action {
 	return st.climb(now)
 }
 
-// quarantinesSince counts the quarantines taken since t, the current one included.
+// quarantinesSince counts the quarantines taken since t, the current one included. Under
+// LadderTrust only fences for a fault count: a restriction (Unknown for a whole tolerance window)
+// says nothing of the device's hardware.
 func (st *DeviceState) quarantinesSince(t time.Time) int {
 	n := 0
-	if st.Quarantine != nil && !st.Quarantine.CreatedAt.Before(t) {
+	if q := st.Quarantine; q != nil && !q.CreatedAt.Before(t) && st.forFault(*q) {
 		n++
 	}
 	for _, q := range st.Closed {
-		if !q.CreatedAt.Before(t) {
+		if !q.CreatedAt.Before(t) && st.forFault(q) {
 			n++
 		}
 	}
 	return n
+}
+
+// forFault says whether a quarantine record counts toward retireAfter. A record written before
+// records kept their state is a restriction when it carries a restriction's effect and the
+// policy quarantines with another.
+func (st *DeviceState) forFault(q QuarantineRecord) bool {
+	switch {
+	case !st.rules.LadderTrust:
+		return true
+	case q.State != "":
+		return q.State == Quarantined
+	}
+	return q.Effect != policy.EffectNoSchedule || st.wantEffect(Quarantined) == policy.EffectNoSchedule
 }
 
 // climb runs the ladder's next try, once the device is idle: no Pod holds it (its holders moved,
@@ -286,11 +301,19 @@ func (st *DeviceState) rewind() {
 
 // RepairedBy is the step whose try the review being passed followed ("" when the quarantine took
 // no try): a device a repair brought back was broken, not falsely quarantined.
+//
+// Only the review that followed a step that passed counts: not a retired device a person
+// releases (no step brought it back), nor a review the quarantine came to on its own after a
+// failed try.
 func (st *DeviceState) RepairedBy() string {
 	if st.Quarantine == nil || st.Quarantine.Ladder == nil || len(st.Quarantine.Ladder.Tries) == 0 {
 		return ""
 	}
-	return string(st.Quarantine.Ladder.Tries[len(st.Quarantine.Ladder.Tries)-1].Kind)
+	last := st.Quarantine.Ladder.Tries[len(st.Quarantine.Ladder.Tries)-1]
+	if r := st.Review; r == nil || r.From == Retired || last.Result == nil || !last.Result.Passed || last.Review != "" {
+		return ""
+	}
+	return string(last.Kind)
 }
 
 // RepairStep says where a quarantine stands on its ladder, for the Temporal UI: the step and its

@@ -29,15 +29,34 @@ func (st *DeviceState) stepAwaiting() bool {
 		st.State == Quarantined && st.Review == nil
 }
 
-// StepApproval names the ladder step waiting for approval and the ID its approval must carry
-// (repair-<try>); both "" when none waits. A message left over from an earlier step decides
-// nothing on a later one.
+// StepApproval names the ladder step waiting for approval and the ID its approval must carry;
+// both "" when none waits. A message left over from an earlier step decides nothing on a later
+// one. Under LadderTrust the ID names the one ask: the quarantine (when it began), the step and
+// the try (repair-<try>-<step>-<quarantine>), so a button from an earlier quarantine of the
+// device approves nothing in this one; before, it was repair-<try>.
 func (st *DeviceState) StepApproval() (id, step string) {
 	if !st.stepAwaiting() {
 		return "", ""
 	}
 	l := st.Quarantine.Ladder
-	return fmt.Sprintf("repair-%d", len(l.Tries)+1), string(st.Policy.Repair.Steps[l.Step].Kind)
+	kind := string(st.Policy.Repair.Steps[l.Step].Kind)
+	if !st.rules.LadderTrust {
+		return fmt.Sprintf("repair-%d", len(l.Tries)+1), kind
+	}
+	return fmt.Sprintf("repair-%d-%s-%s", len(l.Tries)+1, kind, st.Quarantine.CreatedAt.UTC().Format(time.RFC3339Nano)), kind
+}
+
+// Ask is the ID of the approval waiting now: a ladder step's (StepApproval) or a release
+// review's (Review.ID); "" when nothing waits. An approval accepted without an ID is bound to
+// the ask waiting when it was accepted, so that it approves nothing else where it is applied.
+func (st *DeviceState) Ask() string {
+	if id, _ := st.StepApproval(); id != "" {
+		return id
+	}
+	if r := st.Review; r != nil && r.Stage == StageApproval {
+		return r.ID()
+	}
+	return ""
 }
 
 // approveStep runs the waiting step, once the device is idle and automatic actions are not paused.
@@ -57,8 +76,22 @@ func (st *DeviceState) stopForApproval(why, actor string, now time.Time) []Actio
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
 	l.Awaiting, l.ApprovalUntil, l.Due = false, time.Time{}, false
+	if st.rules.LadderTrust {
+		st.rewind() // the step never ran: a later failed review asks for it again, it does not climb past it
+	}
 	st.transition(st.State, fmt.Sprintf("repair stopped: %s step %s; the quarantine waits for its review", kind, why), actor, now)
 	return nil
+}
+
+// askOvertaken undoes an ask for approval that a release review overtook (a person's `device
+// release` while the step waited): the step never ran, so the ladder's next climb takes it again.
+func (st *DeviceState) askOvertaken() {
+	if !st.rules.LadderTrust || !st.laddered() || !st.Quarantine.Ladder.Awaiting {
+		return
+	}
+	l := st.Quarantine.Ladder
+	l.Awaiting, l.ApprovalUntil = false, time.Time{}
+	st.rewind()
 }
 
 // stepApprovalDue is when a waiting step's approval runs out; zero when none waits.

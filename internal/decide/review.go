@@ -25,8 +25,8 @@ const (
 // MaxReviewInterval caps the doubling of the review interval after failed reviews.
 const MaxReviewInterval = 30 * 24 * time.Hour
 
-// maxClosed bounds the closed quarantine records kept in state.
-const maxClosed = 20
+// maxClosed bounds the closed quarantine records kept in state: as many as retireAfter may count.
+const maxClosed = policy.MaxRetireAfter
 
 // StepResult is the outcome of a probe or canary.
 type StepResult struct {
@@ -113,6 +113,7 @@ func (st *DeviceState) startReview(trigger, actor string, now time.Time) []Actio
 	if st.Quarantine == nil || (st.State != Quarantined && st.State != Restricted && st.State != Retired) {
 		return nil
 	}
+	st.askOvertaken()
 	st.Quarantine.Reviews++
 	r := &Review{From: st.State, Trigger: trigger, Actor: actor, StartedAt: now, Stage: StageProbe}
 	st.Review = r
@@ -272,7 +273,8 @@ func (st *DeviceState) releaseDone(now time.Time) []Action {
 // FirstReviewPassed reports whether the quarantine being released passed its first review: the
 // device was probably never broken (it counts toward the false-quarantine rate).
 func (st *DeviceState) FirstReviewPassed() bool {
-	return st.Quarantine != nil && st.Quarantine.Reviews == 1 && st.Review != nil && !st.Review.ProbeSkipped && st.RepairedBy() == ""
+	q := st.Quarantine
+	return q != nil && q.Reviews == 1 && st.Review != nil && !st.Review.ProbeSkipped && (q.Ladder == nil || len(q.Ladder.Tries) == 0)
 }
 
 func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
@@ -280,7 +282,15 @@ func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
 	q.ClosedAt, q.ClosedBy, q.CloseReason = now, by, reason
 	st.Closed = append(st.Closed, q)
 	if len(st.Closed) > maxClosed {
-		st.Closed = st.Closed[len(st.Closed)-maxClosed:]
+		// The oldest restriction goes first, so that retireAfter always sees its faults.
+		drop := 0
+		for i, c := range st.Closed {
+			if st.rules.LadderTrust && !st.forFault(c) {
+				drop = i
+				break
+			}
+		}
+		st.Closed = append(st.Closed[:drop:drop], st.Closed[drop+1:]...)
 	}
 	st.Quarantine, st.Review, st.Moving = nil, nil, nil
 }
@@ -290,6 +300,16 @@ func (st *DeviceState) closeRecord(by, reason string, now time.Time) {
 func (st *DeviceState) ruleSeen(info RuleInfo, now time.Time) []Action {
 	if !st.fenced() {
 		return nil
+	}
+	if !info.InForce() && st.rules.LadderTrust && st.Review != nil && st.Review.From == Retired {
+		// A retired device under a person's release review: the review ends with a person's
+		// approval or not at all. The device goes back to Retired and its rule is put back.
+		reason := fmt.Sprintf("DeviceTaintRule %s of a retired device went missing during its release review (by %s): the review stopped and the device is fenced again; `device release` starts another",
+			info.Name, cmp.Or(info.Actor, "unknown"))
+		st.reviewEnded("stopped: rule missing")
+		st.Review = nil
+		st.transition(Retired, reason, Actor, now)
+		return []Action{st.fenceMembers(reason), {Kind: ActAlert, Level: LevelCritical, Reason: reason}}
 	}
 	if !info.InForce() && st.State == Retired {
 		// A retired device is known broken: a rule removed by hand (or by a tool that prunes

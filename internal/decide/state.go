@@ -88,6 +88,12 @@ type Rules struct {
 	// StepAlerts: a repair try that failed (its step, or the review after it) sends a warning
 	// that says what comes next.
 	StepAlerts bool `json:"stepAlerts,omitempty"`
+	// LadderTrust: the ladder's rare paths hold. A step's approval names its ask (quarantine,
+	// step, try) and is checked again where it is applied; a step that never ran (its approval
+	// refused, timed out or overtaken by a release review) is asked again, never skipped;
+	// retireAfter counts quarantines for a fault, not restrictions; and a retired device whose
+	// rule goes missing during its review is fenced again, not released.
+	LadderTrust bool `json:"ladderTrust,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -133,6 +139,9 @@ type QuarantineRecord struct {
 	Actor     string    `json:"actor"`
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// State is what the fence was for: Quarantined (a fault, or a person's word) or Restricted
+	// (Unknown for a whole tolerance window). Empty in records written before it was kept.
+	State State `json:"state,omitempty"`
 	// Reviews counts recovery reviews started for this quarantine.
 	Reviews int `json:"reviews,omitempty"`
 	// Ladder is where the quarantine stands on its policy's repair ladder (nil: none).

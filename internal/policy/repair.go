@@ -21,6 +21,10 @@ func (r Repair) Enabled() bool { return len(r.Steps) > 0 }
 // RelapseWindow is how far back RetireAfter counts a device's quarantines.
 const RelapseWindow = 30 * 24 * time.Hour
 
+// MaxRetireAfter bounds RetireAfter: a device keeps the records of its newest quarantines for
+// faults up to this many, so a larger value could never be reached.
+const MaxRetireAfter = 20
+
 // RepairKind names a step of the ladder.
 type RepairKind string
 
@@ -130,8 +134,8 @@ func (r Repair) MovesHolders() bool {
 }
 
 func (r Repair) validate() error {
-	if r.RetireAfter < 0 {
-		return fmt.Errorf("repair.retireAfter must be >= 0, got %d", r.RetireAfter)
+	if r.RetireAfter < 0 || r.RetireAfter > MaxRetireAfter {
+		return fmt.Errorf("repair.retireAfter must be from 0 to %d (a device keeps its %d newest quarantines), got %d", MaxRetireAfter, MaxRetireAfter, r.RetireAfter)
 	}
 	for i, s := range r.Steps {
 		if err := s.validate(); err != nil {
