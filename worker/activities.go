@@ -10,6 +10,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Deps are the clients and settings the activities need. Each domain gets only its own.
@@ -35,6 +36,8 @@ type Deps struct {
 	OwnNamespace string
 	// NodePoolLabels name a node's pool for the node steps' permits (empty: the defaults).
 	NodePoolLabels []string
+	// Policies are the policies the device workflows run under (nil: the built-in set).
+	Policies *policy.Set
 }
 
 // Activities are the four domains' activities, registered on the workers.
@@ -49,7 +52,7 @@ type Activities struct {
 func NewActivities(d Deps) *Activities {
 	rem := &remediation.Activities{Kube: d.Kube, Metrics: d.Metrics, Breaker: d.Breaker, BreakerConfig: d.BreakerConfig,
 		Nodes: d.Nodes, Alerter: d.Alerter, Approvals: d.Approvals, DryRun: d.DryRun, OwnNamespace: d.OwnNamespace,
-		NodePoolLabels: d.NodePoolLabels}
+		NodePoolLabels: d.NodePoolLabels, Policies: d.Policies}
 	return &Activities{
 		Remediation: rem,
 		Migration:   &migration.Activities{Kube: d.Kube, Metrics: d.Metrics, OwnNamespace: d.OwnNamespace, Limiter: d.Limiter},

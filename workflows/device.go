@@ -8,8 +8,10 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -29,16 +31,13 @@ type commandRequest struct {
 // wakes it for the next deadline (tolerance end, staleness, breaker retry, review, lease end).
 // internal/decide decides; this executes, one decision at a time.
 func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
-	st := in.State
-	if st == nil {
-		if in.Policy.Name == "" {
-			in.Policy = policy.Default()
-		}
-		st = decide.NewState(in.Device, in.Node, in.Policy, in.DryRun)
-	}
 	ctx = withChanges(ctx)
 	if !takes(ctx, 1) {
 		ctx = suggestionOnly(ctx) // deviceChanges came after the history bound
+	}
+	st := in.State
+	if st == nil {
+		st = decide.NewState(in.Device, in.Node, in.Policy, in.DryRun)
 	}
 	// The decision rules this run follows, from its own version markers: runs recorded before a
 	// change replay without it.
@@ -50,6 +49,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		SilentNoEvidence: takes(ctx, 7),
 		Repair:           takes(ctx, 8),
 		StepAlerts:       takes(ctx, 9),
+		LadderTrust:      takes(ctx, 10),
 	}
 	st.Follow(rules)
 	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {
@@ -73,6 +73,11 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	cmdChs := make([]workflow.ReceiveChannel, len(api.OperatorSignals))
 	for i, name := range api.OperatorSignals {
 		cmdChs[i] = workflow.GetSignalChannel(ctx, name)
+	}
+	if st.Policy.Name == "" {
+		// After the handlers: the command that started this run (update-with-start) waits in
+		// its channel while the worker is asked.
+		st.Policy = startPolicy(ctx, st.Device)
 	}
 	inbox := append([]workflow.ReceiveChannel{obsCh, observed, updates, wakeCh}, cmdChs...)
 	pending := func() bool {
@@ -199,6 +204,23 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	}
 }
 
+// startPolicy is the policy of a run started without one (`device quarantine` of a device that
+// has no workflow): the running worker's, never the starter's. Runs recorded before version 10
+// took the built-in policy.
+func startPolicy(ctx workflow.Context, id device.ID) policy.Policy {
+	if !takes(ctx, 10) {
+		return policy.Default()
+	}
+	var p policy.Policy
+	in := remediation.PolicyInput{Driver: id.Driver}
+	if err := executeLocal(kubeCallOptions(ctx), rem.DevicePolicy, in).Get(ctx, &p); err != nil || p.Name == "" {
+		// The worker answers from memory; this is a worker that cannot run activities at all.
+		workflow.GetLogger(ctx).Error("worker's policy not read; the built-in policy applies", "error", err)
+		return policy.Default()
+	}
+	return p
+}
+
 // deadlineTimer keeps one timer for the next deadline and replaces it only when the deadline moves.
 type deadlineTimer struct {
 	future workflow.Future
@@ -250,6 +272,11 @@ func registerUpdates(ctx workflow.Context, st *decide.DeviceState, updates workf
 		err := workflow.SetUpdateHandlerWithOptions(ctx, string(kind),
 			func(ctx workflow.Context, cmd decide.Command) (decide.CommandResult, error) {
 				cmd.Kind = kind
+				if cmd.Review == "" && st.Rules().LadderTrust && (kind == decide.CmdApprove || kind == decide.CmdReleaseApproval || kind == decide.CmdReject) {
+					// An approval for "the ask waiting now" answers that ask, and no other
+					// that may wait by the time the loop applies it.
+					cmd.Review = st.Ask()
+				}
 				f, set := workflow.NewFuture(ctx)
 				req := &commandRequest{cmd: cmd, from: st.State, reply: set}
 				if kind == decide.CmdRelease {

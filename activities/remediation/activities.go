@@ -12,6 +12,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Activities fence and release devices: DeviceTaintRules, probe and canary checks, the breaker's
@@ -34,6 +35,9 @@ type Activities struct {
 	// DryRun makes every taint use effect None. It is read at each decision, so restarting the
 	// worker without it turns the preview rules of still-failed devices into real ones.
 	DryRun bool
+	// Policies are the policies this worker runs under (nil: the built-in set): a device workflow
+	// started without one (by `device quarantine`) takes its policy from here.
+	Policies *policy.Set
 	// Approvals posts release approval requests (Slack); nil means approvals come only from the CLI.
 	Approvals notify.Approver
 	// OwnNamespace is DeviceWarden's own namespace, where a retired device's evidence is kept

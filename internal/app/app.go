@@ -322,7 +322,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	}
 	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: api.NewBreakerClient(tc), BreakerConfig: o.Breaker,
 		Nodes: &api.NodeClient{Client: tc}, Limiter: &api.LimiterClient{Client: tc}, Rollouts: &api.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace, NodePoolLabels: o.NodePoolLabels,
-		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked}
+		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked, Policies: o.Policies}
 	if o.Slack != nil {
 		o.Slack.Metrics = m
 		deps.Alerter, deps.Approvals = o.Slack, o.Slack

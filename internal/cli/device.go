@@ -204,7 +204,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 			sub.Flags().DurationVar(&dur, "duration", 0, "how much longer, e.g. 48h (default: one lease)")
 		}
 		if k.kind == decide.CmdForceQuarantine {
-			sub.Flags().StringVar(&policyFile, "policy", "", "policy file for a device that has no workflow yet (default: built-in policy)")
+			sub.Flags().StringVar(&policyFile, "policy", "", "policy file whose units say how a partitionable GPU's forms group (default: built-in); the fence runs under the running DeviceWarden's policy")
 			kf.add(sub)
 		}
 		cmd.AddCommand(sub)

@@ -51,9 +51,11 @@ func (f *clientFlags) deciderOf(c *cobra.Command, g *globals, id device.ID) (dev
 // not running: the workflow of id's physical unit when id is a form of a partitionable GPU (one
 // that runs already, or one started with the unit's devices read from the cluster's
 // ResourceSlices), else id's own. A cluster that cannot be read leaves id's own, with a warning:
-// a partition is then fenced alone.
+// a partition is then fenced alone. The input carries no policy: the workflow runs under the
+// running DeviceWarden's (the chart's), never one the command line was given; pol only says how
+// the driver's devices group into units.
 func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlags, id device.ID, pol *policy.Set) (*api.DeviceInput, error) {
-	own := &api.DeviceInput{Device: id, Policy: pol.For("", id.Driver)}
+	own := &api.DeviceInput{Device: id}
 	if id.DevicePlugin() || device.IsUnitKey(id.Device) {
 		return own, nil
 	}
@@ -62,7 +64,7 @@ func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlag
 		return nil, err
 	}
 	if decider != id {
-		return &api.DeviceInput{Device: decider, Policy: pol.For("", id.Driver)}, nil
+		return &api.DeviceInput{Device: decider}, nil
 	}
 	unit, node, err := readUnit(c, g, kf, id, pol)
 	if err != nil {
@@ -72,10 +74,10 @@ func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlag
 	if !unit.Shared() {
 		return own, nil
 	}
-	st := decide.NewState(unit.Device(), node, pol.For("", id.Driver), false)
+	st := decide.NewState(unit.Device(), node, policy.Policy{}, false)
 	st.Unit = &unit
 	fmt.Fprintf(c.OutOrStdout(), "%s is one of %d forms of %s: quarantining them all\n", id, len(unit.Devices), unit.ID)
-	return &api.DeviceInput{Device: unit.Device(), Node: node, Policy: st.Policy, State: st}, nil
+	return &api.DeviceInput{Device: unit.Device(), Node: node, State: st}, nil
 }
 
 // readUnit reads the device's pool from the cluster and returns its physical unit and node.

@@ -153,12 +153,18 @@ policies:
     repair:
       steps:
         - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+  - name: cli-policy-test
+    match: {driver: ` + cliPolicyDriver + `}
+    quarantineLease: 2h
+    approvalRequired: true
   - name: release-test
     match: {deviceClass: ` + releaseClass + `}
     quarantineLease: 6s
     stabilityWindow: 2s
     probe: {timeout: 30s}
     canary: {timeout: 30s}
+drivers:
+  ` + cliPolicyDriver + `: {identity: [uuid]}
 `
 
 func TestMain(m *testing.M) {
