@@ -43,6 +43,10 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	if workflow.GetVersion(ctx, "spent-own-action", workflow.DefaultVersion, 1) >= 1 {
 		st.SpendsOwnAction = true
 	}
+	// Runs recorded before a renewed node permit covered its step keep the first expiry.
+	if workflow.GetVersion(ctx, "renew-holds", workflow.DefaultVersion, 1) >= 1 {
+		st.RenewsHolds = true
+	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (breaker.State, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}

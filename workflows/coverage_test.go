@@ -20,6 +20,7 @@ import (
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/migrationplan"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -101,7 +102,7 @@ func handlerPaths(t *testing.T, fn any) []string {
 	}, time.Millisecond)
 	switch f := fn.(type) {
 	case func(workflow.Context, api.DeviceInput) error:
-		env.ExecuteWorkflow(f, api.DeviceInput{Device: gpu0, Node: gpu0.Pool})
+		env.ExecuteWorkflow(f, api.DeviceInput{Device: gpu0, Node: gpu0.Pool, Policy: policy.Default()})
 	case func(workflow.Context, api.BreakerInput) error:
 		env.ExecuteWorkflow(f, api.BreakerInput{})
 	case func(workflow.Context, api.NodeInput) error:

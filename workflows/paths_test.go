@@ -44,7 +44,7 @@ func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 	var br breaker.State
 	queryThenCancel(t, env, time.Minute, &br)
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{})
-	if !br.SeparateBudgets || !br.WakeWaiting {
+	if !br.SeparateBudgets || !br.WakeWaiting || !br.RenewsHolds {
 		t.Fatalf("breaker run: separate budgets %v, wake waiting %v", br.SeparateBudgets, br.WakeWaiting)
 	}
 }

@@ -173,6 +173,10 @@ type State struct {
 	// SpendsOwnAction: a leased permit is recorded under the action that spent it, and a report
 	// sent again is applied once (LeaseReport.Seq). Set by newer runs.
 	SpendsOwnAction bool `json:"spendsOwnAction,omitempty"`
+	// RenewsHolds: a node step that asks again for the node permit it holds (its holders still
+	// moving) renews the hold from now, so the hold covers the reboot it serves; before, the
+	// first request's expiry stood and a late reboot outlived its hold. Set by newer runs.
+	RenewsHolds bool `json:"renewsHolds,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
 	// Leases are batches of permits handed to workers ahead of their devices' requests (see
@@ -299,8 +303,9 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 		return PermitResult{Reason: "circuit breaker open: " + b.Reason}
 	}
 	key := req.Key()
-	for _, g := range b.Grants {
+	for i, g := range b.Grants {
 		if g.Device == key && g.Action == req.Action {
+			b.renew(i, req, now)
 			return PermitResult{Granted: true, Reason: "already granted in this window"}
 		}
 	}

@@ -36,6 +36,18 @@ func (b *State) acquireNode(req PermitRequest, key string, now time.Time) Permit
 	return PermitResult{Granted: true}
 }
 
+// renew extends the node permit Grants[i] that req asks for again to req's hold from now (never
+// shortens it): the step asking runs within it.
+func (b *State) renew(i int, req PermitRequest, now time.Time) {
+	g := &b.Grants[i]
+	if !b.RenewsHolds || g.Until.IsZero() || req.Hold <= 0 {
+		return
+	}
+	if until := now.Add(req.Hold); until.After(g.Until) {
+		g.Until = until
+	}
+}
+
 // PermitRelease gives a node's permit back: Holder's node step ended.
 type PermitRelease struct {
 	Key    string `json:"key"`

@@ -130,3 +130,40 @@ func TestResumeKeepsNodePermits(t *testing.T) {
 		t.Fatal("a resume let a second node of the pool reboot")
 	}
 }
+
+// A node step that asks again for the permit it holds (holders: move asks every 15 s) renews the
+// hold from now, so a reboot that starts late in the first hold still has its whole hold, and no
+// second node of the pool is granted mid-reboot (#52, defect 1). A shorter request never shortens
+// it; a run before the change keeps the first expiry.
+func TestRenewedNodePermitCoversItsStep(t *testing.T) {
+	for _, renews := range []bool{true, false} {
+		b := &State{SeparateBudgets: true, OpenDeniesAll: true, SpendsOwnAction: true, RenewsHolds: renews}
+		cfg := Config{Window: 10 * time.Minute, MaxCount: 20, MaxReboots: 1}
+		ask := func(node string, hold time.Duration, at time.Time) PermitResult {
+			return b.Acquire(PermitRequest{Device: device.ID{Driver: "d", Pool: node, Device: "gpu-0"}, Action: Reboot, Node: node, NodePool: "a", Hold: hold, Config: cfg}, at)
+		}
+		if r := ask("n1", 10*time.Minute, t0); !r.Granted {
+			t.Fatal(r.Reason)
+		}
+		// Holders moved for 9 minutes; the reboot starts with the renewal at 9 min.
+		if r := ask("n1", 10*time.Minute, t0.Add(9*time.Minute)); !r.Granted {
+			t.Fatal(r.Reason)
+		}
+		if r := ask("n1", time.Minute, t0.Add(9*time.Minute+30*time.Second)); !r.Granted {
+			t.Fatal(r.Reason)
+		}
+		// 12 minutes in, n1 is mid-reboot: n2 of the same pool must wait.
+		r := ask("n2", 10*time.Minute, t0.Add(12*time.Minute))
+		if renews && r.Granted {
+			t.Fatal("a second node of the pool was granted while the first rebooted on a renewed hold")
+		}
+		if !renews && !r.Granted {
+			t.Fatalf("a run before the change renewed the hold: %s", r.Reason)
+		}
+		if renews {
+			if r := ask("n2", 10*time.Minute, t0.Add(19*time.Minute+time.Second)); !r.Granted {
+				t.Fatalf("after the renewed hold: %s", r.Reason)
+			}
+		}
+	}
+}
