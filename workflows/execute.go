@@ -72,6 +72,9 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)
 			}
+		case decide.ActEndNodeStep:
+			endNodeStep(ctx, remediation.NodeInput{Device: st.Device, Node: st.Node, Step: nodeStep(st.Policy),
+				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID})
 		case decide.ActRelease:
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,

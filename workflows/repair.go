@@ -46,7 +46,8 @@ func ladderStep(st *decide.DeviceState) policy.RepairStep {
 // remediateNode asks the node's remediator for a reboot and waits for it (RemediateNode); an
 // activity that fails outright is a failed try.
 func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Action, step policy.RepairStep) []decide.Action {
-	in := remediation.NodeInput{Device: st.Device, Node: st.Node, Step: step, Try: len(st.Quarantine.Ladder.Tries),
+	tries := st.Quarantine.Ladder.Tries
+	in := remediation.NodeInput{Device: st.Device, Node: st.Node, Step: step, Try: len(tries), TryAt: tries[len(tries)-1].At,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, BootSeen: st.BootSeen()}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: nodeStepTimeout(step),
@@ -56,6 +57,10 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 	var res decide.StepResult
 	if err := workflow.ExecuteActivity(actx, rem.RemediateNode, in).Get(ctx, &res); err != nil {
 		res = decide.StepResult{Reason: "node step could not run: " + err.Error(), At: workflow.Now(ctx)}
+		if takes(ctx, 10) {
+			// Its object, fences and permit would stand until their holds end: clear them.
+			endNodeStep(ctx, in)
+		}
 	}
 	if res.Busy && len(res.Holders) > 0 {
 		// holders: move. The node is fenced; its holders move with the policy's migration (a
@@ -74,4 +79,24 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 // nodeStepTimeout bounds one run of a node step's activity (it has three).
 func nodeStepTimeout(step policy.RepairStep) time.Duration {
 	return step.Check.Timeout.D() + 2*time.Minute
+}
+
+// endNodeStep clears what a node step left on its node (EndNodeStep); a failure is logged, and the
+// permit's hold and the fences' owner check bound what stays.
+func endNodeStep(ctx workflow.Context, in remediation.NodeInput) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5}})
+	if err := workflow.ExecuteActivity(actx, rem.EndNodeStep, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("node step's leftovers not cleared", "node", in.Node, "error", err)
+	}
+}
+
+// nodeStep is the policy's node step (a zero step when it has none).
+func nodeStep(p policy.Policy) policy.RepairStep {
+	for _, s := range p.Repair.Steps {
+		if s.Kind == policy.RepairNode {
+			return s
+		}
+	}
+	return policy.RepairStep{}
 }

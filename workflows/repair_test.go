@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -228,5 +229,36 @@ func TestLadderMovesTheNodesHoldersBeforeTheReboot(t *testing.T) {
 	}
 	if len(started) != 2 || started[1].Workload.Name != "train" || started[1].Device != gpu0 || !h.released[0].NodeFence {
 		t.Fatalf("migrations started %+v; release %+v", started, h.released[0])
+	}
+}
+
+// A node step whose activity fails outright (every attempt erred after the remediator's object
+// was made) clears what it left on the node: the object, its fences and the node's permit.
+func TestANodeStepThatFailsOutrightClearsTheNode(t *testing.T) {
+	h := newHarness(0)
+	h.checks = []decide.StepResult{{Reason: "reset exit 1: reboot fault"}}
+	h.env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(decide.StepResult{}, errors.New("apiserver gone"))
+	var ended []remediation.NodeInput
+	h.env.OnActivity("EndNodeStep", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in remediation.NodeInput) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			ended = append(ended, in)
+			return nil
+		})
+	p := laddered()
+	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
+		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
+	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
+	p.Repair.Steps[0].Attempts = 1
+	failedThenIdle(h)
+	var st decide.DeviceState
+	queryThenCancel(t, h.env, time.Hour, &st)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	if len(ended) != 1 || ended[0].Node != "node-1" || ended[0].Try != 2 || ended[0].TryAt.IsZero() || ended[0].Step.Template != node.Template {
+		t.Fatalf("node step ends %+v", ended)
+	}
+	if st.State != decide.Retired {
+		t.Fatalf("state %s", st.State)
 	}
 }

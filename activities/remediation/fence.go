@@ -34,12 +34,12 @@ func (a *Activities) fenceNode(ctx context.Context, in NodeInput) (int, error) {
 			continue
 		}
 		seen[name] = true
+		labels := map[string]string{kubeobj.LabelDriver: kubeobj.LabelValue(driver), kubeobj.LabelPool: kubeobj.LabelValue(pool)}
+		ann := map[string]string{kubeobj.AnnotationWorkflow: in.WorkflowID, kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationActor: "devicewarden",
+			kubeobj.AnnotationReason: fmt.Sprintf("node %s is rebooted to repair %s: its device holders are moved first, and new claims wait", in.Node, in.Device)}
+		kubeobj.NodeLabels(labels, ann, in.Node)
 		rule := &resourcev1.DeviceTaintRule{
-			ObjectMeta: metav1.ObjectMeta{Name: name,
-				Labels: map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelNode: kubeobj.LabelValue(in.Node),
-					kubeobj.LabelDriver: kubeobj.LabelValue(driver), kubeobj.LabelPool: kubeobj.LabelValue(pool)},
-				Annotations: map[string]string{kubeobj.AnnotationWorkflow: in.WorkflowID, kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationActor: "devicewarden",
-					kubeobj.AnnotationReason: fmt.Sprintf("node %s is rebooted to repair %s: its device holders are moved first, and new claims wait", in.Node, in.Device)}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann},
 			Spec: resourcev1.DeviceTaintRuleSpec{
 				// Driver and pool always: an empty selector would select every device of the cluster.
 				DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: ptr.To(driver), Pool: ptr.To(pool)},
@@ -57,12 +57,13 @@ func (a *Activities) fenceNode(ctx context.Context, in NodeInput) (int, error) {
 // or only workflowID's when its quarantine ended while its step was still moving holders.
 func (a *Activities) unfenceNode(ctx context.Context, node, workflowID string) error {
 	rules := a.Kube.ResourceV1().DeviceTaintRules()
-	list, err := rules.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy + "," + kubeobj.LabelNode + "=" + kubeobj.LabelValue(node)})
+	list, err := rules.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.NodeSelector(node)})
 	if err != nil {
 		return fmt.Errorf("list the fences of node %s: %w", node, err)
 	}
 	for _, r := range list.Items {
-		if r.Spec.Taint.Key != kubeobj.TaintNodeRepair || workflowID != "" && r.Annotations[kubeobj.AnnotationWorkflow] != workflowID {
+		if r.Spec.Taint.Key != kubeobj.TaintNodeRepair || !kubeobj.OnNode(r.Labels, r.Annotations, node) ||
+			workflowID != "" && r.Annotations[kubeobj.AnnotationWorkflow] != workflowID {
 			continue
 		}
 		if err := rules.Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

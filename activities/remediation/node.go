@@ -28,9 +28,11 @@ type NodeInput struct {
 	Device device.ID         `json:"device"`
 	Node   string            `json:"node"`
 	Step   policy.RepairStep `json:"step"`
-	// Try numbers the quarantine's try: a retried activity adopts its own object.
-	Try        int    `json:"try"`
-	WorkflowID string `json:"workflowID"`
+	// Try numbers the quarantine's try, and TryAt is when it began: a retried activity adopts
+	// its own object, never an earlier try's (of this quarantine or an earlier one).
+	Try        int       `json:"try"`
+	TryAt      time.Time `json:"tryAt,omitempty"`
+	WorkflowID string    `json:"workflowID"`
 	// BootSeen is the node's boot ID an earlier try of this quarantine saw: a node that booted
 	// again since (another device's node step, a person) needs no reboot of this step's.
 	BootSeen string `json:"bootSeen,omitempty"`
@@ -96,11 +98,19 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 	}
 	r := reboot{objs: objs, name: u.GetName(), what: what + " " + u.GetName(), created: time.Now(), own: true}
 	cur, err := objs.Get(ctx, u.GetName(), metav1.GetOptions{})
+	if err == nil && cur.GetAnnotations()[kubeobj.AnnotationWorkflow] == in.WorkflowID && !ownTry(cur, in) {
+		// An earlier try's object still stands (a finalizer, a delete that failed, a try whose
+		// activity failed outright): its boot ID change is not this try's reboot.
+		if err := a.dropStale(ctx, objs, cur); err != nil {
+			return a.stepBusy("%s of an earlier try still stands (%v); this try asks once it is gone", r.what, err)
+		}
+		cur, err = nil, apierrors.NewNotFound(schema.GroupResource{}, u.GetName())
+	}
 	switch {
 	case err == nil:
 		ann := cur.GetAnnotations()
-		// This device's own (this try's, or one a dead worker left) is adopted with the boot ID
-		// it recorded; another device's of the same node is joined; anyone else's waits.
+		// This try's own (one a dead worker or a failed attempt left) is adopted with the boot
+		// ID it recorded; another device's of the same node is joined; anyone else's waits.
 		if ann[kubeobj.AnnotationWorkflow] != in.WorkflowID {
 			if !joinable(cur, in.Node) {
 				return a.stepBusy("%s already stands and is not this try's: a remediation of node %s is under way", r.what, in.Node)
@@ -187,25 +197,56 @@ func mark(u *unstructured.Unstructured, in NodeInput, bootID string) {
 	}
 	ann[kubeobj.AnnotationWorkflow], ann[kubeobj.AnnotationRepairTry] = in.WorkflowID, strconv.Itoa(in.Try)
 	ann[kubeobj.AnnotationDevice], ann[kubeobj.AnnotationBootID] = in.Device.String(), bootID
-	u.SetAnnotations(ann)
+	if !in.TryAt.IsZero() {
+		ann[kubeobj.AnnotationRepairTryAt] = in.TryAt.UTC().Format(time.RFC3339Nano)
+	}
 	labels := u.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[kubeobj.LabelManagedBy], labels[kubeobj.LabelNode] = kubeobj.ManagedBy, kubeobj.LabelValue(in.Node)
+	kubeobj.NodeLabels(labels, ann, in.Node)
+	u.SetAnnotations(ann)
 	u.SetLabels(labels)
+}
+
+// ownTry says whether a standing object of this device's workflow is this try's: the same try,
+// begun at the same time (an object written before it named its start is this try's only if it
+// was created once the try had begun), and not being deleted.
+func ownTry(u *unstructured.Unstructured, in NodeInput) bool {
+	ann := u.GetAnnotations()
+	if ann[kubeobj.AnnotationRepairTry] != strconv.Itoa(in.Try) || u.GetDeletionTimestamp() != nil {
+		return false
+	}
+	if at, ok := ann[kubeobj.AnnotationRepairTryAt]; ok || !in.TryAt.IsZero() {
+		return at == in.TryAt.UTC().Format(time.RFC3339Nano) || !ok && !u.GetCreationTimestamp().Time.Before(in.TryAt.Truncate(time.Second))
+	}
+	return true
+}
+
+// dropStale deletes an earlier try's object of this device's workflow, and says whether it is gone.
+func (a *Activities) dropStale(ctx context.Context, objs dynamic.ResourceInterface, u *unstructured.Unstructured) error {
+	if err := objs.Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if _, err := objs.Get(ctx, u.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if err == nil {
+			return fmt.Errorf("being deleted")
+		}
+		return err
+	}
+	return nil
 }
 
 // joinable says whether a standing object is another device's node step on the same node, with
 // the boot ID it waits to see change.
 func joinable(u *unstructured.Unstructured, node string) bool {
-	return u.GetLabels()[kubeobj.LabelManagedBy] == kubeobj.ManagedBy && u.GetLabels()[kubeobj.LabelNode] == kubeobj.LabelValue(node) &&
+	return kubeobj.OnNode(u.GetLabels(), u.GetAnnotations(), node) &&
 		u.GetAnnotations()[kubeobj.AnnotationBootID] != "" && u.GetDeletionTimestamp() == nil
 }
 
 // sibling is another device's node step of the same node under way, if one stands.
 func (a *Activities) sibling(ctx context.Context, objs dynamic.ResourceInterface, in NodeInput) (*unstructured.Unstructured, error) {
-	list, err := objs.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy + "," + kubeobj.LabelNode + "=" + kubeobj.LabelValue(in.Node)})
+	list, err := objs.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.NodeSelector(in.Node)})
 	if err != nil {
 		return nil, fmt.Errorf("list node steps of node %s: %w", in.Node, err)
 	}
@@ -223,8 +264,13 @@ func (a *Activities) sibling(ctx context.Context, objs dynamic.ResourceInterface
 func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (decide.StepResult, error) {
 	step := string(policy.RepairNode)
 	done := func() {
-		if r.own {
-			_ = r.objs.Delete(context.WithoutCancel(ctx), r.name, metav1.DeleteOptions{})
+		if !r.own {
+			return
+		}
+		// One that cannot be deleted stays behind as an earlier try's: the next try deletes it
+		// before it asks, and never takes its boot ID for its own.
+		if err := r.objs.Delete(context.WithoutCancel(ctx), r.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			activity.GetLogger(ctx).Warn("node step's object not deleted", "object", r.what, "error", err)
 		}
 	}
 	by := ""

@@ -367,6 +367,9 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		if err := a.unfenceNode(ctx, in.Node, in.WorkflowID); err != nil {
 			return err
 		}
+		// A quarantine that ends while its node step moves holders gives the node's permit
+		// back too, or the pool is refused reboots until the hold ends.
+		a.releaseNode(in.Node, in.Device)
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
 	msg := fmt.Sprintf("device %s released by %s: %s", in.Device, in.Actor, in.Reason)

@@ -264,3 +264,36 @@ func TestRetiredAndReleasedIsNotRepaired(t *testing.T) {
 		t.Fatal("a retired device counts as falsely quarantined")
 	}
 }
+
+// A rule deleted by hand while the ladder's node step moves the node's holders ends the
+// quarantine as an operator release, and clears what the step left on the node: its fences and
+// its permit (#52, defect 10: every GPU of the node stayed unschedulable).
+func TestRuleDeletedDuringAMoveEndsTheNodeStep(t *testing.T) {
+	p := approvedReboot()
+	p.Repair.Steps[1].Approval, p.Repair.Steps[1].Holders = false, policy.HoldersMove
+	p.Migration.Enabled = true
+	for _, moves := range []bool{true, false} {
+		if !moves {
+			p.Repair.Steps[1].Holders = policy.HoldersWait
+		}
+		st := NewState(dev, "node-1", p, false)
+		st.Follow(trusted)
+		acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+		st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
+		acts = st.Observe(idle(2), t0)
+		acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "reset exit 1"}}, t0)
+		wantKinds(t, "reset failed", acts, ActAlert, ActRepair)
+		st.Report(Result{Action: acts[1], Outcome: Done, Check: StepResult{Busy: true, Reason: "moving", Holders: []string{"ns/other"}}}, t0)
+		acts = st.Report(Result{Action: Action{Kind: ActInspectRule}, Outcome: Done, Info: RuleInfo{Name: dev.TaintRuleName(), Actor: "bob"}}, t0.Add(time.Minute))
+		if st.State != Released {
+			t.Fatalf("state %s", st.State)
+		}
+		ended := false
+		for _, a := range acts {
+			ended = ended || a.Kind == ActEndNodeStep
+		}
+		if ended != moves {
+			t.Fatalf("holders move %t: node step ended %t (%v)", moves, ended, kinds(acts))
+		}
+	}
+}

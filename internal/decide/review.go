@@ -330,9 +330,14 @@ func (st *DeviceState) ruleSeen(info RuleInfo, now time.Time) []Action {
 			what = fmt.Sprintf("edited (taint key %q)", info.Key)
 		}
 		reason := fmt.Sprintf("DeviceTaintRule %s %s outside DeviceWarden: recorded as an operator release", info.Name, what)
+		endStep := st.rules.LadderTrust && st.Policy.Repair.MovesHolders() && st.Quarantine.Ladder != nil
 		st.closeRecord(actor, reason, now)
 		st.transition(Released, reason, actor, now)
 		acts := []Action{{Kind: ActAlert, Level: LevelWarning, Reason: reason}}
+		if endStep {
+			// Its node step may have fenced the node and holds its permit: nothing else lifts them.
+			acts = append(acts, Action{Kind: ActEndNodeStep, Reason: reason, Actor: actor})
+		}
 		if st.Health != "" && st.Health.Severity() > 0 && len(st.Reporters) > 0 {
 			acts = append(acts, st.evaluate(st.Health, now, "device still reported "+string(st.Health)+" after its rule was removed")...)
 		}

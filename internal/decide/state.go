@@ -242,6 +242,10 @@ const (
 	// ActFenceMembers extends a standing fence to every device of the unit (one joined it, or a
 	// member's rule went missing) with the fence's key, effect, reason and expiry.
 	ActFenceMembers ActionKind = "fence-members"
+	// ActEndNodeStep clears what the ladder's node step left on the node (its remediator object,
+	// its fences of the node, the node's permit) when the quarantine ended without the step's
+	// own cleanup: the device's rule was deleted by hand while the step moved holders.
+	ActEndNodeStep ActionKind = "end-node-step"
 )
 
 // Alert levels.

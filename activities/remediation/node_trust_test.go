@@ -1,0 +1,216 @@
+package remediation
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
+)
+
+// reboot is a Reboot object as a node step of workflow wf on node writes it.
+func rebootObject(name, node, wf, try, tryAt, boot string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("remediation.example.com/v1")
+	u.SetKind("Reboot")
+	u.SetName(name)
+	u.Object["spec"] = map[string]any{"node": node}
+	labels, ann := map[string]string{}, map[string]string{kubeobj.AnnotationWorkflow: wf, kubeobj.AnnotationRepairTry: try, kubeobj.AnnotationBootID: boot}
+	if tryAt != "" {
+		ann[kubeobj.AnnotationRepairTryAt] = tryAt
+	}
+	kubeobj.NodeLabels(labels, ann, node)
+	u.SetLabels(labels)
+	u.SetAnnotations(ann)
+	return u
+}
+
+// An earlier try's object of the same workflow still standing (here: try 2 of an earlier
+// quarantine, whose delete failed) is not this try's: it is deleted, and the try passes only on a
+// boot newer than its own ask (#52, defect 2: it passed at once on the old boot ID change).
+func TestNodeStepDoesNotAdoptAnEarlierTrysObject(t *testing.T) {
+	a, run := nodeEnv(t, true, rebootNode("node-1", "boot-2", true))
+	in := nodeInput(nodeStep("", 5*time.Second))
+	in.TryAt = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	name := "devicewarden-reboot-" + sha16("node-1")
+	stale := rebootObject(name, "node-1", in.WorkflowID, "2", in.TryAt.Add(-24*time.Hour).Format(time.RFC3339Nano), "boot-1")
+	if _, err := a.Objects.Resource(rebootGVR).Create(context.Background(), stale, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := rebootWhenAsked(t, a, "node-1", "boot-2", "boot-3")
+	defer stop()
+	res, err := run(in)
+	if err != nil || !res.Passed || !strings.Contains(res.Reason, "boot ID boot-3, was boot-2") {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+}
+
+// One that cannot be deleted (a finalizer holds it) makes the try wait, never pass.
+func TestNodeStepWaitsForAStuckEarlierObject(t *testing.T) {
+	a, run := nodeEnv(t, true, rebootNode("node-1", "boot-2", true))
+	in := nodeInput(nodeStep("", 5*time.Second))
+	in.Try = 3
+	name := "devicewarden-reboot-" + sha16("node-1")
+	if _, err := a.Objects.Resource(rebootGVR).Create(context.Background(), rebootObject(name, "node-1", in.WorkflowID, "2", "", "boot-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.Objects.(*dynamicfake.FakeDynamicClient).PrependReactor("delete", "reboots", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, nil // the finalizer keeps it
+	})
+	res, err := run(in)
+	if err != nil || res.Passed || !res.Busy || !strings.Contains(res.Reason, "of an earlier try still stands (being deleted)") {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+}
+
+// Nodes whose names share their first 63 characters are two nodes: X does not join Y's reboot
+// (it would pass on Y's boot ID at once), and X's step leaves Y's fences alone (#52, defect 3).
+func TestNodesSharingA63CharacterPrefix(t *testing.T) {
+	prefix := strings.Repeat("n", 63)
+	x, y := prefix+"-x", prefix+"-y"
+	a, run := nodeEnv(t, true, rebootNode(x, "bx-1", true), rebootNode(y, "by-1", true))
+	other := rebootObject("devicewarden-reboot-"+sha16(y), y, "device/gpu.example.com/"+y+"/gpu-0", "1", "", "by-1")
+	if _, err := a.Objects.Resource(rebootGVR).Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := rebootWhenAsked(t, a, x, "bx-1", "bx-2")
+	defer stop()
+	in := nodeInput(nodeStep("", 5*time.Second))
+	in.Node = x
+	res, err := run(in)
+	if err != nil || !res.Passed || !strings.Contains(res.Reason, "boot ID bx-2, was bx-1") || strings.Contains(res.Reason, "joined") {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+
+	fence := func(node, name string) *resourcev1.DeviceTaintRule {
+		labels, ann := map[string]string{}, map[string]string{kubeobj.AnnotationWorkflow: "wf-" + name}
+		kubeobj.NodeLabels(labels, ann, node)
+		return &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann},
+			Spec: resourcev1.DeviceTaintRuleSpec{Taint: resourcev1.DeviceTaint{Key: kubeobj.TaintNodeRepair, Effect: resourcev1.DeviceTaintEffectNoSchedule}}}
+	}
+	rules := a.Kube.ResourceV1().DeviceTaintRules()
+	for _, r := range []*resourcev1.DeviceTaintRule{fence(x, "fence-x"), fence(y, "fence-y")} {
+		if _, err := rules.Create(context.Background(), r, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.unfenceNode(context.Background(), x, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rules.Get(context.Background(), "fence-y", metav1.GetOptions{}); err != nil {
+		t.Fatalf("x's step lifted y's fence: %v", err)
+	}
+	if _, err := rules.Get(context.Background(), "fence-x", metav1.GetOptions{}); err == nil {
+		t.Fatal("x's own fence stands")
+	}
+}
+
+// EndNodeStep clears what a step left: this workflow's object and fences of the node, and the
+// node's permit; another device's object and fences stay.
+func TestEndNodeStepClearsWhatTheStepLeft(t *testing.T) {
+	a, _ := nodeEnv(t, true, rebootNode("node-1", "boot-1", true))
+	r := &releases{}
+	a.Breaker = r
+	in := nodeInput(nodeStep("", time.Minute))
+	ctx := context.Background()
+	for _, o := range []*unstructured.Unstructured{
+		rebootObject("mine", "node-1", in.WorkflowID, "2", "", "boot-1"),
+		rebootObject("theirs", "node-1", "device/other", "1", "", "boot-1"),
+	} {
+		if _, err := a.Objects.Resource(rebootGVR).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, wf := range map[string]string{"fence-mine": in.WorkflowID, "fence-theirs": "device/other"} {
+		labels, ann := map[string]string{}, map[string]string{kubeobj.AnnotationWorkflow: wf}
+		kubeobj.NodeLabels(labels, ann, "node-1")
+		rule := &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann},
+			Spec: resourcev1.DeviceTaintRuleSpec{Taint: resourcev1.DeviceTaint{Key: kubeobj.TaintNodeRepair, Effect: resourcev1.DeviceTaintEffectNoSchedule}}}
+		if _, err := a.Kube.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.EndNodeStep(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Objects.Resource(rebootGVR).Get(ctx, "mine", metav1.GetOptions{}); err == nil {
+		t.Fatal("the step's own object stands")
+	}
+	if _, err := a.Objects.Resource(rebootGVR).Get(ctx, "theirs", metav1.GetOptions{}); err != nil {
+		t.Fatalf("another device's object was deleted: %v", err)
+	}
+	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, "fence-mine", metav1.GetOptions{}); err == nil {
+		t.Fatal("the step's fence stands")
+	}
+	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, "fence-theirs", metav1.GetOptions{}); err != nil {
+		t.Fatalf("another step's fence was lifted: %v", err)
+	}
+	if want := (breaker.PermitRelease{Key: "node:node-1", Holder: gpu3.String()}); len(r.rels) != 1 || r.rels[0] != want {
+		t.Fatalf("released %+v, want %+v", r.rels, want)
+	}
+}
+
+// A quarantine released while its node step moved holders gives the node's permit back with its
+// fences (#52, defect 11: the pool was refused reboots until the hold ended).
+func TestReleaseDuringAMoveGivesThePermitBack(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	r := &releases{}
+	a.Breaker = r
+	in := ReleaseInput{Device: gpu3, Node: "node-1", WorkflowID: gpu3.WorkflowID(), Actor: "op", Reason: "r", NodeFence: true}
+	if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
+		t.Fatal(err)
+	}
+	if want := (breaker.PermitRelease{Key: "node:node-1", Holder: gpu3.String()}); len(r.rels) != 1 || r.rels[0] != want {
+		t.Fatalf("released %+v, want %+v", r.rels, want)
+	}
+	in.NodeFence = false
+	if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.rels) != 1 {
+		t.Fatalf("a release without a node fence gave a permit back: %+v", r.rels)
+	}
+}
+
+// sha16 is the hash part of a node step's object name for node.
+func sha16(node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// rebootWhenAsked gives node the boot ID boot (and Ready) once a Reboot for it stands that was
+// asked at boot ID from.
+func rebootWhenAsked(t *testing.T, a *Activities, node, from, boot string) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			list, err := a.Objects.Resource(rebootGVR).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, o := range list.Items {
+				if n, _, _ := unstructured.NestedString(o.Object, "spec", "node"); n == node && o.GetAnnotations()[kubeobj.AnnotationBootID] == from {
+					if _, err := a.Kube.CoreV1().Nodes().UpdateStatus(ctx, rebootNode(node, boot, true), metav1.UpdateOptions{}); err != nil {
+						t.Errorf("reboot %s: %v", node, err)
+					}
+					return
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
