@@ -232,6 +232,9 @@ func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []de
 	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
 
+// checkAttempts bounds a check's activity; a repair Pod outlives every attempt but the last.
+const checkAttempts = 3
+
 // checkOne runs one probe or canary Pod; an activity that fails outright is a failed check.
 func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, id device.ID) decide.StepResult {
 	c := *act.Check
@@ -240,7 +243,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		class = st.DeviceClass
 	}
 	in := remediation.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
-		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Attempts: checkAttempts}
 	if st.Quarantine != nil {
 		in.Review = st.Quarantine.Reviews
 		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
@@ -252,7 +255,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,
 		HeartbeatTimeout:    30 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: checkAttempts,
 			NonRetryableErrorTypes: []string{remediation.ErrNoIdentity}},
 	})
 	var res decide.StepResult

@@ -44,6 +44,10 @@ type CheckInput struct {
 	// Idle are the devices no other claim may hold when a repair step starts (the device, or
 	// every form of its physical unit); a step that finds one held runs nothing and says Busy.
 	Idle []device.ID `json:"idle,omitempty"`
+	// Attempts is how many attempts the workflow gives the activity. A repair Pod outlives an
+	// attempt that failed with an error while another attempt follows: the retry adopts it, so a
+	// try never runs the reset twice. 0 (a workflow before it): every attempt cleans up.
+	Attempts int32 `json:"attempts,omitempty"`
 }
 
 // CheckName is the deterministic name of a device's probe or canary Pod and claim.
@@ -56,7 +60,7 @@ func CheckName(kind decide.ActionKind, id device.ID) string {
 // Pod, no retries), as a workload would run. Its own claim can be allocated only the device (its
 // identifying attributes, on its node) and tolerates the taint of the stage. Everything is deleted
 // afterwards, and by the next attempt when a worker died in between.
-func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepResult, error) {
+func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.StepResult, err error) {
 	name := CheckName(in.Kind, in.Device)
 	ns := in.Check.Namespace
 	boot := ""
@@ -99,7 +103,12 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (decide.StepRe
 	if err := a.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
 		return decide.StepResult{}, err
 	}
-	defer a.deleteCheck(ns, name)
+	defer func() {
+		if err != nil && in.Kind == decide.ActRepair && activity.GetInfo(ctx).Attempt < in.Attempts {
+			return // the try goes on: the next attempt adopts the running Pod
+		}
+		a.deleteCheck(ns, name)
+	}()
 	if err := a.createCheck(ctx, in, ns, name, sel, node, env); err != nil {
 		return decide.StepResult{}, err
 	}

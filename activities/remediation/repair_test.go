@@ -3,14 +3,19 @@ package remediation
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -73,6 +78,68 @@ func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
 			}
 			if n := testutil.ToFloat64(a.Metrics.RepairTries.WithLabelValues("reset", "passed")); n != 1 {
 				t.Fatalf("passed tries metric %v", n)
+			}
+		})
+	}
+}
+
+// A reset attempt that fails on a transient API error leaves its running Pod: the retry adopts it
+// rather than starting a second reset of the same try under one permit (#52, defect 4). The last
+// attempt cleans up, as every attempt of a workflow that does not say how many it gives does.
+func TestARetriedResetAdoptsItsRunningPod(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		attempts int32
+		keep     bool
+	}{
+		{"another attempt follows", 3, true},
+		{"the last attempt", 1, false},
+		{"attempts not said", 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env, a, kube := activityEnv(t, gpuSlice(), rebootNode("node-1", "boot-1", true))
+			a.CheckPoll = 50 * time.Millisecond
+			in := checkIn(decide.ActRepair)
+			in.Idle, in.Step, in.Attempts = []device.ID{gpu3}, "reset", tt.attempts
+			name := CheckName(decide.ActRepair, gpu3)
+			var creates, gets atomic.Int32
+			kube.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if _, err := kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), "checks", name); apierrors.IsNotFound(err) {
+					creates.Add(1) // a create of one that stands changes nothing
+				}
+				return false, nil, nil
+			})
+			kube.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.(k8stesting.GetAction).GetName() == name && gets.Add(1) == 2 {
+					return true, nil, apierrors.NewServerTimeout(corev1.Resource("pods"), "get", 1)
+				}
+				return false, nil, nil
+			})
+			if _, err := env.ExecuteActivity(a.RunCheck, in); err == nil {
+				t.Fatal("the transient error did not fail the attempt")
+			}
+			_, err := kube.CoreV1().Pods("checks").Get(context.Background(), name, metav1.GetOptions{})
+			if kept := err == nil; kept != tt.keep {
+				t.Fatalf("reset Pod kept %t after a failed attempt, want %t (%v)", kept, tt.keep, err)
+			}
+			if !tt.keep {
+				return
+			}
+			stop := kubelet(kube, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy)
+			defer stop()
+			v, err := env.ExecuteActivity(a.RunCheck, in)
+			var res decide.StepResult
+			if err == nil {
+				err = v.Get(&res)
+			}
+			if err != nil || !res.Passed {
+				t.Fatalf("the retry: %+v, %v", res, err)
+			}
+			if n := creates.Load(); n != 1 {
+				t.Fatalf("%d reset Pods created for one try", n)
+			}
+			if _, err := kube.CoreV1().Pods("checks").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+				t.Fatal("the reset Pod outlived its try")
 			}
 		})
 	}
