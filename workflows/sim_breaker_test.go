@@ -60,8 +60,13 @@ func (m *breakerModel) nodeGranted(req breaker.PermitRequest, sent, now time.Tim
 		m.violate("node permit of %s granted while the breaker was paused by hand", req.Node)
 	}
 	m.expireNodes(now)
-	if _, ok := m.nodes[req.Node]; ok {
-		return // shared with the device that holds it
+	if p, ok := m.nodes[req.Node]; ok {
+		// Shared with the device that holds it, or asked again by it: either way a node step of
+		// the node runs for up to a hold from now (one moving holders asks every 15 s, and
+		// reboots on its last ask), so the node counts as held until then.
+		p.until = maxTime(p.until, sent.Add(req.Hold))
+		m.nodes[req.Node] = p
+		return
 	}
 	m.nodes[req.Node] = nodePermit{pool: req.NodePool, holder: req.Device.String(), until: sent.Add(req.Hold)}
 	held := 0
@@ -73,6 +78,13 @@ func (m *breakerModel) nodeGranted(req breaker.PermitRequest, sent, now time.Tim
 	if held > m.cfg.Reboots() {
 		m.violate("%d nodes of pool %s hold a node permit at once, over the budget of %d", held, req.NodePool, m.cfg.Reboots())
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (m *breakerModel) expireNodes(now time.Time) {
