@@ -24,6 +24,12 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 	for len(acts) > 0 {
 		act := acts[0]
 		acts = acts[1:]
+		if st.Quarantine == nil && needsQuarantine[act.Kind] {
+			// The quarantine ended while its actions waited their turn (a refresh before it found
+			// the rule deleted by hand: an operator release): they no longer apply.
+			workflow.GetLogger(ctx).Info("action dropped: the quarantine ended", "action", act.Kind)
+			continue
+		}
 		switch act.Kind {
 		case decide.ActAlert:
 			alert(ctx, st, act)
@@ -89,6 +95,10 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 	}
 	return nil
 }
+
+// needsQuarantine are the actions that act on the device's quarantine.
+var needsQuarantine = map[decide.ActionKind]bool{decide.ActRepair: true, decide.ActRequestApproval: true, decide.ActRelease: true,
+	decide.ActFenceMembers: true, decide.ActRetire: true}
 
 // alertInput is the alert of an action about the device.
 func alertInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action) notify.AlertInput {

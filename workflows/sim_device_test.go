@@ -67,6 +67,9 @@ type deviceModel struct {
 	reported             bool
 	actingAt             time.Time
 	resets, resetPermits int
+	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
+	// decision.
+	followOnAt time.Time
 	lastPermit           decide.State
 	// stepApproval: the ladder's node step needs a person's approval; stepAskedAt is when the
 	// workflow last asked for it, approvedAt when a person last sent an approval.
@@ -77,11 +80,13 @@ type deviceModel struct {
 	// workloads since (each look moves one).
 	moveHolders, holdersFound, moveAsked bool
 	nodeHolders                          int
+	// The ladder's rare paths (sim_ladder_test.go).
+	ladder ladderModel
 }
 
 // repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
 // answers it as the activity would; ok says whether the step clears the fault.
-func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action decide.State, ok bool) decide.StepResult {
+func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt int32, action decide.State, ok bool) decide.StepResult {
 	if m.resets++; m.resets > m.resetPermits {
 		m.violate("a repair step without the breaker's permit (%d steps, %d permits)", m.resets, m.resetPermits)
 	}
@@ -91,9 +96,12 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 	if action == breaker.Reboot && m.stepApproval && (m.stepAskedAt.IsZero() || m.approvedAt.Before(m.stepAskedAt)) {
 		m.violate("a node step that needs approval ran without one (asked %s, approved %s)", m.stepAskedAt, m.approvedAt)
 	}
+	if action == breaker.Reboot && m.stepApproval {
+		m.ladder.stepRuns(m)
+	}
 	// A holder reported before the workflow began acting on this decision, and no report since
 	// saying none holds it. (Reports sent in that instant may reach the workflow after its decision.)
-	m.acting(env, 1)
+	m.acting(env, attempt)
 	if m.idleAt.Before(m.heldAt) && m.heldAt.Before(m.actingAt) {
 		m.violate("a repair step was asked for with no report since the last holder's saying no Pod holds the device (held %s idle %s acting %s now %s)", m.heldAt.Format("15:04:05.000"), m.idleAt.Format("15:04:05.000"), m.actingAt.Format("15:04:05.000"), env.Now().Format("15:04:05.000"))
 	}
@@ -104,6 +112,7 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 	if m.retired {
 		m.violate("a repair step ran on a retired device")
 	}
+	m.ladder.ran(action)
 	if !ok {
 		return decide.StepResult{Reason: string(action) + " did not clear the fault"}
 	}
@@ -114,6 +123,9 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, action 
 // acting marks the workflow acting: the first action after a report starts a decision's acts; a
 // retried call (attempt > 1) is still the decision it was made for.
 func (m *deviceModel) acting(env *testsuite.TestWorkflowEnvironment, attempt int32) {
+	if attempt <= 1 && env.Now().Equal(m.followOnAt) {
+		return // the retried quarantine's decision goes on in its instant
+	}
 	if attempt <= 1 && (m.reported || m.actingAt.IsZero()) {
 		m.actingAt, m.reported = env.Now(), false
 	}
@@ -141,6 +153,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if breaker.OwnBudget(in.Action) {
 			m.resetPermits++
 			m.lastPermit = in.Action
+			m.ladder.permit(in.Action)
 			return breaker.PermitResult{Granted: true}, nil
 		}
 		m.permits++
@@ -149,7 +162,15 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	quarantine := func(ctx context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.acting(env, activity.GetInfo(ctx).Attempt)
+		attempt := activity.GetInfo(ctx).Attempt
+		m.acting(env, attempt)
+		// A retried quarantine that succeeds goes on with its decision (the ladder's first step),
+		// made before any report that arrived while it was retried.
+		defer func() {
+			if attempt > 1 && m.rule != nil {
+				m.followOnAt = env.Now()
+			}
+		}()
 		if m.quarantineFatal {
 			m.quarantineFatal, m.quarantineFaulted = false, true
 			return remediation.QuarantineResult{}, temporal.NewNonRetryableApplicationError("rule name taken", remediation.ErrRuleNameCollision, nil)
@@ -170,7 +191,11 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.note("Quarantine %s by %q effect %s: %s", in.Decision, in.Actor, in.Effect, in.Reason)
 		// A new automatic fence (a rule where there was none, or a stronger one) needs a permit; the
 		// same rule made again (a retried or re-run activity) does not.
-		if in.Actor != simActor && (m.rule == nil || m.rule.Decision != in.Decision) {
+		if m.rule == nil || m.rule.Decision != in.Decision {
+			m.ladder.fence(in.Decision)
+		}
+		// A fence put back (a retired device's rule deleted by hand: no Decision) is no new one.
+		if in.Actor != simActor && in.Decision != "" && (m.rule == nil || m.rule.Decision != in.Decision) {
 			m.automatic++
 			if m.automatic > m.permits {
 				m.violate("an automatic %s taint without a granted permit (%d new fences, %d permits)", in.Decision, m.automatic, m.permits)
@@ -181,6 +206,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		if m.rule == nil {
 			m.probeOK, m.canaryOK = nil, nil
+			m.ladder.quarantined()
 		}
 		rule := in
 		rule.Key = decide.TaintQuarantine // what Quarantine writes; a refresh may make it probation
@@ -234,13 +260,13 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return remediation.RefreshResult{Effect: string(in.Effect)}, nil
 	}).Maybe()
-	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.CheckInput) (decide.StepResult, error) {
+	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.CheckInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		ok := m.checkPasses()
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
-			return m.repairStep(env, breaker.Reset, ok), nil
+			return m.repairStep(env, activity.GetInfo(ctx).Attempt, breaker.Reset, ok), nil
 		}
 		if m.retired && in.Kind == decide.ActProbe && (!m.releaseAsked || m.askedAt.Before(m.retiredAt)) {
 			m.violate("a retired device was probed without a person's release")
@@ -255,17 +281,26 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return decide.StepResult{Passed: true, Reason: "exit 0"}, nil
 	}).Maybe()
-	env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.NodeInput) (decide.StepResult, error) {
+	env.OnActivity("RemediateNode", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.NodeInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		attempt := activity.GetInfo(ctx).Attempt // a retried attempt is the decision it was made for
+		if err := m.ladder.nodeFailed(); err != nil {
+			m.acting(env, attempt)
+			m.note("RemediateNode failed: %v", err)
+			m.ladder.ran(breaker.Reboot) // tried: a try that fails outright is a failed try
+			return decide.StepResult{}, err
+		}
 		if in.Step.Holders == policy.HoldersMove && m.nodeHolders > 0 {
 			if m.holdersFound && !m.moveAsked {
 				m.violate("a node step looked again without the holders it found being moved")
 			}
-			if res := m.repairStep(env, breaker.Reboot, true); res.Busy {
+			if res := m.repairStep(env, attempt, breaker.Reboot, true); res.Busy {
+				m.ladder.nodeStepEnded(res)
 				return res, nil
 			}
 			m.holdersFound, m.moveAsked = true, false
+			m.ladder.fenced = true // the activity fences the node and keeps its permit
 			m.note("RemediateNode: %d holders on the node, moved first", m.nodeHolders)
 			return decide.StepResult{Busy: true, Reason: "node node-1 still runs Pods", Holders: []string{fmt.Sprintf("team/holder-%d", m.nodeHolders)}}, nil
 		}
@@ -274,7 +309,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		ok := m.checkPasses()
 		m.note("RemediateNode passed=%v", ok)
-		return m.repairStep(env, breaker.Reboot, ok), nil
+		res := m.repairStep(env, attempt, breaker.Reboot, ok)
+		m.ladder.nodeStepEnded(res)
+		return res, nil
 	}).Maybe()
 	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.ReleaseInput) error {
 		m.mu.Lock()
@@ -286,6 +323,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.note("ReleaseRule by %q: %s", in.Actor, in.Reason)
 		if m.moveHolders && !in.NodeFence {
 			m.violate("a release of a device whose ladder fences its node does not take its fences")
+		}
+		if in.NodeFence {
+			m.ladder.fenced, m.ladder.nodePermit = false, false // ReleaseRule lifts them
 		}
 		if m.retired && in.Actor == decide.Actor {
 			m.violate("a retired device was released with no person's approval")
@@ -309,6 +349,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("RecordRetirement: %s", in.Reason)
+		m.ladder.retired(m, in.Reason)
 		m.retired, m.retiredAt = true, env.Now()
 		return "evidence", nil
 	}).Maybe()
@@ -319,8 +360,10 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			m.note("RequestApproval of step %s (%s)", in.Step, in.Review)
 			m.stepAskedAt = env.Now()
 		}
+		m.ladder.asked(in, env.Now())
 		return nil
 	}).Maybe()
+	m.ladder.activities(env, m)
 	for _, name := range []string{"Alert", "ReportNodeFailure"} {
 		env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
 	}
@@ -352,6 +395,9 @@ const simActor = "ops"
 func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 	id := gpu0
 	kinds := []string{"observe", "observe", "observe", "command", "breaker", "fault", "wake", "continue-as-new"}
+	if m.unit == nil {
+		kinds = append(kinds, "delete-rule")
+	}
 	if m.unit != nil {
 		id = m.unit.Device()
 		kinds = append(kinds, "reconfigure", "lose-rule")
@@ -424,6 +470,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			actor := rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i))
 			how := rapid.SampledFrom([]string{"update", "update", "signal", "junk"}).Draw(rt, fmt.Sprintf("how%d", i))
 			cmd := decide.Command{Kind: c, Actor: actor, Reason: "simulated"}
+			older := rapid.IntRange(0, 2).Draw(rt, fmt.Sprintf("older%d", i)) // approve naming an earlier ask
 			if c == decide.CmdExtend || c == decide.CmdPause {
 				cmd.Duration = policy.JSONDuration(rapid.SampledFrom([]time.Duration{0, time.Hour}).Draw(rt, fmt.Sprintf("dur%d", i)))
 			}
@@ -435,6 +482,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				}
 				if (c == decide.CmdApprove && how == "update" || c == decide.CmdReleaseApproval && how != "junk") && actor != "" {
 					m.approvedAt = env.Now()
+					cmd.Review = m.ladder.approving(older, how == "update", env.Now())
 				}
 				if c == decide.CmdRelease && how != "junk" && actor != "" {
 					// A person asked: a device retired before the command arrived may be reviewed
@@ -462,7 +510,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.breakerOpen = open
 			}
 		case "fault":
-			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "release"}).Draw(rt, fmt.Sprintf("fault%d", i))
+			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "release", "node"}).Draw(rt, fmt.Sprintf("fault%d", i))
 			k := rapid.IntRange(1, 3).Draw(rt, fmt.Sprintf("faults%d", i))
 			s.what = fmt.Sprintf("next %d %s calls fail", k, f)
 			s.do = func(*testsuite.TestWorkflowEnvironment) {
@@ -477,6 +525,8 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 					m.checkFails = k
 				case "release":
 					m.releaseFails = k
+				case "node":
+					m.ladder.nodeFails = k
 				}
 			}
 		case "wake":
@@ -484,6 +534,13 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) { m.signal(env, api.SignalBreakerWake, nil) }
 		case "continue-as-new":
 			s = continueAsNewStep(tl)
+		case "delete-rule":
+			s.what = "a person deletes the device's rule"
+			s.do = func(*testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.rule = nil
+			}
 		default:
 			s = m.unitStep(rt, i, s)
 		}
@@ -506,6 +563,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 	m.stepped(env, after)
 	var st decide.DeviceState
 	if !m.look(env, after, &st) {
+		m.ladder.check(m, after, decide.Released) // an idle device's run ends out of quarantine
 		return // (an idle device's run that ended: the watcher's next report starts another)
 	}
 	if len(m.names) > 1 {
@@ -514,6 +572,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 	if m.unit != nil {
 		m.checkUnit(after, &st)
 	}
+	m.ladder.check(m, after, st.State)
 	m.checkRefusals(m.updates)
 }
 
@@ -545,7 +604,8 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
 		if rapid.Bool().Draw(rt, "ladder") {
-			p.Repair = policy.Repair{RetireAfter: rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter"),
+			m.ladder.retireAfter = rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter")
+			p.Repair = policy.Repair{RetireAfter: m.ladder.retireAfter,
 				Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: rapid.IntRange(1, 2).Draw(rt, "attempts"),
 					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
 			if rapid.Bool().Draw(rt, "nodeStep") {
@@ -557,6 +617,9 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 				}
 				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: holders, Approval: m.stepApproval,
 					Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)}, Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`})
+			}
+			for _, st := range p.Repair.Steps {
+				m.ladder.kinds = append(m.ladder.kinds, st.Kind)
 			}
 		}
 		end := steps[len(steps)-1].at + time.Hour

@@ -76,6 +76,9 @@ func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediatio
 		m.violate("quarantine of %s, want the unit %s", in.Device, m.unit.Device())
 	}
 	if in.Decision != "" {
+		if m.rule == nil || m.rule.Decision != in.Decision {
+			m.ladder.fence(in.Decision)
+		}
 		if in.Actor != simActor && (m.rule == nil || m.rule.Decision != in.Decision) {
 			m.automatic++
 			if m.automatic > m.permits {

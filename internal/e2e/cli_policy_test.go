@@ -12,10 +12,12 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 )
 
 // cliPolicyDriver is a driver only TestCLIQuarantineRunsUnderTheStacksPolicy fences: the stack's
@@ -53,13 +55,19 @@ func TestCLIQuarantineRunsUnderTheStacksPolicy(t *testing.T) {
 		t.Fatalf("device show: %v\n%s", err, show)
 	}
 	// The device does not exist: leave nothing behind for the tests beside this one. The run is
-	// cancelled (an operator's way to stop deciding), then recorded for the replay tests: it is
-	// the start that asks the worker for its policy.
-	if err := shared.temporal.CancelWorkflow(ctx, id.WorkflowID(), ""); err != nil {
+	// cancelled (an operator's way to stop deciding) and recorded for the replay tests: it is the
+	// start that asks the worker for its policy. The watcher restarts a standing rule's workflow;
+	// that run is ended too, and the rule deleted.
+	d, err := shared.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	if err := shared.temporal.CancelWorkflow(ctx, id.WorkflowID(), run); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the run ended", func() error {
-		d, err := shared.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), "")
+		d, err := shared.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), run)
 		if err != nil {
 			return err
 		}
@@ -68,8 +76,9 @@ func TestCLIQuarantineRunsUnderTheStacksPolicy(t *testing.T) {
 		}
 		return nil
 	})
-	recordHistory(t, ctx, shared.temporal, id.WorkflowID(), "device_cli_start_policy.json")
-	if err := shared.kube.ResourceV1().DeviceTaintRules().Delete(ctx, id.TaintRuleName(), metav1.DeleteOptions{}); err != nil {
+	temporaltest.Record(t, ctx, shared.temporal, id.WorkflowID(), run, "device_cli_start_policy.json")
+	if err := shared.kube.ResourceV1().DeviceTaintRules().Delete(ctx, id.TaintRuleName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+	_ = shared.temporal.TerminateWorkflow(ctx, id.WorkflowID(), "", "test done") // a restarted run, if any
 }

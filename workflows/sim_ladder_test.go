@@ -1,0 +1,182 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/devicewarden/devicewarden/activities/remediation"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/notify"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// ladderModel holds the device workflow to the repair ladder's promises on its rare paths: an
+// approval is applied only to the ask it names; a device is retired only after every step ran;
+// no node fence or node permit outlives every step that holds it. The moves that reach those
+// paths: approvals naming an older ask, a rule a person deletes, node steps that fail outright.
+// Every method is called with the device model's lock held.
+type ladderModel struct {
+	kinds []policy.RepairKind // the policy's steps
+	// quarantine numbers the quarantines; ranIn the steps that ran in the current one.
+	quarantine int
+	ranIn      map[policy.RepairKind]bool
+	// asks are the approval requests sent, oldest first; validAt is when an approval last named
+	// the node step's current ask.
+	asks    []simAsk
+	validAt time.Time
+	// bareAt is when an approval naming no ask was last sent: the workflow binds it to the ask
+	// waiting when it takes it, which may be one asked in that instant after the model sent it.
+	bareAt time.Time
+	// fenced: a node step moving holders fenced the node; nodePermit: a node permit was granted
+	// and no step's end gave it back.
+	fenced, nodePermit bool
+	// nodeFails: the next node step attempts fail with an error.
+	nodeFails int
+	// retireAfter is the policy's; faults counts the fences the workflow made for a fault (a new
+	// Quarantined rule), restrictions those for Unknown (a new Restricted rule).
+	retireAfter, faults int
+}
+
+// simAsk is one approval request: its ID, whether it asks about a step, and its quarantine.
+type simAsk struct {
+	id         string
+	step       bool
+	quarantine int
+}
+
+func (l *ladderModel) quarantined() {
+	l.quarantine++
+	l.ranIn = map[policy.RepairKind]bool{}
+}
+
+func (l *ladderModel) ran(action decide.State) {
+	if l.ranIn == nil {
+		l.ranIn = map[policy.RepairKind]bool{}
+	}
+	if action == breaker.Reboot {
+		l.ranIn[policy.RepairNode] = true
+	} else {
+		l.ranIn[policy.RepairReset] = true
+	}
+}
+
+func (l *ladderModel) permit(action decide.State) {
+	if action == breaker.Reboot {
+		l.nodePermit = true
+	}
+}
+
+// nodeStepEnded takes a node step's answer as the activity gives it: one that moves holders keeps
+// the node fenced and its permit; any other gives the permit back, and one that ran lifts the fence.
+func (l *ladderModel) nodeStepEnded(res decide.StepResult) {
+	if res.Busy && len(res.Holders) > 0 {
+		return
+	}
+	l.nodePermit = false
+	if !res.Busy {
+		l.fenced = false
+	}
+}
+
+func (l *ladderModel) asked(in notify.ApprovalRequest, now time.Time) {
+	l.asks = append(l.asks, simAsk{id: in.Review, step: in.Step != "", quarantine: l.quarantine})
+	if in.Step != "" && l.bareAt.Equal(now) {
+		l.validAt = now
+	}
+}
+
+// approving is the Review an approval names: "" (the ask waiting now) or, with older > 0, an
+// earlier ask's ID, as an old Slack button sends it. It notes when an approval names the node
+// step's ask of this quarantine.
+func (l *ladderModel) approving(older int, _ bool, now time.Time) string {
+	if older == 0 {
+		l.bareAt = now
+	}
+	if len(l.asks) == 0 {
+		return ""
+	}
+	cur := l.asks[len(l.asks)-1]
+	picked, id := cur, ""
+	if older > 0 && len(l.asks) > older {
+		picked = l.asks[len(l.asks)-1-older]
+		id = picked.id
+	}
+	if cur.step && picked.step && picked.id == cur.id && picked.quarantine == cur.quarantine {
+		l.validAt = now
+	}
+	return id
+}
+
+// stepRuns checks a node step that needs approval: an approval named its ask since it was made.
+func (l *ladderModel) stepRuns(m *deviceModel) {
+	if l.validAt.Before(m.stepAskedAt) {
+		m.violate("a node step ran on an approval that answered another ask (asked %s, last approval of this ask %s)",
+			m.stepAskedAt.Format("15:04:05"), l.validAt.Format("15:04:05"))
+	}
+}
+
+// fence counts a new rule the workflow made for a decision.
+func (l *ladderModel) fence(decision string) {
+	if decision == string(decide.Quarantined) {
+		l.faults++
+	}
+}
+
+// retired checks a retirement: a lemon's counts quarantines for a fault only (not restrictions);
+// one for a failed ladder comes only after every step ran.
+func (l *ladderModel) retired(m *deviceModel, reason string) {
+	if strings.Contains(reason, "a lemon") && l.faults < l.retireAfter {
+		m.violate("retired as a lemon (%s) after %d quarantines for a fault, fewer than retireAfter %d", reason, l.faults, l.retireAfter)
+	}
+	if !strings.Contains(reason, "every step of the repair ladder failed") {
+		return
+	}
+	for _, k := range l.kinds {
+		if !l.ranIn[k] {
+			m.violate("retired (%s) although its %s step never ran", reason, k)
+		}
+	}
+}
+
+// check holds a device out of quarantine to the node: nothing of a node step may stand.
+func (l *ladderModel) check(m *deviceModel, after string, state decide.State) {
+	if state != decide.Released && state != decide.Healthy {
+		return
+	}
+	if m.retired {
+		m.violate("after %s: a retired device is %s without a person's approved release", after, state)
+	}
+	if l.fenced {
+		m.violate("after %s: the node stays fenced although the device is %s: no node step holds the fence", after, state)
+	}
+	if l.nodePermit {
+		m.violate("after %s: the node permit is held although the device is %s: no node step holds it", after, state)
+	}
+}
+
+// activities adds the ladder's activities to the model's.
+func (l *ladderModel) activities(env *testsuite.TestWorkflowEnvironment, m *deviceModel) {
+	env.OnActivity("EndNodeStep", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.NodeInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.note("EndNodeStep of node %s", in.Node)
+		l.fenced, l.nodePermit = false, false
+		return nil
+	}).Maybe()
+}
+
+// nodeFailed says whether the next node step attempt fails with an error (after the activity may
+// have made its object: the step could not tell).
+func (l *ladderModel) nodeFailed() error {
+	if l.nodeFails == 0 {
+		return nil
+	}
+	l.nodeFails--
+	return errors.New("apiserver unavailable")
+}
