@@ -70,7 +70,7 @@ type deviceModel struct {
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
 	// decision.
 	followOnAt time.Time
-	lastPermit           decide.State
+	lastPermit decide.State
 	// stepApproval: the ladder's node step needs a person's approval; stepAskedAt is when the
 	// workflow last asked for it, approvedAt when a person last sent an approval.
 	stepApproval            bool
@@ -564,7 +564,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 	var st decide.DeviceState
 	if !m.look(env, after, &st) {
 		m.ladder.check(m, after, decide.Released) // an idle device's run ends out of quarantine
-		return // (an idle device's run that ended: the watcher's next report starts another)
+		return                                    // (an idle device's run that ended: the watcher's next report starts another)
 	}
 	if len(m.names) > 1 {
 		m.violate("after %s: %d rule names for one device: %v", after, len(m.names), m.names)
