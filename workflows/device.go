@@ -330,6 +330,14 @@ func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide
 		}
 	}
 	cmd.Kind = kind
+	if kind == decide.CmdRelease && st.State == decide.Retired && st.Rules().LadderTrust {
+		// A signal is validated when it arrives, not when it was sent: one sent before the device
+		// was retired would release it. A retired device is released by the command, which is
+		// checked when it is accepted (`device release`).
+		st.Dropped, st.LastDropped = st.Dropped+1, "release signal refused: the device is retired; release it with `device release`"
+		workflow.GetLogger(ctx).Warn("operator signal refused", "signal", kind, "reason", "retired")
+		return nil
+	}
 	if st.Rules().ReleasePath {
 		if err := st.Validate(cmd); err != nil {
 			st.Dropped, st.LastDropped = st.Dropped+1, "signal refused: "+err.Error()

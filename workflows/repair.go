@@ -52,7 +52,7 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: nodeStepTimeout(step),
 		HeartbeatTimeout:    30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: checkAttempts},
 	})
 	var res decide.StepResult
 	if err := workflow.ExecuteActivity(actx, rem.RemediateNode, in).Get(ctx, &res); err != nil {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,5 +261,24 @@ func TestANodeStepThatFailsOutrightClearsTheNode(t *testing.T) {
 	}
 	if st.State != decide.Retired {
 		t.Fatalf("state %s", st.State)
+	}
+}
+
+// A release sent as a signal to a retired device is refused: a signal is checked when it arrives,
+// so one sent before the retirement would otherwise release the device the ladder gave up on. The
+// command (an update, checked when accepted) still starts its review.
+func TestARetiredDeviceIsNotReleasedByASignal(t *testing.T) {
+	h := newHarness(0)
+	h.checks = []decide.StepResult{{Reason: "reset exit 1"}, {Reason: "reset exit 1"}}
+	recordRetirements(h)
+	failedThenIdle(h)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(string(decide.CmdRelease), decide.Command{Actor: "alice"})
+	}, 2*time.Hour)
+	var got decide.DeviceState
+	queryThenCancel(t, h.env, 3*time.Hour, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: laddered()})
+	if got.State != decide.Retired || len(checkKinds(h.ran)) != 2 || !strings.Contains(got.LastDropped, "release signal refused: the device is retired") {
+		t.Fatalf("state %s, checks %v, dropped %q", got.State, checkKinds(h.ran), got.LastDropped)
 	}
 }

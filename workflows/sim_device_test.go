@@ -285,7 +285,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		attempt := activity.GetInfo(ctx).Attempt // a retried attempt is the decision it was made for
-		if err := m.ladder.nodeFailed(); err != nil {
+		if err := m.ladder.nodeFailed(attempt); err != nil {
 			m.acting(env, attempt)
 			m.note("RemediateNode failed: %v", err)
 			m.ladder.ran(breaker.Reboot) // tried: a try that fails outright is a failed try
@@ -396,7 +396,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 	id := gpu0
 	kinds := []string{"observe", "observe", "observe", "command", "breaker", "fault", "wake", "continue-as-new"}
 	if m.unit == nil {
-		kinds = append(kinds, "delete-rule")
+		kinds = append(kinds, "delete-rule", "old-button", "report-and-approve")
 	}
 	if m.unit != nil {
 		id = m.unit.Device()
@@ -535,11 +535,52 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 		case "continue-as-new":
 			s = continueAsNewStep(tl)
 		case "delete-rule":
-			s.what = "a person deletes the device's rule"
-			s.do = func(*testsuite.TestWorkflowEnvironment) {
+			s.what = "a person deletes the device's rule, and a Pod reports the device Unhealthy"
+			ver++
+			seq++
+			o := decide.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: fmt.Sprint(ver),
+				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0),
+				Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: device.Unhealthy}}}
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.mu.Lock()
-				defer m.mu.Unlock()
-				m.rule = nil
+				m.rule, m.unhealthySeen, m.held = nil, true, true
+				m.heldAt, m.reported = env.Now(), true
+				m.mu.Unlock()
+				m.signal(env, api.SignalObservation, o)
+			}
+		case "old-button":
+			// A person clicks an Approve button left from an earlier ask (of this quarantine or
+			// one before it).
+			back := rapid.IntRange(1, 4).Draw(rt, fmt.Sprintf("back%d", i))
+			s.what = fmt.Sprintf("approve with the button of the ask %d back", back)
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
+				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(back, true, env.Now())}
+				if cmd.Review == "" {
+					m.mu.Unlock()
+					return
+				}
+				m.approvedAt = env.Now()
+				m.mu.Unlock()
+				m.update(env, string(decide.CmdApprove), s.what, cmd)
+			}
+		case "report-and-approve":
+			// The driver reports the device Unhealthy as a person approves what waits: the
+			// approval may reach the workflow while the report's decisions run.
+			ver++
+			seq++
+			o := decide.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: fmt.Sprint(ver), Source: decide.SourceSlice,
+				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
+			s.what = "the driver reports Unhealthy (idle) and a person approves what waits"
+			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				m.mu.Lock()
+				m.unhealthySeen, m.held = true, false
+				m.idleAt, m.reported = env.Now(), true
+				m.approvedAt = env.Now()
+				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(0, true, env.Now())}
+				m.mu.Unlock()
+				m.signal(env, api.SignalObservation, o)
+				m.update(env, string(decide.CmdApprove), s.what, cmd)
 			}
 		default:
 			s = m.unitStep(rt, i, s)
@@ -612,7 +653,7 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 				m.stepApproval = rapid.Bool().Draw(rt, "stepApproval")
 				holders := policy.HoldersWait
 				if m.moveHolders = rapid.Bool().Draw(rt, "moveHolders"); m.moveHolders {
-					holders, m.nodeHolders = policy.HoldersMove, rapid.IntRange(0, 2).Draw(rt, "nodeHolders")
+					holders, m.nodeHolders = policy.HoldersMove, rapid.IntRange(0, 4).Draw(rt, "nodeHolders")
 					p.Migration.Enabled = true
 				}
 				p.Repair.Steps = append(p.Repair.Steps, policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: holders, Approval: m.stepApproval,

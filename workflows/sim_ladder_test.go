@@ -36,8 +36,10 @@ type ladderModel struct {
 	// fenced: a node step moving holders fenced the node; nodePermit: a node permit was granted
 	// and no step's end gave it back.
 	fenced, nodePermit bool
-	// nodeFails: the next node step attempts fail with an error.
+	// nodeFails: the next node step attempts fail with an error; outright: a node step's last
+	// attempt failed, and nothing cleared what it left since.
 	nodeFails int
+	outright  bool
 	// retireAfter is the policy's; faults counts the fences the workflow made for a fault (a new
 	// Quarantined rule), restrictions those for Unknown (a new Restricted rule).
 	retireAfter, faults int
@@ -68,7 +70,7 @@ func (l *ladderModel) ran(action decide.State) {
 
 func (l *ladderModel) permit(action decide.State) {
 	if action == breaker.Reboot {
-		l.nodePermit = true
+		l.nodePermit, l.outright = true, false
 	}
 }
 
@@ -144,8 +146,12 @@ func (l *ladderModel) retired(m *deviceModel, reason string) {
 	}
 }
 
-// check holds a device out of quarantine to the node: nothing of a node step may stand.
+// check holds the node to the device's steps: a node permit is held only while a step moves the
+// node's holders, and nothing of a node step stands once the device is out of quarantine.
 func (l *ladderModel) check(m *deviceModel, after string, state decide.State) {
+	if l.nodePermit && l.outright {
+		m.violate("after %s: a node step failed outright and left the node's permit held", after)
+	}
 	if state != decide.Released && state != decide.Healthy {
 		return
 	}
@@ -166,17 +172,18 @@ func (l *ladderModel) activities(env *testsuite.TestWorkflowEnvironment, m *devi
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.note("EndNodeStep of node %s", in.Node)
-		l.fenced, l.nodePermit = false, false
+		l.fenced, l.nodePermit, l.outright = false, false, false
 		return nil
 	}).Maybe()
 }
 
 // nodeFailed says whether the next node step attempt fails with an error (after the activity may
 // have made its object: the step could not tell).
-func (l *ladderModel) nodeFailed() error {
+func (l *ladderModel) nodeFailed(attempt int32) error {
 	if l.nodeFails == 0 {
 		return nil
 	}
 	l.nodeFails--
+	l.outright = attempt >= checkAttempts // the workflow gives the node step as many as a check
 	return errors.New("apiserver unavailable")
 }
