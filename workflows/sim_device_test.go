@@ -571,13 +571,13 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			seq++
 			o := decide.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: fmt.Sprint(ver), Source: decide.SourceSlice,
 				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
-			s.what = "the driver reports Unhealthy (idle) and a person approves what waits"
+			s.what = "the driver reports Unhealthy (idle) and a person clicks Approve on the newest ask"
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.mu.Lock()
 				m.unhealthySeen, m.held = true, false
 				m.idleAt, m.reported = env.Now(), true
 				m.approvedAt = env.Now()
-				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(0, true, env.Now())}
+				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(-1, true, env.Now())}
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
 				m.update(env, string(decide.CmdApprove), s.what, cmd)

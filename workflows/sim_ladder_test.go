@@ -88,25 +88,36 @@ func (l *ladderModel) nodeStepEnded(res decide.StepResult) {
 
 func (l *ladderModel) asked(in notify.ApprovalRequest, now time.Time) {
 	l.asks = append(l.asks, simAsk{id: in.Review, step: in.Step != "", quarantine: l.quarantine})
-	if in.Step != "" && l.bareAt.Equal(now) {
+	if in.Step != "" && !l.bareAt.IsZero() && now.Sub(l.bareAt) < time.Second {
 		l.validAt = now
 	}
 }
 
-// approving is the Review an approval names: "" (the ask waiting now) or, with older > 0, an
-// earlier ask's ID, as an old Slack button sends it. It notes when an approval names the node
-// step's ask of this quarantine.
+// approving is the Review an approval names: "" (the ask waiting now), with older -1 the newest
+// ask's ID (as its Slack button sends it), with older > 0 an earlier ask's ID (an old button). It
+// notes when an approval names the node step's ask of this quarantine.
 func (l *ladderModel) approving(older int, _ bool, now time.Time) string {
-	if older == 0 {
-		l.bareAt = now
-	}
 	if len(l.asks) == 0 {
+		l.bareAt = now
 		return ""
 	}
 	cur := l.asks[len(l.asks)-1]
+	if older == 0 {
+		l.bareAt = now // the workflow binds it to what waits when it takes it
+	}
 	picked, id := cur, ""
-	if older > 0 && len(l.asks) > older {
-		picked = l.asks[len(l.asks)-1-older]
+	if older < 0 {
+		id = cur.id
+	}
+	if older > 0 {
+		// An old button: the newest step ask of an earlier quarantine, else one older back.
+		picked = l.asks[max(0, len(l.asks)-1-older)]
+		for i := len(l.asks) - 1; i >= 0; i-- {
+			if a := l.asks[i]; a.step && a.quarantine != cur.quarantine {
+				picked = a
+				break
+			}
+		}
 		id = picked.id
 	}
 	if cur.step && picked.step && picked.id == cur.id && picked.quarantine == cur.quarantine {
