@@ -230,6 +230,9 @@ func fenceMembers(ctx workflow.Context, st *decide.DeviceState, act decide.Actio
 func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
 	var res decide.StepResult
 	targets := st.CheckTargets()
+	if act.Kind == decide.ActRepair {
+		targets = st.RepairTarget()
+	}
 	for _, id := range targets {
 		res = checkOne(ctx, st, act, id)
 		if len(targets) > 1 {

@@ -131,3 +131,37 @@ func TestUnitReportWithoutItsDevicesWaits(t *testing.T) {
 		t.Fatalf("after: state %s, quarantine calls %+v", got.State, h.quarantine)
 	}
 }
+
+// A unit with no whole form is reset once, through its first form, under one permit: a reset
+// resets the physical GPU whichever form it runs on (#52: it was reset once per form). The review
+// after it still probes every form.
+func TestUnitWithoutAWholeFormIsResetOnce(t *testing.T) {
+	h := newHarness(0)
+	unit := gpu0Unit("gpu-0-mig-a", "gpu-0-mig-b", "gpu-0-mig-c")
+	unit.Whole = ""
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+			StatusVersion: "10", Unit: unit, Reporters: []decide.Reporter{{Namespace: "ns", Pod: "a", Device: "gpu-0-mig-a", Health: device.Unhealthy}}})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: unit.Device(), Node: "node-1", Health: device.Unhealthy,
+			StatusVersion: "11", Unit: unit})
+	}, time.Minute)
+	p := laddered()
+	p.Identity = []string{"uuid"}
+	var got decide.DeviceState
+	queryThenCancel(t, h.env, time.Hour, &got)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: unit.Device(), Node: "node-1", Policy: p})
+	var resets, probes []string
+	for _, r := range h.ran {
+		switch r.Kind {
+		case decide.ActRepair:
+			resets = append(resets, r.Device.Device)
+		case decide.ActProbe:
+			probes = append(probes, r.Device.Device)
+		}
+	}
+	if !slices.Equal(resets, []string{"gpu-0-mig-a"}) || len(probes) != 3 || len(h.resetAsks) != 1 {
+		t.Fatalf("resets on %v (%d permits), probes on %v", resets, len(h.resetAsks), probes)
+	}
+}

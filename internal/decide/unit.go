@@ -61,6 +61,17 @@ func (st *DeviceState) CheckTargets() []device.ID {
 	return st.Unit.DeviceIDs()
 }
 
+// RepairTarget is the one device a reset runs on: the device itself; for a unit, its whole
+// device, else its first form. A reset resets the physical GPU through any of its forms, so one
+// run serves them all (before LadderTrust, a unit with no whole form was reset once per form).
+func (st *DeviceState) RepairTarget() []device.ID {
+	targets := st.CheckTargets()
+	if st.rules.LadderTrust && len(targets) > 1 {
+		return targets[:1]
+	}
+	return targets
+}
+
 // fenceMembers re-applies the standing fence to every device of the unit.
 func (st *DeviceState) fenceMembers(reason string) Action {
 	q := st.Quarantine
