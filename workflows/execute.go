@@ -261,6 +261,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		in.Review = st.Quarantine.Reviews
 		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
 			in.Review = len(l.Tries) // a repair Pod is keyed by its try
+			in.TryAt = l.Tries[len(l.Tries)-1].At
 			in.Idle = st.FencedDevices()
 			in.Step = string(ladderStep(st).Kind)
 		}

@@ -44,6 +44,8 @@ type CheckInput struct {
 	// Idle are the devices no other claim may hold when a repair step starts (the device, or
 	// every form of its physical unit); a step that finds one held runs nothing and says Busy.
 	Idle []device.ID `json:"idle,omitempty"`
+	// TryAt is when a repair try began (it names the try's Event).
+	TryAt time.Time `json:"tryAt,omitempty"`
 	// Attempts is how many attempts the workflow gives the activity. A repair Pod outlives an
 	// attempt that failed with an error while another attempt follows: the retry adopts it, so a
 	// try never runs the reset twice. 0 (a workflow before it): every attempt cleans up.
@@ -136,7 +138,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	res.Pod, res.At, res.BootID = ns+"/"+podName, time.Now(), boot
 	if in.Kind == decide.ActRepair {
-		a.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, res)
+		a.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, in.TryAt, res)
 	}
 	return res, nil
 }

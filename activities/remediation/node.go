@@ -80,7 +80,7 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 	if in.Node == "" {
 		return a.stepFailed("device %s names no node: there is nothing to reboot", in.Device)
 	}
-	obj, err := in.Step.Object(policy.NodeVars{Node: in.Node, Device: in.Device.Device, Driver: in.Device.Driver, Pool: in.Device.Pool})
+	obj, err := in.Step.Object(nodeVars(in))
 	if err != nil {
 		return a.stepFailed("node step: %v", err)
 	}
@@ -185,8 +185,31 @@ func (a *Activities) bootedSince(ctx context.Context, in NodeInput, node *corev1
 	a.countTry(string(policy.RepairNode), "passed")
 	res := decide.StepResult{Passed: true, BootID: now, At: time.Now(), Reason: fmt.Sprintf("node %s booted again since this device's last try (boot ID %s, was %s) and is Ready: no reboot asked for",
 		in.Node, short(now), short(in.BootSeen))}
-	a.tryEvent(ctx, in.Node, string(policy.RepairNode), in.Device, in.WorkflowID, in.Try, res)
+	a.tryEvent(ctx, in.Node, string(policy.RepairNode), in.Device, in.WorkflowID, in.Try, in.TryAt, res)
 	return res, true
+}
+
+// nodeVars are what a node step's template is rendered with. A physical unit's ID
+// ("counters=<set>") is no valid object name: {{ .Device }} is it made one (lowercase letters,
+// digits, '-' and '.', at most 63 characters).
+func nodeVars(in NodeInput) policy.NodeVars {
+	name := in.Device.Device
+	if device.IsUnitKey(name) {
+		name = objectName(strings.TrimPrefix(name, device.CounterSetsKey))
+	}
+	return policy.NodeVars{Node: in.Node, Device: name, Driver: in.Device.Driver, Pool: in.Device.Pool}
+}
+
+// objectName makes s a valid object name part: lowercase letters, digits, '-' and '.', starting and
+// ending with a letter or digit, at most 63 characters.
+func objectName(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	return strings.Trim(string(b[:min(len(b), 63)]), "-.")
 }
 
 // mark puts on a node step's object whose try it is, the node's boot ID before it, and its node.
@@ -296,7 +319,7 @@ func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (de
 			a.countTry(step, "passed")
 			res := decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created%s",
 				in.Node, short(after), short(r.before), now.Sub(r.created).Round(time.Second), r.what, by), At: now, BootID: after}
-			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, res)
+			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
 			return res, nil
 		}
 		if !r.own && after == r.before {
@@ -314,7 +337,7 @@ func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (de
 			res, err := a.stepFailed("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)%s", in.Node,
 				in.Step.Check.Timeout.D(), r.what, short(after), short(r.before), by)
 			res.BootID = after
-			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, res)
+			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
 			return res, err
 		}
 		select {

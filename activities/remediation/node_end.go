@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // EndNodeStep clears what a node step of this device's workflow left on its node when the step
@@ -34,7 +33,7 @@ func (a *Activities) EndNodeStep(ctx context.Context, in NodeInput) error {
 
 // deleteOwnNodeObjects deletes the remediator objects this device's workflow wrote for the node.
 func (a *Activities) deleteOwnNodeObjects(ctx context.Context, in NodeInput) error {
-	obj, err := in.Step.Object(policy.NodeVars{Node: in.Node, Device: in.Device.Device, Driver: in.Device.Driver, Pool: in.Device.Pool})
+	obj, err := in.Step.Object(nodeVars(in))
 	if err != nil {
 		return nil // a template that does not render made no object
 	}

@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
@@ -213,4 +214,55 @@ func rebootWhenAsked(t *testing.T, a *Activities, node, from, boot string) func(
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// {{ .Device }} of a physical unit renders a valid object name, not its ID "counters=<set>".
+func TestNodeTemplateDeviceOfAUnit(t *testing.T) {
+	in := nodeInput(nodeStep("reboot-{{ .Device }}", time.Minute))
+	in.Device.Device = "counters=GPU-0_Counters+gpu-1"
+	obj, err := in.Step.Object(nodeVars(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := unstructured.Unstructured{Object: obj}
+	if u.GetName() != "reboot-gpu-0-counters-gpu-1" {
+		t.Fatalf("name %q", u.GetName())
+	}
+	in.Device.Device = "gpu-3"
+	if v := nodeVars(in); v.Device != "gpu-3" {
+		t.Fatalf("a device's own name changed: %q", v.Device)
+	}
+}
+
+// A relapse's try 1, and a second retirement, each get an Event of their own (#52: they were
+// named from the workflow and the try only, and the second was dropped as a duplicate).
+func TestEventsOfARelapseAreNotDropped(t *testing.T) {
+	_, a, kube := activityEnv(t)
+	ctx := context.Background()
+	first, second := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
+	for _, at := range []time.Time{first, second, second} {
+		a.tryEvent(ctx, "node-1", "reset", gpu3, gpu3.WorkflowID(), 1, at, decide.StepResult{Reason: "exit 1"})
+	}
+	for _, q := range []string{"2026-12-01T10:00:00Z XID 79", "2026-12-01T11:00:00Z XID 79"} {
+		if _, err := a.RecordRetirement(ctx, RetireInput{Device: gpu3, Node: "node-1", WorkflowID: gpu3.WorkflowID(), Reason: "lemon",
+			Evidence: map[string]string{"quarantined": q}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tries, retired := 0, 0
+	for _, e := range events.Items {
+		switch e.Reason {
+		case kubeobj.EventRepairTry:
+			tries++
+		case "DeviceRetired":
+			retired++
+		}
+	}
+	if tries != 2 || retired != 2 {
+		t.Fatalf("%d try Events (want 2: one per try, the repeat dropped), %d retirement Events (want 2)", tries, retired)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,8 +54,10 @@ func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string
 	}
 }
 
-// tryEvent records a repair step's outcome as an Event on the device's node, once per try.
-func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.ID, workflowID string, try int, res decide.StepResult) {
+// tryEvent records a repair step's outcome as an Event on the device's node, once per try: the
+// Event is named from the workflow, the try and when it began, so a relapse's try 1 is not taken
+// for the last quarantine's.
+func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.ID, workflowID string, try int, tryAt time.Time, res decide.StepResult) {
 	if node == "" {
 		return
 	}
@@ -62,7 +65,7 @@ func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.
 	if res.Passed {
 		typ, outcome = corev1.EventTypeNormal, "passed"
 	}
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", workflowID, try)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d/%s", workflowID, try, tryAt.UTC().Format(time.RFC3339Nano))))
 	a.event(ctx, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}, kubeobj.EventRepairTry, typ,
 		fmt.Sprintf("repair step %s (try %d) on %s %s: %s", step, try, id, outcome, res.Reason), node+".repair."+hex.EncodeToString(sum[:8]))
 }
@@ -106,6 +109,9 @@ func (a *Activities) RecordRetirement(ctx context.Context, in RetireInput) (stri
 		a.Metrics.Retired.Inc()
 	}
 	msg := fmt.Sprintf("device %s on node %s retired: %s; replace it (evidence in ConfigMap %s/%s)", in.Device, in.Node, in.Reason, ns, name)
-	a.event(ctx, corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ns, Name: name}, "DeviceRetired", corev1.EventTypeWarning, msg, name+".retired")
+	// One Event per retirement: a device retired again (a later quarantine) gets one of its own.
+	sum := sha256.Sum256([]byte(in.Evidence["quarantined"] + "/" + in.Reason))
+	a.event(ctx, corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ns, Name: name}, "DeviceRetired", corev1.EventTypeWarning, msg,
+		name+".retired."+hex.EncodeToString(sum[:6]))
 	return name, nil
 }
