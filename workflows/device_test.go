@@ -54,6 +54,8 @@ type harness struct {
 	resetDenials int
 	resetAsks    []time.Time
 	rebootAsks   int
+	// nodeGone: a node step's permit finds its node deleted.
+	nodeGone bool
 	permits      int
 	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
 	combined int
@@ -222,6 +224,9 @@ func (h *harness) quarantineRule(ctx context.Context, in remediation.QuarantineI
 func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 	if in.Action == breaker.Reboot {
 		h.rebootAsks++
+		if h.nodeGone {
+			return breaker.PermitResult{}, temporal.NewNonRetryableApplicationError("node node-1 no longer exists", remediation.ErrNodeGone, nil)
+		}
 		return breaker.PermitResult{Granted: true}, nil
 	}
 	if in.Action == breaker.Reset {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -24,6 +25,11 @@ func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []d
 		in.Action, in.Node, in.Hold = breaker.Reboot, st.Node, nodeStepTimeout(step)*3+time.Minute
 	}
 	if err := executeLocal(ctx, rem.AcquirePermit, in).Get(ctx, &permit); err != nil {
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.Type() == remediation.ErrNodeGone {
+			// The device's node was deleted: no retry brings it back, the try failed.
+			return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: decide.StepResult{Reason: appErr.Message(), At: workflow.Now(ctx)}}, workflow.Now(ctx))
+		}
 		return st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
 	}
 	if !permit.Granted {

@@ -282,3 +282,24 @@ func TestARetiredDeviceIsNotReleasedByASignal(t *testing.T) {
 		t.Fatalf("state %s, checks %v, dropped %q", got.State, checkKinds(h.ran), got.LastDropped)
 	}
 }
+
+// A node step whose node was deleted fails its try instead of waiting on the breaker every 30 s
+// forever as "circuit breaker unreachable" (#52); the ladder, past its last step, retires it.
+func TestANodeStepOfADeletedNodeFails(t *testing.T) {
+	h := newHarness(0)
+	h.nodeGone = true
+	h.checks = []decide.StepResult{{Reason: "reset exit 1: reboot fault"}}
+	retired := recordRetirements(h)
+	p := laddered()
+	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
+		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
+	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
+	p.Repair.Steps[0].Attempts = 1
+	failedThenIdle(h)
+	var st decide.DeviceState
+	queryThenCancel(t, h.env, time.Hour, &st)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	if st.State != decide.Retired || h.rebootAsks != 1 || len(*retired) != 1 || !strings.Contains((*retired)[0].Evidence["try-02"], "no longer exists") {
+		t.Fatalf("state %s after %d node permit asks; retired %+v", st.State, h.rebootAsks, *retired)
+	}
+}

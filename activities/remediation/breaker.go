@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/internal/breaker"
@@ -39,6 +41,10 @@ type PermitInput struct {
 	Hold time.Duration `json:"hold,omitempty"`
 }
 
+// ErrNodeGone is the non-retryable error type of a node step's permit asked for a node that no
+// longer exists.
+const ErrNodeGone = "NodeGone"
+
 // PermitReleaser gives a node's permit back (package api's client does).
 type PermitReleaser interface {
 	Release(rel breaker.PermitRelease) error
@@ -53,6 +59,10 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 	req := breaker.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken}
 	if in.Action == breaker.Reboot && in.Node != "" {
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Not the breaker's fault, and no retry brings the node back: the step fails.
+			return breaker.PermitResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("node %s no longer exists: its node step cannot run", in.Node), ErrNodeGone, err)
+		}
 		if err != nil {
 			return breaker.PermitResult{}, fmt.Errorf("node pool of %s: %w", in.Node, err)
 		}

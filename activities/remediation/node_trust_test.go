@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -264,5 +266,17 @@ func TestEventsOfARelapseAreNotDropped(t *testing.T) {
 	}
 	if tries != 2 || retired != 2 {
 		t.Fatalf("%d try Events (want 2: one per try, the repeat dropped), %d retirement Events (want 2)", tries, retired)
+	}
+}
+
+// A node step's permit for a node that no longer exists fails for good, named, not as a breaker
+// that cannot be reached.
+func TestPermitOfADeletedNode(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	a.Breaker = &releases{}
+	_, err := env.ExecuteActivity(a.AcquirePermit, PermitInput{Device: gpu3, Action: breaker.Reboot, Node: "node-gone", Hold: time.Minute})
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != ErrNodeGone || !appErr.NonRetryable() || !strings.Contains(appErr.Message(), "node node-gone no longer exists") {
+		t.Fatalf("error %v", err)
 	}
 }
