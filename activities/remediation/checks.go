@@ -90,7 +90,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
-		held, err := a.heldBy(ctx, in.Idle, ns+"/"+name)
+		held, err := a.idleOrHeld(ctx, in.Idle, ns+"/"+name)
 		if err != nil {
 			return decide.StepResult{}, err
 		}

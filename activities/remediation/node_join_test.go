@@ -177,7 +177,7 @@ func TestNodePermitNamesTheNodePool(t *testing.T) {
 	if len(r.reqs) != 2 || r.reqs[0].Node != "node-1" || r.reqs[0].NodePool != "h100" || r.reqs[0].Hold != time.Hour || r.reqs[1].NodePool != "" {
 		t.Fatalf("requests %+v", r.reqs)
 	}
-	if _, err := env.ExecuteActivity(a.AcquirePermit, PermitInput{Device: gpu3, Action: breaker.Reboot, Node: "node-9"}); err == nil || !strings.Contains(err.Error(), "node pool of node-9") {
+	if _, err := env.ExecuteActivity(a.AcquirePermit, PermitInput{Device: gpu3, Action: breaker.Reboot, Node: "node-9"}); err == nil || !strings.Contains(err.Error(), "node node-9 no longer exists") {
 		t.Fatalf("a node that is not there: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,12 +21,39 @@ import (
 // only the device satisfies, tolerating its quarantine, keyed by device and try, its outcome read
 // from the Pod. This file keeps what a retired device leaves behind.
 
-// heldBy names a claim, other than own ("<namespace>/<name>"), that is allocated one of the
-// devices; "" when none is. A reset must never run under a workload: the watcher's word that no
-// Pod holds the device is checked against the claims themselves.
-func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string) (string, error) {
+// settleWait bounds how long a repair step waits for a claim no Pod uses any more to be
+// deallocated (the claim controller does it moments after its last Pod is gone).
+const settleWait = 30 * time.Second
+
+// idleOrHeld names a claim, other than own ("<namespace>/<name>"), that is allocated one of the
+// devices ("" when none is): a reset must never run under a workload, so the watcher's word that
+// no Pod holds the device is checked against the claims themselves. A claim allocated the device with no Pod reserving it (its Pod just
+// ended) is waited for, up to settleWait: the device is about to be idle, and a step put off now
+// would look again only after RepairRetry, a minute.
+func (a *Activities) idleOrHeld(ctx context.Context, devices []device.ID, own string) (string, error) {
+	poll := a.CheckPoll
+	if poll <= 0 || poll > time.Second {
+		poll = 500 * time.Millisecond
+	}
+	deadline := time.Now().Add(settleWait)
+	for {
+		held, reserved, err := a.holder(ctx, devices, own)
+		if err != nil || held == "" || reserved || !time.Now().Before(deadline) {
+			return held, err
+		}
+		activity.RecordHeartbeat(ctx, "waiting for "+held+" to be deallocated")
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// holder names a claim idleOrHeld looks for, and says whether a Pod reserves it.
+func (a *Activities) holder(ctx context.Context, devices []device.ID, own string) (string, bool, error) {
 	if len(devices) == 0 {
-		return "", nil
+		return "", false, nil
 	}
 	want := map[device.ID]bool{}
 	for _, d := range devices {
@@ -35,7 +63,7 @@ func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string
 	for {
 		list, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
-			return "", fmt.Errorf("list resource claims: %w", err)
+			return "", false, fmt.Errorf("list resource claims: %w", err)
 		}
 		for _, c := range list.Items {
 			key := c.Namespace + "/" + c.Name
@@ -44,12 +72,12 @@ func (a *Activities) heldBy(ctx context.Context, devices []device.ID, own string
 			}
 			for _, r := range c.Status.Allocation.Devices.Results {
 				if id := (device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}); want[id] {
-					return fmt.Sprintf("claim %s is still allocated %s", key, id), nil
+					return fmt.Sprintf("claim %s is still allocated %s", key, id), len(c.Status.ReservedFor) > 0, nil
 				}
 			}
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
-			return "", nil
+			return "", false, nil
 		}
 	}
 }

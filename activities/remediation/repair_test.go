@@ -24,7 +24,7 @@ import (
 // allocated is a claim in ns allocated the devices.
 func allocated(ns, name string, ids ...device.ID) *resourcev1.ResourceClaim {
 	c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: resourcev1.ResourceClaimStatus{
-		Allocation: &resourcev1.AllocationResult{}}}
+		Allocation: &resourcev1.AllocationResult{}, ReservedFor: []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: "u"}}}}
 	for _, id := range ids {
 		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 			resourcev1.DeviceRequestAllocationResult{Request: "r", Driver: id.Driver, Pool: id.Pool, Device: id.Device})
@@ -142,5 +142,32 @@ func TestARetriedResetAdoptsItsRunningPod(t *testing.T) {
 				t.Fatal("the reset Pod outlived its try")
 			}
 		})
+	}
+}
+
+// A claim still allocated the device but reserved by no Pod (its Pod just ended) is about to be
+// deallocated: the step waits for it, instead of putting the try off for RepairRetry, a minute
+// (#52: a holder deleted 20 s after the fence, the reset began about 60 s later).
+func TestRepairWaitsForAClaimItsPodLeft(t *testing.T) {
+	in := checkIn(decide.ActRepair)
+	in.Idle, in.Step = []device.ID{gpu3}, "reset"
+	left := allocated("team", "train", gpu3)
+	left.Status.ReservedFor = nil
+	res, _, _, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, func(cs *fake.Clientset) {
+		if err := cs.Tracker().Add(left); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Tracker().Add(rebootNode("node-1", "boot-1", true)); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond) // the claim controller deallocates it
+			c := left.DeepCopy()
+			c.Status.Allocation = nil
+			_, _ = cs.ResourceV1().ResourceClaims("team").UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+		}()
+	})
+	if err != nil || res.Busy || !res.Passed {
+		t.Fatalf("result %+v, %v", res, err)
 	}
 }
