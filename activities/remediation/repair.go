@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -72,7 +73,7 @@ func (a *Activities) holder(ctx context.Context, devices []device.ID, own string
 			}
 			for _, r := range c.Status.Allocation.Devices.Results {
 				if id := (device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}); want[id] {
-					return fmt.Sprintf("claim %s is still allocated %s", key, id), len(c.Status.ReservedFor) > 0, nil
+					return fmt.Sprintf("claim %s is still allocated %s", key, id), a.inUse(ctx, c), nil
 				}
 			}
 		}
@@ -80,6 +81,24 @@ func (a *Activities) holder(ctx context.Context, devices []device.ID, own string
 			return "", false, nil
 		}
 	}
+}
+
+// inUse says whether a live Pod reserves the claim: one that exists, is not being deleted and has
+// not ended. A claim whose Pods are gone waits a moment for the claim controller to release it.
+func (a *Activities) inUse(ctx context.Context, c resourcev1.ResourceClaim) bool {
+	for _, r := range c.Status.ReservedFor {
+		if r.Resource != "pods" {
+			return true // another kind of consumer: its own lifecycle
+		}
+		p, err := a.Kube.CoreV1().Pods(c.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return true // cannot tell: a reset must not run under a workload
+		}
+		if err == nil && p.UID == r.UID && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // tryEvent records a repair step's outcome as an Event on the device's node, once per try: the

@@ -55,6 +55,9 @@ func TestRepairRunsOnlyOnAnIdleDevice(t *testing.T) {
 					if err := cs.Tracker().Add(c); err != nil {
 						t.Fatal(err)
 					}
+					if err := cs.Tracker().Add(holderPod(c)); err != nil {
+						t.Fatal(err)
+					}
 				}
 				if err := cs.Tracker().Add(rebootNode("node-1", "boot-1", true)); err != nil {
 					t.Fatal(err)
@@ -145,6 +148,12 @@ func TestARetriedResetAdoptsItsRunningPod(t *testing.T) {
 	}
 }
 
+// holderPod is the running Pod that reserves claim c (as allocated names it).
+func holderPod(c *resourcev1.ResourceClaim) *corev1.Pod {
+	r := c.Status.ReservedFor[0]
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: r.Name, UID: r.UID}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+}
+
 // A claim still allocated the device but reserved by no Pod (its Pod just ended) is about to be
 // deallocated: the step waits for it, instead of putting the try off for RepairRetry, a minute
 // (#52: a holder deleted 20 s after the fence, the reset began about 60 s later).
@@ -169,5 +178,35 @@ func TestRepairWaitsForAClaimItsPodLeft(t *testing.T) {
 	})
 	if err != nil || res.Busy || !res.Passed {
 		t.Fatalf("result %+v, %v", res, err)
+	}
+}
+
+// A claim that still names a Pod that is gone (the claim controller has not caught up) is waited
+// for too; one whose Pod runs is a holder at once.
+func TestRepairTellsALivePodFromAGoneOne(t *testing.T) {
+	_, a, kube := activityEnv(t)
+	ctx := context.Background()
+	c := allocated("team", "train", gpu3)
+	if a.inUse(ctx, *c) {
+		t.Fatal("a claim whose Pod is gone is in use")
+	}
+	if err := kube.Tracker().Add(holderPod(c)); err != nil {
+		t.Fatal(err)
+	}
+	if !a.inUse(ctx, *c) {
+		t.Fatal("a claim whose Pod runs is not in use")
+	}
+	done := holderPod(c)
+	done.Status.Phase = corev1.PodSucceeded
+	if _, err := kube.CoreV1().Pods("team").UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a.inUse(ctx, *c) {
+		t.Fatal("a claim whose Pod ended is in use")
+	}
+	other := c.DeepCopy()
+	other.Status.ReservedFor[0].Resource = "jobsets"
+	if !a.inUse(ctx, *other) {
+		t.Fatal("a claim reserved by another kind of consumer is not in use")
 	}
 }
