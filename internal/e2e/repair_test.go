@@ -202,3 +202,43 @@ func TestPartitionedGPUIsResetOnceEveryFormIsIdle(t *testing.T) {
 		t.Fatalf("gpu-1's Pod: %v", err)
 	}
 }
+
+// A holder that leaves after the fence (its Pod deleted, its standalone claim left for the claim
+// controller to release; another Pod keeps the node's other device) is seen idle at once: the reset does not put itself off for a minute
+// because the claim was still allocated for a moment after its Pod was gone (#52, idle seen late).
+func TestResetStartsAsTheHolderLeaves(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	if err := sim.EnsureClass(ctx, kube, repairClass); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreateNodes(ctx, kube, "rep-idle", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-0"}
+	w := sim.Workload{Namespace: "rep-idle", Name: "infer", Node: nodes[0], Index: ptr.To(0), DeviceClass: repairClass}
+	runningPod(t, ctx, kube, w)
+	// Another Pod keeps the node's other device the whole time.
+	runningPod(t, ctx, kube, sim.Workload{Namespace: "rep-idle", Name: "other", Node: nodes[0], Index: ptr.To(1), DeviceClass: repairClass})
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	left := time.Now()
+	if err := kube.CoreV1().Pods(w.Namespace).Delete(ctx, w.Name, metav1.DeleteOptions{}); err != nil { // as kubectl delete does
+		t.Fatal(err)
+	}
+	st := waitState(t, ctx, shared, bad, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
+	for _, tr := range st.Transitions {
+		if strings.Contains(tr.Reason, "repair waits") {
+			t.Fatalf("the reset put itself off after the holder left: %s", tr.Reason)
+		}
+	}
+	t.Logf("holder deleted -> released in %s", time.Since(left).Round(10*time.Millisecond))
+}
