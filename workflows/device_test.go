@@ -56,7 +56,7 @@ type harness struct {
 	rebootAsks   int
 	// nodeGone: a node step's permit finds its node deleted.
 	nodeGone bool
-	permits      int
+	permits  int
 	// combined counts QuarantineWithPermit calls: the permit and the rule in one local activity.
 	combined int
 	// nodeReports are the failures reported to the node's workflow.
