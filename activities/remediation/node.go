@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -54,7 +55,7 @@ func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.St
 	if res.Busy && len(res.Holders) > 0 {
 		return res, nil // the node's holders are being moved: the node keeps its permit
 	}
-	if in.Step.Holders == policy.HoldersMove && !res.Busy {
+	if in.Step.Holders != policy.HoldersRemediator && !res.Busy {
 		// The step ended: the node's devices take claims again (the device's own rule stays).
 		if err := a.unfenceNode(ctx, in.Node, ""); err != nil {
 			return decide.StepResult{}, err
@@ -150,6 +151,19 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 			}
 			if held != "" {
 				return a.stepBusy("node %s still runs %s; a reboot would end it", in.Node, held)
+			}
+			if in.Step.Holders == policy.HoldersWait {
+				// Fence the node, then look again: a Pod that landed between the first look and
+				// the reboot would be ended by it. The fences go when the step ends.
+				if _, err := a.fenceNode(ctx, in); err != nil {
+					return decide.StepResult{}, err
+				}
+				if held, _, err = a.nodeHolders(ctx, in.Node); err != nil || held != "" {
+					if uerr := a.unfenceNode(ctx, in.Node, in.WorkflowID); uerr != nil || err != nil {
+						return decide.StepResult{}, errors.Join(err, uerr)
+					}
+					return a.stepBusy("node %s runs %s, which came as the node was fenced; a reboot would end it", in.Node, held)
+				}
 			}
 		}
 		if r.before = node.Status.NodeInfo.BootID; r.before == "" {

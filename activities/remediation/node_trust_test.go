@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/devicewarden/devicewarden/internal/breaker"
@@ -278,5 +280,46 @@ func TestPermitOfADeletedNode(t *testing.T) {
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || appErr.Type() != ErrNodeGone || !appErr.NonRetryable() || !strings.Contains(appErr.Message(), "node node-gone no longer exists") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// holders: wait fences the node before it asks for the reboot and looks at its holders again: a
+// Pod that landed between the first look and the fence keeps the node from being rebooted (the
+// reboot would have ended it), and the fence goes with the step.
+func TestNodeStepThatWaitsFencesTheNodeFirst(t *testing.T) {
+	a, run := nodeEnv(t, true, rebootNode("node-1", "boot-1", true), gpuSlice())
+	kube := a.Kube.(*fake.Clientset)
+	kube.PrependReactor("create", "devicetaintrules", func(k8stesting.Action) (bool, runtime.Object, error) {
+		late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "late"}, Spec: corev1.PodSpec{NodeName: "node-1",
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu"}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		_ = kube.Tracker().Add(late)
+		return false, nil, nil
+	})
+	res, err := run(nodeInput(nodeStep("", 5*time.Second)))
+	if err != nil || !res.Busy || !strings.Contains(res.Reason, "Pod team/late, which holds a device, which came as the node was fenced") {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	if rules, _ := kube.ResourceV1().DeviceTaintRules().List(context.Background(), metav1.ListOptions{}); len(rules.Items) != 0 {
+		t.Fatalf("the fence outlived the try: %d rules", len(rules.Items))
+	}
+	if list, _ := a.Objects.Resource(rebootGVR).List(context.Background(), metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Fatal("a reboot was asked for under the late Pod")
+	}
+
+	a, run = nodeEnv(t, true, rebootNode("node-1", "boot-1", true), gpuSlice())
+	var fencedAtReboot int
+	a.Objects.(*dynamicfake.FakeDynamicClient).PrependReactor("create", "reboots", func(k8stesting.Action) (bool, runtime.Object, error) {
+		rules, _ := a.Kube.ResourceV1().DeviceTaintRules().List(context.Background(), metav1.ListOptions{})
+		fencedAtReboot = len(rules.Items)
+		return false, nil, nil
+	})
+	stop := rebootWhenAsked(t, a, "node-1", "boot-1", "boot-2")
+	defer stop()
+	if res, err := run(nodeInput(nodeStep("", 5*time.Second))); err != nil || !res.Passed {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	rules, _ := a.Kube.ResourceV1().DeviceTaintRules().List(context.Background(), metav1.ListOptions{})
+	if fencedAtReboot != 1 || len(rules.Items) != 0 {
+		t.Fatalf("%d fences when the reboot was asked for (want 1), %d after the step (want 0)", fencedAtReboot, len(rules.Items))
 	}
 }
