@@ -250,7 +250,7 @@ func TestRetiredAndReleasedIsNotRepaired(t *testing.T) {
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0)
 	acts = st.Report(Result{Action: acts[len(acts)-1], Outcome: Done, Check: pass(t0)}, t0)
-	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0)
+	st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0)
 	if st.State != Retired {
 		t.Fatalf("state %s", st.State)
 	}
