@@ -19,6 +19,16 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
+// resetThenReboot is a policy that resets once, then asks for a reboot of the node (its node step).
+func resetThenReboot() (policy.Policy, policy.RepairStep) {
+	p := laddered()
+	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
+		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
+	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
+	p.Repair.Steps[0].Attempts = 1
+	return p, node
+}
+
 // laddered is a policy that resets twice and releases at once after a passing canary.
 func laddered() policy.Policy {
 	p := policy.Default()
@@ -158,11 +168,7 @@ func TestLadderRebootsTheNodeWhenTheResetFails(t *testing.T) {
 			asked = append(asked, in)
 			return decide.StepResult{Passed: true, Reason: "node node-1 booted again"}, nil
 		})
-	p := laddered()
-	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
-		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
-	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
-	p.Repair.Steps[0].Attempts = 1
+	p, node := resetThenReboot()
 	failedThenIdle(h)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	if err := h.env.GetWorkflowError(); err != nil || len(h.released) != 1 {
@@ -247,11 +253,7 @@ func TestANodeStepThatFailsOutrightClearsTheNode(t *testing.T) {
 			ended = append(ended, in)
 			return nil
 		})
-	p := laddered()
-	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
-		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
-	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
-	p.Repair.Steps[0].Attempts = 1
+	p, node := resetThenReboot()
 	failedThenIdle(h)
 	var st decide.DeviceState
 	queryThenCancel(t, h.env, time.Hour, &st)
@@ -290,11 +292,7 @@ func TestANodeStepOfADeletedNodeFails(t *testing.T) {
 	h.nodeGone = true
 	h.checks = []decide.StepResult{{Reason: "reset exit 1: reboot fault"}}
 	retired := recordRetirements(h)
-	p := laddered()
-	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Holders: policy.HoldersWait, Check: policy.Check{Timeout: policy.JSONDuration(10 * time.Minute)},
-		Template: `{"apiVersion": "r.example.com/v1", "kind": "Reboot"}`}
-	p.Repair.Steps = []policy.RepairStep{p.Repair.Steps[0], node}
-	p.Repair.Steps[0].Attempts = 1
+	p, _ := resetThenReboot()
 	failedThenIdle(h)
 	var st decide.DeviceState
 	queryThenCancel(t, h.env, time.Hour, &st)

@@ -66,7 +66,13 @@ func nodeEnv(t *testing.T, served bool, objs ...runtime.Object) (*Activities, fu
 
 // remediator plays the node's remediator until stopped: each Reboot it finds gives its node the
 // boot ID boot (and Ready), once.
-func remediator(t *testing.T, a *Activities, kube kubernetes.Interface, boot string) func() {
+func remediator(t *testing.T, a *Activities, _ kubernetes.Interface, boot string) func() {
+	return rebootFirst(t, a, boot, func(unstructured.Unstructured) bool { return true })
+}
+
+// rebootFirst reboots the node of the first Reboot that asks matches, once: the node gets the boot
+// ID boot and is Ready.
+func rebootFirst(t *testing.T, a *Activities, boot string, asks func(unstructured.Unstructured) bool) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -74,14 +80,19 @@ func remediator(t *testing.T, a *Activities, kube kubernetes.Interface, boot str
 		for ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 			list, err := a.Objects.Resource(rebootGVR).List(ctx, metav1.ListOptions{})
-			if err != nil || len(list.Items) == 0 {
+			if err != nil {
 				continue
 			}
-			name, _, _ := unstructured.NestedString(list.Items[0].Object, "spec", "node")
-			if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, rebootNode(name, boot, true), metav1.UpdateOptions{}); err != nil {
-				t.Errorf("reboot %s: %v", name, err)
+			for _, o := range list.Items {
+				if !asks(o) {
+					continue
+				}
+				name, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+				if _, err := a.Kube.CoreV1().Nodes().UpdateStatus(ctx, rebootNode(name, boot, true), metav1.UpdateOptions{}); err != nil {
+					t.Errorf("reboot %s: %v", name, err)
+				}
+				return
 			}
-			return
 		}
 	}()
 	return func() { cancel(); <-done }

@@ -197,27 +197,10 @@ func sha16(node string) string {
 // rebootWhenAsked gives node the boot ID boot (and Ready) once a Reboot for it stands that was
 // asked at boot ID from.
 func rebootWhenAsked(t *testing.T, a *Activities, node, from, boot string) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-			list, err := a.Objects.Resource(rebootGVR).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				continue
-			}
-			for _, o := range list.Items {
-				if n, _, _ := unstructured.NestedString(o.Object, "spec", "node"); n == node && o.GetAnnotations()[kubeobj.AnnotationBootID] == from {
-					if _, err := a.Kube.CoreV1().Nodes().UpdateStatus(ctx, rebootNode(node, boot, true), metav1.UpdateOptions{}); err != nil {
-						t.Errorf("reboot %s: %v", node, err)
-					}
-					return
-				}
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
+	return rebootFirst(t, a, boot, func(o unstructured.Unstructured) bool {
+		n, _, _ := unstructured.NestedString(o.Object, "spec", "node")
+		return n == node && o.GetAnnotations()[kubeobj.AnnotationBootID] == from
+	})
 }
 
 // {{ .Device }} of a physical unit renders a valid object name, not its ID "counters=<set>".

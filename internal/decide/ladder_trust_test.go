@@ -12,6 +12,19 @@ import (
 // trusted are the rules of a run that takes the ladder's rare-path fixes (LadderTrust).
 var trusted = Rules{ReleasePath: true, Repair: true, StepAlerts: true, LadderTrust: true}
 
+// trustedAtFirstStep quarantines a device under p and LadderTrust, held by a Pod that then leaves:
+// the ladder's first step is asked for.
+func trustedAtFirstStep(t *testing.T, p policy.Policy) (*DeviceState, []Action) {
+	t.Helper()
+	st := NewState(dev, "node-1", p, false)
+	st.Follow(trusted)
+	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
+	st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
+	acts = st.Observe(idle(2), t0)
+	wantKinds(t, "idle", acts, ActRepair)
+	return st, acts
+}
+
 // toTrustedApproval climbs an approvedReboot ladder, under LadderTrust, until the node step waits.
 func toTrustedApproval(t *testing.T) *DeviceState {
 	t.Helper()
@@ -151,11 +164,7 @@ func TestAStepThatNeverRanIsAskedAgain(t *testing.T) {
 // A retired device whose rule goes missing during a person's release review is not released:
 // the review stops, the device stays Retired and its rule is put back.
 func TestRetiredRuleMissingDuringReviewIsFencedAgain(t *testing.T) {
-	st := NewState(dev, "node-1", ladderPolicy(), false)
-	st.Follow(trusted)
-	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
-	st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
-	acts = st.Observe(idle(2), t0)
+	st, acts := trustedAtFirstStep(t, ladderPolicy())
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "exit 1"}}, t0)
 	st.Report(Result{Action: acts[1], Outcome: Done, Check: StepResult{Reason: "exit 1"}}, t0)
 	if st.State != Retired {
@@ -242,11 +251,7 @@ func TestClosedRecordsKeepFaultsFirst(t *testing.T) {
 // A retired device a person releases was brought back by no step: it does not count toward the
 // time to repair, nor as a falsely quarantined device.
 func TestRetiredAndReleasedIsNotRepaired(t *testing.T) {
-	st := NewState(dev, "node-1", ladderPolicy(), false)
-	st.Follow(trusted)
-	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
-	st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
-	acts = st.Observe(idle(2), t0)
+	st, acts := trustedAtFirstStep(t, ladderPolicy())
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0)
 	acts = st.Report(Result{Action: acts[len(acts)-1], Outcome: Done, Check: pass(t0)}, t0)
