@@ -153,6 +153,17 @@ policies:
     repair:
       steps:
         - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+  - name: outright-test
+    match: {deviceClass: ` + outrightClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+        - kind: node
+          timeout: 1m
+          template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: 12}}
   - name: cli-policy-test
     match: {driver: ` + cliPolicyDriver + `}
     quarantineLease: 2h

@@ -1,0 +1,68 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/sim"
+)
+
+// outrightClass devices climb a ladder whose node step's object the apiserver refuses (its
+// template gives spec.nodeName a number): every attempt of the step fails.
+const outrightClass = "outright.gpu.sim.devicewarden.io"
+
+// A node step whose every attempt fails (here: the remediator's object is refused) is a failed
+// try that leaves nothing on the node: no object, and the node's permit back in the breaker, so
+// the pool's next reboot is not refused for the permit's hold (#52).
+func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	if err := sim.EnsureClass(ctx, kube, outrightClass); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sim.CreateNodes(ctx, kube, "rep-outright", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, bad := "rep-outright", device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-0"}
+	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: nodes[0], Index: ptr.To(0), DeviceClass: outrightClass})
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, ctx, shared, bad, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Retired })
+	tries := st.Quarantine.Ladder.Tries
+	if len(tries) != 2 || tries[1].Kind != "node" || tries[1].Result == nil || !strings.Contains(tries[1].Result.Reason, "node step could not run") {
+		t.Fatalf("tries %+v", tries)
+	}
+	var br breaker.State
+	if err := queryInto(ctx, shared.temporal, api.BreakerWorkflowID, &br); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range br.Grants {
+		if g.Device == "node:"+nodes[0] {
+			t.Fatalf("the node's permit is still held until %s", g.Until)
+		}
+	}
+	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_node_outright.json")
+}
