@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,18 @@ func TestStepApprovalNamesItsQuarantine(t *testing.T) {
 	first, step := st.StepApproval()
 	if step != "node" || !strings.HasPrefix(first, "repair-2-node-") || !strings.Contains(first, t0.Format(time.RFC3339Nano)) {
 		t.Fatalf("approval ID %q for %q", first, step)
+	}
+	// The state query's copy carries no rules: it names the same ask (callers approve with it).
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queried DeviceState
+	if err := json.Unmarshal(raw, &queried); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := queried.StepApproval(); id != first {
+		t.Fatalf("the queried state names %q, the workflow %q", id, first)
 	}
 	// The quarantine ends (a person releases it), and the device fails again an hour later.
 	later := NewState(dev, "node-1", approvedReboot(), false)

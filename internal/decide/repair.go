@@ -45,6 +45,10 @@ type Ladder struct {
 	ApprovalUntil time.Time `json:"approvalUntil,omitempty"`
 	ApprovedTry   int       `json:"approvedTry,omitempty"`
 	ApprovedBy    string    `json:"approvedBy,omitempty"`
+	// Ask is the ID the waiting step's approval must carry (under LadderTrust): the quarantine,
+	// step and try, repair-<try>-<step>-<quarantine start>. Empty in runs before it, whose ID
+	// is repair-<try>.
+	Ask string `json:"ask,omitempty"`
 }
 
 // RepairRetry is how long a try that found the device still allocated waits before it looks

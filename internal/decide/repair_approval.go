@@ -15,6 +15,10 @@ func (st *DeviceState) askApproval(now time.Time) []Action {
 	l := st.Quarantine.Ladder
 	s := st.Policy.Repair.Steps[l.Step]
 	l.Awaiting, l.ApprovalUntil = true, now.Add(st.Policy.ApprovalTimeout.D())
+	if st.rules.LadderTrust {
+		// Kept on the record, so that a queried state (which carries no rules) names it too.
+		l.Ask = fmt.Sprintf("repair-%d-%s-%s", len(l.Tries)+1, s.Kind, st.Quarantine.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
 	st.transition(st.State, fmt.Sprintf("repair: %s, attempt %d of %d, waits for a person's approval (until %s)",
 		s.Kind, l.Attempt, s.Attempts, l.ApprovalUntil.UTC().Format(time.RFC3339)), Actor, now)
 	return []Action{{Kind: ActRequestApproval, Actor: Actor,
@@ -40,10 +44,10 @@ func (st *DeviceState) StepApproval() (id, step string) {
 	}
 	l := st.Quarantine.Ladder
 	kind := string(st.Policy.Repair.Steps[l.Step].Kind)
-	if !st.rules.LadderTrust {
-		return fmt.Sprintf("repair-%d", len(l.Tries)+1), kind
+	if l.Ask != "" {
+		return l.Ask, kind
 	}
-	return fmt.Sprintf("repair-%d-%s-%s", len(l.Tries)+1, kind, st.Quarantine.CreatedAt.UTC().Format(time.RFC3339Nano)), kind
+	return fmt.Sprintf("repair-%d", len(l.Tries)+1), kind
 }
 
 // Ask is the ID of the approval waiting now: a ladder step's (StepApproval) or a release
@@ -63,7 +67,7 @@ func (st *DeviceState) Ask() string {
 func (st *DeviceState) approveStep(actor string, now time.Time) []Action {
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
-	l.Awaiting, l.ApprovalUntil = false, time.Time{}
+	l.Awaiting, l.ApprovalUntil, l.Ask = false, time.Time{}, ""
 	l.ApprovedTry, l.ApprovedBy = len(l.Tries)+1, actor
 	st.transition(st.State, fmt.Sprintf("repair: %s step approved by %s", kind, actor), actor, now)
 	st.rewind()
@@ -75,7 +79,7 @@ func (st *DeviceState) approveStep(actor string, now time.Time) []Action {
 func (st *DeviceState) stopForApproval(why, actor string, now time.Time) []Action {
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
-	l.Awaiting, l.ApprovalUntil, l.Due = false, time.Time{}, false
+	l.Awaiting, l.ApprovalUntil, l.Due, l.Ask = false, time.Time{}, false, ""
 	if st.rules.LadderTrust {
 		st.rewind() // the step never ran: a later failed review asks for it again, it does not climb past it
 	}
@@ -90,7 +94,7 @@ func (st *DeviceState) askOvertaken() {
 		return
 	}
 	l := st.Quarantine.Ladder
-	l.Awaiting, l.ApprovalUntil = false, time.Time{}
+	l.Awaiting, l.ApprovalUntil, l.Ask = false, time.Time{}, ""
 	st.rewind()
 }
 

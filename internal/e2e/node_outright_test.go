@@ -38,18 +38,7 @@ func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, bad := "rep-outright", device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-0"}
-	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: nodes[0], Index: ptr.To(0), DeviceClass: outrightClass})
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
-	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
+	bad := quarantinedThenIdle(t, ctx, "rep-outright", nodes[0], outrightClass)
 	st := waitState(t, ctx, shared, bad, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Retired })
 	tries := st.Quarantine.Ladder.Tries
 	if len(tries) != 2 || tries[1].Kind != "node" || tries[1].Result == nil || !strings.Contains(tries[1].Result.Reason, "node step could not run") {
@@ -65,4 +54,24 @@ func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
 		}
 	}
 	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_node_outright.json")
+}
+
+// quarantinedThenIdle runs a Pod on gpu-0 of node, gives that device a fault only a reboot clears,
+// waits for its quarantine and deletes the Pod (its owner moves the workload away).
+func quarantinedThenIdle(t *testing.T, ctx context.Context, ns, node, class string) device.ID {
+	t.Helper()
+	kube := shared.kube
+	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
+	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: node, Index: ptr.To(0), DeviceClass: class})
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	return bad
 }

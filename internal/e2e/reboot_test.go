@@ -10,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
-	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -46,20 +43,8 @@ func TestRebootFaultIsClearedByTheNodeStep(t *testing.T) {
 	if bootBefore == "" {
 		t.Fatal("a simulated node has no boot ID")
 	}
-	ns := "rep-reboot"
-	bad := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-0"}
-	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: nodes[0], Index: ptr.To(0), DeviceClass: rebootClass})
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	// Its owner moves the workload away; the ladder starts once the device is idle.
-	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
+	bad := quarantinedThenIdle(t, ctx, "rep-reboot", nodes[0], rebootClass)
 	st := waitState(t, ctx, shared, bad, 2*time.Minute, func(st decide.DeviceState) bool { id, _ := st.StepApproval(); return id != "" })
 	id, step := st.StepApproval()
 	if l := st.Quarantine.Ladder; step != string(policy.RepairNode) || len(l.Tries) != 1 || l.Tries[0].Result == nil || l.Tries[0].Result.Passed {
