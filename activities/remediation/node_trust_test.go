@@ -306,3 +306,18 @@ func TestNodeStepThatWaitsFencesTheNodeFirst(t *testing.T) {
 		t.Fatalf("%d fences when the reboot was asked for (want 1), %d after the step (want 0)", fencedAtReboot, len(rules.Items))
 	}
 }
+
+// objectName keeps exactly lowercase letters, digits, '-' and '.', at most 63 of them, and trims
+// what cannot start or end a name.
+func TestObjectName(t *testing.T) {
+	for in, want := range map[string]string{
+		"az09.AZ-x_y":             "az09.az-x-y",
+		"-.a=b+c.-":               "a-b-c",
+		strings.Repeat("g", 70):   strings.Repeat("g", 63),
+		"counters=gpu-0-counters": "counters-gpu-0-counters",
+	} {
+		if got := objectName(in); got != want {
+			t.Errorf("objectName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
