@@ -482,7 +482,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				}
 				if (c == decide.CmdApprove && how == "update" || c == decide.CmdReleaseApproval && how != "junk") && actor != "" {
 					m.approvedAt = env.Now()
-					cmd.Review = m.ladder.approving(older, how == "update", env.Now())
+					cmd.Review = m.ladder.approving(older, env.Now())
 				}
 				if c == decide.CmdRelease && how != "junk" && actor != "" {
 					// A person asked: a device retired before the command arrived may be reviewed
@@ -555,7 +555,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.what = fmt.Sprintf("approve with the button of the ask %d back", back)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.mu.Lock()
-				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(back, true, env.Now())}
+				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(back, env.Now())}
 				if cmd.Review == "" {
 					m.mu.Unlock()
 					return
@@ -577,7 +577,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.unhealthySeen, m.held = true, false
 				m.idleAt, m.reported = env.Now(), true
 				m.approvedAt = env.Now()
-				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(-1, true, env.Now())}
+				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(-1, env.Now())}
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
 				m.update(env, string(decide.CmdApprove), s.what, cmd)

@@ -96,7 +96,7 @@ func (l *ladderModel) asked(in notify.ApprovalRequest, now time.Time) {
 // approving is the Review an approval names: "" (the ask waiting now), with older -1 the newest
 // ask's ID (as its Slack button sends it), with older > 0 an earlier ask's ID (an old button). It
 // notes when an approval names the node step's ask of this quarantine.
-func (l *ladderModel) approving(older int, _ bool, now time.Time) string {
+func (l *ladderModel) approving(older int, now time.Time) string {
 	if len(l.asks) == 0 {
 		l.bareAt = now
 		return ""

@@ -28,9 +28,9 @@ const settleWait = 30 * time.Second
 
 // idleOrHeld names a claim, other than own ("<namespace>/<name>"), that is allocated one of the
 // devices ("" when none is): a reset must never run under a workload, so the watcher's word that
-// no Pod holds the device is checked against the claims themselves. A claim allocated the device with no Pod reserving it (its Pod just
-// ended) is waited for, up to settleWait: the device is about to be idle, and a step put off now
-// would look again only after RepairRetry, a minute.
+// no Pod holds the device is checked against the claims themselves. A claim allocated the device
+// with no live Pod reserving it (its Pod just ended) is waited for, up to settleWait: the device
+// is about to be idle, and a step put off now would look again only after RepairRetry, a minute.
 func (a *Activities) idleOrHeld(ctx context.Context, devices []device.ID, own string) (string, error) {
 	poll := a.CheckPoll
 	if poll <= 0 || poll > time.Second {

@@ -67,7 +67,7 @@ func (st *DeviceState) Ask() string {
 func (st *DeviceState) approveStep(actor string, now time.Time) []Action {
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
-	l.Awaiting, l.ApprovalUntil, l.Ask = false, time.Time{}, ""
+	l.endAsk()
 	l.ApprovedTry, l.ApprovedBy = len(l.Tries)+1, actor
 	st.transition(st.State, fmt.Sprintf("repair: %s step approved by %s", kind, actor), actor, now)
 	st.rewind()
@@ -79,7 +79,8 @@ func (st *DeviceState) approveStep(actor string, now time.Time) []Action {
 func (st *DeviceState) stopForApproval(why, actor string, now time.Time) []Action {
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
-	l.Awaiting, l.ApprovalUntil, l.Due, l.Ask = false, time.Time{}, false, ""
+	l.endAsk()
+	l.Due = false
 	if st.rules.LadderTrust {
 		st.rewind() // the step never ran: a later failed review asks for it again, it does not climb past it
 	}
@@ -93,10 +94,12 @@ func (st *DeviceState) askOvertaken() {
 	if !st.rules.LadderTrust || !st.laddered() || !st.Quarantine.Ladder.Awaiting {
 		return
 	}
-	l := st.Quarantine.Ladder
-	l.Awaiting, l.ApprovalUntil, l.Ask = false, time.Time{}, ""
+	st.Quarantine.Ladder.endAsk()
 	st.rewind()
 }
+
+// endAsk ends the wait for a step's approval: approved, stopped or overtaken.
+func (l *Ladder) endAsk() { l.Awaiting, l.ApprovalUntil, l.Ask = false, time.Time{}, "" }
 
 // stepApprovalDue is when a waiting step's approval runs out; zero when none waits.
 func (st *DeviceState) stepApprovalDue() time.Time {
