@@ -29,12 +29,7 @@ func trustedAtFirstStep(t *testing.T, p policy.Policy) (*DeviceState, []Action) 
 // toTrustedApproval climbs an approvedReboot ladder, under LadderTrust, until the node step waits.
 func toTrustedApproval(t *testing.T) *DeviceState {
 	t.Helper()
-	st := NewState(dev, "node-1", approvedReboot(), false)
-	st.Follow(trusted)
-	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
-	st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
-	acts = st.Observe(idle(2), t0)
-	wantKinds(t, "idle", acts, ActRepair)
+	st, acts := trustedAtFirstStep(t, approvedReboot())
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "reset exit 1"}}, t0.Add(time.Minute))
 	wantKinds(t, "reset failed", acts, ActAlert, ActRequestApproval)
 	return st
@@ -87,12 +82,7 @@ func TestStepApprovalNamesItsQuarantine(t *testing.T) {
 func TestReleaseApprovalDoesNotApproveAReboot(t *testing.T) {
 	p := approvedReboot()
 	p.ApprovalRequired = true
-	st := NewState(dev, "node-1", p, false)
-	st.Follow(trusted)
-	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
-	st.Report(Result{Action: acts[0], Outcome: Done, Rule: dev.TaintRuleName()}, t0)
-	acts = st.Observe(idle(2), t0)
-	wantKinds(t, "idle", acts, ActRepair)
+	st, acts := trustedAtFirstStep(t, p)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(time.Minute))
 	wantKinds(t, "reset passed", acts, ActProbe)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(time.Minute))
