@@ -29,10 +29,12 @@ import "go.temporal.io/sdk/workflow"
 //     waiting when it was accepted and checked again where it is applied, a step that never ran
 //     is asked for again, retireAfter counts faults only, a retired device's review never ends
 //     in a release without a person.
+//   - 11: a report observed before the review that follows a passed repair step began (a node's
+//     Unknown while it rebooted) does not fail that review (decide.Rules.StepReports).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 10
+const deviceChangesNow workflow.Version = 11
 
 type changesKey struct{}
 

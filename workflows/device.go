@@ -50,6 +50,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		Repair:           takes(ctx, 8),
 		StepAlerts:       takes(ctx, 9),
 		LadderTrust:      takes(ctx, 10),
+		StepReports:      takes(ctx, 11),
 	}
 	st.Follow(rules)
 	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {

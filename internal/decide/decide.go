@@ -114,6 +114,8 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 	case st.State == Retired:
 		// Retired stays fenced whatever is reported; only a person brings it back.
 		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Retired), Reason: reason}}, true
+	case st.State == Recovering && obs.Health != device.Healthy && st.duringStep(obs):
+		return nil, true
 	case st.State == Recovering && obs.Health != device.Healthy:
 		acts := st.reviewFailed(reason+" during the recovery review", true, Actor, now)
 		return append(acts, st.stillBroken(now)...), true
@@ -128,6 +130,13 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 		return nil, true // only silent holders: no Pod said the device works
 	}
 	return nil, false
+}
+
+// duringStep reports (under StepReports) whether obs was observed before the review that follows
+// a passed repair step began: it tells of the device during the step, not after it.
+func (st *DeviceState) duringStep(obs Observation) bool {
+	r := st.Review
+	return st.rules.StepReports && r != nil && !obs.ObservedAt.IsZero() && obs.ObservedAt.Before(r.StartedAt) && st.RepairedBy() != ""
 }
 
 func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) []Action {

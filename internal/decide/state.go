@@ -94,6 +94,10 @@ type Rules struct {
 	// retireAfter counts quarantines for a fault, not restrictions; and a retired device whose
 	// rule goes missing during its review is fenced again, not released.
 	LadderTrust bool `json:"ladderTrust,omitempty"`
+	// StepReports: a report observed before the review that follows a passed repair step began
+	// (a node's Unknown while it reboots, queued behind the step and the checks) describes the
+	// device during its repair and does not fail the review; the review's checks decide.
+	StepReports bool `json:"stepReports,omitempty"`
 }
 
 // Follow makes the state decide by r.
