@@ -90,7 +90,11 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
-		held, err := a.idleOrHeld(ctx, in.Idle, ns+"/"+name)
+		idle, err := a.withSiblings(ctx, in.Device, in.Idle)
+		if err != nil {
+			return decide.StepResult{}, err
+		}
+		held, err := a.idleOrHeld(ctx, idle, ns+"/"+name)
 		if err != nil {
 			return decide.StepResult{}, err
 		}

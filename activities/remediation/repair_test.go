@@ -210,3 +210,37 @@ func TestRepairTellsALivePodFromAGoneOne(t *testing.T) {
 		t.Fatal("a claim reserved by another kind of consumer is not in use")
 	}
 }
+
+// A workflow that knows only its own form (one started before its unit was known) still waits
+// for a claim on another form of the same GPU: the reset Pod of the unit's workflow holds the
+// whole device, and the two never reset one GPU at once (#52).
+func TestRepairOfAFormWaitsForItsSiblings(t *testing.T) {
+	whole := device.ID{Driver: gpu3.Driver, Pool: gpu3.Pool, Device: "gpu-4"}
+	in := checkIn(decide.ActRepair)
+	in.Idle, in.Step = []device.ID{gpu3}, "reset"
+	unitsReset := allocated("checks", CheckName(decide.ActRepair, whole), whole)
+	res, _, kube, err := runCheck(t, in, corev1.PodSucceeded, corev1.ResourceHealthStatusHealthy, func(cs *fake.Clientset) {
+		s, err := cs.ResourceV1().ResourceSlices().Get(context.Background(), "node-1-gpu", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].ConsumesCounters = []resourcev1.DeviceCounterConsumption{{CounterSet: "gpu-4-cs"}}
+		}
+		if _, err := cs.ResourceV1().ResourceSlices().Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []runtime.Object{unitsReset, holderPod(unitsReset), rebootNode("node-1", "boot-1", true)} {
+			if err := cs.Tracker().Add(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, _ := kube.CoreV1().Pods("checks").List(context.Background(), metav1.ListOptions{})
+	if !res.Busy || !strings.Contains(res.Reason, "is still allocated "+whole.String()) || len(pods.Items) != 1 {
+		t.Fatalf("result %+v, %d pods: want Busy behind the unit's reset, and no second reset Pod", res, len(pods.Items))
+	}
+}
