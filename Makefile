@@ -142,7 +142,7 @@ GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATION_PKGS = internal/policy internal/decide internal/breaker internal/migrationplan internal/escalation internal/rolloutplan internal/capacity workflows activities/remediation activities/migration activities/rollouts activities/hygiene internal/kubeobj internal/watcher
 
 N ?= 100000
-SIM_WORKFLOWS = DeviceWorkflow UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
+SIM_WORKFLOWS = DeviceWorkflow DeviceApprovals UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
 # The seams between parties, each simulated in the package of its parts (package:name): the
 # breaker with three workers' permit caches; a unit's and its forms' workflows over one set of rules.
 SIM_SEAMS = api:Permits activities/remediation:RuleOwners

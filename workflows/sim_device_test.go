@@ -82,6 +82,9 @@ type deviceModel struct {
 	nodeHolders                          int
 	// The ladder's rare paths (sim_ladder_test.go).
 	ladder ladderModel
+	// aimed draws sequences aimed at the node step's approvals (TestSimulateDeviceApprovals):
+	// every quarantine climbs to an approved node step, and people answer its asks, old and new.
+	aimed bool
 }
 
 // repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
@@ -266,7 +269,8 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		ok := m.checkPasses()
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
-			return m.repairStep(env, activity.GetInfo(ctx).Attempt, breaker.Reset, ok), nil
+			// Aimed at approvals, every reset fails: each quarantine climbs to its node step's ask.
+			return m.repairStep(env, activity.GetInfo(ctx).Attempt, breaker.Reset, ok && !m.aimed), nil
 		}
 		if m.retired && in.Kind == decide.ActProbe && (!m.releaseAsked || m.askedAt.Before(m.retiredAt)) {
 			m.violate("a retired device was probed without a person's release")
@@ -398,6 +402,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 	if m.unit == nil {
 		kinds = append(kinds, "delete-rule", "old-button", "report-and-approve")
 	}
+	if m.aimed {
+		kinds = []string{"observe", "observe", "observe", "fault", "old-button", "old-button", "report-and-approve", "report-and-approve", "command", "command", "wake"}
+	}
 	if m.unit != nil {
 		id = m.unit.Device()
 		kinds = append(kinds, "reconfigure", "lose-rule")
@@ -422,6 +429,10 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			seq++
 			src := rapid.SampledFrom([]decide.Source{decide.SourcePodStatus, decide.SourcePodStatus, decide.SourceSlice, decide.SourceClaimCondition}).Draw(rt, fmt.Sprintf("src%d", i))
 			idle := rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("idle%d", i)) == 0
+			if m.aimed {
+				h = rapid.SampledFrom([]device.Health{device.Healthy, device.Unhealthy, device.Unhealthy}).Draw(rt, fmt.Sprintf("aimedHealth%d", i))
+				idle = rapid.Bool().Draw(rt, fmt.Sprintf("aimedIdle%d", i))
+			}
 			byUpdate := rapid.Bool().Draw(rt, fmt.Sprintf("byUpdate%d", i))
 			o := decide.Observation{Device: id, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
 				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
@@ -430,6 +441,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			}
 			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				o.ObservedAt = env.Now() // the watcher stamps what it saw when it saw it
 				m.mu.Lock()
 				if h == device.Unhealthy {
 					m.unhealthySeen = true
@@ -467,6 +479,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			}
 		case "command":
 			c := rapid.SampledFrom(decide.Commands).Draw(rt, fmt.Sprintf("cmd%d", i))
+			if m.aimed {
+				c = rapid.SampledFrom([]decide.CommandKind{decide.CmdApprove, decide.CmdReleaseApproval, decide.CmdRelease, decide.CmdRelease, decide.CmdReject}).Draw(rt, fmt.Sprintf("aimedCmd%d", i))
+			}
 			actor := rapid.SampledFrom([]string{simActor, simActor, simActor, ""}).Draw(rt, fmt.Sprintf("actor%d", i))
 			how := rapid.SampledFrom([]string{"update", "update", "signal", "junk"}).Draw(rt, fmt.Sprintf("how%d", i))
 			cmd := decide.Command{Kind: c, Actor: actor, Reason: "simulated"}
@@ -511,6 +526,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			}
 		case "fault":
 			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "release", "node"}).Draw(rt, fmt.Sprintf("fault%d", i))
+			if m.aimed {
+				f = "check" // resets that fail: the ladder climbs to its node step's ask
+			}
 			k := rapid.IntRange(1, 3).Draw(rt, fmt.Sprintf("faults%d", i))
 			s.what = fmt.Sprintf("next %d %s calls fail", k, f)
 			s.do = func(*testsuite.TestWorkflowEnvironment) {
@@ -542,6 +560,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0),
 				Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: device.Unhealthy}}}
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				o.ObservedAt = env.Now()
 				m.mu.Lock()
 				m.rule, m.unhealthySeen, m.held = nil, true, true
 				m.heldAt, m.reported = env.Now(), true
@@ -571,16 +590,23 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			seq++
 			o := decide.Observation{Device: id, Node: "node-1", Health: device.Unhealthy, StatusVersion: fmt.Sprint(ver), Source: decide.SourceSlice,
 				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
-			s.what = "the driver reports Unhealthy (idle) and a person clicks Approve on the newest ask"
+			kind, older := decide.CmdApprove, -1
+			if m.aimed {
+				// The release review's button, or a bare approval bound to what waits when taken.
+				kind = rapid.SampledFrom([]decide.CommandKind{decide.CmdApprove, decide.CmdReleaseApproval}).Draw(rt, fmt.Sprintf("aimedKind%d", i))
+				older = rapid.SampledFrom([]int{-1, 0}).Draw(rt, fmt.Sprintf("aimedOlder%d", i))
+			}
+			s.what = fmt.Sprintf("the driver reports Unhealthy (idle) and a person sends %s (ask %d)", kind, older)
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
+				o.ObservedAt = env.Now()
 				m.mu.Lock()
 				m.unhealthySeen, m.held = true, false
 				m.idleAt, m.reported = env.Now(), true
 				m.approvedAt = env.Now()
-				cmd := decide.Command{Kind: decide.CmdApprove, Actor: simActor, Review: m.ladder.approving(-1, env.Now())}
+				cmd := decide.Command{Kind: kind, Actor: simActor, Review: m.ladder.approving(older, env.Now())}
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
-				m.update(env, string(decide.CmdApprove), s.what, cmd)
+				m.update(env, string(kind), s.what, cmd)
 			}
 		default:
 			s = m.unitStep(rt, i, s)
@@ -627,12 +653,20 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 func TestSimulateDeviceWorkflow(t *testing.T) { simulate(t, 300, deviceProperty) }
 
 // deviceProperty is one generated sequence through the device workflow, held to its invariants.
-func deviceProperty(rt *rapid.T) { runDevice(rt, nil) }
+func deviceProperty(rt *rapid.T) { runDevice(rt, nil, false) }
+
+// TestSimulateDeviceApprovals runs sequences aimed at the node step's approvals: every
+// quarantine's ladder ends in a node step a person must approve, resets fail often, and people
+// answer with the newest ask's button, an older one, or none, beside the driver's reports. The
+// device workflow's invariants hold, among them that an approval is applied only to the ask it names.
+func TestSimulateDeviceApprovals(t *testing.T) { simulate(t, 200, approvalsProperty) }
+
+func approvalsProperty(rt *rapid.T) { runDevice(rt, nil, true) }
 
 // runDevice runs one generated sequence; with a unit, the workflow is that unit's (sim_unit_test.go).
-func runDevice(rt *rapid.T, unit *device.Unit) {
+func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
 	{
-		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}}
+		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed}
 		steps := deviceSteps(rt, m)
 		id := gpu0
 		if unit != nil {
@@ -642,17 +676,17 @@ func runDevice(rt *rapid.T, unit *device.Unit) {
 		p.ToleranceWindow = policy.JSONDuration(rapid.SampledFrom([]time.Duration{time.Minute, 5 * time.Minute}).Draw(rt, "tolerance"))
 		p.QuarantineLease = policy.JSONDuration(rapid.SampledFrom([]time.Duration{10 * time.Minute, time.Hour}).Draw(rt, "lease"))
 		p.StabilityWindow = policy.JSONDuration(time.Minute)
-		p.ApprovalRequired = rapid.Bool().Draw(rt, "approval")
+		p.ApprovalRequired = aimed || rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
-		if rapid.Bool().Draw(rt, "ladder") {
+		if aimed || rapid.Bool().Draw(rt, "ladder") {
 			m.ladder.retireAfter = rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter")
 			p.Repair = policy.Repair{RetireAfter: m.ladder.retireAfter,
 				Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: rapid.IntRange(1, 2).Draw(rt, "attempts"),
 					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
-			if rapid.Bool().Draw(rt, "nodeStep") {
-				m.stepApproval = rapid.Bool().Draw(rt, "stepApproval")
+			if aimed || rapid.Bool().Draw(rt, "nodeStep") {
+				m.stepApproval = aimed || rapid.Bool().Draw(rt, "stepApproval")
 				holders := policy.HoldersWait
-				if m.moveHolders = rapid.Bool().Draw(rt, "moveHolders"); m.moveHolders {
+				if m.moveHolders = !aimed && rapid.Bool().Draw(rt, "moveHolders"); m.moveHolders {
 					holders, m.nodeHolders = policy.HoldersMove, rapid.IntRange(0, 4).Draw(rt, "nodeHolders")
 					p.Migration.Enabled = true
 				}

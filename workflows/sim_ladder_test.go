@@ -33,6 +33,10 @@ type ladderModel struct {
 	// bareAt is when an approval naming no ask was last sent: the workflow binds it to the ask
 	// waiting when it takes it, which may be one asked in that instant after the model sent it.
 	bareAt time.Time
+	// named is when an approval last named each ask (its ID, in its quarantine): an ask made
+	// again in that instant, with the same ID (the same quarantine, step and try), is the one it
+	// answers.
+	named map[simAsk]time.Time
 	// fenced: a node step moving holders fenced the node; nodePermit: a node permit was granted
 	// and no step's end gave it back.
 	fenced, nodePermit bool
@@ -91,6 +95,9 @@ func (l *ladderModel) asked(in notify.ApprovalRequest, now time.Time) {
 	if in.Step != "" && !l.bareAt.IsZero() && now.Sub(l.bareAt) < time.Second {
 		l.validAt = now
 	}
+	if at, ok := l.named[simAsk{id: in.Review, step: true, quarantine: l.quarantine}]; in.Step != "" && ok && at.Equal(now) {
+		l.validAt = now
+	}
 }
 
 // approving is the Review an approval names: "" (the ask waiting now), with older -1 the newest
@@ -119,6 +126,12 @@ func (l *ladderModel) approving(older int, now time.Time) string {
 			}
 		}
 		id = picked.id
+	}
+	if id != "" {
+		if l.named == nil {
+			l.named = map[simAsk]time.Time{}
+		}
+		l.named[picked] = now
 	}
 	if cur.step && picked.step && picked.id == cur.id && picked.quarantine == cur.quarantine {
 		l.validAt = now
