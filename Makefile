@@ -145,7 +145,7 @@ N ?= 100000
 SIM_WORKFLOWS = DeviceWorkflow DeviceApprovals UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
 # The seams between parties, each simulated in the package of its parts (package:name): the
 # breaker with three workers' permit caches; a unit's and its forms' workflows over one set of rules.
-SIM_SEAMS = api:Permits activities/remediation:RuleOwners
+SIM_SEAMS = worker/permits:Permits activities/remediation:RuleOwners
 # A process runs at most SIM_CHUNK sequences: the SDK's test environment keeps an activity that
 # waits to retry when its run ends (a goroutine and the environment), so memory grows with the
 # sequences a process runs (about 330 KB each for the migration).

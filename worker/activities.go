@@ -18,7 +18,7 @@ type Deps struct {
 	Kube kubernetes.Interface
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
-	// Breaker answers permit requests (a *api.BreakerClient); BreakerConfig is this worker's cap.
+	// Breaker answers permit requests (a *permits.Client); BreakerConfig is this worker's cap.
 	Breaker       remediation.BreakerClient
 	BreakerConfig breaker.Config
 	// Nodes, Limiter and Rollouts reach the node, limiter and rollout workflows.

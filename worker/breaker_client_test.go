@@ -16,6 +16,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
+	"github.com/devicewarden/devicewarden/worker/permits"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -33,7 +34,7 @@ func TestBreakerClientOnTheBreakerWorkflow(t *testing.T) {
 	_, c := temporaltest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bc := api.NewBreakerClient(c)
+	bc := permits.New(c)
 	bw := sdkworker.New(c, api.BreakerTaskQueue, sdkworker.Options{})
 	bw.RegisterWorkflow(workflows.BreakerWorkflow)
 	bw.RegisterActivityWithOptions(func(context.Context, any) error { return nil }, activity.RegisterOptions{Name: "Alert"})

@@ -18,6 +18,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
+	"github.com/devicewarden/devicewarden/worker/permits"
 )
 
 // permitProcess is one worker process as far as permits go: its own client, its breaker client
@@ -25,7 +26,7 @@ import (
 // breaker's revocations).
 type permitProcess struct {
 	client  client.Client
-	breaker *api.BreakerClient
+	breaker *permits.Client
 	workers *Workers
 }
 
@@ -35,7 +36,7 @@ func startPermitProcess(t *testing.T, addr string) *permitProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := api.NewBreakerClient(c)
+	bc := permits.New(c)
 	ws := New(c, NewActivities(Deps{Kube: fake.NewClientset(), Breaker: bc}))
 	if err := ws.Start(); err != nil {
 		t.Fatal(err)

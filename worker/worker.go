@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/worker/permits"
 	"github.com/devicewarden/devicewarden/workflows"
 )
 
@@ -50,7 +51,7 @@ func New(c client.Client, acts *Activities) *Workers {
 	b.RegisterWorkflow(workflows.BreakerWorkflow)
 	acts.register(b)
 	ws := &Workers{Devices: w, Breaker: b}
-	if bc, ok := acts.Remediation.Breaker.(*api.BreakerClient); ok && bc.Queue != "" {
+	if bc, ok := acts.Remediation.Breaker.(*permits.Client); ok && bc.Queue != "" {
 		ws.Permits = sdkworker.New(c, bc.Queue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 2})
 		ws.Permits.RegisterActivity(acts.Remediation.RevokePermits)
 	}

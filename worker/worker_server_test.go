@@ -16,6 +16,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
+	"github.com/devicewarden/devicewarden/worker/permits"
 )
 
 // everyDomain runs one activity of each domain by its type name, as a recorded history names it.
@@ -72,7 +73,7 @@ func TestWorkersRegisterEveryDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain.Stop()
-	breaker := api.NewBreakerClient(c)
+	breaker := permits.New(c)
 	queue := breaker.Queue
 	ws := New(c, NewActivities(Deps{Kube: fake.NewClientset(), Metrics: metrics.New(), Breaker: breaker}))
 	if ws.Permits == nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/slackapp"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 	"github.com/devicewarden/devicewarden/worker"
+	"github.com/devicewarden/devicewarden/worker/permits"
 )
 
 // TemporalOptions says which Temporal to use. An empty Address means the embedded server.
@@ -320,7 +321,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if o.WorkflowCacheSize > 0 {
 		worker.SetCacheSize(o.WorkflowCacheSize)
 	}
-	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: api.NewBreakerClient(tc), BreakerConfig: o.Breaker,
+	deps := worker.Deps{Kube: kube, Metrics: m, Breaker: permits.New(tc), BreakerConfig: o.Breaker,
 		Nodes: &api.NodeClient{Client: tc}, Limiter: &api.LimiterClient{Client: tc}, Rollouts: &api.RolloutClient{Client: tc}, DryRun: o.DryRun, OwnNamespace: o.OwnNamespace, NodePoolLabels: o.NodePoolLabels,
 		KeepLeakedClaims: !o.Hygiene.Policy.DeleteLeaked, Policies: o.Policies}
 	if o.Slack != nil {
@@ -390,7 +391,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		defer func() {
 			w.Stop()
 			// Give back the permits leased ahead, so they do not count as used for a window.
-			if bc, ok := deps.Breaker.(*api.BreakerClient); ok {
+			if bc, ok := deps.Breaker.(*permits.Client); ok {
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err := bc.Close(cctx); err != nil {
 					logger.Warn("leased permits not returned; they count as used until they leave the window", "error", err)

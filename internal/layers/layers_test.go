@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +33,7 @@ var layers = [][]string{
 	{"api", "internal/sim"},
 	// Side effects, and the parties that only talk to workflows through the contract.
 	{"activities/hygiene", "activities/migration", "activities/remediation", "activities/rollouts",
-		"internal/watcher", "internal/slackapp", "internal/console"},
+		"internal/watcher", "internal/slackapp", "internal/console", "worker/permits"},
 	{"workflows"},
 	{"worker"},
 	{"internal/app"},
@@ -143,6 +146,48 @@ func TestOnlyTheWorkerImportsTheImplementation(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTheContractHoldsNoRuntime: package api is names, payloads and thin typed clients. A mutex,
+// a goroutine or a cache belongs to the party that runs it (a worker's permit cache is
+// worker/permits').
+func TestTheContractHoldsNoRuntime(t *testing.T) {
+	for _, p := range packages(t) {
+		if p.ImportPath != "api" {
+			continue
+		}
+		for _, i := range p.Imports {
+			if i == "sync" || i == "sync/atomic" {
+				t.Errorf("api imports %s: the contract holds no lock", i)
+			}
+		}
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "api")
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(names) == 0 {
+			t.Fatalf("api's files: %v", err)
+		}
+		for _, name := range names {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if _, ok := n.(*ast.GoStmt); ok {
+					t.Errorf("api starts a goroutine: the contract runs nothing")
+				}
+				return true
+			})
+		}
+		return
+	}
+	t.Fatal("no package api")
 }
 
 // pure are the decision packages: they do no I/O, so they import no Temporal and no Kubernetes client.

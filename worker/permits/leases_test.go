@@ -1,4 +1,4 @@
-package api
+package permits
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func permitReq(n int) breaker.PermitRequest {
 // permits left, and nothing is taken in the lease's last second or after it.
 func TestTakeLeasedIsAtomic(t *testing.T) {
 	now := time.Now()
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 7}, until: now.Add(breaker.LeaseFor), left: 8}}
 	var mu sync.Mutex
 	granted := 0
@@ -70,7 +70,7 @@ func TestTakeLeasedIsAtomic(t *testing.T) {
 // count left; the other leases and their reports stay.
 func TestRevokeGivesBackNamedLeases(t *testing.T) {
 	now := time.Now()
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	b.batches = map[string]*batch{
 		"actions":      {lease: breaker.Lease{ID: 1}, until: now.Add(breaker.LeaseFor), left: 3},
 		"restrictions": {lease: breaker.Lease{ID: 2, Action: decide.Restricted}, until: now.Add(breaker.LeaseFor), left: 2},
@@ -95,7 +95,7 @@ func TestRevokeGivesBackNamedLeases(t *testing.T) {
 
 // The reporter stops once nothing is left to hand over: no refused device, no report, no batch.
 func TestFlushStopsWhenNothingIsLeft(t *testing.T) {
-	b := &BreakerClient{}
+	b := &Client{}
 	b.mu.Lock()
 	b.startFlush()
 	b.mu.Unlock()
@@ -121,7 +121,7 @@ func TestFlushStopsWhenNothingIsLeft(t *testing.T) {
 // batch of 8 that the worker spent while the breaker was paused.
 func TestLateLeaseAnswerAfterRevokeIsRefused(t *testing.T) {
 	now := time.Now()
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	if reps := b.Revoke([]int64{5}); len(reps) != 0 {
 		t.Fatalf("revoked a lease this worker does not hold yet: %+v", reps)
 	}
@@ -165,7 +165,7 @@ func TestLateLeaseAnswerAfterRevokeIsRefused(t *testing.T) {
 // breaker's state, and a second migration after a pause evicted.
 func TestRepeatAfterRevokeAsksTheBreaker(t *testing.T) {
 	now := time.Now()
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 1}, until: now.Add(breaker.LeaseFor), left: 2}}
 	b.mu.Lock()
 	if res, ok := b.takeLeased(permitReq(1), now); !ok || !res.Granted || res.Reason != "" {
@@ -199,7 +199,7 @@ func TestRepeatAfterRevokeAsksTheBreaker(t *testing.T) {
 func TestBatchEndsOnTheWorkersClock(t *testing.T) {
 	breakerNow := time.Now()
 	workerNow := breakerNow.Add(-5 * time.Second) // this worker's clock is 5 s behind
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	ans := breaker.LeaseResult{PermitResult: breaker.PermitResult{Granted: true},
 		Lease: &breaker.Lease{ID: 1, Worker: "w", Count: 8, At: breakerNow, Until: breakerNow.Add(breaker.LeaseFor)}}
 	b.mu.Lock()
@@ -219,7 +219,7 @@ func TestBatchEndsOnTheWorkersClock(t *testing.T) {
 // forgotten the grant by then.
 func TestRepeatEndsWithTheWindow(t *testing.T) {
 	now := time.Now()
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	b.batches = map[string]*batch{"actions": {lease: breaker.Lease{ID: 1}, until: now.Add(breaker.LeaseFor), left: 2}}
 	req := permitReq(1)
 	b.granted = map[string]time.Time{req.Key() + "|" + string(req.Action): now.Add(-req.Config.Window)}
@@ -235,7 +235,7 @@ func TestRepeatEndsWithTheWindow(t *testing.T) {
 // few seconds, with the first lease's answer still on its way, leave that answer refused.
 func TestEarlierRevocationIsKept(t *testing.T) {
 	now := time.Now()
-	b := &BreakerClient{Worker: "w", flushing: true}
+	b := &Client{Worker: "w", flushing: true}
 	b.Revoke([]int64{5})
 	b.Revoke([]int64{6})
 	late := breaker.LeaseResult{PermitResult: breaker.PermitResult{Granted: true},

@@ -1,4 +1,4 @@
-package api
+package permits
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 )
 
 // TestSimulatePermits drives the breaker's real state (breaker.State) and three workers'
-// real permit caches (BreakerClient) through generated sequences of the seam between them:
+// real permit caches (Client) through generated sequences of the seam between them:
 // devices asking, lease answers the breaker computed but a worker has not yet received, pauses
 // whose revocations race those answers, resumes, reports lost or sent twice, workers that die
 // holding batches, and time passing windows. It checks, after every step:
@@ -58,7 +58,7 @@ type taken struct {
 type permitSim struct {
 	now     time.Time
 	breaker *breaker.State
-	workers []*BreakerClient
+	workers []*Client
 	dead    []bool
 	flights []*flight
 	// paused: a pause was sent; answeredAt: when it answered (zero until it does).
@@ -76,7 +76,7 @@ func newPermitSim() *permitSim {
 		breaker: &breaker.State{Config: simConfig, SeparateBudgets: true, WakeWaiting: true, OpenDeniesAll: true, SpendsOwnAction: true}}
 	for i := range simWorkers {
 		// flushing keeps the reporter goroutine off: the model delivers reports itself.
-		s.workers = append(s.workers, &BreakerClient{Worker: fmt.Sprint("w", i), Queue: fmt.Sprint("q", i), flushing: true})
+		s.workers = append(s.workers, &Client{Worker: fmt.Sprint("w", i), Queue: fmt.Sprint("q", i), flushing: true})
 	}
 	return s
 }

@@ -1,4 +1,4 @@
-package api
+package permits
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ import (
 // A worker that saw the breaker refuse a budget answers for it for a moment and queues the
 // devices for the breaker's wait list; a woken device, and the other budget, still ask.
 func TestBreakerClientAnswersForAnOpenBudget(t *testing.T) {
-	b := &BreakerClient{flushing: true} // no flusher: this test has no Temporal
+	b := &Client{flushing: true} // no flusher: this test has no Temporal
 	gpu := func(n string) breaker.PermitRequest {
 		return breaker.PermitRequest{Device: device.ID{Driver: "d", Pool: "p", Device: n}, Action: decide.Restricted}
 	}

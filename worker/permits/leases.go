@@ -1,4 +1,4 @@
-package api
+package permits
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 )
 
@@ -23,14 +24,14 @@ import (
 // a little ahead of the breaker's cannot spend one the breaker already stopped counting.
 const spendMargin = time.Second
 
-// NewBreakerClient builds the breaker client of one worker process, which leases permits ahead
+// New builds the breaker client of one worker process, which leases permits ahead
 // under a name of its own and answers the breaker's revocations on its own task queue.
-func NewBreakerClient(c client.Client) *BreakerClient {
+func New(c client.Client) *Client {
 	host, _ := os.Hostname()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	return &BreakerClient{Client: c, Worker: id, Queue: PermitQueue(id)}
+	return &Client{BreakerClient: api.BreakerClient{Client: c}, Worker: id, Queue: api.PermitQueue(id)}
 }
 
 // batch is the lease this worker spends from for one budget.
@@ -50,7 +51,7 @@ func (bt *batch) live(now time.Time) bool {
 
 // Unspent is how many permits of a budget this worker holds leased and not yet spent: if the
 // process dies now, the breaker goes on counting them as used until their lease runs out.
-func (b *BreakerClient) Unspent(budget string) int {
+func (b *Client) Unspent(budget string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if bt := b.batches[budget]; bt != nil {
@@ -65,7 +66,7 @@ func (b *BreakerClient) Unspent(budget string) int {
 // from a closed breaker and still counts there, so a pause revokes it. Without one (a spent batch
 // the breaker has forgotten is never revoked) the repeat asks the breaker, which denies it while
 // open. Callers hold b.mu.
-func (b *BreakerClient) takeLeased(req breaker.PermitRequest, now time.Time) (breaker.PermitResult, bool) {
+func (b *Client) takeLeased(req breaker.PermitRequest, now time.Time) (breaker.PermitResult, bool) {
 	bt := b.batches[breaker.BudgetOf(req.Action)]
 	if !bt.live(now) || bt.left == 0 {
 		return breaker.PermitResult{}, false
@@ -82,7 +83,7 @@ func (b *BreakerClient) takeLeased(req breaker.PermitRequest, now time.Time) (br
 }
 
 // grantedHere remembers a grant for repeats within the window; old entries are dropped as it grows.
-func (b *BreakerClient) grantedHere(key string, now time.Time, window time.Duration) {
+func (b *Client) grantedHere(key string, now time.Time, window time.Duration) {
 	if b.granted == nil {
 		b.granted = map[string]time.Time{}
 	}
@@ -103,7 +104,7 @@ type spentPermit struct {
 
 // lease asks the breaker for the request's permit and a batch to keep. One request per budget is
 // in flight: the others wait for it and then take from its batch.
-func (b *BreakerClient) lease(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
+func (b *Client) lease(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
 	for {
 		b.mu.Lock()
 		if res, ok := b.takeLeased(req, time.Now()); ok {
@@ -136,7 +137,7 @@ func (b *BreakerClient) lease(ctx context.Context, req breaker.PermitRequest) (b
 		b.mu.Lock()
 		ask := fmt.Sprintf("%s/%d", b.Worker, b.nextSeq())
 		b.mu.Unlock()
-		err := b.update(ctx, UpdateLease, breaker.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: breaker.LeaseBatch, Ask: ask}, &res)
+		err := b.Update(ctx, api.UpdateLease, breaker.LeaseRequest{PermitRequest: req, Worker: b.Worker, Queue: b.Queue, Want: breaker.LeaseBatch, Ask: ask}, &res)
 		b.mu.Lock()
 		if err == nil {
 			res.PermitResult = b.install(bud, req, res, sent)
@@ -161,7 +162,7 @@ func (b *BreakerClient) lease(ctx context.Context, req breaker.PermitRequest) (b
 // to spend from. An answer whose lease the breaker already revoked (a pause whose revocation
 // reached this worker before the answer did) is refused whole: the batch goes back unspent, the
 // device waits for a resume, and nothing of it is spent after the pause answered. Callers hold b.mu.
-func (b *BreakerClient) install(bud string, req breaker.PermitRequest, res breaker.LeaseResult, sent time.Time) breaker.PermitResult {
+func (b *Client) install(bud string, req breaker.PermitRequest, res breaker.LeaseResult, sent time.Time) breaker.PermitResult {
 	if res.Lease != nil && b.revokedLease(res.Lease.ID) {
 		b.returned = append(b.returned, breaker.LeaseReport{Worker: b.Worker, Lease: res.Lease.ID, Returned: res.Lease.Count, Seq: b.nextSeq()})
 		if req.Claim == "" && len(b.pending) < 100000 {
@@ -188,20 +189,20 @@ func (b *BreakerClient) install(bud string, req breaker.PermitRequest, res break
 }
 
 // revokedLease says whether the breaker revoked lease id from this worker. Callers hold b.mu.
-func (b *BreakerClient) revokedLease(id int64) bool {
+func (b *Client) revokedLease(id int64) bool {
 	_, ok := b.revoked[id]
 	return ok
 }
 
 // nextSeq numbers a report (breaker.LeaseReport.Seq). Callers hold b.mu.
-func (b *BreakerClient) nextSeq() int64 {
+func (b *Client) nextSeq() int64 {
 	b.seq++
 	return b.seq
 }
 
 // retireBatch returns what is left of a budget's batch before a new one is asked for.
 // Callers hold b.mu.
-func (b *BreakerClient) retireBatch(bud string) {
+func (b *Client) retireBatch(bud string) {
 	bt := b.batches[bud]
 	if bt == nil {
 		return
@@ -216,7 +217,7 @@ func (b *BreakerClient) retireBatch(bud string) {
 // Revoke takes back the named leases at once (the breaker was paused): what was spent and not
 // yet reported, and the count left unspent. Nothing of them is spent afterwards, a lease whose
 // answer has not arrived yet included: its ID is kept until it could no longer be spent.
-func (b *BreakerClient) Revoke(ids []int64) []breaker.LeaseReport {
+func (b *Client) Revoke(ids []int64) []breaker.LeaseReport {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -270,7 +271,7 @@ func (b *BreakerClient) Revoke(ids []int64) []breaker.LeaseReport {
 
 // reports takes what is waiting to be reported: spent permits by lease, and returned batches;
 // a batch whose lease ran out is returned here too. Callers hold b.mu.
-func (b *BreakerClient) reports(now time.Time) []breaker.LeaseReport {
+func (b *Client) reports(now time.Time) []breaker.LeaseReport {
 	for bud, bt := range b.batches {
 		if !bt.live(now) {
 			b.retireBatch(bud)
@@ -293,7 +294,7 @@ func (b *BreakerClient) reports(now time.Time) []breaker.LeaseReport {
 }
 
 // Close returns this worker's unspent permits and reports the spent ones, as the worker stops.
-func (b *BreakerClient) Close(ctx context.Context) error {
+func (b *Client) Close(ctx context.Context) error {
 	b.mu.Lock()
 	for bud := range b.batches {
 		b.retireBatch(bud)
@@ -303,7 +304,7 @@ func (b *BreakerClient) Close(ctx context.Context) error {
 	if len(reps) == 0 {
 		return nil
 	}
-	if err := b.Client.SignalWorkflow(ctx, BreakerWorkflowID, "", SignalPermitsReport, reps); err != nil {
+	if err := b.Client.SignalWorkflow(ctx, api.BreakerWorkflowID, "", api.SignalPermitsReport, reps); err != nil {
 		return fmt.Errorf("return leased permits: %w", err)
 	}
 	return nil
