@@ -2,72 +2,19 @@ package hygiene
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/devicewarden/devicewarden/internal/capacity"
-	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/capacitycheck"
 )
 
-// CheckCapacity reads every ResourceSlice and ResourceClaim, checks the shared-capacity
-// invariants and sets devicewarden_capacity_violations. A share is checked against the policy its
-// claim recorded when first seen; with Record, claims without a record get one now.
+// CheckCapacity checks the shared-capacity invariants (capacitycheck.Check) and sets
+// devicewarden_capacity_violations.
 func (a *Activities) CheckCapacity(ctx context.Context, in capacity.CheckInput) (capacity.CheckReport, error) {
-	sl, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return capacity.CheckReport{}, fmt.Errorf("list resource slices: %w", err)
-	}
-	// The grant records are read before the claims: every record read then belongs to a claim
-	// made before the list, so a claim missing from the list is gone. Read after, a record that a
-	// concurrent check wrote for a claim newer than the list would look orphaned and be deleted.
-	grants, err := kubeobj.GrantRecords(ctx, a.Kube, a.ownNamespace())
+	rep, err := capacitycheck.Check(ctx, a.Kube, a.ownNamespace(), in)
 	if err != nil {
 		return capacity.CheckReport{}, err
 	}
-	cl, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return capacity.CheckReport{}, fmt.Errorf("list resource claims: %w", err)
-	}
-	ci := capacity.Input{Tenants: in.Tenants}
-	rep := capacity.CheckReport{Claims: len(cl.Items)}
-	for i := range sl.Items {
-		ci.Slices = append(ci.Slices, &sl.Items[i])
-		rep.Devices += len(sl.Items[i].Spec.Devices)
-	}
-	live := map[string]bool{}
-	for i := range cl.Items {
-		c := &cl.Items[i]
-		live[string(c.UID)] = true
-		had, err := ci.AddClaim(c, grants[string(c.UID)])
-		if err != nil {
-			return capacity.CheckReport{}, err
-		}
-		if !had && in.Record {
-			recorded, err := a.recordGrant(ctx, c, ci.Slices)
-			if err != nil {
-				return capacity.CheckReport{}, err
-			}
-			if recorded {
-				rep.Recorded++
-			}
-		}
-	}
-	if in.Record {
-		if err := a.pruneGrants(ctx, grants, live); err != nil {
-			return capacity.CheckReport{}, err
-		}
-	}
-	rep.Violations = capacity.Check(ci)
-	nodes, err := a.nodeStates(ctx, time.Now())
-	if err != nil {
-		return capacity.CheckReport{}, err
-	}
-	rep.Unknown = unknownAllocations(ci.Claims, nodes)
 	if a.Metrics != nil {
 		for inv, n := range capacity.Counts(rep.Violations) {
 			a.Metrics.CapacityViolations.WithLabelValues(inv).Set(float64(n))
@@ -76,38 +23,27 @@ func (a *Activities) CheckCapacity(ctx context.Context, in capacity.CheckInput) 
 	return rep, nil
 }
 
-// recordGrant writes the claim's grant record, the request policies its shares are granted under
-// now, in DeviceWarden's namespace (where tenants cannot write). A record already there is kept:
-// it was written first.
-func (a *Activities) recordGrant(ctx context.Context, c *resourcev1.ResourceClaim, slices []*resourcev1.ResourceSlice) (bool, error) {
-	snap := capacity.Snapshot(c, slices)
-	if snap == "" {
-		return false, nil
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: capacity.GrantConfigMap(string(c.UID)), Namespace: a.ownNamespace(),
-		Labels:      map[string]string{capacity.GrantLabel: string(c.UID)},
-		Annotations: map[string]string{"devicewarden.io/claim": c.Namespace + "/" + c.Name, "devicewarden.io/claim-version": c.ResourceVersion}},
-		Data: map[string]string{capacity.GrantKey: snap}}
-	_, err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Create(ctx, cm, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
-	if apierrors.IsAlreadyExists(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("record the grant of claim %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	return true, nil
+// FenceNode records an operator's confirmation that a lost node is down for good
+// (capacitycheck.FenceNode).
+func (a *Activities) FenceNode(ctx context.Context, in capacity.FenceInput) error {
+	return capacitycheck.FenceNode(ctx, a.Kube, in)
 }
 
-// pruneGrants deletes the grant records of claims that are gone.
-func (a *Activities) pruneGrants(ctx context.Context, grants map[string]string, live map[string]bool) error {
-	for uid := range grants {
-		if live[uid] {
-			continue
+// ScanClaims finds the claims that need claim hygiene (capacitycheck.Scan), for the scanner that
+// starts a workflow per finding, and sets devicewarden_claim_findings.
+func (a *Activities) ScanClaims(ctx context.Context, pol capacity.HygienePolicy, now time.Time) ([]capacity.Finding, error) {
+	out, err := capacitycheck.Scan(ctx, a.Kube, pol, now)
+	if err != nil {
+		return nil, err
+	}
+	if a.Metrics != nil {
+		counts := map[string]int{capacity.FindingLeaked: 0, capacity.FindingStuck: 0, capacity.FindingNodeLost: 0}
+		for _, f := range out {
+			counts[f.Kind]++
 		}
-		err := a.Kube.CoreV1().ConfigMaps(a.ownNamespace()).Delete(ctx, capacity.GrantConfigMap(uid), metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete the grant record of gone claim %s: %w", uid, err)
+		for kind, n := range counts {
+			a.Metrics.ClaimFindings.WithLabelValues(kind).Set(float64(n))
 		}
 	}
-	return nil
+	return out, nil
 }

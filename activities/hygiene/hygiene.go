@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/capacitycheck"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
@@ -132,7 +133,7 @@ func (a *Activities) claimByUID(ctx context.Context, in HygieneInput) (*resource
 // inspect looks up the Pods and node one claim's finding depends on, then classifies it.
 func (a *Activities) inspect(ctx context.Context, c *resourcev1.ResourceClaim, pol capacity.HygienePolicy, now time.Time) (capacity.Finding, error) {
 	pods := map[types.UID]*corev1.Pod{}
-	if err := a.lookPods(ctx, c, pods); err != nil {
+	if err := capacitycheck.LookPods(ctx, a.Kube, c, pods); err != nil {
 		return capacity.Finding{}, err
 	}
 	nodes := map[string]capacity.NodeState{}
@@ -147,7 +148,7 @@ func (a *Activities) inspect(ctx context.Context, c *resourcev1.ResourceClaim, p
 			}
 		}
 	}
-	return capacity.Inspect(c, allocatedSince(c), pods, nodes, pol, now), nil
+	return capacity.Inspect(c, capacitycheck.AllocatedSince(c), pods, nodes, pol, now), nil
 }
 
 // nodeState reads one node and its heartbeat Lease (known: the node exists).
@@ -159,20 +160,12 @@ func (a *Activities) nodeState(ctx context.Context, name string, now time.Time) 
 	if err != nil {
 		return capacity.NodeState{}, false, fmt.Errorf("get node %s: %w", name, err)
 	}
-	l, err := a.Kube.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+	l, err := a.Kube.CoordinationV1().Leases(capacitycheck.NodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		l = nil
 	case err != nil:
 		return capacity.NodeState{}, false, fmt.Errorf("get lease of node %s: %w", name, err)
 	}
-	return stateOf(n, l, now), true, nil
-}
-
-// allocatedSince is when the claim was allocated (its creation when the managed fields do not say).
-func allocatedSince(c *resourcev1.ResourceClaim) time.Time {
-	if at := kubeobj.AllocatedAt(c); at != nil {
-		return *at
-	}
-	return c.CreationTimestamp.Time
+	return capacitycheck.StateOf(n, l, now), true, nil
 }

@@ -12,11 +12,11 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
+	"github.com/devicewarden/devicewarden/internal/rolloutread"
 )
 
 // unlabelled records that the node had no ownership label (in kubeobj.AnnotationRolloutPrevious).
@@ -253,23 +253,14 @@ func selectedNodes(sel *corev1.NodeSelector) map[string]bool {
 	return out
 }
 
-// driverSlices lists the ResourceSlices the drivers publish (checked by driver too, should a list
-// ignore its field selector).
+// driverSlices lists the ResourceSlices the drivers publish (rolloutread.DriverSlices).
 func (a *Activities) driverSlices(ctx context.Context, drivers []string) ([]*resourcev1.ResourceSlice, error) {
-	var out []*resourcev1.ResourceSlice
-	for _, drv := range drivers {
-		list, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
-		if err != nil {
-			return nil, fmt.Errorf("list resource slices of %s: %w", drv, err)
-		}
-		for i := range list.Items {
-			if list.Items[i].Spec.Driver == drv {
-				out = append(out, &list.Items[i])
-			}
-		}
-	}
-	return out, nil
+	return rolloutread.DriverSlices(ctx, a.Kube, drivers)
+}
+
+// rolloutSnapshot reads what phase i's checks need (rolloutread.Snapshot).
+func (a *Activities) rolloutSnapshot(ctx context.Context, p rolloutplan.Plan, i int, expected map[string]int64, withClaims bool) (rolloutplan.Snapshot, error) {
+	return rolloutread.Snapshot(ctx, a.Kube, a.ownNamespace(), p, i, expected, withClaims)
 }
 
 // UndoInput is a phase change to undo.

@@ -11,9 +11,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/capacitycheck"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
-	"github.com/devicewarden/devicewarden/worker"
 )
 
 // hygieneScans times the claim-hygiene scan twice: as on a healthy fleet (no allocation old
@@ -48,14 +48,13 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 		if err := sim.EnsureDeviceClass(ctx, kube); err != nil {
 			return err
 		}
-		acts := worker.NewActivities(worker.Deps{Kube: kube}).Hygiene
 		probe := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "what-if", Namespace: "tenant-0", UID: "what-if"},
 			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: sim.Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
 					Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("8Gi")}}}}}}}}
 		var rep capacity.CheckReport
 		st, err := timeRuns(o.Runs, func() (err error) {
-			rep, err = acts.CheckCapacity(ctx, capacity.CheckInput{})
+			rep, err = capacitycheck.Check(ctx, kube, kubeobj.Own(""), capacity.CheckInput{})
 			return err
 		})
 		if err != nil {
@@ -80,6 +79,8 @@ func Capacity(ctx context.Context, o RolloutOptions) error {
 			}
 		}
 		fmt.Fprintf(o.Out, "what-if on every node (list + allocator, %s; fits on %d of %d nodes\n", st, n, len(fits))
-		return hygieneScans(ctx, acts.ScanClaims, o)
+		return hygieneScans(ctx, func(ctx context.Context, pol capacity.HygienePolicy, now time.Time) ([]capacity.Finding, error) {
+			return capacitycheck.Scan(ctx, kube, pol, now)
+		}, o)
 	})
 }

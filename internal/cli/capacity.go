@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
+	"github.com/devicewarden/devicewarden/internal/capacitycheck"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
-	"github.com/devicewarden/devicewarden/worker"
 )
 
 // exitError ends the command with a given exit code (after printing its output).
@@ -46,7 +46,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := worker.NewActivities(worker.Deps{Kube: cs, OwnNamespace: ownNamespace}).Hygiene.CheckCapacity(c.Context(), in)
+			rep, err := capacitycheck.Check(c.Context(), cs, kubeobj.Own(ownNamespace), in)
 			if err != nil {
 				return err
 			}
@@ -177,7 +177,7 @@ func newCapacityFenceCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := worker.NewActivities(worker.Deps{Kube: cs}).Hygiene.FenceNode(c.Context(), in); err != nil {
+			if err := capacitycheck.FenceNode(c.Context(), cs, in); err != nil {
 				return err
 			}
 			verb := "fenced"

@@ -29,6 +29,8 @@ var layers = [][]string{
 	// Pure decisions built on a device's: the breaker, migrations, node escalation; and what
 	// DeviceWarden writes on objects and sends to people.
 	{"internal/breaker", "internal/migrationplan", "internal/escalation", "internal/kubeobj", "internal/notify"},
+	// Reads of the cluster that the activities and the CLI share.
+	{"internal/capacitycheck", "internal/rolloutread"},
 	// The workflow contract, and the simulated driver.
 	{"api", "internal/sim"},
 	// Side effects, and the parties that only talk to workflows through the contract.
@@ -188,6 +190,29 @@ func TestTheContractHoldsNoRuntime(t *testing.T) {
 		return
 	}
 	t.Fatal("no package api")
+}
+
+// callers reach DeviceWarden's workflows as any client would: the watcher, the Slack app, the
+// fleet page, the CLI and the benchmarks.
+var callers = []string{"internal/watcher", "internal/slackapp", "internal/console", "internal/cli", "internal/bench"}
+
+// TestCallersDoNotImportTheWorker: a caller runs no activity in process, past its workflow; what
+// it shares with the activities is a plain library (internal/capacitycheck, internal/rolloutread).
+func TestCallersDoNotImportTheWorker(t *testing.T) {
+	isCaller := map[string]bool{}
+	for _, c := range callers {
+		isCaller[c] = true
+	}
+	for _, p := range packages(t) {
+		if !isCaller[p.ImportPath] {
+			continue
+		}
+		for _, i := range own(p.Imports) {
+			if i == "worker" || strings.HasPrefix(i, "worker/") {
+				t.Errorf("%s imports %s: reach the workflows through api, or share a plain library", p.ImportPath, i)
+			}
+		}
+	}
 }
 
 // pure are the decision packages: they do no I/O, so they import no Temporal and no Kubernetes client.

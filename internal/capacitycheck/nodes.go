@@ -1,4 +1,4 @@
-package hygiene
+package capacitycheck
 
 import (
 	"context"
@@ -12,22 +12,23 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
-// nodeLeaseNamespace holds the nodes' heartbeat Leases.
-const nodeLeaseNamespace = "kube-node-lease"
+// NodeLeaseNamespace holds the nodes' heartbeat Leases.
+const NodeLeaseNamespace = "kube-node-lease"
 
-// nodeStates reads, per node, whether its heartbeat Lease has expired (a node without one, or
+// NodeStates reads, per node, whether its heartbeat Lease has expired (a node without one, or
 // gone, counts as lost) and whether an operator fenced it.
-func (a *Activities) nodeStates(ctx context.Context, now time.Time) (map[string]capacity.NodeState, error) {
-	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+func NodeStates(ctx context.Context, kube kubernetes.Interface, now time.Time) (map[string]capacity.NodeState, error) {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	leases, err := a.Kube.CoordinationV1().Leases(nodeLeaseNamespace).List(ctx, metav1.ListOptions{})
+	leases, err := kube.CoordinationV1().Leases(NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list node leases: %w", err)
 	}
@@ -37,14 +38,14 @@ func (a *Activities) nodeStates(ctx context.Context, now time.Time) (map[string]
 	}
 	out := make(map[string]capacity.NodeState, len(nodes.Items))
 	for i := range nodes.Items {
-		out[nodes.Items[i].Name] = stateOf(&nodes.Items[i], byName[nodes.Items[i].Name], now)
+		out[nodes.Items[i].Name] = StateOf(&nodes.Items[i], byName[nodes.Items[i].Name], now)
 	}
 	return out, nil
 }
 
-// stateOf is a node's hygiene state: lost when its Lease (nil: none) expired, fenced when an
+// StateOf is a node's hygiene state: lost when its Lease (nil: none) expired, fenced when an
 // operator said so.
-func stateOf(n *corev1.Node, l *coordinationv1.Lease, now time.Time) capacity.NodeState {
+func StateOf(n *corev1.Node, l *coordinationv1.Lease, now time.Time) capacity.NodeState {
 	_, fenced := n.Annotations[capacity.AnnotationFenced]
 	return capacity.NodeState{Lost: l == nil || kubeobj.LeaseExpired(l, now), Fenced: fenced}
 }
@@ -74,10 +75,10 @@ func unknownAllocations(claims []*resourcev1.ResourceClaim, nodes map[string]cap
 
 // FenceNode records an operator's confirmation on the node; a node that still renews its Lease
 // cannot be fenced (what it holds is in use).
-func (a *Activities) FenceNode(ctx context.Context, in capacity.FenceInput) error {
+func FenceNode(ctx context.Context, kube kubernetes.Interface, in capacity.FenceInput) error {
 	var value any
 	if !in.Undo {
-		states, err := a.nodeStates(ctx, time.Now())
+		states, err := NodeStates(ctx, kube, time.Now())
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func (a *Activities) FenceNode(ctx context.Context, in capacity.FenceInput) erro
 		value = in.Actor + " " + time.Now().UTC().Format(time.RFC3339)
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{capacity.AnnotationFenced: value}}})
-	if _, err := a.Kube.CoreV1().Nodes().Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kubeobj.FieldManager}); err != nil {
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 		return fmt.Errorf("fence node %s: %w", in.Node, err)
 	}
 	return nil

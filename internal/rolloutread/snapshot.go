@@ -1,4 +1,7 @@
-package rollouts
+// Package rolloutread reads what a rollout phase's checks need from the cluster: its nodes, the
+// devices its drivers publish, the claims and the tenants' Pods. The rollout activities and the
+// rollout benchmark call it alike.
+package rolloutread
 
 import (
 	"context"
@@ -8,20 +11,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/capacity"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
-// rolloutSnapshot reads what phase i's checks need: its nodes, the devices its drivers publish on
+// Snapshot reads what phase i's checks need: its nodes, the devices its drivers publish on
 // them, and (withClaims) the cluster's claims and the tenants' Pods. expected is what enable
-// recorded per node (nil: unknown).
-func (a *Activities) rolloutSnapshot(ctx context.Context, p rolloutplan.Plan, i int, expected map[string]int64, withClaims bool) (rolloutplan.Snapshot, error) {
+// recorded per node (nil: unknown); own is DeviceWarden's namespace, where grant records are.
+func Snapshot(ctx context.Context, kube kubernetes.Interface, own string, p rolloutplan.Plan, i int, expected map[string]int64, withClaims bool) (rolloutplan.Snapshot, error) {
 	ph := p.Phases[i]
 	s := rolloutplan.Snapshot{Now: time.Now()}
-	nodes, err := a.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ph.Nodes})
 	if err != nil {
 		return s, fmt.Errorf("list nodes %q: %w", ph.Nodes, err)
 	}
@@ -37,7 +42,7 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rolloutplan.Plan, i 
 		}
 		s.Nodes = append(s.Nodes, node)
 	}
-	all, err := a.driverSlices(ctx, ph.Drivers())
+	all, err := DriverSlices(ctx, kube, ph.Drivers())
 	if err != nil {
 		return s, err
 	}
@@ -51,13 +56,13 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rolloutplan.Plan, i 
 	if !withClaims {
 		return s, nil
 	}
-	claims, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	claims, err := kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return s, fmt.Errorf("list resource claims: %w", err)
 	}
 	pods := map[types.UID]*corev1.Pod{}
 	for ns := range p.AllowedNamespaces(i) {
-		list, err := a.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return s, fmt.Errorf("list pods in %s: %w", ns, err)
 		}
@@ -71,7 +76,7 @@ func (a *Activities) rolloutSnapshot(ctx context.Context, p rolloutplan.Plan, i 
 	}
 	tenants := p.AllowedNamespaces(i)
 	ci := capacity.Input{Slices: phaseSlices}
-	grants, err := kubeobj.GrantRecords(ctx, a.Kube, a.ownNamespace())
+	grants, err := kubeobj.GrantRecords(ctx, kube, own)
 	if err != nil {
 		return s, err
 	}
@@ -186,4 +191,23 @@ func conditionSince(pod *corev1.Pod, cond corev1.PodConditionType) *time.Time {
 		}
 	}
 	return nil
+}
+
+// DriverSlices lists the ResourceSlices the drivers publish (checked by driver too, should a list
+// ignore the field selector).
+func DriverSlices(ctx context.Context, kube kubernetes.Interface, drivers []string) ([]*resourcev1.ResourceSlice, error) {
+	var out []*resourcev1.ResourceSlice
+	for _, drv := range drivers {
+		list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.driver", drv).String()})
+		if err != nil {
+			return nil, fmt.Errorf("list resource slices of %s: %w", drv, err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.Driver == drv {
+				out = append(out, &list.Items[i])
+			}
+		}
+	}
+	return out, nil
 }
