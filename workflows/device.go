@@ -35,10 +35,6 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	if !takes(ctx, 1) {
 		ctx = suggestionOnly(ctx) // deviceChanges came after the history bound
 	}
-	st := in.State
-	if st == nil {
-		st = decide.NewState(in.Device, in.Node, in.Policy, in.DryRun)
-	}
 	// The decision rules this run follows, from its own version markers: runs recorded before a
 	// change replay without it.
 	rules := decide.Rules{
@@ -52,7 +48,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		LadderTrust:      takes(ctx, 10),
 		StepReports:      takes(ctx, 11),
 	}
-	st.Follow(rules)
+	st := decide.Start(in.State, in.Device, in.Node, in.Policy, in.DryRun, rules)
 	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
@@ -90,23 +86,24 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		return false
 	}
 	var tm deadlineTimer
-	lastState, lastSummary, lastRepair := st.State, "", st.RepairStep()
+	view := decide.Look(st)
+	lastState, lastSummary, lastRepair := view.State, "", view.RepairStep
 	var lastForms []string
 	for {
-		tm.reset(ctx, st.NextDeadline())
+		tm.reset(ctx, decide.Look(st).Deadline)
 		var acts []decide.Action
 		var answer *commandRequest
 		sel := workflow.NewSelector(ctx)
 		observe := func(c workflow.ReceiveChannel, _ bool) {
 			var o decide.Observation
 			c.Receive(ctx, &o)
-			acts = st.Observe(o, workflow.Now(ctx))
+			acts = decide.Step(st, decide.Event{Kind: decide.EventObserved, At: workflow.Now(ctx), Observation: o})
 		}
 		sel.AddReceive(obsCh, observe)
 		sel.AddReceive(observed, observe)
 		sel.AddReceive(wakeCh, func(c workflow.ReceiveChannel, _ bool) {
 			c.Receive(ctx, nil)
-			acts = st.Woken(workflow.Now(ctx))
+			acts = decide.Step(st, decide.Event{Kind: decide.EventWoken, At: workflow.Now(ctx)})
 		})
 		for i, c := range cmdChs {
 			kind := decide.CommandKind(api.OperatorSignals[i])
@@ -118,16 +115,14 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 			var req *commandRequest
 			c.Receive(ctx, &req)
 			answer = req
-			if staleRelease(st, req) {
-				return // answered below with the retirement: the release was asked of a device not retired
-			}
-			acts = st.Command(req.cmd, workflow.Now(ctx))
+			acts = decide.Step(st, decide.Event{Kind: decide.EventCommanded, At: workflow.Now(ctx), Command: req.cmd,
+				AcceptedIn: req.from, CheckRetired: req.checkRetired})
 		})
 		if tm.future != nil {
 			sel.AddFuture(tm.future, func(f workflow.Future) {
 				tm.fired()
 				if f.Get(ctx, nil) == nil { // a cancelled timer is not a deadline
-					acts = st.Tick(workflow.Now(ctx))
+					acts = decide.Step(st, decide.Event{Kind: decide.EventTick, At: workflow.Now(ctx)})
 				}
 			})
 		}
@@ -142,24 +137,26 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		if err := execute(xctx, st, acts); err != nil {
 			return err
 		}
-		if pods := st.HoldersToMove(); len(pods) > 0 {
+		view = decide.Look(st)
+		if pods := view.HoldersToMove; len(pods) > 0 {
 			// A unit's holders are learnt of after its decision; each moves once.
 			startMigrations(ctx, st, pods)
-			st.Report(decide.Result{Outcome: decide.Moving, Pods: pods}, workflow.Now(ctx))
+			decide.Step(st, decide.Event{Kind: decide.EventResult, At: workflow.Now(ctx), Result: decide.Result{Outcome: decide.Moving, Pods: pods}})
+			view = decide.Look(st)
 		}
 		if answer != nil {
-			answer.reply.SetValue(decide.CommandResult{State: st.State, Message: lastReason(st)})
+			answer.reply.SetValue(decide.CommandResult{State: view.State, Message: view.LastReason})
 		}
 		if !takes(ctx, 6) {
 			notices.wait(ctx) // v5 waited for the notices before the search attributes
 		}
-		if st.State != lastState {
-			lastState = st.State
-			if err := workflow.UpsertTypedSearchAttributes(ctx, api.SearchDeviceState.ValueSet(string(st.State))); err != nil {
+		if view.State != lastState {
+			lastState = view.State
+			if err := workflow.UpsertTypedSearchAttributes(ctx, api.SearchDeviceState.ValueSet(string(view.State))); err != nil {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
-		if step := st.RepairStep(); step != lastRepair {
+		if step := view.RepairStep; step != lastRepair {
 			// The ladder's step is searchable: `DeviceRepair != ''` lists every device being repaired.
 			lastRepair = step
 			upd := api.SearchDeviceRepair.ValueSet(step)
@@ -177,7 +174,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
 			}
 		}
-		if s := st.Summary(); rules.ReleasePath && s != lastSummary {
+		if s := view.Summary; rules.ReleasePath && s != lastSummary {
 			lastSummary = s
 			workflow.SetCurrentDetails(ctx, s)
 		}
@@ -187,14 +184,14 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		if pending() {
 			continue
 		}
-		if st.Idle() || historyFull(ctx) {
+		if view.Idle || historyFull(ctx) {
 			if err := handlersDone(ctx); err != nil {
 				return err
 			}
 			if pending() {
 				continue
 			}
-			if st.Idle() {
+			if view.Idle {
 				// In service and held by no pod: nothing to watch. A later report starts a new run.
 				return nil
 			}
@@ -257,13 +254,6 @@ func unitForms(st *decide.DeviceState) []string {
 	return out
 }
 
-func lastReason(st *decide.DeviceState) string {
-	if n := len(st.Transitions); n > 0 {
-		return st.Transitions[n-1].Reason
-	}
-	return ""
-}
-
 // registerUpdates makes every operator command an update: the validator refuses what makes no
 // sense (leaving no trace in history), the handler hands the command to the main loop and
 // answers with the state it led to.
@@ -273,11 +263,8 @@ func registerUpdates(ctx workflow.Context, st *decide.DeviceState, updates workf
 		err := workflow.SetUpdateHandlerWithOptions(ctx, string(kind),
 			func(ctx workflow.Context, cmd decide.Command) (decide.CommandResult, error) {
 				cmd.Kind = kind
-				if cmd.Review == "" && st.Rules().LadderTrust && (kind == decide.CmdApprove || kind == decide.CmdReleaseApproval || kind == decide.CmdReject) {
-					// An approval for "the ask waiting now" answers that ask, and no other
-					// that may wait by the time the loop applies it.
-					cmd.Review = st.Ask()
-				}
+				// Bound to what it answers: the validator refused what does not stand.
+				cmd, _ = decide.Accept(st, cmd)
 				f, set := workflow.NewFuture(ctx)
 				req := &commandRequest{cmd: cmd, from: st.State, reply: set}
 				if kind == decide.CmdRelease {
@@ -290,7 +277,8 @@ func registerUpdates(ctx workflow.Context, st *decide.DeviceState, updates workf
 			},
 			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, cmd decide.Command) error {
 				cmd.Kind = kind
-				return st.Validate(cmd)
+				_, err := decide.Accept(st, cmd)
+				return err
 			}})
 		if err != nil {
 			return fmt.Errorf("register update %s: %w", kind, err)
@@ -319,40 +307,20 @@ func registerObserve(ctx workflow.Context) (workflow.ReceiveChannel, error) {
 func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide.CommandKind, st *decide.DeviceState) []decide.Action {
 	var raw json.RawMessage
 	c.Receive(ctx, &raw)
-	var cmd decide.Command
+	ev := decide.Event{Kind: decide.EventSignalled, At: workflow.Now(ctx)}
 	if len(raw) > 0 && string(raw) != "null" {
 		// Decoding the payload into a local value is deterministic; workflowcheck flags the
 		// reflection encoding/json uses.
-		err := json.Unmarshal(raw, &cmd) //workflowcheck:ignore
+		err := json.Unmarshal(raw, &ev.Command) //workflowcheck:ignore
 		if err != nil {
-			st.Dropped, st.LastDropped = st.Dropped+1, fmt.Sprintf("%s signal dropped: payload does not decode: %v", kind, err)
-			workflow.GetLogger(ctx).Warn("operator signal dropped", "signal", kind, "error", err)
-			return nil
+			ev.Command, ev.BadPayload = decide.Command{}, err.Error()
 		}
 	}
-	cmd.Kind = kind
-	if kind == decide.CmdRelease && st.State == decide.Retired && st.Rules().LadderTrust {
-		// A signal is validated when it arrives, not when it was sent: one sent before the device
-		// was retired would release it. A retired device is released by the command, which is
-		// checked when it is accepted (`device release`).
-		st.Dropped, st.LastDropped = st.Dropped+1, "release signal refused: the device is retired; release it with `device release`"
-		workflow.GetLogger(ctx).Warn("operator signal refused", "signal", kind, "reason", "retired")
-		return nil
+	ev.Command.Kind = kind
+	dropped := st.Dropped
+	acts := decide.Step(st, ev)
+	if st.Dropped != dropped {
+		workflow.GetLogger(ctx).Warn("operator signal dropped", "signal", kind, "why", st.LastDropped)
 	}
-	if st.Rules().ReleasePath {
-		if err := st.Validate(cmd); err != nil {
-			st.Dropped, st.LastDropped = st.Dropped+1, "signal refused: "+err.Error()
-			workflow.GetLogger(ctx).Warn("operator signal refused", "signal", kind, "error", err)
-			return nil
-		}
-	}
-	return st.Command(cmd, workflow.Now(ctx))
-}
-
-// staleRelease says whether a release accepted before the device was retired reached the loop only
-// after the retirement (it waited while the quarantine that retired the device ran). Asked of a
-// device that was not retired, it does not release a retired one: that takes a release asked after
-// the retirement. Runs recorded before this check released it.
-func staleRelease(st *decide.DeviceState, req *commandRequest) bool {
-	return req.checkRetired && req.cmd.Kind == decide.CmdRelease && st.State == decide.Retired && req.from != decide.Retired
+	return acts
 }

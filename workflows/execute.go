@@ -22,12 +22,12 @@ import (
 func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action) error {
 	actx := kubeCallOptions(ctx)
 	for len(acts) > 0 {
-		act := acts[0]
+		act := decide.Prepare(st, acts[0])
 		acts = acts[1:]
-		if st.Quarantine == nil && needsQuarantine[act.Kind] {
+		if act.Plan.Drop != "" {
 			// The quarantine ended while its actions waited their turn (a refresh before it found
 			// the rule deleted by hand: an operator release): they no longer apply.
-			workflow.GetLogger(ctx).Info("action dropped: the quarantine ended", "action", act.Kind)
+			workflow.GetLogger(ctx).Info("action dropped", "action", act.Kind, "why", act.Plan.Drop)
 			continue
 		}
 		switch act.Kind {
@@ -47,12 +47,12 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			acts = append(acts, more...)
 		case decide.ActInspectRule:
 			var info decide.RuleInfo
-			in := remediation.InspectInput{Device: st.Device, Effect: act.Effect, Members: st.Members()}
+			in := remediation.InspectInput{Device: st.Device, Effect: act.Effect, Members: act.Plan.Members}
 			if err := executeLocal(actx, rem.InspectRule, in).Get(ctx, &info); err != nil {
 				workflow.GetLogger(ctx).Warn("rule not inspected", "error", err)
 				continue
 			}
-			acts = append(acts, st.Report(decide.Result{Action: act, Outcome: decide.Done, Info: info}, workflow.Now(ctx))...)
+			acts = append(acts, report(st, decide.Result{Action: act, Outcome: decide.Done, Info: info}, workflow.Now(ctx))...)
 		case decide.ActRefreshRule:
 			acts = append(acts, refresh(actx, st, act)...)
 		case decide.ActFenceMembers:
@@ -63,54 +63,49 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			acts = append(acts, repair(actx, st, act)...)
 		case decide.ActRetire:
 			in := remediation.RetireInput{Device: st.Device, Node: st.Node, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-				Reason: act.Reason, Evidence: st.Evidence()}
+				Reason: act.Reason, Evidence: act.Plan.Evidence}
 			if err := workflow.ExecuteActivity(actx, rem.RecordRetirement, in).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("retired device's evidence not written", "error", err)
 			}
 		case decide.ActRequestApproval:
-			req := notify.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: st.Quarantine.Reason, Summary: act.Reason,
-				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: st.Policy.SlackChannel}
-			if r := st.Review; r != nil {
-				req.Probe, req.Canary, req.Review = r.Probe, r.Canary, r.ID()
-			} else if id, step := st.StepApproval(); id != "" {
-				req.Review, req.Step = id, step
-			}
+			p := act.Plan
+			req := notify.ApprovalRequest{Device: st.Device, Node: st.Node, Reason: p.QuarantineReason, Summary: act.Reason,
+				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: p.Channel,
+				Probe: p.Probe, Canary: p.Canary, Review: p.Ask, Step: p.AskStep}
 			if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)
 			}
 		case decide.ActEndNodeStep:
-			endNodeStep(ctx, remediation.NodeInput{Device: st.Device, Node: st.Node, Step: nodeStep(st.Policy),
+			endNodeStep(ctx, remediation.NodeInput{Device: st.Device, Node: st.Node, Step: act.Plan.Step,
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID})
 		case decide.ActRelease:
+			p := act.Plan
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
-				QuarantinedAt: st.Quarantine.CreatedAt, FirstReviewPassed: st.FirstReviewPassed(), Node: st.Node, Reporters: st.Reporters,
-				Members: st.Members(), WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, RepairedBy: st.RepairedBy(),
-				NodeFence: st.Policy.Repair.MovesHolders()}
+				QuarantinedAt: p.QuarantinedAt, FirstReviewPassed: p.FirstReviewPassed, Node: st.Node, Reporters: p.Reporters,
+				Members: p.Members, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, RepairedBy: p.RepairedBy,
+				NodeFence: p.NodeFence}
 			res := decide.Result{Action: act, Outcome: decide.Done}
 			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
 				res = decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}
 			}
-			acts = append(acts, st.Report(res, workflow.Now(ctx))...)
+			acts = append(acts, report(st, res, workflow.Now(ctx))...)
 		}
 	}
 	return nil
 }
 
-// needsQuarantine are the actions that act on the device's quarantine.
-var needsQuarantine = map[decide.ActionKind]bool{decide.ActRepair: true, decide.ActRequestApproval: true, decide.ActRelease: true,
-	decide.ActFenceMembers: true, decide.ActRetire: true}
+// report hands an action's outcome to the decisions, as of at.
+func report(st *decide.DeviceState, res decide.Result, at time.Time) []decide.Action {
+	return decide.Step(st, decide.Event{Kind: decide.EventResult, At: at, Result: res})
+}
 
-// alertInput is the alert of an action about the device.
-func alertInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action) notify.AlertInput {
-	in := notify.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
-	if st.Rules().ReleasePath {
-		in.Channel = st.Policy.SlackChannel
-	}
-	return in
+// alertInput is the alert of an action about the device, to channel.
+func alertInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, channel string) notify.AlertInput {
+	return notify.AlertInput{Device: st.Device, Level: act.Level, Text: act.Reason, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Channel: channel}
 }
 
 func alert(ctx workflow.Context, st *decide.DeviceState, act decide.Action) {
-	in := alertInput(ctx, st, act)
+	in := alertInput(ctx, st, act, act.Plan.Channel)
 	if act.Gather && takes(ctx, 3) {
 		// An alert many devices raise at once joins the worker's summary: no activity task,
 		// no second workflow task.
@@ -123,10 +118,10 @@ func alert(ctx workflow.Context, st *decide.DeviceState, act decide.Action) {
 // taint carries out a taint: an automatic one asks the circuit breaker first. With held set, the
 // permit request carries that alert, and alerted says the worker took it.
 func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held *decide.Action) (more []decide.Action, alerted bool) {
-	if st.UnitUnknown() {
+	if act.Plan.UnitUnknown {
 		// A unit's ID names no device: without its devices there is nothing to fence. The
 		// watcher's next report says which they are; the action waits for it.
-		st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "the unit's devices are not known yet"}, workflow.Now(ctx))
+		report(st, decide.Result{Action: act, Outcome: decide.Held, Reason: "the unit's devices are not known yet"}, workflow.Now(ctx))
 		return nil, false
 	}
 	// Permit and quarantine are short calls: as local activities they skip two task
@@ -165,19 +160,19 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 		err = run(ctx, rem.Quarantine, qin).Get(ctx, &res)
 	}
 	if err != nil {
-		return st.Report(decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, now), false
+		return report(st, decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, now), false
 	}
 	// What follows a taint (a repair ladder's first step, or a lemon's retirement) runs after the
 	// node report and the migrations below.
-	more = st.Report(decide.Result{Action: act, Outcome: decide.Done, Rule: res.RuleName, Effect: res.Effect}, workflow.Now(ctx))
+	more = report(st, decide.Result{Action: act, Outcome: decide.Done, Rule: res.RuleName, Effect: res.Effect}, workflow.Now(ctx))
 	// Workflows started before node escalation existed must replay without this activity.
 	if changed(ctx, "node-escalation") {
 		f := escalation.NodeFailure{Node: st.Node, Device: st.Device.String(), State: act.To, Threshold: st.Policy.EscalationThreshold}
 		notice(ctx, "node escalation not reported", workflow.ExecuteActivity(ctx, rem.ReportNodeFailure, f))
 	}
-	if pods := st.MigrationPods(act); len(pods) > 0 && changed(ctx, "migrate") {
+	if pods := act.Plan.Migrate; len(pods) > 0 && changed(ctx, "migrate") {
 		startMigrations(ctx, st, pods)
-		st.Report(decide.Result{Action: act, Outcome: decide.Moving, Pods: pods}, workflow.Now(ctx))
+		report(st, decide.Result{Action: act, Outcome: decide.Moving, Pods: pods}, workflow.Now(ctx))
 	}
 	return more, false
 }
@@ -188,38 +183,35 @@ func taint(ctx workflow.Context, st *decide.DeviceState, act decide.Action, held
 func permitAnswered(ctx workflow.Context, st *decide.DeviceState, act decide.Action, permit breaker.PermitResult, unreachable error) (stop, alerted bool) {
 	switch {
 	case unreachable != nil:
-		st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + unreachable.Error()}, workflow.Now(ctx))
+		report(st, decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + unreachable.Error()}, workflow.Now(ctx))
 		return true, false
 	case !permit.Granted:
-		st.Report(decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
+		report(st, decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
 		return true, permit.Alerted
 	}
 	return false, false
 }
 
 func refresh(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
-	in := remediation.QuarantineInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor, Key: act.Key,
+	in := remediation.QuarantineInput{Device: st.Device, Reason: act.Plan.RuleReason, Actor: act.Actor, Key: act.Key,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
-		Members: st.Members()}
-	if st.Quarantine != nil && act.Reason != st.Quarantine.Reason {
-		in.Reason = st.Quarantine.Reason // the rule keeps the quarantine's reason; the step is in history
-	}
+		Members: act.Plan.Members}
 	var res remediation.RefreshResult
 	if err := executeLocal(ctx, rem.RefreshRule, in).Get(ctx, &res); err != nil {
-		return st.Report(decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, workflow.Now(ctx))
+		return report(st, decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}, workflow.Now(ctx))
 	}
 	if res.Missing {
-		return st.Report(decide.Result{Action: act, Outcome: decide.Missing}, workflow.Now(ctx))
+		return report(st, decide.Result{Action: act, Outcome: decide.Missing}, workflow.Now(ctx))
 	}
-	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Effect: res.Effect}, workflow.Now(ctx))
+	return report(st, decide.Result{Action: act, Outcome: decide.Done, Effect: res.Effect}, workflow.Now(ctx))
 }
 
 // fenceMembers extends a unit's standing fence to every device it is published as. A failure is
 // logged: the heartbeat's look at the rules finds the device still unfenced and asks again.
 func fenceMembers(ctx workflow.Context, st *decide.DeviceState, act decide.Action) {
-	in := remediation.QuarantineInput{Device: st.Device, Reason: st.Quarantine.Reason, Actor: st.Quarantine.Actor, Key: act.Key,
+	in := remediation.QuarantineInput{Device: st.Device, Reason: act.Plan.RuleReason, Actor: act.Plan.RuleActor, Key: act.Key,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, ExpiresAt: act.ExpiresAt, Effect: resourcev1.DeviceTaintEffect(act.Effect),
-		Members: st.Members()}
+		Members: act.Plan.Members}
 	if err := executeLocal(ctx, rem.Quarantine, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("unit not fenced in full", "unit", st.Device.String(), "why", act.Reason, "error", err)
 	}
@@ -229,10 +221,7 @@ func fenceMembers(ctx workflow.Context, st *decide.DeviceState, act decide.Actio
 // unit's whole device, or every form of it); the first failure is the result.
 func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
 	var res decide.StepResult
-	targets := st.CheckTargets()
-	if act.Kind == decide.ActRepair {
-		targets = st.RepairTarget()
-	}
+	targets := act.Plan.Targets
 	for _, id := range targets {
 		res = checkOne(ctx, st, act, id)
 		if len(targets) > 1 {
@@ -242,7 +231,7 @@ func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []de
 			break
 		}
 	}
-	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
+	return report(st, decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
 
 // checkAttempts bounds a check's activity; a repair Pod outlives every attempt but the last.
@@ -250,21 +239,12 @@ const checkAttempts = 3
 
 // checkOne runs one probe or canary Pod; an activity that fails outright is a failed check.
 func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, id device.ID) decide.StepResult {
-	c := *act.Check
-	class := c.DeviceClass
-	if class == "" {
-		class = st.DeviceClass
-	}
-	in := remediation.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: class, Identity: st.Policy.Identity,
-		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Attempts: checkAttempts}
-	if st.Quarantine != nil {
-		in.Review = st.Quarantine.Reviews
-		if l := st.Quarantine.Ladder; act.Kind == decide.ActRepair && l != nil {
-			in.Review = len(l.Tries) // a repair Pod is keyed by its try
-			in.TryAt = l.Tries[len(l.Tries)-1].At
-			in.Idle = st.FencedDevices()
-			in.Step = string(ladderStep(st).Kind)
-		}
+	c, p := *act.Check, act.Plan
+	in := remediation.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: p.DeviceClass, Identity: p.Identity,
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Attempts: checkAttempts, Review: p.Review}
+	if p.Idle != nil {
+		// A ladder's repair step: its Pod is keyed by its try, and waits for the unit to be idle.
+		in.TryAt, in.Idle, in.Step = p.TryAt, p.Idle, string(p.Step.Kind)
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,
@@ -287,7 +267,7 @@ func permitInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action
 	}
 	in := &remediation.PermitInput{Device: st.Device, Action: act.To, Woken: act.Woken}
 	if held != nil {
-		al := alertInput(ctx, st, *held)
+		al := alertInput(ctx, st, *held, act.Plan.Channel)
 		in.HeldAlert = &al
 	}
 	return in
@@ -298,11 +278,9 @@ func permitInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action
 func quarantineInput(ctx workflow.Context, st *decide.DeviceState, act decide.Action, now time.Time) remediation.QuarantineInput {
 	in := remediation.QuarantineInput{
 		Device: st.Device, Reason: act.Reason, Actor: act.Actor, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-		ExpiresAt: now.Add(st.Lease()), Effect: resourcev1.DeviceTaintEffect(act.Effect),
-		Decision: string(act.To), Reporters: st.Reporters, Members: st.Members(),
-	}
-	if n := len(st.Closed); n > 0 {
-		in.PreviousAt, in.PreviousClosedAt = st.Closed[n-1].CreatedAt, st.Closed[n-1].ClosedAt
+		ExpiresAt: now.Add(act.Plan.Lease), Effect: resourcev1.DeviceTaintEffect(act.Effect),
+		Decision: string(act.To), Reporters: act.Plan.Reporters, Members: act.Plan.Members,
+		PreviousAt: act.Plan.PreviousAt, PreviousClosedAt: act.Plan.PreviousClosedAt,
 	}
 	return in
 }

@@ -17,7 +17,7 @@ import (
 // repair runs a repair step once the circuit breaker grants it from the step's budget: resets
 // from the reset budget, node steps from the reboot budget.
 func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
-	step := ladderStep(st)
+	step := act.Plan.Step
 	var permit breaker.PermitResult
 	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset}
 	if step.Kind == policy.RepairNode {
@@ -28,12 +28,12 @@ func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []d
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) && appErr.Type() == remediation.ErrNodeGone {
 			// The device's node was deleted: no retry brings it back, the try failed.
-			return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: decide.StepResult{Reason: appErr.Message(), At: workflow.Now(ctx)}}, workflow.Now(ctx))
+			return report(st, decide.Result{Action: act, Outcome: decide.Done, Check: decide.StepResult{Reason: appErr.Message(), At: workflow.Now(ctx)}}, workflow.Now(ctx))
 		}
-		return st.Report(decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
+		return report(st, decide.Result{Action: act, Outcome: decide.Held, Reason: "circuit breaker unreachable: " + err.Error()}, workflow.Now(ctx))
 	}
 	if !permit.Granted {
-		return st.Report(decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
+		return report(st, decide.Result{Action: act, Outcome: decide.Denied, Reason: permit.Reason}, workflow.Now(ctx))
 	}
 	if step.Kind == policy.RepairNode {
 		return remediateNode(ctx, st, act, step)
@@ -41,20 +41,11 @@ func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []d
 	return check(ctx, st, act)
 }
 
-// ladderStep is the step the quarantine's ladder stands on (a zero step when there is none).
-func ladderStep(st *decide.DeviceState) policy.RepairStep {
-	if st.Quarantine == nil || st.Quarantine.Ladder == nil || st.Quarantine.Ladder.Step >= len(st.Policy.Repair.Steps) {
-		return policy.RepairStep{}
-	}
-	return st.Policy.Repair.Steps[st.Quarantine.Ladder.Step]
-}
-
 // remediateNode asks the node's remediator for a reboot and waits for it (RemediateNode); an
 // activity that fails outright is a failed try.
 func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Action, step policy.RepairStep) []decide.Action {
-	tries := st.Quarantine.Ladder.Tries
-	in := remediation.NodeInput{Device: st.Device, Node: st.Node, Step: step, Try: len(tries), TryAt: tries[len(tries)-1].At,
-		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, BootSeen: st.BootSeen()}
+	in := remediation.NodeInput{Device: st.Device, Node: st.Node, Step: step, Try: act.Plan.Try, TryAt: act.Plan.TryAt,
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, BootSeen: act.Plan.BootSeen}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: nodeStepTimeout(step),
 		HeartbeatTimeout:    30 * time.Second,
@@ -79,7 +70,7 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 		}
 		startMigrations(ctx, st, pods)
 	}
-	return st.Report(decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
+	return report(st, decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
 
 // nodeStepTimeout bounds one run of a node step's activity (it has three).
@@ -95,14 +86,4 @@ func endNodeStep(ctx workflow.Context, in remediation.NodeInput) {
 	if err := workflow.ExecuteActivity(actx, rem.EndNodeStep, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("node step's leftovers not cleared", "node", in.Node, "error", err)
 	}
-}
-
-// nodeStep is the policy's node step (a zero step when it has none).
-func nodeStep(p policy.Policy) policy.RepairStep {
-	for _, s := range p.Repair.Steps {
-		if s.Kind == policy.RepairNode {
-			return s
-		}
-	}
-	return policy.RepairStep{}
 }

@@ -287,4 +287,6 @@ type Action struct {
 	// Gather marks an alert that a fleet-wide event raises on many devices at once (an Unknown
 	// report tolerated, Healthy again within the window): the worker may send it with others.
 	Gather bool `json:"gather,omitempty"`
+	// Plan is what the action's activity needs, filled by Prepare as the action is taken up.
+	Plan *Plan `json:"-"`
 }
