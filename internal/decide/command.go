@@ -79,7 +79,7 @@ func (st *DeviceState) Validate(c Command) error {
 		if st.State == Retired {
 			return fmt.Errorf("force-quarantine: the device is retired and stays fenced")
 		}
-		if st.UnitUnknown() {
+		if unitOf(st).unitUnknown() {
 			return fmt.Errorf("force-quarantine: %s is a physical unit whose devices are not known yet; quarantine one of its devices, or wait for the watcher's report", st.Device)
 		}
 	case CmdRelease:
@@ -148,34 +148,34 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 	switch c.Kind {
 	case CmdForceQuarantine:
 		if st.State == Recovering {
-			return st.reviewFailed("forced by "+actor+reasonSuffix(c.Reason), false, actor, now)
+			return reviewOf(st).reviewFailed("forced by "+actor+reasonSuffix(c.Reason), false, actor, now)
 		}
 	case CmdRelease:
-		return st.startReview("release requested by "+actor+reasonSuffix(c.Reason), actor, now)
+		return reviewOf(st).startReview("release requested by "+actor+reasonSuffix(c.Reason), actor, now)
 	case CmdExtend:
 		st.legacyCommand(c, actor, now) // moves the expiry; the rule's annotation follows
 		if st.Quarantine == nil {
 			return nil
 		}
-		return []Action{{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}
+		return []Action{{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: fenceOf(st).wantEffect(st.State), ExpiresAt: st.Quarantine.ExpiresAt, Reason: "extended by " + actor, Actor: actor}}
 	case CmdApprove, CmdReleaseApproval:
-		if st.stepAwaiting() {
-			return st.approveStep(actor, now)
+		if repairOf(st).stepAwaiting() {
+			return repairOf(st).approveStep(actor, now)
 		}
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return nil
 		}
 		st.Review.Stage, st.Review.ApprovedBy = StageRelease, actor
 		st.transition(st.State, "release approved by "+actor, actor, now)
-		return []Action{{Kind: ActRelease, Reason: st.reviewSummary(), Actor: actor}}
+		return []Action{{Kind: ActRelease, Reason: reviewOf(st).reviewSummary(), Actor: actor}}
 	case CmdReject:
-		if st.stepAwaiting() {
-			return st.stopForApproval("rejected by "+actor+reasonSuffix(c.Reason), actor, now)
+		if repairOf(st).stepAwaiting() {
+			return repairOf(st).stopForApproval("rejected by "+actor+reasonSuffix(c.Reason), actor, now)
 		}
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return nil
 		}
-		return st.reviewFailed("release rejected by "+actor+reasonSuffix(c.Reason), false, actor, now)
+		return reviewOf(st).reviewFailed("release rejected by "+actor+reasonSuffix(c.Reason), false, actor, now)
 	}
 	return st.legacyCommand(c, actor, now)
 }
@@ -193,7 +193,7 @@ func (st *DeviceState) legacyCommand(c Command, actor string, now time.Time) []A
 		if st.State == Quarantined {
 			return nil
 		}
-		return []Action{{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: "forced by " + actor + reasonSuffix(c.Reason), Actor: actor}}
+		return []Action{{Kind: ActTaint, To: Quarantined, Effect: fenceOf(st).effect(st.Policy.TaintEffect), Reason: "forced by " + actor + reasonSuffix(c.Reason), Actor: actor}}
 	case CmdExtend:
 		if st.Quarantine == nil {
 			return nil
@@ -212,10 +212,10 @@ func (st *DeviceState) legacyCommand(c Command, actor string, now time.Time) []A
 		st.transition(st.State, "automatic actions resumed", actor, now)
 		if st.Held != nil {
 			a := *st.Held
-			st.clearHeld()
-			return st.automatic(a)
+			fenceOf(st).clearHeld()
+			return fenceOf(st).automatic(a)
 		}
-		return append(st.Tick(now), st.climb(now)...)
+		return append(st.Tick(now), repairOf(st).climb(now)...)
 	case CmdReleaseApproval:
 		st.transition(st.State, "release approved", actor, now)
 	}

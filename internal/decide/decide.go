@@ -40,10 +40,10 @@ func NewState(id device.ID, node string, p policy.Policy, dryRun bool) *DeviceSt
 // Observe takes a report from the watcher and returns what to do. A unit that grew while fenced
 // has its new devices fenced first.
 func (st *DeviceState) Observe(obs Observation, now time.Time) []Action {
-	grew := st.joinUnit(obs.Unit)
+	grew := unitOf(st).joinUnit(obs.Unit)
 	acts := st.observe(obs, now)
-	if len(grew) > 0 && st.fenced() {
-		acts = append([]Action{st.fenceMembers(strings.Join(grew, ", ") + " joined unit " + st.Unit.ID.String())}, acts...)
+	if len(grew) > 0 && fenceOf(st).fenced() {
+		acts = append([]Action{unitOf(st).fenceMembers(strings.Join(grew, ", ") + " joined unit " + st.Unit.ID.String())}, acts...)
 	}
 	return acts
 }
@@ -61,7 +61,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 			if st.rules.ReleasePath && st.Quarantine != nil && (st.State == Quarantined || st.State == Restricted || st.State == Retired) {
 				// Every heartbeat re-reads the fence: a rule removed by hand, or a dry run switched
 				// off, is seen within one heartbeat interval.
-				return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(st.State), Reason: "heartbeat"}}
+				return []Action{{Kind: ActInspectRule, Effect: fenceOf(st).wantEffect(st.State), Reason: "heartbeat"}}
 			}
 		}
 		return nil
@@ -86,7 +86,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	if len(obs.Reporters) == 0 {
 		// No pod holds the device: there is nothing to suspect, and nothing to judge staleness by.
 		// A quarantine on a repair ladder may now take its next step.
-		if acts := st.climb(now); acts != nil {
+		if acts := repairOf(st).climb(now); acts != nil {
 			return acts
 		}
 		if st.State == Suspect {
@@ -113,19 +113,19 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 	switch {
 	case st.State == Retired:
 		// Retired stays fenced whatever is reported; only a person brings it back.
-		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Retired), Reason: reason}}, true
-	case st.State == Recovering && obs.Health != device.Healthy && st.duringStep(obs):
+		return []Action{{Kind: ActInspectRule, Effect: fenceOf(st).wantEffect(Retired), Reason: reason}}, true
+	case st.State == Recovering && obs.Health != device.Healthy && reviewOf(st).duringStep(obs):
 		return nil, true
 	case st.State == Recovering && obs.Health != device.Healthy:
-		acts := st.reviewFailed(reason+" during the recovery review", true, Actor, now)
-		return append(acts, st.stillBroken(now)...), true
+		acts := reviewOf(st).reviewFailed(reason+" during the recovery review", true, Actor, now)
+		return append(acts, repairOf(st).stillBroken(now)...), true
 	case st.State == Quarantined && obs.Health == device.Unhealthy:
 		// Still failed: make sure the fence is still there (someone may have removed it).
-		return []Action{{Kind: ActInspectRule, Effect: st.wantEffect(Quarantined), Reason: reason}}, true
+		return []Action{{Kind: ActInspectRule, Effect: fenceOf(st).wantEffect(Quarantined), Reason: reason}}, true
 	case st.State == Quarantined && obs.Health == device.Healthy && obs.Source.FromDriver() && !st.Paused:
-		return st.startReview("driver reports the device healthy ("+string(obs.Source)+")", Actor, now), true
-	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused && st.evidence(obs.Reporters):
-		return st.startReview("reported Healthy again by the Pods using it", Actor, now), true
+		return reviewOf(st).startReview("driver reports the device healthy ("+string(obs.Source)+")", Actor, now), true
+	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused && reviewOf(st).evidence(obs.Reporters):
+		return reviewOf(st).startReview("reported Healthy again by the Pods using it", Actor, now), true
 	case st.State == Restricted && obs.Health == device.Healthy && !st.Paused:
 		return nil, true // only silent holders: no Pod said the device works
 	}
@@ -134,9 +134,10 @@ func (st *DeviceState) observeFenced(obs Observation, reason string, now time.Ti
 
 // duringStep reports (under StepReports) whether obs was observed before the review that follows
 // a passed repair step began: it tells of the device during the step, not after it.
-func (st *DeviceState) duringStep(obs Observation) bool {
+func (g reviewing) duringStep(obs Observation) bool {
+	st := g.st
 	r := st.Review
-	return st.rules.StepReports && r != nil && !obs.ObservedAt.IsZero() && obs.ObservedAt.Before(r.StartedAt) && st.RepairedBy() != ""
+	return st.rules.StepReports && r != nil && !obs.ObservedAt.IsZero() && obs.ObservedAt.Before(r.StartedAt) && repairOf(st).repairedBy() != ""
 }
 
 func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) []Action {
@@ -145,10 +146,10 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 		if st.State == Quarantined || st.State == Retired || (st.Held != nil && st.Held.To == Quarantined) {
 			return nil
 		}
-		acts := st.automatic(Action{Kind: ActTaint, To: Quarantined, Effect: st.effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true})
+		acts := fenceOf(st).automatic(Action{Kind: ActTaint, To: Quarantined, Effect: fenceOf(st).effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true})
 		return append(acts, Action{Kind: ActAlert, Level: LevelCritical, Reason: reason})
 	case device.Unknown:
-		if !st.inService() {
+		if !fenceOf(st).inService() {
 			return nil
 		}
 		st.UnknownEpisodes++
@@ -163,7 +164,7 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 			Reason: fmt.Sprintf("%s; new allocations restricted at %s unless it reports Healthy", reason, st.ToleranceUntil.UTC().Format(time.RFC3339))}}
 	default: // Healthy
 		if st.Held != nil && st.Held.To == Restricted {
-			st.clearHeld()
+			fenceOf(st).clearHeld()
 		}
 		if st.State == Suspect {
 			st.ToleranceUntil = time.Time{}
@@ -189,34 +190,34 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 	}
 	if st.State == Suspect && !st.Paused && !st.ToleranceUntil.IsZero() && !now.Before(st.ToleranceUntil) && (st.Held == nil) {
 		reason := fmt.Sprintf("Unknown for the whole tolerance window (until %s) without a Healthy report", st.ToleranceUntil.UTC().Format(time.RFC3339))
-		acts = append(acts, st.automatic(Action{Kind: ActTaint, To: Restricted, Effect: st.effect(policy.EffectNoSchedule), Reason: reason, Actor: Actor, Automatic: true})...)
+		acts = append(acts, fenceOf(st).automatic(Action{Kind: ActTaint, To: Restricted, Effect: fenceOf(st).effect(policy.EffectNoSchedule), Reason: reason, Actor: Actor, Automatic: true})...)
 	}
 	if st.Held != nil && !st.Paused && !st.RetryAt.IsZero() && !now.Before(st.RetryAt) {
 		a := *st.Held
-		st.clearHeld()
+		fenceOf(st).clearHeld()
 		acts = append(acts, a)
 	}
 	if r := st.Review; r != nil && st.State == Recovering && !r.Until.IsZero() && !now.Before(r.Until) {
 		switch r.Stage {
 		case StageStability:
-			acts = append(acts, st.stabilityDone(now)...)
+			acts = append(acts, reviewOf(st).stabilityDone(now)...)
 		case StageApproval:
-			acts = append(acts, st.reviewFailed(fmt.Sprintf("no approval within %s", st.Policy.ApprovalTimeout.D()), false, Actor, now)...)
+			acts = append(acts, reviewOf(st).reviewFailed(fmt.Sprintf("no approval within %s", st.Policy.ApprovalTimeout.D()), false, Actor, now)...)
 		}
 	}
-	if l := st.ladderRetry(); !l.IsZero() && !now.Before(l) {
+	if l := repairOf(st).ladderRetry(); !l.IsZero() && !now.Before(l) {
 		st.Quarantine.Ladder.RetryAt = time.Time{}
-		acts = append(acts, st.climb(now)...)
+		acts = append(acts, repairOf(st).climb(now)...)
 	}
-	if d := st.stepApprovalDue(); !d.IsZero() && !now.Before(d) {
-		acts = append(acts, st.stopForApproval(fmt.Sprintf("had no approval within %s", st.Policy.ApprovalTimeout.D()), Actor, now)...)
+	if d := repairOf(st).stepApprovalDue(); !d.IsZero() && !now.Before(d) {
+		acts = append(acts, repairOf(st).stopForApproval(fmt.Sprintf("had no approval within %s", st.Policy.ApprovalTimeout.D()), Actor, now)...)
 	}
 	if q := st.Quarantine; q != nil && (st.State == Quarantined || st.State == Restricted) && !now.Before(q.ExpiresAt) {
 		// A restriction whose Pods are gone gets the same review; one still in use recovers when
 		// its Pods report Healthy again.
-		repairing := st.laddered() && st.Quarantine.Ladder.Running
+		repairing := repairOf(st).laddered() && st.Quarantine.Ladder.Running
 		if st.rules.ReleasePath && !st.Paused && !repairing && (st.State == Quarantined || len(st.Reporters) == 0) {
-			return append(acts, st.startReview("quarantine lease ended", Actor, now)...)
+			return append(acts, reviewOf(st).startReview("quarantine lease ended", Actor, now)...)
 		}
 		// Never a silent release: the lease is renewed and the expiry is audited and alerted.
 		q.ExpiresAt = now.Add(st.Policy.QuarantineLease.D())
@@ -224,43 +225,10 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 		st.transition(st.State, reason, Actor, now)
 		acts = append(acts, Action{Kind: ActAlert, Level: LevelWarning, Reason: reason})
 		if st.rules.ReleasePath {
-			acts = append(acts, Action{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: st.wantEffect(st.State), ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor})
+			acts = append(acts, Action{Kind: ActRefreshRule, Key: TaintQuarantine, Effect: fenceOf(st).wantEffect(st.State), ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor})
 		}
 	}
 	return acts
-}
-
-// Lease is how long a quarantine taken now lasts, on its record and on its rule: the policy's
-// quarantine lease, or on the release path the review interval (which grows after failed reviews).
-func (st *DeviceState) Lease() time.Duration {
-	if st.rules.ReleasePath {
-		return st.interval()
-	}
-	return st.Policy.QuarantineLease.D()
-}
-
-// applied records a taint that the activity carried out.
-func (st *DeviceState) applied(a Action, rule string, now time.Time) {
-	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
-		CreatedAt: now, ExpiresAt: now.Add(st.Lease()), State: a.To}
-	st.ToleranceUntil, st.TaintFailures, st.Review = time.Time{}, 0, nil
-	st.clearHeld()
-	st.transition(a.To, a.Reason, a.Actor, now)
-}
-
-// hold records that the circuit breaker withheld an automatic action.
-func (st *DeviceState) hold(a Action, reason string, now time.Time) {
-	a.Woken = false
-	st.Held, st.HeldReason, st.RetryAt = &a, reason, now.Add(BreakerRetry)
-}
-
-// denied records that the circuit breaker refused an automatic action. A breaker that wakes
-// waiting devices is not asked again until it does (or the fallback passes).
-func (st *DeviceState) denied(a Action, reason string, now time.Time) {
-	st.hold(a, reason, now)
-	if st.rules.BreakerWake {
-		st.RetryAt = now.Add(BreakerFallback)
-	}
 }
 
 // Woken is the breaker's word that it may grant again: a held action is retried now.
@@ -296,19 +264,19 @@ func (st *DeviceState) NextDeadline() time.Time {
 	if st.Review != nil && st.State == Recovering {
 		consider(st.Review.Until)
 	}
-	consider(st.ladderRetry())
-	consider(st.stepApprovalDue())
+	consider(repairOf(st).ladderRetry())
+	consider(repairOf(st).stepApprovalDue())
 	return next
 }
 
 // Idle reports a Healthy device that no pod holds and that waits for nothing: its workflow may end.
 func (st *DeviceState) Idle() bool {
-	return st.inService() && len(st.Reporters) == 0 && st.Held == nil && !st.Paused
+	return fenceOf(st).inService() && len(st.Reporters) == 0 && st.Held == nil && !st.Paused
 }
 
 // staleAt is when the current Healthy report goes stale; zero when staleness does not apply.
 func (st *DeviceState) staleAt() time.Time {
-	if st.Health != device.Healthy || st.Stale || len(st.Reporters) == 0 || st.LastHeard.IsZero() || !st.inService() {
+	if st.Health != device.Healthy || st.Stale || len(st.Reporters) == 0 || st.LastHeard.IsZero() || !fenceOf(st).inService() {
 		return time.Time{}
 	}
 	at := st.LastHeard.Add(st.Policy.HeartbeatLimit.D())
@@ -316,28 +284,6 @@ func (st *DeviceState) staleAt() time.Time {
 		return st.StaleGraceUntil
 	}
 	return at
-}
-
-func (st *DeviceState) automatic(a Action) []Action {
-	if st.Paused {
-		st.Held, st.HeldReason, st.RetryAt = &a, "automatic actions paused for this device", time.Time{}
-		return nil
-	}
-	return []Action{a}
-}
-
-func (st *DeviceState) clearHeld() { st.Held, st.HeldReason, st.RetryAt = nil, "", time.Time{} }
-
-// inService reports a device that is in use as usual: healthy, or released after a quarantine.
-func (st *DeviceState) inService() bool { return st.State == Healthy || st.State == Released }
-
-// effect is the taint effect to ask for. Runs on the release path leave dry run to the worker
-// (read per decision); older runs froze it in their state.
-func (st *DeviceState) effect(e string) string {
-	if st.DryRun && !st.rules.ReleasePath {
-		return policy.EffectNone
-	}
-	return e
 }
 
 func (st *DeviceState) transition(to State, reason, actor string, now time.Time) {

@@ -49,9 +49,9 @@ func run(p policy.Policy, dryRun bool, steps []step) (*DeviceState, []Action) {
 		for _, a := range acts {
 			if a.Kind == ActTaint {
 				if s.hold != "" {
-					st.hold(a, s.hold, now)
+					fenceOf(st).hold(a, s.hold, now)
 				} else {
-					st.applied(a, dev.TaintRuleName(), now)
+					fenceOf(st).applied(a, dev.TaintRuleName(), now)
 				}
 			}
 		}

@@ -75,26 +75,26 @@ func TestReviewEdges(t *testing.T) {
 	p.StabilityWindow = 0
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", p, false)
 	st.rules.ReleasePath = true
-	st.applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", t0)
+	fenceOf(st).applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", t0)
 	st.Review = &Review{Stage: StageCanary, From: Quarantined}
 	st.State = Recovering
-	acts := st.startWindow(t0)
+	acts := reviewOf(st).startWindow(t0)
 	if st.Review == nil || st.Review.Stage == StageStability {
 		t.Fatalf("a zero window must end at once: review %+v, actions %+v", st.Review, acts)
 	}
 	noRecord := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", policy.Default(), false)
 	noRecord.Review = &Review{Stage: StageProbe, From: Restricted}
-	if acts := noRecord.reviewFailed("probe failed", false, Actor, t0); acts != nil || len(noRecord.Transitions) != 1 || noRecord.Review != nil {
+	if acts := reviewOf(noRecord).reviewFailed("probe failed", false, Actor, t0); acts != nil || len(noRecord.Transitions) != 1 || noRecord.Review != nil {
 		t.Fatalf("a review without a quarantine record: %v %+v", acts, noRecord.Transitions)
 	}
-	if acts := noRecord.releaseDone(t0); acts != nil {
+	if acts := reviewOf(noRecord).releaseDone(t0); acts != nil {
 		t.Fatalf("release done with no review: %v", acts)
 	}
 }
 
 func TestSummaryOfHeldActions(t *testing.T) {
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", policy.Default(), false)
-	st.hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
+	fenceOf(st).hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
 	if n := st.Next(); n != "retry Quarantined at "+t0.Add(BreakerRetry).UTC().Format(time.RFC3339)+" (circuit breaker open)" {
 		t.Fatalf("next %q", n)
 	}

@@ -231,7 +231,7 @@ func TestClosedRecordsKeepFaultsFirst(t *testing.T) {
 		st.Closed = append(st.Closed, QuarantineRecord{State: s, CreatedAt: t0.Add(time.Duration(i) * time.Minute)})
 	}
 	st.Quarantine = &QuarantineRecord{State: Quarantined, CreatedAt: t0.Add(time.Hour)}
-	st.closeRecord("op", "released", t0.Add(2*time.Hour))
+	fenceOf(st).closeRecord("op", "released", t0.Add(2*time.Hour))
 	if len(st.Closed) != maxClosed {
 		t.Fatalf("%d records", len(st.Closed))
 	}
@@ -245,7 +245,7 @@ func TestClosedRecordsKeepFaultsFirst(t *testing.T) {
 	}
 	// With no restriction left, the oldest goes.
 	st.Quarantine = &QuarantineRecord{State: Quarantined, CreatedAt: t0.Add(3 * time.Hour)}
-	st.closeRecord("op", "released", t0.Add(4*time.Hour))
+	fenceOf(st).closeRecord("op", "released", t0.Add(4*time.Hour))
 	if len(st.Closed) != maxClosed || !st.Closed[0].CreatedAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("first %s of %d", st.Closed[0].CreatedAt, len(st.Closed))
 	}
@@ -267,10 +267,10 @@ func TestRetiredAndReleasedIsNotRepaired(t *testing.T) {
 	acts = st.Report(Result{Action: acts[0], Outcome: Done}, t0.Add(time.Hour))
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(time.Hour))
 	wantKinds(t, "a person approves", acts, ActRequestApproval)
-	if by := st.RepairedBy(); by != "" {
+	if by := repairOf(st).repairedBy(); by != "" {
 		t.Fatalf("a retired device released by a person counts as repaired by %q", by)
 	}
-	if st.FirstReviewPassed() {
+	if reviewOf(st).firstReviewPassed() {
 		t.Fatal("a retired device counts as falsely quarantined")
 	}
 }

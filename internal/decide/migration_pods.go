@@ -2,11 +2,12 @@ package decide
 
 import "github.com/devicewarden/devicewarden/internal/device"
 
-// MigrationPods says which Pods to move after an action was applied: those that reported the
+// migrationPods says which Pods to move after an action was applied: those that reported the
 // device, when the action quarantined it because it is Unhealthy and the policy moves jobs. Unknown
 // never moves a job (Suspect and Restricted devices keep theirs), nor does a forced quarantine of a
 // device no Pod reported Unhealthy.
-func (st *DeviceState) MigrationPods(act Action) []PodRef {
+func (g fencing) migrationPods(act Action) []PodRef {
+	st := g.st
 	if act.To != Quarantined || st.Health != device.Unhealthy || !st.Policy.Migration.Enabled {
 		return nil
 	}

@@ -14,7 +14,7 @@ func TestHeldQuarantineIsNotAskedTwice(t *testing.T) {
 	acts := st.Observe(obs(device.Unhealthy, 1, ""), t0)
 	for _, a := range acts {
 		if a.Kind == ActTaint {
-			st.denied(a, "circuit breaker open", t0)
+			fenceOf(st).denied(a, "circuit breaker open", t0)
 		}
 	}
 	if acts := st.Observe(obs(device.Unhealthy, 2, ""), t0.Add(time.Second)); len(acts) != 0 {
@@ -32,7 +32,7 @@ func TestHeldQuarantineIsNotAskedTwice(t *testing.T) {
 	st.Observe(obs(device.Unknown, 1, ""), t0)
 	for _, a := range st.Tick(st.ToleranceUntil) {
 		if a.Kind == ActTaint {
-			st.denied(a, "restrictions held", st.ToleranceUntil)
+			fenceOf(st).denied(a, "restrictions held", st.ToleranceUntil)
 		}
 	}
 	if st.Held == nil || st.Held.To != Restricted {
@@ -70,7 +70,7 @@ func TestRuleGoneWhileHealthyIsAReleaseWithAnAlert(t *testing.T) {
 	if st.State != Quarantined || st.Health != device.Healthy {
 		t.Fatalf("setup: %s %s", st.State, st.Health)
 	}
-	acts := st.ruleSeen(RuleInfo{Name: dev.TaintRuleName()}, t0.Add(2*time.Minute))
+	acts := fenceOf(st).ruleSeen(RuleInfo{Name: dev.TaintRuleName()}, t0.Add(2*time.Minute))
 	if st.State != Released || len(acts) != 1 || acts[0].Kind != ActAlert {
 		t.Fatalf("after the rule went: %s %v", st.State, acts)
 	}

@@ -70,7 +70,7 @@ var needsQuarantine = map[ActionKind]bool{ActRepair: true, ActRequestApproval: t
 
 // Prepare completes an action with its Plan, from the state now.
 func Prepare(st *DeviceState, a Action) Action {
-	p := &Plan{Members: st.Members()}
+	p := &Plan{Members: unitOf(st).members()}
 	a.Plan = p
 	if st.Quarantine == nil && needsQuarantine[a.Kind] {
 		p.Drop = "the quarantine ended"
@@ -81,7 +81,7 @@ func Prepare(st *DeviceState, a Action) Action {
 	}
 	switch a.Kind {
 	case ActTaint:
-		p.UnitUnknown, p.Lease, p.Reporters, p.Migrate = st.UnitUnknown(), st.Lease(), st.Reporters, st.MigrationPods(a)
+		p.UnitUnknown, p.Lease, p.Reporters, p.Migrate = unitOf(st).unitUnknown(), fenceOf(st).lease(), st.Reporters, fenceOf(st).migrationPods(a)
 		if n := len(st.Closed); n > 0 {
 			p.PreviousAt, p.PreviousClosedAt = st.Closed[n-1].CreatedAt, st.Closed[n-1].ClosedAt
 		}
@@ -93,7 +93,7 @@ func Prepare(st *DeviceState, a Action) Action {
 	case ActFenceMembers:
 		p.RuleReason, p.RuleActor = st.Quarantine.Reason, st.Quarantine.Actor
 	case ActProbe, ActCanary, ActRepair:
-		st.prepareCheck(a, p)
+		repairOf(st).prepareCheck(a, p)
 	case ActRequestApproval:
 		p.Channel = st.Policy.SlackChannel // an approval always goes to the policy's channel
 		p.QuarantineReason = st.Quarantine.Reason
@@ -103,26 +103,27 @@ func Prepare(st *DeviceState, a Action) Action {
 			p.Ask, p.AskStep = st.StepApproval()
 		}
 	case ActRetire:
-		p.Evidence = st.Evidence()
+		p.Evidence = repairOf(st).evidence()
 	case ActEndNodeStep:
 		p.Step = nodeStep(st.Policy)
 	case ActRelease:
-		p.QuarantinedAt, p.FirstReviewPassed, p.Reporters = st.Quarantine.CreatedAt, st.FirstReviewPassed(), st.Reporters
-		p.RepairedBy, p.NodeFence = st.RepairedBy(), st.Policy.Repair.MovesHolders()
+		p.QuarantinedAt, p.FirstReviewPassed, p.Reporters = st.Quarantine.CreatedAt, reviewOf(st).firstReviewPassed(), st.Reporters
+		p.RepairedBy, p.NodeFence = repairOf(st).repairedBy(), st.Policy.Repair.MovesHolders()
 	}
 	return a
 }
 
 // prepareCheck plans a probe, canary or repair step.
-func (st *DeviceState) prepareCheck(a Action, p *Plan) {
-	p.Targets, p.DeviceClass, p.Identity = st.CheckTargets(), st.DeviceClass, st.Policy.Identity
+func (g repairing) prepareCheck(a Action, p *Plan) {
+	st := g.st
+	p.Targets, p.DeviceClass, p.Identity = unitOf(st).checkTargets(), st.DeviceClass, st.Policy.Identity
 	if a.Check != nil && a.Check.DeviceClass != "" {
 		p.DeviceClass = a.Check.DeviceClass
 	}
 	if a.Kind == ActRepair {
-		p.Targets = st.RepairTarget()
-		p.Step = st.ladderStep()
-		p.BootSeen = st.BootSeen()
+		p.Targets = unitOf(st).repairTarget()
+		p.Step = repairOf(st).ladderStep()
+		p.BootSeen = repairOf(st).bootSeen()
 	}
 	if st.Quarantine == nil {
 		return
@@ -133,12 +134,13 @@ func (st *DeviceState) prepareCheck(a Action, p *Plan) {
 		if len(l.Tries) > 0 {
 			p.TryAt = l.Tries[len(l.Tries)-1].At
 		}
-		p.Idle = st.FencedDevices()
+		p.Idle = unitOf(st).fencedDevices()
 	}
 }
 
 // ladderStep is the step the quarantine's ladder stands on (a zero step when there is none).
-func (st *DeviceState) ladderStep() policy.RepairStep {
+func (g repairing) ladderStep() policy.RepairStep {
+	st := g.st
 	if st.Quarantine == nil || st.Quarantine.Ladder == nil || st.Quarantine.Ladder.Step >= len(st.Policy.Repair.Steps) {
 		return policy.RepairStep{}
 	}

@@ -70,35 +70,38 @@ type RepairTry struct {
 }
 
 // laddered says whether this quarantine climbs a ladder.
-func (st *DeviceState) laddered() bool {
+func (g repairing) laddered() bool {
+	st := g.st
 	return st.rules.Repair && st.Policy.Repair.Enabled() && st.Quarantine != nil && st.Quarantine.Ladder != nil
 }
 
 // startLadder puts a fresh quarantine on its policy's ladder, or retires a device that relapsed
 // RetireAfter times within policy.RelapseWindow.
-func (st *DeviceState) startLadder(now time.Time) []Action {
+func (g repairing) startLadder(now time.Time) []Action {
+	st := g.st
 	if !st.rules.Repair || !st.Policy.Repair.Enabled() || st.Quarantine == nil || st.State != Quarantined {
 		return nil
 	}
 	st.Quarantine.Ladder = &Ladder{Due: true}
 	if n := st.Policy.Repair.RetireAfter; n > 0 {
-		if k := st.quarantinesSince(now.Add(-policy.RelapseWindow)); k >= n {
-			return st.retire(fmt.Sprintf("quarantined %d times within %s (retireAfter %d): a lemon", k, policy.RelapseWindow, n), now)
+		if k := g.quarantinesSince(now.Add(-policy.RelapseWindow)); k >= n {
+			return g.retire(fmt.Sprintf("quarantined %d times within %s (retireAfter %d): a lemon", k, policy.RelapseWindow, n), now)
 		}
 	}
-	return st.climb(now)
+	return g.climb(now)
 }
 
 // quarantinesSince counts the quarantines taken since t, the current one included. Under
 // LadderTrust only fences for a fault count: a restriction (Unknown for a whole tolerance window)
 // says nothing of the device's hardware.
-func (st *DeviceState) quarantinesSince(t time.Time) int {
+func (g repairing) quarantinesSince(t time.Time) int {
+	st := g.st
 	n := 0
-	if q := st.Quarantine; q != nil && !q.CreatedAt.Before(t) && st.forFault(*q) {
+	if q := st.Quarantine; q != nil && !q.CreatedAt.Before(t) && g.forFault(*q) {
 		n++
 	}
 	for _, q := range st.Closed {
-		if !q.CreatedAt.Before(t) && st.forFault(q) {
+		if !q.CreatedAt.Before(t) && g.forFault(q) {
 			n++
 		}
 	}
@@ -108,20 +111,22 @@ func (st *DeviceState) quarantinesSince(t time.Time) int {
 // forFault says whether a quarantine record counts toward retireAfter. A record written before
 // records kept their state is a restriction when it carries a restriction's effect and the
 // policy quarantines with another.
-func (st *DeviceState) forFault(q QuarantineRecord) bool {
+func (g repairing) forFault(q QuarantineRecord) bool {
+	st := g.st
 	switch {
 	case !st.rules.LadderTrust:
 		return true
 	case q.State != "":
 		return q.State == Quarantined
 	}
-	return q.Effect != policy.EffectNoSchedule || st.wantEffect(Quarantined) == policy.EffectNoSchedule
+	return q.Effect != policy.EffectNoSchedule || fenceOf(st).wantEffect(Quarantined) == policy.EffectNoSchedule
 }
 
 // climb runs the ladder's next try, once the device is idle: no Pod holds it (its holders moved,
 // or there were none). A reset while a holder remains would kill its job.
-func (st *DeviceState) climb(now time.Time) []Action {
-	if !st.laddered() || st.State != Quarantined || st.Paused || len(st.Reporters) > 0 {
+func (g repairing) climb(now time.Time) []Action {
+	st := g.st
+	if !g.laddered() || st.State != Quarantined || st.Paused || len(st.Reporters) > 0 {
 		return nil
 	}
 	l := st.Quarantine.Ladder
@@ -139,11 +144,11 @@ func (st *DeviceState) climb(now time.Time) []Action {
 		l.Step, l.Attempt = l.Step+1, 1
 	}
 	if l.Step >= len(steps) {
-		return st.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries)", len(l.Tries)), now)
+		return g.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries)", len(l.Tries)), now)
 	}
 	s := steps[l.Step]
 	if s.Approval && l.ApprovedTry != len(l.Tries)+1 {
-		return st.askApproval(now)
+		return g.askApproval(now)
 	}
 	l.Running = true
 	l.Tries = append(l.Tries, RepairTry{Kind: s.Kind, Attempt: l.Attempt, At: now})
@@ -156,8 +161,9 @@ func (st *DeviceState) climb(now time.Time) []Action {
 
 // repaired takes a step's outcome: a step that did its work is proven by the review; one that
 // did not is the ladder's next try.
-func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
-	if !st.laddered() || !st.Quarantine.Ladder.Running {
+func (g repairing) repaired(res StepResult, now time.Time) []Action {
+	st := g.st
+	if !g.laddered() || !st.Quarantine.Ladder.Running {
 		return nil
 	}
 	l := st.Quarantine.Ladder
@@ -166,7 +172,7 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 		if len(res.Holders) > 0 {
 			retry = MoveRetry
 		}
-		st.tryLater(res.Reason, now.Add(retry), now)
+		g.tryLater(res.Reason, now.Add(retry), now)
 		return nil
 	}
 	l.Running, l.RetryAt = false, time.Time{}
@@ -180,30 +186,32 @@ func (st *DeviceState) repaired(res StepResult, now time.Time) []Action {
 	if !res.Passed {
 		try.Review = "not run: the step failed"
 		l.Due = true
-		return st.tryFailed(*try, "failed: "+res.Reason, now)
+		return g.tryFailed(*try, "failed: "+res.Reason, now)
 	}
-	return st.startReview(fmt.Sprintf("repair: %s attempt %d done (%s)", try.Kind, try.Attempt, res.Reason), Actor, now)
+	return reviewOf(st).startReview(fmt.Sprintf("repair: %s attempt %d done (%s)", try.Kind, try.Attempt, res.Reason), Actor, now)
 }
 
 // stillBroken: a review found the device still broken (a probe or canary failed, or it was
 // reported so during the review). The ladder, if any, takes its next try once the device is idle.
-func (st *DeviceState) stillBroken(now time.Time) []Action {
-	if !st.laddered() {
+func (g repairing) stillBroken(now time.Time) []Action {
+	st := g.st
+	if !g.laddered() {
 		return nil
 	}
 	l := st.Quarantine.Ladder
 	l.Due = true
 	if n := len(l.Tries); n > 0 && l.Tries[n-1].Result != nil && l.Tries[n-1].Result.Passed {
-		return st.tryFailed(l.Tries[n-1], "ran, but the device is still broken", now)
+		return g.tryFailed(l.Tries[n-1], "ran, but the device is still broken", now)
 	}
-	return st.climb(now)
+	return g.climb(now)
 }
 
 // tryFailed takes the ladder's next try after a failed one and, under StepAlerts, warns what the
 // try found and what comes next (the next try, a person's approval, or the device's retirement,
 // which alerts on its own).
-func (st *DeviceState) tryFailed(try RepairTry, what string, now time.Time) []Action {
-	acts := st.climb(now)
+func (g repairing) tryFailed(try RepairTry, what string, now time.Time) []Action {
+	st := g.st
+	acts := g.climb(now)
 	if !st.rules.StepAlerts || st.State == Retired {
 		return acts
 	}
@@ -219,8 +227,9 @@ func (st *DeviceState) tryFailed(try RepairTry, what string, now time.Time) []Ac
 }
 
 // reviewEnded records on the try before it how a review ended (its first review only).
-func (st *DeviceState) reviewEnded(outcome string) {
-	if !st.laddered() {
+func (g reviewing) reviewEnded(outcome string) {
+	st := g.st
+	if !repairOf(st).laddered() {
 		return
 	}
 	l := st.Quarantine.Ladder
@@ -230,7 +239,8 @@ func (st *DeviceState) reviewEnded(outcome string) {
 }
 
 // retire gives the device up: it stays fenced, is never reviewed again, and its evidence is written.
-func (st *DeviceState) retire(reason string, now time.Time) []Action {
+func (g repairing) retire(reason string, now time.Time) []Action {
+	st := g.st
 	st.Review = nil
 	st.transition(Retired, "retired: "+reason, Actor, now)
 	return []Action{
@@ -239,9 +249,10 @@ func (st *DeviceState) retire(reason string, now time.Time) []Action {
 	}
 }
 
-// Evidence is a retired device's record for the people who replace it: every fault, step and
+// evidence is a retired device's record for the people who replace it: every fault, step and
 // probe of the quarantine, with times.
-func (st *DeviceState) Evidence() map[string]string {
+func (g repairing) evidence() map[string]string {
+	st := g.st
 	out := map[string]string{"device": st.Device.String(), "node": st.Node, "state": string(st.State)}
 	if q := st.Quarantine; q != nil {
 		out["quarantined"] = q.CreatedAt.UTC().Format(time.RFC3339) + " " + q.Reason
@@ -271,8 +282,9 @@ func (st *DeviceState) Evidence() map[string]string {
 }
 
 // ladderRetry is when a try that found the device busy looks again; zero when none waits.
-func (st *DeviceState) ladderRetry() time.Time {
-	if !st.laddered() || st.State != Quarantined || st.Paused {
+func (g repairing) ladderRetry() time.Time {
+	st := g.st
+	if !g.laddered() || st.State != Quarantined || st.Paused {
 		return time.Time{}
 	}
 	return st.Quarantine.Ladder.RetryAt
@@ -280,14 +292,15 @@ func (st *DeviceState) ladderRetry() time.Time {
 
 // tryLater undoes a try that never ran (the device still held, the breaker's reset budget spent):
 // it is taken again at at, or once the device is reported idle.
-func (st *DeviceState) tryLater(reason string, at, now time.Time) {
-	if !st.laddered() || !st.Quarantine.Ladder.Running {
+func (g repairing) tryLater(reason string, at, now time.Time) {
+	st := g.st
+	if !g.laddered() || !st.Quarantine.Ladder.Running {
 		return
 	}
 	l := st.Quarantine.Ladder
 	l.Running = false
 	l.Tries = l.Tries[:len(l.Tries)-1]
-	st.rewind()
+	g.rewind()
 	l.Due, l.RetryAt = true, at
 	// A device held for hours is looked at every minute: the trail says so once per reason.
 	if n := len(st.Transitions); n == 0 || st.Transitions[n-1].Reason != "repair waits: "+reason {
@@ -296,20 +309,22 @@ func (st *DeviceState) tryLater(reason string, at, now time.Time) {
 }
 
 // rewind takes the ladder back one try, so that climb takes the same step and attempt again.
-func (st *DeviceState) rewind() {
+func (g repairing) rewind() {
+	st := g.st
 	l := st.Quarantine.Ladder
 	if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
 		l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
 	}
 }
 
-// RepairedBy is the step whose try the review being passed followed ("" when the quarantine took
+// repairedBy is the step whose try the review being passed followed ("" when the quarantine took
 // no try): a device a repair brought back was broken, not falsely quarantined.
 //
 // Only the review that followed a step that passed counts: not a retired device a person
 // releases (no step brought it back), nor a review the quarantine came to on its own after a
 // failed try.
-func (st *DeviceState) RepairedBy() string {
+func (g repairing) repairedBy() string {
+	st := g.st
 	if st.Quarantine == nil || st.Quarantine.Ladder == nil || len(st.Quarantine.Ladder.Tries) == 0 {
 		return ""
 	}
@@ -320,10 +335,11 @@ func (st *DeviceState) RepairedBy() string {
 	return string(last.Kind)
 }
 
-// RepairStep says where a quarantine stands on its ladder, for the Temporal UI: the step and its
+// repairStep says where a quarantine stands on its ladder, for the Temporal UI: the step and its
 // try ("reset 1/2") from the first try until the quarantine ends; "" otherwise.
-func (st *DeviceState) RepairStep() string {
-	if !st.laddered() || len(st.Quarantine.Ladder.Tries) == 0 || (st.State != Quarantined && st.State != Recovering) {
+func (g repairing) repairStep() string {
+	st := g.st
+	if !g.laddered() || len(st.Quarantine.Ladder.Tries) == 0 || (st.State != Quarantined && st.State != Recovering) {
 		return ""
 	}
 	l := st.Quarantine.Ladder
@@ -331,9 +347,10 @@ func (st *DeviceState) RepairStep() string {
 	return fmt.Sprintf("%s %d/%d", t.Kind, t.Attempt, st.Policy.Repair.Steps[min(l.Step, len(st.Policy.Repair.Steps)-1)].Attempts)
 }
 
-// BootSeen is the node's boot ID the quarantine's latest try saw ("" when none recorded one): a
+// bootSeen is the node's boot ID the quarantine's latest try saw ("" when none recorded one): a
 // node step that finds another has no reboot to ask for.
-func (st *DeviceState) BootSeen() string {
+func (g repairing) bootSeen() string {
+	st := g.st
 	if st.Quarantine == nil || st.Quarantine.Ladder == nil {
 		return ""
 	}
@@ -345,3 +362,9 @@ func (st *DeviceState) BootSeen() string {
 	}
 	return ""
 }
+
+// repairing is the quarantine's repair ladder: which step comes next, its tries and approvals,
+// and retirement with the evidence.
+type repairing struct{ st *DeviceState }
+
+func repairOf(st *DeviceState) repairing { return repairing{st} }

@@ -11,7 +11,8 @@ import (
 // quarantine waits for its review, as a review that ends without approval does.
 
 // askApproval puts the try climb is about to take on hold until a person approves it.
-func (st *DeviceState) askApproval(now time.Time) []Action {
+func (g repairing) askApproval(now time.Time) []Action {
+	st := g.st
 	l := st.Quarantine.Ladder
 	s := st.Policy.Repair.Steps[l.Step]
 	l.Awaiting, l.ApprovalUntil = true, now.Add(st.Policy.ApprovalTimeout.D())
@@ -27,7 +28,8 @@ func (st *DeviceState) askApproval(now time.Time) []Action {
 
 // stepAwaiting says whether a ladder step waits for a person's approval now. It reads the record
 // alone (not the run's rules), so a queried state answers it too.
-func (st *DeviceState) stepAwaiting() bool {
+func (g repairing) stepAwaiting() bool {
+	st := g.st
 	q := st.Quarantine
 	return q != nil && q.Ladder != nil && q.Ladder.Awaiting && q.Ladder.Step < len(st.Policy.Repair.Steps) &&
 		st.State == Quarantined && st.Review == nil
@@ -39,7 +41,7 @@ func (st *DeviceState) stepAwaiting() bool {
 // the try (repair-<try>-<step>-<quarantine>), so a button from an earlier quarantine of the
 // device approves nothing in this one; before, it was repair-<try>.
 func (st *DeviceState) StepApproval() (id, step string) {
-	if !st.stepAwaiting() {
+	if !repairOf(st).stepAwaiting() {
 		return "", ""
 	}
 	l := st.Quarantine.Ladder
@@ -64,25 +66,27 @@ func (st *DeviceState) Ask() string {
 }
 
 // approveStep runs the waiting step, once the device is idle and automatic actions are not paused.
-func (st *DeviceState) approveStep(actor string, now time.Time) []Action {
+func (g repairing) approveStep(actor string, now time.Time) []Action {
+	st := g.st
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
 	l.endAsk()
 	l.ApprovedTry, l.ApprovedBy = len(l.Tries)+1, actor
 	st.transition(st.State, fmt.Sprintf("repair: %s step approved by %s", kind, actor), actor, now)
-	st.rewind()
+	g.rewind()
 	l.Due = true
-	return st.climb(now)
+	return g.climb(now)
 }
 
 // stopForApproval ends the ladder's wait without the step: rejected, or not answered in time.
-func (st *DeviceState) stopForApproval(why, actor string, now time.Time) []Action {
+func (g repairing) stopForApproval(why, actor string, now time.Time) []Action {
+	st := g.st
 	l := st.Quarantine.Ladder
 	_, kind := st.StepApproval()
 	l.endAsk()
 	l.Due = false
 	if st.rules.LadderTrust {
-		st.rewind() // the step never ran: a later failed review asks for it again, it does not climb past it
+		g.rewind() // the step never ran: a later failed review asks for it again, it does not climb past it
 	}
 	st.transition(st.State, fmt.Sprintf("repair stopped: %s step %s; the quarantine waits for its review", kind, why), actor, now)
 	return nil
@@ -90,20 +94,22 @@ func (st *DeviceState) stopForApproval(why, actor string, now time.Time) []Actio
 
 // askOvertaken undoes an ask for approval that a release review overtook (a person's `device
 // release` while the step waited): the step never ran, so the ladder's next climb takes it again.
-func (st *DeviceState) askOvertaken() {
-	if !st.rules.LadderTrust || !st.laddered() || !st.Quarantine.Ladder.Awaiting {
+func (g repairing) askOvertaken() {
+	st := g.st
+	if !st.rules.LadderTrust || !g.laddered() || !st.Quarantine.Ladder.Awaiting {
 		return
 	}
 	st.Quarantine.Ladder.endAsk()
-	st.rewind()
+	g.rewind()
 }
 
 // endAsk ends the wait for a step's approval: approved, stopped or overtaken.
 func (l *Ladder) endAsk() { l.Awaiting, l.ApprovalUntil, l.Ask = false, time.Time{}, "" }
 
 // stepApprovalDue is when a waiting step's approval runs out; zero when none waits.
-func (st *DeviceState) stepApprovalDue() time.Time {
-	if !st.stepAwaiting() {
+func (g repairing) stepApprovalDue() time.Time {
+	st := g.st
+	if !g.stepAwaiting() {
 		return time.Time{}
 	}
 	return st.Quarantine.Ladder.ApprovalUntil

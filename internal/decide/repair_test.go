@@ -58,8 +58,8 @@ func TestLadderResetsOnlyOnceIdleThenReviews(t *testing.T) {
 	wantKinds(t, "on probation", acts, ActCanary)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0.Add(4*time.Minute))
 	wantKinds(t, "canary passed, window 0", acts, ActRelease)
-	if st.FirstReviewPassed() || st.RepairedBy() != "reset" {
-		t.Fatalf("a repaired device counted as falsely quarantined (%t) or not as repaired (%q)", st.FirstReviewPassed(), st.RepairedBy())
+	if reviewOf(st).firstReviewPassed() || repairOf(st).repairedBy() != "reset" {
+		t.Fatalf("a repaired device counted as falsely quarantined (%t) or not as repaired (%q)", reviewOf(st).firstReviewPassed(), repairOf(st).repairedBy())
 	}
 	st.Report(Result{Action: acts[0], Outcome: Done}, t0.Add(4*time.Minute))
 	if st.State != Released || len(st.Closed) != 1 || st.Closed[0].Ladder.Tries[0].Review != "passed: released" {
@@ -84,14 +84,14 @@ func TestLadderRetiresAfterTheLastTry(t *testing.T) {
 	wantKinds(t, "try 2 done", acts, ActProbe)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, t0.Add(3*time.Minute))
 	wantKinds(t, "probe failed after the last try", acts, ActRefreshRule, ActAlert, ActRetire, ActAlert)
-	if st.State != Retired || acts[3].Level != LevelCritical || !st.fenced() {
+	if st.State != Retired || acts[3].Level != LevelCritical || !fenceOf(st).fenced() {
 		t.Fatalf("state %s alert %+v", st.State, acts[3])
 	}
 	tries := st.Quarantine.Ladder.Tries
 	if len(tries) != 2 || tries[0].Review != "not run: the step failed" || tries[1].Review != "probe failed: XID 79" {
 		t.Fatalf("tries %+v", tries)
 	}
-	ev := st.Evidence()
+	ev := repairOf(st).evidence()
 	if !strings.Contains(ev["try-02"], "review: probe failed: XID 79") || !strings.Contains(ev["try-01"], "reset attempt 1: passed=false exit code 1") || !strings.Contains(ev["quarantined"], "device reported Unhealthy") ||
 		!strings.Contains(ev["last-probe"], "passed=false XID 79") || !strings.Contains(ev["transition-001"], "Healthy -> Quarantined") {
 		t.Fatalf("evidence %v", ev)
@@ -225,7 +225,7 @@ func TestLadderWaitsForABusyDevice(t *testing.T) {
 // with an approval brings it back.
 func TestRetiredDeviceIsFencedAgain(t *testing.T) {
 	st, _ := onLadder(t, ladderPolicy())
-	st.retire("test", t0)
+	repairOf(st).retire("test", t0)
 	acts := st.Report(Result{Action: Action{Kind: ActInspectRule}, Outcome: Done, Info: RuleInfo{Name: "r", Actor: "kubectl"}}, t0.Add(time.Hour))
 	wantKinds(t, "rule gone", acts, ActFenceMembers, ActAlert)
 	if st.State != Retired || acts[1].Level != LevelCritical || !strings.Contains(acts[0].Reason, "by kubectl") {
@@ -272,7 +272,7 @@ func TestForcedTaintAfterRetirementKeepsItRetired(t *testing.T) {
 	st.State = Healthy // as the operator's command found it
 	forced := st.Command(Command{Kind: CmdForceQuarantine, Actor: "ops"}, t0)
 	st.State = Quarantined
-	st.retire("every step of the repair ladder failed", t0.Add(time.Minute))
+	repairOf(st).retire("every step of the repair ladder failed", t0.Add(time.Minute))
 	if len(forced) != 1 || forced[0].Kind != ActTaint {
 		t.Fatalf("forced %+v", forced)
 	}
@@ -283,23 +283,23 @@ func TestForcedTaintAfterRetirementKeepsItRetired(t *testing.T) {
 	}
 }
 
-// BootSeen is the boot ID the latest try that recorded one saw; none without a ladder or a record.
+// bootSeen is the boot ID the latest try that recorded one saw; none without a ladder or a record.
 func TestBootSeenIsTheLatestTrysRecord(t *testing.T) {
 	st := &DeviceState{}
-	if st.BootSeen() != "" {
+	if repairOf(st).bootSeen() != "" {
 		t.Fatal("no quarantine")
 	}
 	st.Quarantine = &QuarantineRecord{Ladder: &Ladder{Tries: []RepairTry{
 		{Result: &StepResult{BootID: "boot-1"}}, {Result: &StepResult{BootID: "boot-2"}}, {Result: &StepResult{}}, {}}}}
-	if got := st.BootSeen(); got != "boot-2" {
+	if got := repairOf(st).bootSeen(); got != "boot-2" {
 		t.Fatalf("BootSeen = %q", got)
 	}
 	st.Quarantine.Ladder.Tries = st.Quarantine.Ladder.Tries[:1]
-	if got := st.BootSeen(); got != "boot-1" {
+	if got := repairOf(st).bootSeen(); got != "boot-1" {
 		t.Fatalf("BootSeen of the first try only = %q", got)
 	}
 	st.Quarantine.Ladder.Tries = []RepairTry{{Result: &StepResult{}}, {}}
-	if got := st.BootSeen(); got != "" {
+	if got := repairOf(st).bootSeen(); got != "" {
 		t.Fatalf("BootSeen without a record = %q", got)
 	}
 }

@@ -48,7 +48,7 @@ type Result struct {
 func (st *DeviceState) Report(r Result, now time.Time) []Action {
 	a := r.Action
 	if r.Outcome == Moving {
-		st.movingStarted(r.Pods)
+		unitOf(st).movingStarted(r.Pods)
 		return nil
 	}
 	switch a.Kind {
@@ -56,37 +56,37 @@ func (st *DeviceState) Report(r Result, now time.Time) []Action {
 		return st.taintResult(r, now)
 	case ActInspectRule:
 		if r.Outcome == Done {
-			return st.ruleSeen(r.Info, now)
+			return fenceOf(st).ruleSeen(r.Info, now)
 		}
 	case ActRefreshRule:
 		switch r.Outcome {
 		case Missing:
-			return st.ruleSeen(RuleInfo{Name: st.Device.TaintRuleName()}, now)
+			return fenceOf(st).ruleSeen(RuleInfo{Name: st.Device.TaintRuleName()}, now)
 		case Failed:
-			return st.ruleRefreshed(a, "", r.Reason, now)
+			return reviewOf(st).ruleRefreshed(a, "", r.Reason, now)
 		case Done:
-			return st.ruleRefreshed(a, r.Effect, "", now)
+			return reviewOf(st).ruleRefreshed(a, r.Effect, "", now)
 		}
 	case ActProbe, ActCanary:
 		if r.Outcome == Done {
-			return st.checkDone(a.Kind, r.Check, now)
+			return reviewOf(st).checkDone(a.Kind, r.Check, now)
 		}
 	case ActRepair:
 		switch r.Outcome {
 		case Done:
-			return st.repaired(r.Check, now)
+			return repairOf(st).repaired(r.Check, now)
 		case Failed:
-			return st.repaired(StepResult{Reason: "the step could not run: " + r.Reason, At: now}, now)
+			return repairOf(st).repaired(StepResult{Reason: "the step could not run: " + r.Reason, At: now}, now)
 		case Denied, Held:
 			// The breaker refused (its reset budget is spent, or it is open) or could not be asked.
-			st.tryLater(r.Reason, now.Add(BreakerRetry), now)
+			repairOf(st).tryLater(r.Reason, now.Add(BreakerRetry), now)
 		}
 	case ActRelease:
 		switch r.Outcome {
 		case Done:
-			return st.releaseDone(now)
+			return reviewOf(st).releaseDone(now)
 		case Failed:
-			return st.releaseFailed(r.Reason, now)
+			return fenceOf(st).releaseFailed(r.Reason, now)
 		}
 	}
 	return nil
@@ -107,19 +107,19 @@ func (st *DeviceState) taintResult(r Result, now time.Time) []Action {
 		if st.rules.ReleasePath && r.Effect != "" {
 			a.Effect = r.Effect
 		}
-		st.applied(a, r.Rule, now)
+		fenceOf(st).applied(a, r.Rule, now)
 		if a.Automatic {
-			return st.startLadder(now) // an operator's quarantine is theirs to end
+			return repairOf(st).startLadder(now) // an operator's quarantine is theirs to end
 		}
 	case Held:
-		st.hold(a, r.Reason, now)
+		fenceOf(st).hold(a, r.Reason, now)
 	case Denied:
-		st.denied(a, r.Reason, now)
+		fenceOf(st).denied(a, r.Reason, now)
 	case Failed:
 		if st.rules.ReleasePath {
-			return st.taintFailed(a, r.Reason, now)
+			return fenceOf(st).taintFailed(a, r.Reason, now)
 		}
-		st.hold(a, "taint failed: "+r.Reason, now)
+		fenceOf(st).hold(a, "taint failed: "+r.Reason, now)
 	}
 	return nil
 }

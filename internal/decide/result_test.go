@@ -162,19 +162,19 @@ func TestRulesAreNotCarried(t *testing.T) {
 func TestLeaseOfAQuarantine(t *testing.T) {
 	st, a := taintOf(t, Rules{})
 	st.ReviewInterval = policy.JSONDuration(48 * time.Hour)
-	if got := st.Lease(); got != st.Policy.QuarantineLease.D() {
+	if got := fenceOf(st).lease(); got != st.Policy.QuarantineLease.D() {
 		t.Fatalf("before the release path: %s, want the policy's %s", got, st.Policy.QuarantineLease.D())
 	}
 	st.Follow(Rules{ReleasePath: true})
-	if got := st.Lease(); got != 48*time.Hour {
+	if got := fenceOf(st).lease(); got != 48*time.Hour {
 		t.Fatalf("on the release path: %s, want the review interval", got)
 	}
 	st.ReviewInterval = 0
-	if got := st.Lease(); got != st.Policy.QuarantineLease.D() {
+	if got := fenceOf(st).lease(); got != st.Policy.QuarantineLease.D() {
 		t.Fatalf("no review interval yet: %s", got)
 	}
 	st.Report(Result{Action: a, Outcome: Done, Rule: "r"}, t0)
-	if !st.Quarantine.ExpiresAt.Equal(t0.Add(st.Lease())) {
-		t.Fatalf("record expires %s, lease %s", st.Quarantine.ExpiresAt, st.Lease())
+	if !st.Quarantine.ExpiresAt.Equal(t0.Add(fenceOf(st).lease())) {
+		t.Fatalf("record expires %s, lease %s", st.Quarantine.ExpiresAt, fenceOf(st).lease())
 	}
 }

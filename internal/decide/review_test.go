@@ -18,7 +18,7 @@ func quarantinedBy(p policy.Policy, o Observation) *DeviceState {
 	st.rules.ReleasePath = true
 	for _, a := range st.Observe(o, t0) {
 		if a.Kind == ActTaint {
-			st.applied(a, dev.TaintRuleName(), t0)
+			fenceOf(st).applied(a, dev.TaintRuleName(), t0)
 		}
 	}
 	return st
@@ -63,17 +63,17 @@ func review(t *testing.T, st *DeviceState) time.Time {
 	if st.State != Recovering || st.Review.Stage != StageProbe || acts[0].Check.Image != st.Policy.Probe.Image || st.Quarantine.Reviews != 1 {
 		t.Fatalf("after lease end: %s %+v", st.State, st.Review)
 	}
-	acts = st.checkDone(ActProbe, pass(at), at)
+	acts = reviewOf(st).checkDone(ActProbe, pass(at), at)
 	wantKinds(t, "probe passed", acts, ActRefreshRule)
 	if acts[0].Key != TaintProbation || acts[0].Effect != policy.EffectNoSchedule || st.Review.Stage != StageProbation {
 		t.Fatalf("probation action %+v, stage %s", acts[0], st.Review.Stage)
 	}
-	acts = st.ruleRefreshed(acts[0], policy.EffectNoSchedule, "", at)
+	acts = reviewOf(st).ruleRefreshed(acts[0], policy.EffectNoSchedule, "", at)
 	wantKinds(t, "probation applied", acts, ActCanary)
 	if acts[0].Check.Namespace != policy.DefaultCanaryNamespace || st.Review.Stage != StageCanary {
 		t.Fatalf("canary action %+v", acts[0])
 	}
-	wantKinds(t, "canary passed", st.checkDone(ActCanary, pass(at), at))
+	wantKinds(t, "canary passed", reviewOf(st).checkDone(ActCanary, pass(at), at))
 	if st.Review.Stage != StageStability || !st.Review.Until.Equal(at.Add(30*time.Minute)) || !st.NextDeadline().Equal(st.Review.Until) {
 		t.Fatalf("stability: %+v, next %s", st.Review, st.NextDeadline())
 	}
@@ -86,10 +86,10 @@ func TestReleaseAfterProbeCanaryAndWindow(t *testing.T) {
 	wantKinds(t, "window not over", st.Tick(end.Add(-time.Second)))
 	acts := st.Tick(end)
 	wantKinds(t, "window over", acts, ActRelease)
-	if !st.FirstReviewPassed() {
+	if !reviewOf(st).firstReviewPassed() {
 		t.Fatal("a first review that passed is not counted as a false quarantine")
 	}
-	acts = st.releaseDone(end)
+	acts = reviewOf(st).releaseDone(end)
 	wantKinds(t, "released", acts, ActAlert)
 	if st.State != Released || st.Quarantine != nil || st.Review != nil || len(st.Closed) != 1 || st.ReviewInterval != 0 {
 		t.Fatalf("after release: %+v", st)
@@ -105,7 +105,7 @@ func TestReleaseAfterProbeCanaryAndWindow(t *testing.T) {
 	st2 := quarantined(policy.Default())
 	review(t, st2)
 	st2.Tick(end)
-	st2.releaseDone(end)
+	reviewOf(st2).releaseDone(end)
 	st2.Observe(obs(device.Unknown, 6, ""), end)
 	if st2.State != Suspect {
 		t.Fatalf("Unknown after release: %s", st2.State)
@@ -116,7 +116,7 @@ func TestFailedProbeKeepsQuarantineAndBlocksRelease(t *testing.T) {
 	st := quarantined(policy.Default())
 	at := t0.Add(24 * time.Hour)
 	st.Tick(at)
-	acts := st.checkDone(ActProbe, StepResult{Reason: "pod failed: XID 79", At: at}, at)
+	acts := reviewOf(st).checkDone(ActProbe, StepResult{Reason: "pod failed: XID 79", At: at}, at)
 	wantKinds(t, "probe failed", acts, ActRefreshRule, ActAlert)
 	if st.State != Quarantined || st.Review != nil || st.ReviewInterval.D() != 48*time.Hour || !st.Quarantine.ExpiresAt.Equal(at.Add(48*time.Hour)) {
 		t.Fatalf("after failed probe: state %s interval %s expiry %s", st.State, st.ReviewInterval, st.Quarantine.ExpiresAt)
@@ -131,13 +131,13 @@ func TestFailedProbeKeepsQuarantineAndBlocksRelease(t *testing.T) {
 	// The next review doubles again when it fails; a passing probe unblocks release.
 	at2 := st.Quarantine.ExpiresAt
 	st.Tick(at2)
-	st.checkDone(ActProbe, StepResult{Reason: "still broken", At: at2}, at2)
+	reviewOf(st).checkDone(ActProbe, StepResult{Reason: "still broken", At: at2}, at2)
 	if st.ReviewInterval.D() != 96*time.Hour {
 		t.Fatalf("interval after two failures %s", st.ReviewInterval)
 	}
 	at3 := st.Quarantine.ExpiresAt
 	st.Tick(at3)
-	st.checkDone(ActProbe, pass(at3), at3)
+	reviewOf(st).checkDone(ActProbe, pass(at3), at3)
 	st.Command(Command{Kind: CmdForceQuarantine, Actor: "bob"}, at3)
 	if st.State != Quarantined || st.Validate(Command{Kind: CmdRelease, Actor: "alice"}) != nil {
 		t.Fatalf("after a passing probe release is still refused: %v", st.Validate(Command{Kind: CmdRelease, Actor: "alice"}))
@@ -149,7 +149,7 @@ func TestReviewIntervalIsCapped(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		at := st.Quarantine.ExpiresAt
 		st.Tick(at)
-		st.checkDone(ActProbe, StepResult{Reason: "broken", At: at}, at)
+		reviewOf(st).checkDone(ActProbe, StepResult{Reason: "broken", At: at}, at)
 	}
 	if st.ReviewInterval.D() != MaxReviewInterval {
 		t.Fatalf("interval %s, want the cap %s", st.ReviewInterval, MaxReviewInterval)
@@ -160,9 +160,9 @@ func TestCanaryFailureAndReportsDuringReviewGoBack(t *testing.T) {
 	st := quarantined(policy.Default())
 	at := t0.Add(24 * time.Hour)
 	st.Tick(at)
-	acts := st.checkDone(ActProbe, pass(at), at)
-	st.ruleRefreshed(acts[0], policy.EffectNoSchedule, "", at)
-	acts = st.checkDone(ActCanary, StepResult{Reason: "canary pod failed", At: at}, at)
+	acts := reviewOf(st).checkDone(ActProbe, pass(at), at)
+	reviewOf(st).ruleRefreshed(acts[0], policy.EffectNoSchedule, "", at)
+	acts = reviewOf(st).checkDone(ActCanary, StepResult{Reason: "canary pod failed", At: at}, at)
 	wantKinds(t, "canary failed", acts, ActRefreshRule, ActAlert)
 	if st.State != Quarantined || acts[0].Key != TaintQuarantine || acts[0].Effect != policy.EffectNoSchedule || !strings.Contains(st.Transitions[len(st.Transitions)-1].Reason, "canary failed") {
 		t.Fatalf("after failed canary: %s %+v", st.State, acts[0])
@@ -176,7 +176,7 @@ func TestCanaryFailureAndReportsDuringReviewGoBack(t *testing.T) {
 			t.Fatalf("%s on probation: %s, interval %s", h, st.State, st.ReviewInterval)
 		}
 		// The stale canary outcome of an ended review changes nothing.
-		if acts := st.checkDone(ActCanary, pass(end), end); acts != nil || st.State != Quarantined {
+		if acts := reviewOf(st).checkDone(ActCanary, pass(end), end); acts != nil || st.State != Quarantined {
 			t.Fatal("an outcome after the review ended was applied")
 		}
 	}
@@ -197,7 +197,7 @@ func TestApprovalRequired(t *testing.T) {
 	}
 	acts = st.Command(Command{Kind: CmdApprove, Actor: "U123"}, end.Add(time.Hour))
 	wantKinds(t, "approved", acts, ActRelease)
-	st.releaseDone(end.Add(time.Hour))
+	reviewOf(st).releaseDone(end.Add(time.Hour))
 	if st.State != Released || st.Closed[0].ClosedBy != "U123" {
 		t.Fatalf("approved release closed by %q", st.Closed[0].ClosedBy)
 	}
@@ -264,7 +264,7 @@ func restricted(p policy.Policy) *DeviceState {
 	st.Observe(obs(device.Unknown, 1, ""), t0)
 	for _, a := range st.Tick(t0.Add(5 * time.Minute)) {
 		if a.Kind == ActTaint {
-			st.applied(a, dev.TaintRuleName(), t0.Add(5*time.Minute))
+			fenceOf(st).applied(a, dev.TaintRuleName(), t0.Add(5*time.Minute))
 		}
 	}
 	return st
@@ -283,15 +283,15 @@ func TestRestrictedDeviceRecoversOnHealthy(t *testing.T) {
 	if st.Review.From != Restricted || !st.Review.ProbeSkipped || !st.Review.CanarySkipped || acts[0].Key != TaintProbation {
 		t.Fatalf("review %+v", st.Review)
 	}
-	wantKinds(t, "probation applied", st.ruleRefreshed(acts[0], policy.EffectNoSchedule, "", at))
+	wantKinds(t, "probation applied", reviewOf(st).ruleRefreshed(acts[0], policy.EffectNoSchedule, "", at))
 	if st.Review.Stage != StageStability {
 		t.Fatalf("stage %s", st.Review.Stage)
 	}
 	wantKinds(t, "window over", st.Tick(at.Add(30*time.Minute)), ActRelease)
-	if st.FirstReviewPassed() {
+	if reviewOf(st).firstReviewPassed() {
 		t.Fatal("a review without a probe counts toward false quarantines")
 	}
-	st.releaseDone(at.Add(30 * time.Minute))
+	reviewOf(st).releaseDone(at.Add(30 * time.Minute))
 	if st.State != Released || !strings.Contains(st.Closed[0].CloseReason, "its Pods report Healthy") {
 		t.Fatalf("released: %s %+v", st.State, st.Closed)
 	}
@@ -312,7 +312,7 @@ func TestFreedRestrictionIsReviewedAtLeaseEnd(t *testing.T) {
 	st.Observe(Observation{Device: dev, Node: "node-1", Health: device.Unknown, StatusVersion: "2", ObservedAt: t0}, t0.Add(6*time.Minute))
 	end := st.Quarantine.ExpiresAt
 	wantKinds(t, "lease end, device free", st.Tick(end), ActProbe)
-	acts := st.checkDone(ActProbe, StepResult{Reason: "no", At: end}, end)
+	acts := reviewOf(st).checkDone(ActProbe, StepResult{Reason: "no", At: end}, end)
 	if st.State != Restricted || acts[0].Effect != policy.EffectNoSchedule {
 		t.Fatalf("failed probe of a restriction: %s %+v", st.State, acts[0])
 	}
@@ -322,7 +322,7 @@ func TestFreedRestrictionIsReviewedAtLeaseEnd(t *testing.T) {
 	st.Observe(Observation{Device: dev, Node: "node-1", Health: device.Unknown, StatusVersion: "2", ObservedAt: t0}, t0.Add(6*time.Minute))
 	acts = st.Tick(st.Quarantine.ExpiresAt)
 	wantKinds(t, "probe skipped", acts, ActRefreshRule)
-	wantKinds(t, "canary still runs", st.ruleRefreshed(acts[0], policy.EffectNoSchedule, "", st.Quarantine.ExpiresAt), ActCanary)
+	wantKinds(t, "canary still runs", reviewOf(st).ruleRefreshed(acts[0], policy.EffectNoSchedule, "", st.Quarantine.ExpiresAt), ActCanary)
 
 	// Still in use and still Unknown at lease end: renewed, alerted, the rule's expiry rewritten.
 	st = restricted(policy.Default())
@@ -347,12 +347,12 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 	st := quarantined(policy.Default())
 	acts := st.Observe(obs(device.Unhealthy, 2, ""), t0.Add(time.Hour))
 	wantKinds(t, "Unhealthy while quarantined", acts, ActInspectRule)
-	acts = st.ruleSeen(RuleInfo{Name: "r", Present: false}, t0.Add(time.Hour))
+	acts = fenceOf(st).ruleSeen(RuleInfo{Name: "r", Present: false}, t0.Add(time.Hour))
 	wantKinds(t, "rule gone, still Unhealthy", acts, ActAlert, ActTaint, ActAlert)
 	if st.State != Released || st.Closed[0].ClosedBy != "unknown" || !strings.Contains(st.Closed[0].CloseReason, "deleted outside") {
 		t.Fatalf("after rule deleted: %s %+v", st.State, st.Closed)
 	}
-	st.applied(acts[1], "r", t0.Add(time.Hour))
+	fenceOf(st).applied(acts[1], "r", t0.Add(time.Hour))
 	if st.State != Quarantined {
 		t.Fatalf("not quarantined again: %s", st.State)
 	}
@@ -361,7 +361,7 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 		{Name: "r", Present: true, Key: "other", Actor: "kubectl"}} {
 		st := quarantined(policy.Default())
 		st.Health = device.Healthy // last report healthy: no new taint
-		acts := st.ruleSeen(info, t0)
+		acts := fenceOf(st).ruleSeen(info, t0)
 		wantKinds(t, "rule "+info.Key, acts, ActAlert)
 		if st.State != Released || st.Closed[0].ClosedBy != "kubectl" {
 			t.Fatalf("rule %+v: %s %+v", info, st.State, st.Closed)
@@ -369,8 +369,8 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 	}
 
 	st = quarantined(policy.Default())
-	wantKinds(t, "rule in force", st.ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, WantEffect: policy.EffectNoSchedule}, t0))
-	acts = st.ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNone, WantEffect: policy.EffectNoSchedule}, t0)
+	wantKinds(t, "rule in force", fenceOf(st).ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, WantEffect: policy.EffectNoSchedule}, t0))
+	acts = fenceOf(st).ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNone, WantEffect: policy.EffectNoSchedule}, t0)
 	wantKinds(t, "dry run turned off", acts, ActRefreshRule)
 	if acts[0].Effect != policy.EffectNoSchedule || acts[0].Key != TaintQuarantine {
 		t.Fatalf("refresh %+v", acts[0])
@@ -381,7 +381,7 @@ func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {
 	// Not fenced: nothing to reconcile.
 	st = NewState(dev, "node-1", policy.Default(), false)
 	st.rules.ReleasePath = true
-	if acts := st.ruleSeen(RuleInfo{Name: "r"}, t0); acts != nil || st.State != Healthy {
+	if acts := fenceOf(st).ruleSeen(RuleInfo{Name: "r"}, t0); acts != nil || st.State != Healthy {
 		t.Fatal("a healthy device reconciled a rule")
 	}
 }
@@ -392,7 +392,7 @@ func TestTaintFailuresAlert(t *testing.T) {
 	act := st.Observe(obs(device.Unhealthy, 1, ""), t0)[0]
 	alerts := 0
 	for i := 1; i <= 20; i++ {
-		acts := st.taintFailed(act, "forbidden", t0)
+		acts := fenceOf(st).taintFailed(act, "forbidden", t0)
 		alerts += len(acts)
 		if i == 1 && (len(acts) != 1 || acts[0].Level != LevelCritical || !strings.Contains(acts[0].Reason, "forbidden")) {
 			t.Fatalf("first failure: %+v", acts)
@@ -401,7 +401,7 @@ func TestTaintFailuresAlert(t *testing.T) {
 	if alerts != 3 || st.Held == nil || !st.RetryAt.Equal(t0.Add(BreakerRetry)) {
 		t.Fatalf("20 failures gave %d alerts (want 3: 1st, 10th, 20th), held %v", alerts, st.Held)
 	}
-	st.applied(act, "r", t0)
+	fenceOf(st).applied(act, "r", t0)
 	if st.TaintFailures != 0 {
 		t.Fatal("failures not reset by a taint that worked")
 	}
@@ -508,13 +508,13 @@ func TestRuleSeenDuringReviewAndRestriction(t *testing.T) {
 	st := quarantined(policy.Default())
 	st.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
 	st.Health = device.Healthy
-	wantKinds(t, "rule gone during review", st.ruleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
+	wantKinds(t, "rule gone during review", fenceOf(st).ruleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
 	if st.State != Released || st.Review != nil {
 		t.Fatalf("state %s", st.State)
 	}
 	// A restriction whose rule vanished, still Unknown: suspected again, not tainted at once.
 	r := restricted(policy.Default())
-	acts := r.ruleSeen(RuleInfo{Name: "r"}, t0.Add(time.Hour))
+	acts := fenceOf(r).ruleSeen(RuleInfo{Name: "r"}, t0.Add(time.Hour))
 	wantKinds(t, "restriction's rule gone", acts, ActAlert, ActAlert)
 	if r.State != Suspect {
 		t.Fatalf("state %s", r.State)
@@ -522,26 +522,26 @@ func TestRuleSeenDuringReviewAndRestriction(t *testing.T) {
 	// Rule gone, device Unhealthy but no Pod reports it any more: released, nothing to taint.
 	q := quarantined(policy.Default())
 	q.Reporters = nil
-	wantKinds(t, "rule gone, device idle", q.ruleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
+	wantKinds(t, "rule gone, device idle", fenceOf(q).ruleSeen(RuleInfo{Name: "r"}, t0), ActAlert)
 }
 
 func TestRefreshKeepsTheRecordTrue(t *testing.T) {
 	st := quarantined(policy.Default())
 	st.Quarantine.Effect = policy.EffectNone
-	st.ruleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, policy.EffectNoSchedule, "", t0)
+	reviewOf(st).ruleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, policy.EffectNoSchedule, "", t0)
 	if st.Quarantine.Effect != policy.EffectNoSchedule {
 		t.Fatalf("effect %s after a refresh", st.Quarantine.Effect)
 	}
-	st.ruleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "", t0)
+	reviewOf(st).ruleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "", t0)
 	if st.Quarantine.Effect != policy.EffectNoSchedule {
 		t.Fatal("a refresh that reported no effect blanked the record")
 	}
-	acts := st.ruleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "conflict", t0)
+	acts := reviewOf(st).ruleRefreshed(Action{Kind: ActRefreshRule, Key: TaintQuarantine}, "", "conflict", t0)
 	wantKinds(t, "refresh failed outside a review", acts, ActAlert)
 	// The probation taint failing ends the review, without doubling the interval.
 	st.Command(Command{Kind: CmdRelease, Actor: "a"}, t0)
-	probation := st.checkDone(ActProbe, pass(t0), t0)[0]
-	acts = st.ruleRefreshed(probation, "", "forbidden", t0)
+	probation := reviewOf(st).checkDone(ActProbe, pass(t0), t0)[0]
+	acts = reviewOf(st).ruleRefreshed(probation, "", "forbidden", t0)
 	if st.State != Quarantined || st.ReviewInterval != 0 || len(acts) != 2 {
 		t.Fatalf("probation failed: %s %s %v", st.State, st.ReviewInterval, kinds(acts))
 	}
@@ -550,8 +550,8 @@ func TestRefreshKeepsTheRecordTrue(t *testing.T) {
 func TestClosedRecordsAreBounded(t *testing.T) {
 	st := quarantined(policy.Default())
 	for i := 0; i < maxClosed+5; i++ {
-		st.ruleSeen(RuleInfo{Name: "r", Actor: strconv.Itoa(i)}, t0)
-		st.applied(Action{Kind: ActTaint, To: Quarantined, Reason: "again"}, "r", t0)
+		fenceOf(st).ruleSeen(RuleInfo{Name: "r", Actor: strconv.Itoa(i)}, t0)
+		fenceOf(st).applied(Action{Kind: ActTaint, To: Quarantined, Reason: "again"}, "r", t0)
 	}
 	if len(st.Closed) != maxClosed || st.Closed[maxClosed-1].ClosedBy != strconv.Itoa(maxClosed+4) || st.Closed[0].ClosedBy != "5" {
 		t.Fatalf("%d closed, last by %s", len(st.Closed), st.Closed[len(st.Closed)-1].ClosedBy)
@@ -587,12 +587,12 @@ func TestSummary(t *testing.T) {
 	if s := st.Summary(); !strings.Contains(s, "Recovering since") || !strings.Contains(s, "next: probe running") {
 		t.Fatalf("probe: %s", s)
 	}
-	acts := st.checkDone(ActProbe, pass(t0), t0)
+	acts := reviewOf(st).checkDone(ActProbe, pass(t0), t0)
 	if s := st.Next(); s != "canary running on probation" {
 		t.Fatalf("probation: %s", s)
 	}
-	st.ruleRefreshed(acts[0], policy.EffectNoSchedule, "", t0)
-	st.checkDone(ActCanary, pass(t0), t0)
+	reviewOf(st).ruleRefreshed(acts[0], policy.EffectNoSchedule, "", t0)
+	reviewOf(st).checkDone(ActCanary, pass(t0), t0)
 	if s := st.Next(); s != "release at 2026-11-29T12:30:00Z if nothing is reported" {
 		t.Fatalf("window: %s", s)
 	}
@@ -615,13 +615,13 @@ func TestSummary(t *testing.T) {
 		t.Fatalf("suspect: %s", s)
 	}
 	for _, a := range sus.Tick(t0.Add(5 * time.Minute)) {
-		sus.applied(a, dev.TaintRuleName(), t0.Add(5*time.Minute))
+		fenceOf(sus).applied(a, dev.TaintRuleName(), t0.Add(5*time.Minute))
 	}
 	if s := sus.Next(); sus.State != Restricted || !strings.HasPrefix(s, "lease renewed at ") {
 		t.Fatalf("restricted (%s): %s", sus.State, s)
 	}
 	held := NewState(dev, "node-1", policy.Default(), false)
-	held.hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
+	fenceOf(held).hold(Action{Kind: ActTaint, To: Quarantined}, "circuit breaker open", t0)
 	if s := held.Next(); s != "retry Quarantined at 2026-11-29T12:00:30Z (circuit breaker open)" {
 		t.Fatalf("held: %s", s)
 	}

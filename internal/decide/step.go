@@ -137,8 +137,8 @@ type View struct {
 
 // Look says where the device stands.
 func Look(st *DeviceState) View {
-	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: st.RepairStep(), Summary: st.Summary(),
-		HoldersToMove: st.HoldersToMove()}
+	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: repairOf(st).repairStep(), Summary: st.Summary(),
+		HoldersToMove: unitOf(st).holdersToMove()}
 	if n := len(st.Transitions); n > 0 {
 		v.LastReason = st.Transitions[n-1].Reason
 	}

@@ -85,7 +85,7 @@ func TestPrepareCarriesWhatTheActivityNeeds(t *testing.T) {
 		t.Fatalf("release plan %+v", rel)
 	}
 	taint := Prepare(st, Action{Kind: ActTaint, To: Quarantined}).Plan
-	if taint.Lease != st.Lease() || taint.UnitUnknown {
+	if taint.Lease != fenceOf(st).lease() || taint.UnitUnknown {
 		t.Fatalf("taint plan %+v", taint)
 	}
 	st.Quarantine = nil

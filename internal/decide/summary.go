@@ -40,14 +40,14 @@ func (st *DeviceState) Next() string {
 		case StageRelease:
 			return "deleting the rule"
 		}
-	case st.stepAwaiting():
+	case repairOf(st).stepAwaiting():
 		_, step := st.StepApproval()
 		return "repair step " + step + " waits for approval until " + at(st.Quarantine.Ladder.ApprovalUntil) + " (devicewarden device approve|reject)"
 	case st.State == Retired:
 		return "nothing: retired, replace it (`device release` runs a review that needs an approval)"
-	case st.State == Quarantined && st.laddered() && st.Quarantine.Ladder.Running:
+	case st.State == Quarantined && repairOf(st).laddered() && st.Quarantine.Ladder.Running:
 		return "repair step running on the device"
-	case st.State == Quarantined && st.laddered() && len(st.Reporters) > 0:
+	case st.State == Quarantined && repairOf(st).laddered() && len(st.Reporters) > 0:
 		return "repair once no Pod holds the device"
 	case st.State == Quarantined && st.Quarantine != nil && st.rules.ReleasePath && !st.Paused:
 		return "recovery review (probe, canary, probation) at " + at(st.Quarantine.ExpiresAt) + ", or on `device release`"

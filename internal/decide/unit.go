@@ -14,11 +14,12 @@ import (
 // joinUnit takes the unit's devices from an observation and returns those new to a standing
 // fence. While fenced, the unit keeps every device it was seen with: each has a rule until the
 // release, even one a reconfiguration took away. Otherwise the unit is what the driver publishes now.
-func (st *DeviceState) joinUnit(u *device.Unit) []string {
+func (g unitView) joinUnit(u *device.Unit) []string {
+	st := g.st
 	if u == nil {
 		return nil
 	}
-	if st.Unit == nil || !st.fenced() {
+	if st.Unit == nil || !fenceOf(st).fenced() {
 		c := *u
 		c.Devices = slices.Clone(u.Devices)
 		st.Unit = &c
@@ -40,18 +41,20 @@ func (st *DeviceState) joinUnit(u *device.Unit) []string {
 	return grew
 }
 
-// Members are the device names a fence covers: the unit's devices, or nil for a device that is
+// members are the device names a fence covers: the unit's devices, or nil for a device that is
 // a unit of its own.
-func (st *DeviceState) Members() []string {
+func (g unitView) members() []string {
+	st := g.st
 	if st.Unit == nil {
 		return nil
 	}
 	return st.Unit.Devices
 }
 
-// CheckTargets are the devices a probe or canary must pass on: the device itself; for a unit,
+// checkTargets are the devices a probe or canary must pass on: the device itself; for a unit,
 // its whole device, or every device when the driver offers no whole form.
-func (st *DeviceState) CheckTargets() []device.ID {
+func (g unitView) checkTargets() []device.ID {
+	st := g.st
 	if st.Unit == nil {
 		return []device.ID{st.Device}
 	}
@@ -61,11 +64,12 @@ func (st *DeviceState) CheckTargets() []device.ID {
 	return st.Unit.DeviceIDs()
 }
 
-// RepairTarget is the one device a reset runs on: the device itself; for a unit, its whole
+// repairTarget is the one device a reset runs on: the device itself; for a unit, its whole
 // device, else its first form. A reset resets the physical GPU through any of its forms, so one
 // run serves them all (before LadderTrust, a unit with no whole form was reset once per form).
-func (st *DeviceState) RepairTarget() []device.ID {
-	targets := st.CheckTargets()
+func (g unitView) repairTarget() []device.ID {
+	st := g.st
+	targets := g.checkTargets()
 	if st.rules.LadderTrust && len(targets) > 1 {
 		return targets[:1]
 	}
@@ -73,23 +77,25 @@ func (st *DeviceState) RepairTarget() []device.ID {
 }
 
 // fenceMembers re-applies the standing fence to every device of the unit.
-func (st *DeviceState) fenceMembers(reason string) Action {
+func (g unitView) fenceMembers(reason string) Action {
+	st := g.st
 	q := st.Quarantine
-	key, effect := TaintQuarantine, st.wantEffect(st.stateBeforeReview())
+	key, effect := TaintQuarantine, fenceOf(st).wantEffect(reviewOf(st).stateBeforeReview())
 	if r := st.Review; r != nil && r.Stage != StageProbe {
 		key, effect = TaintProbation, policy.EffectNoSchedule
 	}
 	return Action{Kind: ActFenceMembers, Key: key, Effect: effect, ExpiresAt: q.ExpiresAt, Reason: reason, Actor: Actor}
 }
 
-// HoldersToMove are the Pods on a quarantined unit that no migration has been started for: a Pod
+// holdersToMove are the Pods on a quarantined unit that no migration has been started for: a Pod
 // on a sibling form is learnt of after the decision, and it runs on the failing hardware too.
-func (st *DeviceState) HoldersToMove() []PodRef {
+func (g unitView) holdersToMove() []PodRef {
+	st := g.st
 	if st.Unit == nil || st.Quarantine == nil || st.State != Quarantined {
 		return nil
 	}
 	var out []PodRef
-	for _, p := range st.MigrationPods(Action{To: Quarantined}) {
+	for _, p := range fenceOf(st).migrationPods(Action{To: Quarantined}) {
 		if !slices.Contains(st.Moving, p) {
 			out = append(out, p)
 		}
@@ -98,18 +104,28 @@ func (st *DeviceState) HoldersToMove() []PodRef {
 }
 
 // movingStarted records the Pods migrations were started for in this quarantine.
-func (st *DeviceState) movingStarted(pods []PodRef) { st.Moving = append(st.Moving, pods...) }
+func (g unitView) movingStarted(pods []PodRef) {
+	st := g.st
+	st.Moving = append(st.Moving, pods...)
+}
 
-// UnitUnknown: the workflow is a physical unit's (its device is a unit key) but has not heard
+// unitUnknown: the workflow is a physical unit's (its device is a unit key) but has not heard
 // which devices the unit is (no observation since it started): it cannot fence anything yet.
-func (st *DeviceState) UnitUnknown() bool {
+func (g unitView) unitUnknown() bool {
+	st := g.st
 	return st.Unit == nil && device.IsUnitKey(st.Device.Device)
 }
 
-// FencedDevices are the devices a fence covers: the device itself, or every form of its unit.
-func (st *DeviceState) FencedDevices() []device.ID {
+// fencedDevices are the devices a fence covers: the device itself, or every form of its unit.
+func (g unitView) fencedDevices() []device.ID {
+	st := g.st
 	if st.Unit == nil {
 		return []device.ID{st.Device}
 	}
 	return st.Unit.DeviceIDs()
 }
+
+// unitView is a physical unit's forms, as the state knows them.
+type unitView struct{ st *DeviceState }
+
+func unitOf(st *DeviceState) unitView { return unitView{st} }

@@ -11,13 +11,13 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-func unitOf(devices ...string) *device.Unit {
+func testUnit(devices ...string) *device.Unit {
 	return &device.Unit{ID: device.UnitID{Driver: dev.Driver, Pool: dev.Pool, Key: "counters=set"}, Devices: devices, Whole: devices[0]}
 }
 
 func quarantinedUnit(p policy.Policy, devices ...string) *DeviceState {
 	o := obs(device.Unhealthy, 1, "")
-	o.Unit = unitOf(devices...)
+	o.Unit = testUnit(devices...)
 	return quarantinedBy(p, o)
 }
 
@@ -25,38 +25,38 @@ func TestUnitMembershipWhileFenced(t *testing.T) {
 	st := NewState(dev, "node-1", policy.Default(), false)
 	st.rules.ReleasePath = true
 	o := obs(device.Unknown, 1, "")
-	o.Unit = unitOf("g", "g-a", "g-b")
+	o.Unit = testUnit("g", "g-a", "g-b")
 	st.Observe(o, t0)
 	o = obs(device.Unknown, 2, "")
-	o.Unit = unitOf("g", "g-a") // reconfigured before any fence: the unit is what is published
+	o.Unit = testUnit("g", "g-a") // reconfigured before any fence: the unit is what is published
 	st.Observe(o, t0)
-	if !slices.Equal(st.Members(), []string{"g", "g-a"}) {
-		t.Fatalf("unfenced members %v", st.Members())
+	if !slices.Equal(unitOf(st).members(), []string{"g", "g-a"}) {
+		t.Fatalf("unfenced members %v", unitOf(st).members())
 	}
 	o = obs(device.Unhealthy, 3, "")
-	o.Unit = unitOf("g", "g-a")
+	o.Unit = testUnit("g", "g-a")
 	for _, a := range st.Observe(o, t0) {
 		if a.Kind == ActTaint {
-			st.applied(a, "r", t0)
+			fenceOf(st).applied(a, "r", t0)
 		}
 	}
 	if st.State != Quarantined {
 		t.Fatalf("state %s", st.State)
 	}
 	o = obs(device.Unhealthy, 4, "")
-	o.Unit = unitOf("g", "g-c")
+	o.Unit = testUnit("g", "g-c")
 	acts := st.Observe(o, t0.Add(time.Minute))
 	if len(acts) == 0 || acts[0].Kind != ActFenceMembers || acts[0].Key != TaintQuarantine || acts[0].Effect != policy.EffectNoSchedule {
 		t.Fatalf("actions on growth while fenced %+v", acts)
 	}
-	if !slices.Equal(st.Members(), []string{"g", "g-a", "g-c"}) {
-		t.Fatalf("fenced members %v: want every form seen while fenced", st.Members())
+	if !slices.Equal(unitOf(st).members(), []string{"g", "g-a", "g-c"}) {
+		t.Fatalf("fenced members %v: want every form seen while fenced", unitOf(st).members())
 	}
-	acts = st.ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
+	acts = fenceOf(st).ruleSeen(RuleInfo{Name: "r", Present: true, Key: TaintQuarantine, Effect: policy.EffectNoSchedule, Missing: []string{"g-a"}}, t0.Add(2*time.Minute))
 	if len(acts) != 1 || acts[0].Kind != ActFenceMembers || st.State != Quarantined {
 		t.Fatalf("a form's rule missing: %+v, state %s", acts, st.State)
 	}
-	if targets := st.CheckTargets(); len(targets) != 1 || targets[0].Device != "g" {
+	if targets := unitOf(st).checkTargets(); len(targets) != 1 || targets[0].Device != "g" {
 		t.Fatalf("check targets %v, want the whole device", targets)
 	}
 }
@@ -65,25 +65,25 @@ func TestUnitHoldersMoveOnceEach(t *testing.T) {
 	p := policy.Default()
 	p.Migration.Enabled = true
 	st := quarantinedUnit(p, "g", "g-a", "g-b")
-	st.movingStarted(st.MigrationPods(Action{To: Quarantined})) // what the decision's taint moved
-	if got := st.HoldersToMove(); len(got) != 0 {
+	unitOf(st).movingStarted(fenceOf(st).migrationPods(Action{To: Quarantined})) // what the decision's taint moved
+	if got := unitOf(st).holdersToMove(); len(got) != 0 {
 		t.Fatalf("holders to move right after the decision: %v", got)
 	}
 	o := obs(device.Unhealthy, 2, "")
-	o.Unit = unitOf("g", "g-a", "g-b")
+	o.Unit = testUnit("g", "g-a", "g-b")
 	o.Reporters = append(o.Reporters, Reporter{Namespace: "ns", Pod: "sibling", Device: "g-b", Health: device.Healthy})
 	st.Observe(o, t0.Add(time.Second))
-	got := st.HoldersToMove()
+	got := unitOf(st).holdersToMove()
 	if len(got) != 1 || got[0].Name != "sibling" {
 		t.Fatalf("holders to move %v, want the sibling", got)
 	}
-	st.movingStarted(got)
-	if got := st.HoldersToMove(); len(got) != 0 {
+	unitOf(st).movingStarted(got)
+	if got := unitOf(st).holdersToMove(); len(got) != 0 {
 		t.Fatalf("moved twice: %v", got)
 	}
 	st.Unit = nil
 	st.Moving = nil
-	if got := st.HoldersToMove(); len(got) != 0 {
+	if got := unitOf(st).holdersToMove(); len(got) != 0 {
 		t.Fatalf("a device of its own: %v", got)
 	}
 }
@@ -97,37 +97,37 @@ func TestForceQuarantineWaitsForTheUnitsDevices(t *testing.T) {
 		t.Fatalf("force-quarantine of a unit of unknown devices: %v", err)
 	}
 	o := obs(device.Healthy, 1, "")
-	o.Device, o.Unit = id, unitOf("g", "g-a")
+	o.Device, o.Unit = id, testUnit("g", "g-a")
 	st.Observe(o, t0)
 	if err := st.Validate(cmd); err != nil {
 		t.Fatalf("force-quarantine once the devices are known: %v", err)
 	}
-	if NewState(dev, "node-1", policy.Default(), false).UnitUnknown() {
+	if unitOf(NewState(dev, "node-1", policy.Default(), false)).unitUnknown() {
 		t.Fatal("a plain device read as a unit of unknown devices")
 	}
 }
 
 func TestUnitFenceExtendsWithTheStandingKey(t *testing.T) {
 	st := quarantinedUnit(policy.Default(), "g", "g-a")
-	st.startReview("test", "alice", t0)
+	reviewOf(st).startReview("test", "alice", t0)
 	if st.Review == nil || st.Review.Stage != StageProbe {
 		t.Fatalf("review %+v", st.Review)
 	}
-	if a := st.fenceMembers("x"); a.Key != TaintQuarantine {
+	if a := unitOf(st).fenceMembers("x"); a.Key != TaintQuarantine {
 		t.Fatalf("key while probing %s", a.Key)
 	}
-	st.toProbation()
-	if a := st.fenceMembers("x"); a.Key != TaintProbation || a.Effect != policy.EffectNoSchedule {
+	reviewOf(st).toProbation()
+	if a := unitOf(st).fenceMembers("x"); a.Key != TaintProbation || a.Effect != policy.EffectNoSchedule {
 		t.Fatalf("key on probation %s %s", a.Key, a.Effect)
 	}
-	u := unitOf("g2", "g", "g-a")
-	st.joinUnit(u)
+	u := testUnit("g2", "g", "g-a")
+	unitOf(st).joinUnit(u)
 	if st.Unit.Whole != "g2" {
 		t.Fatalf("whole device %q, want the report's g2", st.Unit.Whole)
 	}
-	u = unitOf("g", "g-a")
+	u = testUnit("g", "g-a")
 	u.Whole = ""
-	st.joinUnit(u)
+	unitOf(st).joinUnit(u)
 	if st.Unit.Whole != "g2" {
 		t.Fatalf("a report without a whole device dropped it: %q", st.Unit.Whole)
 	}
@@ -137,15 +137,15 @@ func TestUnitHoldersMoveOnlyFromAQuarantine(t *testing.T) {
 	p := policy.Default()
 	p.Migration.Enabled = true
 	st := quarantinedUnit(p, "g", "g-a")
-	st.movingStarted(st.HoldersToMove())
-	st.closeRecord("alice", "test", t0)
+	unitOf(st).movingStarted(unitOf(st).holdersToMove())
+	fenceOf(st).closeRecord("alice", "test", t0)
 	st.State = Restricted
 	st.Quarantine = &QuarantineRecord{RuleName: "r"}
-	if got := st.HoldersToMove(); got != nil {
+	if got := unitOf(st).holdersToMove(); got != nil {
 		t.Fatalf("holders moved from a restricted unit: %v", got)
 	}
 	st.State = Quarantined
-	if got := st.HoldersToMove(); len(got) != 1 || got[0].Name != "p" {
+	if got := unitOf(st).holdersToMove(); len(got) != 1 || got[0].Name != "p" {
 		t.Fatalf("holders of a new quarantine %v, want p again", got)
 	}
 }

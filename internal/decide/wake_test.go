@@ -18,7 +18,7 @@ func TestWokenRetriesTheHeldAction(t *testing.T) {
 	}
 	st.rules.BreakerWake = true
 	act := Action{Kind: ActTaint, To: Quarantined, Automatic: true, Reason: "XID 79"}
-	st.denied(act, "circuit breaker open", now)
+	fenceOf(st).denied(act, "circuit breaker open", now)
 	if !st.RetryAt.Equal(now.Add(10 * time.Minute)) { // BreakerFallback, as documented
 		t.Fatalf("retry at %v, want the 10-minute fallback", st.RetryAt)
 	}
@@ -32,7 +32,7 @@ func TestWokenRetriesTheHeldAction(t *testing.T) {
 		t.Fatalf("woken: %+v", acts)
 	}
 	old := NewState(device.ID{Driver: "d", Pool: "p", Device: "h"}, "n", policy.Default(), false)
-	old.denied(act, "circuit breaker open", now)
+	fenceOf(old).denied(act, "circuit breaker open", now)
 	if !old.RetryAt.Equal(now.Add(BreakerRetry)) {
 		t.Fatalf("a run from before wake-ups retries at %v, want %v", old.RetryAt, now.Add(BreakerRetry))
 	}
@@ -44,7 +44,7 @@ func TestTaintFailuresAlertFirstAndEveryTenth(t *testing.T) {
 	act := Action{Kind: ActTaint, To: Quarantined}
 	var alerted []int
 	for i := 1; i <= 20; i++ {
-		if acts := st.taintFailed(act, "webhook", now); len(acts) > 0 {
+		if acts := fenceOf(st).taintFailed(act, "webhook", now); len(acts) > 0 {
 			if acts[0].Level != LevelCritical || !strings.Contains(acts[0].Reason, fmt.Sprintf("failed %d time(s)", i)) {
 				t.Fatalf("alert %+v", acts[0])
 			}
@@ -59,14 +59,14 @@ func TestTaintFailuresAlertFirstAndEveryTenth(t *testing.T) {
 func TestReleaseFailedKeepsTheFence(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	st := NewState(device.ID{Driver: "d", Pool: "p", Device: "g"}, "n", policy.Default(), false)
-	if acts := st.releaseFailed("forbidden", now); acts != nil || len(st.Transitions) != 0 {
+	if acts := fenceOf(st).releaseFailed("forbidden", now); acts != nil || len(st.Transitions) != 0 {
 		t.Fatalf("no review, yet %v", acts)
 	}
 	st.rules.ReleasePath = true
-	st.applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", now)
+	fenceOf(st).applied(Action{Kind: ActTaint, To: Quarantined, Reason: "XID 79", Actor: Actor}, "rule", now)
 	st.Review = &Review{Stage: StageRelease, From: Quarantined}
 	st.State = Recovering
-	st.releaseFailed("forbidden", now)
+	fenceOf(st).releaseFailed("forbidden", now)
 	last := st.Transitions[len(st.Transitions)-1]
 	if st.State != Quarantined || !strings.Contains(last.Reason, "release failed: forbidden") || st.Review != nil {
 		t.Fatalf("state %s, last transition %+v, review %+v", st.State, last, st.Review)
