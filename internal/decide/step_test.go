@@ -56,6 +56,14 @@ func TestAcceptBindsToTheAskWaiting(t *testing.T) {
 	if err != nil || c.Review == "" || c.Review != st.Ask() {
 		t.Fatalf("bound to %q (%v), waiting %q", c.Review, err, st.Ask())
 	}
+	for _, k := range []CommandKind{CmdReleaseApproval, CmdReject} {
+		if c, _ := Accept(st, Command{Kind: k, Actor: "ops"}); c.Review != st.Ask() {
+			t.Fatalf("%s bound to %q, waiting %q", k, c.Review, st.Ask())
+		}
+	}
+	if c, _ := Accept(st, Command{Kind: CmdExtend, Actor: "ops", Duration: policy.JSONDuration(time.Hour)}); c.Review != "" {
+		t.Fatalf("an extension was bound to an ask: %q", c.Review)
+	}
 	if _, err := Accept(st, Command{Kind: CmdApprove, Actor: "ops", Review: "repair-1"}); err == nil {
 		t.Fatal("an approval of another ask was accepted")
 	}
@@ -124,5 +132,63 @@ func TestLookSaysWhereTheDeviceStands(t *testing.T) {
 	}
 	if v := Look(NewState(dev, "node-1", policy.Default(), false)); !v.Idle || v.LastReason != "" || !v.Deadline.IsZero() {
 		t.Fatalf("new device's view %+v", v)
+	}
+}
+
+// A probe runs under its own class when the check names one, else the device's; a ladder that
+// stands past its last step, or has no try yet, plans a zero step and no try time.
+func TestPrepareCheckEdges(t *testing.T) {
+	st, acts := trustedAtFirstStep(t, ladderPolicy())
+	st.DeviceClass = "gpu.example.com"
+	probe := Action{Kind: ActProbe, Check: &policy.Check{}}
+	if p := Prepare(st, probe).Plan; p.DeviceClass != "gpu.example.com" {
+		t.Fatalf("probe class %q", p.DeviceClass)
+	}
+	probe.Check.DeviceClass = "probe.example.com"
+	if p := Prepare(st, probe).Plan; p.DeviceClass != "probe.example.com" {
+		t.Fatalf("probe class %q, want the check's", p.DeviceClass)
+	}
+	l := st.Quarantine.Ladder
+	l.Step = len(st.Policy.Repair.Steps)
+	if p := Prepare(st, acts[0]).Plan; p.Step.Kind != "" {
+		t.Fatalf("a ladder past its last step planned %+v", p.Step)
+	}
+	l.Step, l.Tries = 0, nil
+	if p := Prepare(st, acts[0]).Plan; !p.TryAt.IsZero() || p.Try != 0 || p.Step.Kind != policy.RepairReset {
+		t.Fatalf("no try yet: %+v", p)
+	}
+}
+
+// A unit with no whole form is reset once, through its first form (LadderTrust); before, once
+// per form. Its probe still runs on every form.
+func TestRepairTargetOfAUnitWithoutAWholeForm(t *testing.T) {
+	p := ladderPolicy()
+	st := quarantinedUnit(p, "g-a", "g-b", "g-c")
+	st.Unit.Whole = ""
+	st.Follow(trusted)
+	st.Quarantine.Ladder = &Ladder{Tries: []RepairTry{{Kind: policy.RepairReset, Attempt: 1, At: t0}}}
+	if got := Prepare(st, Action{Kind: ActRepair, Check: &policy.Check{}}).Plan.Targets; len(got) != 1 || got[0].Device != "g-a" {
+		t.Fatalf("reset targets %v, want the first form alone", got)
+	}
+	if got := Prepare(st, Action{Kind: ActProbe, Check: &policy.Check{}}).Plan.Targets; len(got) != 3 {
+		t.Fatalf("probe targets %v, want every form", got)
+	}
+	st.Follow(Rules{ReleasePath: true, Repair: true})
+	if got := Prepare(st, Action{Kind: ActRepair, Check: &policy.Check{}}).Plan.Targets; len(got) != 3 {
+		t.Fatalf("reset targets before LadderTrust %v, want every form", got)
+	}
+}
+
+// The repair step shows through the review that follows the step, and not once it ends.
+func TestRepairStepShowsThroughTheReview(t *testing.T) {
+	st, acts := trustedAtFirstStep(t, ladderPolicy())
+	acts = Step(st, Event{Kind: EventResult, At: t0.Add(time.Minute), Result: Result{Action: acts[0], Outcome: Done, Check: pass(t0.Add(time.Minute))}})
+	wantKinds(t, "reset done", acts, ActProbe)
+	if v := Look(st); v.State != Recovering || v.RepairStep != "reset 1/2" {
+		t.Fatalf("in review: %+v", v)
+	}
+	st.State = Released
+	if v := Look(st); v.RepairStep != "" {
+		t.Fatalf("released: %q", v.RepairStep)
 	}
 }
