@@ -341,6 +341,12 @@ func TestHeartbeatRereadsTheFence(t *testing.T) {
 	st.rules.ReleasePath = true
 	st.Observe(obs(device.Healthy, 1, ""), t0)
 	wantKinds(t, "heartbeat while healthy", st.Observe(obs(device.Healthy, 1, ""), t0.Add(2*time.Minute)))
+	// A retired device's fence is re-read too; one under review is the review's to watch.
+	st = quarantined(policy.Default())
+	st.State = Retired
+	wantKinds(t, "heartbeat while retired", st.Observe(obs(device.Unhealthy, 1, ""), t0.Add(2*time.Minute)), ActInspectRule)
+	st.State = Recovering
+	wantKinds(t, "heartbeat while recovering", st.Observe(obs(device.Unhealthy, 1, ""), t0.Add(3*time.Minute)))
 }
 
 func TestRuleRemovedOutsideIsAnOperatorRelease(t *testing.T) {

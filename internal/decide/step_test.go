@@ -153,6 +153,9 @@ func TestPrepareCheckEdges(t *testing.T) {
 	if p := Prepare(st, acts[0]).Plan; p.Step.Kind != "" {
 		t.Fatalf("a ladder past its last step planned %+v", p.Step)
 	}
+	if v := Look(st); v.RepairStep != "reset 1/2" {
+		t.Fatalf("past its last step, the ladder shows %q: want its last try against the last step", v.RepairStep)
+	}
 	l.Step, l.Tries = 0, nil
 	if p := Prepare(st, acts[0]).Plan; !p.TryAt.IsZero() || p.Try != 0 || p.Step.Kind != policy.RepairReset {
 		t.Fatalf("no try yet: %+v", p)
