@@ -107,5 +107,5 @@ func TestRebootFaultIsClearedByTheNodeStep(t *testing.T) {
 		return nil
 	})
 	t.Logf("time to repair (quarantined to released): %s; node step: %s", q.ClosedAt.Sub(q.CreatedAt), l.Tries[1].Result.Reason)
-	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_reboot.json")
+	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_reboot_v11.json") // device_repair_reboot.json is the run before decide.Rules.StepReports
 }

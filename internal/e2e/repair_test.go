@@ -75,7 +75,7 @@ func TestTransientFaultIsResetAndReleased(t *testing.T) {
 		}
 	}
 	t.Logf("time to repair (quarantined to released): %s; job %s/%s moved by %s", q.ClosedAt.Sub(q.CreatedAt), w.Namespace, w.Name, mid)
-	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_transient.json")
+	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_transient_v11.json") // device_repair_transient.json is the run before decide.Rules.StepReports
 }
 
 // A permanent fault: both resets fail, and the device is Retired with its evidence bundle and
