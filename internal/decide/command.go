@@ -4,53 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"time"
-
-	"github.com/devicewarden/devicewarden/internal/policy"
 )
-
-// CommandKind names an operator command.
-type CommandKind string
-
-// Operator commands: Temporal updates (validated, answered) and signals of the same names.
-const (
-	CmdForceQuarantine CommandKind = "force-quarantine"
-	CmdRelease         CommandKind = "release"
-	CmdExtend          CommandKind = "extend"
-	CmdPause           CommandKind = "pause"
-	CmdResume          CommandKind = "resume"
-	CmdApprove         CommandKind = "approve"
-	CmdReject          CommandKind = "reject"
-	// CmdReleaseApproval is the older name of approve, kept for signals sent by existing tools.
-	CmdReleaseApproval CommandKind = "release-approval"
-)
-
-// Commands lists every operator command.
-var Commands = []CommandKind{CmdForceQuarantine, CmdRelease, CmdExtend, CmdPause, CmdResume, CmdApprove, CmdReject, CmdReleaseApproval}
 
 // maxExtend bounds one `extend`.
 const maxExtend = 365 * 24 * time.Hour
-
-// MaxReason bounds a command's reason, like the API bounds a health message.
-const MaxReason = 1024
-
-// Command is an operator's instruction for one device.
-type Command struct {
-	Kind   CommandKind `json:"kind"`
-	Actor  string      `json:"actor"`
-	Reason string      `json:"reason,omitempty"`
-	// Duration is how much longer an `extend` keeps the quarantine, e.g. "48h" (default: one lease).
-	Duration policy.JSONDuration `json:"duration,omitempty"`
-	// Review names the review an approve or reject was made for (Review.ID); a decision for any
-	// other review is refused. Slack's buttons always name theirs; empty means the review waiting
-	// now.
-	Review string `json:"review,omitempty"`
-}
-
-// CommandResult is a command's answer: the device's state after it and what happened.
-type CommandResult struct {
-	State   State  `json:"state"`
-	Message string `json:"message"`
-}
 
 // Validate refuses a command that is malformed or makes no sense in the device's state; a refused
 // command changes nothing (an update's validator leaves no trace in history).

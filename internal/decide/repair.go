@@ -13,9 +13,6 @@ import (
 // that fails goes to the next attempt, then the next step; after the last one the device is
 // Retired: fenced for good, never reviewed again, released only with a person's approval.
 
-// Retired is a device the ladder gave up on, or that relapsed too often: replace it.
-const Retired State = "Retired"
-
 // ActRepair runs one step of the ladder on the device; the result goes to Report as a Check.
 const ActRepair ActionKind = "repair"
 

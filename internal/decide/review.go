@@ -26,22 +26,6 @@ const MaxReviewInterval = 30 * 24 * time.Hour
 // maxClosed bounds the closed quarantine records kept in state: as many as retireAfter may count.
 const maxClosed = policy.MaxRetireAfter
 
-// StepResult is the outcome of a probe or canary.
-type StepResult struct {
-	Passed bool      `json:"passed"`
-	Reason string    `json:"reason"`
-	Pod    string    `json:"pod,omitempty"`
-	At     time.Time `json:"at"`
-	// Busy: a repair step found the device still allocated to another claim and ran nothing.
-	Busy bool `json:"busy,omitempty"`
-	// BootID is the device's node's boot ID as a repair step saw it (a node step: after it), so
-	// a later node step can tell that the node booted again since.
-	BootID string `json:"bootID,omitempty"`
-	// Holders are the Pods ("namespace/name") on the node that held devices when a node step
-	// that moves them found it busy: the workflow moves them.
-	Holders []string `json:"holders,omitempty"`
-}
-
 // Review is a quarantined or restricted device's way back: probe, probation with a canary, a
 // stability window and, when the policy asks, a person's approval.
 type Review struct {

@@ -7,63 +7,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// State is where a device stands in its remediation.
-type State string
-
-// Device states. Suspect and Restricted come from Unknown; Quarantined from Unhealthy or a person.
-const (
-	Healthy     State = "Healthy"
-	Suspect     State = "Suspect"
-	Restricted  State = "Restricted"
-	Quarantined State = "Quarantined"
-	Recovering  State = "Recovering"
-	Released    State = "Released"
-)
-
-// Reporter says which pod, container and claim reported a health value.
-type Reporter struct {
-	Namespace string        `json:"namespace"`
-	Pod       string        `json:"pod"`
-	Container string        `json:"container"`
-	Claim     string        `json:"claim"`
-	Health    device.Health `json:"health"`
-	// Slice names the ResourceSlice when the driver itself reported the device (its own taint).
-	Slice string `json:"slice,omitempty"`
-	// Device names the form of a shared unit the report is about (a partition, the whole GPU);
-	// empty for a device that is a unit of its own.
-	Device string `json:"device,omitempty"`
-	// Silent: the Pod holds a form of a shared unit and reported nothing about it; it is listed
-	// as a holder (it must move), its Healthy is no evidence that the device works.
-	Silent bool `json:"silent,omitempty"`
-}
-
-// Observation is one aggregated health report for one device, sent by the watcher.
-type Observation struct {
-	Device device.ID     `json:"device"`
-	Node   string        `json:"node"`
-	Health device.Health `json:"health"`
-	// DeviceClass is the class the device was requested through, when known.
-	DeviceClass string `json:"deviceClass,omitempty"`
-	// Message is the driver's message of the worst report, if any.
-	Message string `json:"message,omitempty"`
-	// Source says where the report came from (SourcePodStatus when empty). Only the driver's own
-	// word (a claim condition, a device re-published in its slice) may start a quarantined
-	// device's recovery review; a bare Healthy from a Pod never does.
-	Source Source `json:"source,omitempty"`
-	// StatusVersion is the resourceVersion of the newest Pod status that carried the reports.
-	StatusVersion string `json:"statusVersion"`
-	// Seq orders a device's observations without parsing resourceVersions (opaque, and they go
-	// backwards after an etcd restore): the watcher's term, then its counter. Absent from
-	// observations sent before it existed.
-	Seq        *Seq      `json:"seq,omitempty"`
-	ObservedAt time.Time `json:"observedAt"`
-	// Reporters is empty when no pod holds the device any more.
-	Reporters []Reporter `json:"reporters,omitempty"`
-	// Unit is set when Device is a shared physical unit (device.Unit.Device): the devices it is
-	// published as now, each of which a fence must cover.
-	Unit *device.Unit `json:"unit,omitempty"`
-}
-
 // Rules are the decision rules a run follows. Each is a change that runs recorded before it
 // replay without: the device workflow derives them from its own version markers at the start of
 // every run and hands them to the state (Follow). They are not part of the device's state, so a
@@ -105,35 +48,6 @@ func (st *DeviceState) Follow(r Rules) { st.rules = r }
 
 // Rules are the decision rules the state decides by.
 func (st *DeviceState) Rules() Rules { return st.rules }
-
-// Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;
-// within a term N counts the watcher's changes. A heartbeat repeats the Seq it repeats.
-type Seq struct {
-	Term int64  `json:"term"`
-	N    uint64 `json:"n"`
-}
-
-// Before reports whether s comes before o.
-func (s Seq) Before(o Seq) bool {
-	if s.Term != o.Term {
-		return s.Term < o.Term
-	}
-	return s.N < o.N
-}
-
-// Source is where an observation came from.
-type Source string
-
-// Observation sources. The watcher sets them; an empty source is a Pod status report.
-const (
-	SourcePodStatus      Source = ""
-	SourceClaimCondition Source = "claim-condition"
-	SourceSlice          Source = "resource-slice"
-	SourceNodeLease      Source = "node-lease"
-)
-
-// FromDriver reports whether the driver itself said so (not a Pod's status).
-func (s Source) FromDriver() bool { return s == SourceClaimCondition || s == SourceSlice }
 
 // QuarantineRecord is the auditable record of a quarantine or restriction.
 type QuarantineRecord struct {
@@ -250,13 +164,6 @@ const (
 	// its fences of the node, the node's permit) when the quarantine ended without the step's
 	// own cleanup: the device's rule was deleted by hand while the step moved holders.
 	ActEndNodeStep ActionKind = "end-node-step"
-)
-
-// Alert levels.
-const (
-	LevelInfo     = "info"
-	LevelWarning  = "warning"
-	LevelCritical = "critical"
 )
 
 // Taint keys: the quarantine fence, and probation (only canaries tolerate it).

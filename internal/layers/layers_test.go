@@ -10,6 +10,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,8 @@ var layers = [][]string{
 		"internal/imagecheck", "internal/casemut", "internal/layers", "activities/activitytest"},
 	// The policy file, and local infrastructure.
 	{"internal/policy", "internal/metrics", "internal/localcluster", "internal/temporalserver"},
+	// The values a device workflow takes and answers.
+	{"internal/devicemsg"},
 	// Pure decisions: a device's, and a rollout's.
 	{"internal/decide", "internal/rolloutplan", "internal/temporalserver/temporaltest"},
 	// Pure decisions built on a device's: the breaker, migrations, node escalation; and what
@@ -215,8 +218,29 @@ func TestCallersDoNotImportTheWorker(t *testing.T) {
 	}
 }
 
+// readState are the callers that still read a device workflow's queried state as decide's
+// DeviceState (its records and ladder): the state query has no view type of the contract yet.
+var readState = []string{"internal/console", "internal/cli", "internal/bench"}
+
+// TestCallersDoNotImportTheDecisions: a caller speaks to a device workflow in package devicemsg's
+// values, never with decide's decisions; readState lists who still reads the state, and shrinks.
+func TestCallersDoNotImportTheDecisions(t *testing.T) {
+	for _, p := range packages(t) {
+		if !slices.Contains(callers, p.ImportPath) {
+			continue
+		}
+		imports := slices.Contains(own(p.Imports), "internal/decide")
+		switch {
+		case imports && !slices.Contains(readState, p.ImportPath):
+			t.Errorf("%s imports internal/decide: use internal/devicemsg's values and api", p.ImportPath)
+		case !imports && slices.Contains(readState, p.ImportPath):
+			t.Errorf("%s no longer imports internal/decide: take it off readState", p.ImportPath)
+		}
+	}
+}
+
 // pure are the decision packages: they do no I/O, so they import no Temporal and no Kubernetes client.
-var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/decide", "internal/rolloutplan",
+var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/decide", "internal/devicemsg", "internal/rolloutplan",
 	"internal/breaker", "internal/migrationplan", "internal/escalation"}
 
 // TestDecisionsDoNoIO: a pure package that imports a Temporal or Kubernetes client fails.

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // ActionMigrate is what a migration asks the circuit breaker for: one eviction or suspension. It
 // draws on the same budget as quarantines, so a storm cannot move more jobs than the breaker allows.
 // (A permit action, not a device state.)
-var ActionMigrate = decide.State("Migrate")
+var ActionMigrate = devicemsg.State("Migrate")
 
 // MigrationPhase is where a migration stands; the migration's query shows it.
 type MigrationPhase string
@@ -128,8 +128,8 @@ func (m *MigrationState) ValidateDecision(d MigrationDecision) error {
 		return fmt.Errorf("the migration is %s, not waiting for a decision", m.Phase)
 	case d.Actor == "":
 		return fmt.Errorf("actor is required: every operator action is audited")
-	case len(d.Reason) > decide.MaxReason:
-		return fmt.Errorf("reason is %d characters, at most %d", len(d.Reason), decide.MaxReason)
+	case len(d.Reason) > devicemsg.MaxReason:
+		return fmt.Errorf("reason is %d characters, at most %d", len(d.Reason), devicemsg.MaxReason)
 	}
 	return nil
 }

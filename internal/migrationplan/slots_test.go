@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 func TestSlotsPerNodeAndClusterWide(t *testing.T) {
@@ -65,10 +65,10 @@ func TestMigrationDecisions(t *testing.T) {
 	if err := m.ValidateDecision(MigrationDecision{}); err == nil {
 		t.Fatal("unsigned decision accepted")
 	}
-	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", decide.MaxReason+1)}); err == nil {
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", devicemsg.MaxReason+1)}); err == nil {
 		t.Fatal("overlong reason accepted")
 	}
-	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", decide.MaxReason)}); err != nil {
+	if err := m.ValidateDecision(MigrationDecision{Actor: "a", Reason: strings.Repeat("r", devicemsg.MaxReason)}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -18,7 +18,7 @@ type TemporalDecider struct {
 }
 
 // Decide sends the command and returns the workflow's answer (or its refusal).
-func (d TemporalDecider) Decide(ctx context.Context, id device.ID, cmd decide.Command) (decide.CommandResult, error) {
+func (d TemporalDecider) Decide(ctx context.Context, id device.ID, cmd devicemsg.Command) (devicemsg.CommandResult, error) {
 	return api.SendCommand(ctx, d.Client, id, cmd, nil)
 }
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 )
@@ -148,7 +148,7 @@ func ApprovalBlocks(in notify.ApprovalRequest, link string) []slack.Block {
 	return []slack.Block{slack.NewSectionBlock(md, nil, nil), slack.NewActionBlock("devicewarden-approval", approve, reject)}
 }
 
-func step(r *decide.StepResult) string {
+func step(r *devicemsg.StepResult) string {
 	switch {
 	case r == nil:
 		return "-"
@@ -223,9 +223,9 @@ func (n *Notifier) count(result string) {
 
 func levelEmoji(level string) string {
 	switch level {
-	case decide.LevelCritical:
+	case devicemsg.LevelCritical:
 		return ":red_circle:"
-	case decide.LevelWarning:
+	case devicemsg.LevelWarning:
 		return ":warning:"
 	}
 	return ":information_source:"

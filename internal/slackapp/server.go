@@ -18,15 +18,15 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
 // Decider delivers an operator command to a device's workflow and returns its answer
 // (api.SendCommand over a Temporal client).
 type Decider interface {
-	Decide(ctx context.Context, id device.ID, cmd decide.Command) (decide.CommandResult, error)
+	Decide(ctx context.Context, id device.ID, cmd devicemsg.Command) (devicemsg.CommandResult, error)
 	// ApproveRollout approves going on past a rollout's phase and says where the rollout stands.
 	ApproveRollout(ctx context.Context, name string, cmd rolloutplan.Command) (string, error)
 }
@@ -101,7 +101,7 @@ func (s *Server) handle(cb slack.InteractionCallback) (notice string, err error)
 	if act.ActionID == ActionRolloutApprove {
 		return s.approveRollout(cb, act.Value)
 	}
-	kind := map[string]decide.CommandKind{ActionApprove: decide.CmdApprove, ActionReject: decide.CmdReject}[act.ActionID]
+	kind := map[string]devicemsg.CommandKind{ActionApprove: devicemsg.CmdApprove, ActionReject: devicemsg.CmdReject}[act.ActionID]
 	dev, review, _ := strings.Cut(act.Value, reviewSep)
 	id, err := device.ParseID(dev)
 	if kind == "" || err != nil {
@@ -117,7 +117,7 @@ func (s *Server) handle(cb slack.InteractionCallback) (notice string, err error)
 		s.logger().Warn("approval refused: approver not on the allow-list", "user", cb.User.ID, "name", cb.User.Name, "device", id.String(), "decision", kind)
 		return fmt.Sprintf("You are not allowed to %s releases; this attempt was recorded.", kind), nil
 	}
-	cmd := decide.Command{Kind: kind, Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Review: review}
+	cmd := devicemsg.Command{Kind: kind, Actor: "slack:" + cb.User.ID, Reason: "via Slack by " + cb.User.Name, Review: review}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -158,7 +158,7 @@ func (s *Server) approveRollout(cb slack.InteractionCallback, value string) (str
 // Wait returns when decisions being delivered are done (for shutdown and tests).
 func (s *Server) Wait() { s.wg.Wait() }
 
-func (s *Server) deliver(id device.ID, cmd decide.Command, channel, ts string) {
+func (s *Server) deliver(id device.ID, cmd devicemsg.Command, channel, ts string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := s.Decider.Decide(ctx, id, cmd)

@@ -21,8 +21,8 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slacktest"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
@@ -92,7 +92,7 @@ func TestApprovalMessage(t *testing.T) {
 	n := &Notifier{Client: api.client(), Channel: "#fallback", UIURL: "http://127.0.0.1:8233", Metrics: m}
 	req := notify.ApprovalRequest{Device: gpu, Review: review, Node: "gpu-node-0", Reason: "device reported Unhealthy: XID 79", Summary: "probe passed, canary passed",
 		WorkflowID: gpu.WorkflowID(), Channel: "#gpu-ops",
-		Probe: &decide.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, Canary: &decide.StepResult{Passed: true, Reason: "exited 0, device Healthy"}}
+		Probe: &devicemsg.StepResult{Passed: true, Reason: "exited 0, device Healthy"}, Canary: &devicemsg.StepResult{Passed: true, Reason: "exited 0, device Healthy"}}
 	if err := n.RequestApproval(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestApprovalMessage(t *testing.T) {
 	}
 
 	// Alerts go to the policy's channel, or the default one.
-	if err := n.Alert(context.Background(), notify.AlertInput{Device: gpu, Level: decide.LevelCritical, Text: "device reported Unhealthy: XID 79"}); err != nil {
+	if err := n.Alert(context.Background(), notify.AlertInput{Device: gpu, Level: devicemsg.LevelCritical, Text: "device reported Unhealthy: XID 79"}); err != nil {
 		t.Fatal(err)
 	}
 	posts, _ = api.snapshot()
@@ -135,7 +135,7 @@ func TestSlackDownNeverFailsAnAlert(t *testing.T) {
 	api.down = true
 	m := metrics.New()
 	n := &Notifier{Client: api.client(), Channel: "#ops", Metrics: m, Backoff: time.Millisecond}
-	if err := n.Alert(context.Background(), notify.AlertInput{Device: gpu, Level: decide.LevelWarning, Text: "x"}); err != nil {
+	if err := n.Alert(context.Background(), notify.AlertInput{Device: gpu, Level: devicemsg.LevelWarning, Text: "x"}); err != nil {
 		t.Fatalf("alert with Slack down: %v", err)
 	}
 	if got := counter(t, m, "devicewarden_slack_notifications_total", "failed"); got != 1 {
@@ -170,20 +170,20 @@ func counter(t *testing.T, m *metrics.Metrics, name, result string) float64 {
 // decider records the commands the server delivers.
 type decider struct {
 	mu       sync.Mutex
-	cmds     []decide.Command
+	cmds     []devicemsg.Command
 	ids      []device.ID
 	rollouts []string
 	err      error
 }
 
-func (d *decider) Decide(_ context.Context, id device.ID, cmd decide.Command) (decide.CommandResult, error) {
+func (d *decider) Decide(_ context.Context, id device.ID, cmd devicemsg.Command) (devicemsg.CommandResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.cmds, d.ids = append(d.cmds, cmd), append(d.ids, id)
 	if d.err != nil {
-		return decide.CommandResult{}, d.err
+		return devicemsg.CommandResult{}, d.err
 	}
-	return decide.CommandResult{State: decide.Released, Message: "released"}, nil
+	return devicemsg.CommandResult{State: devicemsg.Released, Message: "released"}, nil
 }
 
 func (d *decider) ApproveRollout(_ context.Context, name string, cmd rolloutplan.Command) (string, error) {
@@ -247,7 +247,7 @@ func TestInteractivityEndpoint(t *testing.T) {
 		t.Fatalf("valid request: %d %s", w.Code, w.Body)
 	}
 	srv.Wait()
-	if d.count() != 1 || d.cmds[0].Kind != decide.CmdApprove || d.cmds[0].Actor != "slack:UALLOWED" || d.ids[0] != gpu || d.cmds[0].Review != review {
+	if d.count() != 1 || d.cmds[0].Kind != devicemsg.CmdApprove || d.cmds[0].Actor != "slack:UALLOWED" || d.ids[0] != gpu || d.cmds[0].Review != review {
 		t.Fatalf("decisions %+v %v", d.cmds, d.ids)
 	}
 	_, updates := api.snapshot()
@@ -294,7 +294,7 @@ func TestInteractivityEndpoint(t *testing.T) {
 		t.Fatalf("group member: %d", w.Code)
 	}
 	srv.Wait()
-	if d.count() != 2 || d.cmds[1].Kind != decide.CmdReject || d.cmds[1].Actor != "slack:UGROUP1" {
+	if d.count() != 2 || d.cmds[1].Kind != devicemsg.CmdReject || d.cmds[1].Actor != "slack:UGROUP1" {
 		t.Fatalf("decisions after the refusals %+v", d.cmds)
 	}
 	// A refused command (the workflow's validator) is shown in the message.

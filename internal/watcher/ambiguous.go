@@ -8,8 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -72,7 +72,7 @@ func (w *Watcher) recordAmbiguous(pod *corev1.Pod, e ResolveError, text string) 
 		}
 	}
 	if w.cfg.Alerter != nil {
-		if err := w.cfg.Alerter.Alert(ctx, notify.AlertInput{Level: decide.LevelCritical, Text: text}); err != nil {
+		if err := w.cfg.Alerter.Alert(ctx, notify.AlertInput{Level: devicemsg.LevelCritical, Text: text}); err != nil {
 			w.cfg.Logger.Warn("ambiguous report not alerted", "error", err)
 		}
 	}

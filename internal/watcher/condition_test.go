@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 )
 
@@ -31,7 +31,7 @@ func TestClaimConditionReportedAndWithdrawn(t *testing.T) {
 	ctx := start(t, w)
 	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
 	waitUntil(t, "the condition reported", func() bool { return len(rec.signals()) == 1 })
-	if got := rec.signals()[0]; got.Device != gpu1 || got.Health != device.Unhealthy || got.Source != decide.SourceClaimCondition {
+	if got := rec.signals()[0]; got.Device != gpu1 || got.Health != device.Unhealthy || got.Source != devicemsg.SourceClaimCondition {
 		t.Fatalf("signalled %+v", got)
 	}
 	cleared := claim.DeepCopy()
@@ -40,7 +40,7 @@ func TestClaimConditionReportedAndWithdrawn(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the condition withdrawn", func() bool { return len(rec.signals()) == 2 })
-	if got := rec.signals()[1]; got.Device != gpu1 || got.Health != device.Healthy || got.Source != decide.SourceClaimCondition {
+	if got := rec.signals()[1]; got.Device != gpu1 || got.Health != device.Healthy || got.Source != devicemsg.SourceClaimCondition {
 		t.Fatalf("after the condition cleared: %+v", got)
 	}
 	for _, s := range rec.signals() {
@@ -73,7 +73,7 @@ func TestClaimConditionOneOfTwoClears(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "gpu-2 cleared", func() bool { return len(rec.signals()) == 3 })
-	if got := rec.signals()[2]; got.Device.Device != "gpu-2" || got.Health != device.Healthy || got.Source != decide.SourceClaimCondition {
+	if got := rec.signals()[2]; got.Device.Device != "gpu-2" || got.Health != device.Healthy || got.Source != devicemsg.SourceClaimCondition {
 		t.Fatalf("after gpu-2's condition cleared: %+v", got)
 	}
 }

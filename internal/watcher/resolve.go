@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -44,7 +44,7 @@ type Report struct {
 	Message     string
 	Reporter    api.Reporter
 	// Source is where the report came from (empty: a Pod's status).
-	Source decide.Source
+	Source devicemsg.Source
 }
 
 // ResolveError explains why one health entry was not turned into a Report.

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -466,7 +466,7 @@ func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
 func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
-		Source: decide.SourceSlice, Reporter: api.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil, false)
+		Source: devicemsg.SourceSlice, Reporter: api.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil, false)
 
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
@@ -477,7 +477,7 @@ func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 func (w *Watcher) withdrawTaint(id device.ID) {
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", nil, nil, nil, false)
-	w.store.clearedByDriver(id, decide.SourceSlice)
+	w.store.clearedByDriver(id, devicemsg.SourceSlice)
 	w.podMu.Unlock()
 	w.enqueueAll(append(ids, w.unitID(id)))
 }

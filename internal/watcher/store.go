@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // store aggregates reports per device across every pod that holds it and remembers what was
@@ -32,7 +32,7 @@ type store struct {
 	seen map[string]struct{}
 	// outages holds nodes whose Lease expired, with the reason.
 	outages map[string]string
-	// term and counter order this watcher's observations (decide.Seq): a watcher started later,
+	// term and counter order this watcher's observations (devicemsg.Seq): a watcher started later,
 	// a new leader, has a larger term (Config.Term).
 	term    int64
 	counter uint64
@@ -53,7 +53,7 @@ type entry struct {
 	// driverCleared: the driver took back its own word against the device (its slice taint, its
 	// claim condition); the next observation says so with that source, which may start a
 	// quarantined device's recovery review.
-	driverCleared decide.Source
+	driverCleared devicemsg.Source
 	// sending: an observation is on its way to the workflow and not yet acknowledged. The
 	// entry outlives its last report until then: the workflow may already act on the
 	// observation (a rule made in the same task), and a holder gone meanwhile must still be told.
@@ -88,7 +88,7 @@ func (s *store) signalledAny() bool {
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.
 func (s *store) stamp(obs api.Observation) api.Observation {
 	s.counter++
-	obs.Seq = &decide.Seq{Term: s.term, N: s.counter}
+	obs.Seq = &devicemsg.Seq{Term: s.term, N: s.counter}
 	return obs
 }
 
@@ -510,7 +510,7 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 
 // clearedByDriver notes that the driver took back its word against a device that has a
 // workflow (source: how it had said it); it returns whether there is one to tell.
-func (s *store) clearedByDriver(id device.ID, source decide.Source) bool {
+func (s *store) clearedByDriver(id device.ID, source devicemsg.Source) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[s.unitID(id)]

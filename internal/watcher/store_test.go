@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 var benchNow = time.Unix(1700000000, 0)
@@ -197,23 +197,23 @@ func TestStoreDriverClearedIsSentOnce(t *testing.T) {
 	s := newStore()
 	now := time.Unix(1700000000, 0)
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-0"}
-	if s.clearedByDriver(id, decide.SourceSlice) {
+	if s.clearedByDriver(id, devicemsg.SourceSlice) {
 		t.Fatal("a device without a workflow has nobody to tell")
 	}
 	r := rep("gpu-0", device.Unhealthy, "")
-	r.Source = decide.SourceSlice
+	r.Source = devicemsg.SourceSlice
 	s.setPod("slicetaint:x", "", []Report{r}, nil, nil, false)
 	obs, d := s.next(id, now, 0, nil)
-	if d != doSignal || obs.Source != decide.SourceSlice {
+	if d != doSignal || obs.Source != devicemsg.SourceSlice {
 		t.Fatalf("taint report: %v source %q", d, obs.Source)
 	}
 	s.markSignalled(obs, now)
 	s.setPod("slicetaint:x", "", nil, nil, nil, false)
-	if !s.clearedByDriver(id, decide.SourceSlice) {
+	if !s.clearedByDriver(id, devicemsg.SourceSlice) {
 		t.Fatal("the followed device was not marked")
 	}
 	cleared, d := s.next(id, now, 0, nil)
-	if d != doSignal || cleared.Source != decide.SourceSlice || cleared.Health != device.Healthy {
+	if d != doSignal || cleared.Source != devicemsg.SourceSlice || cleared.Health != device.Healthy {
 		t.Fatalf("cleared: %v %+v", d, cleared)
 	}
 	s.markSignalled(cleared, now)

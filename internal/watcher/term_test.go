@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 )
 
@@ -37,8 +37,8 @@ func TestLeaseTermCounts(t *testing.T) {
 // Every counted term orders after a term an older watcher took from the clock, so a device its
 // workflow last heard from such a watcher hears the first counted one.
 func TestCountedTermsFollowClockTerms(t *testing.T) {
-	clock := decide.Seq{Term: 1_800_000_000_000_000_000, N: 99} // UnixNano in 2027
-	counted := decide.Seq{Term: TermBase + 1, N: 1}
+	clock := devicemsg.Seq{Term: 1_800_000_000_000_000_000, N: 99} // UnixNano in 2027
+	counted := devicemsg.Seq{Term: TermBase + 1, N: 1}
 	if !clock.Before(counted) {
 		t.Fatalf("%+v does not order before %+v", clock, counted)
 	}

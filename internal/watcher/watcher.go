@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/notify"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -53,7 +53,7 @@ type Config struct {
 	Policies *policy.Set
 	// Alerter, when set, also receives an alert for every ambiguous report (Slack).
 	Alerter notify.Alerter
-	// Term gives the term that orders this watcher's observations (decide.Seq), taken when Run
+	// Term gives the term that orders this watcher's observations (devicemsg.Seq), taken when Run
 	// starts, i.e. when this replica starts to lead: larger than every earlier watcher's
 	// (LeaseTerm). Nil: TermBase, for tests of one watcher.
 	Term func(context.Context) (int64, error)
@@ -399,7 +399,7 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 	var reports []Report
 	if c != nil {
 		for _, d := range c.Troubled {
-			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message, Source: decide.SourceClaimCondition,
+			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message, Source: devicemsg.SourceClaimCondition,
 				Reporter: api.Reporter{Claim: key, Health: d.Health}})
 		}
 	}
@@ -411,7 +411,7 @@ func (w *Watcher) claimConditions(key, version string, c *Claim) {
 	ids, _ := w.store.setPod(claimConditionKey(key), version, reports, nil, nil, false)
 	for _, id := range ids {
 		if !slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
-			w.store.clearedByDriver(id, decide.SourceClaimCondition) // the driver's condition cleared
+			w.store.clearedByDriver(id, devicemsg.SourceClaimCondition) // the driver's condition cleared
 		}
 	}
 	w.podMu.Unlock()
