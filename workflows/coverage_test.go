@@ -28,7 +28,7 @@ import (
 // TestReplay could not notice a change to it. A path is, per workflow type: each signal and update
 // the workflow registers (read from the running workflow's metadata), each activity its code can
 // call, a fired timer and a continue-as-new when its code has them, each GetVersion change, and for
-// the device workflow each state of internal/decide. It also fails when a history holds a version
+// the device workflow each state of internal/devicemsg. It also fails when a history holds a version
 // marker no GetVersion reads any more: the replayer skips such a marker silently, so removing a
 // GetVersion while runs from before it are open would go unnoticed.
 func TestReplayCoversEveryPath(t *testing.T) {
@@ -253,7 +253,7 @@ func sourcePaths(t *testing.T) map[string]map[string]bool {
 func deviceStates(t *testing.T) []string {
 	t.Helper()
 	fset := token.NewFileSet()
-	files, err := filepath.Glob(filepath.Join("..", "internal", "decide", "*.go"))
+	files, err := filepath.Glob(filepath.Join("..", "internal", "devicemsg", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func deviceStates(t *testing.T) []string {
 		}
 	}
 	if len(states) < 6 {
-		t.Fatalf("found device states %v in internal/decide", states)
+		t.Fatalf("found device states %v in internal/devicemsg", states)
 	}
 	return states
 }
