@@ -425,6 +425,10 @@ func breakerProperty(rt *rapid.T) {
 	if err := segments(rt, &m.carrier, BreakerWorkflow, api.BreakerInput{}, false, end, steps, newEnv, check); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
+	// An activity the environment still retries after the run ended may touch the model: the end
+	// is judged under its lock.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.checkAnswered(m.updates)
 	m.checkRefusals(m.updates)
 	m.fail(rt)

@@ -699,6 +699,10 @@ func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
 		}
 		end := steps[len(steps)-1].at + time.Hour
 		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
+		// An activity the environment still retries after the run ended may touch the model: the
+		// end is judged under its lock.
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		if err != nil {
 			m.violate("the workflow failed: %v", err)
 		}

@@ -214,6 +214,10 @@ func hygieneProperty(rt *rapid.T) {
 	if err := segments(rt, &m.carrier, ClaimHygieneWorkflow, in, false, end, steps, quietEnv(m.activities), m.checkHygiene); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
+	// An activity the environment still retries after the run ended may touch the model: the end
+	// is judged under its lock.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if st := m.final; st != nil {
 		m.note("ended %s", st.State)
 		switch {

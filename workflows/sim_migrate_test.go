@@ -336,6 +336,10 @@ func migrateProperty(rt *rapid.T) {
 	if err := segments(rt, &m.carrier, MigrateWorkflow, in, false, end, steps, quietEnv(m.activities), m.checkMigration); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
+	// An activity the environment still retries after the run ended may touch the model: the end
+	// is judged under its lock.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.checkEnd()
 	ended := "still going"
 	if len(m.records) > 0 {

@@ -138,6 +138,10 @@ func nodeProperty(rt *rapid.T) {
 	if err := segments(rt, &m.carrier, NodeWorkflow, api.NodeInput{Node: "node-1"}, false, last+time.Minute, steps, quietEnv(m.activities), m.checkNode); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
+	// An activity the environment still retries after the run ended may touch the model: the end
+	// is judged under its lock.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(final.Failed) != len(m.failed) {
 		m.violate("%d devices reported failed, %d listed: %v", len(m.failed), len(final.Failed), final.Failed)
 	}

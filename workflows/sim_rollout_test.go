@@ -445,6 +445,10 @@ func rolloutProperty(rt *rapid.T) {
 	if err := segments(rt, &m.carrier, RolloutWorkflow, api.RolloutInput{Plan: p}, false, last+31*time.Minute, steps, quietEnv(m.activities), m.checkRollout); err != nil {
 		m.violate("the workflow failed: %v", err)
 	}
+	// An activity the environment still retries after the run ended may touch the model: the end
+	// is judged under its lock.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if final.State != rolloutplan.StateCompleted {
 		m.checkAnswered(m.updates)
 	}
