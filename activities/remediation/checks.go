@@ -74,7 +74,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	if in.Device.DevicePlugin() {
 		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
 	}
-	sel, node, env, err := a.pinDevice(ctx, in)
+	sel, node, env, published, err := a.pinDevice(ctx, in)
 	if err != nil {
 		return decide.StepResult{}, err
 	}
@@ -90,11 +90,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
-		idle, err := a.withSiblings(ctx, in.Device, in.Idle)
-		if err != nil {
-			return decide.StepResult{}, err
-		}
-		held, err := a.idleOrHeld(ctx, idle, ns+"/"+name)
+		held, err := a.idleOrHeld(ctx, withSiblings(published, in.Device, in.Idle), ns+"/"+name)
 		if err != nil {
 			return decide.StepResult{}, err
 		}
@@ -271,16 +267,17 @@ func scheduling(pod *corev1.Pod) string {
 
 // pinDevice builds the CEL selector that matches only the device, from its published attributes,
 // and returns its node and the environment that names it to the check's Pod (a reset tool needs
-// to know which device to reset). An empty selector means the device is not published.
-func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, []corev1.EnvVar, error) {
+// to know which device to reset), with the driver's slices it read. An empty selector means the
+// device is not published.
+func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, []corev1.EnvVar, []resourcev1.ResourceSlice, error) {
 	if len(in.Identity) == 0 {
-		return "", "", nil, temporal.NewNonRetryableApplicationError(
+		return "", "", nil, nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("no identity attributes for driver %s: name them in the policy file (drivers.%s.identity) so a probe cannot land on a neighbour", in.Device.Driver, in.Device.Driver),
 			ErrNoIdentity, nil)
 	}
 	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + in.Device.Driver})
 	if err != nil {
-		return "", "", nil, fmt.Errorf("list resource slices of %s: %w", in.Device.Driver, err)
+		return "", "", nil, nil, fmt.Errorf("list resource slices of %s: %w", in.Device.Driver, err)
 	}
 	var found *resourcev1.Device
 	var node string
@@ -297,7 +294,7 @@ func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, stri
 		}
 	}
 	if found == nil {
-		return "", "", nil, nil
+		return "", "", nil, slices.Items, nil
 	}
 	expr := []string{fmt.Sprintf("device.driver == %q", in.Device.Driver)}
 	env := []corev1.EnvVar{{Name: "DEVICEWARDEN_DEVICE", Value: in.Device.String()}, {Name: "DEVICEWARDEN_NODE", Value: node}}
@@ -305,11 +302,11 @@ func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, stri
 		env = append(env, corev1.EnvVar{Name: envName(name), Value: kubeobj.AttrValue(in.Device.Driver, name, found.Attributes)})
 		e, err := kubeobj.AttrExpr(in.Device.Driver, name, found.Attributes)
 		if err != nil {
-			return "", "", nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
+			return "", "", nil, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("device %s: %v", in.Device, err), ErrNoIdentity, nil)
 		}
 		expr = append(expr, e)
 	}
-	return strings.Join(expr, " && "), node, env, nil
+	return strings.Join(expr, " && "), node, env, slices.Items, nil
 }
 
 // envName is the variable an identifying attribute is given to a check's Pod as:
