@@ -57,7 +57,7 @@ func (b *Client) Acquire(ctx context.Context, req breaker.PermitRequest) (breake
 		// Resets and reboots are few and slow: each asks the breaker itself, never from a leased batch.
 		res, err = b.lease(ctx, req)
 	} else {
-		res, err = b.acquire(ctx, req)
+		res, err = b.BreakerClient.Acquire(ctx, req)
 	}
 	if err == nil {
 		b.remember(req, res)
@@ -133,21 +133,9 @@ func (b *Client) flush() {
 	}
 }
 
-// Release gives a node's permit back (breaker.PermitRelease); one not released lasts its hold.
-func (b *Client) Release(rel breaker.PermitRelease) error {
-	return b.signal(api.SignalPermitRelease, rel)
-}
-
+// signal sends the breaker one signal, bounded by its own timeout (the flusher has no context).
 func (b *Client) signal(name string, arg any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return b.Client.SignalWorkflow(ctx, api.BreakerWorkflowID, "", name, arg)
-}
-
-func (b *Client) acquire(ctx context.Context, req breaker.PermitRequest) (breaker.PermitResult, error) {
-	var res breaker.PermitResult
-	if err := b.Update(ctx, api.UpdateAcquire, req, &res); err != nil {
-		return breaker.PermitResult{}, err
-	}
-	return res, nil
 }
