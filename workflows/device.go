@@ -90,7 +90,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	lastState, lastSummary, lastRepair := view.State, "", view.RepairStep
 	var lastForms []string
 	for {
-		tm.reset(ctx, decide.Look(st).Deadline)
+		tm.reset(ctx, view.Deadline) // nothing changes the state between the last look and here
 		var acts []decide.Action
 		var answer *commandRequest
 		sel := workflow.NewSelector(ctx)
