@@ -1,7 +1,8 @@
 package api
 
 import (
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"encoding/json"
+
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -13,6 +14,9 @@ type DeviceInput struct {
 	Policy policy.Policy `json:"policy"`
 	// DryRun makes every taint use effect None (preview only).
 	DryRun bool `json:"dryRun,omitempty"`
-	// State carries the state across continue-as-new.
-	State *decide.DeviceState `json:"state,omitempty"`
+	// Unit starts the workflow of a shared physical unit with its forms known (`device
+	// quarantine` of one form of a partitionable GPU): its fence covers them all.
+	Unit *device.Unit `json:"unit,omitempty"`
+	// State is the workflow's own state, carried across continue-as-new; only the workflow reads it.
+	State json.RawMessage `json:"state,omitempty"`
 }

@@ -2,20 +2,23 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // SendCommand delivers an operator command to a device's workflow as an update and returns the
 // workflow's answer. A refused command comes back as an error with the reason. With start set,
 // a device that has no workflow gets one (update-with-start).
-func SendCommand(ctx context.Context, c client.Client, id device.ID, cmd decide.Command, start *DeviceInput) (decide.CommandResult, error) {
+func SendCommand(ctx context.Context, c client.Client, id device.ID, cmd devicemsg.Command, start *DeviceInput) (devicemsg.CommandResult, error) {
 	opts := client.UpdateWorkflowOptions{WorkflowID: id.WorkflowID(), UpdateName: string(cmd.Kind), Args: []any{cmd},
 		WaitForStage: client.WorkflowUpdateStageCompleted}
 	var h client.WorkflowUpdateHandle
@@ -31,11 +34,11 @@ func SendCommand(ctx context.Context, c client.Client, id device.ID, cmd decide.
 		h, err = c.UpdateWorkflow(ctx, opts)
 	}
 	if err != nil {
-		return decide.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
+		return devicemsg.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
 	}
-	var res decide.CommandResult
+	var res devicemsg.CommandResult
 	if err := h.Get(ctx, &res); err != nil {
-		return decide.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
+		return devicemsg.CommandResult{}, fmt.Errorf("%s %s: %w", cmd.Kind, id, err)
 	}
 	return res, nil
 }
@@ -46,6 +49,30 @@ func DeviceSearchAttributes(id device.ID, node string) temporal.SearchAttributes
 		SearchDeviceID.ValueSet(id.String()),
 		SearchDeviceNode.ValueSet(node),
 		SearchDeviceDriver.ValueSet(id.Driver),
-		SearchDeviceState.ValueSet(string(decide.Healthy)),
+		SearchDeviceState.ValueSet(string(devicemsg.Healthy)),
 	)
+}
+
+// QueryDevice asks a device's workflow where the device stands. A worker of a release before
+// the `view` query answers only `state`, whose fields the view shares by name: that answer is
+// read instead, without the summary and the next step the view adds.
+func QueryDevice(ctx context.Context, c client.Client, workflowID, runID string) (devicemsg.DeviceView, error) {
+	var v devicemsg.DeviceView
+	val, err := c.QueryWorkflow(ctx, workflowID, runID, QueryView)
+	if err != nil && unknownQuery(err) {
+		val, err = c.QueryWorkflow(ctx, workflowID, runID, QueryState)
+	}
+	if err != nil {
+		return v, fmt.Errorf("query %s: %w", workflowID, err)
+	}
+	if err := val.Get(&v); err != nil {
+		return v, fmt.Errorf("query %s: %w", workflowID, err)
+	}
+	return v, nil
+}
+
+// unknownQuery says whether a query failed because the workflow's code has no handler for it.
+func unknownQuery(err error) bool {
+	var qf *serviceerror.QueryFailed
+	return errors.As(err, &qf) && strings.Contains(qf.Message, "unknown queryType")
 }

@@ -7,7 +7,7 @@ package api
 import (
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 )
 
@@ -43,19 +43,22 @@ const (
 	// watcher has workers, and an operator's command does not queue behind a storm.
 	UpdateObservation = "observe"
 	// Operator commands to a device workflow, as updates (validated and answered with a
-	// decide.CommandResult) and as signals of the same names (fire-and-forget; a payload that does
-	// not decode is recorded and dropped). The payload is a decide.Command (kind may be omitted).
-	SignalForceQuarantine = string(decide.CmdForceQuarantine)
-	SignalRelease         = string(decide.CmdRelease)
-	SignalExtend          = string(decide.CmdExtend)
-	SignalPause           = string(decide.CmdPause)
-	SignalResume          = string(decide.CmdResume)
-	SignalApprove         = string(decide.CmdApprove)
-	SignalReject          = string(decide.CmdReject)
-	SignalReleaseApproval = string(decide.CmdReleaseApproval)
-	// QueryState returns a device's decide.DeviceState, or the breaker's breaker.State.
+	// devicemsg.CommandResult) and as signals of the same names (fire-and-forget; a payload that does
+	// not decode is recorded and dropped). The payload is a devicemsg.Command (kind may be omitted).
+	SignalForceQuarantine = string(devicemsg.CmdForceQuarantine)
+	SignalRelease         = string(devicemsg.CmdRelease)
+	SignalExtend          = string(devicemsg.CmdExtend)
+	SignalPause           = string(devicemsg.CmdPause)
+	SignalResume          = string(devicemsg.CmdResume)
+	SignalApprove         = string(devicemsg.CmdApprove)
+	SignalReject          = string(devicemsg.CmdReject)
+	SignalReleaseApproval = string(devicemsg.CmdReleaseApproval)
+	// QueryState returns a device workflow's own state (its decisions' record, for the workflow
+	// and its replays), or the breaker's breaker.State.
 	QueryState = "state"
-	// QueryRules returns the decision rules a device workflow's run follows (decide.Rules): the
+	// QueryView returns where a device stands (devicemsg.DeviceView): what tools show a person.
+	QueryView = "view"
+	// QueryRules returns the decision rules a device workflow's run follows (devicemsg.Rules): the
 	// changes its version markers took, which tell an upgrade's old runs from new ones.
 	QueryRules = "rules"
 
@@ -144,12 +147,13 @@ var (
 )
 
 // Actor is recorded on decisions DeviceWarden makes by itself.
-const Actor = decide.Actor
+const Actor = devicemsg.Actor
 
-// The state model lives in internal/decide; these names keep the workflow API in one place.
+// The values a device workflow takes and answers live in internal/devicemsg; these names keep
+// the workflow API in one place.
 type (
-	Observation = decide.Observation
-	Reporter    = decide.Reporter
-	DeviceState = decide.DeviceState
-	Command     = decide.Command
+	Observation = devicemsg.Observation
+	Reporter    = devicemsg.Reporter
+	DeviceView  = devicemsg.DeviceView
+	Command     = devicemsg.Command
 )

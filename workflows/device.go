@@ -12,6 +12,7 @@ import (
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -48,11 +49,19 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		LadderTrust:      takes(ctx, 10),
 		StepReports:      takes(ctx, 11),
 	}
-	st := decide.Start(in.State, in.Device, in.Node, in.Policy, in.DryRun, rules)
+	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
+	if err != nil {
+		// As an input that does not decode: the workflow task fails and is retried (a fixed
+		// worker takes it up), the run and its history stay.
+		panic(err)
+	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryRules, func() (decide.Rules, error) { return rules, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (decide.DeviceState, error) { return *st, nil }); err != nil {
+		return fmt.Errorf("register query: %w", err)
+	}
+	if err := workflow.SetQueryHandler(ctx, api.QueryView, func() (devicemsg.DeviceView, error) { return decide.Look(st).Device, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	updates := workflow.NewBufferedChannel(ctx, 64)
@@ -74,7 +83,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	if st.Policy.Name == "" {
 		// After the handlers: the command that started this run (update-with-start) waits in
 		// its channel while the worker is asked.
-		st.Policy = startPolicy(ctx, st.Device)
+		decide.Step(st, decide.Event{Kind: decide.EventPolicy, At: workflow.Now(ctx), Policy: startPolicy(ctx, st.Device)})
 	}
 	inbox := append([]workflow.ReceiveChannel{obsCh, observed, updates, wakeCh}, cmdChs...)
 	pending := func() bool {
@@ -196,7 +205,11 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 				return nil
 			}
 			next := in
-			next.State = st
+			// Encoding the state is deterministic; workflowcheck flags the reflection encoding/json uses.
+			next.State, err = json.Marshal(st) //workflowcheck:ignore
+			if err != nil {
+				return fmt.Errorf("carry the state to the next run: %w", err)
+			}
 			return continueAsNew(ctx, DeviceWorkflow, next)
 		}
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -395,8 +396,12 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
-	if next.State == nil || next.State.State != decide.Quarantined || next.State.StatusVersion != "7" || next.State.Quarantine == nil {
-		t.Fatalf("state not carried: %+v", next.State)
+	var carried decide.DeviceState
+	if err := json.Unmarshal(next.State, &carried); err != nil {
+		t.Fatalf("carried state does not decode: %v", err)
+	}
+	if carried.State != decide.Quarantined || carried.StatusVersion != "7" || carried.Quarantine == nil {
+		t.Fatalf("state not carried: %s", next.State)
 	}
 	if next.Device != gpu0 || next.Policy.Name != "default" {
 		t.Fatalf("input not carried: %+v", next)
@@ -549,5 +554,17 @@ func TestDeviceWorkflowUnknownAlertsJoinTheSummary(t *testing.T) {
 	}
 	if len(h.alerts) != 0 {
 		t.Fatalf("alerts as activities: %+v", h.alerts)
+	}
+}
+
+// A carried state that does not decode stops the workflow's task with the reason (a panic, which
+// Temporal retries until a worker can take it), as an input that does not decode did: the run
+// and its history stay.
+func TestACarriedStateThatDoesNotDecodeStopsTheTask(t *testing.T) {
+	h := newHarness(0)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default(), State: json.RawMessage(`{"state":7}`)})
+	var panicked *temporal.PanicError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &panicked) || !strings.Contains(err.Error(), "does not decode") {
+		t.Fatalf("want the task stopped on the carried state, got %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"slices"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -26,6 +25,7 @@ func startMigrations(ctx workflow.Context, st *decide.DeviceState, pods []decide
 		workflow.GetLogger(ctx).Warn("workloads not found; nothing moved", "error", err)
 		return
 	}
+	var ids []string
 	report := ""
 	var at = workflow.Now(ctx)
 	if q := st.Quarantine; q != nil {
@@ -51,8 +51,7 @@ func startMigrations(ctx workflow.Context, st *decide.DeviceState, pods []decide
 			workflow.GetLogger(ctx).Warn("migration not started", "migration", id, "error", err)
 			continue
 		}
-		if !slices.Contains(st.Migrations, id) {
-			st.Migrations = append(st.Migrations, id)
-		}
+		ids = append(ids, id)
 	}
+	decide.Step(st, decide.Event{Kind: decide.EventMigrating, At: workflow.Now(ctx), Migrations: ids})
 }

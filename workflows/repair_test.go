@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -129,7 +130,11 @@ func TestLadderRetiresALemonAtItsQuarantine(t *testing.T) {
 	failedThenIdle(h)
 	var got decide.DeviceState
 	queryThenCancel(t, h.env, time.Hour, &got)
-	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p, State: st})
+	carried, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p, State: carried})
 	if got.State != decide.Retired || len(*retired) != 1 || len(h.ran) != 0 {
 		t.Fatalf("state %s, evidence %d, checks %v", got.State, len(*retired), checkKinds(h.ran))
 	}

@@ -14,7 +14,7 @@ import (
 var seam = []string{"Start", "Step", "Prepare", "Accept", "Look"}
 
 // TestDeviceWorkflowCallsOnlyTheSeam: the device workflow's files call no function of decide but
-// the seam's, and no method of its state.
+// the seam's, no method of its state, and write none of its fields.
 func TestDeviceWorkflowCallsOnlyTheSeam(t *testing.T) {
 	funcs, methods := decideDecls(t)
 	if len(funcs) == 0 || len(methods) == 0 {
@@ -26,6 +26,13 @@ func TestDeviceWorkflowCallsOnlyTheSeam(t *testing.T) {
 			t.Fatal(err)
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			if as, ok := n.(*ast.AssignStmt); ok {
+				for _, lhs := range as.Lhs {
+					if writesState(lhs) {
+						t.Errorf("%s writes a field of the state: hand it to decide.Step as an event", name)
+					}
+				}
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -45,6 +52,25 @@ func TestDeviceWorkflowCallsOnlyTheSeam(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// writesState says whether an assignment's target is a field of the device's state (st.X, st.X.Y).
+func writesState(e ast.Expr) bool {
+	field := false
+	for {
+		switch x := e.(type) {
+		case *ast.SelectorExpr:
+			e, field = x.X, true
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.StarExpr:
+			e = x.X
+		case *ast.Ident:
+			return field && x.Name == "st"
+		default:
+			return false
+		}
 	}
 }
 

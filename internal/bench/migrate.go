@@ -16,7 +16,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/migrationplan"
@@ -211,12 +210,8 @@ func migrationCost(ctx context.Context, tc client.Client, first map[string]jobSt
 	var slowest time.Duration
 	var slow migrationplan.MigrationState
 	for _, f := range first {
-		v, err := tc.QueryWorkflow(ctx, f.id.WorkflowID(), "", api.QueryState)
+		st, err := api.QueryDevice(ctx, tc, f.id.WorkflowID(), "")
 		if err != nil {
-			return err
-		}
-		var st decide.DeviceState
-		if err := v.Get(&st); err != nil {
 			return err
 		}
 		for _, id := range st.Migrations {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -79,7 +79,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 		return sim.SetFault(ctx, kube, tg.id, corev1.ResourceHealthStatusHealthy, "")
 	}
 	release := func(tg benchTarget) error {
-		_, err := api.SendCommand(ctx, tc, tg.id, decide.Command{Kind: decide.CmdRelease, Actor: "bench"}, nil)
+		_, err := api.SendCommand(ctx, tc, tg.id, devicemsg.Command{Kind: devicemsg.CmdRelease, Actor: "bench"}, nil)
 		return err
 	}
 	seq := min(o.Sequential, len(targets))

@@ -17,7 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -98,9 +98,8 @@ func Repair(ctx context.Context, o RepairOptions) error {
 		case at := <-deleted(rule):
 			lat = append(lat, at.Sub(start))
 		case <-time.After(3 * time.Minute):
-			var ds decide.DeviceState
-			if v, err := st.tc.QueryWorkflow(ctx, tg.id.WorkflowID(), "", api.QueryState); err == nil && v.Get(&ds) == nil {
-				return fmt.Errorf("%s not repaired after 3m: %s; reporters %+v; ladder %+v; transitions %+v", tg.id, ds.Summary(), ds.Reporters, ds.Quarantine.Ladder, ds.Transitions)
+			if ds, err := api.QueryDevice(ctx, st.tc, tg.id.WorkflowID(), ""); err == nil && ds.Quarantine != nil {
+				return fmt.Errorf("%s not repaired after 3m: %s; reporters %+v; ladder %+v; transitions %+v", tg.id, ds.Summary, ds.Reporters, ds.Quarantine.Ladder, ds.Transitions)
 			}
 			return fmt.Errorf("%s not repaired after 3m", tg.id)
 		case <-ctx.Done():
@@ -120,7 +119,7 @@ func Repair(ctx context.Context, o RepairOptions) error {
 		if _, err := kube.ResourceV1().DeviceTaintRules().Create(ctx, &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: resourcev1.DeviceTaintRuleSpec{
 				DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: ptr.To(tg.id.Driver), Pool: ptr.To(tg.id.Pool), Device: ptr.To(tg.id.Device)},
-				Taint:          resourcev1.DeviceTaint{Key: decide.TaintQuarantine, Effect: resourcev1.DeviceTaintEffectNoSchedule},
+				Taint:          resourcev1.DeviceTaint{Key: devicemsg.TaintQuarantine, Effect: resourcev1.DeviceTaintEffectNoSchedule},
 			}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create floor rule: %w", err)
 		}
@@ -196,7 +195,7 @@ func resetByHand(ctx context.Context, kube kubernetes.Interface, tg benchTarget,
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "device",
 			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: sim.Driver, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
 				Selectors:   []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: sel}}},
-				Tolerations: []resourcev1.DeviceToleration{{Key: decide.TaintQuarantine, Operator: resourcev1.DeviceTolerationOpExists}}}}}}}}
+				Tolerations: []resourcev1.DeviceToleration{{Key: devicemsg.TaintQuarantine, Operator: resourcev1.DeviceTolerationOpExists}}}}}}}}
 	if _, err := kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create reset claim: %w", err)
 	}

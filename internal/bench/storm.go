@@ -18,8 +18,8 @@ import (
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -196,7 +196,7 @@ const forces = 5
 func forceMidStorm(ctx context.Context, tc client.Client, pols *policy.Set, id device.ID, rules func(string) <-chan time.Time, t0, at time.Time) forceResult {
 	time.Sleep(time.Until(at))
 	start := time.Now()
-	cmd := decide.Command{Kind: decide.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
+	cmd := devicemsg.Command{Kind: devicemsg.CmdForceQuarantine, Actor: "bench", Reason: "mid-storm"}
 	if _, err := api.SendCommand(ctx, tc, id, cmd, &api.DeviceInput{Device: id, Node: id.Pool, Policy: pols.For("", id.Driver)}); err != nil {
 		return forceResult{err: err}
 	}
@@ -275,11 +275,11 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 				}
 				decided[i] = s.LastHeard.Sub(t0)
 				switch {
-				case s.State == decide.Quarantined:
+				case s.State == devicemsg.Quarantined:
 					r.quarantined++
-				case s.State == decide.Restricted:
+				case s.State == devicemsg.Restricted:
 					r.restricted++
-				case s.Held != nil:
+				case s.Withheld:
 					r.held++
 				}
 			}()
@@ -294,13 +294,8 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 	return r, nil
 }
 
-func deviceState(ctx context.Context, tc client.Client, id device.ID) (decide.DeviceState, error) {
-	var s decide.DeviceState
-	v, err := tc.QueryWorkflow(ctx, id.WorkflowID(), "", api.QueryState)
-	if err != nil {
-		return s, err
-	}
-	return s, v.Get(&s)
+func deviceState(ctx context.Context, tc client.Client, id device.ID) (devicemsg.DeviceView, error) {
+	return api.QueryDevice(ctx, tc, id.WorkflowID(), "")
 }
 
 func maxDuration(d []time.Duration) time.Duration {

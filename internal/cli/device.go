@@ -19,8 +19,8 @@ import (
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -92,14 +92,21 @@ func newDeviceCmd(g *globals) *cobra.Command {
 			if id, err = cf.deciderOf(c, g, id); err != nil {
 				return err
 			}
-			var st decide.DeviceState
 			if output == "json" {
-				return cf.queryJSON(c, g, id.WorkflowID(), &st)
+				// The workflow's whole record, as it keeps it.
+				var raw json.RawMessage
+				return cf.queryJSON(c, g, id.WorkflowID(), &raw)
 			}
-			if err := cf.query(c, g, id.WorkflowID(), &st); err != nil {
+			tc, err := cf.dial(c, g)
+			if err != nil {
 				return err
 			}
-			return printDevice(c.OutOrStdout(), &st)
+			defer tc.Close()
+			v, err := api.QueryDevice(c.Context(), tc, id.WorkflowID(), "")
+			if err != nil {
+				return err
+			}
+			return printDevice(c.OutOrStdout(), &v)
 		},
 	}
 	show.Flags().StringVarP(&output, "output", "o", "text", "text or json")
@@ -126,7 +133,7 @@ func newDeviceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer tc.Close()
-			cmd := decide.Command{Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
+			cmd := devicemsg.Command{Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
 			if err := tc.SignalWorkflow(c.Context(), id.WorkflowID(), "", args[1], cmd); err != nil {
 				return fmt.Errorf("signal %s: %w", id.WorkflowID(), err)
 			}
@@ -139,17 +146,17 @@ func newDeviceCmd(g *globals) *cobra.Command {
 	signal.Flags().DurationVar(&dur, "duration", 0, "for extend: how much longer, e.g. 48h (default: one lease)")
 	cmd.AddCommand(list, show, signal)
 	for _, k := range []struct {
-		kind  decide.CommandKind
+		kind  devicemsg.CommandKind
 		use   string
 		short string
 	}{
-		{decide.CmdForceQuarantine, "quarantine", "Quarantine a device now (starts its workflow if it has none, e.g. a suspected silent data corruption)"},
-		{decide.CmdRelease, "release", "Start the device's recovery review now: probe, probation with a canary, stability window (refused while the last probe failed)"},
-		{decide.CmdExtend, "extend", "Keep a quarantine longer (--duration, default one lease)"},
-		{decide.CmdPause, "pause", "Stop automatic actions for the device"},
-		{decide.CmdResume, "resume", "Resume automatic actions for the device"},
-		{decide.CmdApprove, "approve", "Approve a release, or a repair step, that waits for approval"},
-		{decide.CmdReject, "reject", "Reject a release or a repair step that waits for approval (the device stays quarantined)"},
+		{devicemsg.CmdForceQuarantine, "quarantine", "Quarantine a device now (starts its workflow if it has none, e.g. a suspected silent data corruption)"},
+		{devicemsg.CmdRelease, "release", "Start the device's recovery review now: probe, probation with a canary, stability window (refused while the last probe failed)"},
+		{devicemsg.CmdExtend, "extend", "Keep a quarantine longer (--duration, default one lease)"},
+		{devicemsg.CmdPause, "pause", "Stop automatic actions for the device"},
+		{devicemsg.CmdResume, "resume", "Resume automatic actions for the device"},
+		{devicemsg.CmdApprove, "approve", "Approve a release, or a repair step, that waits for approval"},
+		{devicemsg.CmdReject, "reject", "Reject a release or a repair step that waits for approval (the device stays quarantined)"},
 	} {
 		k := k
 		sub := &cobra.Command{
@@ -162,12 +169,12 @@ func newDeviceCmd(g *globals) *cobra.Command {
 				if actor == "" {
 					return fmt.Errorf("--actor is required: every operator action is audited")
 				}
-				if dur != 0 && k.kind != decide.CmdExtend {
+				if dur != 0 && k.kind != devicemsg.CmdExtend {
 					return fmt.Errorf("--duration is only for extend")
 				}
-				cmd := decide.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
+				cmd := devicemsg.Command{Kind: k.kind, Actor: actor, Reason: reason, Duration: policy.JSONDuration(dur)}
 				var start *api.DeviceInput
-				if k.kind == decide.CmdForceQuarantine {
+				if k.kind == devicemsg.CmdForceQuarantine {
 					pol := policy.DefaultSet()
 					if policyFile != "" {
 						if pol, err = policy.LoadFile(policyFile); err != nil {
@@ -200,10 +207,10 @@ func newDeviceCmd(g *globals) *cobra.Command {
 		}
 		sub.Flags().StringVar(&actor, "actor", "", "who is acting (recorded in the audit trail)")
 		sub.Flags().StringVar(&reason, "reason", "", "why")
-		if k.kind == decide.CmdExtend {
+		if k.kind == devicemsg.CmdExtend {
 			sub.Flags().DurationVar(&dur, "duration", 0, "how much longer, e.g. 48h (default: one lease)")
 		}
-		if k.kind == decide.CmdForceQuarantine {
+		if k.kind == devicemsg.CmdForceQuarantine {
 			sub.Flags().StringVar(&policyFile, "policy", "", "policy file whose units say how a partitionable GPU's forms group (default: built-in); the fence runs under the running DeviceWarden's policy")
 			kf.add(sub)
 		}

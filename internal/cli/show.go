@@ -7,12 +7,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // printDevice writes the device's state for a person: the summary line first, then the record,
 // the last reports and the recent transitions.
-func printDevice(out io.Writer, st *decide.DeviceState) error {
+func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	ts := func(t time.Time) string {
 		if t.IsZero() {
@@ -30,7 +30,7 @@ func printDevice(out io.Writer, st *decide.DeviceState) error {
 		fmt.Fprintf(w, "Physical unit:\t%s: %d forms, whole device %s\n", u.ID, len(u.Devices), whole)
 		fmt.Fprintf(w, "Forms:\t%s\n", strings.Join(u.Devices, ", "))
 	}
-	fmt.Fprintf(w, "State:\t%s\n", st.Summary())
+	fmt.Fprintf(w, "State:\t%s\n", deviceSummary(st))
 	fmt.Fprintf(w, "Policy:\t%s (lease %s, stability %s, approval required %t)\n", st.Policy.Name, st.Policy.QuarantineLease, st.Policy.StabilityWindow, st.Policy.ApprovalRequired)
 	fmt.Fprintf(w, "Last report:\t%s %s (status version %s, %s)\n", st.Health, st.Message, st.StatusVersion, ts(st.ObservedAt))
 	if q := st.Quarantine; q != nil {
@@ -75,7 +75,7 @@ func printDevice(out io.Writer, st *decide.DeviceState) error {
 }
 
 // printLadder writes each repair try of a quarantine and what followed it.
-func printLadder(w io.Writer, l *decide.Ladder, ts func(time.Time) string) {
+func printLadder(w io.Writer, l *devicemsg.LadderView, ts func(time.Time) string) {
 	if len(l.Tries) == 0 {
 		fmt.Fprintf(w, "Repair:\tnot started (waits until no Pod holds the device)\n")
 	}
@@ -89,4 +89,12 @@ func printLadder(w io.Writer, l *decide.Ladder, ts func(time.Time) string) {
 		}
 		fmt.Fprintf(w, "Repair:\t%s %s attempt %d: %s\n", ts(t.At), t.Kind, t.Attempt, res)
 	}
+}
+
+// deviceSummary is the view's summary line; a worker of an earlier release answers without one.
+func deviceSummary(st *devicemsg.DeviceView) string {
+	if st.Summary == "" {
+		return string(st.State)
+	}
+	return st.Summary
 }

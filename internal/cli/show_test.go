@@ -6,22 +6,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // `device show` lists each repair try with what followed it, and how long a repaired quarantine lasted.
 func TestShowPrintsTheRepairLadder(t *testing.T) {
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	st := decide.NewState(device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, "node-1", policy.Default(), false)
-	st.State = decide.Quarantined
-	st.Quarantine = &decide.QuarantineRecord{RuleName: "r", CreatedAt: at, Ladder: &decide.Ladder{Step: 0, Attempt: 2, Tries: []decide.RepairTry{
-		{Kind: policy.RepairReset, Attempt: 1, At: at, Result: &decide.StepResult{Reason: "exit code 1"}, Review: "not run: the step failed"},
-		{Kind: policy.RepairReset, Attempt: 2, At: at.Add(time.Minute)},
+	st := &devicemsg.DeviceView{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, Node: "node-1", State: devicemsg.Quarantined}
+	st.Quarantine = &devicemsg.QuarantineView{RuleName: "r", CreatedAt: at, Ladder: &devicemsg.LadderView{Tries: []devicemsg.TryView{
+		{Kind: "reset", Attempt: 1, At: at, Result: &devicemsg.StepResult{Reason: "exit code 1"}, Review: "not run: the step failed"},
+		{Kind: "reset", Attempt: 2, At: at.Add(time.Minute)},
 	}}}
-	st.Closed = []decide.QuarantineRecord{{CreatedAt: at.Add(-48 * time.Hour), ClosedAt: at.Add(-48*time.Hour + 3*time.Minute), ClosedBy: "devicewarden",
-		Ladder: &decide.Ladder{Tries: []decide.RepairTry{{Kind: policy.RepairReset, Attempt: 1}}}}}
+	st.Closed = []devicemsg.QuarantineView{{CreatedAt: at.Add(-48 * time.Hour), ClosedAt: at.Add(-48*time.Hour + 3*time.Minute), ClosedBy: "devicewarden",
+		Ladder: &devicemsg.LadderView{Tries: []devicemsg.TryView{{Kind: "reset", Attempt: 1}}}}}
 	var out bytes.Buffer
 	if err := printDevice(&out, st); err != nil {
 		t.Fatal(err)

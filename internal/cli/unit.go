@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/watcher"
@@ -74,10 +73,8 @@ func (f *clientFlags) quarantineStart(c *cobra.Command, g *globals, kf *kubeFlag
 	if !unit.Shared() {
 		return own, nil
 	}
-	st := decide.NewState(unit.Device(), node, policy.Policy{}, false)
-	st.Unit = &unit
 	fmt.Fprintf(c.OutOrStdout(), "%s is one of %d forms of %s: quarantining them all\n", id, len(unit.Devices), unit.ID)
-	return &api.DeviceInput{Device: unit.Device(), Node: node, State: st}, nil
+	return &api.DeviceInput{Device: unit.Device(), Node: node, Unit: &unit}, nil
 }
 
 // readUnit reads the device's pool from the cluster and returns its physical unit and node.

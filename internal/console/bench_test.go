@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // BenchmarkFleetPage10k serves the fleet page of 1,250 nodes x 8 devices (10,000), 5% of them
@@ -16,7 +16,7 @@ import (
 func BenchmarkFleetPage10k(b *testing.B) {
 	var nodes fakeCluster
 	f := &fakeFleet{}
-	out := []decide.State{decide.Quarantined, decide.Recovering, decide.Retired, decide.Restricted}
+	out := []devicemsg.State{devicemsg.Quarantined, devicemsg.Recovering, devicemsg.Retired, devicemsg.Restricted}
 	for n := range 1250 {
 		node := Node{Name: fmt.Sprintf("gpu-node-%04d", n), Pool: fmt.Sprintf("pool-%d", n%10)}
 		for d := range 8 {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // DefaultRefresh is how old the cache's view may be before a request refreshes it.
@@ -148,8 +148,8 @@ func (c *Cache) read(ctx context.Context) *Snapshot {
 }
 
 // State is a device's state record, asked of its workflow at most once per Refresh.
-func (c *Cache) State(ctx context.Context, id device.ID) (decide.DeviceState, error) {
+func (c *Cache) State(ctx context.Context, id device.ID) (devicemsg.DeviceView, error) {
 	v, err := c.states.get(id.String(), c.refresh(), 10000, func() (any, error) { return c.Fleet.State(ctx, id) })
-	st, _ := v.(decide.DeviceState)
+	st, _ := v.(devicemsg.DeviceView)
 	return st, err
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // gatedFleet answers Devices only when let through, to hold a refresh in flight.
@@ -23,9 +23,9 @@ func (g *gatedFleet) Devices(ctx context.Context) ([]Device, error) {
 	return g.fakeFleet.Devices(ctx)
 }
 
-func (g *gatedFleet) State(ctx context.Context, id device.ID) (decide.DeviceState, error) {
+func (g *gatedFleet) State(ctx context.Context, id device.ID) (devicemsg.DeviceView, error) {
 	g.states++
-	return decide.DeviceState{Device: id, State: decide.Quarantined}, nil
+	return devicemsg.DeviceView{Device: id, State: devicemsg.Quarantined}, nil
 }
 
 // While a refresh is in flight, a viewer gets the last snapshot at once; the first viewer, with
@@ -62,7 +62,7 @@ func TestDeviceStatesAreCached(t *testing.T) {
 	c := &Cache{Fleet: g, Cluster: fakeCluster{}, Refresh: time.Hour}
 	id := gpu("node-a", 1)
 	for range 3 {
-		if st, err := c.State(context.Background(), id); err != nil || st.State != decide.Quarantined {
+		if st, err := c.State(context.Background(), id); err != nil || st.State != devicemsg.Quarantined {
 			t.Fatal(st, err)
 		}
 	}
@@ -98,7 +98,7 @@ func TestFilterQuery(t *testing.T) {
 // the cap for the fleet it knows, and lists at most 20 held devices.
 func TestBreakerLine(t *testing.T) {
 	b := &breaker.State{Config: breaker.Config{Window: 10 * time.Minute, MaxCount: 20, MaxPercent: 10}, Known: 50}
-	b.Grants = []breaker.Grant{{Device: "d/p/gpu-0", Action: decide.Quarantined}, {Device: "node:n1", Action: breaker.Reboot, Until: time.Now().Add(time.Hour)}}
+	b.Grants = []breaker.Grant{{Device: "d/p/gpu-0", Action: devicemsg.Quarantined}, {Device: "node:n1", Action: breaker.Reboot, Until: time.Now().Add(time.Hour)}}
 	for i := range 25 {
 		b.Waiting = append(b.Waiting, gpu("node-w", i%10).String())
 	}

@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // fakeFleet answers from memory and counts what it was asked.
 type fakeFleet struct {
 	devices []Device
-	states  map[device.ID]decide.DeviceState
+	states  map[device.ID]devicemsg.DeviceView
 	lists   atomic.Int64
 	slow    time.Duration
 }
@@ -40,7 +40,7 @@ func (f *fakeFleet) Running(_ context.Context, workflowType string) ([]Flow, err
 	return []Flow{{ID: "migrate/gpu.example.com/node-a/gpu-1/job-uid/10", Started: since}}, nil
 }
 
-func (f *fakeFleet) State(_ context.Context, id device.ID) (decide.DeviceState, error) {
+func (f *fakeFleet) State(_ context.Context, id device.ID) (devicemsg.DeviceView, error) {
 	st, ok := f.states[id]
 	if id.Device == "gpu-9" {
 		return st, errors.New("context deadline exceeded")
@@ -69,17 +69,17 @@ func testServer(t *testing.T) (*httptest.Server, *fakeFleet) {
 	bad := gpu("node-a", 1)
 	since := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	f := &fakeFleet{
-		devices: []Device{{ID: bad, State: decide.Quarantined, Node: "node-a", Forms: 1, Since: since, Repair: "reset 1/2"},
-			{ID: gpu("node-gone", 0), State: decide.Retired, Node: "node-gone", Forms: 1, Since: since}},
-		states: map[device.ID]decide.DeviceState{bad: {Device: bad, Node: "node-a", State: decide.Quarantined, Health: device.Unhealthy,
-			Quarantine:  &decide.QuarantineRecord{RuleName: bad.TaintRuleName(), Effect: "NoExecute", Reason: "XID 79: fell off the bus", Actor: "devicewarden", CreatedAt: since},
-			Transitions: []decide.Transition{{From: decide.Healthy, To: decide.Quarantined, Reason: "XID 79", Actor: "devicewarden", At: since}}}},
+		devices: []Device{{ID: bad, State: devicemsg.Quarantined, Node: "node-a", Forms: 1, Since: since, Repair: "reset 1/2"},
+			{ID: gpu("node-gone", 0), State: devicemsg.Retired, Node: "node-gone", Forms: 1, Since: since}},
+		states: map[device.ID]devicemsg.DeviceView{bad: {Device: bad, Node: "node-a", State: devicemsg.Quarantined, Health: device.Unhealthy,
+			Quarantine:  &devicemsg.QuarantineView{RuleName: bad.TaintRuleName(), Effect: "NoExecute", Reason: "XID 79: fell off the bus", Actor: "devicewarden", CreatedAt: since},
+			Transitions: []devicemsg.Transition{{From: devicemsg.Healthy, To: devicemsg.Quarantined, Reason: "XID 79", Actor: "devicewarden", At: since}}}},
 	}
 	nodes := fakeCluster{{Name: "node-a", Pool: "h100", Devices: []device.ID{gpu("node-a", 0), bad}},
 		{Name: "node-b", Pool: "h100", Devices: []device.ID{gpu("node-b", 0), gpu("node-b", 1)}},
 		{Name: "node-c", Pool: "", Devices: []device.ID{gpu("node-c", 0)}}}
 	s := &Server{Cache: &Cache{Fleet: f, Cluster: nodes, Refresh: time.Hour}, UIURL: "http://ui.example:8233", Namespace: "dw", PageRefresh: 2 * time.Second,
-		Events: func(_ context.Context, node string, id device.ID, _ []decide.Reporter) ([]Event, error) {
+		Events: func(_ context.Context, node string, id device.ID, _ []devicemsg.Reporter) ([]Event, error) {
 			return []Event{{At: since, Type: "Warning", Reason: "DeviceQuarantined", Message: "device " + id.String() + " on " + node + " quarantined"}}, nil
 		}}
 	h, err := s.Handler()

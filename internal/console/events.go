@@ -9,8 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // Event is one Kubernetes Event about a device, on its node or on a Pod that holds it.
@@ -21,7 +21,7 @@ type Event struct {
 
 // Events are the newest Events that name the device (DeviceWarden's decisions, repair tries,
 // releases), newest first, at most 50: on its node, and on the Pods that hold it (at most 10).
-func (c *KubeCluster) Events(ctx context.Context, node string, id device.ID, holders []decide.Reporter) ([]Event, error) {
+func (c *KubeCluster) Events(ctx context.Context, node string, id device.ID, holders []devicemsg.Reporter) ([]Event, error) {
 	var out []Event
 	add := func(ns, kind, name string) error {
 		list, err := c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=" + name})

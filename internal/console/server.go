@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 //go:embed templates
@@ -26,7 +26,7 @@ type Server struct {
 	Cache *Cache
 	// Flows, when set, answers the migration and rollout pages.
 	Flows     Flows
-	Events    func(ctx context.Context, node string, id device.ID, holders []decide.Reporter) ([]Event, error)
+	Events    func(ctx context.Context, node string, id device.ID, holders []devicemsg.Reporter) ([]Event, error)
 	UIURL     string
 	Namespace string
 	// PageRefresh is how often the fleet page reloads itself (0: never).
@@ -45,7 +45,7 @@ type page struct {
 // Handler is the console's HTTP handler: the fleet page at /, a device at /device?id=.
 func (s *Server) Handler() (http.Handler, error) {
 	funcs := template.FuncMap{
-		"lower":       func(s decide.State) string { return strings.ToLower(string(s)) },
+		"lower":       func(s devicemsg.State) string { return strings.ToLower(string(s)) },
 		"when":        func(t time.Time) string { return when(t) },
 		"workflowURL": s.workflowURL,
 	}
@@ -134,10 +134,10 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request) {
 	st, err := s.Cache.State(r.Context(), id)
 	switch {
 	case err == nil:
-		data["St"], data["Next"] = st, st.Next()
+		data["St"], data["Next"] = st, st.Next
 	case strings.Contains(err.Error(), "not found"):
 		// No workflow: DeviceWarden has nothing to do for the device.
-		data["St"] = decide.DeviceState{Device: id, State: decide.Healthy}
+		data["St"] = devicemsg.DeviceView{Device: id, State: devicemsg.Healthy}
 		data["Next"] = "nothing: no report of this device asks for an action"
 	default:
 		data["Error"] = err.Error()

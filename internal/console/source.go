@@ -17,14 +17,14 @@ import (
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // Device is one device workflow as visibility lists it: a device DeviceWarden acts on.
 type Device struct {
 	ID     device.ID
-	State  decide.State
+	State  devicemsg.State
 	Node   string
 	Forms  int
 	Repair string
@@ -56,7 +56,7 @@ type Fleet interface {
 	Devices(ctx context.Context) ([]Device, error)
 	// Running lists the running workflows of a type (api.MigrateWorkflow, api.RolloutWorkflow).
 	Running(ctx context.Context, workflowType string) ([]Flow, error)
-	State(ctx context.Context, id device.ID) (decide.DeviceState, error)
+	State(ctx context.Context, id device.ID) (devicemsg.DeviceView, error)
 	Breaker(ctx context.Context) (breaker.State, error)
 }
 
@@ -136,7 +136,7 @@ func deviceOf(e *workflowpb.WorkflowExecutionInfo) (Device, bool) {
 	if err != nil {
 		return Device{}, false
 	}
-	d := Device{ID: id, State: decide.State(attr("DeviceState")), Node: attr("DeviceNode"), Repair: attr("DeviceRepair"), Forms: 1,
+	d := Device{ID: id, State: devicemsg.State(attr("DeviceState")), Node: attr("DeviceNode"), Repair: attr("DeviceRepair"), Forms: 1,
 		Since: e.GetStartTime().AsTime()}
 	if p, ok := fields["DeviceForms"]; ok {
 		var list []string
@@ -145,20 +145,15 @@ func deviceOf(e *workflowpb.WorkflowExecutionInfo) (Device, bool) {
 		}
 	}
 	if d.State == "" {
-		d.State = decide.Healthy
+		d.State = devicemsg.Healthy
 	}
 	return d, true
 }
 
 // State asks a device's workflow for its state record.
-func (f *TemporalFleet) State(ctx context.Context, id device.ID) (decide.DeviceState, error) {
-	var st decide.DeviceState
+func (f *TemporalFleet) State(ctx context.Context, id device.ID) (devicemsg.DeviceView, error) {
 	f.Calls.Add(1)
-	v, err := f.Client.QueryWorkflow(ctx, id.WorkflowID(), "", api.QueryState)
-	if err != nil {
-		return st, fmt.Errorf("query %s: %w", id.WorkflowID(), err)
-	}
-	return st, v.Get(&st)
+	return api.QueryDevice(ctx, f.Client, id.WorkflowID(), "")
 }
 
 // Breaker asks the breaker workflow for its state.
@@ -249,13 +244,9 @@ func (f *TemporalFleet) Records(ctx context.Context, since time.Time, max int) (
 				return r, nil
 			}
 			f.Calls.Add(1)
-			v, err := f.Client.QueryWorkflow(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), api.QueryState)
+			st, err := api.QueryDevice(ctx, f.Client, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
 			if err != nil {
 				continue // a history Temporal no longer keeps, or a run no worker can replay: left out
-			}
-			var st decide.DeviceState
-			if v.Get(&st) != nil {
-				continue
 			}
 			r.Read++
 			if start := e.GetStartTime().AsTime(); r.Oldest.IsZero() || start.Before(r.Oldest) {

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // TrendDays is how far back the trends look.
@@ -37,7 +37,7 @@ type Record struct {
 }
 
 // recordsOf takes a device's quarantines, its current one and its closed ones.
-func recordsOf(st decide.DeviceState) []Record {
+func recordsOf(st devicemsg.DeviceView) []Record {
 	var out []Record
 	for _, q := range st.Closed {
 		out = append(out, Record{Node: st.Node, CreatedAt: q.CreatedAt, ClosedAt: q.ClosedAt,

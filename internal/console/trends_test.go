@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // The trends count each quarantine on the day it began and each release on its day, with the
@@ -51,9 +51,9 @@ func TestTrendsPerDay(t *testing.T) {
 // tries) and its open one.
 func TestRecordsOfADevice(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	st := decide.DeviceState{Node: "n1", Quarantine: &decide.QuarantineRecord{CreatedAt: t0.Add(time.Hour)}, Closed: []decide.QuarantineRecord{
+	st := devicemsg.DeviceView{Node: "n1", Quarantine: &devicemsg.QuarantineView{CreatedAt: t0.Add(time.Hour)}, Closed: []devicemsg.QuarantineView{
 		{CreatedAt: t0, ClosedAt: t0.Add(time.Minute), Reviews: 1},
-		{CreatedAt: t0, ClosedAt: t0.Add(time.Minute), Reviews: 1, Ladder: &decide.Ladder{Tries: []decide.RepairTry{{Kind: "reset"}}}},
+		{CreatedAt: t0, ClosedAt: t0.Add(time.Minute), Reviews: 1, Ladder: &devicemsg.LadderView{Tries: []devicemsg.TryView{{Kind: "reset"}}}},
 		{CreatedAt: t0, ClosedAt: t0.Add(time.Minute), Reviews: 2}}}
 	got := recordsOf(st)
 	if len(got) != 4 || !got[0].FirstReviewPassed || got[1].FirstReviewPassed || got[2].FirstReviewPassed || !got[3].ClosedAt.IsZero() || got[3].Node != "n1" {

@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // A partitionable GPU is one cell: its forms (devices drawing on one counter set) fold into their
@@ -39,13 +39,13 @@ func TestAPartitionableGPUIsOneCell(t *testing.T) {
 		}
 	}
 	form := device.ID{Driver: "gpu.example.com", Pool: "n1", Device: "gpu-0-mig-1g-1"}
-	v := fleet(&Snapshot{Nodes: nodes, Devices: map[device.ID]Device{form: {ID: form, State: decide.Quarantined}}}, Filter{})
+	v := fleet(&Snapshot{Nodes: nodes, Devices: map[device.ID]Device{form: {ID: form, State: devicemsg.Quarantined}}}, Filter{})
 	c := v.Groups[0].Nodes[0].Cells
-	if len(c) != 2 || c[0].Label != "gpu-0" || c[0].Forms != 3 || c[0].State != string(decide.Quarantined) || len(v.Elsewhere) != 0 || v.Total != 2 {
+	if len(c) != 2 || c[0].Label != "gpu-0" || c[0].Forms != 3 || c[0].State != string(devicemsg.Quarantined) || len(v.Elsewhere) != 0 || v.Total != 2 {
 		t.Fatalf("cells %+v, elsewhere %+v, total %d", c, v.Elsewhere, v.Total)
 	}
-	v = fleet(&Snapshot{Nodes: nodes, Devices: map[device.ID]Device{form: {ID: form, State: decide.Quarantined}, unit: {ID: unit, State: decide.Recovering}}}, Filter{})
-	if c := v.Groups[0].Nodes[0].Cells[0]; c.State != string(decide.Recovering) || c.Href != "/device?id="+url.QueryEscape(unit.String()) {
+	v = fleet(&Snapshot{Nodes: nodes, Devices: map[device.ID]Device{form: {ID: form, State: devicemsg.Quarantined}, unit: {ID: unit, State: devicemsg.Recovering}}}, Filter{})
+	if c := v.Groups[0].Nodes[0].Cells[0]; c.State != string(devicemsg.Recovering) || c.Href != "/device?id="+url.QueryEscape(unit.String()) {
 		t.Fatalf("a unit with a workflow: %+v", c)
 	}
 }

@@ -8,16 +8,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
 
 // States in the order the page counts them.
-var states = []decide.State{decide.Healthy, decide.Suspect, decide.Restricted, decide.Quarantined, decide.Recovering, decide.Released, decide.Retired}
+var states = []devicemsg.State{devicemsg.Healthy, devicemsg.Suspect, devicemsg.Restricted, devicemsg.Quarantined, devicemsg.Recovering, devicemsg.Released, devicemsg.Retired}
 
 // stateName is how the page names a state.
-func stateName(s decide.State) string {
-	if s == decide.Recovering {
+func stateName(s devicemsg.State) string {
+	if s == devicemsg.Recovering {
 		return "In review"
 	}
 	return string(s)
@@ -102,22 +102,22 @@ type breakerView struct {
 	Held []cell
 }
 
-func stateClass(s decide.State) string { return "s-" + strings.ToLower(string(s)) }
+func stateClass(s devicemsg.State) string { return "s-" + strings.ToLower(string(s)) }
 
 // rank orders states by how far out of service they put a device.
-func rank(s decide.State) int {
+func rank(s devicemsg.State) int {
 	switch s {
-	case decide.Retired:
+	case devicemsg.Retired:
 		return 6
-	case decide.Quarantined:
+	case devicemsg.Quarantined:
 		return 5
-	case decide.Restricted:
+	case devicemsg.Restricted:
 		return 4
-	case decide.Recovering:
+	case devicemsg.Recovering:
 		return 3
-	case decide.Suspect:
+	case devicemsg.Suspect:
 		return 2
-	case decide.Released:
+	case devicemsg.Released:
 		return 1
 	}
 	return 0
@@ -126,7 +126,7 @@ func rank(s decide.State) int {
 // fleet builds the fleet page's view of a snapshot.
 func fleet(s *Snapshot, f Filter) fleetView {
 	v := fleetView{At: s.At.UTC().Format(time.RFC3339), Errors: s.Errors, Filter: f}
-	counts := map[decide.State]int{}
+	counts := map[devicemsg.State]int{}
 	seen := map[device.ID]bool{}
 	drivers, pools := map[string]bool{}, map[string]bool{}
 	var forms map[device.ID][]device.ID
@@ -141,7 +141,7 @@ func fleet(s *Snapshot, f Filter) fleetView {
 				}
 			}
 		}
-		st := decide.Healthy
+		st := devicemsg.Healthy
 		title := stateName(st)
 		if ok {
 			st = d.State
@@ -181,10 +181,10 @@ func fleet(s *Snapshot, f Filter) fleetView {
 			}
 			drivers[id.Driver] = true
 			c := mkcell(id)
-			counts[decide.State(c.State)]++
+			counts[devicemsg.State(c.State)]++
 			v.Total++
 			g.Devices++
-			if c.State != string(decide.Healthy) {
+			if c.State != string(devicemsg.Healthy) {
 				healthy = false
 			}
 			if keep(id, c) {

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Actor is recorded on decisions DeviceWarden makes by itself.
-const Actor = "devicewarden"
+const Actor = devicemsg.Actor
 
 // StaleLate is how late a staleness deadline must be taken up for the workflow to conclude that it
 // was itself away (Temporal down, no worker): its timer fires when it comes back, before the

@@ -7,19 +7,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// Stage is where a recovery review stands.
-type Stage string
-
-// Review stages, in order: probe -> probation taint -> canary -> stability window -> approval -> release.
-const (
-	StageProbe     Stage = "Probe"
-	StageProbation Stage = "Probation"
-	StageCanary    Stage = "Canary"
-	StageStability Stage = "Stability"
-	StageApproval  Stage = "Approval"
-	StageRelease   Stage = "Release"
-)
-
 // MaxReviewInterval caps the doubling of the review interval after failed reviews.
 const MaxReviewInterval = 30 * 24 * time.Hour
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -68,15 +69,6 @@ type QuarantineRecord struct {
 	ClosedAt    time.Time `json:"closedAt,omitempty"`
 	ClosedBy    string    `json:"closedBy,omitempty"`
 	CloseReason string    `json:"closeReason,omitempty"`
-}
-
-// Transition records a state change and why.
-type Transition struct {
-	From   State     `json:"from"`
-	To     State     `json:"to"`
-	Reason string    `json:"reason"`
-	Actor  string    `json:"actor"`
-	At     time.Time `json:"at"`
 }
 
 // DeviceState is everything the device workflow knows; the `state` query returns it.
@@ -168,8 +160,8 @@ const (
 
 // Taint keys: the quarantine fence, and probation (only canaries tolerate it).
 const (
-	TaintQuarantine = "devicewarden.io/quarantine"
-	TaintProbation  = "devicewarden.io/probation"
+	TaintQuarantine = devicemsg.TaintQuarantine
+	TaintProbation  = devicemsg.TaintProbation
 )
 
 // Action is one side effect the workflow must carry out. A taint's transition is applied only

@@ -1,10 +1,13 @@
 package decide
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -30,6 +33,12 @@ const (
 	EventWoken EventKind = "woken"
 	// EventResult is an action's outcome (Event.Result).
 	EventResult EventKind = "result"
+	// EventPolicy is the policy of a run started without one, as the running worker holds it
+	// (Event.Policy).
+	EventPolicy EventKind = "policy"
+	// EventMigrating names the migrations the workflow started for the device's Pods
+	// (Event.Migrations).
+	EventMigrating EventKind = "migrating"
 )
 
 // Event is one thing the device workflow saw, at At (workflow time).
@@ -45,17 +54,39 @@ type Event struct {
 	// accepted before the device was retired does not release it after (EventCommanded).
 	AcceptedIn   State
 	CheckRetired bool
+	Policy       policy.Policy
+	Migrations   []string
+}
+
+// Input is what a run starts from: the workflow's input.
+type Input struct {
+	// Carried is the state of the run before, as JSON, when this run continues it.
+	Carried json.RawMessage
+	Device  device.ID
+	Node    string
+	Policy  policy.Policy
+	DryRun  bool
+	// Unit is a shared physical unit's forms, known when the run starts.
+	Unit *device.Unit
 }
 
 // Start is the state a run decides with, under the run's own rules: carried, when the run
 // continues an earlier one, else a new state for the device.
-func Start(carried *DeviceState, id device.ID, node string, p policy.Policy, dryRun bool, r Rules) *DeviceState {
-	st := carried
+func Start(in Input, r Rules) (*DeviceState, error) {
+	var st *DeviceState
+	if len(in.Carried) > 0 {
+		// Decoding is deterministic; workflowcheck flags the reflection encoding/json uses.
+		err := json.Unmarshal(in.Carried, &st) //workflowcheck:ignore
+		if err != nil {
+			return nil, fmt.Errorf("the state carried from the run before does not decode: %w", err)
+		}
+	}
 	if st == nil {
-		st = NewState(id, node, p, dryRun)
+		st = NewState(in.Device, in.Node, in.Policy, in.DryRun)
+		st.Unit = in.Unit
 	}
 	st.Follow(r)
-	return st
+	return st, nil
 }
 
 // Step applies one event to the state and returns the actions to carry out, in order.
@@ -78,6 +109,14 @@ func Step(st *DeviceState, ev Event) []Action {
 		return st.Woken(ev.At)
 	case EventResult:
 		return st.Report(ev.Result, ev.At)
+	case EventPolicy:
+		st.Policy = ev.Policy
+	case EventMigrating:
+		for _, id := range ev.Migrations {
+			if !slices.Contains(st.Migrations, id) {
+				st.Migrations = append(st.Migrations, id)
+			}
+		}
 	}
 	return nil
 }
@@ -133,12 +172,15 @@ type View struct {
 	LastReason string
 	// HoldersToMove are a unit's holders learnt of after its decision: each moves once.
 	HoldersToMove []PodRef
+	// Device is where the device stands for a person: the `view` query's answer.
+	Device devicemsg.DeviceView
 }
 
 // Look says where the device stands.
 func Look(st *DeviceState) View {
-	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: repairOf(st).repairStep(), Summary: st.Summary(),
-		HoldersToMove: unitOf(st).holdersToMove()}
+	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: repairOf(st).repairStep(),
+		HoldersToMove: unitOf(st).holdersToMove(), Device: st.show()}
+	v.Summary = v.Device.Summary
 	if n := len(st.Transitions); n > 0 {
 		v.LastReason = st.Transitions[n-1].Reason
 	}

@@ -14,6 +14,18 @@ type (
 	Command       = devicemsg.Command
 	CommandResult = devicemsg.CommandResult
 	StepResult    = devicemsg.StepResult
+	Transition    = devicemsg.Transition
+	Stage         = devicemsg.Stage
+)
+
+// Review stages, in order: probe -> probation taint -> canary -> stability window -> approval -> release.
+const (
+	StageProbe     = devicemsg.StageProbe
+	StageProbation = devicemsg.StageProbation
+	StageCanary    = devicemsg.StageCanary
+	StageStability = devicemsg.StageStability
+	StageApproval  = devicemsg.StageApproval
+	StageRelease   = devicemsg.StageRelease
 )
 
 // Device states.

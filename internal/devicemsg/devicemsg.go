@@ -11,6 +11,9 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
+// Actor is recorded on decisions DeviceWarden makes by itself.
+const Actor = "devicewarden"
+
 // State is where a device stands in its remediation.
 type State string
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,8 +83,8 @@ func noWorkflow(t *testing.T, ctx context.Context, id device.ID) {
 	}
 }
 
-func queryState(ctx context.Context, id string) (api.DeviceState, error) {
-	var st api.DeviceState
+func queryState(ctx context.Context, id string) (decide.DeviceState, error) {
+	var st decide.DeviceState
 	return st, queryInto(ctx, shared.temporal, id, &st)
 }
 
@@ -145,6 +146,12 @@ func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
 		}
 		return nil
 	})
+	// What the CLI and the fleet page read: the view, with the line a person reads.
+	v, err := api.QueryDevice(ctx, shared.temporal, bad.WorkflowID(), "")
+	if err != nil || v.State != decide.Quarantined || v.Quarantine == nil || v.Quarantine.RuleName != rule.Name || len(v.Reporters) != 1 ||
+		!strings.HasPrefix(v.Summary, "Quarantined since ") || v.Next == "" || v.Policy.Name == "" {
+		t.Fatalf("view %+v, %v", v, err)
+	}
 
 	t.Run("a repeated event makes no second run and no second rule", func(t *testing.T) {
 		// The same report again through the cluster, then the same observation sent straight to

@@ -72,6 +72,10 @@ func TestStockTemporalCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"state": "Quarantined"`) && !strings.Contains(out, `"state":"Quarantined"`) || !strings.Contains(out, "does not decode") {
 		t.Fatalf("query: %v\n%s", err, out)
 	}
+	out, err = temporalCLI(t, ctx, "workflow", "query", "--workflow-id", wf, "--type", "view")
+	if err != nil || !strings.Contains(out, "Quarantined since ") || !strings.Contains(out, "extended by 48h0m0s") {
+		t.Fatalf("query view: %v\n%s", err, out)
+	}
 	// Which decision rules the run follows: every one, for a run this build started.
 	out, err = temporalCLI(t, ctx, "workflow", "query", "--workflow-id", wf, "--type", "rules")
 	var rules decide.Rules

@@ -218,24 +218,21 @@ func TestCallersDoNotImportTheWorker(t *testing.T) {
 	}
 }
 
-// readState are the callers that still read a device workflow's queried state as decide's
-// DeviceState (its records and ladder): the state query has no view type of the contract yet.
-var readState = []string{"internal/console", "internal/cli", "internal/bench"}
-
-// TestCallersDoNotImportTheDecisions: a caller speaks to a device workflow in package devicemsg's
-// values, never with decide's decisions; readState lists who still reads the state, and shrinks.
+// TestCallersDoNotImportTheDecisions: a caller, and the contract it speaks through (api), use
+// package devicemsg's values (a device's view included), never decide's decisions or its state.
 func TestCallersDoNotImportTheDecisions(t *testing.T) {
+	seen := 0
 	for _, p := range packages(t) {
-		if !slices.Contains(callers, p.ImportPath) {
+		if !slices.Contains(callers, p.ImportPath) && p.ImportPath != "api" {
 			continue
 		}
-		imports := slices.Contains(own(p.Imports), "internal/decide")
-		switch {
-		case imports && !slices.Contains(readState, p.ImportPath):
+		seen++
+		if slices.Contains(own(p.Imports), "internal/decide") {
 			t.Errorf("%s imports internal/decide: use internal/devicemsg's values and api", p.ImportPath)
-		case !imports && slices.Contains(readState, p.ImportPath):
-			t.Errorf("%s no longer imports internal/decide: take it off readState", p.ImportPath)
 		}
+	}
+	if seen != len(callers)+1 {
+		t.Fatalf("read %d of the %d callers and api", seen, len(callers)+1)
 	}
 }
 

@@ -1,0 +1,37 @@
+package decide
+
+import "github.com/devicewarden/devicewarden/internal/devicemsg"
+
+// show is where the device stands, as the contract's view: what the `view` query answers.
+func (st *DeviceState) show() devicemsg.DeviceView {
+	v := devicemsg.DeviceView{Device: st.Device, Node: st.Node, Unit: st.Unit, State: st.State, Summary: st.Summary(), Next: st.Next(),
+		Paused: st.Paused, Health: st.Health, Message: st.Message, StatusVersion: st.StatusVersion, ObservedAt: st.ObservedAt,
+		LastHeard: st.LastHeard, Reporters: st.Reporters, Withheld: st.Held != nil, HeldReason: st.HeldReason, LastProbe: st.LastProbe, Migrations: st.Migrations,
+		Transitions: st.Transitions, Dropped: st.Dropped, LastDropped: st.LastDropped,
+		Policy: devicemsg.PolicyView{Name: st.Policy.Name, QuarantineLease: st.Policy.QuarantineLease,
+			StabilityWindow: st.Policy.StabilityWindow, ApprovalRequired: st.Policy.ApprovalRequired}}
+	if q := st.Quarantine; q != nil {
+		qv := quarantineView(*q)
+		v.Quarantine = &qv
+	}
+	for _, q := range st.Closed {
+		v.Closed = append(v.Closed, quarantineView(q))
+	}
+	if r := st.Review; r != nil {
+		v.Review = &devicemsg.ReviewView{Stage: r.Stage, Trigger: r.Trigger, StartedAt: r.StartedAt, Until: r.Until,
+			Probe: r.Probe, Canary: r.Canary, ApprovedBy: r.ApprovedBy}
+	}
+	return v
+}
+
+func quarantineView(q QuarantineRecord) devicemsg.QuarantineView {
+	v := devicemsg.QuarantineView{RuleName: q.RuleName, Effect: q.Effect, Reason: q.Reason, Actor: q.Actor, CreatedAt: q.CreatedAt,
+		ExpiresAt: q.ExpiresAt, Reviews: q.Reviews, ClosedAt: q.ClosedAt, ClosedBy: q.ClosedBy, CloseReason: q.CloseReason}
+	if l := q.Ladder; l != nil {
+		v.Ladder = &devicemsg.LadderView{}
+		for _, t := range l.Tries {
+			v.Ladder.Tries = append(v.Ladder.Tries, devicemsg.TryView{Kind: string(t.Kind), Attempt: t.Attempt, At: t.At, Result: t.Result, Review: t.Review})
+		}
+	}
+	return v
+}
