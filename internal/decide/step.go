@@ -179,7 +179,7 @@ type View struct {
 // Look says where the device stands.
 func Look(st *DeviceState) View {
 	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: repairOf(st).repairStep(),
-		HoldersToMove: unitOf(st).holdersToMove(), Device: st.show()}
+		HoldersToMove: unitOf(st).holdersToMove(), Device: viewOf(st)}
 	v.Summary = v.Device.Summary
 	if n := len(st.Transitions); n > 0 {
 		v.LastReason = st.Transitions[n-1].Reason

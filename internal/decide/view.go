@@ -2,8 +2,8 @@ package decide
 
 import "github.com/devicewarden/devicewarden/internal/devicemsg"
 
-// show is where the device stands, as the contract's view: what the `view` query answers.
-func (st *DeviceState) show() devicemsg.DeviceView {
+// viewOf is where the device stands, as the contract's view: what the `view` query answers.
+func viewOf(st *DeviceState) devicemsg.DeviceView {
 	v := devicemsg.DeviceView{Device: st.Device, Node: st.Node, Unit: st.Unit, State: st.State, Summary: st.Summary(), Next: st.Next(),
 		Paused: st.Paused, Health: st.Health, Message: st.Message, StatusVersion: st.StatusVersion, ObservedAt: st.ObservedAt,
 		LastHeard: st.LastHeard, Reporters: st.Reporters, Withheld: st.Held != nil, HeldReason: st.HeldReason, LastProbe: st.LastProbe, Migrations: st.Migrations,
