@@ -109,6 +109,20 @@ func TestResolveFindsExactlyOneDevice(t *testing.T) {
 	want("by its DRA name", exact, device.ID{Driver: driver, Pool: "n2", Device: "gpu-0"}, "")
 	exact.Device.Name = "gpu-9"
 	want("a DRA name not published", exact, device.ID{}, "no such device: gpu.example.com/n2/gpu-9 is not published")
+	exact.Device.Name = "gpu-1"
+	want("a name published only in another pool", exact, device.ID{}, "no such device: gpu.example.com/n2/gpu-1 is not published")
+	typed := []resourcev1.ResourceSlice{slice(driver, "n3", resourcev1.Device{Name: "gpu-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"driverVersion": {VersionValue: ptr.To("580.65.6")}, "mig": {BoolValue: ptr.To(true)}}})}
+	for _, a := range []Attribute{{Name: "driverVersion", Value: "580.65.6"}, {Name: "mig", Value: "true"}} {
+		s := Spec{Node: "n3", Attribute: &a, Health: "Unhealthy", Source: "dcgm"}
+		if got, err := Resolve(s, typed); err != nil || got.Device != "gpu-0" {
+			t.Errorf("by %s: %v %v", a.Name, got, err)
+		}
+		a.Value = "x"
+		if _, err := Resolve(s, typed); err == nil {
+			t.Errorf("by %s=x: resolved", a.Name)
+		}
+	}
 }
 
 // A report reads from its unstructured form; one whose fields have the wrong types says so.
