@@ -45,6 +45,10 @@ type Reporter struct {
 	// Silent: the Pod holds a form of a shared unit and reported nothing about it; it is listed
 	// as a holder (it must move), its Healthy is no evidence that the device works.
 	Silent bool `json:"silent,omitempty"`
+	// Report names the DeviceHealthReport a detector wrote about the device, and Detector the
+	// detector (its spec.source), when a report rather than a Pod said so.
+	Report   string `json:"report,omitempty"`
+	Detector string `json:"detector,omitempty"`
 }
 
 // Observation is one aggregated health report for one device, sent by the watcher.
@@ -98,6 +102,8 @@ const (
 	SourceClaimCondition Source = "claim-condition"
 	SourceSlice          Source = "resource-slice"
 	SourceNodeLease      Source = "node-lease"
+	// SourceHealthReport is a detector's DeviceHealthReport (an NVSentinel event, a DCGM XID).
+	SourceHealthReport Source = "health-report"
 )
 
 // FromDriver reports whether the driver itself said so (not a Pod's status).

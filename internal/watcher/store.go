@@ -503,7 +503,8 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 		}
 	}
 	slices.SortFunc(obs.Reporters, func(a, b api.Reporter) int {
-		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim)
+		return cmp.Or(strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim),
+			strings.Compare(a.Slice, b.Slice), strings.Compare(a.Report, b.Report))
 	})
 	return obs
 }

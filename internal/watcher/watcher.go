@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
@@ -57,6 +58,10 @@ type Config struct {
 	// starts, i.e. when this replica starts to lead: larger than every earlier watcher's
 	// (LeaseTerm). Nil: TermBase, for tests of one watcher.
 	Term func(context.Context) (int64, error)
+	// Reports reads and writes DeviceHealthReports (nil: they are not read). While their API is not
+	// served, the watcher looks again every ReportsRecheck (default a minute).
+	Reports        dynamic.NamespaceableResourceInterface
+	ReportsRecheck time.Duration
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
@@ -73,6 +78,8 @@ type Watcher struct {
 	logged logOnce
 	// podMu serialises pod handling between the pod source and claim-driven re-resolution.
 	podMu sync.Mutex
+	// reports are the DeviceHealthReports taken in (reports.go).
+	reports reportIndex
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
 	// ctx is Run's context, for the few calls made outside the sources.
@@ -161,13 +168,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	leasesSynced := make(chan struct{})
-	wg.Add(2)
+	leasesSynced, reportsSynced := make(chan struct{}), make(chan struct{})
+	wg.Add(3)
 	go func() { defer wg.Done(); w.leaseSource().run(ctx, leasesSynced) }()
 	go func() { defer wg.Done(); w.checkLeases(ctx, w.cfg.LeaseCheckInterval) }()
+	go func() { defer wg.Done(); w.runReports(ctx, reportsSynced) }()
 	// Nothing is sent before every source has listed once: a restarted leader must re-send what
 	// is true now (a device missing from its slice is still Unknown), not what it saw change.
-	for _, ch := range []chan struct{}{leasesSynced} {
+	for _, ch := range []chan struct{}{leasesSynced, reportsSynced} {
 		select {
 		case <-ch:
 		case <-ctx.Done():

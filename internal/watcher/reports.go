@@ -1,0 +1,257 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
+	"github.com/devicewarden/devicewarden/internal/healthreport"
+)
+
+// A detector's DeviceHealthReport is one more reporter of its device, under its own key: the
+// device's health is the worst word of its Pods, its driver and every report, so one detector's
+// Healthy clears only its own Unhealthy. A report is resolved to exactly one published device
+// (by its DRA name, or an attribute on its node) when it arrives; one that names none, or two, is
+// refused in its status and fences nothing.
+
+// reportKey is the reporter key under which a DeviceHealthReport reports its device.
+func reportKey(name string) string { return "report:" + name }
+
+// reportsRecheck is how often the watcher looks again for a DeviceHealthReport API it did not find.
+const reportsRecheck = time.Minute
+
+// reportIndex remembers the reports the watcher took in, so a relist finds those deleted meanwhile.
+type reportIndex struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+	seen  map[string]struct{}
+}
+
+// runReports reads DeviceHealthReports until ctx ends, once their API is served; until then it
+// looks again every reportsRecheck (a cluster without the CRD, or a watcher not allowed to read
+// reports, runs as before).
+// synced is closed once the reports were listed, or found not to be served.
+func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
+	var once sync.Once
+	done := func() { once.Do(func() { close(synced) }) }
+	defer done()
+	if w.cfg.Reports == nil {
+		return
+	}
+	logged := false
+	for ctx.Err() == nil {
+		err := w.reportsServed()
+		if err == nil {
+			w.cfg.Logger.Info("reading DeviceHealthReports")
+			listed := make(chan struct{})
+			go func() {
+				select {
+				case <-listed:
+					done()
+				case <-ctx.Done():
+				}
+			}()
+			w.reportSource(ctx).run(ctx, listed)
+			return
+		}
+		if !logged {
+			w.cfg.Logger.Info("DeviceHealthReports are not read; looking again every minute", "why", err.Error())
+			logged = true
+		}
+		done() // nothing to wait for: the other sources go on without reports
+		sleep(ctx, cmpDuration(w.cfg.ReportsRecheck, reportsRecheck))
+	}
+}
+
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// reportsServed says why DeviceHealthReports cannot be read (nil: they can).
+func (w *Watcher) reportsServed() error {
+	list, err := w.cfg.Kube.Discovery().ServerResourcesForGroupVersion(healthreport.Group + "/" + healthreport.Version)
+	if err != nil {
+		return fmt.Errorf("the %s API is not served: %w", healthreport.Kind, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == healthreport.Resource {
+			return nil
+		}
+	}
+	return fmt.Errorf("the %s API is not served", healthreport.Kind)
+}
+
+func (w *Watcher) reportSource(ctx context.Context) *source {
+	res := w.cfg.Reports
+	return &source{
+		name: "device health reports", logger: w.cfg.Logger,
+		list: func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, string, error) {
+			l, err := res.List(ctx, opts)
+			if err != nil {
+				return nil, "", "", err
+			}
+			out := make([]runtime.Object, len(l.Items))
+			for i := range l.Items {
+				out[i] = &l.Items[i]
+			}
+			return out, l.GetResourceVersion(), l.GetContinue(), nil
+		},
+		watch: res.Watch,
+		relistBegin: func() {
+			w.reports.mu.Lock()
+			w.reports.seen = map[string]struct{}{}
+			w.reports.mu.Unlock()
+		},
+		relistEnd: func() {
+			w.reports.mu.Lock()
+			var gone []string
+			for name := range w.reports.names {
+				if _, ok := w.reports.seen[name]; !ok {
+					gone = append(gone, name)
+				}
+			}
+			w.reports.seen = nil
+			w.reports.mu.Unlock()
+			for _, name := range gone {
+				w.dropReport(name)
+			}
+		},
+		upsert: func(o runtime.Object, action string) {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				w.cfg.Metrics.WatcherEvents.WithLabelValues("report", action).Inc()
+				w.onReport(ctx, u)
+			}
+		},
+		remove: func(o runtime.Object) {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				w.cfg.Metrics.WatcherEvents.WithLabelValues("report", "delete").Inc()
+				w.dropReport(u.GetName())
+			}
+		},
+	}
+}
+
+// onReport takes a report in: resolved, it is its device's reporter; refused, it withdraws
+// whatever it said before. Either way its status says so.
+func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
+	name := u.GetName()
+	w.reports.mu.Lock()
+	if w.reports.seen != nil {
+		w.reports.seen[name] = struct{}{}
+	}
+	w.reports.mu.Unlock()
+	r, err := healthreport.FromObject(u.Object)
+	if err != nil {
+		w.refuseReport(ctx, u, r, err)
+		return
+	}
+	id, node, err := w.resolveReport(ctx, r.Spec)
+	if err != nil {
+		w.refuseReport(ctx, u, r, err)
+		return
+	}
+	h, _ := r.Spec.HealthOf() // checked by resolveReport
+	msg := r.Spec.What()
+	if len(msg) > devicemsg.MaxReason {
+		msg = msg[:devicemsg.MaxReason]
+	}
+	w.reports.mu.Lock()
+	if w.reports.names == nil {
+		w.reports.names = map[string]struct{}{}
+	}
+	w.reports.names[name] = struct{}{}
+	w.reports.mu.Unlock()
+	w.podMu.Lock()
+	ids, _ := w.store.setPod(reportKey(name), u.GetResourceVersion(), []Report{{Device: id, Node: node, Health: h, Message: msg,
+		Source: devicemsg.SourceHealthReport, Reporter: api.Reporter{Report: name, Detector: r.Spec.Source, Health: h}}}, nil, nil, false)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+	unit := w.unitID(id)
+	w.writeReportStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Resolved, Device: id.String(), Workflow: unit.WorkflowID()})
+}
+
+// refuseReport withdraws what a report said before and says in its status why it is refused.
+func (w *Watcher) refuseReport(ctx context.Context, u *unstructured.Unstructured, r healthreport.Report, why error) {
+	w.cfg.Metrics.ResolutionFailures.WithLabelValues("health report refused").Inc()
+	if w.logged.first(reportKey(u.GetName()), why.Error()) {
+		w.cfg.Logger.Warn("device health report refused", "report", u.GetName(), "reason", why.Error())
+	}
+	w.dropReport(u.GetName())
+	w.writeReportStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Refused, Reason: why.Error()})
+}
+
+// dropReport withdraws a report's word about its device (the report was deleted, or refused).
+func (w *Watcher) dropReport(name string) {
+	w.reports.mu.Lock()
+	_, known := w.reports.names[name]
+	delete(w.reports.names, name)
+	w.reports.mu.Unlock()
+	if !known {
+		return
+	}
+	w.podMu.Lock()
+	ids, _ := w.store.setPod(reportKey(name), "", nil, nil, nil, false)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+}
+
+// resolveReport finds the one published device a report names, from the ResourceSlices of its
+// node (an attribute) or of its driver (a DRA name), and the device's node.
+func (w *Watcher) resolveReport(ctx context.Context, s healthreport.Spec) (device.ID, string, error) {
+	if err := s.Check(); err != nil {
+		return device.ID{}, "", err
+	}
+	sel := "spec.nodeName=" + s.Node
+	if s.Device != nil {
+		sel = "spec.driver=" + s.Device.Driver
+	}
+	var published []resourcev1.ResourceSlice
+	opts := metav1.ListOptions{FieldSelector: sel, Limit: listPageSize}
+	for {
+		l, err := w.cfg.Kube.ResourceV1().ResourceSlices().List(ctx, opts)
+		if err != nil {
+			return device.ID{}, "", fmt.Errorf("cannot read the ResourceSlices (%s): %w", sel, err)
+		}
+		published = append(published, l.Items...)
+		if opts.Continue = l.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	id, err := healthreport.Resolve(s, published)
+	if err != nil {
+		return device.ID{}, "", err
+	}
+	for _, sl := range published {
+		if sl.Spec.Driver == id.Driver && sl.Spec.Pool.Name == id.Pool && sl.Spec.NodeName != nil {
+			return id, *sl.Spec.NodeName, nil
+		}
+	}
+	return id, s.Node, nil
+}
+
+// writeReportStatus records what the watcher made of a report, when that changed.
+func (w *Watcher) writeReportStatus(ctx context.Context, u *unstructured.Unstructured, r healthreport.Report, st healthreport.Status) {
+	st.ObservedGeneration = u.GetGeneration()
+	if r.Status == st {
+		return
+	}
+	obj := u.DeepCopy()
+	obj.Object["status"] = map[string]any{"outcome": st.Outcome, "device": st.Device, "workflow": st.Workflow, "reason": st.Reason,
+		"observedGeneration": st.ObservedGeneration}
+	if _, err := w.cfg.Reports.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		// A report changed meanwhile comes again with its change; one deleted needs no status.
+		w.cfg.Logger.Debug("device health report status not written", "report", u.GetName(), "error", err)
+	}
+}

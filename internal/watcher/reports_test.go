@@ -1,0 +1,172 @@
+package watcher
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
+	"github.com/devicewarden/devicewarden/internal/healthreport"
+	"github.com/devicewarden/devicewarden/internal/metrics"
+)
+
+var reportGVR = schema.GroupVersionResource{Group: healthreport.Group, Version: healthreport.Version, Resource: healthreport.Resource}
+
+func healthReport(name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": healthreport.Group + "/" + healthreport.Version,
+		"kind": healthreport.Kind, "metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+func byUUID(uuid, health, source string) map[string]any {
+	return map[string]any{"node": "node-1", "attribute": map[string]any{"name": "uuid", "value": uuid}, "health": health,
+		"cause": map[string]any{"code": "xid:79"}, "source": source}
+}
+
+// reportWatcher runs a watcher over node-1's slice of two GPUs (with their UUIDs) and the reports
+// given; served says whether the apiserver serves the report API.
+func reportWatcher(t *testing.T, served bool, reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context) {
+	rec, dyn, ctx, _ := reportWatcherOn(t, served, reports...)
+	return rec, dyn, ctx
+}
+
+// reportWatcherOn is reportWatcher, and the discovery that says whether the report API is served.
+func reportWatcherOn(t *testing.T, served bool, reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
+	t.Helper()
+	gpu := func(name, uuid string) resourcev1.Device {
+		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
+	}
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: drv, NodeName: ptr.To("node-1"), Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
+		Devices: []resourcev1.Device{gpu("gpu-0", "GPU-aaaa"), gpu("gpu-1", "GPU-bbbb")}}}
+	kube := fake.NewSimpleClientset(slice)
+	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{GroupVersion: healthreport.Group + "/" + healthreport.Version,
+		APIResources: []metav1.APIResource{{Name: healthreport.Resource, Kind: healthreport.Kind}}}}
+	on := &atomic.Bool{}
+	on.Store(served)
+	kube.PrependReactor("get", "resource", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if on.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: healthreport.Group}, "")
+	})
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{reportGVR: healthreport.Kind + "List"}, reports...)
+	rec := &recorder{}
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
+		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond})
+	return rec, dyn, start(t, w), on
+}
+
+func reportStatus(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) healthreport.Status {
+	t.Helper()
+	u, err := dyn.Resource(reportGVR).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := healthreport.FromObject(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Status
+}
+
+// A detector's report reaches the one device it names, with its source; its status says which;
+// another detector's Healthy does not clear it, and the device is Healthy again when the report is
+// deleted.
+func TestAReportReachesItsDevice(t *testing.T) {
+	rec, dyn, ctx := reportWatcher(t, true, healthReport("nvsentinel-1", byUUID("GPU-bbbb", "Unhealthy", "nvsentinel")))
+	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
+	waitUntil(t, "the report signalled", func() bool { return len(rec.signals()) == 1 })
+	got := rec.signals()[0]
+	if got.Device != gpu1 || got.Health != device.Unhealthy || got.Source != devicemsg.SourceHealthReport || got.Node != "node-1" ||
+		len(got.Reporters) != 1 || got.Reporters[0].Report != "nvsentinel-1" || got.Reporters[0].Detector != "nvsentinel" ||
+		!strings.Contains(got.Message, "nvsentinel: xid:79") {
+		t.Fatalf("signalled %+v", got)
+	}
+	waitUntil(t, "the status written", func() bool { return reportStatus(t, dyn, "nvsentinel-1").Outcome == healthreport.Resolved })
+	if st := reportStatus(t, dyn, "nvsentinel-1"); st.Device != gpu1.String() || st.Workflow != gpu1.WorkflowID() || st.Reason != "" {
+		t.Fatalf("status %+v", st)
+	}
+	if _, err := dyn.Resource(reportGVR).Create(ctx, healthReport("dcgm-1", byUUID("GPU-bbbb", "Healthy", "dcgm")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the second report taken in", func() bool { return reportStatus(t, dyn, "dcgm-1").Outcome == healthreport.Resolved })
+	waitUntil(t, "the second reporter signalled", func() bool { return len(rec.signals()) == 2 })
+	if got := rec.signals()[1]; got.Health != device.Unhealthy || len(got.Reporters) != 2 {
+		t.Fatalf("a Healthy from another detector cleared it: %+v", got)
+	}
+	if err := dyn.Resource(reportGVR).Delete(ctx, "nvsentinel-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the report withdrawn", func() bool { return len(rec.signals()) == 3 })
+	if got := rec.signals()[2]; got.Device != gpu1 || got.Health != device.Healthy || len(got.Reporters) != 1 || got.Reporters[0].Detector != "dcgm" {
+		t.Fatalf("after the report was deleted: %+v", got)
+	}
+}
+
+// A report that names no device, two devices, or an unknown health word is refused in its status,
+// and nothing is signalled; a report that is mended is taken in.
+func TestARefusedReportFencesNothing(t *testing.T) {
+	two := byUUID("GPU-aaaa", "Unhealthy", "npd")
+	two["attribute"] = map[string]any{"name": "uuid", "value": "GPU-AAAA"}
+	rec, dyn, ctx := reportWatcher(t, true,
+		healthReport("no-such", byUUID("GPU-cccc", "Unhealthy", "nvsentinel")),
+		healthReport("odd-word", byUUID("GPU-aaaa", "Broken", "nvsentinel")),
+		healthReport("no-device", map[string]any{"health": "Unhealthy", "source": "npd"}))
+	for name, want := range map[string]string{
+		"no-such":   "no such device: no device on node node-1 publishes uuid=GPU-cccc",
+		"odd-word":  `unknown health value "Broken"`,
+		"no-device": "names no device",
+	} {
+		waitUntil(t, name+" refused", func() bool { return reportStatus(t, dyn, name).Outcome == healthreport.Refused })
+		if st := reportStatus(t, dyn, name); !strings.Contains(st.Reason, want) || st.Device != "" {
+			t.Fatalf("%s: status %+v, want %q", name, st, want)
+		}
+	}
+	u, err := dyn.Resource(reportGVR).Get(ctx, "odd-word", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"].(map[string]any)["health"] = "Unknown"
+	if _, err := dyn.Resource(reportGVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the mended report signalled", func() bool { return len(rec.signals()) == 1 })
+	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unknown {
+		t.Fatalf("signalled %+v", got)
+	}
+	waitUntil(t, "the mended report's status", func() bool { return reportStatus(t, dyn, "odd-word").Outcome == healthreport.Resolved })
+	if st := reportStatus(t, dyn, "odd-word"); st.Reason != "" || st.Device == "" {
+		t.Fatalf("the mended report's status %+v", st)
+	}
+}
+
+// Without the report API the watcher runs as before; once it is served, reports are read.
+func TestReportsWaitForTheirAPI(t *testing.T) {
+	rec, _, _, served := reportWatcherOn(t, false, healthReport("r", byUUID("GPU-aaaa", "Unhealthy", "nvsentinel")))
+	time.Sleep(100 * time.Millisecond)
+	if n := len(rec.signals()); n != 0 {
+		t.Fatalf("%d signals without the report API", n)
+	}
+	served.Store(true)
+	waitUntil(t, "the report read once its API is served", func() bool { return len(rec.signals()) == 1 })
+	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unhealthy {
+		t.Fatalf("signalled %+v", got)
+	}
+}
