@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -276,6 +277,8 @@ type ControllerOptions struct {
 	// WorkflowCacheSize bounds the device workflows the worker keeps in memory between tasks
 	// (worker.SetCacheSize); 0 leaves the SDK's default.
 	WorkflowCacheSize int
+	// Reports reads DeviceHealthReports, any detector's word about a device (nil: not read).
+	Reports dynamic.NamespaceableResourceInterface
 }
 
 // DefaultWorkflowCacheSize is how many device workflows a worker keeps in memory between tasks
@@ -334,7 +337,8 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Signaler: &watcher.TemporalSignaler{Client: tc, TaskQueue: api.TaskQueue, DryRun: o.DryRun, Policies: o.Policies},
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: deps.Alerter,
-		Term: watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
+		Term:    watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
+		Reports: o.Reports,
 	})
 	start := newStartup(logger.With("component", "startup"))
 	g, gctx := errgroup.WithContext(ctx)

@@ -63,6 +63,13 @@ func newDevCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Detectors may report devices (DeviceHealthReports), as with the chart.
+			if err := app.InstallReportCRD(ctx, kube); err != nil {
+				g.logger.Warn("device health reports are not read", "error", err)
+			}
+			if copts.Reports, err = k.reports(g); err != nil {
+				return err
+			}
 			if simNodes > 0 {
 				names, err := sim.CreateNodes(ctx, kube, "gpu-node", simNodes, simDevices)
 				if err != nil {

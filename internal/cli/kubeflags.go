@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
@@ -68,4 +69,13 @@ func (t *temporalFlags) options(g *globals) (app.TemporalOptions, error) {
 	}
 	o.DBPath = filepath.Join(g.stateDir, "temporal.db")
 	return o, nil
+}
+
+// reports builds the DeviceHealthReport client for the same cluster as client.
+func (k *kubeFlags) reports(g *globals) (dynamic.NamespaceableResourceInterface, error) {
+	path := k.kubeconfig
+	if path == "" {
+		path = localKubeconfig(g)
+	}
+	return app.ReportsClient(path)
 }

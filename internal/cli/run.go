@@ -164,6 +164,9 @@ func newRunCmd(g *globals) *cobra.Command {
 				ui = tc.Server.UIURL()
 			}
 			ctl.console.addConsole(&copts, tc.Client, kube, ui, g.logger)
+			if copts.Reports, err = k.reports(g); err != nil {
+				return err
+			}
 			return app.RunController(c.Context(), kube, tc.Client, copts, m, g.logger)
 		},
 	}

@@ -329,6 +329,15 @@ func (s *stack) controllerAs(kube kubernetes.Interface, opts app.ControllerOptio
 			(&sim.OwnedDrivers{Kube: s.kube, Logger: testLogger}).Run,
 			(&sim.Remediator{Kube: s.kube, Logger: testLogger}).Run)
 	}
+	if kube == s.kube && opts.Reports == nil {
+		// Detectors' reports, as the chart installs their CRD; a controller of another identity
+		// reads them only with rights its test gives it.
+		if err := app.InstallReportCRD(context.Background(), s.kube); err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+		} else if opts.Reports, err = app.ReportsClient(s.kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/healthreport"
+	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
 // The DeviceHealthReport CRD on the real apiserver: a report as NVSentinel's template renders it is
@@ -82,5 +86,74 @@ func TestHealthReportCRDOnTheAPIServer(t *testing.T) {
 		if _, err := reports.Create(ctx, report(spec), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
 			t.Errorf("%s: created (%v), want refused by the schema", name, err)
 		}
+	}
+}
+
+// A detector's report (as NVSentinel's template renders it: a GPU's UUID on its node) quarantines
+// exactly that GPU through the shared stack's watcher, and its status names the device and its
+// workflow; a report whose UUID no device publishes is refused and fences nothing.
+func TestAReportQuarantinesItsDevice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kube := shared.kube
+	nodes, err := sim.CreateNodes(ctx, kube, "report", 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-5"}
+	cfg, err := app.KubeConfig(shared.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ContentType = ""
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := dyn.Resource(schema.GroupVersionResource{Group: healthreport.Group, Version: healthreport.Version, Resource: healthreport.Resource})
+	report := func(name, uuid string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": healthreport.Group + "/" + healthreport.Version, "kind": healthreport.Kind,
+			"metadata": map[string]any{"name": name},
+			"spec": map[string]any{"node": nodes[0], "attribute": map[string]any{"name": "uuid", "value": uuid}, "health": "Unhealthy",
+				"cause": map[string]any{"code": "79", "recommendedAction": "RESTART_BM"}, "message": "XID 79: GPU has fallen off the bus", "source": "nvsentinel"}}}
+	}
+	if _, err := reports.Create(ctx, report("report-gpu-5", sim.UUID(bad)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reports.Create(ctx, report("report-nothing", "GPU-00000000-0000-0000-0000-000000000000"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	if st.Quarantine == nil || !strings.Contains(st.Quarantine.Reason, "nvsentinel: 79") || len(st.Reporters) != 1 || st.Reporters[0].Report != "report-gpu-5" {
+		t.Fatalf("quarantine %+v, reporters %+v", st.Quarantine, st.Reporters)
+	}
+	status := func(name string) healthreport.Status {
+		u, err := reports.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := healthreport.FromObject(u.Object)
+		return r.Status
+	}
+	eventually(t, 30*time.Second, "both statuses", func() error {
+		if s := status("report-gpu-5"); s.Outcome != healthreport.Resolved || s.Device != bad.String() || s.Workflow != bad.WorkflowID() {
+			return fmt.Errorf("resolved report: %+v", s)
+		}
+		if s := status("report-nothing"); s.Outcome != healthreport.Refused || !strings.Contains(s.Reason, "no such device") {
+			return fmt.Errorf("refused report: %+v", s)
+		}
+		return nil
+	})
+	rules, err := kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules.Items {
+		if sel := r.Spec.DeviceSelector; sel != nil && sel.Pool != nil && *sel.Pool == nodes[0] && (sel.Device == nil || *sel.Device != bad.Device) {
+			t.Errorf("rule %s fences another device of the node: %+v", r.Name, sel)
+		}
+	}
+	if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, bad.TaintRuleName(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("no rule for %s: %v", bad, err)
 	}
 }
