@@ -37,6 +37,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/healthreport"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -287,16 +288,20 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 	for _, tt := range []struct {
 		group, resource, verb string
 		allowed               bool
+		sub                   string
 	}{
-		{sim.RebootGroup, sim.RebootResource, "create", true}, {sim.RebootGroup, sim.RebootResource, "get", true},
-		{sim.RebootGroup, sim.RebootResource, "delete", true}, {sim.RebootGroup, sim.RebootResource, "update", false},
-		{"self-node-remediation.medik8s.io", "selfnoderemediations", "create", false},
+		{sim.RebootGroup, sim.RebootResource, "create", true, ""}, {sim.RebootGroup, sim.RebootResource, "get", true, ""},
+		{sim.RebootGroup, sim.RebootResource, "delete", true, ""}, {sim.RebootGroup, sim.RebootResource, "update", false, ""},
+		{"self-node-remediation.medik8s.io", "selfnoderemediations", "create", false, ""},
+		// Detectors' reports: read, and their status written; never created or edited.
+		{healthreport.Group, healthreport.Resource, "watch", true, ""}, {healthreport.Group, healthreport.Resource, "create", false, ""},
+		{healthreport.Group, healthreport.Resource, "update", false, ""}, {healthreport.Group, healthreport.Resource, "update", true, "status"},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: cfg.Impersonate.UserName, Groups: cfg.Impersonate.Groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tt.group, Resource: tt.resource, Verb: tt.verb, Name: "devicewarden-reboot-x"}}}
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tt.group, Resource: tt.resource, Subresource: tt.sub, Verb: tt.verb, Name: "devicewarden-reboot-x"}}}
 		got, err := s.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		if err != nil || got.Status.Allowed != tt.allowed {
-			t.Errorf("%s %s.%s: allowed %v, want %v (%v)", tt.verb, tt.resource, tt.group, got.Status.Allowed, tt.allowed, err)
+			t.Errorf("%s %s.%s/%s: allowed %v, want %v (%v)", tt.verb, tt.resource, tt.group, tt.sub, got.Status.Allowed, tt.allowed, err)
 		}
 	}
 

@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// crd is the DeviceHealthReport CustomResourceDefinition.
+// crd is the DeviceHealthReport CustomResourceDefinition; the chart ships the same file (crds/).
 //
 //go:embed crd.yaml
 var crd []byte

@@ -160,8 +160,15 @@ func TestNVSentinelTemplateNamesOneGPU(t *testing.T) {
 	}
 }
 
-// The embedded CRD serves the kind this package reads, with a status of its own.
+// The embedded CRD is the chart's, and serves the kind this package reads, with a status of its own.
 func TestTheCRDServesTheKind(t *testing.T) {
+	chart, err := os.ReadFile("../../deploy/helm/devicewarden/crds/devicehealthreports.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(chart, crd) {
+		t.Fatal("deploy/helm/devicewarden/crds/devicehealthreports.yaml differs from internal/healthreport/crd.yaml: copy it over")
+	}
 	b, err := CRD()
 	if err != nil {
 		t.Fatal(err)
