@@ -51,7 +51,14 @@ func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 		if rep.Device != "" {
 			on = " on " + rep.Device
 		}
-		fmt.Fprintf(w, "Reported by:\t%s/%s container %s claim %s%s: %s\n", rep.Namespace, rep.Pod, rep.Container, rep.Claim, on, rep.Health)
+		switch {
+		case rep.Report != "":
+			fmt.Fprintf(w, "Reported by:\t%s, DeviceHealthReport %s%s: %s\n", rep.Detector, rep.Report, on, rep.Health)
+		case rep.Slice != "":
+			fmt.Fprintf(w, "Reported by:\tits driver, ResourceSlice %s%s: %s\n", rep.Slice, on, rep.Health)
+		default:
+			fmt.Fprintf(w, "Reported by:\t%s/%s container %s claim %s%s: %s\n", rep.Namespace, rep.Pod, rep.Container, rep.Claim, on, rep.Health)
+		}
 	}
 	for _, c := range st.Closed {
 		fmt.Fprintf(w, "Closed:\t%s by %s: %s\n", ts(c.ClosedAt), c.ClosedBy, c.CloseReason)

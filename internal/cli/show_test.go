@@ -20,6 +20,8 @@ func TestShowPrintsTheRepairLadder(t *testing.T) {
 	}}}
 	st.Closed = []devicemsg.QuarantineView{{CreatedAt: at.Add(-48 * time.Hour), ClosedAt: at.Add(-48*time.Hour + 3*time.Minute), ClosedBy: "devicewarden",
 		Ladder: &devicemsg.LadderView{Tries: []devicemsg.TryView{{Kind: "reset", Attempt: 1}}}}}
+	st.Reporters = []devicemsg.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: "Unhealthy"},
+		{Report: "nvsentinel-x", Detector: "nvsentinel", Health: "Unhealthy"}, {Slice: "node-1-gpu", Health: "Unhealthy"}}
 	var out bytes.Buffer
 	if err := printDevice(&out, st); err != nil {
 		t.Fatal(err)
@@ -28,6 +30,9 @@ func TestShowPrintsTheRepairLadder(t *testing.T) {
 		"reset attempt 1: passed=false exit code 1; review: not run: the step failed",
 		"reset attempt 2: running",
 		"repaired in:  3m0s (1 repair tries)",
+		"Reported by:    ns/p container c claim cl: Unhealthy",
+		"Reported by:    nvsentinel, DeviceHealthReport nvsentinel-x: Unhealthy",
+		"Reported by:    its driver, ResourceSlice node-1-gpu: Unhealthy",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())
