@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/app"
@@ -42,6 +43,8 @@ type stack struct {
 	kube    kubernetes.Interface
 	tc      client.Client
 	cluster *localcluster.Cluster
+	// reports writes DeviceHealthReports, as a detector does.
+	reports dynamic.NamespaceableResourceInterface
 	stop    func()
 }
 
@@ -66,6 +69,19 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	// The watcher reads detectors' reports, as the chart deploys it.
+	if err := app.InstallReportCRD(ctx, kube); err != nil {
+		tc.Close()
+		_ = cl.Stop()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if opts.Reports, err = app.ReportsClient(cl.Kubeconfig); err != nil {
+		tc.Close()
+		_ = cl.Stop()
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	opts.Workers = 8
 	if opts.Breaker.Window == 0 {
 		opts.Breaker = breaker.Config{Window: time.Minute, MaxCount: 1 << 20}
@@ -80,7 +96,7 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 		defer wg.Done()
 		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
 	}()
-	return &stack{kube: kube, tc: tc.Client, cluster: cl, stop: func() {
+	return &stack{kube: kube, tc: tc.Client, cluster: cl, reports: opts.Reports, stop: func() {
 		cancel()
 		wg.Wait()
 		tc.Close()

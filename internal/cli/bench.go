@@ -37,6 +37,26 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	q.Flags().DurationVar(&o.Settle, "settle", 300*time.Millisecond,
 		"pause after each rule is seen, so the previous device's alert and node report are done before the next write (0: back to back)")
 	q.Flags().StringVar(&o.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	var ro bench.ReportsOptions
+	reps := &cobra.Command{
+		Use:   "reports",
+		Short: "A detector's DeviceHealthReport -> quarantine latency, beside the Pod-status path on the same stack",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if ro.Devices < 1 {
+				return fmt.Errorf("--devices must be >= 1")
+			}
+			if ro.Settle < 0 {
+				return fmt.Errorf("--settle must be >= 0")
+			}
+			ro.Out = c.OutOrStdout()
+			return bench.Reports(c.Context(), ro)
+		},
+	}
+	reps.Flags().IntVar(&ro.Devices, "devices", 100, "devices reported by a report, and as many by Pod status")
+	reps.Flags().DurationVar(&ro.Settle, "settle", 300*time.Millisecond, "pause after each rule is seen")
+	reps.Flags().StringVar(&ro.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(reps)
 	var uo bench.UnitsOptions
 	units := &cobra.Command{
 		Use:   "units",

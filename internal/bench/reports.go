@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/devicewarden/devicewarden/internal/app"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/healthreport"
+	"github.com/devicewarden/devicewarden/internal/sim"
+)
+
+// ReportsOptions configures the report -> quarantine benchmark.
+type ReportsOptions struct {
+	Devices  int
+	CacheDir string
+	Out      io.Writer
+	// Settle is the pause after each rule is seen before the next report (as in Quarantine).
+	Settle time.Duration
+}
+
+// Reports times a detector's DeviceHealthReport (a GPU's UUID on its node, as NVSentinel's template
+// writes it) until its device's DeviceTaintRule is visible, one device at a time, beside the
+// Pod-status path on the same stack: the devices alternate between the two.
+func Reports(ctx context.Context, o ReportsOptions) error {
+	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{}, nil)
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	targets, err := setupPods(ctx, st.kube, 2*o.Devices, o.Out)
+	if err != nil {
+		return err
+	}
+	seen, stopWatch, err := watchRules(ctx, st.kube, watch.Added)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
+	fmt.Fprintf(o.Out, "[bench] %d devices by Pod status and %d by a report, alternating, %s apart once each rule is seen\n", o.Devices, o.Devices, o.Settle)
+	var byPod, byReport []time.Duration
+	for i, tg := range targets {
+		if i%2 == 0 {
+			_, at, err := flip(ctx, st.kube, tg, []device.ID{tg.id}, seen)
+			if err != nil {
+				return err
+			}
+			byPod = append(byPod, at[0])
+		} else {
+			r := &unstructured.Unstructured{Object: map[string]any{"apiVersion": healthreport.Group + "/" + healthreport.Version,
+				"kind": healthreport.Kind, "metadata": map[string]any{"name": fmt.Sprintf("bench-%d", i)},
+				"spec": map[string]any{"node": tg.id.Pool, "attribute": map[string]any{"name": sim.AttrUUID, "value": sim.UUID(tg.id)},
+					"health": "Unhealthy", "cause": map[string]any{"code": "79"}, "source": "bench"}}}
+			start := time.Now()
+			if _, err := st.reports.Create(ctx, r, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create report: %w", err)
+			}
+			select {
+			case at := <-seen(tg.id.TaintRuleName()):
+				byReport = append(byReport, at.Sub(start))
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("no DeviceTaintRule for %s after 30s (reported by %s)", tg.id, r.GetName())
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-time.After(o.Settle):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	printLatency(o.Out, "Pod status write -> DeviceTaintRule visible", byPod)
+	printLatency(o.Out, "report created -> DeviceTaintRule visible", byReport)
+	p50 := func(d []time.Duration) time.Duration { s := slices.Sorted(slices.Values(d)); return s[len(s)/2] }
+	p99 := func(d []time.Duration) time.Duration {
+		s := slices.Sorted(slices.Values(d))
+		return s[min(len(s)-1, len(s)*99/100)]
+	}
+	fmt.Fprintf(o.Out, "report / Pod status: p50 %.2fx, p99 %.2fx\n", float64(p50(byReport))/float64(p50(byPod)), float64(p99(byReport))/float64(p99(byPod)))
+	return nil
+}
