@@ -277,8 +277,10 @@ type ControllerOptions struct {
 	// WorkflowCacheSize bounds the device workflows the worker keeps in memory between tasks
 	// (worker.SetCacheSize); 0 leaves the SDK's default.
 	WorkflowCacheSize int
-	// Reports reads DeviceHealthReports, any detector's word about a device (nil: not read).
-	Reports dynamic.NamespaceableResourceInterface
+	// Reports reads DeviceHealthReports, any detector's word about a device (nil: not read);
+	// ReportRetention deletes those observed longer ago (0: kept).
+	Reports         dynamic.NamespaceableResourceInterface
+	ReportRetention time.Duration
 }
 
 // DefaultWorkflowCacheSize is how many device workflows a worker keeps in memory between tasks
@@ -338,7 +340,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: deps.Alerter,
 		Term:    watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
-		Reports: o.Reports,
+		Reports: o.Reports, ReportRetention: o.ReportRetention,
 	})
 	start := newStartup(logger.With("component", "startup"))
 	g, gctx := errgroup.WithContext(ctx)

@@ -62,6 +62,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "console refresh too often", args: []string{"run", "--console-refresh", "1ms"}, wantErr: "--console-refresh must be at least 100ms"},
 		{name: "node pool label that is no label key", args: []string{"run", "--node-pool-labels", "pool name"}, wantErr: `--node-pool-labels: "pool name" is not a label key`},
 		{name: "hygiene leak timeout of zero", args: []string{"run", "--hygiene-leak-timeout", "0"}, wantErr: "stuck timeout must be positive"},
+		{name: "negative report retention", args: []string{"run", "--report-retention", "-1h"}, wantErr: "--report-retention must be 0 (keep) or positive"},
 		{name: "negative hygiene interval", args: []string{"run", "--hygiene-interval", "-1m"}, wantErr: "must not be negative"},
 		{name: "unknown operator signal", args: []string{"device", "signal", "d/p/gpu-0", "reboot", "--actor", "x"}, wantErr: "want one of"},
 		{name: "operator signal without actor", args: []string{"device", "signal", "d/p/gpu-0", "pause"}, wantErr: "--actor"},

@@ -46,6 +46,7 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().Float64Var(&o.Breaker.MaxPercent, "breaker-max-percent", def.MaxPercent, "circuit breaker: most devices per window as a percentage of known devices (0 disables)")
 	cmd.Flags().StringVar(&o.OwnNamespace, "own-namespace", "default", "DeviceWarden's own namespace: migration Leases and evidence ConfigMaps are kept there")
 	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
+	cmd.Flags().DurationVar(&o.ReportRetention, "report-retention", 7*24*time.Hour, "how long a DeviceHealthReport stands after it was observed; older ones are deleted and their word withdrawn (0 keeps them)")
 	cmd.Flags().IntVar(&o.WorkflowCacheSize, "workflow-cache-size", app.DefaultWorkflowCacheSize, "device workflows the worker keeps in memory between tasks (about 90 KB each); one that fell out is replayed from its history on its next signal")
 	hy := app.DefaultHygiene()
 	cmd.Flags().DurationVar(&o.Hygiene.Interval, "hygiene-interval", hy.Interval, "claim hygiene: how often the leader scans ResourceClaims (0 turns it off)")
@@ -93,6 +94,9 @@ func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	}
 	if o.HeartbeatInterval <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval must be positive")
+	}
+	if o.ReportRetention < 0 {
+		return o, fmt.Errorf("--report-retention must be 0 (keep) or positive")
 	}
 	if err := o.Hygiene.Validate(); err != nil {
 		return o, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,6 +53,9 @@ func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
 		err := w.reportsServed()
 		if err == nil {
 			w.cfg.Logger.Info("reading DeviceHealthReports")
+			if w.cfg.ReportRetention > 0 {
+				go w.expireReports(ctx)
+			}
 			listed := make(chan struct{})
 			go func() {
 				select {
@@ -157,6 +161,10 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 		w.refuseReport(ctx, u, r, err)
 		return
 	}
+	if w.expire(ctx, u) {
+		w.dropReport(name) // its delete comes too; nothing of it is taken in meanwhile
+		return
+	}
 	id, node, err := w.resolveReport(ctx, r.Spec)
 	if err != nil {
 		w.refuseReport(ctx, u, r, err)
@@ -254,4 +262,56 @@ func (w *Watcher) writeReportStatus(ctx context.Context, u *unstructured.Unstruc
 		// A report changed meanwhile comes again with its change; one deleted needs no status.
 		w.cfg.Logger.Debug("device health report status not written", "report", u.GetName(), "error", err)
 	}
+}
+
+// expired says whether a report is past the retention: observed (or, without an observed time,
+// created) longer ago than ReportRetention.
+func (w *Watcher) expired(u *unstructured.Unstructured, r healthreport.Report) bool {
+	if w.cfg.ReportRetention <= 0 {
+		return false
+	}
+	at := u.GetCreationTimestamp().Time
+	if r.Spec.ObservedTime != nil {
+		at = r.Spec.ObservedTime.Time
+	}
+	return !at.IsZero() && w.cfg.Clock().Sub(at) > w.cfg.ReportRetention
+}
+
+// expireReports deletes reports past the retention, every tenth of it (at most every ten
+// minutes): an expired report's word is withdrawn as a deleted one's is.
+func (w *Watcher) expireReports(ctx context.Context) {
+	every := min(w.cfg.ReportRetention/10, 10*time.Minute)
+	for ctx.Err() == nil {
+		opts := metav1.ListOptions{Limit: listPageSize}
+		for {
+			l, err := w.cfg.Reports.List(ctx, opts)
+			if err != nil {
+				w.cfg.Logger.Warn("list device health reports to expire them", "error", err)
+				break
+			}
+			for i := range l.Items {
+				w.expire(ctx, &l.Items[i])
+			}
+			if opts.Continue = l.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+		sleep(ctx, every)
+	}
+}
+
+// expire deletes one report past the retention (the one read, by its UID); it says whether it did.
+func (w *Watcher) expire(ctx context.Context, u *unstructured.Unstructured) bool {
+	r, err := healthreport.FromObject(u.Object)
+	if err != nil || !w.expired(u, r) {
+		return false
+	}
+	uid := u.GetUID()
+	err = w.cfg.Reports.Delete(ctx, u.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		w.cfg.Logger.Warn("device health report past its retention not deleted", "report", u.GetName(), "error", err)
+		return false
+	}
+	w.cfg.Metrics.WatcherEvents.WithLabelValues("report", "expire").Inc()
+	return true
 }

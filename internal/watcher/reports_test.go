@@ -48,6 +48,11 @@ func reportWatcher(t *testing.T, served bool, reports ...runtime.Object) (*recor
 
 // reportWatcherOn is reportWatcher, and the discovery that says whether the report API is served.
 func reportWatcherOn(t *testing.T, served bool, reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
+	return reportWatcherWith(t, served, 0, reports...)
+}
+
+// reportWatcherWith is reportWatcherOn with a report retention.
+func reportWatcherWith(t *testing.T, served bool, retention time.Duration, reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
 	t.Helper()
 	gpu := func(name, uuid string) resourcev1.Device {
 		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
@@ -69,7 +74,7 @@ func reportWatcherOn(t *testing.T, served bool, reports ...runtime.Object) (*rec
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{reportGVR: healthreport.Kind + "List"}, reports...)
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
-		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond})
+		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention})
 	return rec, dyn, start(t, w), on
 }
 
@@ -168,5 +173,33 @@ func TestReportsWaitForTheirAPI(t *testing.T) {
 	waitUntil(t, "the report read once its API is served", func() bool { return len(rec.signals()) == 1 })
 	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unhealthy {
 		t.Fatalf("signalled %+v", got)
+	}
+}
+
+// A report observed (or, without an observed time, created) longer ago than the retention is
+// deleted and never taken in; a fresh one is.
+func TestReportsPastTheirRetentionExpire(t *testing.T) {
+	old := time.Now().Add(-48 * time.Hour)
+	created := healthReport("created-long-ago", byUUID("GPU-aaaa", "Unhealthy", "nvsentinel"))
+	created.SetCreationTimestamp(metav1.NewTime(old))
+	observed := byUUID("GPU-aaaa", "Unhealthy", "dcgm")
+	observed["observedTime"] = old.UTC().Format(time.RFC3339)
+	fresh := healthReport("fresh", byUUID("GPU-bbbb", "Unhealthy", "npd"))
+	fresh.SetCreationTimestamp(metav1.NewTime(old)) // created long ago, observed now: it stands
+	fresh.Object["spec"].(map[string]any)["observedTime"] = time.Now().UTC().Format(time.RFC3339)
+	rec, dyn, ctx, _ := reportWatcherWith(t, true, 24*time.Hour, created, healthReport("observed-long-ago", observed), fresh)
+	for _, name := range []string{"created-long-ago", "observed-long-ago"} {
+		waitUntil(t, name+" deleted", func() bool {
+			_, err := dyn.Resource(reportGVR).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+	}
+	waitUntil(t, "the fresh report signalled", func() bool { return len(rec.signals()) == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.signals(); len(got) != 1 || got[0].Device.Device != "gpu-1" {
+		t.Fatalf("signalled %+v", got)
+	}
+	if _, err := dyn.Resource(reportGVR).Get(ctx, "fresh", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the fresh report: %v", err)
 	}
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// served, the watcher looks again every ReportsRecheck (default a minute).
 	Reports        dynamic.NamespaceableResourceInterface
 	ReportsRecheck time.Duration
+	// ReportRetention is how long a report stands after it was observed (or created): older ones
+	// are deleted, and their word withdrawn (0: kept until their detector deletes them).
+	ReportRetention time.Duration
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
