@@ -293,9 +293,11 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 		{sim.RebootGroup, sim.RebootResource, "create", true, ""}, {sim.RebootGroup, sim.RebootResource, "get", true, ""},
 		{sim.RebootGroup, sim.RebootResource, "delete", true, ""}, {sim.RebootGroup, sim.RebootResource, "update", false, ""},
 		{"self-node-remediation.medik8s.io", "selfnoderemediations", "create", false, ""},
-		// Detectors' reports: read, and their status written; never created or edited.
+		// Detectors' reports: read, their status written, deleted past the retention; never
+		// created or edited.
 		{healthreport.Group, healthreport.Resource, "watch", true, ""}, {healthreport.Group, healthreport.Resource, "create", false, ""},
 		{healthreport.Group, healthreport.Resource, "update", false, ""}, {healthreport.Group, healthreport.Resource, "update", true, "status"},
+		{healthreport.Group, healthreport.Resource, "delete", true, ""},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: cfg.Impersonate.UserName, Groups: cfg.Impersonate.Groups,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tt.group, Resource: tt.resource, Subresource: tt.sub, Verb: tt.verb, Name: "devicewarden-reboot-x"}}}
