@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -72,15 +73,8 @@ func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
 			logged = true
 		}
 		done() // nothing to wait for: the other sources go on without reports
-		sleep(ctx, cmpDuration(w.cfg.ReportsRecheck, reportsRecheck))
+		sleep(ctx, cmp.Or(w.cfg.ReportsRecheck, reportsRecheck))
 	}
-}
-
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // reportsServed says why DeviceHealthReports cannot be read (nil: they can).
@@ -162,7 +156,6 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 		return
 	}
 	if w.expire(ctx, u) {
-		w.dropReport(name) // its delete comes too; nothing of it is taken in meanwhile
 		return
 	}
 	id, node, err := w.resolveReport(ctx, r.Spec)
@@ -280,6 +273,9 @@ func (w *Watcher) expired(u *unstructured.Unstructured, r healthreport.Report) b
 // expireReports deletes reports past the retention, every tenth of it (at most every ten
 // minutes): an expired report's word is withdrawn as a deleted one's is.
 func (w *Watcher) expireReports(ctx context.Context) {
+	if w.cfg.ReportRetention <= 0 {
+		return
+	}
 	every := min(w.cfg.ReportRetention/10, 10*time.Minute)
 	for ctx.Err() == nil {
 		opts := metav1.ListOptions{Limit: listPageSize}
@@ -300,18 +296,25 @@ func (w *Watcher) expireReports(ctx context.Context) {
 	}
 }
 
-// expire deletes one report past the retention (the one read, by its UID); it says whether it did.
+// expire deletes one report past the retention (the one read, by its UID and version); it says
+// whether it did.
 func (w *Watcher) expire(ctx context.Context, u *unstructured.Unstructured) bool {
 	r, err := healthreport.FromObject(u.Object)
 	if err != nil || !w.expired(u, r) {
 		return false
 	}
-	uid := u.GetUID()
-	err = w.cfg.Reports.Delete(ctx, u.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	// At the version read: one its detector renewed meanwhile stands.
+	uid, rv := u.GetUID(), u.GetResourceVersion()
+	pre := &metav1.Preconditions{UID: &uid}
+	if rv != "" {
+		pre.ResourceVersion = &rv
+	}
+	err = w.cfg.Reports.Delete(ctx, u.GetName(), metav1.DeleteOptions{Preconditions: pre})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		w.cfg.Logger.Warn("device health report past its retention not deleted", "report", u.GetName(), "error", err)
 		return false
 	}
 	w.cfg.Metrics.WatcherEvents.WithLabelValues("report", "expire").Inc()
+	w.dropReport(u.GetName()) // its delete event comes too
 	return true
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
@@ -53,6 +54,11 @@ func reportWatcherOn(t *testing.T, served bool, reports ...runtime.Object) (*rec
 
 // reportWatcherWith is reportWatcherOn with a report retention.
 func reportWatcherWith(t *testing.T, served bool, retention time.Duration, reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
+	return reportWatcherSetUp(t, served, retention, nil, reports...)
+}
+
+// reportWatcherSetUp is reportWatcherWith, with setup run on the fake dynamic client first.
+func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setup func(*dynamicfake.FakeDynamicClient), reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
 	t.Helper()
 	gpu := func(name, uuid string) resourcev1.Device {
 		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
@@ -72,6 +78,9 @@ func reportWatcherWith(t *testing.T, served bool, retention time.Duration, repor
 		return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: healthreport.Group}, "")
 	})
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{reportGVR: healthreport.Kind + "List"}, reports...)
+	if setup != nil {
+		setup(dyn)
+	}
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
 		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention})
@@ -201,5 +210,28 @@ func TestReportsPastTheirRetentionExpire(t *testing.T) {
 	}
 	if _, err := dyn.Resource(reportGVR).Get(ctx, "fresh", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the fresh report: %v", err)
+	}
+}
+
+// A report that stood before the watcher started is read from the list (a watch from the list's
+// version brings only what changes after), and one that expires while it stands is deleted by the
+// periodic sweep, its word withdrawn.
+func TestAReportStandingAtStartIsListedAndExpires(t *testing.T) {
+	soon := healthReport("soon", byUUID("GPU-aaaa", "Unhealthy", "dcgm"))
+	soon.Object["spec"].(map[string]any)["observedTime"] = time.Now().Add(-800 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	rec, dyn, ctx, _ := reportWatcherSetUp(t, true, time.Second, func(d *dynamicfake.FakeDynamicClient) {
+		d.PrependWatchReactor(healthreport.Resource, func(k8stesting.Action) (bool, watch.Interface, error) { return true, watch.NewFake(), nil })
+	}, soon)
+	waitUntil(t, "the standing report signalled", func() bool { return len(rec.signals()) == 1 })
+	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unhealthy {
+		t.Fatalf("signalled %+v", got)
+	}
+	waitUntil(t, "the report deleted by the sweep", func() bool {
+		_, err := dyn.Resource(reportGVR).Get(ctx, "soon", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	waitUntil(t, "its word withdrawn", func() bool { return len(rec.signals()) == 2 })
+	if got := rec.signals()[1]; got.Device.Device != "gpu-0" || got.Health != device.Healthy || len(got.Reporters) != 0 {
+		t.Fatalf("after the sweep %+v", got)
 	}
 }
