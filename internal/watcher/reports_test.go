@@ -235,3 +235,15 @@ func TestAReportStandingAtStartIsListedAndExpires(t *testing.T) {
 		t.Fatalf("after the sweep %+v", got)
 	}
 }
+
+// A report that names its device by DRA name, without a node, is filed under the node its slice
+// names; its status names the device.
+func TestAReportByDRANameTakesTheSlicesNode(t *testing.T) {
+	rec, dyn, _ := reportWatcher(t, true, healthReport("by-name", map[string]any{
+		"device": map[string]any{"driver": drv, "pool": "node-1", "name": "gpu-1"}, "health": "Unknown", "source": "npd"}))
+	waitUntil(t, "the report signalled", func() bool { return len(rec.signals()) == 1 })
+	if got := rec.signals()[0]; got.Device.Device != "gpu-1" || got.Node != "node-1" || got.Health != device.Unknown {
+		t.Fatalf("signalled %+v", got)
+	}
+	waitUntil(t, "its status", func() bool { return reportStatus(t, dyn, "by-name").Device == drv+"/node-1/gpu-1" })
+}
