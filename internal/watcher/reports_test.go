@@ -247,3 +247,14 @@ func TestAReportByDRANameTakesTheSlicesNode(t *testing.T) {
 	}
 	waitUntil(t, "its status", func() bool { return reportStatus(t, dyn, "by-name").Device == drv+"/node-1/gpu-1" })
 }
+
+// Without a retention, reports stand however old they are.
+func TestReportsStandWithoutARetention(t *testing.T) {
+	old := healthReport("old", byUUID("GPU-aaaa", "Unhealthy", "nvsentinel"))
+	old.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-365 * 24 * time.Hour)))
+	rec, dyn, ctx, _ := reportWatcherWith(t, true, 0, old)
+	waitUntil(t, "the old report signalled", func() bool { return len(rec.signals()) == 1 })
+	if _, err := dyn.Resource(reportGVR).Get(ctx, "old", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a report was deleted without a retention: %v", err)
+	}
+}
