@@ -54,11 +54,13 @@ func reportWatcherOn(t *testing.T, served bool, reports ...runtime.Object) (*rec
 
 // reportWatcherWith is reportWatcherOn with a report retention.
 func reportWatcherWith(t *testing.T, served bool, retention time.Duration, reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
-	return reportWatcherSetUp(t, served, retention, nil, reports...)
+	return reportWatcherSetUp(t, served, retention, nil, nil, reports...)
 }
 
 // reportWatcherSetUp is reportWatcherWith, with setup run on the fake dynamic client first.
-func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setup func(*dynamicfake.FakeDynamicClient), reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
+// clock, when set, is the watcher's clock.
+func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setup func(*dynamicfake.FakeDynamicClient), clock func() time.Time,
+	reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
 	t.Helper()
 	gpu := func(name, uuid string) resourcev1.Device {
 		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
@@ -83,7 +85,7 @@ func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setu
 	}
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
-		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention})
+		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention, Clock: clock})
 	return rec, dyn, start(t, w), on
 }
 
@@ -218,14 +220,17 @@ func TestReportsPastTheirRetentionExpire(t *testing.T) {
 // periodic sweep, its word withdrawn.
 func TestAReportStandingAtStartIsListedAndExpires(t *testing.T) {
 	soon := healthReport("soon", byUUID("GPU-aaaa", "Unhealthy", "dcgm"))
-	soon.Object["spec"].(map[string]any)["observedTime"] = time.Now().Add(-800 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	soon.Object["spec"].(map[string]any)["observedTime"] = time.Now().UTC().Format(time.RFC3339Nano)
+	var later atomic.Int64 // how far the watcher's clock is ahead
+	clock := func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
 	rec, dyn, ctx, _ := reportWatcherSetUp(t, true, time.Second, func(d *dynamicfake.FakeDynamicClient) {
 		d.PrependWatchReactor(healthreport.Resource, func(k8stesting.Action) (bool, watch.Interface, error) { return true, watch.NewFake(), nil })
-	}, soon)
+	}, clock, soon)
 	waitUntil(t, "the standing report signalled", func() bool { return len(rec.signals()) == 1 })
 	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unhealthy {
 		t.Fatalf("signalled %+v", got)
 	}
+	later.Store(int64(time.Hour))
 	waitUntil(t, "the report deleted by the sweep", func() bool {
 		_, err := dyn.Resource(reportGVR).Get(ctx, "soon", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
