@@ -12,8 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/decide"
@@ -38,16 +36,10 @@ func TestHealthReportCRDOnTheAPIServer(t *testing.T) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	cfg, err := app.KubeConfig(shared.kubeconfig)
+	reports, err := app.ReportsClient(shared.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ContentType = ""
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports := dyn.Resource(schema.GroupVersionResource{Group: healthreport.Group, Version: healthreport.Version, Resource: healthreport.Resource})
 	report := func(spec map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": healthreport.Group + "/" + healthreport.Version,
 			"kind": healthreport.Kind, "metadata": map[string]any{"generateName": "nvsentinel-"}, "spec": spec}}
@@ -101,16 +93,10 @@ func TestAReportQuarantinesItsDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-5"}
-	cfg, err := app.KubeConfig(shared.kubeconfig)
+	reports, err := app.ReportsClient(shared.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ContentType = ""
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports := dyn.Resource(schema.GroupVersionResource{Group: healthreport.Group, Version: healthreport.Version, Resource: healthreport.Resource})
 	report := func(name, uuid string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": healthreport.Group + "/" + healthreport.Version, "kind": healthreport.Kind,
 			"metadata": map[string]any{"name": name},
