@@ -3,16 +3,13 @@ package app
 import (
 	"context"
 	"fmt"
-	"slices"
-	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/devicewarden/devicewarden/internal/healthreport"
+	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
 // ReportsClient reads and writes DeviceHealthReports through the kubeconfig at path (the in-cluster
@@ -39,22 +36,5 @@ func InstallReportCRD(ctx context.Context, kube kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
-	err = kube.Discovery().RESTClient().Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("install the %s CRD: %w", healthreport.Kind, err)
-	}
-	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		list, err := kube.Discovery().ServerResourcesForGroupVersion(healthreport.Group + "/" + healthreport.Version)
-		if err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == healthreport.Resource }) {
-			return nil
-		}
-		select {
-		case <-wait.Done():
-			return fmt.Errorf("the %s CRD is not served: %w", healthreport.Kind, wait.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return kubeobj.InstallCRD(ctx, kube, body, healthreport.Group+"/"+healthreport.Version, healthreport.Resource)
 }

@@ -27,13 +27,7 @@ import (
 func TestHealthReportCRDOnTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	body, err := healthreport.CRD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = shared.kube.Discovery().RESTClient().Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := app.InstallReportCRD(ctx, shared.kube); err != nil {
 		t.Fatal(err)
 	}
 	reports, err := app.ReportsClient(shared.kubeconfig)

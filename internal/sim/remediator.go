@@ -110,28 +110,7 @@ func InstallRebootCRD(ctx context.Context, kube kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
-	err = kube.Discovery().RESTClient().Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("install the %s CRD: %w", RebootKind, err)
-	}
-	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		list, err := kube.Discovery().ServerResourcesForGroupVersion(RebootGroup + "/" + RebootVersion)
-		if err == nil {
-			for _, res := range list.APIResources {
-				if res.Name == RebootResource {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-wait.Done():
-			return fmt.Errorf("the %s CRD is not served: %w", RebootKind, wait.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return kubeobj.InstallCRD(ctx, kube, body, RebootGroup+"/"+RebootVersion, RebootResource)
 }
 
 // carryOut reboots the node a NodeReboot names, once.
