@@ -95,17 +95,7 @@ func (w *Watcher) reportSource(ctx context.Context) *source {
 	res := w.cfg.Reports
 	return &source{
 		name: "device health reports", logger: w.cfg.Logger,
-		list: func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, string, error) {
-			l, err := res.List(ctx, opts)
-			if err != nil {
-				return nil, "", "", err
-			}
-			out := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, l.GetResourceVersion(), l.GetContinue(), nil
-		},
+		list:  pages(res.List),
 		watch: res.Watch,
 		relistBegin: func() {
 			w.reports.mu.Lock()
