@@ -177,14 +177,17 @@ func printLatency(out io.Writer, what string, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
-	s := slices.Clone(lat)
-	slices.Sort(s)
-	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	var sum time.Duration
-	for _, d := range s {
+	for _, d := range lat {
 		sum += d
 	}
 	f := func(d time.Duration) string { return fmt.Sprintf("%.1fms", ms(d)) }
 	fmt.Fprintf(out, "%s over %d samples: p50 %s  p90 %s  p99 %s  max %s  mean %s\n",
-		what, len(s), f(pct(0.50)), f(pct(0.90)), f(pct(0.99)), f(s[len(s)-1]), f(sum/time.Duration(len(s))))
+		what, len(lat), f(percentile(lat, 0.50)), f(percentile(lat, 0.90)), f(percentile(lat, 0.99)), f(slices.Max(lat)), f(sum/time.Duration(len(lat))))
+}
+
+// percentile is the p-th (0 to 1) of samples that are not empty, as printLatency reports it.
+func percentile(lat []time.Duration, p float64) time.Duration {
+	s := slices.Sorted(slices.Values(lat))
+	return s[min(len(s)-1, int(p*float64(len(s))))]
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,11 +78,7 @@ func Reports(ctx context.Context, o ReportsOptions) error {
 	}
 	printLatency(o.Out, "Pod status write -> DeviceTaintRule visible", byPod)
 	printLatency(o.Out, "report created -> DeviceTaintRule visible", byReport)
-	p50 := func(d []time.Duration) time.Duration { s := slices.Sorted(slices.Values(d)); return s[len(s)/2] }
-	p99 := func(d []time.Duration) time.Duration {
-		s := slices.Sorted(slices.Values(d))
-		return s[min(len(s)-1, len(s)*99/100)]
-	}
-	fmt.Fprintf(o.Out, "report / Pod status: p50 %.2fx, p99 %.2fx\n", float64(p50(byReport))/float64(p50(byPod)), float64(p99(byReport))/float64(p99(byPod)))
+	ratio := func(p float64) float64 { return float64(percentile(byReport, p)) / float64(percentile(byPod, p)) }
+	fmt.Fprintf(o.Out, "report / Pod status: p50 %.2fx, p99 %.2fx\n", ratio(0.50), ratio(0.99))
 	return nil
 }
