@@ -61,7 +61,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (decide.DeviceState, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryView, func() (devicemsg.DeviceView, error) { return decide.Look(st).Device, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryView, func() (devicemsg.DeviceView, error) { return decide.Look(st).Device(), nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
 	updates := workflow.NewBufferedChannel(ctx, 64)

@@ -172,15 +172,18 @@ type View struct {
 	LastReason string
 	// HoldersToMove are a unit's holders learnt of after its decision: each moves once.
 	HoldersToMove []PodRef
-	// Device is where the device stands for a person: the `view` query's answer.
-	Device devicemsg.DeviceView
+
+	st *DeviceState
 }
+
+// Device is where the device stands for a person: the `view` query's answer. It is built when
+// asked for, not at every turn of the loop.
+func (v View) Device() devicemsg.DeviceView { return viewOf(v.st) }
 
 // Look says where the device stands.
 func Look(st *DeviceState) View {
 	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: repairOf(st).repairStep(),
-		HoldersToMove: unitOf(st).holdersToMove(), Device: viewOf(st)}
-	v.Summary = v.Device.Summary
+		Summary: st.Summary(), HoldersToMove: unitOf(st).holdersToMove(), st: st}
 	if n := len(st.Transitions); n > 0 {
 		v.LastReason = st.Transitions[n-1].Reason
 	}

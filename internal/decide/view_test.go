@@ -58,7 +58,7 @@ func TestTheViewShowsTheState(t *testing.T) {
 	st.Closed = []QuarantineRecord{{RuleName: "old", CreatedAt: t0.Add(-time.Hour), ClosedAt: t0.Add(-time.Minute), ClosedBy: "ops", Reviews: 2,
 		Ladder: &Ladder{Tries: []RepairTry{{Kind: policy.RepairReset, Attempt: 1, At: t0.Add(-time.Hour), Review: "passed"}}}}}
 	st.Review = &Review{Stage: StageStability, Trigger: "lease", StartedAt: t0, Until: t0.Add(time.Hour), ApprovedBy: "alice"}
-	v := Look(st).Device
+	v := Look(st).Device()
 	q := st.Quarantine
 	if v.Device != st.Device || v.Node != st.Node || v.State != st.State || v.Summary != st.Summary() || v.Next != st.Next() ||
 		!v.Withheld || v.HeldReason != "breaker open" || !v.LastHeard.Equal(st.LastHeard) || v.Policy.Name != st.Policy.Name ||
@@ -78,7 +78,7 @@ func TestTheViewShowsTheState(t *testing.T) {
 		t.Fatalf("review %+v", v.Review)
 	}
 	st.Held = nil
-	if Look(st).Device.Withheld {
+	if Look(st).Device().Withheld {
 		t.Fatal("withheld with nothing held")
 	}
 }
