@@ -31,10 +31,12 @@ import "go.temporal.io/sdk/workflow"
 //     in a release without a person.
 //   - 11: a report observed before the review that follows a passed repair step began (a node's
 //     Unknown while it rebooted) does not fail that review (decide.Rules.StepReports).
+//   - 12: only a Pod holds a device: a detector's word (the driver's taint, a health report)
+//     does not keep the ladder from its next try (decide.Rules.DetectorsNotHolders).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 11
+const deviceChangesNow workflow.Version = 12
 
 type changesKey struct{}
 

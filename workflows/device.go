@@ -39,15 +39,16 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	// The decision rules this run follows, from its own version markers: runs recorded before a
 	// change replay without it.
 	rules := decide.Rules{
-		ReleasePath:      changed(ctx, "release-path"),
-		StaleGraceOn:     changed(ctx, "stale-grace"),
-		BreakerWake:      changed(ctx, "breaker-wake"),       // before: a held action asked every 30 s
-		FailedProbeHolds: changed(ctx, "failed-probe-holds"), // before: Healthy reports stood for a failed probe
-		SilentNoEvidence: takes(ctx, 7),
-		Repair:           takes(ctx, 8),
-		StepAlerts:       takes(ctx, 9),
-		LadderTrust:      takes(ctx, 10),
-		StepReports:      takes(ctx, 11),
+		ReleasePath:         changed(ctx, "release-path"),
+		StaleGraceOn:        changed(ctx, "stale-grace"),
+		BreakerWake:         changed(ctx, "breaker-wake"),       // before: a held action asked every 30 s
+		FailedProbeHolds:    changed(ctx, "failed-probe-holds"), // before: Healthy reports stood for a failed probe
+		SilentNoEvidence:    takes(ctx, 7),
+		Repair:              takes(ctx, 8),
+		StepAlerts:          takes(ctx, 9),
+		LadderTrust:         takes(ctx, 10),
+		StepReports:         takes(ctx, 11),
+		DetectorsNotHolders: takes(ctx, 12),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

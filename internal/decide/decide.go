@@ -96,6 +96,12 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 		}
 		return nil
 	}
+	if !held(st, obs.Reporters) {
+		// Only detectors speak of the device (its driver's taint, a report): no job to wait for.
+		if acts := repairOf(st).climb(now); acts != nil {
+			return acts
+		}
+	}
 	reason := "device reported " + string(obs.Health)
 	if obs.Message != "" {
 		reason += ": " + obs.Message

@@ -123,7 +123,7 @@ func (g repairing) forFault(q QuarantineRecord) bool {
 // or there were none). A reset while a holder remains would kill its job.
 func (g repairing) climb(now time.Time) []Action {
 	st := g.st
-	if !g.laddered() || st.State != Quarantined || st.Paused || len(st.Reporters) > 0 {
+	if !g.laddered() || st.State != Quarantined || st.Paused || held(st, st.Reporters) {
 		return nil
 	}
 	l := st.Quarantine.Ladder

@@ -42,6 +42,10 @@ type Rules struct {
 	// (a node's Unknown while it reboots, queued behind the step and the checks) describes the
 	// device during its repair and does not fail the review; the review's checks decide.
 	StepReports bool `json:"stepReports,omitempty"`
+	// DetectorsNotHolders: only a Pod holds a device. A detector's word (its driver's taint, a
+	// DeviceHealthReport, a DCGM series, a node condition) names a fault, not a job to move,
+	// so it neither keeps the ladder from its next try nor stands for a holder in the summary.
+	DetectorsNotHolders bool `json:"detectorsNotHolders,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -188,4 +192,18 @@ type Action struct {
 	Gather bool `json:"gather,omitempty"`
 	// Plan is what the action's activity needs, filled by Prepare as the action is taken up.
 	Plan *Plan `json:"-"`
+}
+
+// held reports whether a Pod holds the device among its reporters. Before
+// DetectorsNotHolders, every reporter counted as one.
+func held(st *DeviceState, rs []Reporter) bool {
+	if !st.rules.DetectorsNotHolders {
+		return len(rs) > 0
+	}
+	for _, r := range rs {
+		if r.Pod != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -47,7 +47,7 @@ func (st *DeviceState) Next() string {
 		return "nothing: retired, replace it (`device release` runs a review that needs an approval)"
 	case st.State == Quarantined && repairOf(st).laddered() && st.Quarantine.Ladder.Running:
 		return "repair step running on the device"
-	case st.State == Quarantined && repairOf(st).laddered() && len(st.Reporters) > 0:
+	case st.State == Quarantined && repairOf(st).laddered() && held(st, st.Reporters):
 		return "repair once no Pod holds the device"
 	case st.State == Quarantined && st.Quarantine != nil && st.rules.ReleasePath && !st.Paused:
 		return "recovery review (probe, canary, probation) at " + at(st.Quarantine.ExpiresAt) + ", or on `device release`"
