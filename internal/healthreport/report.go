@@ -70,7 +70,8 @@ type Cause struct {
 
 // Status is what DeviceWarden made of a report.
 type Status struct {
-	// Outcome is Resolved or Refused.
+	// Outcome is Resolved (a standing word: Unknown or Healthy), Delivered (a fault, which the
+	// device's workflow has) or Refused.
 	Outcome string `json:"outcome,omitempty"`
 	// Device and Workflow name the device the report was resolved to and its workflow.
 	Device   string `json:"device,omitempty"`
@@ -82,8 +83,9 @@ type Status struct {
 
 // Outcomes.
 const (
-	Resolved = "Resolved"
-	Refused  = "Refused"
+	Resolved  = "Resolved"
+	Delivered = "Delivered"
+	Refused   = "Refused"
 )
 
 // MaxMessage bounds a report's message, as the schema does.

@@ -3,7 +3,10 @@ package watcher
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -33,8 +37,9 @@ const reportsRecheck = time.Minute
 
 // reportIndex remembers the reports the watcher took in, so a relist finds those deleted meanwhile.
 type reportIndex struct {
-	mu    sync.Mutex
-	names map[string]struct{}
+	mu sync.Mutex
+	// names are the reports whose word stands, with the generation it is of.
+	names map[string]int64
 	seen  map[string]struct{}
 }
 
@@ -148,6 +153,9 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 	if w.expire(ctx, u) {
 		return
 	}
+	if delivered(u, r) {
+		return // its fault is its workflow's already (before a restart, or this status's own event)
+	}
 	id, node, err := w.resolveReport(ctx, r.Spec)
 	if err != nil {
 		w.refuseReport(ctx, u, r, err)
@@ -160,17 +168,65 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 	}
 	w.reports.mu.Lock()
 	if w.reports.names == nil {
-		w.reports.names = map[string]struct{}{}
+		w.reports.names = map[string]int64{}
 	}
-	w.reports.names[name] = struct{}{}
+	w.reports.names[name] = u.GetGeneration()
 	w.reports.mu.Unlock()
+	word := Report{Device: id, Node: node, Health: h, Message: msg,
+		Source: devicemsg.SourceHealthReport, Reporter: api.Reporter{Report: name, Detector: r.Spec.Source, Health: h}}
+	if h == device.Unhealthy {
+		// A fault is an event (once.go): its status says Delivered once its workflow has it.
+		word.Once = name + "@" + strconv.FormatInt(u.GetGeneration(), 10)
+	}
 	w.podMu.Lock()
-	ids, _ := w.store.setPod(reportKey(name), u.GetResourceVersion(), []Report{{Device: id, Node: node, Health: h, Message: msg,
-		Source: devicemsg.SourceHealthReport, Reporter: api.Reporter{Report: name, Detector: r.Spec.Source, Health: h}}}, nil, nil, false)
+	ids, _ := w.store.setPod(reportKey(name), u.GetResourceVersion(), []Report{word}, nil, nil, false)
 	w.podMu.Unlock()
 	w.enqueueAll(ids)
+	if word.Once != "" {
+		return
+	}
 	unit := w.unitID(id)
 	w.writeReportStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Resolved, Device: id.String(), Workflow: unit.WorkflowID()})
+}
+
+// delivered says whether the report's fault is one its device's workflow already has: its
+// status says Delivered for the generation it is at.
+func delivered(u *unstructured.Unstructured, r healthreport.Report) bool {
+	h, err := r.Spec.HealthOf()
+	return err == nil && h == device.Unhealthy && r.Status.Outcome == healthreport.Delivered && r.Status.ObservedGeneration == u.GetGeneration()
+}
+
+// consume withdraws the one-time words the device's workflow acknowledged (once.go), and says
+// in each report's status that its fault was delivered.
+func (w *Watcher) consume(id device.ID) []string {
+	keys := w.store.consume(id)
+	for _, key := range keys {
+		name, ok := strings.CutPrefix(key, "report:")
+		if !ok {
+			continue
+		}
+		w.reports.mu.Lock()
+		gen, known := w.reports.names[name]
+		delete(w.reports.names, name)
+		w.reports.mu.Unlock()
+		if !known {
+			continue
+		}
+		w.markDelivered(name, gen, id)
+	}
+	return keys
+}
+
+// markDelivered writes a report's Delivered status, at the generation whose fault was delivered.
+func (w *Watcher) markDelivered(name string, gen int64, id device.ID) {
+	st := map[string]any{"status": map[string]any{"outcome": healthreport.Delivered, "device": id.String(),
+		"workflow": id.WorkflowID(), "reason": "", "observedGeneration": gen}}
+	patch, _ := json.Marshal(st)
+	if _, err := w.cfg.Reports.Patch(w.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		// Its workflow has the fault; a watcher restarted before this status is written sends it
+		// once more, which the quarantine it started takes as a report of a fenced device.
+		w.cfg.Logger.Warn("device health report's Delivered status not written", "report", name, "error", err)
+	}
 }
 
 // refuseReport withdraws what a report said before and says in its status why it is refused.

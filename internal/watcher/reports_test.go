@@ -102,38 +102,62 @@ func reportStatus(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string)
 	return r.Status
 }
 
-// A detector's report reaches the one device it names, with its source; its status says which;
-// another detector's Healthy does not clear it, and the device is Healthy again when the report is
-// deleted.
+// A detector's fault reaches the one device it names, with its source, once: its word is
+// withdrawn when the workflow has it, and its status says Delivered. A standing word (Unknown)
+// stays until its detector changes it or deletes the report.
 func TestAReportReachesItsDevice(t *testing.T) {
 	rec, dyn, ctx := reportWatcher(t, true, healthReport("nvsentinel-1", byUUID("GPU-bbbb", "Unhealthy", "nvsentinel")))
 	gpu1 := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
-	waitUntil(t, "the report signalled", func() bool { return len(rec.signals()) == 1 })
+	waitUntil(t, "the fault signalled, then withdrawn", func() bool { return len(rec.signals()) == 2 })
 	got := rec.signals()[0]
 	if got.Device != gpu1 || got.Health != device.Unhealthy || got.Source != devicemsg.SourceHealthReport || got.Node != "node-1" ||
 		len(got.Reporters) != 1 || got.Reporters[0].Report != "nvsentinel-1" || got.Reporters[0].Detector != "nvsentinel" ||
 		!strings.Contains(got.Message, "nvsentinel: xid:79") {
 		t.Fatalf("signalled %+v", got)
 	}
-	waitUntil(t, "the status written", func() bool { return reportStatus(t, dyn, "nvsentinel-1").Outcome == healthreport.Resolved })
+	if got := rec.signals()[1]; got.Device != gpu1 || got.Health != device.Healthy || len(got.Reporters) != 0 {
+		t.Fatalf("after the workflow had the fault: %+v", got)
+	}
+	waitUntil(t, "the status written", func() bool { return reportStatus(t, dyn, "nvsentinel-1").Outcome == healthreport.Delivered })
 	if st := reportStatus(t, dyn, "nvsentinel-1"); st.Device != gpu1.String() || st.Workflow != gpu1.WorkflowID() || st.Reason != "" {
 		t.Fatalf("status %+v", st)
 	}
-	if _, err := dyn.Resource(reportGVR).Create(ctx, healthReport("dcgm-1", byUUID("GPU-bbbb", "Healthy", "dcgm")), metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(reportGVR).Create(ctx, healthReport("dcgm-1", byUUID("GPU-bbbb", "Unknown", "dcgm")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the second report taken in", func() bool { return reportStatus(t, dyn, "dcgm-1").Outcome == healthreport.Resolved })
-	waitUntil(t, "the second reporter signalled", func() bool { return len(rec.signals()) == 2 })
-	if got := rec.signals()[1]; got.Health != device.Unhealthy || len(got.Reporters) != 2 {
-		t.Fatalf("a Healthy from another detector cleared it: %+v", got)
+	waitUntil(t, "the Unknown taken in", func() bool { return reportStatus(t, dyn, "dcgm-1").Outcome == healthreport.Resolved })
+	waitUntil(t, "the Unknown signalled", func() bool { return len(rec.signals()) == 3 })
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.signals(); len(got) != 3 || got[2].Health != device.Unknown || len(got[2].Reporters) != 1 || got[2].Reporters[0].Detector != "dcgm" {
+		t.Fatalf("a standing word: %+v", got[2:])
 	}
-	if err := dyn.Resource(reportGVR).Delete(ctx, "nvsentinel-1", metav1.DeleteOptions{}); err != nil {
+	if err := dyn.Resource(reportGVR).Delete(ctx, "dcgm-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the report withdrawn", func() bool { return len(rec.signals()) == 3 })
-	if got := rec.signals()[2]; got.Device != gpu1 || got.Health != device.Healthy || len(got.Reporters) != 1 || got.Reporters[0].Detector != "dcgm" {
+	waitUntil(t, "the report withdrawn", func() bool { return len(rec.signals()) == 4 })
+	if got := rec.signals()[3]; got.Device != gpu1 || got.Health != device.Healthy || len(got.Reporters) != 0 {
 		t.Fatalf("after the report was deleted: %+v", got)
 	}
+}
+
+// A fault whose status says Delivered at the report's generation is not sent again (a watcher
+// that restarts); one delivered at another generation (its detector renewed it) is.
+func TestADeliveredReportIsNotSentAgain(t *testing.T) {
+	withStatus := func(name, uuid string, gen int64) *unstructured.Unstructured {
+		u := healthReport(name, byUUID(uuid, "Unhealthy", "nvsentinel"))
+		u.SetGeneration(3)
+		u.Object["status"] = map[string]any{"outcome": healthreport.Delivered, "device": "x", "observedGeneration": gen}
+		return u
+	}
+	rec, dyn, _ := reportWatcher(t, true, withStatus("sent", "GPU-aaaa", 3), withStatus("renewed", "GPU-bbbb", 2))
+	waitUntil(t, "the renewed fault sent", func() bool { return len(rec.signals()) == 2 })
+	time.Sleep(50 * time.Millisecond)
+	for _, got := range rec.signals() {
+		if got.Device.Device != "gpu-1" {
+			t.Fatalf("a delivered fault was sent again: %+v", got)
+		}
+	}
+	waitUntil(t, "its status", func() bool { st := reportStatus(t, dyn, "renewed"); return st.ObservedGeneration == 3 && st.Device != "x" })
 }
 
 // A report that names no device, two devices, or an unknown health word is refused in its status,
@@ -181,7 +205,7 @@ func TestReportsWaitForTheirAPI(t *testing.T) {
 		t.Fatalf("%d signals without the report API", n)
 	}
 	served.Store(true)
-	waitUntil(t, "the report read once its API is served", func() bool { return len(rec.signals()) == 1 })
+	waitUntil(t, "the report read once its API is served", func() bool { return len(rec.signals()) >= 1 })
 	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unhealthy {
 		t.Fatalf("signalled %+v", got)
 	}
@@ -205,9 +229,9 @@ func TestReportsPastTheirRetentionExpire(t *testing.T) {
 			return apierrors.IsNotFound(err)
 		})
 	}
-	waitUntil(t, "the fresh report signalled", func() bool { return len(rec.signals()) == 1 })
+	waitUntil(t, "the fresh report signalled", func() bool { return len(rec.signals()) == 2 })
 	time.Sleep(50 * time.Millisecond)
-	if got := rec.signals(); len(got) != 1 || got[0].Device.Device != "gpu-1" {
+	if got := rec.signals(); len(got) != 2 || got[0].Device.Device != "gpu-1" || got[0].Health != device.Unhealthy || got[1].Device.Device != "gpu-1" {
 		t.Fatalf("signalled %+v", got)
 	}
 	if _, err := dyn.Resource(reportGVR).Get(ctx, "fresh", metav1.GetOptions{}); err != nil {
@@ -219,7 +243,7 @@ func TestReportsPastTheirRetentionExpire(t *testing.T) {
 // version brings only what changes after), and one that expires while it stands is deleted by the
 // periodic sweep, its word withdrawn.
 func TestAReportStandingAtStartIsListedAndExpires(t *testing.T) {
-	soon := healthReport("soon", byUUID("GPU-aaaa", "Unhealthy", "dcgm"))
+	soon := healthReport("soon", byUUID("GPU-aaaa", "Unknown", "dcgm")) // a standing word
 	soon.Object["spec"].(map[string]any)["observedTime"] = time.Now().UTC().Format(time.RFC3339Nano)
 	var later atomic.Int64 // how far the watcher's clock is ahead
 	clock := func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
@@ -227,7 +251,7 @@ func TestAReportStandingAtStartIsListedAndExpires(t *testing.T) {
 		d.PrependWatchReactor(healthreport.Resource, func(k8stesting.Action) (bool, watch.Interface, error) { return true, watch.NewFake(), nil })
 	}, clock, soon)
 	waitUntil(t, "the standing report signalled", func() bool { return len(rec.signals()) == 1 })
-	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unhealthy {
+	if got := rec.signals()[0]; got.Device.Device != "gpu-0" || got.Health != device.Unknown {
 		t.Fatalf("signalled %+v", got)
 	}
 	later.Store(int64(time.Hour))
@@ -258,7 +282,7 @@ func TestReportsStandWithoutARetention(t *testing.T) {
 	old := healthReport("old", byUUID("GPU-aaaa", "Unhealthy", "nvsentinel"))
 	old.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-365 * 24 * time.Hour)))
 	rec, dyn, ctx, _ := reportWatcherWith(t, true, 0, old)
-	waitUntil(t, "the old report signalled", func() bool { return len(rec.signals()) == 1 })
+	waitUntil(t, "the old report signalled", func() bool { return len(rec.signals()) >= 1 })
 	if _, err := dyn.Resource(reportGVR).Get(ctx, "old", metav1.GetOptions{}); err != nil {
 		t.Fatalf("a report was deleted without a retention: %v", err)
 	}

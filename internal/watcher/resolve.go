@@ -45,6 +45,10 @@ type Report struct {
 	Reporter    api.Reporter
 	// Source is where the report came from (empty: a Pod's status).
 	Source devicemsg.Source
+	// Once marks a detector's fault as an event, naming this word of it (a report's generation,
+	// an XID's new value): it is withdrawn once the device's workflow has it, whose quarantine
+	// then stands for it. Empty: the word stands until its reporter changes it.
+	Once string
 }
 
 // ResolveError explains why one health entry was not turned into a Report.

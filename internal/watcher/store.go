@@ -58,6 +58,9 @@ type entry struct {
 	// entry outlives its last report until then: the workflow may already act on the
 	// observation (a rule made in the same task), and a holder gone meanwhile must still be told.
 	sending bool
+	// carrying names the one-time words (Report.Once) of the observation on its way, by reporter
+	// key: those still current when it is acknowledged are withdrawn (once.go).
+	carrying map[string]string
 }
 
 func newStore() *store {
@@ -424,6 +427,11 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 	}
 	obs := aggregate(id, e, now)
 	obs.Unit = unit
+	defer func() {
+		if d == doSignal {
+			e.carrying = carried(e)
+		}
+	}()
 	if e.driverCleared != "" && obs.Health == device.Healthy {
 		obs.Source = e.driverCleared
 	}
@@ -590,7 +598,7 @@ func (s *store) unsent(id device.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.devices[id]; e != nil {
-		e.sending = false
+		e.sending, e.carrying = false, nil
 		s.gc(id, e)
 	}
 }

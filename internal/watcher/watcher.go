@@ -506,6 +506,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		go w.adoptUnitHolders(*unit)
 	}
 	w.queue.Forget(id)
+	if keys := w.consume(id); len(keys) > 0 {
+		// Its one-time words are the workflow's now: tell it they are withdrawn.
+		w.queue.Add(id)
+		return true
+	}
 	if len(obs.Reporters) > 0 {
 		// Come back for the next heartbeat; an earlier change re-queues the device anyway.
 		w.queue.AddAfter(id, w.cfg.HeartbeatInterval)

@@ -1,0 +1,81 @@
+package watcher
+
+import (
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// A detector's fault (a DeviceHealthReport that says Unhealthy, a new XID in a DCGM series, a
+// node condition naming a GPU) is an event, not a state: DCGM's XID gauge never goes back to
+// zero, and a detector seldom writes that a device it reported works again. So the watcher sends
+// the word once and withdraws it when the device's workflow has acknowledged it. The quarantine
+// it started then stands for it (a breaker's hold included), and only the review brings the
+// device back, as for every other fault. A later word (the report renewed, another XID) is a new
+// event.
+
+// carried names the one-time words an observation built from e now carries, by reporter key.
+// Callers hold s.mu.
+func carried(e *entry) map[string]string {
+	var out map[string]string
+	for key, rs := range e.reports {
+		if w := onceWord(rs); w != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[key] = w
+		}
+	}
+	return out
+}
+
+// onceWord is the word a reporter's reports stand for when they are all one event ("" when any
+// of them stands).
+func onceWord(rs []Report) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	for _, r := range rs {
+		if r.Once == "" || r.Once != rs[0].Once {
+			return ""
+		}
+	}
+	return rs[0].Once
+}
+
+// consume withdraws the one-time words the acknowledged observation carried, unless a reporter
+// said something new meanwhile; it returns the reporter keys withdrawn. The device's next
+// observation says so.
+func (s *store) consume(id device.ID) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.devices[id]
+	if e == nil {
+		return nil
+	}
+	var keys []string
+	for key, w := range e.carrying {
+		if onceWord(e.reports[key]) != w {
+			continue // renewed meanwhile: the new word goes next
+		}
+		delete(e.reports, key)
+		s.dropDevice(key, id)
+		keys = append(keys, key)
+	}
+	e.carrying = nil
+	return keys
+}
+
+// dropDevice forgets that a reporter reported the device. Callers hold s.mu.
+func (s *store) dropDevice(key string, id device.ID) {
+	ids := s.podDevices[key]
+	for i, d := range ids {
+		if d == id {
+			ids = append(ids[:i:i], ids[i+1:]...)
+			break
+		}
+	}
+	if len(ids) == 0 {
+		delete(s.podDevices, key)
+		return
+	}
+	s.podDevices[key] = ids
+}
