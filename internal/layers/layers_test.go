@@ -28,7 +28,7 @@ var layers = [][]string{
 	// The values a device workflow takes and answers, and a detector's report of a device.
 	{"internal/devicemsg", "internal/healthreport"},
 	// Pure decisions: a device's, and a rollout's.
-	{"internal/decide", "internal/rolloutplan", "internal/temporalserver/temporaltest"},
+	{"internal/decide", "internal/rolloutplan", "internal/temporalserver/temporaltest", "internal/promsignal"},
 	// Pure decisions built on a device's: the breaker, migrations, node escalation; and what
 	// DeviceWarden writes on objects and sends to people.
 	{"internal/breaker", "internal/migrationplan", "internal/escalation", "internal/kubeobj", "internal/notify"},
@@ -237,7 +237,7 @@ func TestCallersDoNotImportTheDecisions(t *testing.T) {
 }
 
 // pure are the decision packages: they do no I/O, so they import no Temporal and no Kubernetes client.
-var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/decide", "internal/devicemsg", "internal/healthreport", "internal/rolloutplan",
+var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/decide", "internal/devicemsg", "internal/healthreport", "internal/promsignal", "internal/rolloutplan",
 	"internal/breaker", "internal/migrationplan", "internal/escalation"}
 
 // TestDecisionsDoNoIO: a pure package that imports a Temporal or Kubernetes client fails.

@@ -240,6 +240,7 @@ type file struct {
 	Default  entry                  `yaml:"default"`
 	Policies []entry                `yaml:"policies"`
 	Drivers  map[string]driverEntry `yaml:"drivers"`
+	Signals  *signalsEntry          `yaml:"signals"`
 }
 
 // Set is a loaded policy file.
@@ -249,6 +250,7 @@ type Set struct {
 	identity map[string][]string
 	cdi      map[string][]string
 	units    map[string]device.Grouping
+	signals  *Signals
 	warnings []string
 }
 
@@ -366,6 +368,11 @@ func Parse(data []byte) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}, units: map[string]device.Grouping{}}
+	sig, err := f.Signals.apply(DefaultSignals())
+	if err != nil {
+		return nil, err
+	}
+	s.signals = &sig
 	if w := def.migrationWarning(); w != "" {
 		s.warnings = append(s.warnings, w)
 	}

@@ -1,0 +1,64 @@
+// Package promsignal reads the fault signals of a Prometheus that scrapes dcgm-exporter: it
+// parses an instant query's answer, tells which series show a new fault (a new XID, a count that
+// grew, a level that appeared), and names the device a series is about. It makes no calls.
+package promsignal
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Sample is one series of an instant query's answer.
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Parse reads the body of Prometheus' /api/v1/query answer: a vector of samples. An answer that
+// is not a success, not a vector, or whose values do not parse is an error; NaN and infinite
+// values are kept (the tracker refuses them, per series).
+func Parse(body []byte) ([]Sample, error) {
+	var a struct {
+		Status    string `json:"status"`
+		ErrorType string `json:"errorType"`
+		Error     string `json:"error"`
+		Data      struct {
+			ResultType string            `json:"resultType"`
+			Result     []json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, fmt.Errorf("the answer is not Prometheus' JSON: %w", err)
+	}
+	if a.Status != "success" {
+		return nil, fmt.Errorf("prometheus answered %s: %s: %s", a.Status, a.ErrorType, a.Error)
+	}
+	if a.Data.ResultType != "vector" {
+		return nil, fmt.Errorf("the query returns a %s, not an instant vector", a.Data.ResultType)
+	}
+	out := make([]Sample, 0, len(a.Data.Result))
+	for _, raw := range a.Data.Result {
+		var r struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, fmt.Errorf("a sample: %w", err)
+		}
+		s, ok := r.Value[1].(string)
+		if !ok {
+			return nil, fmt.Errorf("a sample's value %v is not a string", r.Value[1])
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("a sample's value %q: %w", s, err)
+		}
+		out = append(out, Sample{Labels: r.Metric, Value: v})
+	}
+	return out, nil
+}
+
+// finite says whether a sample's value is a number a fault can be read from.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -1,0 +1,175 @@
+package promsignal
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+var (
+	xid   = policy.PromSignal{Name: "xid", Query: "DCGM_FI_DEV_XID_ERRORS", Kind: policy.PromLast}
+	count = policy.PromSignal{Name: "xid-count", Query: "DCGM_EXP_XID_ERRORS_COUNT", Kind: policy.PromCount, CodeLabel: "xid"}
+	level = policy.PromSignal{Name: "row-remap-failure", Query: "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", Kind: policy.PromLevel}
+)
+
+func gpu(uuid string, v float64, extra ...string) Sample {
+	l := map[string]string{"__name__": "DCGM_FI_DEV_XID_ERRORS", LabelUUID: uuid, LabelHostname: "node-1", LabelIndex: "0"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		l[extra[i]] = extra[i+1]
+	}
+	return Sample{Labels: l, Value: v}
+}
+
+func codes(fs []Fault) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Labels[LabelUUID]+"="+f.Code)
+	}
+	return strings.Join(out, " ")
+}
+
+func TestParse(t *testing.T) {
+	got, err := Parse([]byte(`{"status":"success","data":{"resultType":"vector","result":[
+		{"metric":{"__name__":"DCGM_FI_DEV_XID_ERRORS","UUID":"GPU-a"},"value":[1767225600.5,"79"]},
+		{"metric":{"UUID":"GPU-b"},"value":[1767225600.5,"NaN"]}]}}`))
+	if err != nil || len(got) != 2 || got[0].Value != 79 || got[0].Labels[LabelUUID] != "GPU-a" || !math.IsNaN(got[1].Value) {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for body, want := range map[string]string{
+		`<html>502 Bad Gateway</html>`: "not Prometheus' JSON",
+		`{"status":"error","errorType":"bad_data","error":"parse error at char 5"}`:                    "bad_data: parse error",
+		`{"status":"success","data":{"resultType":"matrix","result":[]}}`:                              "not an instant vector",
+		`{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,7]}]}}`:   "not a string",
+		`{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}`: `value "x"`,
+	} {
+		if _, err := Parse([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+}
+
+func TestNaming(t *testing.T) {
+	n := Naming{UUIDAttribute: "uuid", IndexAttribute: "index"}
+	dra, ok := n.Device(map[string]string{LabelDRADriver: "gpu.example.com", LabelDRAPool: "node-1", LabelDRADevice: "gpu-3", LabelUUID: "GPU-a", LabelHostname: "node-1"})
+	if !ok || dra.Device == nil || dra.Device.Name != "gpu-3" || dra.Attribute != nil {
+		t.Fatalf("DRA labels: %+v", dra)
+	}
+	byUUID, ok := n.Device(map[string]string{LabelUUID: "GPU-a", LabelHostname: "node-1", LabelIndex: "3"})
+	if !ok || byUUID.Node != "node-1" || byUUID.Attribute == nil || byUUID.Attribute.Name != "uuid" || byUUID.Attribute.Value != "GPU-a" {
+		t.Fatalf("UUID: %+v", byUUID)
+	}
+	byIndex, ok := n.Device(map[string]string{LabelHostname: "node-1", LabelIndex: "3"})
+	if !ok || byIndex.Attribute == nil || byIndex.Attribute.Name != "index" || byIndex.Attribute.Value != "3" {
+		t.Fatalf("index: %+v", byIndex)
+	}
+	for _, l := range []map[string]string{
+		{LabelUUID: "GPU-a"},                     // no node
+		{LabelHostname: "node-1"},                // no GPU
+		{LabelDRADriver: "d", LabelDRAPool: "p"}, // half the DRA name
+	} {
+		if s, ok := n.Device(l); ok {
+			t.Errorf("%v named %+v", l, s)
+		}
+	}
+}
+
+// The XID gauge: its first answer is the baseline; a new non-zero value is a fault once; the
+// same value again (a new user of the GPU, a restarted exporter, another err_code label) is not.
+func TestTheXIDGaugeFiresOnANewValue(t *testing.T) {
+	tr := NewTracker()
+	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31), gpu("GPU-b", 0)}); len(f) != 0 {
+		t.Fatalf("the baseline fired: %s", codes(f))
+	}
+	f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31, "pod", "other", "instance", "10.0.0.9:9400"), gpu("GPU-b", 79, "err_code", "79")})
+	if codes(f) != "GPU-b=xid:79" {
+		t.Fatalf("faults %q", codes(f))
+	}
+	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31), gpu("GPU-b", 79, "err_msg", "fallen off the bus")}); len(f) != 0 {
+		t.Fatalf("an unchanged value fired again: %s", codes(f))
+	}
+	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-b", 79)}); len(f) != 0 { // GPU-a's series gone a while
+		t.Fatalf("fired: %s", codes(f))
+	}
+	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31), gpu("GPU-b", 48), gpu("GPU-c", 0), gpu("GPU-d", 94)}); codes(f) != "GPU-b=xid:48 GPU-d=xid:94" {
+		t.Fatalf("faults %q", codes(f))
+	}
+	if n := tr.Series(); n != 4 {
+		t.Fatalf("%d series remembered", n)
+	}
+}
+
+func TestACountFiresOnAnIncreaseAndALevelWhileItStands(t *testing.T) {
+	tr := NewTracker()
+	c := func(uuid, code string, v float64) Sample { return gpu(uuid, v, "xid", code) }
+	tr.Observe(count, []Sample{c("GPU-a", "13", 2)})
+	f, _ := tr.Observe(count, []Sample{c("GPU-a", "13", 3), c("GPU-a", "79", 1), c("GPU-b", "13", 0)})
+	if codes(f) != "GPU-a=xid-count:13 GPU-a=xid-count:79" {
+		t.Fatalf("faults %q", codes(f))
+	}
+	if f, _ := tr.Observe(count, []Sample{c("GPU-a", "13", 0), c("GPU-a", "79", 1)}); len(f) != 0 { // an exporter restart
+		t.Fatalf("a reset counter fired: %s", codes(f))
+	}
+	tr = NewTracker()
+	if f, _ := tr.Observe(level, []Sample{gpu("GPU-a", 1)}); codes(f) != "GPU-a=row-remap-failure" {
+		t.Fatalf("a standing level at the first answer: %q", codes(f))
+	}
+	if f, _ := tr.Observe(level, []Sample{gpu("GPU-a", 1)}); len(f) != 0 {
+		t.Fatalf("fired twice: %s", codes(f))
+	}
+	tr.Observe(level, nil)
+	if f, _ := tr.Observe(level, []Sample{gpu("GPU-a", 1)}); len(f) != 1 {
+		t.Fatalf("a level that came back did not fire")
+	}
+}
+
+func TestNaNIsRefusedAndTwoSeriesOfOneGPUAreOne(t *testing.T) {
+	tr := NewTracker()
+	tr.Observe(xid, []Sample{gpu("GPU-a", 0)})
+	f, refused := tr.Observe(xid, []Sample{gpu("GPU-a", math.NaN()), gpu("GPU-b", math.Inf(1))})
+	if len(f) != 0 || refused != 2 {
+		t.Fatalf("faults %q refused %d", codes(f), refused)
+	}
+	f, _ = tr.Observe(xid, []Sample{gpu("GPU-a", 48, "pod", "old"), gpu("GPU-a", 79, "pod", "new")})
+	if codes(f) != "GPU-a=xid:79" {
+		t.Fatalf("faults %q", codes(f))
+	}
+}
+
+// Whatever the sequence of values, the XID gauge fires exactly when a primed series shows a
+// non-zero value other than its last.
+func TestTheGaugeFiresExactlyOnChange(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tr := NewTracker()
+		last := map[string]float64{}
+		primed := false
+		for step := range rapid.IntRange(1, 30).Draw(t, "steps") {
+			var answer []Sample
+			want := map[string]bool{}
+			for _, u := range []string{"GPU-a", "GPU-b"} {
+				if rapid.Bool().Draw(t, "absent") {
+					continue
+				}
+				v := float64(rapid.SampledFrom([]int{0, 31, 48, 79}).Draw(t, "xid"))
+				prev, had := last[u]
+				want[u] = primed && v != 0 && (!had || v != prev)
+				last[u] = v
+				answer = append(answer, gpu(u, v))
+			}
+			f, _ := tr.Observe(xid, answer)
+			got := map[string]bool{}
+			for _, x := range f {
+				got[x.Labels[LabelUUID]] = true
+			}
+			for _, u := range []string{"GPU-a", "GPU-b"} {
+				if got[u] != want[u] {
+					t.Fatalf("step %d: %s fired %t, want %t", step, u, got[u], want[u])
+				}
+			}
+			primed = true
+		}
+	})
+}
