@@ -19,6 +19,15 @@ type Metrics struct {
 	WatcherReports *prometheus.CounterVec
 	// ResolutionFailures counts reports that could not be tied to a device, by reason.
 	ResolutionFailures *prometheus.CounterVec
+	// SignalSourceUp is 1 while a health-signal source (Prometheus) answers, 0 while it is stale.
+	SignalSourceUp *prometheus.GaugeVec
+	// SignalQueryErrors counts a source's failed queries, by signal; SignalFaults the faults it
+	// read, by signal; SignalRefused the samples and series it could not use, by reason.
+	SignalQueryErrors *prometheus.CounterVec
+	SignalFaults      *prometheus.CounterVec
+	SignalRefused     *prometheus.CounterVec
+	// SignalSeries is how many series a source remembers (its memory, one entry each).
+	SignalSeries *prometheus.GaugeVec
 	// Deduplicated counts device updates dropped because nothing changed since the last signal.
 	Deduplicated prometheus.Counter
 	// SkippedHealthy counts Healthy device updates not sent because the device has no workflow.
@@ -106,6 +115,26 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "watcher", Name: "resolution_failures_total",
 			Help: "Health reports that could not be resolved to a device.",
 		}, []string{"reason"}),
+		SignalSourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "devicewarden", Subsystem: "signals", Name: "source_up",
+			Help: "1 while a health-signal source answers its queries, 0 while it is stale (no device is Unknown for it).",
+		}, []string{"source"}),
+		SignalQueryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "signals", Name: "query_errors_total",
+			Help: "Failed queries of a health-signal source, by signal.",
+		}, []string{"source", "signal"}),
+		SignalFaults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "signals", Name: "faults_total",
+			Help: "Faults read from a health-signal source and mapped onto a device, by signal.",
+		}, []string{"source", "signal"}),
+		SignalRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "signals", Name: "refused_total",
+			Help: "Samples and faults a health-signal source could not use (NaN values, labels that name no device), by reason.",
+		}, []string{"source", "reason"}),
+		SignalSeries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "devicewarden", Subsystem: "signals", Name: "series",
+			Help: "Series a health-signal source remembers, to tell a new fault from one already read.",
+		}, []string{"source"}),
 		Deduplicated: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "watcher", Name: "deduplicated_total",
 			Help: "Device updates not signalled because nothing changed.",
@@ -252,7 +281,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(build)
 	// The Go runtime (go_*) and the process (process_*: CPU seconds, resident memory, open files).
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.Deduplicated, m.SkippedHealthy,
+	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.SignalSourceUp, m.SignalQueryErrors, m.SignalFaults, m.SignalRefused, m.SignalSeries, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.ReportAge, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
 }

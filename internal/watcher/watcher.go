@@ -65,6 +65,8 @@ type Config struct {
 	// ReportRetention is how long a report stands after it was observed (or created): older ones
 	// are deleted, and their word withdrawn (0: kept until their detector deletes them).
 	ReportRetention time.Duration
+	// Prometheus, when set, is read for dcgm-exporter's faults (prom.go).
+	Prometheus *PromConfig
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
@@ -187,6 +189,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.scanMissing()
 	close(w.synced)
+	wg.Add(1)
+	go func() { defer wg.Done(); w.runProm(ctx) }()
 	w.cfg.Logger.Info("watcher synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	for i := 0; i < w.cfg.Workers; i++ {
 		wg.Add(1)

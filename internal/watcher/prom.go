@@ -1,0 +1,172 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
+	"github.com/devicewarden/devicewarden/internal/notify"
+	"github.com/devicewarden/devicewarden/internal/promsignal"
+)
+
+// PromConfig points the watcher at a Prometheus that scrapes dcgm-exporter. Every Interval it
+// asks the policy's queries (policy.Signals) and sends each new fault to its device once, as a
+// detector's report: a new XID, a count that grew, a level that appeared. A Prometheus that does
+// not answer makes the source stale (a metric and an alert), never a device Unknown: a monitoring
+// outage is not a device fault.
+type PromConfig struct {
+	URL      string
+	Interval time.Duration // default 15 s
+	Timeout  time.Duration // per query; default 10 s
+	Client   *http.Client
+}
+
+// promSource is the detector name of faults read from Prometheus.
+const promSource = "dcgm"
+
+// promKey is the reporter key of one signal's word about one device.
+func promKey(signal string, id device.ID) string { return "prom:" + signal + "/" + id.String() }
+
+// runProm asks Prometheus every interval until ctx ends.
+func (w *Watcher) runProm(ctx context.Context) {
+	c := w.cfg.Prometheus
+	if c == nil || c.URL == "" {
+		return
+	}
+	every := c.Interval
+	if every <= 0 {
+		every = 15 * time.Second
+	}
+	tracker := promsignal.NewTracker()
+	stale := false
+	w.cfg.Metrics.SignalSourceUp.WithLabelValues("prometheus").Set(1)
+	for ctx.Err() == nil {
+		err := w.pollProm(ctx, tracker)
+		switch {
+		case err != nil && !stale && ctx.Err() == nil:
+			stale = true
+			w.cfg.Metrics.SignalSourceUp.WithLabelValues("prometheus").Set(0)
+			w.alertSource(ctx, devicemsg.LevelWarning, "DCGM faults are not read: "+err.Error()+"; no device is marked Unknown for it, and faults are read again once it answers")
+		case err == nil && stale:
+			stale = false
+			w.cfg.Metrics.SignalSourceUp.WithLabelValues("prometheus").Set(1)
+			w.alertSource(ctx, devicemsg.LevelInfo, "DCGM faults are read again from "+c.URL)
+		}
+		w.cfg.Metrics.SignalSeries.WithLabelValues("prometheus").Set(float64(tracker.Series()))
+		sleep(ctx, every)
+	}
+}
+
+// alertSource logs a change of the source's state and tells people.
+func (w *Watcher) alertSource(ctx context.Context, level, text string) {
+	w.cfg.Logger.Warn("prometheus source: " + text)
+	if w.cfg.Alerter != nil {
+		_ = w.cfg.Alerter.Alert(ctx, notify.AlertInput{Level: level, Text: "Prometheus source: " + text})
+	}
+}
+
+// pollProm asks every query once and sends the new faults. One query that fails makes the poll
+// fail (the source is stale), while the others' faults are still sent.
+func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) error {
+	sigs := w.cfg.Policies.Signals()
+	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
+	var failed []string
+	for _, sig := range sigs.Prometheus {
+		samples, err := w.queryProm(ctx, sig.Query)
+		if err != nil {
+			w.cfg.Metrics.SignalQueryErrors.WithLabelValues("prometheus", sig.Name).Inc()
+			failed = append(failed, sig.Name+": "+err.Error())
+			continue
+		}
+		faults, refused := tracker.Observe(sig, samples)
+		if refused > 0 {
+			w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "not a number").Add(float64(refused))
+		}
+		for _, f := range faults {
+			w.promFault(ctx, naming, f)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("prometheus at %s: %s", w.cfg.Prometheus.URL, strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// promFault sends one fault to the device its series names, or says why it cannot.
+func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault) {
+	spec, ok := naming.Device(f.Labels)
+	if !ok {
+		w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "names no device").Inc()
+		if w.logged.first("prom:"+f.Series, "names no device") {
+			w.cfg.Logger.Warn("a DCGM series names no device: no DRA labels, and no Hostname with a UUID or gpu index", "signal", f.Signal, "series", f.Series)
+		}
+		return
+	}
+	spec.Health, spec.Source, spec.Cause.Code = string(device.Unhealthy), promSource, f.Code
+	spec.Message = f.Labels["err_msg"]
+	id, node, err := w.resolveReport(ctx, spec)
+	if err != nil {
+		w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "no such device").Inc()
+		if w.logged.first("prom:"+f.Series, err.Error()) {
+			w.cfg.Logger.Warn("a DCGM fault is not tied to a device", "signal", f.Signal, "series", f.Series, "reason", err.Error())
+		}
+		return
+	}
+	w.cfg.Metrics.SignalFaults.WithLabelValues("prometheus", f.Signal).Inc()
+	msg := spec.What()
+	if len(msg) > devicemsg.MaxReason {
+		msg = msg[:devicemsg.MaxReason]
+	}
+	key := promKey(f.Signal, id)
+	word := Report{Device: id, Node: node, Health: device.Unhealthy, Message: msg, Source: devicemsg.SourceHealthReport,
+		Reporter: api.Reporter{Report: key, Detector: promSource, Health: device.Unhealthy},
+		Once:     f.Series + "@" + strconv.FormatFloat(f.Value, 'g', -1, 64) + "@" + strconv.FormatInt(w.cfg.Clock().UnixNano(), 10)}
+	w.podMu.Lock()
+	ids, _ := w.store.setPod(key, "", []Report{word}, nil, nil, false)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
+}
+
+// queryProm asks one instant query.
+func (w *Watcher) queryProm(ctx context.Context, query string) ([]promsignal.Sample, error) {
+	c := w.cfg.Prometheus
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(c.URL, "/")+"/api/v1/query?query="+url.QueryEscape(query), nil)
+	if err != nil {
+		return nil, err
+	}
+	hc := c.Client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	samples, err := promsignal.Parse(body)
+	if err != nil && resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
+	}
+	return samples, err
+}
