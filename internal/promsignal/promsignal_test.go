@@ -40,7 +40,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("%+v %v", got, err)
 	}
 	for body, want := range map[string]string{
-		`<html>502 Bad Gateway</html>`: "not Prometheus' JSON",
+		`<html>502 Bad Gateway</html>`:                                                                 "not Prometheus' JSON",
 		`{"status":"error","errorType":"bad_data","error":"parse error at char 5"}`:                    "bad_data: parse error",
 		`{"status":"success","data":{"resultType":"matrix","result":[]}}`:                              "not an instant vector",
 		`{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,7]}]}}`:   "not a string",

@@ -157,7 +157,10 @@ func TestADeliveredReportIsNotSentAgain(t *testing.T) {
 			t.Fatalf("a delivered fault was sent again: %+v", got)
 		}
 	}
-	waitUntil(t, "its status", func() bool { st := reportStatus(t, dyn, "renewed"); return st.ObservedGeneration == 3 && st.Device != "x" })
+	waitUntil(t, "its status", func() bool {
+		st := reportStatus(t, dyn, "renewed")
+		return st.ObservedGeneration == 3 && st.Device != "x"
+	})
 }
 
 // A report that names no device, two devices, or an unknown health word is refused in its status,
