@@ -281,6 +281,8 @@ type ControllerOptions struct {
 	// ReportRetention deletes those observed longer ago (0: kept).
 	Reports         dynamic.NamespaceableResourceInterface
 	ReportRetention time.Duration
+	// Prometheus, when set, is read for dcgm-exporter's faults.
+	Prometheus *watcher.PromConfig
 }
 
 // DefaultWorkflowCacheSize is how many device workflows a worker keeps in memory between tasks
@@ -340,7 +342,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: deps.Alerter,
 		Term:    watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
-		Reports: o.Reports, ReportRetention: o.ReportRetention,
+		Reports: o.Reports, ReportRetention: o.ReportRetention, Prometheus: o.Prometheus,
 	})
 	start := newStartup(logger.With("component", "startup"))
 	g, gctx := errgroup.WithContext(ctx)

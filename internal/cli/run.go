@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/metrics"
 	"github.com/devicewarden/devicewarden/internal/policy"
+	"github.com/devicewarden/devicewarden/internal/watcher"
 )
 
 // controllerFlags are the worker's and watcher's flags; load turns them into options.
@@ -27,6 +29,9 @@ type controllerFlags struct {
 	policyFile  string
 	leaderElect bool
 	le          app.LeaderElection
+	// promURL and promInterval point the watcher at a Prometheus that scrapes dcgm-exporter.
+	promURL      string
+	promInterval time.Duration
 }
 
 func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
@@ -47,6 +52,8 @@ func addControllerFlags(cmd *cobra.Command, f *controllerFlags) {
 	cmd.Flags().StringVar(&o.OwnNamespace, "own-namespace", "default", "DeviceWarden's own namespace: migration Leases and evidence ConfigMaps are kept there")
 	cmd.Flags().DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 2*time.Minute, "how often an unchanged device with a workflow is re-signalled")
 	cmd.Flags().DurationVar(&o.ReportRetention, "report-retention", 7*24*time.Hour, "how long a DeviceHealthReport stands after it was observed; older ones are deleted and their word withdrawn (0 keeps them)")
+	cmd.Flags().StringVar(&f.promURL, "prometheus-url", "", "a Prometheus that scrapes dcgm-exporter (http://prometheus:9090): its XIDs and other faults reach their GPUs (the policy's signals.prometheus queries); empty reads none")
+	cmd.Flags().DurationVar(&f.promInterval, "prometheus-interval", 15*time.Second, "how often the Prometheus queries are asked")
 	cmd.Flags().IntVar(&o.WorkflowCacheSize, "workflow-cache-size", app.DefaultWorkflowCacheSize, "device workflows the worker keeps in memory between tasks (about 90 KB each); one that fell out is replayed from its history on its next signal")
 	hy := app.DefaultHygiene()
 	cmd.Flags().DurationVar(&o.Hygiene.Interval, "hygiene-interval", hy.Interval, "claim hygiene: how often the leader scans ResourceClaims (0 turns it off)")
@@ -100,6 +107,16 @@ func (f *controllerFlags) load() (app.ControllerOptions, error) {
 	}
 	if err := o.Hygiene.Validate(); err != nil {
 		return o, err
+	}
+	if f.promURL != "" {
+		u, err := url.Parse(f.promURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return o, fmt.Errorf("--prometheus-url %q: want http(s)://host:port", f.promURL)
+		}
+		if f.promInterval < time.Second {
+			return o, fmt.Errorf("--prometheus-interval %s: want a second or more", f.promInterval)
+		}
+		o.Prometheus = &watcher.PromConfig{URL: f.promURL, Interval: f.promInterval}
 	}
 	if f.leaderElect {
 		if !(f.le.RetryPeriod < f.le.RenewDeadline && f.le.RenewDeadline < f.le.LeaseDuration) {
