@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,6 +23,8 @@ func newDevCmd(g *globals) *cobra.Command {
 	var ctl controllerFlags
 	var cacheDir string
 	var simNodes, simDevices int
+	var dcgmListen string
+	var dcgmDRA bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on one machine: local cluster (unless --kubeconfig), embedded Temporal + UI, worker and watcher",
@@ -99,6 +102,9 @@ func newDevCmd(g *globals) *cobra.Command {
 			if ctl.console.listen != "" {
 				fmt.Fprintf(out, "  Fleet page:  http://%s\n", ctl.console.listen)
 			}
+			if dcgmListen != "" {
+				fmt.Fprintf(out, "  dcgm-exporter (simulated): http://%s/metrics (scrape it, then --prometheus-url)\n", dcgmListen)
+			}
 			self := os.Args[0]
 			fmt.Fprintf(out, "  Try:         %s sim workload demo --node gpu-node-0 --index 0\n"+
 				"               %s sim health --device %s/gpu-node-0/gpu-0 --health Unhealthy --message 'XID 79'\n"+
@@ -122,6 +128,11 @@ func newDevCmd(g *globals) *cobra.Command {
 			copts.Extra = append(copts.Extra, (&sim.OwnedDrivers{Kube: kube, Logger: g.logger}).Run)
 			// A node remediator: a repair ladder's node step (a NodeReboot) reboots a simulated node.
 			copts.Extra = append(copts.Extra, (&sim.Remediator{Kube: kube, Logger: g.logger}).Run)
+			if dcgmListen != "" {
+				// The simulated GPUs' DCGM metrics (sim health --xid sets an XID).
+				exp := &sim.Exporter{Kube: kube, DRA: dcgmDRA}
+				copts.Extra = append(copts.Extra, func(ctx context.Context) error { return exp.Serve(ctx, dcgmListen) })
+			}
 			err = app.RunController(ctx, kube, tc.Client, copts, m, g.logger)
 			g.logger.Info("worker and watcher stopped")
 			return err
@@ -133,6 +144,8 @@ func newDevCmd(g *globals) *cobra.Command {
 	ctl.slack.addApprovals(cmd, "127.0.0.1:8090")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.Flags().IntVar(&simNodes, "sim-nodes", 0, "create this many simulated GPU nodes on start")
+	cmd.Flags().StringVar(&dcgmListen, "sim-dcgm-listen", "127.0.0.1:9400", "serve the simulated GPUs' dcgm-exporter metrics here (empty: not served)")
+	cmd.Flags().BoolVar(&dcgmDRA, "sim-dcgm-dra", false, "the simulated dcgm-exporter adds its DRA labels (dra_driver_name, dra_pool_name, dra_device_name) to every series")
 	cmd.Flags().IntVar(&simDevices, "sim-devices", 8, "devices per simulated node")
 	return cmd
 }

@@ -154,6 +154,7 @@ func newSimWorkloadCmd(g *globals) *cobra.Command {
 func newSimHealthCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var devFlag, healthFlag, message, podFlag, cdi, fault string
+	var xid int
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Set a device's fault state in the simulated driver and write its health into every pod holding it, as kubelet would",
@@ -172,6 +173,9 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			}
 			if fault != "" && h == device.Healthy {
 				return fmt.Errorf("--fault %s: a fault is Unhealthy or Unknown, not Healthy", fault)
+			}
+			if xid < 0 || xid > 1000 {
+				return fmt.Errorf("--xid %d: want an XID from 1 to 1000 (0: none)", xid)
 			}
 			if !slices.Contains(sim.CDIStyles, sim.CDIStyle(cdi)) {
 				return fmt.Errorf("--cdi %q: want one of %v", cdi, sim.CDIStyles)
@@ -200,6 +204,12 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			if err := sim.SetFaultKind(c.Context(), cs, id, corev1.ResourceHealthStatus(h), message, fault); err != nil {
 				return err
 			}
+			if xid > 0 {
+				// The GPU raised an XID: the simulated dcgm-exporter shows it from now on.
+				if err := sim.SetXID(c.Context(), cs, id, xid); err != nil {
+					return err
+				}
+			}
 			targets, err := sim.Targets(c.Context(), cs, id)
 			if err != nil {
 				return err
@@ -224,6 +234,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&cdi, "cdi", string(sim.CDIClaimDevice), "how the resourceID names the device (claim-device, device, uuid, canonical, opaque), as different drivers do")
 	cmd.Flags().StringVar(&fault, "fault", "", "what clears the fault: transient (the driver's reset tool, image "+sim.ResetImage+"), reboot (a node reboot), permanent (nothing); default: only --health Healthy")
 	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
+	cmd.Flags().IntVar(&xid, "xid", 0, "the GPU also raises this XID, which the simulated dcgm-exporter's DCGM_FI_DEV_XID_ERRORS shows (and keeps, as DCGM does)")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")
 	return cmd
