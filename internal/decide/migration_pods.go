@@ -11,9 +11,26 @@ func (g fencing) migrationPods(act Action) []PodRef {
 	if act.To != Quarantined || st.Health != device.Unhealthy || !st.Policy.Migration.Enabled {
 		return nil
 	}
+	return podsOf(st.Reporters)
+}
+
+// faultHolders are the Pods that hold a device quarantined automatically (for a fault, which a
+// detector may have named without them), when the policy moves jobs; a person's quarantine of a
+// device its Pods call Healthy moves none.
+func (g fencing) faultHolders() []PodRef {
+	st := g.st
+	q := st.Quarantine
+	if q == nil || !st.Policy.Migration.Enabled || (q.Actor != Actor && st.Health != device.Unhealthy) {
+		return nil
+	}
+	return podsOf(st.Reporters)
+}
+
+// podsOf are the Pods among the reporters, each once.
+func podsOf(rs []Reporter) []PodRef {
 	var pods []PodRef
 	seen := map[PodRef]bool{}
-	for _, r := range st.Reporters {
+	for _, r := range rs {
 		ref := PodRef{Namespace: r.Namespace, Name: r.Pod}
 		if r.Pod == "" || seen[ref] {
 			continue

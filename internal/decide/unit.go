@@ -91,11 +91,20 @@ func (g unitView) fenceMembers(reason string) Action {
 // on a sibling form is learnt of after the decision, and it runs on the failing hardware too.
 func (g unitView) holdersToMove() []PodRef {
 	st := g.st
-	if st.Unit == nil || st.Quarantine == nil || st.State != Quarantined {
+	if st.Quarantine == nil || st.State != Quarantined {
+		return nil
+	}
+	pods := fenceOf(st).migrationPods(Action{To: Quarantined})
+	switch {
+	case st.rules.DetectorsNotHolders:
+		// Any device's: a detector's fault names no Pod, and the watcher learns of the
+		// device's holders after it sent the fault (its word is gone by then).
+		pods = fenceOf(st).faultHolders()
+	case st.Unit == nil:
 		return nil
 	}
 	var out []PodRef
-	for _, p := range fenceOf(st).migrationPods(Action{To: Quarantined}) {
+	for _, p := range pods {
 		if !slices.Contains(st.Moving, p) {
 			out = append(out, p)
 		}

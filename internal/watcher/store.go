@@ -510,6 +510,14 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 			}
 		}
 	}
+	if obs.DeviceClass == "" {
+		// A detector knows no class (no claim names it): the device's Pods' claims do.
+		for _, p := range pods {
+			for _, r := range e.reports[p] {
+				obs.DeviceClass = cmp.Or(obs.DeviceClass, r.DeviceClass)
+			}
+		}
+	}
 	slices.SortFunc(obs.Reporters, func(a, b api.Reporter) int {
 		return cmp.Or(strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim),
 			strings.Compare(a.Slice, b.Slice), strings.Compare(a.Report, b.Report))

@@ -217,13 +217,23 @@ func (w *Watcher) adoptUnitHolders(u device.Unit) {
 	}
 }
 
-// unitHolders are the reports a Pod makes by holding a form of a followed shared unit without
-// reporting its health: its Pod is on the failing hardware all the same, so the unit's workflow
-// counts it among the holders (Healthy: it said nothing against the device).
-func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
-	if w.slices.grouping.Load() == 0 {
-		return nil // no driver publishes shared units: the common fleet pays nothing
+// adoptDeviceHolders looks at the Pods of every claim allocated the device.
+func (w *Watcher) adoptDeviceHolders(id device.ID) {
+	for _, claim := range w.claims.holdingAny([]device.ID{id}) {
+		w.adoptHolders(claim)
 	}
+}
+
+// heldByPod says whether a Pod is among the reporters.
+func heldByPod(rs []api.Reporter) bool {
+	return slices.ContainsFunc(rs, func(r api.Reporter) bool { return r.Pod != "" })
+}
+
+// unitHolders are the reports a Pod makes by holding a followed device (or a form of a followed
+// shared unit) without reporting its health: its Pod is on the failing hardware all the same, so
+// the workflow counts it among the holders (Healthy: it said nothing against the device). Only
+// Pods that need a look get here (relevant): the common fleet pays nothing.
+func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
 	var out []Report
 	for _, ref := range ClaimRefs(pod) {
 		ns, name, _ := strings.Cut(ref, "/")
@@ -233,8 +243,8 @@ func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
 		}
 		for r := range c.Results() {
 			id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
-			u, member := w.unitOf(id)
-			if member == "" || !w.store.follows(u) || slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
+			u, _ := w.unitOf(id)
+			if !w.store.follows(u) || slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
 				continue
 			}
 			out = append(out, Report{Device: id, Node: pod.Spec.NodeName, Health: device.Healthy,
