@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,6 +30,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/poll"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/internal/watcher"
 )
 
 // stack is one cluster and one Temporal server shared by the package's tests; each test uses its
@@ -46,6 +49,9 @@ type stack struct {
 	auditLog   string
 	// noKubelet leaves check Pods running (a test that stops the worker mid-probe).
 	noKubelet bool
+	// prometheus is the shared stack's Prometheus, which scrapes the simulated dcgm-exporter
+	// every second; the shared controller reads its faults.
+	prometheus string
 }
 
 var shared *stack
@@ -211,13 +217,25 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test policy:", err)
 		return 1
 	}
-	s, stop, err := startStack(ctx, dir, app.ControllerOptions{Workers: 8, Policies: pols,
-		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000}})
+	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start stack:", err)
 		dumpLogs(dir)
 		return 1
 	}
+	// The simulated GPUs' dcgm-exporter, scraped by a real Prometheus that the controller reads.
+	promURL, stopProm, err := dcgmThroughPrometheus(ctx, s, filepath.Join(dir, "prometheus"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start prometheus:", err)
+		stopInfra()
+		return 1
+	}
+	s.prometheus = promURL
+	mets, stopCtl := s.controller(app.ControllerOptions{Workers: 8, Policies: pols,
+		Breaker:    breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000},
+		Prometheus: &watcher.PromConfig{URL: promURL, Interval: time.Second}})
+	s.metrics = mets
+	stop := func() { stopCtl(); stopProm(); stopInfra() }
 	shared = s
 	code := m.Run()
 	if code != 0 {
@@ -225,6 +243,23 @@ func runMain(m *testing.M) int {
 	}
 	stop()
 	return code
+}
+
+// dcgmThroughPrometheus serves the simulated dcgm-exporter over the stack's GPUs and runs a
+// Prometheus that scrapes it every second; it returns Prometheus' URL.
+func dcgmThroughPrometheus(ctx context.Context, s *stack, dir string) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: &sim.Exporter{Kube: s.kube, Refresh: 500 * time.Millisecond}, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	url, stop, err := runPrometheus(ctx, dir, l.Addr().String()+"/metrics")
+	if err != nil {
+		srv.Close()
+		return "", nil, err
+	}
+	return url, func() { stop(); srv.Close() }, nil
 }
 
 func startStack(ctx context.Context, dir string, opts app.ControllerOptions) (*stack, func(), error) {

@@ -4,71 +4,32 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/devicewarden/devicewarden/api"
-	"github.com/devicewarden/devicewarden/internal/localcluster"
 	"github.com/devicewarden/devicewarden/internal/rolloutplan"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
-// startPrometheus runs the Prometheus server built from the Go module proxy (cached like the
-// control plane; built here if missing) scraping target every second, and returns its base URL.
+// startPrometheus runs a Prometheus scraping target every second for the test, and returns its
+// base URL.
 func startPrometheus(t *testing.T, ctx context.Context, target string) string {
 	t.Helper()
-	b := &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr}
-	if err := b.BuildTools(ctx, "prometheus"); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n  - job_name: sim\n    static_configs: [{targets: [%q]}]\n", target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	url, stop, err := runPrometheus(ctx, dir, target)
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(b.Binary("prometheus"), "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
+		stop()
 		if t.Failed() {
-			data, _ := os.ReadFile(logf.Name())
+			data, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
 			t.Logf("prometheus log:\n%s", tail(string(data), 4000))
 		}
-	})
-	url := "http://" + addr
-	eventually(t, time.Minute, "prometheus ready", func() error {
-		resp, err := http.Get(url + "/-/ready")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
 	})
 	return url
 }

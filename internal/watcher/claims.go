@@ -316,3 +316,21 @@ func (x *claimIndex) holding(id device.ID) string {
 	}
 	return ""
 }
+
+// classOf returns the DeviceClass a claim allocated the device through ("" when no claim holds
+// it): a detector's fault names no claim, and the device's policy is chosen by its class. One
+// scan, made only for a detector's fault.
+func (x *claimIndex) classOf(id device.ID) string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, c := range x.claims {
+		for r := range c.Results() {
+			if r.Device == id.Device && r.Pool == id.Pool && r.Driver == id.Driver {
+				if class := c.class(r.Request); class != "" {
+					return class
+				}
+			}
+		}
+	}
+	return ""
+}

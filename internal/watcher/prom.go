@@ -126,7 +126,7 @@ func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f pro
 		msg = msg[:devicemsg.MaxReason]
 	}
 	key := promKey(f.Signal, id)
-	word := Report{Device: id, Node: node, Health: device.Unhealthy, Message: msg, Source: devicemsg.SourceHealthReport,
+	word := Report{Device: id, Node: node, Health: device.Unhealthy, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
 		Reporter: api.Reporter{Report: key, Detector: promSource, Health: device.Unhealthy},
 		Once:     f.Series + "@" + strconv.FormatFloat(f.Value, 'g', -1, 64) + "@" + strconv.FormatInt(w.cfg.Clock().UnixNano(), 10)}
 	w.podMu.Lock()

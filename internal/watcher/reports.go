@@ -172,7 +172,7 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 	}
 	w.reports.names[name] = u.GetGeneration()
 	w.reports.mu.Unlock()
-	word := Report{Device: id, Node: node, Health: h, Message: msg,
+	word := Report{Device: id, Node: node, Health: h, Message: msg, DeviceClass: w.claims.classOf(id),
 		Source: devicemsg.SourceHealthReport, Reporter: api.Reporter{Report: name, Detector: r.Spec.Source, Health: h}}
 	if h == device.Unhealthy {
 		// A fault is an event (once.go): its status says Delivered once its workflow has it.
