@@ -342,7 +342,7 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 		Metrics:  m, Logger: logger.With("component", "watcher"), Workers: o.Workers, HeartbeatInterval: o.HeartbeatInterval,
 		Policies: o.Policies, Alerter: deps.Alerter,
 		Term:    watcher.LeaseTerm(kube, kubeobj.Own(o.OwnNamespace), watcher.TermLease),
-		Reports: o.Reports, ReportRetention: o.ReportRetention, Prometheus: o.Prometheus,
+		Reports: o.Reports, ReportRetention: o.ReportRetention, Prometheus: o.Prometheus, Nodes: deps.Nodes,
 	})
 	start := newStartup(logger.With("component", "startup"))
 	g, gctx := errgroup.WithContext(ctx)

@@ -20,3 +20,20 @@ func TestNodeEscalatesOnceAtThreshold(t *testing.T) {
 		t.Fatalf("state %+v alerts %d", n, alerts)
 	}
 }
+
+// A node condition that names no GPU is recorded and alerted once; it is no failed device and
+// never escalates the node by itself.
+func TestANodeConditionNamingNoDeviceIsRecorded(t *testing.T) {
+	var n NodeState
+	c := NodeFailure{Node: "node-1", Condition: "XIDErrors", Message: "XID 79 seen", Threshold: 1}
+	acts := n.Fail(c, t0)
+	if len(acts) != 1 || acts[0].Level != "warning" || n.Escalated || len(n.Failed) != 0 || len(n.Conditions) != 1 {
+		t.Fatalf("acts %v state %+v", acts, n)
+	}
+	if acts := n.Fail(c, t0); acts != nil {
+		t.Fatalf("alerted twice: %v", acts)
+	}
+	if acts := n.Fail(NodeFailure{Node: "node-1"}, t0); acts != nil || len(n.Conditions) != 1 {
+		t.Fatalf("an empty word: %v %+v", acts, n)
+	}
+}

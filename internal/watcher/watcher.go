@@ -67,6 +67,8 @@ type Config struct {
 	ReportRetention time.Duration
 	// Prometheus, when set, is read for dcgm-exporter's faults (prom.go).
 	Prometheus *PromConfig
+	// Nodes receives node conditions that name no GPU (conditions.go); nil: they are logged.
+	Nodes NodeSignaler
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
@@ -85,6 +87,8 @@ type Watcher struct {
 	podMu sync.Mutex
 	// reports are the DeviceHealthReports taken in (reports.go).
 	reports reportIndex
+	// conditions are the node conditions taken in (conditions.go).
+	conditions conditionIndex
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
 	// ctx is Run's context, for the few calls made outside the sources.
@@ -191,6 +195,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	close(w.synced)
 	wg.Add(1)
 	go func() { defer wg.Done(); w.runProm(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); w.runConditions(ctx) }()
 	w.cfg.Logger.Info("watcher synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	for i := 0; i < w.cfg.Workers; i++ {
 		wg.Add(1)
