@@ -6,22 +6,27 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"text/template"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"go.temporal.io/api/serviceerror"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
@@ -80,8 +85,8 @@ func jobOnGPU(t *testing.T, ctx context.Context, ns, name, node string) device.I
 }
 
 // One fault from each source a fleet runs, on a GPU whose Pod says nothing (its kubelet status
-// stays Healthy): a report as NVSentinel's template renders it, and an XID in the simulated
-// dcgm-exporter that the real Prometheus scrapes. Each quarantines exactly its GPU, its Job is
+// stays Healthy): a report as NVSentinel's template renders it, an XID in the simulated
+// dcgm-exporter that the real Prometheus scrapes, and a node condition naming the GPU. Each quarantines exactly its GPU, its Job is
 // moved, the GPU is reset, probed, canaried and back in service; the node's other GPUs are never
 // fenced.
 func TestEachHealthSourceBringsItsGPUBack(t *testing.T) {
@@ -96,7 +101,9 @@ func TestEachHealthSourceBringsItsGPUBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	byReport, byDCGM := jobOnGPU(t, ctx, "sources", "by-report", nodes[0]), jobOnGPU(t, ctx, "sources", "by-dcgm", nodes[0])
-	for _, id := range []device.ID{byReport, byDCGM} {
+	byCondition := jobOnGPU(t, ctx, "sources", "by-condition", nodes[0])
+	faulted := []device.ID{byReport, byDCGM, byCondition}
+	for _, id := range faulted {
 		// The GPU is broken until its driver's reset tool runs; kubelet says nothing of it.
 		if err := sim.SetFaultKind(ctx, kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 79", sim.FaultTransient); err != nil {
 			t.Fatal(err)
@@ -113,14 +120,29 @@ func TestEachHealthSourceBringsItsGPUBack(t *testing.T) {
 	if err := sim.SetXID(ctx, kube, byDCGM, 79); err != nil {
 		t.Fatal(err)
 	}
-	for id, cause := range map[device.ID]string{byReport: "nvsentinel: 79", byDCGM: "dcgm: xid:79"} {
-		st := waitState(t, ctx, shared, id, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
-		if st.Quarantine == nil || !strings.Contains(st.Quarantine.Reason, cause) {
-			t.Fatalf("%s: quarantine %+v, want its cause %q", id, st.Quarantine, cause)
+	// Node Problem Detector's condition, naming the GPU by its UUID in its message.
+	setCondition(t, ctx, nodes[0], "XIDErrors", "Xid 48 (DBE) on "+sim.UUID(byCondition))
+	for id, cause := range map[device.ID]string{byReport: "nvsentinel: 79", byDCGM: "dcgm: xid:79", byCondition: "npd: XIDErrors"} {
+		st := waitState(t, ctx, shared, id, 2*time.Minute, func(st decide.DeviceState) bool { return st.Quarantine != nil || len(st.Closed) > 0 })
+		q := st.Quarantine
+		if q == nil {
+			q = &st.Closed[0] // released already
 		}
-		t.Logf("%s quarantined %s after its fault (%s)", id, st.Quarantine.CreatedAt.Sub(start).Round(time.Millisecond), cause)
+		if !strings.Contains(q.Reason, cause) {
+			t.Fatalf("%s: quarantine %+v, want its cause %q", id, q, cause)
+		}
+		t.Logf("%s quarantined %s after its fault (%s)", id, q.CreatedAt.Sub(start).Round(time.Millisecond), cause)
 	}
-	for _, id := range []device.ID{byReport, byDCGM} {
+	defer func() {
+		if t.Failed() {
+			for _, id := range faulted {
+				var st decide.DeviceState
+				_ = queryInto(ctx, shared.temporal, id.WorkflowID(), &st)
+				t.Logf("%s: migrations %v, reporters %+v, moving %+v, transitions %+v", id, st.Migrations, st.Reporters, st.Moving, st.Transitions)
+			}
+		}
+	}()
+	for _, id := range faulted {
 		st := waitState(t, ctx, shared, id, 3*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
 		q := st.Closed[len(st.Closed)-1]
 		if q.Ladder == nil || len(q.Ladder.Tries) != 1 || q.Ladder.Tries[0].Review != "passed: released" {
@@ -146,12 +168,65 @@ func TestEachHealthSourceBringsItsGPUBack(t *testing.T) {
 	}
 	for i := range 8 {
 		id := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-" + strconv.Itoa(i)}
-		if id == byReport || id == byDCGM {
+		if slices.Contains(faulted, id) {
 			continue
 		}
 		var nf *serviceerror.NotFound
 		if _, err := shared.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), ""); !errors.As(err, &nf) {
 			t.Errorf("%s has a workflow (%v): another GPU of the node was acted on", id, err)
 		}
+	}
+}
+
+// setCondition sets a True node condition, as Node Problem Detector does.
+func setCondition(t *testing.T, ctx context.Context, node, kind, msg string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		n, err := shared.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeConditionType(kind), Status: corev1.ConditionTrue,
+			Reason: "GPUFault", Message: msg, LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()})
+		_, err = shared.kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node condition that names no GPU fences nothing: it reaches the node's workflow, which
+// records it and alerts.
+func TestANodeConditionNamingNoGPUFencesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes, err := sim.CreateNodes(ctx, shared.kube, "nogpu", 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setCondition(t, ctx, nodes[0], "XidCriticalError", `{"31":true}`)
+	var st escalation.NodeState
+	eventually(t, time.Minute, "the node's workflow has the condition", func() error {
+		if err := queryInto(ctx, shared.temporal, api.NodeWorkflowID(nodes[0]), &st); err != nil {
+			return err
+		}
+		if len(st.Conditions) != 1 || !strings.Contains(st.Conditions[0], "XidCriticalError") {
+			return fmt.Errorf("node state %+v", st)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // a wrong fence would be written by now
+	rules, err := shared.kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules.Items {
+		if sel := r.Spec.DeviceSelector; sel != nil && sel.Pool != nil && *sel.Pool == nodes[0] {
+			t.Errorf("rule %s fences a device of the node: %+v", r.Name, sel)
+		}
+	}
+	if len(st.Failed) != 0 || st.Escalated {
+		t.Fatalf("the node counted a failed device: %+v", st)
 	}
 }

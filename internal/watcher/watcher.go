@@ -516,8 +516,10 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		go w.adoptUnitHolders(*unit)
 	} else if first && !heldByPod(obs.Reporters) {
 		// Only a detector spoke (its driver's taint, a report, a DCGM fault): the Pods that hold
-		// the device said nothing, and must be known to be moved.
-		go w.adoptDeviceHolders(obs.Device)
+		// the device said nothing, and must be known to be moved. Taken in before the fault's
+		// word is withdrawn (below): a device nothing reports any more is no longer followed,
+		// and its holders would be passed over.
+		w.adoptDeviceHolders(obs.Device)
 	}
 	w.queue.Forget(id)
 	if keys := w.consume(id); len(keys) > 0 {
