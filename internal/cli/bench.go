@@ -57,6 +57,27 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	reps.Flags().DurationVar(&ro.Settle, "settle", 300*time.Millisecond, "pause after each rule is seen")
 	reps.Flags().StringVar(&ro.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(reps)
+	var do bench.DCGMOptions
+	dcgm := &cobra.Command{
+		Use:   "dcgm",
+		Short: "An XID in the simulated dcgm-exporter -> quarantine, through a real Prometheus: the whole delay and DeviceWarden's part",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if do.Devices < 1 {
+				return fmt.Errorf("--devices must be >= 1")
+			}
+			if do.Scrape < 100*time.Millisecond || do.Interval < time.Second {
+				return fmt.Errorf("--scrape must be >= 100ms and --interval >= 1s")
+			}
+			do.Out = c.OutOrStdout()
+			return bench.DCGM(c.Context(), do)
+		},
+	}
+	dcgm.Flags().IntVar(&do.Devices, "devices", 40, "idle GPUs that raise an XID, one at a time")
+	dcgm.Flags().DurationVar(&do.Scrape, "scrape", time.Second, "Prometheus' scrape interval")
+	dcgm.Flags().DurationVar(&do.Interval, "interval", time.Second, "the watcher's query interval (--prometheus-interval)")
+	dcgm.Flags().StringVar(&do.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(dcgm)
 	var uo bench.UnitsOptions
 	units := &cobra.Command{
 		Use:   "units",

@@ -25,8 +25,11 @@ func Parse(body []byte) ([]Sample, error) {
 		ErrorType string `json:"errorType"`
 		Error     string `json:"error"`
 		Data      struct {
-			ResultType string            `json:"resultType"`
-			Result     []json.RawMessage `json:"result"`
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Metric map[string]string  `json:"metric"`
+				Value  [2]json.RawMessage `json:"value"`
+			} `json:"result"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &a); err != nil {
@@ -39,25 +42,30 @@ func Parse(body []byte) ([]Sample, error) {
 		return nil, fmt.Errorf("the query returns a %s, not an instant vector", a.Data.ResultType)
 	}
 	out := make([]Sample, 0, len(a.Data.Result))
-	for _, raw := range a.Data.Result {
-		var r struct {
-			Metric map[string]string `json:"metric"`
-			Value  [2]any            `json:"value"`
+	for _, r := range a.Data.Result {
+		raw := r.Value[1]
+		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return nil, fmt.Errorf("a sample's value %s is not a string", raw)
 		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return nil, fmt.Errorf("a sample: %w", err)
-		}
-		s, ok := r.Value[1].(string)
-		if !ok {
-			return nil, fmt.Errorf("a sample's value %v is not a string", r.Value[1])
-		}
-		v, err := strconv.ParseFloat(s, 64)
+		v, err := strconv.ParseFloat(string(raw[1:len(raw)-1]), 64)
 		if err != nil {
-			return nil, fmt.Errorf("a sample's value %q: %w", s, err)
+			return nil, fmt.Errorf("a sample's value %s: %w", raw, err)
 		}
 		out = append(out, Sample{Labels: r.Metric, Value: v})
 	}
 	return out, nil
+}
+
+// Query is the query DeviceWarden asks for a signal: the policy's, aggregated by the labels that
+// name a GPU (and the signal's code label, and the XID's), so Prometheus answers one series per
+// GPU, without the labels of its user and its exporter.
+func Query(q, codeLabel string) string {
+	by := LabelDRADriver + ", " + LabelDRAPool + ", " + LabelDRADevice + ", " + LabelUUID + ", " + LabelHostname + ", " + LabelIndex + ", " +
+		LabelMIG + ", err_code, err_msg"
+	if codeLabel != "" {
+		by += ", " + codeLabel
+	}
+	return "max by (" + by + ") (" + q + ")"
 }
 
 // finite says whether a sample's value is a number a fault can be read from.

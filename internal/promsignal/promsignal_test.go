@@ -173,3 +173,11 @@ func TestTheGaugeFiresExactlyOnChange(t *testing.T) {
 		}
 	})
 }
+
+// The source asks the policy's query aggregated by the labels that name a GPU and its code.
+func TestQueryKeepsOnlyTheGPUsLabels(t *testing.T) {
+	got := Query("DCGM_EXP_XID_ERRORS_COUNT > 0", "xid")
+	if got != "max by (dra_driver_name, dra_pool_name, dra_device_name, UUID, Hostname, gpu, GPU_I_ID, err_code, err_msg, xid) (DCGM_EXP_XID_ERRORS_COUNT > 0)" {
+		t.Fatalf("query %s", got)
+	}
+}

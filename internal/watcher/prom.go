@@ -80,7 +80,7 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
 	var failed []string
 	for _, sig := range sigs.Prometheus {
-		samples, err := w.queryProm(ctx, sig.Query)
+		samples, err := w.queryProm(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
 		if err != nil {
 			w.cfg.Metrics.SignalQueryErrors.WithLabelValues("prometheus", sig.Name).Inc()
 			failed = append(failed, sig.Name+": "+err.Error())

@@ -45,7 +45,7 @@ func (p *fakeProm) polls() int {
 
 func (p *fakeProm) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
-	status, hang, samples := p.status, p.hang, p.answers[r.URL.Query().Get("query")]
+	status, hang, samples := p.status, p.hang, p.answers[unwrap(r.URL.Query().Get("query"))]
 	p.asked++
 	p.mu.Unlock()
 	if hang {
@@ -179,4 +179,12 @@ func TestSeriesThatNameNoDeviceFenceNothing(t *testing.T) {
 	if n := len(rec.signals()); n != 0 {
 		t.Fatalf("signalled %+v", rec.signals())
 	}
+}
+
+// unwrap is the policy's query inside the aggregation the source asks (promsignal.Query).
+func unwrap(q string) string {
+	if i := strings.Index(q, ") ("); strings.HasPrefix(q, "max by (") && i > 0 {
+		return strings.TrimSuffix(q[i+3:], ")")
+	}
+	return q
 }
