@@ -3,7 +3,6 @@ package watcher
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -217,16 +215,9 @@ func (w *Watcher) consume(id device.ID) []string {
 	return keys
 }
 
-// markDelivered writes a report's Delivered status, at the generation whose fault was delivered.
+// markDelivered queues a report's Delivered status, at the generation whose fault was delivered.
 func (w *Watcher) markDelivered(name string, gen int64, id device.ID) {
-	st := map[string]any{"status": map[string]any{"outcome": healthreport.Delivered, "device": id.String(),
-		"workflow": id.WorkflowID(), "reason": "", "observedGeneration": gen}}
-	patch, _ := json.Marshal(st)
-	if _, err := w.cfg.Reports.Patch(w.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		// Its workflow has the fault; a watcher restarted before this status is written sends it
-		// once more, which the quarantine it started takes as a report of a fenced device.
-		w.cfg.Logger.Warn("device health report's Delivered status not written", "report", name, "error", err)
-	}
+	w.statuses.put(name, healthreport.Status{Outcome: healthreport.Delivered, Device: id.String(), Workflow: id.WorkflowID(), ObservedGeneration: gen})
 }
 
 // refuseReport withdraws what a report said before and says in its status why it is refused.
@@ -288,19 +279,13 @@ func (w *Watcher) resolveReport(ctx context.Context, s healthreport.Spec) (devic
 	return id, s.Node, nil
 }
 
-// writeReportStatus records what the watcher made of a report, when that changed.
-func (w *Watcher) writeReportStatus(ctx context.Context, u *unstructured.Unstructured, r healthreport.Report, st healthreport.Status) {
+// writeReportStatus queues what the watcher made of a report, when that changed.
+func (w *Watcher) writeReportStatus(_ context.Context, u *unstructured.Unstructured, r healthreport.Report, st healthreport.Status) {
 	st.ObservedGeneration = u.GetGeneration()
 	if r.Status == st {
 		return
 	}
-	obj := u.DeepCopy()
-	obj.Object["status"] = map[string]any{"outcome": st.Outcome, "device": st.Device, "workflow": st.Workflow, "reason": st.Reason,
-		"observedGeneration": st.ObservedGeneration}
-	if _, err := w.cfg.Reports.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
-		// A report changed meanwhile comes again with its change; one deleted needs no status.
-		w.cfg.Logger.Debug("device health report status not written", "report", u.GetName(), "error", err)
-	}
+	w.statuses.put(u.GetName(), st)
 }
 
 // expired says whether a report is past the retention: observed (or, without an observed time,

@@ -290,3 +290,23 @@ func TestReportsStandWithoutARetention(t *testing.T) {
 		t.Fatalf("a report was deleted without a retention: %v", err)
 	}
 }
+
+// A report's newer status replaces one not yet written: a flood writes each report once, oldest
+// first.
+func TestStatusWritesCoalesce(t *testing.T) {
+	var s statusWriter
+	s.put("a", healthreport.Status{Outcome: healthreport.Resolved})
+	s.put("b", healthreport.Status{Outcome: healthreport.Refused})
+	s.put("a", healthreport.Status{Outcome: healthreport.Delivered})
+	var got []string
+	for {
+		name, st, _ := s.next()
+		if name == "" {
+			break
+		}
+		got = append(got, name+"="+st.Outcome)
+	}
+	if strings.Join(got, " ") != "a=Delivered b=Refused" {
+		t.Fatalf("written %v", got)
+	}
+}

@@ -89,6 +89,8 @@ type Watcher struct {
 	reports reportIndex
 	// conditions are the node conditions taken in (conditions.go).
 	conditions conditionIndex
+	// statuses are the reports' statuses waiting to be written (report_status.go).
+	statuses statusWriter
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
 	// ctx is Run's context, for the few calls made outside the sources.
@@ -176,6 +178,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	case <-podsSynced:
 	case <-ctx.Done():
 		return nil
+	}
+	if w.cfg.Reports != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.writeStatuses(ctx) }()
 	}
 	leasesSynced, reportsSynced := make(chan struct{}), make(chan struct{})
 	wg.Add(3)
