@@ -45,6 +45,8 @@ type stack struct {
 	cluster *localcluster.Cluster
 	// reports writes DeviceHealthReports, as a detector does.
 	reports dynamic.NamespaceableResourceInterface
+	// metrics are the controller's.
+	metrics *metrics.Metrics
 	stop    func()
 }
 
@@ -92,11 +94,12 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
+	m := metrics.New()
 	go func() {
 		defer wg.Done()
-		_ = app.RunController(runCtx, kube, tc.Client, opts, metrics.New(), logger)
+		_ = app.RunController(runCtx, kube, tc.Client, opts, m, logger)
 	}()
-	return &stack{kube: kube, tc: tc.Client, cluster: cl, reports: opts.Reports, stop: func() {
+	return &stack{kube: kube, tc: tc.Client, cluster: cl, reports: opts.Reports, metrics: m, stop: func() {
 		cancel()
 		wg.Wait()
 		tc.Close()

@@ -78,6 +78,24 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	dcgm.Flags().DurationVar(&do.Interval, "interval", time.Second, "the watcher's query interval (--prometheus-interval)")
 	dcgm.Flags().StringVar(&do.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(dcgm)
+	var fo bench.FloodOptions
+	flood := &cobra.Command{
+		Use:   "flood",
+		Short: "A flood of DeviceHealthReports: signals (deduplicated), rules (the breaker's cap) and report status writes",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if fo.Reports < 1 || fo.Devices < 1 || fo.Over <= 0 {
+				return fmt.Errorf("--reports and --devices must be >= 1, --over positive")
+			}
+			fo.Out = c.OutOrStdout()
+			return bench.Flood(c.Context(), fo)
+		},
+	}
+	flood.Flags().IntVar(&fo.Reports, "reports", 10000, "reports to create")
+	flood.Flags().IntVar(&fo.Devices, "devices", 200, "idle GPUs the reports are about")
+	flood.Flags().DurationVar(&fo.Over, "over", time.Minute, "how long the reports are created over")
+	flood.Flags().StringVar(&fo.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(flood)
 	var uo bench.UnitsOptions
 	units := &cobra.Command{
 		Use:   "units",

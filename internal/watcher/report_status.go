@@ -12,10 +12,10 @@ import (
 	"github.com/devicewarden/devicewarden/internal/healthreport"
 )
 
-// reportStatusQPS bounds the status writes DeviceWarden makes to DeviceHealthReports: a flood of
+// ReportStatusQPS bounds the status writes DeviceWarden makes to DeviceHealthReports: a flood of
 // reports costs the apiserver at most this many writes a second, and never holds up a device's
 // signal (the writes leave the signal path).
-const reportStatusQPS = 50
+const ReportStatusQPS = 50
 
 // statusWriter writes reports' statuses in the background, one merge patch per report, the
 // newest status of a report replacing one not yet written.
@@ -61,9 +61,9 @@ func (s *statusWriter) next() (string, healthreport.Status, chan struct{}) {
 	return name, st, s.wake
 }
 
-// writeStatuses writes queued statuses until ctx ends, at most reportStatusQPS a second.
+// writeStatuses writes queued statuses until ctx ends, at most ReportStatusQPS a second.
 func (w *Watcher) writeStatuses(ctx context.Context) {
-	limit := flowcontrol.NewTokenBucketRateLimiter(reportStatusQPS, reportStatusQPS)
+	limit := flowcontrol.NewTokenBucketRateLimiter(ReportStatusQPS, ReportStatusQPS)
 	for ctx.Err() == nil {
 		name, st, wake := w.statuses.next()
 		if name == "" {
