@@ -11,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/escalation"
 	"github.com/devicewarden/devicewarden/internal/healthreport"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -179,16 +177,7 @@ func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.N
 			continue
 		}
 		w.cfg.Metrics.SignalFaults.WithLabelValues(conditionSource, kind).Inc()
-		text := spec.What()
-		if len(text) > devicemsg.MaxReason {
-			text = text[:devicemsg.MaxReason]
-		}
 		key := "condition:" + node + "/" + kind + "/" + id.String()
-		r := Report{Device: id, Node: at, Health: device.Unhealthy, Message: text, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
-			Reporter: api.Reporter{Report: key, Detector: "npd", Health: device.Unhealthy}, Once: key + "@" + word}
-		w.podMu.Lock()
-		ids, _ := w.store.setPod(key, "", []Report{r}, nil, nil, false)
-		w.podMu.Unlock()
-		w.enqueueAll(ids)
+		w.detectorWord(key, "", id, at, device.Unhealthy, spec, key+"@"+word)
 	}
 }

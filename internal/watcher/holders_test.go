@@ -12,7 +12,6 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/healthreport"
@@ -24,12 +23,7 @@ import (
 // it) and the device's class (its policy). Were the holder looked for after the withdrawal, the
 // device would no longer be followed and the Pod passed over.
 func TestADetectorsFaultFindsTheSilentHolder(t *testing.T) {
-	gpu := func(name, uuid string) resourcev1.Device {
-		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
-	}
-	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
-		Driver: drv, NodeName: ptr.To("node-1"), Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
-		Devices: []resourcev1.Device{gpu("gpu-0", "GPU-aaaa"), gpu("gpu-1", "GPU-bbbb")}}}
+	slice := uuidSlice()
 	pod, claim := holder("train", "gpu-1", "Healthy")
 	pod.Status.ContainerStatuses[0].AllocatedResourcesStatus = nil // kubelet says nothing of the device
 	claim.Spec.Devices.Requests = []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "repair.gpu"}}}

@@ -1,7 +1,12 @@
 package watcher
 
 import (
+	"strings"
+
+	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
+	"github.com/devicewarden/devicewarden/internal/healthreport"
 )
 
 // A detector's fault (a DeviceHealthReport that says Unhealthy, a new XID in a DCGM series, a
@@ -78,4 +83,24 @@ func (s *store) dropDevice(key string, id device.ID) {
 		return
 	}
 	s.podDevices[key] = ids
+}
+
+// detectorWord makes a detector's word about a device its reporter under key (a report's, a
+// DCGM signal's, a node condition's), and queues the device: the word says what spec says, names
+// the device's class (a detector knows no claim) and is one event when once is set.
+func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once string) {
+	msg := spec.What()
+	if len(msg) > devicemsg.MaxReason {
+		msg = msg[:devicemsg.MaxReason]
+	}
+	shown := key
+	if name, ok := strings.CutPrefix(key, "report:"); ok {
+		shown = name // a DeviceHealthReport is shown by its name
+	}
+	r := Report{Device: id, Node: node, Health: h, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
+		Reporter: api.Reporter{Report: shown, Detector: spec.Source, Health: h}, Once: once}
+	w.podMu.Lock()
+	ids, _ := w.store.setPod(key, version, []Report{r}, nil, nil, false)
+	w.podMu.Unlock()
+	w.enqueueAll(ids)
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/notify"
@@ -121,18 +120,9 @@ func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f pro
 		return
 	}
 	w.cfg.Metrics.SignalFaults.WithLabelValues("prometheus", f.Signal).Inc()
-	msg := spec.What()
-	if len(msg) > devicemsg.MaxReason {
-		msg = msg[:devicemsg.MaxReason]
-	}
 	key := promKey(f.Signal, id)
-	word := Report{Device: id, Node: node, Health: device.Unhealthy, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
-		Reporter: api.Reporter{Report: key, Detector: promSource, Health: device.Unhealthy},
-		Once:     f.Series + "@" + strconv.FormatFloat(f.Value, 'g', -1, 64) + "@" + strconv.FormatInt(w.cfg.Clock().UnixNano(), 10)}
-	w.podMu.Lock()
-	ids, _ := w.store.setPod(key, "", []Report{word}, nil, nil, false)
-	w.podMu.Unlock()
-	w.enqueueAll(ids)
+	w.detectorWord(key, "", id, node, device.Unhealthy, spec,
+		f.Series+"@"+strconv.FormatFloat(f.Value, 'g', -1, 64)+"@"+strconv.FormatInt(w.cfg.Clock().UnixNano(), 10))
 }
 
 // queryProm asks one instant query.

@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/metrics"
@@ -77,12 +74,7 @@ func (p *fakeProm) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // the XID gauge.
 func promWatcher(t *testing.T) (*recorder, *fakeProm, *metrics.Metrics) {
 	t.Helper()
-	gpu := func(name, uuid string) resourcev1.Device {
-		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
-	}
-	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
-		Driver: drv, NodeName: ptr.To("node-1"), Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
-		Devices: []resourcev1.Device{gpu("gpu-0", "GPU-aaaa"), gpu("gpu-1", "GPU-bbbb")}}}
+	slice := uuidSlice()
 	pols, err := policy.Parse([]byte("signals:\n  prometheus:\n    - {name: xid, query: DCGM_FI_DEV_XID_ERRORS, kind: last}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
-	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/healthreport"
 )
 
@@ -39,6 +37,15 @@ type reportIndex struct {
 	// names are the reports whose word stands, with the generation it is of.
 	names map[string]int64
 	seen  map[string]struct{}
+}
+
+// forget drops a report whose word stands, and says the generation it was of.
+func (x *reportIndex) forget(name string) (int64, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	gen, known := x.names[name]
+	delete(x.names, name)
+	return gen, known
 }
 
 // runReports reads DeviceHealthReports until ctx ends, once their API is served; until then it
@@ -160,27 +167,19 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 		return
 	}
 	h, _ := r.Spec.HealthOf() // checked by resolveReport
-	msg := r.Spec.What()
-	if len(msg) > devicemsg.MaxReason {
-		msg = msg[:devicemsg.MaxReason]
-	}
 	w.reports.mu.Lock()
 	if w.reports.names == nil {
 		w.reports.names = map[string]int64{}
 	}
 	w.reports.names[name] = u.GetGeneration()
 	w.reports.mu.Unlock()
-	word := Report{Device: id, Node: node, Health: h, Message: msg, DeviceClass: w.claims.classOf(id),
-		Source: devicemsg.SourceHealthReport, Reporter: api.Reporter{Report: name, Detector: r.Spec.Source, Health: h}}
+	once := ""
 	if h == device.Unhealthy {
 		// A fault is an event (once.go): its status says Delivered once its workflow has it.
-		word.Once = name + "@" + strconv.FormatInt(u.GetGeneration(), 10)
+		once = name + "@" + strconv.FormatInt(u.GetGeneration(), 10)
 	}
-	w.podMu.Lock()
-	ids, _ := w.store.setPod(reportKey(name), u.GetResourceVersion(), []Report{word}, nil, nil, false)
-	w.podMu.Unlock()
-	w.enqueueAll(ids)
-	if word.Once != "" {
+	w.detectorWord(reportKey(name), u.GetResourceVersion(), id, node, h, r.Spec, once)
+	if once != "" {
 		return
 	}
 	unit := w.unitID(id)
@@ -203,14 +202,9 @@ func (w *Watcher) consume(id device.ID) []string {
 		if !ok {
 			continue
 		}
-		w.reports.mu.Lock()
-		gen, known := w.reports.names[name]
-		delete(w.reports.names, name)
-		w.reports.mu.Unlock()
-		if !known {
-			continue
+		if gen, known := w.reports.forget(name); known {
+			w.markDelivered(name, gen, id)
 		}
-		w.markDelivered(name, gen, id)
 	}
 	return keys
 }
@@ -232,11 +226,7 @@ func (w *Watcher) refuseReport(ctx context.Context, u *unstructured.Unstructured
 
 // dropReport withdraws a report's word about its device (the report was deleted, or refused).
 func (w *Watcher) dropReport(name string) {
-	w.reports.mu.Lock()
-	_, known := w.reports.names[name]
-	delete(w.reports.names, name)
-	w.reports.mu.Unlock()
-	if !known {
+	if _, known := w.reports.forget(name); !known {
 		return
 	}
 	w.podMu.Lock()

@@ -62,12 +62,7 @@ func reportWatcherWith(t *testing.T, served bool, retention time.Duration, repor
 func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setup func(*dynamicfake.FakeDynamicClient), clock func() time.Time,
 	reports ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient, context.Context, *atomic.Bool) {
 	t.Helper()
-	gpu := func(name, uuid string) resourcev1.Device {
-		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
-	}
-	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
-		Driver: drv, NodeName: ptr.To("node-1"), Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
-		Devices: []resourcev1.Device{gpu("gpu-0", "GPU-aaaa"), gpu("gpu-1", "GPU-bbbb")}}}
+	slice := uuidSlice()
 	kube := fake.NewSimpleClientset(slice)
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{GroupVersion: healthreport.Group + "/" + healthreport.Version,
 		APIResources: []metav1.APIResource{{Name: healthreport.Resource, Kind: healthreport.Kind}}}}
@@ -87,6 +82,16 @@ func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setu
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
 		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention, Clock: clock})
 	return rec, dyn, start(t, w), on
+}
+
+// uuidSlice is node-1's slice of two GPUs, gpu-0 and gpu-1, with their UUIDs GPU-aaaa and GPU-bbbb.
+func uuidSlice() *resourcev1.ResourceSlice {
+	gpu := func(name, uuid string) resourcev1.Device {
+		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To(uuid)}}}
+	}
+	return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: drv, NodeName: ptr.To("node-1"), Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
+		Devices: []resourcev1.Device{gpu("gpu-0", "GPU-aaaa"), gpu("gpu-1", "GPU-bbbb")}}}
 }
 
 func reportStatus(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) healthreport.Status {
