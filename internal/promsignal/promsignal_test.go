@@ -45,6 +45,7 @@ func TestParse(t *testing.T) {
 		`{"status":"success","data":{"resultType":"matrix","result":[]}}`:                              "not an instant vector",
 		`{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,7]}]}}`:   "not a string",
 		`{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}`: `value "x"`,
+		`{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,""]}]}}`:  `value "": strconv.ParseFloat`,
 	} {
 		if _, err := Parse([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)
@@ -136,6 +137,10 @@ func TestNaNIsRefusedAndTwoSeriesOfOneGPUAreOne(t *testing.T) {
 	f, _ = tr.Observe(xid, []Sample{gpu("GPU-a", 48, "pod", "old"), gpu("GPU-a", 79, "pod", "new")})
 	if codes(f) != "GPU-a=xid:79" {
 		t.Fatalf("faults %q", codes(f))
+	}
+	f, _ = tr.Observe(xid, []Sample{gpu("GPU-a", 94, "pod", "old"), gpu("GPU-a", 94, "pod", "new")})
+	if codes(f) != "GPU-a=xid:94" {
+		t.Fatalf("one new XID in two series of the GPU: faults %q", codes(f))
 	}
 }
 
