@@ -79,7 +79,7 @@ func TestNodeConditions(t *testing.T) {
 	}}}
 	kube := fake.NewSimpleClientset(slice, node)
 	rec, nodes := &recorder{}, &nodeRecorder{}
-	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2, Nodes: nodes})
+	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2, Nodes: nodes, WithdrawAfter: 10 * time.Millisecond})
 	ctx := start(t, w)
 	time.Sleep(100 * time.Millisecond)
 	if n := len(rec.signals()); n != 0 {

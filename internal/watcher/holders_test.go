@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,7 @@ func TestADetectorsFaultFindsTheSilentHolder(t *testing.T) {
 		healthReport("xid", byUUID("GPU-bbbb", "Unhealthy", "nvsentinel")))
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1,
-		Reports: dyn.Resource(reportGVR)})
+		Reports: dyn.Resource(reportGVR), WithdrawAfter: 10 * time.Millisecond})
 	start(t, w)
 	waitUntil(t, "the fault, then its holder", func() bool { return len(rec.signals()) >= 2 })
 	first, next := rec.signals()[0], rec.signals()[1]

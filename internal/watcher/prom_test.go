@@ -84,7 +84,7 @@ func promWatcher(t *testing.T) (*recorder, *fakeProm, *metrics.Metrics) {
 	t.Cleanup(srv.Close)
 	rec, m := &recorder{}, metrics.New()
 	w := New(Config{Kube: fake.NewSimpleClientset(slice), Signaler: rec, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
-		Policies: pols, Prometheus: &PromConfig{URL: srv.URL, Interval: 10 * time.Millisecond, Timeout: 200 * time.Millisecond}})
+		Policies: pols, Prometheus: &PromConfig{URL: srv.URL, Interval: 10 * time.Millisecond, Timeout: 200 * time.Millisecond}, WithdrawAfter: 10 * time.Millisecond})
 	start(t, w)
 	return rec, prom, m
 }

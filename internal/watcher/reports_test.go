@@ -80,7 +80,7 @@ func reportWatcherSetUp(t *testing.T, served bool, retention time.Duration, setu
 	}
 	rec := &recorder{}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
-		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention, Clock: clock})
+		Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, ReportRetention: retention, Clock: clock, WithdrawAfter: 10 * time.Millisecond})
 	return rec, dyn, start(t, w), on
 }
 

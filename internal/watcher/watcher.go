@@ -69,6 +69,9 @@ type Config struct {
 	Prometheus *PromConfig
 	// Nodes receives node conditions that name no GPU (conditions.go); nil: they are logged.
 	Nodes NodeSignaler
+	// WithdrawAfter is how long after a detector's fault was delivered its withdrawal is sent
+	// (default 5 s; negative: at once).
+	WithdrawAfter time.Duration
 }
 
 // Watcher turns pod health reports into device workflow signals. It keeps no informer caches:
@@ -113,6 +116,9 @@ func New(cfg Config) *Watcher {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.WithdrawAfter == 0 {
+		cfg.WithdrawAfter = 5 * time.Second
 	}
 	if cfg.LeaseCheckInterval <= 0 {
 		cfg.LeaseCheckInterval = 2 * time.Second
@@ -529,8 +535,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	w.queue.Forget(id)
 	if keys := w.consume(id); len(keys) > 0 {
-		// Its one-time words are the workflow's now: tell it they are withdrawn.
-		w.queue.Add(id)
+		// Its one-time words are the workflow's now: tell it they are withdrawn, a little later,
+		// so that a detector that reports the device again and again (a flood) costs one signal
+		// a word, the withdrawal riding along with the next. Nothing waits for it: the quarantine
+		// stands for the fault, and a detector is no holder.
+		w.queue.AddAfter(id, w.cfg.WithdrawAfter)
 		return true
 	}
 	if len(obs.Reporters) > 0 {
