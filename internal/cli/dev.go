@@ -131,7 +131,13 @@ func newDevCmd(g *globals) *cobra.Command {
 			if dcgmListen != "" {
 				// The simulated GPUs' DCGM metrics (sim health --xid sets an XID).
 				exp := &sim.Exporter{Kube: kube, DRA: dcgmDRA}
-				copts.Extra = append(copts.Extra, func(ctx context.Context) error { return exp.Serve(ctx, dcgmListen) })
+				copts.Extra = append(copts.Extra, func(ctx context.Context) error {
+					if err := exp.Serve(ctx, dcgmListen); err != nil {
+						// A port taken (a real dcgm-exporter on this machine) costs only the simulation.
+						g.logger.Warn("the simulated dcgm-exporter is not served", "error", err)
+					}
+					return nil
+				})
 			}
 			err = app.RunController(ctx, kube, tc.Client, copts, m, g.logger)
 			g.logger.Info("worker and watcher stopped")

@@ -57,7 +57,7 @@ func startDevRig(t *testing.T, ctx context.Context) *devRig {
 func (r *devRig) dev(t *testing.T, name string, extra ...string) *child {
 	t.Helper()
 	args := append([]string{"dev", "--kubeconfig", r.kubeconfig, "--state-dir", r.state,
-		"--temporal-listen", r.frontend, "--ui-listen", "", "--metrics-address", r.metrics,
+		"--temporal-listen", r.frontend, "--ui-listen", "", "--metrics-address", r.metrics, "--sim-dcgm-listen", "",
 		"--breaker-max-count", "1000", "--breaker-max-percent", "0"}, extra...)
 	c := startCLI(t, r.dir, name, args...)
 	eventually(t, 2*time.Minute, name+" ready", func() error {
