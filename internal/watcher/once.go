@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"strings"
+	"time"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -49,7 +50,7 @@ func onceWord(rs []Report) string {
 // consume withdraws the one-time words the acknowledged observation carried, unless a reporter
 // said something new meanwhile; it returns the reporter keys withdrawn. The device's next
 // observation says so.
-func (s *store) consume(id device.ID) []string {
+func (s *store) consume(id device.ID, quietUntil time.Time) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.devices[id]
@@ -66,7 +67,20 @@ func (s *store) consume(id device.ID) []string {
 		keys = append(keys, key)
 	}
 	e.carrying = nil
+	if len(keys) > 0 {
+		e.quietUntil = quietUntil
+	}
 	return keys
+}
+
+// quietFor is how long the device's withdrawal still waits.
+func (s *store) quietFor(id device.ID, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.devices[id]; e != nil {
+		return e.quietUntil.Sub(now)
+	}
+	return 0
 }
 
 // dropDevice forgets that a reporter reported the device. Callers hold s.mu.

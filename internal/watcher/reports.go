@@ -196,7 +196,7 @@ func delivered(u *unstructured.Unstructured, r healthreport.Report) bool {
 // consume withdraws the one-time words the device's workflow acknowledged (once.go), and says
 // in each report's status that its fault was delivered.
 func (w *Watcher) consume(id device.ID) []string {
-	keys := w.store.consume(id)
+	keys := w.store.consume(id, w.cfg.Clock().Add(w.cfg.WithdrawAfter))
 	for _, key := range keys {
 		name, ok := strings.CutPrefix(key, "report:")
 		if !ok {

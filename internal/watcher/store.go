@@ -61,6 +61,8 @@ type entry struct {
 	// carrying names the one-time words (Report.Once) of the observation on its way, by reporter
 	// key: those still current when it is acknowledged are withdrawn (once.go).
 	carrying map[string]string
+	// quietUntil: the withdrawal of words consumed is not sent before (once.go).
+	quietUntil time.Time
 }
 
 func newStore() *store {
@@ -389,6 +391,7 @@ const (
 	skipNothing   decision = iota // nothing known about the device
 	skipHealthy                   // healthy and no workflow: costs Temporal nothing
 	skipDuplicate                 // same health, message, reporters and unit as last signalled
+	skipQuiet                     // a withdrawal waits until the device's detectors are quiet (once.go)
 	doSignal
 )
 
@@ -406,6 +409,9 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 	}()
 	if e == nil {
 		return api.Observation{}, skipNothing
+	}
+	if len(e.reports) == 0 && now.Before(e.quietUntil) {
+		return api.Observation{}, skipQuiet
 	}
 	if len(e.reports) == 0 {
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.

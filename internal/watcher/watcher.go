@@ -500,6 +500,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		switch d {
 		case skipDuplicate:
 			w.cfg.Metrics.Deduplicated.Inc()
+		case skipQuiet:
+			// A detector spoke of it a moment ago: its withdrawal goes when it is quiet.
+			w.queue.Forget(id)
+			w.queue.AddAfter(id, w.store.quietFor(id, w.cfg.Clock()))
+			return true
 		case skipHealthy:
 			// Healthy and never signalled: forget it, so a healthy fleet holds no memory.
 			w.cfg.Metrics.SkippedHealthy.Inc()
@@ -539,7 +544,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		// so that a detector that reports the device again and again (a flood) costs one signal
 		// a word, the withdrawal riding along with the next. Nothing waits for it: the quarantine
 		// stands for the fault, and a detector is no holder.
-		w.queue.AddAfter(id, w.cfg.WithdrawAfter)
+		w.queue.AddAfter(id, max(w.cfg.WithdrawAfter, 0))
 		return true
 	}
 	if len(obs.Reporters) > 0 {
