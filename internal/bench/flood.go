@@ -111,8 +111,8 @@ func Flood(ctx context.Context, o FloodOptions) error {
 		outcomes[r.Status.Outcome]++
 	}
 	fmt.Fprintf(o.Out, "reports created: %d in %s (%.0f/s)\n", o.Reports, created.Round(time.Millisecond), float64(o.Reports)/created.Seconds())
-	fmt.Fprintf(o.Out, "signals sent to device workflows: %.0f (%.1f reports each), for %d devices\n",
-		testutil.ToFloat64(m.Signals.WithLabelValues("ok")), float64(o.Reports)/testutil.ToFloat64(m.Signals.WithLabelValues("ok")), o.Devices)
+	signals := testutil.ToFloat64(m.Signals.WithLabelValues("ok"))
+	fmt.Fprintf(o.Out, "signals sent to device workflows: %.0f (%.2f per report), for %d devices\n", signals, signals/float64(o.Reports), o.Devices)
 	fmt.Fprintf(o.Out, "rules written: %d (breaker: %.0f granted, %.0f denied)\n", len(rules.Items),
 		testutil.ToFloat64(m.Permits.WithLabelValues("granted")), testutil.ToFloat64(m.Permits.WithLabelValues("denied")))
 	fmt.Fprintf(o.Out, "report status writes: %.0f (%.2f per report), all written %s after the first report (at most %d/s by design)\n",

@@ -113,6 +113,7 @@ func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h
 	}
 	r := Report{Device: id, Node: node, Health: h, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
 		Reporter: api.Reporter{Report: shown, Detector: spec.Source, Health: h}, Once: once}
+	w.detectorSpoke.Store(true)
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(key, version, []Report{r}, nil, nil, false)
 	w.podMu.Unlock()

@@ -464,6 +464,7 @@ func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
 
 // reportTaint reports a device its driver tainted as Unhealthy, with exact identity.
 func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
+	w.detectorSpoke.Store(true) // the driver names no Pod either
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
 		Source: devicemsg.SourceSlice, Reporter: api.Reporter{Slice: slice, Health: device.Unhealthy}}}, nil, nil, false)

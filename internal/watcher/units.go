@@ -231,9 +231,13 @@ func heldByPod(rs []api.Reporter) bool {
 
 // unitHolders are the reports a Pod makes by holding a followed device (or a form of a followed
 // shared unit) without reporting its health: its Pod is on the failing hardware all the same, so
-// the workflow counts it among the holders (Healthy: it said nothing against the device). Only
-// Pods that need a look get here (relevant): the common fleet pays nothing.
+// the workflow counts it among the holders (Healthy: it said nothing against the device). Until a
+// driver publishes shared units or a detector reports a device, only a Pod's own report makes it a
+// holder, and the common fleet pays nothing here.
 func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
+	if w.slices.grouping.Load() == 0 && !w.detectorSpoke.Load() {
+		return nil
+	}
 	var out []Report
 	for _, ref := range ClaimRefs(pod) {
 		ns, name, _ := strings.Cut(ref, "/")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -94,6 +95,9 @@ type Watcher struct {
 	conditions conditionIndex
 	// statuses are the reports' statuses waiting to be written (report_status.go).
 	statuses statusWriter
+	// detectorSpoke is set once a detector reported a device (once.go): from then on a Pod that
+	// holds a followed device without reporting it is its holder (unitHolders).
+	detectorSpoke atomic.Bool
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
 	// ctx is Run's context, for the few calls made outside the sources.
