@@ -46,7 +46,29 @@ var (
 type conditionIndex struct {
 	mu    sync.Mutex
 	words map[string]string
+	// sent remembers, per node, condition type and GPU named ("" for the node), the transition
+	// whose fault was sent: a message rewritten while the condition stands True (a count, a
+	// time) is no new fault; a GPU it names for the first time is.
+	sent  map[string]time.Time
 	since time.Time
+}
+
+// sentAt says whether what key names was sent for the condition's transition at.
+func (x *conditionIndex) sentAt(key string, at time.Time) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	prev, ok := x.sent[key]
+	return ok && prev.Equal(at)
+}
+
+// markSent notes what key names sent for the transition at.
+func (x *conditionIndex) markSent(key string, at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sent == nil {
+		x.sent = map[string]time.Time{}
+	}
+	x.sent[key] = at
 }
 
 // NamedGPUs are the GPUs a condition message names: attribute name and value, by UUID when it
@@ -94,6 +116,11 @@ func (w *Watcher) conditionSource(ctx context.Context) *source {
 				for k := range w.conditions.words {
 					if strings.HasPrefix(k, n.Name+"/") {
 						delete(w.conditions.words, k)
+					}
+				}
+				for k := range w.conditions.sent {
+					if strings.HasPrefix(k, n.Name+"/") {
+						delete(w.conditions.sent, k)
 					}
 				}
 				w.conditions.mu.Unlock()
@@ -153,7 +180,12 @@ func (w *Watcher) onNodeConditions(ctx context.Context, n *corev1.Node) {
 func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.NodeCondition, word string, sig policy.Signals) {
 	msg := strings.TrimSpace(c.Reason + ": " + c.Message)
 	named := NamedGPUs(c.Message, sig)
+	at := c.LastTransitionTime.Time
 	if len(named) == 0 {
+		if w.conditions.sentAt(node+"/"+kind+"/", at) {
+			return
+		}
+		w.conditions.markSent(node+"/"+kind+"/", at)
 		w.cfg.Metrics.SignalRefused.WithLabelValues(conditionSource, "names no device").Inc()
 		if w.cfg.Nodes == nil {
 			w.cfg.Logger.Warn("a node condition names no GPU; no device is fenced for it", "node", node, "condition", kind, "message", msg)
@@ -166,9 +198,12 @@ func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.N
 		return
 	}
 	for _, a := range named {
+		if w.conditions.sentAt(node+"/"+kind+"/"+a.Value, at) {
+			continue // the same transition: this GPU's fault was sent
+		}
 		spec := healthreport.Spec{Node: node, Attribute: &a, Health: string(device.Unhealthy), Source: "npd",
 			Cause: healthreport.Cause{Code: kind}, Message: c.Message}
-		id, at, err := w.resolveReport(ctx, spec)
+		id, on, err := w.resolveReport(ctx, spec)
 		if err != nil {
 			w.cfg.Metrics.SignalRefused.WithLabelValues(conditionSource, "no such device").Inc()
 			if w.logged.first(node+"/"+kind, err.Error()) {
@@ -178,6 +213,7 @@ func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.N
 		}
 		w.cfg.Metrics.SignalFaults.WithLabelValues(conditionSource, kind).Inc()
 		key := "condition:" + node + "/" + kind + "/" + id.String()
-		w.detectorWord(key, "", id, at, device.Unhealthy, spec, key+"@"+word)
+		w.detectorWord(key, "", id, on, device.Unhealthy, spec, key+"@"+word)
+		w.conditions.markSent(node+"/"+kind+"/"+a.Value, at)
 	}
 }

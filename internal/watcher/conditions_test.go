@@ -112,4 +112,23 @@ func TestNodeConditions(t *testing.T) {
 	if n, m := len(rec.signals()), len(nodes.failures()); n != 2 || m != 1 {
 		t.Fatalf("the same conditions again: %d signals, %d node words", n, m)
 	}
+	// The detector rewrites the message while the condition stands (a count): no new fault. A
+	// GPU it names for the first time is one.
+	node.Status.Conditions[0].Message = "Xid 79 on GPU-0a1b2c3d-0000-1111-2222-333344445555 (3 times)"
+	node.Status.Conditions[1].Message = `{"31":true,"43":true}`
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n, m := len(rec.signals()), len(nodes.failures()); n != 2 || m != 1 {
+		t.Fatalf("a rewritten message: %d signals, %d node words", n, m)
+	}
+	node.Status.Conditions[0].Message = "Xid 79 on GPU-0a1b2c3d-0000-1111-2222-333344445555 and GPU-bbbbbbbb-0000-1111-2222-333344445555"
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the second GPU's fault", func() bool { return len(rec.signals()) == 4 })
+	if got := rec.signals()[2]; got.Device.Device != "gpu-1" || got.Health != device.Unhealthy {
+		t.Fatalf("signalled %+v", got)
+	}
 }
