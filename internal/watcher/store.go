@@ -507,23 +507,18 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 		pods = append(pods, p)
 	}
 	slices.Sort(pods)
+	class := "" // a detector knows no class (no claim names it): the device's Pods' claims do
 	for _, p := range pods {
 		for _, r := range e.reports[p] {
 			obs.Reporters = append(obs.Reporters, r.Reporter)
+			class = cmp.Or(class, r.DeviceClass)
 			if sev := r.Health.Severity(); sev > worst || (sev == worst && r.Message > obs.Message) {
 				worst = sev
 				obs.Health, obs.Message, obs.Node, obs.DeviceClass, obs.Source = r.Health, r.Message, r.Node, r.DeviceClass, r.Source
 			}
 		}
 	}
-	if obs.DeviceClass == "" {
-		// A detector knows no class (no claim names it): the device's Pods' claims do.
-		for _, p := range pods {
-			for _, r := range e.reports[p] {
-				obs.DeviceClass = cmp.Or(obs.DeviceClass, r.DeviceClass)
-			}
-		}
-	}
+	obs.DeviceClass = cmp.Or(obs.DeviceClass, class)
 	slices.SortFunc(obs.Reporters, func(a, b api.Reporter) int {
 		return cmp.Or(strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim),
 			strings.Compare(a.Slice, b.Slice), strings.Compare(a.Report, b.Report))
