@@ -10,8 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,47 +119,18 @@ func dcgmPrometheus(ctx context.Context, kube kubernetes.Interface, o DCGMOption
 	srv := &http.Server{Handler: exp, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	b := &localcluster.Builder{CacheDir: o.CacheDir, Out: o.Out}
-	if err := b.BuildTools(ctx, "prometheus"); err != nil {
-		srv.Close()
-		return "", nil, err
-	}
 	dir, err := os.MkdirTemp("", "devicewarden-bench-prom-")
 	if err != nil {
 		srv.Close()
 		return "", nil, err
 	}
-	cfg := fmt.Sprintf("global: {scrape_interval: %s}\nscrape_configs:\n  - job_name: dcgm\n    static_configs: [{targets: [%q]}]\n", o.Scrape, l.Addr().String())
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		srv.Close()
-		return "", nil, err
-	}
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	u, stop, err := b.Prometheus(ctx, dir, o.Scrape, l.Addr().String())
 	if err != nil {
 		srv.Close()
+		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	addr := pl.Addr().String()
-	pl.Close()
-	cmd := exec.CommandContext(ctx, b.Binary("prometheus"), "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
-	if err := cmd.Start(); err != nil {
-		srv.Close()
-		return "", nil, err
-	}
-	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); srv.Close(); os.RemoveAll(dir) }
-	u := "http://" + addr
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		if resp, err := http.Get(u + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return u, stop, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("prometheus at %s not ready within a minute", u)
-		}
-	}
+	return u, func() { stop(); srv.Close(); os.RemoveAll(dir) }, nil
 }
 
 // instant asks Prometheus one instant query and returns the samples' values.
