@@ -155,6 +155,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	var k kubeFlags
 	var devFlag, healthFlag, message, podFlag, cdi, fault string
 	var xid int
+	var rowRemap bool
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Set a device's fault state in the simulated driver and write its health into every pod holding it, as kubelet would",
@@ -173,6 +174,13 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			}
 			if fault != "" && h == device.Healthy {
 				return fmt.Errorf("--fault %s: a fault is Unhealthy or Unknown, not Healthy", fault)
+			}
+			if rowRemap {
+				// A row-remap failure: nothing but a replacement clears it, and dcgm-exporter shows it.
+				if fault != "" && fault != sim.FaultPermanent {
+					return fmt.Errorf("--row-remap-failure is a permanent fault, not %s", fault)
+				}
+				fault, message = sim.FaultPermanent, sim.RowRemapFailure
 			}
 			if xid < 0 || xid > 1000 {
 				return fmt.Errorf("--xid %d: want an XID from 1 to 1000 (0: none)", xid)
@@ -234,6 +242,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&cdi, "cdi", string(sim.CDIClaimDevice), "how the resourceID names the device (claim-device, device, uuid, canonical, opaque), as different drivers do")
 	cmd.Flags().StringVar(&fault, "fault", "", "what clears the fault: transient (the driver's reset tool, image "+sim.ResetImage+"), reboot (a node reboot), permanent (nothing); default: only --health Healthy")
 	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
+	cmd.Flags().BoolVar(&rowRemap, "row-remap-failure", false, "the GPU's row remapping failed (a permanent fault), which the simulated dcgm-exporter's DCGM_FI_DEV_ROW_REMAP_FAILURE shows")
 	cmd.Flags().IntVar(&xid, "xid", 0, "the GPU also raises this XID, which the simulated dcgm-exporter's DCGM_FI_DEV_XID_ERRORS shows (and keeps, as DCGM does)")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")

@@ -56,8 +56,17 @@ func TestTheSimulatedExporterServesDCGMSeries(t *testing.T) {
 	if err := SetXID(ctx, cs, bad, 79); err != nil {
 		t.Fatal(err)
 	}
+	remapped := device.ID{Driver: Driver, Pool: "node-a", Device: "gpu-0"}
+	if err := SetFaultKind(ctx, cs, remapped, "Unhealthy", RowRemapFailure, FaultPermanent); err != nil {
+		t.Fatal(err)
+	}
 	e := &Exporter{Kube: cs}
 	all := scrape(t, e, "/metrics")
+	for _, l := range all["DCGM_FI_DEV_ROW_REMAP_FAILURE"] {
+		if want := map[bool]string{true: "1", false: "0"}[l["Hostname"] == "node-a" && l["gpu"] == "0"]; l["value"] != want {
+			t.Fatalf("row remap failure %v, want %s", l, want)
+		}
+	}
 	xids := all["DCGM_FI_DEV_XID_ERRORS"]
 	if len(xids) != 4 || len(all["DCGM_FI_DEV_ROW_REMAP_FAILURE"]) != 4 {
 		t.Fatalf("series %v", all)
