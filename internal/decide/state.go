@@ -200,10 +200,5 @@ func held(st *DeviceState, rs []Reporter) bool {
 	if !st.rules.DetectorsNotHolders {
 		return len(rs) > 0
 	}
-	for _, r := range rs {
-		if r.Pod != "" {
-			return true
-		}
-	}
-	return false
+	return devicemsg.PodHolds(rs)
 }

@@ -94,13 +94,15 @@ func (g unitView) holdersToMove() []PodRef {
 	if st.Quarantine == nil || st.State != Quarantined {
 		return nil
 	}
-	pods := fenceOf(st).migrationPods(Action{To: Quarantined})
+	var pods []PodRef
 	switch {
 	case st.rules.DetectorsNotHolders:
 		// Any device's: a detector's fault names no Pod, and the watcher learns of the
 		// device's holders after it sent the fault (its word is gone by then).
 		pods = fenceOf(st).faultHolders()
-	case st.Unit == nil:
+	case st.Unit != nil:
+		pods = fenceOf(st).migrationPods(Action{To: Quarantined})
+	default:
 		return nil
 	}
 	var out []PodRef

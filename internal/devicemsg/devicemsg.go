@@ -51,6 +51,17 @@ type Reporter struct {
 	Detector string `json:"detector,omitempty"`
 }
 
+// PodHolds says whether a Pod is among the reporters: only a Pod holds a device (a driver's
+// taint or a detector's report names a fault, not a job).
+func PodHolds(rs []Reporter) bool {
+	for _, r := range rs {
+		if r.Pod != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Observation is one aggregated health report for one device, sent by the watcher.
 type Observation struct {
 	Device device.ID     `json:"device"`

@@ -224,11 +224,6 @@ func (w *Watcher) adoptDeviceHolders(id device.ID) {
 	}
 }
 
-// heldByPod says whether a Pod is among the reporters.
-func heldByPod(rs []api.Reporter) bool {
-	return slices.ContainsFunc(rs, func(r api.Reporter) bool { return r.Pod != "" })
-}
-
 // unitHolders are the reports a Pod makes by holding a followed device (or a form of a followed
 // shared unit) without reporting its health: its Pod is on the failing hardware all the same, so
 // the workflow counts it among the holders (Healthy: it said nothing against the device). Until a

@@ -535,7 +535,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	if first := w.store.markSignalled(obs, w.cfg.Clock()); first && unit != nil {
 		// Every form's holders belong to the unit's decision, not only the reporters'.
 		go w.adoptUnitHolders(*unit)
-	} else if first && !heldByPod(obs.Reporters) {
+	} else if first && !devicemsg.PodHolds(obs.Reporters) {
 		// Only a detector spoke (its driver's taint, a report, a DCGM fault): the Pods that hold
 		// the device said nothing, and must be known to be moved. Taken in before the fault's
 		// word is withdrawn (below): a device nothing reports any more is no longer followed,
