@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -71,6 +72,15 @@ func (x *conditionIndex) markSent(key string, at time.Time) {
 	x.sent[key] = at
 }
 
+// forgetNode drops what was taken of a deleted node's conditions.
+func (x *conditionIndex) forgetNode(node string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	mine := func(k string) bool { return strings.HasPrefix(k, node+"/") }
+	maps.DeleteFunc(x.words, func(k, _ string) bool { return mine(k) })
+	maps.DeleteFunc(x.sent, func(k string, _ time.Time) bool { return mine(k) })
+}
+
 // NamedGPUs are the GPUs a condition message names: attribute name and value, by UUID when it
 // gives any, else by index.
 func NamedGPUs(msg string, sig policy.Signals) []healthreport.Attribute {
@@ -112,18 +122,7 @@ func (w *Watcher) conditionSource(ctx context.Context) *source {
 		},
 		remove: func(o runtime.Object) {
 			if n, ok := o.(*corev1.Node); ok {
-				w.conditions.mu.Lock()
-				for k := range w.conditions.words {
-					if strings.HasPrefix(k, n.Name+"/") {
-						delete(w.conditions.words, k)
-					}
-				}
-				for k := range w.conditions.sent {
-					if strings.HasPrefix(k, n.Name+"/") {
-						delete(w.conditions.sent, k)
-					}
-				}
-				w.conditions.mu.Unlock()
+				w.conditions.forgetNode(n.Name)
 			}
 		},
 	}

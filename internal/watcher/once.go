@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"strings"
 	"time"
 
 	"github.com/devicewarden/devicewarden/api"
@@ -108,7 +107,7 @@ func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h
 		msg = msg[:devicemsg.MaxReason]
 	}
 	shown := key
-	if name, ok := strings.CutPrefix(key, "report:"); ok {
+	if name, ok := reportName(key); ok {
 		shown = name // a DeviceHealthReport is shown by its name
 	}
 	r := Report{Device: id, Node: node, Health: h, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),

@@ -151,11 +151,12 @@ func (w *Watcher) queryProm(ctx context.Context, query string) ([]promsignal.Sam
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
-	}
 	samples, err := promsignal.Parse(body)
-	if err != nil && resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK {
+		// Prometheus says why in its JSON (a bad query, an overloaded server); a proxy may not.
+		if err == nil {
+			return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
 		return nil, fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
 	}
 	return samples, err

@@ -26,12 +26,17 @@ type statusWriter struct {
 	wake    chan struct{}
 }
 
-// put queues a report's status.
-func (s *statusWriter) put(name string, st healthreport.Status) {
-	s.mu.Lock()
+// ready makes the zero writer usable. Callers hold s.mu.
+func (s *statusWriter) ready() {
 	if s.pending == nil {
 		s.pending, s.wake = map[string]healthreport.Status{}, make(chan struct{}, 1)
 	}
+}
+
+// put queues a report's status.
+func (s *statusWriter) put(name string, st healthreport.Status) {
+	s.mu.Lock()
+	s.ready()
 	if _, queued := s.pending[name]; !queued {
 		s.order = append(s.order, name)
 	}
@@ -48,9 +53,7 @@ func (s *statusWriter) put(name string, st healthreport.Status) {
 func (s *statusWriter) next() (string, healthreport.Status, chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending == nil {
-		s.pending, s.wake = map[string]healthreport.Status{}, make(chan struct{}, 1)
-	}
+	s.ready()
 	if len(s.order) == 0 {
 		return "", healthreport.Status{}, s.wake
 	}

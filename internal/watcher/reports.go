@@ -26,7 +26,12 @@ import (
 // refused in its status and fences nothing.
 
 // reportKey is the reporter key under which a DeviceHealthReport reports its device.
-func reportKey(name string) string { return "report:" + name }
+func reportKey(name string) string { return reportPrefix + name }
+
+// reportName is the report a reporter key is of (false: the key is no report's).
+func reportName(key string) (string, bool) { return strings.CutPrefix(key, reportPrefix) }
+
+const reportPrefix = "report:"
 
 // reportsRecheck is how often the watcher looks again for a DeviceHealthReport API it did not find.
 const reportsRecheck = time.Minute
@@ -198,7 +203,7 @@ func delivered(u *unstructured.Unstructured, r healthreport.Report) bool {
 func (w *Watcher) consume(id device.ID) []string {
 	keys := w.store.consume(id, w.cfg.Clock().Add(w.cfg.WithdrawAfter))
 	for _, key := range keys {
-		name, ok := strings.CutPrefix(key, "report:")
+		name, ok := reportName(key)
 		if !ok {
 			continue
 		}

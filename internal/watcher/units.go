@@ -208,28 +208,21 @@ func (w *Watcher) unitID(id device.ID) device.ID {
 	return u
 }
 
-// adoptUnitHolders looks at the Pods of every claim allocated a form of the unit: a Pod on a
-// sibling partition that reports Healthy still runs on the failing hardware, and its workflow
-// must know it to move it.
-func (w *Watcher) adoptUnitHolders(u device.Unit) {
-	for _, claim := range w.claims.holdingAny(u.DeviceIDs()) {
+// adoptHoldersOf looks at the Pods of every claim allocated any of the devices (a unit's forms,
+// or one device): a Pod on a sibling partition that reports Healthy, or one whose device only a
+// detector spoke of, still runs on the failing hardware, and its workflow must know it to move it.
+func (w *Watcher) adoptHoldersOf(ids []device.ID) {
+	for _, claim := range w.claims.holdingAny(ids) {
 		w.adoptHolders(claim)
 	}
 }
 
-// adoptDeviceHolders looks at the Pods of every claim allocated the device.
-func (w *Watcher) adoptDeviceHolders(id device.ID) {
-	for _, claim := range w.claims.holdingAny([]device.ID{id}) {
-		w.adoptHolders(claim)
-	}
-}
-
-// unitHolders are the reports a Pod makes by holding a followed device (or a form of a followed
+// silentHolders are the reports a Pod makes by holding a followed device (or a form of a followed
 // shared unit) without reporting its health: its Pod is on the failing hardware all the same, so
 // the workflow counts it among the holders (Healthy: it said nothing against the device). Until a
 // driver publishes shared units or a detector reports a device, only a Pod's own report makes it a
 // holder, and the common fleet pays nothing here.
-func (w *Watcher) unitHolders(pod *corev1.Pod, reports []Report) []Report {
+func (w *Watcher) silentHolders(pod *corev1.Pod, reports []Report) []Report {
 	if w.slices.grouping.Load() == 0 && !w.detectorSpoke.Load() {
 		return nil
 	}

@@ -96,7 +96,7 @@ type Watcher struct {
 	// statuses are the reports' statuses waiting to be written (report_status.go).
 	statuses statusWriter
 	// detectorSpoke is set once a detector reported a device (once.go): from then on a Pod that
-	// holds a followed device without reporting it is its holder (unitHolders).
+	// holds a followed device without reporting it is its holder (silentHolders).
 	detectorSpoke atomic.Bool
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
@@ -366,7 +366,7 @@ func (w *Watcher) relevant(pod *corev1.Pod) bool {
 // handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
 func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
 	reports, errs := Resolve(pod, w.claims.get, naming{w})
-	reports = append(reports, w.unitHolders(pod, reports)...)
+	reports = append(reports, w.silentHolders(pod, reports)...)
 	unresolved := false
 	for _, e := range errs {
 		if e.Reason == ReasonAmbiguous {
@@ -534,13 +534,13 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	w.cfg.Metrics.Signals.WithLabelValues("ok").Inc()
 	if first := w.store.markSignalled(obs, w.cfg.Clock()); first && unit != nil {
 		// Every form's holders belong to the unit's decision, not only the reporters'.
-		go w.adoptUnitHolders(*unit)
+		go w.adoptHoldersOf(unit.DeviceIDs())
 	} else if first && !devicemsg.PodHolds(obs.Reporters) {
 		// Only a detector spoke (its driver's taint, a report, a DCGM fault): the Pods that hold
 		// the device said nothing, and must be known to be moved. Taken in before the fault's
 		// word is withdrawn (below): a device nothing reports any more is no longer followed,
 		// and its holders would be passed over.
-		w.adoptDeviceHolders(obs.Device)
+		w.adoptHoldersOf([]device.ID{obs.Device})
 	}
 	w.queue.Forget(id)
 	if keys := w.consume(id); len(keys) > 0 {
