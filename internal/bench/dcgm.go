@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
+	"github.com/devicewarden/devicewarden/internal/promsignal"
 	"github.com/devicewarden/devicewarden/internal/sim"
 	"github.com/devicewarden/devicewarden/internal/watcher"
 )
@@ -133,8 +133,8 @@ func dcgmPrometheus(ctx context.Context, kube kubernetes.Interface, o DCGMOption
 	return u, func() { stop(); srv.Close(); os.RemoveAll(dir) }, nil
 }
 
-// instant asks Prometheus one instant query and returns the samples' values.
-func instant(ctx context.Context, prom, query string) ([]string, error) {
+// instant asks Prometheus one instant query and returns its samples.
+func instant(ctx context.Context, prom, query string) ([]promsignal.Sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, prom+"/api/v1/query?query="+url.QueryEscape(query), nil)
 	if err != nil {
 		return nil, err
@@ -144,22 +144,11 @@ func instant(ctx context.Context, prom, query string) ([]string, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var a struct {
-		Data struct {
-			Result []struct {
-				Value [2]any `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, r := range a.Data.Result {
-		v, _ := r.Value[1].(string)
-		out = append(out, v)
-	}
-	return out, nil
+	return promsignal.Parse(body)
 }
 
 func waitSeries(ctx context.Context, prom string, n int) error {
