@@ -41,7 +41,10 @@ type deviceModel struct {
 	// acted (its result was lost); quarantineFatal makes the next one fail for good. checkFails
 	// checks fail; releaseFails ReleaseRule calls fail, the last after it acted.
 	quarantineFails, checkFails, releaseFails int
-	quarantineFatal                           bool
+	// probeFails: the next probes and canaries fail, the repair steps between them pass (a step
+	// that clears the fault and a review that finds it again).
+	probeFails      int
+	quarantineFatal bool
 	// probeOK and canaryOK are the newest check outcomes since the rule was made.
 	probeOK, canaryOK  *bool
 	checkFailed        bool // a check ever failed: evidence of a fault
@@ -119,6 +122,7 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt
 	if !ok {
 		return decide.StepResult{Reason: string(action) + " did not clear the fault"}
 	}
+	m.ladder.passed = true
 	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
 }
 
@@ -275,6 +279,13 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if m.retired && in.Kind == decide.ActProbe && (!m.releaseAsked || m.askedAt.Before(m.retiredAt)) {
 			m.violate("a retired device was probed without a person's release")
 		}
+		if m.probeFails > 0 && ok {
+			m.probeFails--
+			ok, m.checkFailed = false, true
+		}
+		if !ok {
+			m.ladder.passed = false // the review found the device still broken
+		}
 		if in.Kind == decide.ActProbe {
 			m.probeOK = &ok
 		} else {
@@ -299,10 +310,12 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			if m.holdersFound && !m.moveAsked {
 				m.violate("a node step looked again without the holders it found being moved")
 			}
+			last, passed := m.ladder.last, m.ladder.passed // moving holders is not the step's result
 			if res := m.repairStep(env, attempt, breaker.Reboot, true); res.Busy {
 				m.ladder.nodeStepEnded(res)
 				return res, nil
 			}
+			m.ladder.last, m.ladder.passed = last, passed
 			m.holdersFound, m.moveAsked = true, false
 			m.ladder.fenced = true // the activity fences the node and keeps its permit
 			m.note("RemediateNode: %d holders on the node, moved first", m.nodeHolders)
@@ -334,6 +347,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if m.retired && in.Actor == decide.Actor {
 			m.violate("a retired device was released with no person's approval")
 		}
+		m.ladder.released(m, in)
 		m.retired, m.releaseAsked = false, false
 		if (m.probeOK != nil && !*m.probeOK) || (m.canaryOK != nil && !*m.canaryOK) {
 			m.violate("rule released while the last probe or canary failed (probe %v, canary %v)", ptrBool(m.probeOK), ptrBool(m.canaryOK))
@@ -525,7 +539,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.breakerOpen = open
 			}
 		case "fault":
-			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "release", "node"}).Draw(rt, fmt.Sprintf("fault%d", i))
+			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "probe", "release", "node"}).Draw(rt, fmt.Sprintf("fault%d", i))
 			if m.aimed {
 				f = "check" // resets that fail: the ladder climbs to its node step's ask
 			}
@@ -541,6 +555,8 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 					m.quarantineFatal = true
 				case "check":
 					m.checkFails = k
+				case "probe":
+					m.probeFails = k
 				case "release":
 					m.releaseFails = k
 				case "node":

@@ -23,9 +23,12 @@ import (
 // Every method is called with the device model's lock held.
 type ladderModel struct {
 	kinds []policy.RepairKind // the policy's steps
-	// quarantine numbers the quarantines; ranIn the steps that ran in the current one.
+	// quarantine numbers the quarantines; ranIn the steps that ran in the current one, last the
+	// latest of them and passed whether it cleared the fault.
 	quarantine int
 	ranIn      map[policy.RepairKind]bool
+	last       policy.RepairKind
+	passed     bool
 	// asks are the approval requests sent, oldest first; validAt is when an approval last named
 	// the node step's current ask.
 	asks    []simAsk
@@ -58,17 +61,31 @@ type simAsk struct {
 
 func (l *ladderModel) quarantined() {
 	l.quarantine++
-	l.ranIn = map[policy.RepairKind]bool{}
+	l.ranIn, l.last, l.passed = map[policy.RepairKind]bool{}, "", false
 }
 
 func (l *ladderModel) ran(action decide.State) {
 	if l.ranIn == nil {
 		l.ranIn = map[policy.RepairKind]bool{}
 	}
+	l.last, l.passed = policy.RepairReset, false
 	if action == breaker.Reboot {
-		l.ranIn[policy.RepairNode] = true
-	} else {
-		l.ranIn[policy.RepairReset] = true
+		l.last = policy.RepairNode
+	}
+	l.ranIn[l.last] = true
+}
+
+// released checks what a release counts as repaired: only a device its quarantine's last step
+// cleared, and never a retired device a person brings back.
+func (l *ladderModel) released(m *deviceModel, in remediation.ReleaseInput) {
+	if in.RepairedBy == "" {
+		return
+	}
+	if m.retired {
+		m.violate("a retired device released by %q counts as repaired by its %s step", in.Actor, in.RepairedBy)
+	}
+	if !l.passed || string(l.last) != in.RepairedBy {
+		m.violate("the release counts as repaired by %s, but this quarantine's last step was %q (passed %v)", in.RepairedBy, l.last, l.passed)
 	}
 }
 
