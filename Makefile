@@ -145,8 +145,9 @@ N ?= 100000
 SIM_WORKFLOWS = DeviceWorkflow DeviceApprovals UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
 # The seams between parties, each simulated in the package of its parts (package:name): the
 # breaker with three workers' permit caches; a unit's and its forms' workflows over one set of rules;
-# node steps beside earlier tries' objects and another node's step; resets retried on API errors.
-SIM_SEAMS = worker/permits:Permits activities/remediation:RuleOwners activities/remediation:NodeSteps activities/remediation:ResetRetries
+# node steps beside earlier tries' objects and another node's step; resets retried on API errors;
+# on a real server, an approval and a report that reach a device workflow in one workflow task.
+SIM_SEAMS = worker/permits:Permits worker:ApprovalsOnAServer activities/remediation:RuleOwners activities/remediation:NodeSteps activities/remediation:ResetRetries
 # A process runs at most SIM_CHUNK sequences: the SDK's test environment keeps an activity that
 # waits to retry when its run ends (a goroutine and the environment), so memory grows with the
 # sequences a process runs (about 330 KB each for the migration).
