@@ -149,8 +149,7 @@ func askID(a *notify.ApprovalRequest) string {
 // The node step must still run only on an approval that named its own ask (#52, defect 5b).
 func TestSimulateApprovalsOnAServer(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+	ctx := t.Context() // make simulate runs thousands of sequences: each call has its own timeout
 	srv, c := temporaltest.Start(t)
 	if err := RegisterSearchAttributes(ctx, c, "default"); err != nil {
 		t.Fatal(err)
@@ -284,6 +283,8 @@ func isRefusal(err error) bool {
 
 // describe is the device's last transitions, for a failure's message.
 func describe(ctx context.Context, c client.Client, id string) string {
+	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
 	v, err := c.QueryWorkflow(ctx, id, "", api.QueryState)
 	if err != nil {
 		return err.Error()
