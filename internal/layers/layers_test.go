@@ -25,6 +25,8 @@ var layers = [][]string{
 		"internal/imagecheck", "internal/casemut", "internal/layers", "activities/activitytest"},
 	// The policy file, and local infrastructure.
 	{"internal/policy", "internal/metrics", "internal/localcluster", "internal/temporalserver"},
+	// A fault's cause, and the step it chooses.
+	{"internal/cause"},
 	// The values a device workflow takes and answers, and a detector's report of a device.
 	{"internal/devicemsg", "internal/healthreport"},
 	// Pure decisions: a device's, and a rollout's.
@@ -237,7 +239,7 @@ func TestCallersDoNotImportTheDecisions(t *testing.T) {
 }
 
 // pure are the decision packages: they do no I/O, so they import no Temporal and no Kubernetes client.
-var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/decide", "internal/devicemsg", "internal/healthreport", "internal/promsignal", "internal/rolloutplan",
+var pure = []string{"internal/device", "internal/capacity", "internal/policy", "internal/cause", "internal/decide", "internal/devicemsg", "internal/healthreport", "internal/promsignal", "internal/rolloutplan",
 	"internal/breaker", "internal/migrationplan", "internal/escalation"}
 
 // TestDecisionsDoNoIO: a pure package that imports a Temporal or Kubernetes client fails.

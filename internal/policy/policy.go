@@ -66,6 +66,8 @@ type Policy struct {
 	Migration Migration `json:"migration,omitempty"`
 	// Repair is the ladder a quarantined device climbs before its review (none by default).
 	Repair Repair `json:"repair,omitempty"`
+	// Causes says what a fault's cause changes: its first step, and whether it is fenced.
+	Causes Causes `json:"causes,omitzero"`
 }
 
 // Default applies when no policy file entry matches.
@@ -196,6 +198,7 @@ type entry struct {
 	EscalationThreshold *int            `yaml:"escalationThreshold"`
 	Migration           *migrationEntry `yaml:"migration"`
 	Repair              *repairEntry    `yaml:"repair"`
+	Causes              *causesEntry    `yaml:"causes"`
 	line                int
 }
 
@@ -476,6 +479,7 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	}
 	e.Migration.apply(&p.Migration)
 	e.Repair.apply(&p.Repair)
+	e.Causes.apply(&p.Causes)
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
 	}
@@ -522,6 +526,9 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("escalationThreshold must be >= 1, got %d", p.EscalationThreshold)
 	}
 	if err := p.Repair.validate(); err != nil {
+		return err
+	}
+	if err := p.Causes.validate(); err != nil {
 		return err
 	}
 	if p.Repair.MovesHolders() && !p.Migration.Enabled {
