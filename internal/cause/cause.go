@@ -77,6 +77,23 @@ func RecoveryOf(n int) (Recovery, bool) {
 	return recoveries[n], true
 }
 
+// ParseRecovery reads a recovery action as a source may write it: NVML's number ("2"), its name
+// ("node-reboot", "NODE_REBOOT", "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT"); false for anything else.
+func ParseRecovery(s string) (Recovery, bool) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.Atoi(s); err == nil {
+		return RecoveryOf(n)
+	}
+	s = strings.ToLower(strings.TrimPrefix(strings.TrimPrefix(strings.ToUpper(s), "NVML_"), "GPU_RECOVERY_ACTION_"))
+	s = strings.ReplaceAll(s, "_", "-")
+	for _, r := range recoveries {
+		if string(r) == s {
+			return r, true
+		}
+	}
+	return "", false
+}
+
 // xidIn finds an XID in the driver's and the kernel's usual forms: "XID 79", "xid=79", "Xid: 79",
 // "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, ...".
 var xidIn = regexp.MustCompile(`(?i)\bxid\b\s*(?:\(\s*pci:\s*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?)\s*\))?\s*[:=#]?\s*(\d{1,4})\b`)

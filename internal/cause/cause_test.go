@@ -109,3 +109,21 @@ func TestCauseString(t *testing.T) {
 		t.Fatal("Known")
 	}
 }
+
+// A recovery action is read by NVML's number or name, in the forms sources write it.
+func TestParseRecovery(t *testing.T) {
+	for in, want := range map[string]Recovery{
+		"0": RecoveryNone, "1": RecoveryGPUReset, " 2 ": RecoveryNodeReboot, "4": RecoveryDrainAndReset, "7": RecoverySystemReboot,
+		"gpu-reset": RecoveryGPUReset, "NODE_REBOOT": RecoveryNodeReboot, "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P": RecoveryDrainP2P,
+		"GPU_RECOVERY_ACTION_BUS_RESET": RecoveryBusReset,
+	} {
+		if got, ok := ParseRecovery(in); !ok || got != want {
+			t.Errorf("ParseRecovery(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "8", "-1", "reboot", "gpu reset"} {
+		if got, ok := ParseRecovery(bad); ok {
+			t.Errorf("ParseRecovery(%q) = %q, want refused", bad, got)
+		}
+	}
+}

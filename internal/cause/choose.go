@@ -19,8 +19,9 @@ type Choice struct {
 }
 
 // Choose is the first step for a fault of cause c under the policy's causes: the policy's own
-// rules first; then the driver's recovery action, which wins over the XID table; then the shipped
-// catalogue by code, XID and recommended action. An unknown cause climbs the ladder as it stands.
+// rules first; then the driver's recovery action, which wins over the XID table; then the
+// detector's recommended action; then the shipped catalogue by code and XID. An unknown cause
+// climbs the ladder as it stands.
 func Choose(c Cause, p policy.Causes) Choice {
 	if p.Off {
 		return Choice{First: policy.FirstLadder, Why: "causes are off in the policy"}
@@ -30,6 +31,9 @@ func Choose(c Cause, p policy.Causes) Choice {
 	}
 	if f, ok := byRecovery(c.Recovery); ok {
 		return Choice{First: f, Why: "recovery action " + string(c.Recovery)}
+	}
+	if ch, ok := byRules(Cause{Action: c.Action}, policy.Catalogue, "catalogue"); ok {
+		return ch // the detector saw this fault: its word is more specific than the table's
 	}
 	if ch, ok := byRules(c, policy.Catalogue, "catalogue"); ok {
 		return ch
