@@ -33,10 +33,13 @@ import "go.temporal.io/sdk/workflow"
 //     Unknown while it rebooted) does not fail that review (decide.Rules.StepReports).
 //   - 12: only a Pod holds a device: a detector's word (the driver's taint, a health report)
 //     does not keep the ladder from its next try (decide.Rules.DetectorsNotHolders).
+//   - 13: a fault's cause chooses its first step (decide.Rules.Causes): an application's fault
+//     is not fenced until they pile up, the ladder starts at the step the cause asks for, and a
+//     replace fault is retired at once.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 12
+const deviceChangesNow workflow.Version = 13
 
 type changesKey struct{}
 

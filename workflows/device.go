@@ -49,6 +49,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		LadderTrust:         takes(ctx, 10),
 		StepReports:         takes(ctx, 11),
 		DetectorsNotHolders: takes(ctx, 12),
+		Causes:              takes(ctx, 13),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

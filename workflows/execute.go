@@ -75,6 +75,9 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			if err := workflow.ExecuteActivity(notifyOptions(ctx), rem.RequestApproval, req).Get(ctx, nil); err != nil {
 				workflow.GetLogger(ctx).Warn("approval request not posted; approve with the CLI", "error", err)
 			}
+		case decide.ActAppFault:
+			in := remediation.AppFaultInput{Device: st.Device, Reason: act.Reason, Reporters: act.Plan.Reporters, At: workflow.Now(ctx)}
+			notice(ctx, "application fault not told", workflow.ExecuteActivity(notifyOptions(ctx), rem.NoteAppFault, in))
 		case decide.ActEndNodeStep:
 			endNodeStep(ctx, remediation.NodeInput{Device: st.Device, Node: st.Node, Step: act.Plan.Step,
 				WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID})

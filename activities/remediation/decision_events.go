@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 )
 
@@ -49,4 +51,21 @@ func (a *Activities) event(ctx context.Context, obj corev1.ObjectReference, reas
 	if err := kubeobj.CreateEvent(ctx, a.Kube, obj, reason, typ, msg, name, "devicewarden.io/device"); err != nil {
 		slog.Default().WarnContext(ctx, "event not recorded", "object", obj.Kind+"/"+obj.Namespace+"/"+obj.Name, "reason", reason, "error", err)
 	}
+}
+
+// AppFaultInput is an application's own fault on a device, which stays in service.
+type AppFaultInput struct {
+	Device    device.ID         `json:"device"`
+	Reason    string            `json:"reason"`
+	Reporters []decide.Reporter `json:"reporters,omitempty"`
+	// At names the fault: each gets its Events, a retried call writes them once.
+	At time.Time `json:"at"`
+}
+
+// NoteAppFault tells the tenant: an Event on each Pod and claim that holds the device says the
+// fault was the application's and the device stays in service.
+func (a *Activities) NoteAppFault(ctx context.Context, in AppFaultInput) error {
+	msg := fmt.Sprintf("device %s: %s", in.Device, in.Reason)
+	a.tellReporters(ctx, in.Reporters, "DeviceApplicationFault", corev1.EventTypeWarning, msg, fmt.Sprintf("appfault.%d", in.At.Unix()))
+	return nil
 }

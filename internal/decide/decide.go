@@ -67,6 +67,7 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 		}
 		return nil
 	}
+	causeOf(st).observed(obs)
 	st.Health, st.Message, st.StatusVersion, st.ObservedAt, st.Reporters = obs.Health, obs.Message, obs.StatusVersion, obs.ObservedAt, obs.Reporters
 	if obs.Seq != nil {
 		st.Seq = obs.Seq
@@ -153,8 +154,12 @@ func (st *DeviceState) evaluate(h device.Health, now time.Time, reason string) [
 		if st.State == Quarantined || st.State == Retired || (st.Held != nil && st.Held.To == Quarantined) {
 			return nil
 		}
-		acts := fenceOf(st).automatic(Action{Kind: ActTaint, To: Quarantined, Effect: fenceOf(st).effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true})
-		return append(acts, Action{Kind: ActAlert, Level: LevelCritical, Reason: reason})
+		a, spared, ok := causeOf(st).fault(Action{Kind: ActTaint, To: Quarantined, Effect: fenceOf(st).effect(st.Policy.TaintEffect), Reason: reason, Actor: Actor, Automatic: true}, now)
+		if ok {
+			return spared
+		}
+		acts := fenceOf(st).automatic(a)
+		return append(acts, Action{Kind: ActAlert, Level: LevelCritical, Reason: a.Reason})
 	case device.Unknown:
 		if !fenceOf(st).inService() {
 			return nil

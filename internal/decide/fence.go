@@ -29,7 +29,7 @@ func (g fencing) lease() time.Duration {
 func (g fencing) applied(a Action, rule string, now time.Time) {
 	st := g.st
 	st.Quarantine = &QuarantineRecord{RuleName: rule, Effect: a.Effect, Reason: a.Reason, Actor: a.Actor,
-		CreatedAt: now, ExpiresAt: now.Add(g.lease()), State: a.To}
+		CreatedAt: now, ExpiresAt: now.Add(g.lease()), State: a.To, Cause: a.Cause, Choice: a.Choice}
 	st.ToleranceUntil, st.TaintFailures, st.Review = time.Time{}, 0, nil
 	g.clearHeld()
 	st.transition(a.To, a.Reason, a.Actor, now)

@@ -104,6 +104,8 @@ func Prepare(st *DeviceState, a Action) Action {
 		}
 	case ActRetire:
 		p.Evidence = repairOf(st).evidence()
+	case ActAppFault:
+		p.Reporters = st.Reporters
 	case ActEndNodeStep:
 		p.Step = nodeStep(st.Policy)
 	case ActRelease:

@@ -85,6 +85,14 @@ func (g repairing) startLadder(now time.Time) []Action {
 			return g.retire(fmt.Sprintf("quarantined %d times within %s (retireAfter %d): a lemon", k, policy.RelapseWindow, n), now)
 		}
 	}
+	if why, ok := causeOf(st).retiresAtOnce(); ok {
+		return g.retire(why, now)
+	}
+	step, note := causeOf(st).firstStep(st.Policy.Repair.Steps)
+	st.Quarantine.Ladder.Step = step
+	if note != "" {
+		st.transition(st.State, note, Actor, now)
+	}
 	return g.climb(now)
 }
 
@@ -131,6 +139,9 @@ func (g repairing) climb(now time.Time) []Action {
 		return nil
 	}
 	l.Due = false
+	if why, ok := causeOf(st).retiresAfterTry(l); ok {
+		return g.retire(why, now)
+	}
 	steps := st.Policy.Repair.Steps
 	switch {
 	case l.Attempt == 0:

@@ -3,6 +3,7 @@ package decide
 import (
 	"time"
 
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -46,6 +47,10 @@ type Rules struct {
 	// DeviceHealthReport, a DCGM series, a node condition) names a fault, not a job to move,
 	// so it neither keeps the ladder from its next try nor stands for a holder in the summary.
 	DetectorsNotHolders bool `json:"detectorsNotHolders,omitempty"`
+	// Causes: a fault's cause chooses its first step (cause.Choose): an application's fault is
+	// not fenced until they pile up, a reset- or reboot-first fault starts the ladder at that
+	// step, a replace fault is retired at once. Runs before it climb every ladder from the start.
+	Causes bool `json:"causes,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -69,6 +74,9 @@ type QuarantineRecord struct {
 	Reviews int `json:"reviews,omitempty"`
 	// Ladder is where the quarantine stands on its policy's repair ladder (nil: none).
 	Ladder *Ladder `json:"ladder,omitempty"`
+	// Cause is what made the fault, and Choice the step it chose (Rules.Causes).
+	Cause  *cause.Cause  `json:"cause,omitempty"`
+	Choice *cause.Choice `json:"choice,omitempty"`
 	// Closed* say who ended the quarantine, why and when.
 	ClosedAt    time.Time `json:"closedAt,omitempty"`
 	ClosedBy    string    `json:"closedBy,omitempty"`
@@ -127,6 +135,15 @@ type DeviceState struct {
 	Transitions []Transition `json:"transitions,omitempty"`
 	// Ignored counts observations dropped as duplicates or older than the last one.
 	Ignored int `json:"ignored"`
+	// Cause is what the sources said of the newest Unhealthy report (Rules.Causes).
+	Cause *cause.Cause `json:"cause,omitempty"`
+	// AppFaults are when the device reported an application's fault within the policy's window
+	// and stayed in service; AppFaultsTotal counts them all.
+	AppFaults      []time.Time `json:"appFaults,omitempty"`
+	AppFaultsTotal int         `json:"appFaultsTotal,omitempty"`
+	// repeat: the observation being decided repeats the standing fault (same cause), whatever
+	// made the Pod's status change.
+	repeat bool
 	// Unit is the physical unit this workflow fences, for a device published in several forms:
 	// while fenced, every device it was ever seen with (a rule stands for each).
 	Unit *device.Unit `json:"unit,omitempty"`
@@ -156,6 +173,9 @@ const (
 	// ActFenceMembers extends a standing fence to every device of the unit (one joined it, or a
 	// member's rule went missing) with the fence's key, effect, reason and expiry.
 	ActFenceMembers ActionKind = "fence-members"
+	// ActAppFault tells the tenant's Pods that the device reported their application's own
+	// fault and stays in service (Rules.Causes).
+	ActAppFault ActionKind = "app-fault"
 	// ActEndNodeStep clears what the ladder's node step left on the node (its remediator object,
 	// its fences of the node, the node's permit) when the quarantine ended without the step's
 	// own cleanup: the device's rule was deleted by hand while the step moved holders.
@@ -190,6 +210,10 @@ type Action struct {
 	// Gather marks an alert that a fleet-wide event raises on many devices at once (an Unknown
 	// report tolerated, Healthy again within the window): the worker may send it with others.
 	Gather bool `json:"gather,omitempty"`
+	// Cause and Choice go with a fault's taint (Rules.Causes): what made the fault and the
+	// step it starts at, kept on the quarantine record the taint makes.
+	Cause  *cause.Cause  `json:"cause,omitempty"`
+	Choice *cause.Choice `json:"choice,omitempty"`
 	// Plan is what the action's activity needs, filled by Prepare as the action is taken up.
 	Plan *Plan `json:"-"`
 }

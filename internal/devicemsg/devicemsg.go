@@ -7,6 +7,7 @@ package devicemsg
 import (
 	"time"
 
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
@@ -87,6 +88,9 @@ type Observation struct {
 	// Unit is set when Device is a shared physical unit (device.Unit.Device): the devices it is
 	// published as now, each of which a fence must cover.
 	Unit *device.Unit `json:"unit,omitempty"`
+	// Cause is what the sources say made an Unhealthy report (an XID, a code, the driver's
+	// recovery action), when they say it.
+	Cause *cause.Cause `json:"cause,omitempty"`
 }
 
 // Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;
