@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
 )
 
@@ -66,6 +67,9 @@ type Attribute struct {
 type Cause struct {
 	Code              string `json:"code,omitempty"`
 	RecommendedAction string `json:"recommendedAction,omitempty"`
+	// RecoveryAction is the driver's verdict for the GPU when the detector read it (NVML's GPU
+	// recovery action, by number or name: "1", "gpu-reset"); it chooses the first repair step.
+	RecoveryAction string `json:"recoveryAction,omitempty"`
 }
 
 // Status is what DeviceWarden made of a report.
@@ -125,6 +129,11 @@ func (s Spec) Check() error {
 	if strings.TrimSpace(s.Source) == "" {
 		return fmt.Errorf("names no source: say which detector reports (spec.source)")
 	}
+	if a := s.Cause.RecoveryAction; a != "" {
+		if _, ok := cause.ParseRecovery(a); !ok {
+			return fmt.Errorf("cause.recoveryAction %q: want NVML's GPU recovery action, by number (0 to 7) or name (none, gpu-reset, node-reboot, drain-p2p, drain-and-reset, ...)", a)
+		}
+	}
 	switch {
 	case s.Device != nil && s.Attribute != nil:
 		return fmt.Errorf("names its device twice: give spec.device, or spec.node with spec.attribute, not both")
@@ -142,6 +151,16 @@ func (s Spec) Check() error {
 	return nil
 }
 
+// CauseOf is what the report says made the fault: its code, recommended action and recovery
+// action, and an XID its message gives.
+func (s Spec) CauseOf() cause.Cause {
+	c := cause.Read(s.Cause.Code, s.Cause.RecommendedAction, s.Message)
+	if r, ok := cause.ParseRecovery(s.Cause.RecoveryAction); ok {
+		c.Recovery = r
+	}
+	return c
+}
+
 // What is the report's cause and message in one line, for the device's record.
 func (s Spec) What() string {
 	var parts []string
@@ -153,6 +172,9 @@ func (s Spec) What() string {
 	}
 	if a := s.Cause.RecommendedAction; a != "" {
 		parts = append(parts, "recommended: "+a)
+	}
+	if r, ok := cause.ParseRecovery(s.Cause.RecoveryAction); ok {
+		parts = append(parts, "recovery action: "+string(r))
 	}
 	return s.Source + ": " + strings.Join(parts, "; ")
 }

@@ -45,6 +45,7 @@ func TestCheckRefusesWhatCannotBeActedOn(t *testing.T) {
 		{"an attribute with no node", func(s *Spec) { s.Node = "" }, "names no device: spec.attribute needs"},
 		{"a device with no pool", func(s *Spec) { s.Attribute, s.Device = nil, &DeviceRef{Driver: driver, Name: "gpu-0"} }, "spec.device needs its driver, pool and name"},
 		{"both ways", func(s *Spec) { s.Device = &DeviceRef{Driver: driver, Pool: "n1", Name: "gpu-0"} }, "names its device twice"},
+		{"an unknown recovery action", func(s *Spec) { s.Cause.RecoveryAction = "reboot" }, `cause.recoveryAction "reboot": want NVML's GPU recovery action`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := ok
@@ -143,5 +144,22 @@ func TestFromObject(t *testing.T) {
 	}
 	if _, err := FromObject(map[string]any{"spec": map[string]any{"health": 3}}); err == nil || !strings.Contains(err.Error(), "does not decode") {
 		t.Fatalf("a health that is a number: %v", err)
+	}
+}
+
+// A report's cause: its code, recommended action and recovery action, and an XID its message gives.
+func TestCauseOf(t *testing.T) {
+	s := byUUID("n1", "GPU-1")
+	s.Cause = Cause{Code: "79", RecommendedAction: "component_reset", RecoveryAction: "2"}
+	s.Message, s.Source = "Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus", "nvsentinel"
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	c := s.CauseOf()
+	if c.XID != 79 || c.PCI != "0000:3b:00" || c.Action != "COMPONENT_RESET" || c.Recovery != "node-reboot" {
+		t.Fatalf("cause %+v", c)
+	}
+	if w := s.What(); !strings.HasSuffix(w, "recommended: component_reset; recovery action: node-reboot") {
+		t.Fatalf("what %q", w)
 	}
 }

@@ -111,6 +111,7 @@ func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h
 		shown = name // a DeviceHealthReport is shown by its name
 	}
 	r := Report{Device: id, Node: node, Health: h, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
+		Cause:    spec.CauseOf(),
 		Reporter: api.Reporter{Report: shown, Detector: spec.Source, Health: h}, Once: once}
 	w.detectorSpoke.Store(true)
 	w.podMu.Lock()

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -45,6 +46,9 @@ type Report struct {
 	Reporter    api.Reporter
 	// Source is where the report came from (empty: a Pod's status).
 	Source devicemsg.Source
+	// Cause is what the detector said made the fault (its code, its recommended action); empty
+	// when only the message may say (read when the report is sent).
+	Cause cause.Cause
 	// Once marks a detector's fault as an event, naming this word of it (a report's generation,
 	// an XID's new value): it is withdrawn once the device's workflow has it, whose quarantine
 	// then stands for it. Empty: the word stands until its reporter changes it.

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devicewarden/devicewarden/api"
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/devicemsg"
 )
@@ -507,18 +508,36 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 		pods = append(pods, p)
 	}
 	slices.Sort(pods)
-	class := "" // a detector knows no class (no claim names it): the device's Pods' claims do
+	class := ""          // a detector knows no class (no claim names it): the device's Pods' claims do
+	var said cause.Cause // the first cause a detector gave for an Unhealthy word
 	for _, p := range pods {
 		for _, r := range e.reports[p] {
 			obs.Reporters = append(obs.Reporters, r.Reporter)
 			class = cmp.Or(class, r.DeviceClass)
+			if r.Health == device.Unhealthy && !said.Known() {
+				said = r.Cause
+			}
 			if sev := r.Health.Severity(); sev > worst || (sev == worst && r.Message > obs.Message) {
 				worst = sev
-				obs.Health, obs.Message, obs.Node, obs.DeviceClass, obs.Source = r.Health, r.Message, r.Node, r.DeviceClass, r.Source
+				obs.Health, obs.Message, obs.Node, obs.DeviceClass, obs.Source, obs.Cause = r.Health, r.Message, r.Node, r.DeviceClass, r.Source, nil
+				if r.Cause.Known() {
+					c := r.Cause
+					obs.Cause = &c
+				}
 			}
 		}
 	}
 	obs.DeviceClass = cmp.Or(obs.DeviceClass, class)
+	if obs.Health != device.Unhealthy {
+		obs.Cause = nil
+	} else if obs.Cause == nil && said.Known() {
+		obs.Cause = &said // a detector said what a Pod's status or a driver's taint did not
+	} else if obs.Cause == nil {
+		// A Pod's status or a driver's taint says the cause in its message, if anywhere.
+		if c := cause.Read("", "", obs.Message); c.Known() {
+			obs.Cause = &c
+		}
+	}
 	slices.SortFunc(obs.Reporters, func(a, b api.Reporter) int {
 		return cmp.Or(strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container+"/"+a.Claim, b.Namespace+"/"+b.Pod+"/"+b.Container+"/"+b.Claim),
 			strings.Compare(a.Slice, b.Slice), strings.Compare(a.Report, b.Report))
