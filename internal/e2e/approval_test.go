@@ -43,7 +43,7 @@ func freedQuarantine(t *testing.T, ctx context.Context, s *stack, prefix, class 
 	}
 	id := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-1"}
 	runningPod(t, ctx, s.kube, sim.Workload{Namespace: prefix, Name: "trainer", Node: nodes[0], Index: ptr.To(1), Template: true, DeviceClass: class})
-	if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 63"); err != nil {
+	if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "quarantined", func() error {

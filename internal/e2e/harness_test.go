@@ -151,6 +151,17 @@ policies:
           timeout: 1m
           holders: move
           template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
+  - name: cause-test
+    match: {deviceClass: ` + causeClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+        - kind: node
+          timeout: 1m
+          template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
   - name: unit-repair-test
     match: {deviceClass: ` + unitRepairClass + `}
     stabilityWindow: 0s

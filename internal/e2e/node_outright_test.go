@@ -63,10 +63,10 @@ func quarantinedThenIdle(t *testing.T, ctx context.Context, ns, node, class stri
 	kube := shared.kube
 	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
 	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: node, Index: ptr.To(0), DeviceClass: class})
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)", sim.FaultReboot); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)"); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })

@@ -103,10 +103,10 @@ func TestNodeStepsRebootOneNodeOfAPoolAtATime(t *testing.T) {
 	}()
 
 	for _, id := range bad {
-		if err := sim.SetFaultKind(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
+		if err := sim.SetFaultKind(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)", sim.FaultReboot); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
+		if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)"); err != nil {
 			t.Fatal(err)
 		}
 	}

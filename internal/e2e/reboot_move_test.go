@@ -59,10 +59,10 @@ func TestNodeStepMovesTheNodesHoldersFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	bootBefore := node.Status.NodeInfo.BootID
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus", sim.FaultReboot); err != nil {
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)", sim.FaultReboot); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 79: fell off the bus"); err != nil {
+	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)"); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
