@@ -126,6 +126,9 @@ var (
 	SearchDeviceState  = temporal.NewSearchAttributeKeyKeyword("DeviceState")
 	// SearchDeviceRepair is the repair ladder's step and try ("reset 1/2"), empty when none runs.
 	SearchDeviceRepair = temporal.NewSearchAttributeKeyKeyword("DeviceRepair")
+	// SearchDeviceCause is the standing quarantine's cause and the first step it chose ("xid 79
+	// -> node (catalogue: xid 79)"), empty when none stands.
+	SearchDeviceCause = temporal.NewSearchAttributeKeyKeyword("DeviceCause")
 )
 
 // SearchDeviceForms (KeywordList) are the devices a physical unit's workflow fences, as
@@ -135,7 +138,7 @@ var SearchDeviceForms = temporal.NewSearchAttributeKeyKeywordList("DeviceForms")
 // SearchAttributeNames lists every custom Keyword search attribute, for registration;
 // SearchAttributeLists the KeywordList ones.
 var (
-	SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "DeviceRepair", "RolloutName", "RolloutPhase", "RolloutState"}
+	SearchAttributeNames = []string{"DeviceID", "DeviceNode", "DeviceDriver", "DeviceState", "DeviceRepair", "DeviceCause", "RolloutName", "RolloutPhase", "RolloutState"}
 	SearchAttributeLists = []string{"DeviceForms"}
 )
 

@@ -98,7 +98,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 	}
 	var tm deadlineTimer
 	view := decide.Look(st)
-	lastState, lastSummary, lastRepair := view.State, "", view.RepairStep
+	lastState, lastSummary, lastRepair, lastCause := view.State, "", view.RepairStep, view.Cause
 	var lastForms []string
 	for {
 		tm.reset(ctx, view.Deadline) // nothing changes the state between the last look and here
@@ -173,6 +173,17 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 			upd := api.SearchDeviceRepair.ValueSet(step)
 			if step == "" {
 				upd = api.SearchDeviceRepair.ValueUnset()
+			}
+			if err := workflow.UpsertTypedSearchAttributes(ctx, upd); err != nil {
+				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)
+			}
+		}
+		if c := view.Cause; rules.Causes && c != lastCause {
+			// The cause is searchable: `DeviceCause STARTS_WITH 'xid 79'` lists the GPUs off the bus.
+			lastCause = c
+			upd := api.SearchDeviceCause.ValueSet(c)
+			if c == "" {
+				upd = api.SearchDeviceCause.ValueUnset()
 			}
 			if err := workflow.UpsertTypedSearchAttributes(ctx, upd); err != nil {
 				workflow.GetLogger(ctx).Warn("upsert search attribute failed", "error", err)

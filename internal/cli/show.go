@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -36,6 +37,10 @@ func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 	if q := st.Quarantine; q != nil {
 		fmt.Fprintf(w, "Quarantine:\trule %s, effect %s, by %s at %s, expires %s, reviews %d\n", q.RuleName, q.Effect, q.Actor, ts(q.CreatedAt), ts(q.ExpiresAt), q.Reviews)
 		fmt.Fprintf(w, "Reason:\t%s\n", q.Reason)
+		if q.Cause != "" || q.First != "" {
+			fmt.Fprintf(w, "Cause:\t%s\n", cmp.Or(q.Cause, "not said"))
+			fmt.Fprintf(w, "First step:\t%s (%s)\n", q.First, q.FirstWhy)
+		}
 		if q.Ladder != nil {
 			printLadder(w, q.Ladder, ts)
 		}
@@ -65,6 +70,9 @@ func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 		if c.Ladder != nil && len(c.Ladder.Tries) > 0 {
 			fmt.Fprintf(w, "  repaired in:\t%s (%d repair tries)\n", c.ClosedAt.Sub(c.CreatedAt).Round(time.Second), len(c.Ladder.Tries))
 		}
+	}
+	if st.AppFaults > 0 {
+		fmt.Fprintf(w, "Application faults:\t%d, %d of them within the policy's window (the device stayed in service)\n", st.AppFaults, st.AppFaultsRecent)
 	}
 	if st.Dropped > 0 {
 		fmt.Fprintf(w, "Dropped commands:\t%d (last: %s)\n", st.Dropped, st.LastDropped)

@@ -69,7 +69,7 @@ func testServer(t *testing.T) (*httptest.Server, *fakeFleet) {
 	bad := gpu("node-a", 1)
 	since := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	f := &fakeFleet{
-		devices: []Device{{ID: bad, State: devicemsg.Quarantined, Node: "node-a", Forms: 1, Since: since, Repair: "reset 1/2"},
+		devices: []Device{{ID: bad, State: devicemsg.Quarantined, Node: "node-a", Forms: 1, Since: since, Repair: "reset 1/2", Cause: "xid 48 -> reset (catalogue: xid 48)"},
 			{ID: gpu("node-gone", 0), State: devicemsg.Retired, Node: "node-gone", Forms: 1, Since: since}},
 		states: map[device.ID]devicemsg.DeviceView{bad: {Device: bad, Node: "node-a", State: devicemsg.Quarantined, Health: device.Unhealthy,
 			Quarantine:  &devicemsg.QuarantineView{RuleName: bad.TaintRuleName(), Effect: "NoExecute", Reason: "XID 79: fell off the bus", Actor: "devicewarden", CreatedAt: since},
@@ -120,7 +120,7 @@ func TestFleetPage(t *testing.T) {
 	}
 	for _, want := range []string{
 		`All <b>6</b>`, `Healthy <b>4</b>`, `Quarantined <b>1</b>`, `Retired <b>1</b>`,
-		`class="cell s-quarantined" href="/device?id=gpu.example.com%2Fnode-a%2Fgpu-1" title="gpu.example.com/node-a/gpu-1: Quarantined since 2026-12-03T10:00:00Z, repair reset 1/2"`,
+		`class="cell s-quarantined" href="/device?id=gpu.example.com%2Fnode-a%2Fgpu-1" title="gpu.example.com/node-a/gpu-1: Quarantined since 2026-12-03T10:00:00Z, repair reset 1/2, cause xid 48 -&gt; reset (catalogue: xid 48)"`,
 		`<td class="node">node-a</td>`, `Node pool h100: 4 devices`, `1 nodes with every device Healthy`, `Circuit breaker: <b>open</b>: 20 automatic actions`,
 		`Devices on no node in the inventory`, `gpu.example.com/node-gone/gpu-0`,
 		`Waiting for the breaker (1)`, `href="/device?id=gpu.example.com%2Fnode-b%2Fgpu-1"`,

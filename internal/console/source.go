@@ -28,7 +28,9 @@ type Device struct {
 	Node   string
 	Forms  int
 	Repair string
-	Since  time.Time
+	// Cause is the standing quarantine's cause and the step it chose.
+	Cause string
+	Since time.Time
 }
 
 // Node is one node and the devices its ResourceSlices publish: a partitionable GPU is one device,
@@ -136,7 +138,7 @@ func deviceOf(e *workflowpb.WorkflowExecutionInfo) (Device, bool) {
 	if err != nil {
 		return Device{}, false
 	}
-	d := Device{ID: id, State: devicemsg.State(attr("DeviceState")), Node: attr("DeviceNode"), Repair: attr("DeviceRepair"), Forms: 1,
+	d := Device{ID: id, State: devicemsg.State(attr("DeviceState")), Node: attr("DeviceNode"), Repair: attr("DeviceRepair"), Cause: attr("DeviceCause"), Forms: 1,
 		Since: e.GetStartTime().AsTime()}
 	if p, ok := fields["DeviceForms"]; ok {
 		var list []string

@@ -149,6 +149,9 @@ func fleet(s *Snapshot, f Filter) fleetView {
 			if d.Repair != "" {
 				title += ", repair " + d.Repair
 			}
+			if d.Cause != "" {
+				title += ", cause " + d.Cause
+			}
 		}
 		c := cell{Label: id.Device, State: string(st), Class: stateClass(st), Title: id.String() + ": " + title,
 			Href: "/device?id=" + url.QueryEscape(id.String())}

@@ -126,3 +126,19 @@ func (g causing) retiresAfterTry(l *Ladder) (string, bool) {
 	}
 	return fmt.Sprintf("its %s step did not bring it back, and its cause (%s) then needs a replacement", l.Tries[0].Kind, q.Choice.Why), true
 }
+
+// shown is the standing quarantine's cause and the step it chose, for search and the fleet page.
+func (g causing) shown() string {
+	q := g.st.Quarantine
+	if q == nil || q.Choice == nil || g.st.State == Released || g.st.State == Healthy {
+		return ""
+	}
+	what := "cause not said"
+	switch {
+	case q.Cause != nil:
+		what = q.Cause.String()
+	case q.Choice.First == policy.FirstLadder:
+		return "" // no cause, and the ladder as ever: nothing to search by
+	}
+	return fmt.Sprintf("%s -> %s (%s)", what, q.Choice.First, q.Choice.Why)
+}

@@ -75,6 +75,17 @@ func TestTheCauseChoosesTheFirstStep(t *testing.T) {
 			if tt.c.Known() && (st.Quarantine.Cause == nil || *st.Quarantine.Cause != tt.c || st.Quarantine.Choice == nil) {
 				t.Fatalf("the record keeps cause %+v choice %+v", st.Quarantine.Cause, st.Quarantine.Choice)
 			}
+			ch := cause.Choose(tt.c, p.Causes)
+			want := tt.c.String() + " -> " + string(ch.First) + " (" + ch.Why + ")"
+			if !tt.c.Known() {
+				want = "" // nothing to search by
+			}
+			if got := Look(st).Cause; got != want {
+				t.Fatalf("search attribute %q, want %q", got, want)
+			}
+			if v := Look(st).Device().Quarantine; v.First != string(ch.First) || v.FirstWhy != ch.Why || v.Cause != tt.c.String() {
+				t.Fatalf("view %+v", v)
+			}
 		})
 	}
 	// Runs recorded before causes climb from the first step, whatever the cause.

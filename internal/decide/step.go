@@ -167,7 +167,10 @@ type View struct {
 	Idle bool
 	// RepairStep is the ladder's step and try ("reset 1/2"; "" when none).
 	RepairStep string
-	Summary    string
+	// Cause is the quarantine's cause and the step it chose ("xid 79 -> node (catalogue: xid
+	// 79)"; "" when the quarantine has none, or none stands).
+	Cause   string
+	Summary string
 	// LastReason is the newest transition's reason: an operator's command is answered with it.
 	LastReason string
 	// HoldersToMove are a unit's holders learnt of after its decision: each moves once.
@@ -183,7 +186,7 @@ func (v View) Device() devicemsg.DeviceView { return viewOf(v.st) }
 // Look says where the device stands.
 func Look(st *DeviceState) View {
 	v := View{State: st.State, Deadline: st.NextDeadline(), Idle: st.Idle(), RepairStep: repairOf(st).repairStep(),
-		Summary: st.Summary(), HoldersToMove: unitOf(st).holdersToMove(), st: st}
+		Summary: st.Summary(), HoldersToMove: unitOf(st).holdersToMove(), Cause: causeOf(st).shown(), st: st}
 	if n := len(st.Transitions); n > 0 {
 		v.LastReason = st.Transitions[n-1].Reason
 	}

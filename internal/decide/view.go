@@ -7,7 +7,7 @@ func viewOf(st *DeviceState) devicemsg.DeviceView {
 	v := devicemsg.DeviceView{Device: st.Device, Node: st.Node, Unit: st.Unit, State: st.State, Summary: st.Summary(), Next: st.Next(),
 		Paused: st.Paused, Health: st.Health, Message: st.Message, StatusVersion: st.StatusVersion, ObservedAt: st.ObservedAt,
 		LastHeard: st.LastHeard, Reporters: st.Reporters, Withheld: st.Held != nil, HeldReason: st.HeldReason, LastProbe: st.LastProbe, Migrations: st.Migrations,
-		Transitions: st.Transitions, Dropped: st.Dropped, LastDropped: st.LastDropped,
+		Transitions: st.Transitions, Dropped: st.Dropped, LastDropped: st.LastDropped, AppFaults: st.AppFaultsTotal, AppFaultsRecent: len(st.AppFaults),
 		Policy: devicemsg.PolicyView{Name: st.Policy.Name, QuarantineLease: st.Policy.QuarantineLease,
 			StabilityWindow: st.Policy.StabilityWindow, ApprovalRequired: st.Policy.ApprovalRequired}}
 	if q := st.Quarantine; q != nil {
@@ -27,6 +27,12 @@ func viewOf(st *DeviceState) devicemsg.DeviceView {
 func quarantineView(q QuarantineRecord) devicemsg.QuarantineView {
 	v := devicemsg.QuarantineView{RuleName: q.RuleName, Effect: q.Effect, Reason: q.Reason, Actor: q.Actor, CreatedAt: q.CreatedAt,
 		ExpiresAt: q.ExpiresAt, Reviews: q.Reviews, ClosedAt: q.ClosedAt, ClosedBy: q.ClosedBy, CloseReason: q.CloseReason}
+	if q.Cause != nil {
+		v.Cause = q.Cause.String()
+	}
+	if c := q.Choice; c != nil {
+		v.First, v.FirstWhy = string(c.First), c.Why
+	}
 	if l := q.Ladder; l != nil {
 		v.Ladder = &devicemsg.LadderView{}
 		for _, t := range l.Tries {

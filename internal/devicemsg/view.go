@@ -42,6 +42,10 @@ type DeviceView struct {
 	Transitions []Transition `json:"transitions,omitempty"`
 	Dropped     int          `json:"dropped,omitempty"`
 	LastDropped string       `json:"lastDropped,omitempty"`
+	// AppFaults counts the application faults the device reported and stayed in service for;
+	// AppFaultsRecent those within the policy's window, which fence it at its limit.
+	AppFaults       int `json:"appFaults,omitempty"`
+	AppFaultsRecent int `json:"appFaultsRecent,omitempty"`
 }
 
 // PolicyView is what a person checks of the policy a device runs under.
@@ -62,10 +66,15 @@ type QuarantineView struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	Reviews   int       `json:"reviews,omitempty"`
 	// Ladder is set when the quarantine climbs its policy's repair ladder.
-	Ladder      *LadderView `json:"ladder,omitempty"`
-	ClosedAt    time.Time   `json:"closedAt,omitempty"`
-	ClosedBy    string      `json:"closedBy,omitempty"`
-	CloseReason string      `json:"closeReason,omitempty"`
+	Ladder *LadderView `json:"ladder,omitempty"`
+	// Cause is what made the fault ("xid 79 (PCI 0000:3b:00)"), First the step it chose and
+	// FirstWhy what chose it ("catalogue: xid 79").
+	Cause       string    `json:"cause,omitempty"`
+	First       string    `json:"first,omitempty"`
+	FirstWhy    string    `json:"firstWhy,omitempty"`
+	ClosedAt    time.Time `json:"closedAt,omitempty"`
+	ClosedBy    string    `json:"closedBy,omitempty"`
+	CloseReason string    `json:"closeReason,omitempty"`
 }
 
 // LadderView is a quarantine's repair tries, oldest first.
