@@ -32,6 +32,15 @@ func TestRead(t *testing.T) {
 		{"", "", "XID 100000", Cause{}},
 		{"", "", "xid unknown", Cause{}},
 		{"xid:0", "", "", Cause{Code: "xid:0"}},
+		{"", "", "XID 0", Cause{}},
+		{"", "", "Xid (PCI:0000:3b:00): 0", Cause{}},
+		{"", "", "XID 999", Cause{XID: 999}},
+		{"", "", "XID 1000", Cause{}},
+		{"GPUCondition", "", `{"0":true}`, Cause{Code: "GPUCondition"}},
+		{"GPUCondition", "", `{"999":true}`, Cause{Code: "GPUCondition", XID: 999}},
+		{"GPUCondition", "", `{"1000":true}`, Cause{Code: "GPUCondition"}},
+		{"GPUCondition", "", `{"79":true,"31":true,"48":true}`, Cause{Code: "GPUCondition", XID: 31}},
+		{"GPUCondition", "", `{"13":false,"48":true}`, Cause{Code: "GPUCondition", XID: 48}},
 		{"", "", `{"not json`, Cause{}},
 	} {
 		if got := Read(tt.code, tt.action, tt.message); got != tt.want {

@@ -45,8 +45,10 @@ func (g causing) fault(a Action, now time.Time) (taint Action, spared []Action, 
 		c = *st.Cause
 	}
 	ch := cause.Choose(c, st.Policy.Causes)
+	repeat := st.repeat
+	st.repeat = false // it speaks of the observation being decided, never of a later decision
 	if ch.First == policy.FirstNone {
-		if st.repeat {
+		if repeat {
 			return a, nil, true // the fault already counted stands: nothing new
 		}
 		t := st.Policy.Causes.AppFaultLimit()
