@@ -60,7 +60,7 @@ func TestTheCauseChoosesTheFirstStep(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st, acts := fenced(t, p, withCauses, tt.c)
 			if tt.first == "" {
-				if st.State != Retired || len(acts) == 0 || acts[0].Kind != ActRetire || !strings.Contains(acts[0].Reason, "needs a replacement") {
+				if st.State != Retired || len(acts) == 0 || acts[0].Kind != ActRetire || !strings.Contains(acts[0].Reason, tt.c.String()+" needs a replacement") {
 					t.Fatalf("state %s, acts %+v", st.State, acts)
 				}
 				if l := st.Quarantine.Ladder; len(l.Tries) != 0 {
@@ -69,6 +69,9 @@ func TestTheCauseChoosesTheFirstStep(t *testing.T) {
 				return
 			}
 			wantKinds(t, "idle", acts, ActRepair)
+			if said := strings.Contains(st.Quarantine.Reason, "first step:"); said != tt.c.Known() {
+				t.Fatalf("reason %q: the first step is said only of a known cause", st.Quarantine.Reason)
+			}
 			if l := st.Quarantine.Ladder; len(l.Tries) != 1 || l.Tries[0].Kind != tt.first {
 				t.Fatalf("tries %+v, want the first to be %s", l.Tries, tt.first)
 			}
