@@ -85,6 +85,7 @@ type deviceModel struct {
 	nodeHolders                          int
 	// The ladder's rare paths (sim_ladder_test.go).
 	ladder ladderModel
+	causes causeModel
 	// aimed draws sequences aimed at the node step's approvals (TestSimulateDeviceApprovals):
 	// every quarantine climbs to an approved node step, and people answer its asks, old and new.
 	aimed bool
@@ -382,6 +383,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		return nil
 	}).Maybe()
 	m.ladder.activities(env, m)
+	m.causes.activities(env, m)
 	for _, name := range []string{"Alert", "ReportNodeFailure"} {
 		env.OnActivity(name, mock.Anything, mock.Anything).Return(nil).Maybe()
 	}
@@ -450,13 +452,20 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			byUpdate := rapid.Bool().Draw(rt, fmt.Sprintf("byUpdate%d", i))
 			o := decide.Observation{Device: id, Node: "node-1", Health: h, StatusVersion: fmt.Sprint(ver), Source: src,
 				Seq: &decide.Seq{Term: term, N: seq}, ObservedAt: time.Unix(1700000000, 0)}
+			if h == device.Unhealthy {
+				o.Cause = m.causes.draw(rt, i)
+			}
 			if !idle {
 				o.Reporters = []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
 			}
 			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
+			if o.Cause != nil {
+				s.what += ", cause " + o.Cause.String()
+			}
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				o.ObservedAt = env.Now() // the watcher stamps what it saw when it saw it
 				m.mu.Lock()
+				m.causes.observed(o.Cause, env.Now())
 				if h == device.Unhealthy {
 					m.unhealthySeen = true
 				}
@@ -656,6 +665,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 		m.checkUnit(after, &st)
 	}
 	m.ladder.check(m, after, st.State)
+	m.causes.check(m, after, &st)
 	m.checkRefusals(m.updates)
 }
 
@@ -694,6 +704,8 @@ func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
 		p.StabilityWindow = policy.JSONDuration(time.Minute)
 		p.ApprovalRequired = aimed || rapid.Bool().Draw(rt, "approval")
 		p.ApprovalTimeout = policy.JSONDuration(30 * time.Minute)
+		p.Causes.ApplicationFaults = policy.Threshold{Limit: rapid.IntRange(1, 3).Draw(rt, "appFaults"), Window: policy.JSONDuration(time.Hour)}
+		m.causes.causes = p.Causes
 		if aimed || rapid.Bool().Draw(rt, "ladder") {
 			m.ladder.retireAfter = rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter")
 			p.Repair = policy.Repair{RetireAfter: m.ladder.retireAfter,

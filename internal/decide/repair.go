@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -33,6 +34,8 @@ type Ladder struct {
 	Due bool `json:"due,omitempty"`
 	// Tries are every step tried for this quarantine, with the review that followed.
 	Tries []RepairTry `json:"tries,omitempty"`
+	// From is the step the ladder started at: its cause skipped the steps before it.
+	From int `json:"from,omitempty"`
 	// RetryAt is when a try that found the device still held looks again.
 	RetryAt time.Time `json:"retryAt,omitempty"`
 	// Awaiting: the next try's step needs a person's approval (its policy says so), asked for
@@ -89,7 +92,7 @@ func (g repairing) startLadder(now time.Time) []Action {
 		return g.retire(why, now)
 	}
 	step, note := causeOf(st).firstStep(st.Policy.Repair.Steps)
-	st.Quarantine.Ladder.Step = step
+	st.Quarantine.Ladder.Step, st.Quarantine.Ladder.From = step, step
 	if note != "" {
 		st.transition(st.State, note, Actor, now)
 	}
@@ -152,6 +155,13 @@ func (g repairing) climb(now time.Time) []Action {
 		l.Step, l.Attempt = l.Step+1, 1
 	}
 	if l.Step >= len(steps) {
+		if l.From > 0 {
+			var skipped []string
+			for _, s := range steps[:l.From] {
+				skipped = append(skipped, string(s.Kind))
+			}
+			return g.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries; its cause skipped %s)", len(l.Tries), strings.Join(skipped, ", ")), now)
+		}
 		return g.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries)", len(l.Tries)), now)
 	}
 	s := steps[l.Step]

@@ -1,0 +1,133 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
+	"pgregory.net/rapid"
+
+	"github.com/devicewarden/devicewarden/activities/remediation"
+	fault "github.com/devicewarden/devicewarden/internal/cause"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/policy"
+)
+
+// causeModel holds the device workflow to what a fault's cause may do: an application's fault
+// never fences (until as many as the policy's limit were sent within its window); a replace fault
+// is retired with no step run; a reset- or reboot-first fault's first try is that step; and every
+// cause a record keeps is one a source said.
+type causeModel struct {
+	causes policy.Causes
+	// sent are the causes of the Unhealthy observations sent, with when.
+	sent []sentCause
+	// told counts the application faults the tenants were told of.
+	told int
+}
+
+type sentCause struct {
+	c  fault.Cause
+	at time.Time
+}
+
+// simCauses are the causes an Unhealthy observation may carry: mostly none, and one of each kind.
+var simCauses = []*fault.Cause{nil, nil, nil, {XID: 13}, {Code: "xid:48", XID: 48}, {XID: 79, PCI: "0000:3b:00"},
+	{Code: "row-remap-failure"}, {XID: 79, Recovery: fault.RecoveryGPUReset}}
+
+// draw is the cause of an Unhealthy observation.
+func (cm *causeModel) draw(rt *rapid.T, i int) *fault.Cause {
+	return rapid.SampledFrom(simCauses).Draw(rt, fmt.Sprintf("cause%d", i))
+}
+
+func (cm *causeModel) observed(c *fault.Cause, at time.Time) {
+	if c != nil {
+		cm.sent = append(cm.sent, sentCause{*c, at})
+	}
+}
+
+// appSent counts the application faults sent by at. The workflow counts those within its window
+// before its decision, which a breaker may hold past the window: never more than these.
+func (cm *causeModel) appSent(at time.Time) int {
+	n := 0
+	for _, s := range cm.sent {
+		if fault.Choose(s.c, cm.causes).First == policy.FirstNone && !s.at.After(at) {
+			n++
+		}
+	}
+	return n
+}
+
+// check holds every quarantine record of the state to its cause.
+func (cm *causeModel) check(m *deviceModel, after string, st *decide.DeviceState) {
+	recs := append([]decide.QuarantineRecord(nil), st.Closed...)
+	if st.Quarantine != nil {
+		recs = append(recs, *st.Quarantine)
+	}
+	for _, q := range recs {
+		ch := q.Choice
+		if ch == nil {
+			continue // a person's fence, a restriction, or a run before causes
+		}
+		if ch.First == policy.FirstNone {
+			m.violate("after %s: a fence for an application's fault (%s)", after, q.Reason)
+		}
+		if q.Cause != nil && !cm.said(*q.Cause) {
+			m.violate("after %s: the record keeps cause %+v, which no source said", after, *q.Cause)
+		}
+		var c fault.Cause
+		if q.Cause != nil {
+			c = *q.Cause
+		}
+		want := fault.Choose(c, cm.causes)
+		piled := strings.Contains(ch.Why, "application faults within")
+		switch {
+		case piled && cm.appSent(q.CreatedAt) < cm.causes.AppFaultLimit().Limit:
+			m.violate("after %s: fenced for %s, but only %d application faults were sent", after, ch.Why, cm.appSent(q.CreatedAt))
+		case !piled && (want.First != ch.First || want.Why != ch.Why):
+			m.violate("after %s: the record chose %s (%s) for cause %+v, want %s (%s)", after, ch.First, ch.Why, c, want.First, want.Why)
+		}
+		var tries []decide.RepairTry
+		if q.Ladder != nil {
+			tries = q.Ladder.Tries
+		}
+		switch {
+		case ch.First == policy.FirstRetire && len(tries) > 0:
+			m.violate("after %s: a replace fault (%s) was repaired with %s", after, c, tries[0].Kind)
+		case (ch.First == policy.FirstReset || ch.First == policy.FirstNode) && len(tries) > 0 && m.ladder.has(policy.RepairKind(ch.First)) && tries[0].Kind != policy.RepairKind(ch.First):
+			m.violate("after %s: cause %s chose %s first, but the first try was %s", after, c, ch.First, tries[0].Kind)
+		}
+	}
+}
+
+func (cm *causeModel) said(c fault.Cause) bool {
+	for _, s := range cm.sent {
+		if s.c == c {
+			return true
+		}
+	}
+	return false
+}
+
+// has says whether the policy's ladder has a step of the kind.
+func (l *ladderModel) has(k policy.RepairKind) bool {
+	for _, s := range l.kinds {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+// activities answers the activity an application's fault takes.
+func (cm *causeModel) activities(env *testsuite.TestWorkflowEnvironment, m *deviceModel) {
+	env.OnActivity("NoteAppFault", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.AppFaultInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		cm.told++
+		m.note("NoteAppFault: %s", in.Reason)
+		return nil
+	}).Maybe()
+}
