@@ -177,6 +177,32 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	rep.Flags().IntVar(&rp.Floor, "floor", 20, "further devices repaired by hand for the floor")
 	rep.Flags().StringVar(&rp.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(rep)
+	var co bench.CausesOptions
+	var mix string
+	causes := &cobra.Command{
+		Use:   "causes",
+		Short: "GPU-hours out of service per 100 faults of a catalogue mix: the device-level ladder (measured) against a node-level remediator",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			m, err := bench.ParseMix(mix)
+			if err != nil {
+				return err
+			}
+			if co.Faults < 1 || co.GPUsPerNode < 1 || co.Reboot < 0 || co.Drain < 0 {
+				return fmt.Errorf("--faults and --gpus-per-node must be >= 1, --reboot and --drain not negative")
+			}
+			co.Mix, co.Out = m, c.OutOrStdout()
+			return bench.Causes(c.Context(), co)
+		},
+	}
+	causes.Flags().IntVar(&co.Faults, "faults", 100, "faults drawn from the mix, one at a time, each on a node of its own")
+	causes.Flags().StringVar(&mix, "mix", "application=40,reset=35,node=15,replace=10", "weights of the catalogue's classes")
+	causes.Flags().DurationVar(&co.Reboot, "reboot", 10*time.Minute, "what a node's reboot takes on the fleet")
+	causes.Flags().DurationVar(&co.Drain, "drain", 5*time.Minute, "what draining a whole node takes (node-level remediation)")
+	causes.Flags().IntVar(&co.GPUsPerNode, "gpus-per-node", 8, "GPUs a node-level remediation takes out")
+	causes.Flags().Uint64Var(&co.Seed, "seed", 1, "seed of the draw")
+	causes.Flags().StringVar(&co.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	cmd.AddCommand(causes)
 	cmd.AddCommand(
 		fleetBenchCmd("rollout", "Rollout gates at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time the gate activity", bench.Rollout),
 		fleetBenchCmd("capacity", "Capacity check and what-if at fleet scale: load shared GPUs and allocated claims into a real apiserver, then time both", bench.Capacity))
