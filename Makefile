@@ -129,6 +129,7 @@ bench: build build-lean control-plane ## Benchmarks against the real local stack
 	$(BIN) bench quarantine --devices 200 --log-level warn
 	$(BIN) bench units --nodes 8 --log-level error
 	$(BIN) bench release --devices 120 --sequential 20 --log-level error
+	$(BIN) bench causes --faults 100 --log-level error
 	$(BIN) bench migrate --workloads 20 --log-level error
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/rolloutplan/
 	$(BIN) bench rollout --nodes 1000 --devices 8 --claims 10000 --log-level warn
@@ -139,7 +140,7 @@ bench: build build-lean control-plane ## Benchmarks against the real local stack
 	$(BIN) bench storm --devices 5000 --log-level error
 
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATION_PKGS = internal/policy internal/decide internal/breaker internal/migrationplan internal/escalation internal/rolloutplan internal/capacity workflows activities/remediation activities/migration activities/rollouts activities/hygiene internal/kubeobj internal/watcher
+MUTATION_PKGS = internal/policy internal/cause internal/decide internal/breaker internal/migrationplan internal/escalation internal/rolloutplan internal/capacity workflows activities/remediation activities/migration activities/rollouts activities/hygiene internal/kubeobj internal/watcher
 
 N ?= 100000
 SIM_WORKFLOWS = DeviceWorkflow DeviceApprovals UnitWorkflow BreakerWorkflow MigrationLimiter Migration Rollout ClaimHygiene NodeWorkflow
