@@ -47,6 +47,10 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	if workflow.GetVersion(ctx, "renew-holds", workflow.DefaultVersion, 1) >= 1 {
 		st.RenewsHolds = true
 	}
+	// Runs recorded before resets were counted at a time count them per window, with no brake.
+	if workflow.GetVersion(ctx, "resets-at-a-time", workflow.DefaultVersion, 1) >= 1 {
+		st.ResetsAtATime = true
+	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (breaker.State, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
@@ -94,7 +98,9 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 		for releaseCh.Len() > 0 {
 			var rel breaker.PermitRelease
 			releaseCh.Receive(ctx, &rel)
-			st.Release(rel)
+			if held := st.ResetEnded(rel, workflow.Now(ctx)); held != "" {
+				alerts = append(alerts, notify.AlertInput{Level: "critical", Text: held, WorkflowID: api.BreakerWorkflowID})
+			}
 		}
 		for waitCh.Len() > 0 {
 			var devices []string

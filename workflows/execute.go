@@ -247,7 +247,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Attempts: checkAttempts, Review: p.Review}
 	if p.Idle != nil {
 		// A ladder's repair step: its Pod is keyed by its try, and waits for the unit to be idle.
-		in.TryAt, in.Idle, in.Step = p.TryAt, p.Idle, string(p.Step.Kind)
+		in.TryAt, in.Idle, in.Step, in.Permit = p.TryAt, p.Idle, string(p.Step.Kind), st.Device
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,

@@ -38,6 +38,9 @@ type breakerModel struct {
 	mu sync.Mutex
 	// nodes are the node permits the breaker granted and did not take back: node -> its holder.
 	nodes map[string]nodePermit
+	// resets are the reset permits held (device -> until), failures when held resets failed.
+	resets   map[string]time.Time
+	failures []time.Time
 }
 
 // nodePermit is a node step's permit as the model holds it.
@@ -307,11 +310,18 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 		}
 		gap := rapid.SampledFrom(gaps).Draw(rt, fmt.Sprintf("gap%d", i))
 		s := step{at: tl.next(gap)}
-		kinds := []string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new", "reboot", "reboot", "release"}
+		kinds := []string{"acquire", "acquire", "acquire", "acquire", "pause", "resume", "wait", "continue-as-new", "reboot", "reboot", "release",
+			"reset", "reset", "reset-ends", "reset-ends"}
 		if leasing {
 			kinds = append(kinds, "lease", "lease", "lease", "spend", "spend", "spend", "spend", "report", "kill", "cut", "pause-update")
 		}
 		switch kind := rapid.SampledFrom(kinds).Draw(rt, fmt.Sprintf("kind%d", i)); kind {
+		case "reset", "reset-ends":
+			at := s.at
+			s = m.resetStep(rt, kind, i, devices, tl)
+			if s.at == 0 {
+				s.at = at
+			}
 		case "lease", "spend", "report", "kill", "cut":
 			s.what, s.do = m.workerStep(rt, kind, i, devices)
 		case "pause-update":
@@ -375,6 +385,7 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				m.pausedAt, m.paused = time.Time{}, false
 				m.grants = map[string][]breakerGrant{}
+				m.failures = nil
 				m.signal(env, api.SignalBreakerResume, api.BreakerSignal{Actor: simActor})
 			}
 		case "wait":
@@ -403,8 +414,9 @@ func breakerSteps(rt *rapid.T, m *breakerModel, leasing bool) []step {
 func TestSimulateBreakerWorkflow(t *testing.T) { simulate(t, 300, breakerProperty) }
 
 func breakerProperty(rt *rapid.T) {
-	m := &breakerModel{grants: map[string][]breakerGrant{}, nodes: map[string]nodePermit{},
-		cfg: breaker.Config{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap"), MaxReboots: rapid.IntRange(1, 2).Draw(rt, "reboots")}}
+	m := &breakerModel{grants: map[string][]breakerGrant{}, nodes: map[string]nodePermit{}, resets: map[string]time.Time{},
+		cfg: breaker.Config{Window: 10 * time.Minute, MaxCount: rapid.IntRange(1, 5).Draw(rt, "cap"), MaxReboots: rapid.IntRange(1, 2).Draw(rt, "reboots"),
+			MaxResets: rapid.IntRange(1, 3).Draw(rt, "resets"), MaxResetFailures: rapid.IntRange(1, 3).Draw(rt, "resetFailures")}}
 	steps := breakerSteps(rt, m, rapid.IntRange(0, 3).Draw(rt, "leasing") > 0)
 	newEnv := quietEnv(func(env *testsuite.TestWorkflowEnvironment) {
 		registerActivities(env)

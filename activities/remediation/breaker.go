@@ -102,6 +102,23 @@ func (a *Activities) releaseNode(node string, id device.ID) {
 	}
 }
 
+// resetEnded gives back the reset permit the device's step held, saying whether the reset ran and
+// failed (the breaker stops resets after too many): a Busy step ran nothing, an error is no
+// verdict on the device.
+func (a *Activities) resetEnded(id device.ID, res decide.StepResult, err error) {
+	r, ok := a.Breaker.(PermitReleaser)
+	if !ok {
+		return
+	}
+	rel := breaker.PermitRelease{Key: breaker.PermitRequest{Device: id, Action: breaker.Reset}.Key(), Holder: id.String()}
+	if err == nil && !res.Busy && !res.Passed {
+		rel.Failed, rel.Reason = true, res.Reason
+	}
+	if err := r.Release(rel); err != nil {
+		slog.Default().Warn("reset permit not given back; it lasts its hold", "device", id.String(), "error", err)
+	}
+}
+
 // PermitRevoker takes back leased permits this worker holds (see breaker.Lease).
 type PermitRevoker interface {
 	Revoke(leases []int64) []breaker.LeaseReport

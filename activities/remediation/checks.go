@@ -50,6 +50,9 @@ type CheckInput struct {
 	// attempt that failed with an error while another attempt follows: the retry adopts it, so a
 	// try never runs the reset twice. 0 (a workflow before it): every attempt cleans up.
 	Attempts int32 `json:"attempts,omitempty"`
+	// Permit is the device whose reset permit a repair step holds (its workflow's device): the
+	// step gives it back when it ends, saying whether the reset failed. Empty before it.
+	Permit device.ID `json:"permit,omitempty"`
 }
 
 // CheckName is the deterministic name of a device's probe or canary Pod and claim.
@@ -63,6 +66,14 @@ func CheckName(kind decide.ActionKind, id device.ID) string {
 // identifying attributes, on its node) and tolerates the taint of the stage. Everything is deleted
 // afterwards, and by the next attempt when a worker died in between.
 func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.StepResult, err error) {
+	if in.Kind == decide.ActRepair && in.Permit.Valid() {
+		defer func() {
+			if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts {
+				return // the try goes on: its next attempt holds the permit
+			}
+			a.resetEnded(in.Permit, res, err)
+		}()
+	}
 	name := CheckName(in.Kind, in.Device)
 	ns := in.Check.Namespace
 	boot := ""

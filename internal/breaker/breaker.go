@@ -28,6 +28,9 @@ type Config struct {
 	// remediator) may hold at a time, a budget of its own and a small one: a reboot ends every Pod
 	// on the node (0: DefaultMaxReboots). The devices of one node share its permit.
 	MaxReboots int `json:"maxReboots,omitempty"`
+	// MaxResetFailures failed resets within Window stop resets until a person resumes the
+	// breaker or the window passes them by (0: DefaultMaxResetFailures).
+	MaxResetFailures int `json:"maxResetFailures,omitempty"`
 }
 
 // DefaultNodePoolLabels name node pools as the common node provisioners label them.
@@ -91,6 +94,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.MaxResets < 0 {
 		return fmt.Errorf("breaker: max resets must be >= 0 (0 means %d), got %d", DefaultMaxResets, c.MaxResets)
+	}
+	if c.MaxResetFailures < 0 {
+		return fmt.Errorf("breaker: max reset failures must be >= 0 (0 means %d), got %d", DefaultMaxResetFailures, c.MaxResetFailures)
 	}
 	if c.MaxReboots < 0 {
 		return fmt.Errorf("breaker: max reboots must be >= 0 (0 means %d), got %d", DefaultMaxReboots, c.MaxReboots)
@@ -177,6 +183,13 @@ type State struct {
 	// moving) renews the hold from now, so the hold covers the reboot it serves; before, the
 	// first request's expiry stood and a late reboot outlived its hold. Set by newer runs.
 	RenewsHolds bool `json:"renewsHolds,omitempty"`
+	// ResetsAtATime: the reset budget counts resets running at a time (each permit held until
+	// its step ends), not resets per window; and failed resets within the window (ResetFailures)
+	// hold resets (ResetsHeld) at Config.ResetFailuresMax(). Set by newer runs.
+	ResetsAtATime    bool           `json:"resetsAtATime,omitempty"`
+	ResetFailures    []ResetFailure `json:"resetFailures,omitempty"`
+	ResetsHeld       bool           `json:"resetsHeld,omitempty"`
+	ResetsHeldReason string         `json:"resetsHeldReason,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
 	// Leases are batches of permits handed to workers ahead of their devices' requests (see
@@ -318,6 +331,10 @@ func (b *State) Acquire(req PermitRequest, now time.Time) PermitResult {
 	if req.Action == Reboot && req.Node != "" {
 		return b.acquireNode(req, key, now)
 	}
+	if req.Action == Reset && b.ResetsAtATime {
+		b.pruneFailures(now)
+		return b.acquireReset(req, key, now)
+	}
 	if OwnBudget(req.Action) {
 		max, what := b.Config.Resets(), "resets"
 		if req.Action == Reboot {
@@ -371,6 +388,7 @@ func (b *State) Resume(actor string, now time.Time) {
 	}
 	b.Open, b.Reason, b.OpenedAt, b.Grants = false, "", time.Time{}, held
 	b.RestrictionsOpen, b.RestrictionsReason = false, ""
+	b.ResetFailures, b.ResetsHeld, b.ResetsHeldReason = nil, false, ""
 	b.ResumedBy, b.ResumedAt = actor, now
 }
 

@@ -48,10 +48,13 @@ func (b *State) renew(i int, req PermitRequest, now time.Time) {
 	}
 }
 
-// PermitRelease gives a node's permit back: Holder's node step ended.
+// PermitRelease gives a node's or a reset's permit back: Holder's step ended. Failed says a
+// reset ran and did not bring its device back, for Reason (see ResetEnded).
 type PermitRelease struct {
 	Key    string `json:"key"`
 	Holder string `json:"holder"`
+	Failed bool   `json:"failed,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Release drops the permit rel names if rel's holder holds it; a device that shared another's

@@ -17,6 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -33,9 +34,12 @@ default:
       - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
 `
 
-// TestResetStormKeepsToTheBudget: 50 devices get a transient fault at once, and their holders
-// leave. With a reset budget of 5 the breaker grants 5 devices their reset in the window, never
-// more reset Pods run at once than that, and the rest wait, saying why; quarantines go on.
+// TestResetStormKeepsToTheBudget: devices get a transient fault at once and their holders
+// leave. With a reset budget of 3 at a time, never more than 3 reset Pods run at once, every device
+// is reset and back within minutes (a budget per window kept the rest out for the window), and the
+// breaker never opens. Then the reset tool fails on 4 more devices: after 2 failures resets stop,
+// with an alert naming them (the resets already running end, and fail), and the fourth device
+// waits, saying why; quarantines go on.
 func TestResetStormKeepsToTheBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -45,13 +49,13 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 	}
 	pols = pols.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 	s, stop, err := startStack(ctx, t.TempDir(), app.ControllerOptions{Workers: 8, Policies: pols,
-		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 5}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 3, MaxResetFailures: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	const n, budget = 50, 5
-	ids := devicePods(t, ctx, s.kube, "rstorm", n)
+	const n, budget, broken = 7, 3, 4
+	ids := devicePods(t, ctx, s.kube, "rstorm", n+broken)
 
 	// Every reset Pod the cluster sees, and the most that ever ran at once.
 	var mu sync.Mutex
@@ -66,7 +70,7 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 				live := 0
 				for _, p := range pods.Items {
 					seen[p.Namespace+"/"+p.Name+"/"+string(p.UID)] = true
-					if p.DeletionTimestamp == nil {
+					if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 						live++
 					}
 				}
@@ -76,16 +80,17 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-
-	for _, id := range ids {
-		if err := sim.SetFaultKind(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
-			t.Fatal(err)
+	fault := func(ids []device.ID, kind string) {
+		for _, id := range ids {
+			if err := sim.SetFaultKind(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 48", kind); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	stateOfEach := func() (map[decide.State]int, int, error) {
+	stateOfEach := func(ids []device.ID, waitingFor string) (map[decide.State]int, int, error) {
 		states, waiting := map[decide.State]int{}, 0
 		for _, id := range ids {
 			var st decide.DeviceState
@@ -93,48 +98,73 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 				return nil, 0, err
 			}
 			states[st.State]++
-			if n := len(st.Transitions); n > 0 && strings.Contains(st.Transitions[n-1].Reason, "reset budget spent") {
+			if n := len(st.Transitions); n > 0 && strings.Contains(st.Transitions[n-1].Reason, waitingFor) {
 				waiting++
 			}
 		}
 		return states, waiting, nil
 	}
+	fault(ids[:n], sim.FaultTransient)
 	eventually(t, 90*time.Second, "every device quarantined", func() error {
-		states, _, err := stateOfEach()
+		states, _, err := stateOfEach(ids[:n], "")
 		if err != nil || states[decide.Quarantined] != n {
 			return fmt.Errorf("states %v (%v)", states, err)
 		}
 		return nil
 	})
 	// The holders leave (as a migration would move them): every device is idle at once.
-	if err := s.kube.CoreV1().Pods("rstorm").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 90*time.Second, "5 released, 45 waiting for the reset budget", func() error {
-		states, waiting, err := stateOfEach()
-		if err != nil {
-			return err
+	leave := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := s.kube.CoreV1().Pods("rstorm").Delete(ctx, fmt.Sprintf("job-%d", i), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if states[decide.Released] != budget || waiting != n-budget {
-			return fmt.Errorf("states %v, %d waiting for the budget", states, waiting)
+	}
+	start := time.Now()
+	leave(0, n)
+	eventually(t, 3*time.Minute, "every device reset and released", func() error {
+		states, _, err := stateOfEach(ids[:n], "")
+		if err != nil || states[decide.Released] != n {
+			return fmt.Errorf("states %v (%v)", states, err)
 		}
 		return nil
 	})
-	var br breaker.State
-	if err := queryInto(ctx, s.temporal, api.BreakerWorkflowID, &br); err != nil {
-		t.Fatal(err)
-	}
-	resets := 0
-	for _, g := range br.Grants {
-		if g.Action == breaker.Reset {
-			resets++
-		}
-	}
-	stopWatch()
+	took := time.Since(start)
 	mu.Lock()
-	defer mu.Unlock()
-	if resets != budget || len(seen) != budget || most > budget || br.Open {
-		t.Fatalf("%d reset grants, %d reset Pods (%d at once), breaker open %v: want %d, never more", resets, len(seen), most, br.Open, budget)
+	if len(seen) != n || most > budget {
+		t.Fatalf("%d reset Pods (%d at once): want %d, never more than %d at once", len(seen), most, n, budget)
 	}
-	t.Logf("%d devices reset and released, %d waiting for the window; at most %d reset Pods at once", budget, n-budget, most)
+	mu.Unlock()
+	t.Logf("%d devices reset and released in %s, at most %d reset Pods at once", n, took.Round(time.Second), most)
+
+	// A reset tool that fails: two failures stop resets.
+	fault(ids[n:], sim.FaultPermanent)
+	eventually(t, 90*time.Second, "the broken devices quarantined", func() error {
+		states, _, err := stateOfEach(ids[n:], "")
+		if err != nil || states[decide.Quarantined] != broken {
+			return fmt.Errorf("states %v (%v)", states, err)
+		}
+		return nil
+	})
+	leave(n, n+broken)
+	var br breaker.State
+	eventually(t, 2*time.Minute, "resets held after two failures, a device waiting", func() error {
+		if err := queryInto(ctx, s.temporal, api.BreakerWorkflowID, &br); err != nil {
+			return err
+		}
+		_, waiting, err := stateOfEach(ids[n:], "resets held")
+		// The resets running when the second failed end too: they fail, and count.
+		if err != nil || !br.ResetsHeld || len(br.ResetFailures) < 2 || waiting < 1 {
+			return fmt.Errorf("held %v, failures %v, %d waiting (%v)", br.ResetsHeld, br.ResetFailures, waiting, err)
+		}
+		return nil
+	})
+	mu.Lock()
+	resets := len(seen)
+	mu.Unlock()
+	if br.Open || !strings.Contains(br.ResetsHeldReason, "2 resets failed within 10m0s") || resets > n+budget {
+		t.Fatalf("breaker open %v, held for %q, %d reset Pods", br.Open, br.ResetsHeldReason, resets)
+	}
+	t.Logf("resets held: %s", br.ResetsHeldReason)
+	recordHistory(t, ctx, s.temporal, api.BreakerWorkflowID, "breaker_resets_at_a_time.json")
 }

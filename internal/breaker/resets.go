@@ -1,0 +1,98 @@
+package breaker
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultResetHold is how long a reset's permit lasts unless its step ends first (and gives it
+// back): a worker that died mid-reset frees its place in the end.
+const DefaultResetHold = 15 * time.Minute
+
+// DefaultMaxResetFailures is how many failed resets within the window stop resets, unless the
+// configuration says.
+const DefaultMaxResetFailures = 3
+
+// ResetFailuresMax is the failed resets within the window that stop resets.
+func (c Config) ResetFailuresMax() int {
+	if c.MaxResetFailures > 0 {
+		return c.MaxResetFailures
+	}
+	return DefaultMaxResetFailures
+}
+
+// ResetFailure is a reset that ran and did not bring its device back.
+type ResetFailure struct {
+	Device string    `json:"device"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// acquireReset grants a repair step's reset (ResetsAtATime): at most Config.Resets() run at a
+// time, whatever the window, so a storm of faults is reset as fast as the budget allows. The
+// permit lasts until the step gives it back (ResetEnded) or its hold ends. While failed resets
+// hold resets (a reset tool that fails every device), none is granted.
+func (b *State) acquireReset(req PermitRequest, key string, now time.Time) PermitResult {
+	if b.ResetsHeld {
+		b.Denied++
+		return PermitResult{Reason: "resets held: " + b.ResetsHeldReason}
+	}
+	var running []string
+	for _, g := range b.Grants {
+		if g.Action == Reset && !g.Until.IsZero() {
+			running = append(running, g.Device)
+		}
+	}
+	if max := b.Config.Resets(); len(running) >= max {
+		b.Denied++
+		sort.Strings(running)
+		return PermitResult{Reason: fmt.Sprintf("reset budget spent: %d resets running (%s; max %d at a time); the device asks again when one ends",
+			len(running), strings.Join(running, ", "), max)}
+	}
+	hold := req.Hold
+	if hold <= 0 {
+		hold = DefaultResetHold
+	}
+	b.Grants = append(b.Grants, Grant{Device: key, Action: Reset, At: now, Holder: req.Device.String(), Until: now.Add(hold)})
+	return PermitResult{Granted: true}
+}
+
+// ResetEnded gives a reset's permit back and, when the reset failed, counts it (once: only a
+// release that gave a permit back counts): the failures
+// within the window reaching Config.ResetFailuresMax() hold resets until a person resumes the
+// breaker or the window passes them by. It returns the alert to send when it holds resets.
+func (b *State) ResetEnded(rel PermitRelease, now time.Time) string {
+	if !b.Release(rel) || !rel.Failed || !b.ResetsAtATime {
+		return "" // a release sent again, or for a permit long gone, counts once
+	}
+	b.pruneFailures(now)
+	b.ResetFailures = append(b.ResetFailures, ResetFailure{Device: rel.Holder, Reason: rel.Reason, At: now})
+	if b.ResetsHeld || len(b.ResetFailures) < b.Config.ResetFailuresMax() {
+		return ""
+	}
+	var what []string
+	for _, f := range b.ResetFailures {
+		what = append(what, fmt.Sprintf("%s (%s)", f.Device, f.Reason))
+	}
+	b.ResetsHeld = true
+	b.ResetsHeldReason = fmt.Sprintf("%d resets failed within %s: %s; is the reset tool broken? Resets wait until a person resumes the breaker or the window passes",
+		len(b.ResetFailures), b.Config.Window, strings.Join(what, "; "))
+	return "resets held: " + b.ResetsHeldReason
+}
+
+// pruneFailures forgets failed resets older than the window; resets go on once too few are left.
+func (b *State) pruneFailures(now time.Time) {
+	cutoff := now.Add(-b.Config.Window)
+	kept := b.ResetFailures[:0]
+	for _, f := range b.ResetFailures {
+		if f.At.After(cutoff) {
+			kept = append(kept, f)
+		}
+	}
+	b.ResetFailures = kept
+	if b.ResetsHeld && len(kept) < b.Config.ResetFailuresMax() {
+		b.ResetsHeld, b.ResetsHeldReason = false, ""
+	}
+}
