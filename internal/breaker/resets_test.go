@@ -40,8 +40,8 @@ func TestResetsAreCountedAtATime(t *testing.T) {
 		t.Fatalf("a device asking again for its own reset: %s", r.Reason)
 	}
 	r := ask(3, now)
-	if r.Granted || b.Open || !strings.Contains(r.Reason, "3 resets running (d/p/gpu-0, d/p/gpu-1, d/p/gpu-2; max 3 at a time)") {
-		t.Fatalf("a fourth at once: %+v", r)
+	if r.Granted || b.Open || b.Denied != 1 || !strings.Contains(r.Reason, "3 resets running (d/p/gpu-0, d/p/gpu-1, d/p/gpu-2; max 3 at a time)") {
+		t.Fatalf("a fourth at once: %+v, %d denied", r, b.Denied)
 	}
 	// Fifty faults within the window: each reset that ends lets the next one run.
 	done := 3
@@ -94,8 +94,8 @@ func TestFailedResetsStopResets(t *testing.T) {
 	if again := resetEnded(b, 2, true, now.Add(2*time.Minute)); again != "" || len(b.ResetFailures) != 2 {
 		t.Fatalf("a release sent again: alert %q, failures %v", again, b.ResetFailures)
 	}
-	if r := ask(7, now.Add(3*time.Minute)); r.Granted || !strings.HasPrefix(r.Reason, "resets held: 2 resets failed") {
-		t.Fatalf("a reset while held: %+v", r)
+	if r := ask(7, now.Add(3*time.Minute)); r.Granted || b.Denied != 1 || !strings.HasPrefix(r.Reason, "resets held: 2 resets failed") {
+		t.Fatalf("a reset while held: %+v, %d denied", r, b.Denied)
 	}
 	if r := b.Acquire(PermitRequest{Device: gpu(8), Action: decide.Quarantined, Config: cfg}, now.Add(3*time.Minute)); !r.Granted {
 		t.Fatalf("quarantines go on while resets are held: %s", r.Reason)
