@@ -15,6 +15,7 @@ func TestCausesBlock(t *testing.T) {
       - {xids: [79], first: reset}
       - {codes: [health], actions: [contact_support], first: retire}
       - {xids: [48], first: reset, thenRetire: true}
+      - {xids: [1, 999], first: ladder}
     applicationFaults: {limit: 3}
 policies:
   - name: fpga
@@ -27,13 +28,13 @@ drivers:
 		t.Fatal(err)
 	}
 	p := set.For("", "gpu.example.com")
-	if n := len(p.Causes.Rules); n != 3 || p.Causes.Rules[0].First != FirstReset || p.Causes.Rules[1].Actions[0] != "CONTACT_SUPPORT" || !p.Causes.Rules[2].ThenRetire {
+	if n := len(p.Causes.Rules); n != 4 || p.Causes.Rules[0].First != FirstReset || p.Causes.Rules[1].Actions[0] != "CONTACT_SUPPORT" || !p.Causes.Rules[2].ThenRetire {
 		t.Fatalf("rules %+v", p.Causes.Rules)
 	}
 	if got := p.Causes.AppFaultLimit(); got.Limit != 3 || got.Window.D() != time.Hour {
 		t.Fatalf("threshold %+v", got)
 	}
-	if f := set.For("", "fpga.example.com"); !f.Causes.Off || len(f.Causes.Rules) != 3 {
+	if f := set.For("", "fpga.example.com"); !f.Causes.Off || len(f.Causes.Rules) != 4 {
 		t.Fatalf("an entry inherits the default's rules and turns causes off: %+v", f.Causes)
 	}
 	if got := Default().Causes.AppFaultLimit(); got != DefaultApplicationFaults {
