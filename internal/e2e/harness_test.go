@@ -243,7 +243,9 @@ func runMain(m *testing.M) int {
 	}
 	s.prometheus = promURL
 	mets, stopCtl := s.controller(app.ControllerOptions{Workers: 8, Policies: pols,
-		Breaker:    breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000},
+		// Tests on this stack fail resets on purpose (reboot and permanent faults): the brake on
+		// failed resets is TestResetStormKeepsToTheBudget's, on a stack of its own.
+		Breaker:    breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000, MaxResetFailures: 1000},
 		Prometheus: &watcher.PromConfig{URL: promURL, Interval: time.Second}})
 	s.metrics = mets
 	stop := func() { stopCtl(); stopProm(); stopInfra() }

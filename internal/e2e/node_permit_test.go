@@ -53,7 +53,7 @@ func TestNodeStepsRebootOneNodeOfAPoolAtATime(t *testing.T) {
 	}
 	pols = pols.WithIdentity(sim.Driver, sim.Identity...).WithCDI(sim.Driver, sim.DeclaredCDIStyles...)
 	s, stop, err := startStack(ctx, t.TempDir(), app.ControllerOptions{Workers: 8, Policies: pols,
-		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000, MaxReboots: 1}})
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000, MaxResetFailures: 1000, MaxReboots: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
