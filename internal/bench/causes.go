@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +36,12 @@ type CausesOptions struct {
 	// simulator reboots at once); GPUsPerNode is how many GPUs a node-level remediation takes out.
 	Reboot, Drain time.Duration
 	GPUsPerNode   int
-	Seed          uint64
-	CacheDir      string
-	Out           io.Writer
+	// Storm more devices get a reset-first fault at once after the mix, under the default reset
+	// budget (breaker.DefaultMaxResets at a time): what a storm costs (0: none).
+	Storm    int
+	Seed     uint64
+	CacheDir string
+	Out      io.Writer
 }
 
 // MixClasses are the classes a mix weighs, in the order the report lists them.
@@ -107,7 +111,7 @@ func Causes(ctx context.Context, o CausesOptions) error {
 	}
 	n := o.Faults
 	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols.WithIdentity(sim.Driver, sim.Identity...),
-		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 10 * n, MaxResets: n, MaxReboots: n}},
+		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 10 * (n + o.Storm), MaxReboots: n}},
 		func(kube kubernetes.Interface, opts *app.ControllerOptions) {
 			opts.Extra = append(opts.Extra, (&sim.Kubelet{Kube: kube}).Run, (&sim.Remediator{Kube: kube}).Run)
 		})
@@ -151,6 +155,55 @@ func Causes(ctx context.Context, o CausesOptions) error {
 		}
 	}
 	reportMix(o, faults)
+	if o.Storm > 0 {
+		return causeStorm(ctx, st, o, added, deleted)
+	}
+	return nil
+}
+
+// causeStorm gives o.Storm idle devices a reset-first fault at once (their holders leave together)
+// and reports when each was back, and the GPU-hours the storm cost.
+func causeStorm(ctx context.Context, st *stack, o CausesOptions, added, deleted func(string) <-chan time.Time) error {
+	targets, err := setupPods(ctx, st.kube, o.Storm, o.Out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "[bench] a storm: %d devices fail at once (XID 48), %d resets at a time\n", o.Storm, breaker.DefaultMaxResets)
+	start := time.Now()
+	for _, tg := range targets {
+		if err := sim.SetFaultKind(ctx, st.kube, tg.id, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
+			return err
+		}
+		if err := sim.WriteHealth(ctx, st.kube, tg.t, sim.CDIDeviceID(tg.id), corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
+			return err
+		}
+	}
+	for _, tg := range targets {
+		if err := within(ctx, added(tg.id.TaintRuleName()), 2*time.Minute, tg.id.TaintRuleName()+" created"); err != nil {
+			return err
+		}
+	}
+	for _, tg := range targets { // as their migrations would move them
+		if err := deletePod(ctx, st.kube, tg.t.Namespace, tg.t.Pod); err != nil {
+			return err
+		}
+	}
+	var out []time.Duration
+	var total time.Duration
+	for _, tg := range targets {
+		select {
+		case at := <-deleted(tg.id.TaintRuleName()):
+			out = append(out, at.Sub(start))
+			total += at.Sub(start)
+		case <-time.After(20 * time.Minute):
+			return fmt.Errorf("%s not back 20 min after the storm", tg.id)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	printLatency(o.Out, "storm: fault -> the device back (rule deleted)", out)
+	fmt.Fprintf(o.Out, "[bench] the storm cost %.2f GPU-hours out of service (%d devices, the last back %s after the fault)\n",
+		total.Hours(), len(out), slices.Max(out).Round(time.Second))
 	return nil
 }
 

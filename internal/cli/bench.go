@@ -188,8 +188,8 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if co.Faults < 1 || co.GPUsPerNode < 1 || co.Reboot < 0 || co.Drain < 0 {
-				return fmt.Errorf("--faults and --gpus-per-node must be >= 1, --reboot and --drain not negative")
+			if co.Faults < 1 || co.GPUsPerNode < 1 || co.Reboot < 0 || co.Drain < 0 || co.Storm < 0 {
+				return fmt.Errorf("--faults and --gpus-per-node must be >= 1, --reboot, --drain and --storm not negative")
 			}
 			co.Mix, co.Out = m, c.OutOrStdout()
 			return bench.Causes(c.Context(), co)
@@ -200,6 +200,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	causes.Flags().DurationVar(&co.Reboot, "reboot", 10*time.Minute, "what a node's reboot takes on the fleet")
 	causes.Flags().DurationVar(&co.Drain, "drain", 5*time.Minute, "what draining a whole node takes (node-level remediation)")
 	causes.Flags().IntVar(&co.GPUsPerNode, "gpus-per-node", 8, "GPUs a node-level remediation takes out")
+	causes.Flags().IntVar(&co.Storm, "storm", 50, "devices that then fail at once under the default reset budget (0: no storm)")
 	causes.Flags().Uint64Var(&co.Seed, "seed", 1, "seed of the draw")
 	causes.Flags().StringVar(&co.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(causes)
