@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,7 +97,7 @@ func (cm *causeModel) check(m *deviceModel, after string, st *decide.DeviceState
 		switch {
 		case ch.First == policy.FirstRetire && len(tries) > 0:
 			m.violate("after %s: a replace fault (%s) was repaired with %s", after, c, tries[0].Kind)
-		case (ch.First == policy.FirstReset || ch.First == policy.FirstNode) && len(tries) > 0 && m.ladder.has(policy.RepairKind(ch.First)) && tries[0].Kind != policy.RepairKind(ch.First):
+		case (ch.First == policy.FirstReset || ch.First == policy.FirstNode) && len(tries) > 0 && slices.Contains(m.ladder.kinds, policy.RepairKind(ch.First)) && tries[0].Kind != policy.RepairKind(ch.First):
 			m.violate("after %s: cause %s chose %s first, but the first try was %s", after, c, ch.First, tries[0].Kind)
 		}
 	}
@@ -105,16 +106,6 @@ func (cm *causeModel) check(m *deviceModel, after string, st *decide.DeviceState
 func (cm *causeModel) said(c fault.Cause) bool {
 	for _, s := range cm.sent {
 		if s.c == c {
-			return true
-		}
-	}
-	return false
-}
-
-// has says whether the policy's ladder has a step of the kind.
-func (l *ladderModel) has(k policy.RepairKind) bool {
-	for _, s := range l.kinds {
-		if s == k {
 			return true
 		}
 	}

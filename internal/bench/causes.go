@@ -56,11 +56,7 @@ func ParseMix(s string) (map[string]int, error) {
 		if !ok || err != nil || n < 0 {
 			return nil, fmt.Errorf("mix %q: want class=weight, e.g. application=40,reset=35,node=15,replace=10", part)
 		}
-		known := false
-		for _, c := range MixClasses {
-			known = known || c == k
-		}
-		if !known {
+		if !slices.Contains(MixClasses, k) {
 			return nil, fmt.Errorf("mix: unknown class %q: want %s", k, strings.Join(MixClasses, ", "))
 		}
 		out[k] = n
