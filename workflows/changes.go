@@ -36,10 +36,12 @@ import "go.temporal.io/sdk/workflow"
 //   - 13: a fault's cause chooses its first step (decide.Rules.Causes): an application's fault
 //     is not fenced until they pile up, the ladder starts at the step the cause asks for, and a
 //     replace fault is retired at once.
+//   - 14: proof from the source (decide.Rules.SourceProof): a review whose checks passed waits for
+//     the sources that reported the fault to say Healthy before the device is released.
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 13
+const deviceChangesNow workflow.Version = 14
 
 type changesKey struct{}
 

@@ -50,6 +50,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		StepReports:         takes(ctx, 11),
 		DetectorsNotHolders: takes(ctx, 12),
 		Causes:              takes(ctx, 13),
+		SourceProof:         takes(ctx, 14),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

@@ -263,7 +263,8 @@ func (h *harness) run(t *testing.T, end time.Duration, events ...event) decide.D
 				o := decide.Observation{Device: gpu0, Node: "node-1", Health: *e.obs, StatusVersion: e.ver, ObservedAt: time.Unix(1700000000, 0),
 					Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: *e.obs}}}
 				if e.idle {
-					o.Reporters = nil
+					// No Pod holds the device: the watcher says so with a bare Healthy.
+					o.Reporters, o.Health = nil, device.Healthy
 				}
 				h.env.SignalWorkflow(api.SignalObservation, o)
 				return

@@ -38,6 +38,22 @@ func (h *harness) update(at time.Duration, name string, cmd decide.Command) *upd
 	return out
 }
 
+// podLeaves is the watcher's word, at, that no Pod holds gpu0 any more: a bare Healthy. A
+// review releases the device only when its sources say nothing against it (SourceProof).
+func podLeaves(h *harness, at time.Duration) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "11"})
+	}, at)
+}
+
+// podSaysHealthy is the watcher's word, at, that the Pod on gpu0 reports it Healthy again.
+func podSaysHealthy(h *harness, at time.Duration) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "11",
+			Reporters: []decide.Reporter{{Pod: "p", Health: device.Healthy}}})
+	}, at)
+}
+
 func TestReleaseAfterLeaseReview(t *testing.T) {
 	h := newHarness(0)
 	p := policy.Default()
@@ -46,8 +62,9 @@ func TestReleaseAfterLeaseReview(t *testing.T) {
 		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			DeviceClass: "gpu.example.com", Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
+	podSaysHealthy(h, 24*time.Hour+25*time.Minute) // within the heartbeat limit of the release
 	var got decide.DeviceState
-	queryThenCancel(t, h.env, 25*time.Hour, &got)
+	queryThenCancel(t, h.env, 24*time.Hour+32*time.Minute, &got)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	if got.State != decide.Released || len(got.Closed) != 1 {
 		t.Fatalf("state %s, closed %+v; transitions %+v", got.State, got.Closed, got.Transitions)
@@ -155,6 +172,7 @@ func TestApprovalByUpdate(t *testing.T) {
 		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "10",
 			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
+	podSaysHealthy(h, 90*time.Second)
 	early := h.update(time.Minute, string(decide.CmdApprove), decide.Command{Actor: "U1"})
 	h.update(2*time.Minute, string(decide.CmdRelease), decide.Command{Actor: "alice"})
 	approve := h.update(10*time.Minute, string(decide.CmdApprove), decide.Command{Actor: "U1"})

@@ -47,7 +47,8 @@ func failedThenIdle(h *harness) {
 			Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p"}}})
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Unhealthy, StatusVersion: "11"})
+		// No Pod holds it: the watcher says so with a bare Healthy.
+		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "11"})
 	}, time.Minute)
 }
 

@@ -67,9 +67,12 @@ type deviceModel struct {
 	// actingAt is when the workflow first acted after the newest report reached it (reported: a
 	// report came since it last acted). A decision is made on what the workflow knew when it began
 	// acting on it: a report that arrived while it acted (a retried quarantine) is taken after.
-	reported             bool
-	actingAt             time.Time
-	resets, resetPermits int
+	reported bool
+	actingAt time.Time
+	// sourcesFaultAt and sourcesClearAt are when the newest report that said the fault (Unhealthy,
+	// or a detector's standing fault), and that said none, reached the workflow.
+	sourcesFaultAt, sourcesClearAt time.Time
+	resets, resetPermits           int
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
 	// decision.
 	followOnAt time.Time
@@ -331,7 +334,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.ladder.nodeStepEnded(res)
 		return res, nil
 	}).Maybe()
-	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(_ context.Context, in remediation.ReleaseInput) error {
+	env.OnActivity("ReleaseRule", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.ReleaseInput) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.releaseFails > 1 {
@@ -339,6 +342,10 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return errors.New("apiserver unavailable")
 		}
 		m.note("ReleaseRule by %q: %s", in.Actor, in.Reason)
+		m.acting(env, activity.GetInfo(ctx).Attempt)
+		if m.sourcesClearAt.Before(m.sourcesFaultAt) && m.sourcesFaultAt.Before(m.actingAt) {
+			m.violate("released while its sources still reported the fault (since %s, acting %s)", m.sourcesFaultAt.Format("15:04:05.000"), m.actingAt.Format("15:04:05.000"))
+		}
 		if m.moveHolders && !in.NodeFence {
 			m.violate("a release of a device whose ladder fences its node does not take its fences")
 		}
@@ -429,6 +436,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 	var steps []step
 	tl := &timeline{at: time.Second} // the run has started
 	ver := 10
+	canStand := false // a standing detector's fault follows a fault, as the watcher withdraws it
 	term := int64(1)
 	var seq uint64
 	for i := range n {
@@ -455,10 +463,14 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			if h == device.Unhealthy {
 				o.Cause = m.causes.draw(rt, i)
 			}
+			if canStand && rapid.IntRange(0, 2).Draw(rt, fmt.Sprintf("standing%d", i)) > 0 {
+				o.Standing = []string{"dcgm: recovery-action:2"}
+			}
+			canStand = h == device.Unhealthy || len(o.Standing) > 0
 			if !idle {
 				o.Reporters = []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
 			}
-			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v", h, ver, term, src, idle, byUpdate)
+			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v standing %v", h, ver, term, src, idle, byUpdate, o.Standing)
 			if o.Cause != nil {
 				s.what += ", cause " + o.Cause.String()
 			}
@@ -474,6 +486,11 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.held = !idle
 				told := func() {
 					m.reported = true
+					if h == device.Unhealthy || len(o.Standing) > 0 {
+						m.sourcesFaultAt = env.Now()
+					} else {
+						m.sourcesClearAt = env.Now()
+					}
 					if idle {
 						m.idleAt = env.Now()
 					} else {

@@ -122,8 +122,12 @@ func (st *DeviceState) Command(c Command, now time.Time) []Action {
 		if st.Review == nil || st.Review.Stage != StageApproval {
 			return nil
 		}
-		st.Review.Stage, st.Review.ApprovedBy = StageRelease, actor
+		st.Review.ApprovedBy = actor
 		st.transition(st.State, "release approved by "+actor, actor, now)
+		if acts, waiting := reviewOf(st).awaitSources(now); waiting {
+			return acts // a source spoke since the ask: the release waits for it
+		}
+		st.Review.Stage = StageRelease
 		return []Action{{Kind: ActRelease, Reason: reviewOf(st).reviewSummary(), Actor: actor}}
 	case CmdReject:
 		if repairOf(st).stepAwaiting() {

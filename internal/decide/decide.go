@@ -79,6 +79,10 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	if obs.DeviceClass != "" {
 		st.DeviceClass = obs.DeviceClass
 	}
+	st.Standing = obs.Standing
+	if acts, done := reviewOf(st).sourcesCleared(now); done {
+		return acts
+	}
 	if len(obs.Reporters) == 0 && st.rules.ReleasePath && obs.Source.FromDriver() {
 		// The driver vouches for a device no pod holds (it took its own taint off).
 		if acts, done := st.observeFenced(obs, "driver reports the device healthy ("+string(obs.Source)+")", now); done {
@@ -215,6 +219,8 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 			acts = append(acts, reviewOf(st).stabilityDone(now)...)
 		case StageApproval:
 			acts = append(acts, reviewOf(st).reviewFailed(fmt.Sprintf("no approval within %s", st.Policy.ApprovalTimeout.D()), false, Actor, now)...)
+		case StageSources:
+			acts = append(acts, reviewOf(st).sourcesFailed(now)...)
 		}
 	}
 	if l := repairOf(st).ladderRetry(); !l.IsZero() && !now.Before(l) {

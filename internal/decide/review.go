@@ -28,7 +28,8 @@ type Review struct {
 	CanarySkipped bool        `json:"canarySkipped,omitempty"`
 	Probe         *StepResult `json:"probe,omitempty"`
 	Canary        *StepResult `json:"canary,omitempty"`
-	// Until ends the stability window (StageStability) or the wait for approval (StageApproval).
+	// Until ends the stability window (StageStability), the wait for the sources (StageSources)
+	// or the wait for approval (StageApproval).
 	Until      time.Time `json:"until,omitempty"`
 	ApprovedBy string    `json:"approvedBy,omitempty"`
 }
@@ -156,6 +157,9 @@ func (g reviewing) ruleRefreshed(a Action, effect string, failure string, now ti
 func (g reviewing) stabilityDone(now time.Time) []Action {
 	st := g.st
 	r := st.Review
+	if acts, waiting := g.awaitSources(now); waiting {
+		return acts
+	}
 	if st.Policy.ApprovalRequired || r.From == Retired {
 		r.Stage, r.Until = StageApproval, now.Add(st.Policy.ApprovalTimeout.D())
 		return []Action{{Kind: ActRequestApproval, Reason: g.reviewSummary(), Actor: Actor}}

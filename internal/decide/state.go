@@ -51,6 +51,11 @@ type Rules struct {
 	// not fenced until they pile up, a reset- or reboot-first fault starts the ladder at that
 	// step, a replace fault is retired at once. Runs before it climb every ladder from the start.
 	Causes bool `json:"causes,omitempty"`
+	// SourceProof: a review whose checks and window passed releases the device only once the
+	// sources that reported its fault say Healthy too (no standing Unhealthy, no standing
+	// detector's fault); it waits the policy's sourceWait for them, then fails, and the ladder
+	// takes its next try.
+	SourceProof bool `json:"sourceProof,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -135,6 +140,8 @@ type DeviceState struct {
 	Transitions []Transition `json:"transitions,omitempty"`
 	// Ignored counts observations dropped as duplicates or older than the last one.
 	Ignored int `json:"ignored"`
+	// Standing are the detectors' faults that still stand after their delivery (Observation.Standing).
+	Standing []string `json:"standing,omitempty"`
 	// Cause is what the sources said of the newest Unhealthy report (Rules.Causes).
 	Cause *cause.Cause `json:"cause,omitempty"`
 	// AppFaults are when the device reported an application's fault within the policy's window

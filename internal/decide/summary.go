@@ -35,6 +35,8 @@ func (st *DeviceState) Next() string {
 			return "canary running on probation"
 		case StageStability:
 			return "release at " + at(st.Review.Until) + " if nothing is reported"
+		case StageSources:
+			return "waiting until " + at(st.Review.Until) + " for its sources to say Healthy, else the next try"
 		case StageApproval:
 			return "waiting for approval until " + at(st.Review.Until) + " (devicewarden device approve|reject)"
 		case StageRelease:

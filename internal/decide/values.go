@@ -18,12 +18,14 @@ type (
 	Stage         = devicemsg.Stage
 )
 
-// Review stages, in order: probe -> probation taint -> canary -> stability window -> approval -> release.
+// Review stages, in order: probe -> probation taint -> canary -> stability window -> sources ->
+// approval -> release.
 const (
 	StageProbe     = devicemsg.StageProbe
 	StageProbation = devicemsg.StageProbation
 	StageCanary    = devicemsg.StageCanary
 	StageStability = devicemsg.StageStability
+	StageSources   = devicemsg.StageSources
 	StageApproval  = devicemsg.StageApproval
 	StageRelease   = devicemsg.StageRelease
 )

@@ -91,6 +91,11 @@ type Observation struct {
 	// Cause is what the sources say made an Unhealthy report (an XID, a code, the driver's
 	// recovery action), when they say it.
 	Cause *cause.Cause `json:"cause,omitempty"`
+	// Standing are the detectors' faults that still stand after their one delivery: a level
+	// a detector still shows, such as a recovery action other than none ("dcgm: recovery-action:2").
+	// They fence nothing and fail no review by arriving; a review waits for them to go before the
+	// device is released (decide.Rules.SourceProof).
+	Standing []string `json:"standing,omitempty"`
 }
 
 // Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;

@@ -114,14 +114,18 @@ type Transition struct {
 // Stage is where a recovery review stands.
 type Stage string
 
-// Review stages, in order: probe -> probation taint -> canary -> stability window -> approval -> release.
+// Review stages, in order: probe -> probation taint -> canary -> stability window -> sources ->
+// approval -> release.
 const (
 	StageProbe     Stage = "Probe"
 	StageProbation Stage = "Probation"
 	StageCanary    Stage = "Canary"
 	StageStability Stage = "Stability"
-	StageApproval  Stage = "Approval"
-	StageRelease   Stage = "Release"
+	// StageSources: the checks passed and the window ended, and the review waits for the sources
+	// that reported the fault to say Healthy (decide.Rules.SourceProof).
+	StageSources  Stage = "Sources"
+	StageApproval Stage = "Approval"
+	StageRelease  Stage = "Release"
 )
 
 // The taint keys of DeviceWarden's rules: a Pod that must run on a fenced device (a probe, a

@@ -37,6 +37,10 @@ type Policy struct {
 	HeartbeatLimit JSONDuration `json:"heartbeatLimit"`
 	// StabilityWindow is how long a recovered device must stay Healthy on probation before release.
 	StabilityWindow JSONDuration `json:"stabilityWindow"`
+	// SourceWait is how long a review whose checks and window passed waits for the sources that
+	// reported the fault to say Healthy (a recovery action back to none, a driver's taint gone)
+	// before it fails. Zero: it does not wait.
+	SourceWait JSONDuration `json:"sourceWait,omitempty"`
 	// QuarantineLease is how long a quarantine lasts before its recovery review starts.
 	QuarantineLease JSONDuration `json:"quarantineLease"`
 	// TaintEffect for Unhealthy devices: NoSchedule (default) or NoExecute. Unknown never evicts.
@@ -70,6 +74,10 @@ type Policy struct {
 	Causes Causes `json:"causes,omitzero"`
 }
 
+// DefaultSourceWait covers a detector's path to DeviceWarden: DCGM's field updates (30 s),
+// Prometheus' scrape and DeviceWarden's poll (15 s each), with room to spare.
+const DefaultSourceWait = 5 * time.Minute
+
 // Default applies when no policy file entry matches.
 func Default() Policy {
 	return Policy{
@@ -78,6 +86,7 @@ func Default() Policy {
 		BackoffCap:          JSONDuration(time.Hour),
 		HeartbeatLimit:      JSONDuration(10 * time.Minute),
 		StabilityWindow:     JSONDuration(30 * time.Minute),
+		SourceWait:          JSONDuration(DefaultSourceWait),
 		QuarantineLease:     JSONDuration(24 * time.Hour),
 		TaintEffect:         EffectNoSchedule,
 		ApprovalRequired:    false,
@@ -186,6 +195,7 @@ type entry struct {
 	BackoffCap          *Duration       `yaml:"backoffCap"`
 	HeartbeatLimit      *Duration       `yaml:"heartbeatLimit"`
 	StabilityWindow     *Duration       `yaml:"stabilityWindow"`
+	SourceWait          *Duration       `yaml:"sourceWait"`
 	QuarantineLease     *Duration       `yaml:"quarantineLease"`
 	TaintEffect         *string         `yaml:"taintEffect"`
 	ApprovalRequired    *bool           `yaml:"approvalRequired"`
@@ -453,6 +463,7 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	setDuration(&p.BackoffCap, e.BackoffCap)
 	setDuration(&p.HeartbeatLimit, e.HeartbeatLimit)
 	setDuration(&p.StabilityWindow, e.StabilityWindow)
+	setDuration(&p.SourceWait, e.SourceWait)
 	setDuration(&p.QuarantineLease, e.QuarantineLease)
 	if e.TaintEffect != nil {
 		p.TaintEffect = *e.TaintEffect
@@ -508,6 +519,9 @@ func (p Policy) Validate() error {
 	}
 	if p.StabilityWindow < 0 {
 		return fmt.Errorf("stabilityWindow must not be negative, got %s", p.StabilityWindow)
+	}
+	if p.SourceWait < 0 {
+		return fmt.Errorf("sourceWait must not be negative, got %s", p.SourceWait.D())
 	}
 	if p.BackoffCap < p.ToleranceWindow {
 		return fmt.Errorf("backoffCap (%s) must be at least toleranceWindow (%s)", p.BackoffCap, p.ToleranceWindow)

@@ -95,6 +95,13 @@ func TestBoundaryValuesAreAccepted(t *testing.T) {
 	if _, err := Parse([]byte("default:\n  stabilityWindow: -1s\n")); err == nil || !strings.Contains(err.Error(), "stabilityWindow") {
 		t.Errorf("negative stability window: %v", err)
 	}
+	if _, err := Parse([]byte("default:\n  sourceWait: -1m\n")); err == nil || !strings.Contains(err.Error(), "sourceWait must not be negative") {
+		t.Errorf("negative source wait: %v", err)
+	}
+	if s, err := Parse([]byte("default:\n  sourceWait: 0s\npolicies:\n  - {name: slow, match: {deviceClass: x}, sourceWait: 20m}\n")); err != nil ||
+		s.For("", "").SourceWait != 0 || s.For("x", "").SourceWait.D() != 20*time.Minute || Default().SourceWait.D() != DefaultSourceWait {
+		t.Errorf("source wait: %+v, %v", s, err)
+	}
 	if _, err := Parse([]byte("default:\n  escalationThreshold: 0\n")); err == nil || !strings.Contains(err.Error(), "escalationThreshold") {
 		t.Errorf("escalation threshold 0: %v", err)
 	}
