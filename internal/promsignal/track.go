@@ -104,6 +104,13 @@ func dropSeries(faults []Fault, id string) []Fault {
 	return out
 }
 
+// Stands says whether a "level" signal's series was in its last answer: the fault it showed
+// still stands.
+func (t *Tracker) Stands(signal, series string) bool {
+	_, ok := t.last[signal][series]
+	return ok
+}
+
 // Series is how many series the tracker remembers, over every signal.
 func (t *Tracker) Series() int {
 	n := 0

@@ -61,6 +61,7 @@ func (s *store) consume(id device.ID, quietUntil time.Time) []string {
 		if onceWord(e.reports[key]) != w {
 			continue // renewed meanwhile: the new word goes next
 		}
+		s.keepStanding(e, key)
 		delete(e.reports, key)
 		s.dropDevice(key, id)
 		keys = append(keys, key)
@@ -102,6 +103,12 @@ func (s *store) dropDevice(key string, id device.ID) {
 // DCGM signal's, a node condition's), and queues the device: the word says what spec says, names
 // the device's class (a detector knows no claim) and is one event when once is set.
 func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once string) {
+	w.detectorWordStands(key, version, id, node, h, spec, once, "")
+}
+
+// detectorWordStands is detectorWord for a word that, once withdrawn, stands as stands while
+// its level lasts (standing.go).
+func (w *Watcher) detectorWordStands(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once, stands string) {
 	msg := spec.What()
 	if len(msg) > devicemsg.MaxReason {
 		msg = msg[:devicemsg.MaxReason]
@@ -112,9 +119,10 @@ func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h
 	}
 	r := Report{Device: id, Node: node, Health: h, Message: msg, Source: devicemsg.SourceHealthReport, DeviceClass: w.claims.classOf(id),
 		Cause:    spec.CauseOf(),
-		Reporter: api.Reporter{Report: shown, Detector: spec.Source, Health: h}, Once: once}
+		Reporter: api.Reporter{Report: shown, Detector: spec.Source, Health: h}, Once: once, Stands: stands}
 	w.detectorSpoke.Store(true)
 	w.podMu.Lock()
+	w.store.setLevel(key, stands != "")
 	ids, _ := w.store.setPod(key, version, []Report{r}, nil, nil, false)
 	w.podMu.Unlock()
 	w.enqueueAll(ids)

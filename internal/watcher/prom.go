@@ -13,6 +13,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/devicemsg"
 	"github.com/devicewarden/devicewarden/internal/notify"
+	"github.com/devicewarden/devicewarden/internal/policy"
 	"github.com/devicewarden/devicewarden/internal/promsignal"
 )
 
@@ -90,7 +91,10 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 			w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "not a number").Add(float64(refused))
 		}
 		for _, f := range faults {
-			w.promFault(ctx, naming, f)
+			w.promFault(ctx, naming, f, sig.Kind == policy.PromLevel)
+		}
+		if sig.Kind == policy.PromLevel {
+			w.levelsGone(sig.Name, tracker)
 		}
 	}
 	if len(failed) > 0 {
@@ -100,7 +104,7 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 }
 
 // promFault sends one fault to the device its series names, or says why it cannot.
-func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault) {
+func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault, level bool) {
 	spec, ok := naming.Device(f.Labels)
 	if !ok {
 		w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "names no device").Inc()
@@ -121,8 +125,31 @@ func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f pro
 	}
 	w.cfg.Metrics.SignalFaults.WithLabelValues("prometheus", f.Signal).Inc()
 	key := promKey(f.Signal, id)
-	w.detectorWord(key, "", id, node, device.Unhealthy, spec,
-		f.Series+"@"+strconv.FormatFloat(f.Value, 'g', -1, 64)+"@"+strconv.FormatInt(w.cfg.Clock().UnixNano(), 10))
+	once := f.Series + "@" + strconv.FormatFloat(f.Value, 'g', -1, 64) + "@" + strconv.FormatInt(w.cfg.Clock().UnixNano(), 10)
+	stands := ""
+	if level {
+		stands = promSource + ": " + f.Code
+		w.promLevels[f.Signal+"\x00"+f.Series] = levelRef{key: key, id: id}
+	}
+	w.detectorWordStands(key, "", id, node, device.Unhealthy, spec, once, stands)
+}
+
+// levelRef is a level series' word about a device.
+type levelRef struct {
+	key string
+	id  device.ID
+}
+
+// levelsGone tells the devices whose level series of signal left its last answer.
+func (w *Watcher) levelsGone(signal string, tracker *promsignal.Tracker) {
+	for ref, l := range w.promLevels {
+		sig, series, _ := strings.Cut(ref, "\x00")
+		if sig != signal || tracker.Stands(signal, series) {
+			continue
+		}
+		delete(w.promLevels, ref)
+		w.enqueueAll(w.store.levelGone(l.key, l.id))
+	}
 }
 
 // queryProm asks one instant query.

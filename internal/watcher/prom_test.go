@@ -74,8 +74,14 @@ func (p *fakeProm) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // the XID gauge.
 func promWatcher(t *testing.T) (*recorder, *fakeProm, *metrics.Metrics) {
 	t.Helper()
+	return promWatcherOf(t, "{name: xid, query: DCGM_FI_DEV_XID_ERRORS, kind: last}")
+}
+
+// promWatcherOf is promWatcher asking the one signal given in the policy's words.
+func promWatcherOf(t *testing.T, signal string) (*recorder, *fakeProm, *metrics.Metrics) {
+	t.Helper()
 	slice := uuidSlice()
-	pols, err := policy.Parse([]byte("signals:\n  prometheus:\n    - {name: xid, query: DCGM_FI_DEV_XID_ERRORS, kind: last}\n"))
+	pols, err := policy.Parse([]byte("signals:\n  prometheus:\n    - " + signal + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,10 @@ type Report struct {
 	// an XID's new value): it is withdrawn once the device's workflow has it, whose quarantine
 	// then stands for it. Empty: the word stands until its reporter changes it.
 	Once string
+	// Stands, on a one-time word from a level a detector shows (a recovery action, a failing
+	// health watch), is what the word stands as after it is withdrawn, while the level lasts
+	// (standing.go).
+	Stands string
 }
 
 // ResolveError explains why one health entry was not turned into a Report.

@@ -40,6 +40,8 @@ type store struct {
 	// unitOf names the shared physical unit a device is a form of, and the device's name in it
 	// ("" when the device is a unit of its own): the unit's forms report as one (units.go).
 	unitOf func(device.ID) (device.ID, string)
+	// levels are the reporter keys of levels a detector shows now (standing.go).
+	levels map[string]bool
 }
 
 type entry struct {
@@ -64,6 +66,8 @@ type entry struct {
 	carrying map[string]string
 	// quietUntil: the withdrawal of words consumed is not sent before (once.go).
 	quietUntil time.Time
+	// standing are the withdrawn words of levels that still stand, by reporter key (standing.go).
+	standing map[string]string
 }
 
 func newStore() *store {
@@ -417,7 +421,8 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 	if len(e.reports) == 0 {
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
 		regrouped := unit != nil && e.signalled != nil && !sameUnit(e.signalled.Unit, unit)
-		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0) && !regrouped {
+		standing := standingOf(e)
+		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0 && slices.Equal(e.signalled.Standing, standing)) && !regrouped {
 			return api.Observation{}, skipNothing
 		}
 		node := ""
@@ -428,7 +433,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 		if e.version > 0 {
 			version = strconv.FormatUint(e.version, 10)
 		}
-		obs := api.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now, Unit: unit}
+		obs := api.Observation{Device: id, Node: node, Health: device.Healthy, StatusVersion: version, ObservedAt: now, Unit: unit, Standing: standing}
 		obs.Source = e.driverCleared
 		return s.stamp(obs), doSignal
 	}
@@ -452,7 +457,8 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 	case e.signalled == nil && obs.Health == device.Healthy:
 		return obs, skipHealthy
 	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message &&
-		len(e.signalled.Reporters) > 0 && sameUnit(e.signalled.Unit, unit) && slices.Equal(e.signalled.Reporters, obs.Reporters):
+		len(e.signalled.Reporters) > 0 && sameUnit(e.signalled.Unit, unit) && slices.Equal(e.signalled.Reporters, obs.Reporters) &&
+		slices.Equal(e.signalled.Standing, obs.Standing):
 		if heartbeat > 0 && now.Sub(e.signalledAt) >= heartbeat {
 			// Same content, version and sequence as last time: the workflow treats it as a heartbeat.
 			return *e.signalled, doSignal
@@ -485,7 +491,7 @@ func (s *store) markSignalled(obs api.Observation, now time.Time) (first bool) {
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
 		e.sending = false
-		if len(obs.Reporters) == 0 && len(e.reports) == 0 && !device.IsUnitKey(obs.Device.Device) {
+		if len(obs.Reporters) == 0 && len(e.reports) == 0 && len(e.standing) == 0 && !device.IsUnitKey(obs.Device.Device) {
 			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep.
 			// A shared unit is kept: a form published later must reach its workflow, which may
 			// still fence it (one small entry per unit that ever had a workflow).
@@ -528,6 +534,7 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 		}
 	}
 	obs.DeviceClass = cmp.Or(obs.DeviceClass, class)
+	obs.Standing = standingOf(e)
 	if obs.Health != device.Unhealthy {
 		obs.Cause = nil
 	} else if obs.Cause == nil && said.Known() {
