@@ -25,7 +25,10 @@ import (
 
 // causeClass devices climb a ladder of a reset and then a node step that nobody approves and
 // that waits for the node's other holders; which step a fault starts at is its cause's choice.
-const causeClass = "cause.gpu.sim.devicewarden.io"
+const (
+	causeClass = "cause.gpu.sim.devicewarden.io"
+	proofClass = "proof.gpu.sim.devicewarden.io"
+)
 
 // An application's own fault (XID 13 in kubelet's status of the Pod, in the kernel's words)
 // fences nothing: no DeviceTaintRule, the device stays in service, the tenant's Pod gets an Event

@@ -162,6 +162,18 @@ policies:
         - kind: node
           timeout: 1m
           template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
+  - name: source-proof-test
+    match: {deviceClass: ` + proofClass + `}
+    stabilityWindow: 0s
+    sourceWait: 20s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+        - kind: node
+          timeout: 1m
+          template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
   - name: unit-repair-test
     match: {deviceClass: ` + unitRepairClass + `}
     stabilityWindow: 0s

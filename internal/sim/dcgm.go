@@ -71,7 +71,7 @@ type Exporter struct {
 type simGPU struct {
 	node, pool, name, uuid string
 	index                  int
-	xid                    int
+	xid, recovery          int
 	remapFailed            bool
 }
 
@@ -115,6 +115,9 @@ func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return "", "1"
 		}
 		return "", "0"
+	})
+	metric("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "The driver's recovery action for the GPU (0 none).", func(g simGPU) (string, string) {
+		return "", strconv.Itoa(g.recovery)
 	})
 	metric("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.", func(simGPU) (string, string) { return "", "0" })
 	_, _ = w.Write([]byte(b.String()))
@@ -171,7 +174,7 @@ func sliceGPUs(s *resourcev1.ResourceSlice) []simGPU {
 	if s.Spec.NodeName == nil {
 		return nil
 	}
-	xids, faults := readXIDs(s), readFaults(s)
+	xids, faults, recovery := readXIDs(s), readFaults(s), readRecovery(s)
 	var out []simGPU
 	for _, d := range s.Spec.Devices {
 		idx, ok := d.Attributes[AttrIndex]
@@ -180,7 +183,7 @@ func sliceGPUs(s *resourcev1.ResourceSlice) []simGPU {
 			continue
 		}
 		out = append(out, simGPU{node: *s.Spec.NodeName, pool: s.Spec.Pool.Name, name: d.Name, uuid: *uuid.StringValue,
-			index: int(*idx.IntValue), xid: xids[d.Name], remapFailed: faults[d.Name].Kind == FaultPermanent && faults[d.Name].Message == RowRemapFailure})
+			index: int(*idx.IntValue), xid: xids[d.Name], recovery: recovery[d.Name], remapFailed: faults[d.Name].Kind == FaultPermanent && faults[d.Name].Message == RowRemapFailure})
 	}
 	return out
 }

@@ -132,6 +132,11 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 	for entry, claim := range devs {
 		for _, id := range claim.ids {
 			r := report{entry: entry, id: id, uid: claim.uid}
+			if reset {
+				if err := resetRecovery(ctx, k.Kube, id); err != nil {
+					return fmt.Errorf("reset %s: %w", id, err)
+				}
+			}
 			if f, ok := state[id.Pool][id.Device]; ok && reset && f.Kind == FaultTransient {
 				// The reset tool clears what a reset can clear.
 				if err := SetFault(ctx, k.Kube, id, corev1.ResourceHealthStatusHealthy, ""); err != nil {

@@ -194,7 +194,7 @@ func clearNodeFaults(ctx context.Context, kube kubernetes.Interface, node string
 					cleared = true
 				}
 			}
-			if !cleared {
+			if rebooted := clearRecovery(cur); !cleared && !rebooted {
 				return nil
 			}
 			data, err := json.Marshal(faults)
