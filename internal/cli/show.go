@@ -65,6 +65,9 @@ func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 			fmt.Fprintf(w, "Reported by:\t%s/%s container %s claim %s%s: %s\n", rep.Namespace, rep.Pod, rep.Container, rep.Claim, on, rep.Health)
 		}
 	}
+	if len(st.Standing) > 0 {
+		fmt.Fprintf(w, "Still reported:\t%s (a release waits for it)\n", strings.Join(st.Standing, ", "))
+	}
 	for _, c := range st.Closed {
 		fmt.Fprintf(w, "Closed:\t%s by %s: %s\n", ts(c.ClosedAt), c.ClosedBy, c.CloseReason)
 		if c.Ladder != nil && len(c.Ladder.Tries) > 0 {

@@ -43,7 +43,8 @@ func TestShowPrintsTheRepairLadder(t *testing.T) {
 // `device show` says what made the fault and the step it chose, and the application faults the
 // device stayed in service for.
 func TestShowPrintsTheCause(t *testing.T) {
-	st := &devicemsg.DeviceView{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, State: devicemsg.Quarantined, AppFaults: 3, AppFaultsRecent: 2}
+	st := &devicemsg.DeviceView{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-0"}, State: devicemsg.Quarantined, AppFaults: 3, AppFaultsRecent: 2,
+		Standing: []string{"dcgm: recovery-action:2"}}
 	st.Quarantine = &devicemsg.QuarantineView{RuleName: "r", Cause: "xid 79 (PCI 0000:3b:00)", First: "node", FirstWhy: "catalogue: xid 79"}
 	var out bytes.Buffer
 	if err := printDevice(&out, st); err != nil {
@@ -53,6 +54,7 @@ func TestShowPrintsTheCause(t *testing.T) {
 		"Cause:               xid 79 (PCI 0000:3b:00)",
 		"First step:          node (catalogue: xid 79)",
 		"Application faults:  3, 2 of them within the policy's window",
+		"Still reported:      dcgm: recovery-action:2 (a release waits for it)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())

@@ -37,8 +37,8 @@ func TestTheReviewWaitsForItsSources(t *testing.T) {
 	if last := st.Transitions[len(st.Transitions)-1]; !strings.Contains(last.Reason, "dcgm: recovery-action:2") {
 		t.Fatalf("the trail does not say what it waits for: %+v", last)
 	}
-	if !strings.Contains(st.Next(), "for its sources to say Healthy") {
-		t.Fatalf("next: %s", st.Next())
+	if !strings.Contains(st.Next(), "for its sources to say Healthy") || len(viewOf(st).Standing) != 1 {
+		t.Fatalf("next: %s, view %+v", st.Next(), viewOf(st).Standing)
 	}
 	acts = st.Observe(standing(4, t0.Add(16*time.Minute)), t0.Add(16*time.Minute))
 	wantKinds(t, "the recovery action went back to none", acts, ActRelease)

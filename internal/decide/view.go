@@ -7,7 +7,7 @@ func viewOf(st *DeviceState) devicemsg.DeviceView {
 	v := devicemsg.DeviceView{Device: st.Device, Node: st.Node, Unit: st.Unit, State: st.State, Summary: st.Summary(), Next: st.Next(),
 		Paused: st.Paused, Health: st.Health, Message: st.Message, StatusVersion: st.StatusVersion, ObservedAt: st.ObservedAt,
 		LastHeard: st.LastHeard, Reporters: st.Reporters, Withheld: st.Held != nil, HeldReason: st.HeldReason, LastProbe: st.LastProbe, Migrations: st.Migrations,
-		Transitions: st.Transitions, Dropped: st.Dropped, LastDropped: st.LastDropped, AppFaults: st.AppFaultsTotal, AppFaultsRecent: len(st.AppFaults),
+		Transitions: st.Transitions, Dropped: st.Dropped, LastDropped: st.LastDropped, AppFaults: st.AppFaultsTotal, AppFaultsRecent: len(st.AppFaults), Standing: st.Standing,
 		Policy: devicemsg.PolicyView{Name: st.Policy.Name, QuarantineLease: st.Policy.QuarantineLease,
 			StabilityWindow: st.Policy.StabilityWindow, ApprovalRequired: st.Policy.ApprovalRequired}}
 	if q := st.Quarantine; q != nil {

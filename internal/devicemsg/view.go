@@ -46,6 +46,9 @@ type DeviceView struct {
 	// AppFaultsRecent those within the policy's window, which fence it at its limit.
 	AppFaults       int `json:"appFaults,omitempty"`
 	AppFaultsRecent int `json:"appFaultsRecent,omitempty"`
+	// Standing are the detectors' faults that still stand (a recovery action not back to none):
+	// a review does not release the device while one does.
+	Standing []string `json:"standing,omitempty"`
 }
 
 // PolicyView is what a person checks of the policy a device runs under.
