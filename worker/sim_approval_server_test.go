@@ -200,6 +200,14 @@ func TestSimulateApprovalsOnAServer(t *testing.T) {
 			}
 		}
 		report(1)
+		// The reset passed its checks; the review waits for the driver, which takes its word back.
+		if _, ok := wait(func() (decide.Stage, bool) { stage := stageOf(ctx, c, id); return stage, stage == decide.StageSources }); !ok {
+			rt.Fatalf("the review did not wait for its sources: %s", describe(ctx, c, id))
+		}
+		healed := decide.Observation{Device: dev, Node: "node-1", Health: device.Healthy, StatusVersion: "2", Source: decide.SourceSlice, ObservedAt: time.Now()}
+		if err := c.SignalWorkflow(ctx, id, "", api.SignalObservation, healed); err != nil {
+			rt.Fatalf("the driver's Healthy: %v", err)
+		}
 		release, ok := wait(func() (notify.ApprovalRequest, bool) { return m.ask("") })
 		if !ok {
 			rt.Fatalf("no release approval asked after the reset passed (asks %+v): %s", m.asks, describe(ctx, c, id))
@@ -229,13 +237,13 @@ func TestSimulateApprovalsOnAServer(t *testing.T) {
 		}
 		var answered chan error
 		if reportFirst {
-			report(2)
+			report(3)
 			time.Sleep(gap)
 			answered = approve(release.Review)
 		} else {
 			answered = approve(release.Review)
 			time.Sleep(gap)
-			report(2)
+			report(3)
 		}
 		if down {
 			time.Sleep(50 * time.Millisecond) // the update reaches the server before the worker polls
@@ -282,6 +290,18 @@ func isRefusal(err error) bool {
 }
 
 // describe is the device's last transitions, for a failure's message.
+// stageOf is the stage of the device's review ("" when none, or when the query fails).
+func stageOf(ctx context.Context, c client.Client, id string) decide.Stage {
+	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	var st decide.DeviceState
+	v, err := c.QueryWorkflow(ctx, id, "", api.QueryState)
+	if err != nil || v.Get(&st) != nil || st.Review == nil {
+		return ""
+	}
+	return st.Review.Stage
+}
+
 func describe(ctx context.Context, c client.Client, id string) string {
 	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
 	defer stop()
