@@ -70,13 +70,15 @@ func TestASourceThatKeepsTheFaultIsTheNextTry(t *testing.T) {
 // (StepReports), but the review does not release the device while it stands.
 func TestAStandingUnhealthyHoldsTheRelease(t *testing.T) {
 	st := inWindowAfterAReset(t, proofRules)
-	st.Observe(driverSays(device.Unhealthy, 3, t0.Add(100*time.Second)), t0.Add(5*time.Minute))
+	early := driverSays(device.Unhealthy, 3, t0.Add(100*time.Second))
+	early.Message = "XID 48"
+	st.Observe(early, t0.Add(5*time.Minute))
 	if st.State != Recovering {
 		t.Fatalf("state %s", st.State)
 	}
 	wantKinds(t, "window over", st.Tick(t0.Add(14*time.Minute)))
-	if st.Review.Stage != StageSources {
-		t.Fatalf("review %+v", st.Review)
+	if last := st.Transitions[len(st.Transitions)-1]; st.Review.Stage != StageSources || !strings.HasSuffix(last.Reason, ": reported Unhealthy (XID 48)") {
+		t.Fatalf("review %+v, trail %q", st.Review, last.Reason)
 	}
 	acts := st.Observe(driverSays(device.Healthy, 4, t0.Add(15*time.Minute)), t0.Add(15*time.Minute))
 	wantKinds(t, "the driver says Healthy", acts, ActRelease)
