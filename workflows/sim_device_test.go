@@ -743,6 +743,12 @@ func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
 			}
 		}
 		end := steps[len(steps)-1].at + time.Hour
+		m.ended = func(*testsuite.TestWorkflowEnvironment) {
+			// An idle device's run ended: the next run starts knowing no report.
+			m.mu.Lock()
+			m.sourcesFaultAt, m.sourcesClearAt = time.Time{}, time.Time{}
+			m.mu.Unlock()
+		}
 		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)
 		// An activity the environment still retries after the run ended may touch the model: the
 		// end is judged under its lock.
