@@ -51,6 +51,10 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	if workflow.GetVersion(ctx, "resets-at-a-time", workflow.DefaultVersion, 1) >= 1 {
 		st.ResetsAtATime = true
 	}
+	// Runs recorded before a reset's end woke the devices refused one leave them to ask again.
+	if workflow.GetVersion(ctx, "reset-wake", workflow.DefaultVersion, 1) >= 1 {
+		st.WakesResets = true
+	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (breaker.State, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}
@@ -100,6 +104,11 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 			releaseCh.Receive(ctx, &rel)
 			if held := st.ResetEnded(rel, workflow.Now(ctx)); held != "" {
 				alerts = append(alerts, notify.AlertInput{Level: "critical", Text: held, WorkflowID: api.BreakerWorkflowID})
+			}
+			if !rel.Failed {
+				// A reset that ended well lets the next device refused one go at once; after a
+				// failed one (a reset tool that may be broken) the next asks on its own timer.
+				wake(ctx, st.WakeResets())
 			}
 		}
 		for waitCh.Len() > 0 {
@@ -155,9 +164,12 @@ func registerConfigure(ctx workflow.Context, st *breaker.State) error {
 
 // wakeWaiting signals the devices the breaker denied that it may now grant again; a device that
 // has ended since is skipped.
-func wakeWaiting(ctx workflow.Context, st *breaker.State) {
+func wakeWaiting(ctx workflow.Context, st *breaker.State) { wake(ctx, st.Wake()) }
+
+// wake signals the devices of keys that the breaker may grant them now.
+func wake(ctx workflow.Context, keys []string) {
 	var futures []workflow.Future
-	for _, key := range st.Wake() {
+	for _, key := range keys {
 		id, err := device.ParseID(key)
 		if err != nil {
 			continue

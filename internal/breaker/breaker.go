@@ -186,7 +186,11 @@ type State struct {
 	// ResetsAtATime: the reset budget counts resets running at a time (each permit held until
 	// its step ends), not resets per window; and failed resets within the window (ResetFailures)
 	// hold resets (ResetsHeld) at Config.ResetFailuresMax(). Set by newer runs.
-	ResetsAtATime    bool           `json:"resetsAtATime,omitempty"`
+	ResetsAtATime bool `json:"resetsAtATime,omitempty"`
+	// WakesResets: a device refused a reset for the budget waits in ResetWaiting, oldest first,
+	// and is woken when a reset ends and frees a place (it also asks again on its own after 30 s).
+	WakesResets      bool           `json:"wakesResets,omitempty"`
+	ResetWaiting     []string       `json:"resetWaiting,omitempty"`
 	ResetFailures    []ResetFailure `json:"resetFailures,omitempty"`
 	ResetsHeld       bool           `json:"resetsHeld,omitempty"`
 	ResetsHeldReason string         `json:"resetsHeldReason,omitempty"`

@@ -167,3 +167,14 @@ func TestRenewedNodePermitCoversItsStep(t *testing.T) {
 		}
 	}
 }
+
+// A reset always asks the breaker: one refused for the budget waits in its list, to be woken when
+// a reset ends, which a worker's memory of the refusal would keep it from.
+func TestRefusalsDoNotAnswerResets(t *testing.T) {
+	var r Refusals
+	req := PermitRequest{Device: device.ID{Driver: "d", Pool: "n1", Device: "gpu-0"}, Action: Reset}
+	r.Note(req, PermitResult{Reason: "reset budget spent"}, t0)
+	if _, ok := r.Answer(req, t0); ok {
+		t.Fatal("a reset was refused from memory")
+	}
+}

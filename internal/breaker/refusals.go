@@ -39,9 +39,11 @@ type refusal struct {
 
 // Answer is the refusal the worker answers req with at now, if it saw req's budget refused within
 // RefusedFor. A device the breaker woke always asks the breaker, and so does a node step: its
-// budget is its node pool's, and another pool's refusal says nothing of it.
+// budget is its node pool's, and another pool's refusal says nothing of it. So does a reset:
+// resets are few, and one refused for the budget waits in the breaker's list, to be woken when
+// a reset ends (State.WakeResets).
 func (r *Refusals) Answer(req PermitRequest, now time.Time) (PermitResult, bool) {
-	if req.Woken || req.Action == Reboot && req.Node != "" {
+	if req.Woken || req.Action == Reboot && req.Node != "" || req.Action == Reset {
 		return PermitResult{}, false
 	}
 	seen, ok := r.seen[BudgetOf(req.Action)]

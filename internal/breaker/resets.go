@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,9 +49,11 @@ func (b *State) acquireReset(req PermitRequest, key string, now time.Time) Permi
 	if max := b.Config.Resets(); len(running) >= max {
 		b.Denied++
 		sort.Strings(running)
+		b.waitReset(key)
 		return PermitResult{Reason: fmt.Sprintf("reset budget spent: %d resets running (%s; max %d at a time); the device asks again when one ends",
 			len(running), strings.Join(running, ", "), max)}
 	}
+	b.ResetWaiting = slices.DeleteFunc(b.ResetWaiting, func(d string) bool { return d == key })
 	hold := req.Hold
 	if hold <= 0 {
 		hold = DefaultResetHold
@@ -95,4 +98,32 @@ func (b *State) pruneFailures(now time.Time) {
 	if b.ResetsHeld && len(kept) < b.Config.ResetFailuresMax() {
 		b.ResetsHeld, b.ResetsHeldReason = false, ""
 	}
+}
+
+// waitReset records a device refused a reset for the budget (once), to be woken when one ends.
+func (b *State) waitReset(key string) {
+	if b.WakesResets && len(b.ResetWaiting) < maxWaiting && !slices.Contains(b.ResetWaiting, key) {
+		b.ResetWaiting = append(b.ResetWaiting, key)
+	}
+}
+
+// WakeResets returns the devices refused a reset to wake now, oldest first: as many as there are
+// free places under the budget; none while failed resets hold resets.
+func (b *State) WakeResets() []string {
+	if !b.WakesResets || b.ResetsHeld || len(b.ResetWaiting) == 0 {
+		return nil
+	}
+	running := 0
+	for _, g := range b.Grants {
+		if g.Action == Reset && !g.Until.IsZero() {
+			running++
+		}
+	}
+	n := min(len(b.ResetWaiting), b.Config.Resets()-running)
+	if n <= 0 {
+		return nil
+	}
+	out := slices.Clone(b.ResetWaiting[:n])
+	b.ResetWaiting = slices.Delete(b.ResetWaiting, 0, n)
+	return out
 }

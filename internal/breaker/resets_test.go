@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +129,52 @@ func TestFailedResetsStopResets(t *testing.T) {
 	}
 	if (Config{}).ResetFailuresMax() != DefaultMaxResetFailures {
 		t.Fatal("default")
+	}
+}
+
+// A device refused a reset for the budget waits to be woken: when a reset ends, as many as there
+// are free places, oldest first; none while failed resets hold resets; and a breaker started
+// before the change wakes none.
+func TestAResetEndingWakesTheNextDevice(t *testing.T) {
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	b := &State{SeparateBudgets: true, OpenDeniesAll: true, SpendsOwnAction: true, RenewsHolds: true, ResetsAtATime: true, WakesResets: true}
+	cfg := Config{Window: 10 * time.Minute, MaxCount: 20, MaxResets: 2, MaxResetFailures: 2}
+	ask := func(i int) PermitResult {
+		return b.Acquire(PermitRequest{Device: gpu(i), Action: Reset, Config: cfg}, now)
+	}
+	for i := range 6 {
+		ask(i)
+	}
+	ask(3) // asking again is one place in the list
+	if !slices.Equal(b.ResetWaiting, []string{"d/p/gpu-2", "d/p/gpu-3", "d/p/gpu-4", "d/p/gpu-5"}) || b.WakeResets() != nil {
+		t.Fatalf("waiting %v", b.ResetWaiting)
+	}
+	resetEnded(b, 0, false, now)
+	if got := b.WakeResets(); !slices.Equal(got, []string{"d/p/gpu-2"}) {
+		t.Fatalf("woken %v", got)
+	}
+	if r := ask(2); !r.Granted {
+		t.Fatalf("the woken device: %s", r.Reason)
+	}
+	if r := ask(3); r.Granted || !slices.Equal(b.ResetWaiting, []string{"d/p/gpu-3", "d/p/gpu-4", "d/p/gpu-5"}) {
+		t.Fatalf("gpu-2 running, gpu-3 asking: %+v, waiting %v", r, b.ResetWaiting)
+	}
+	resetEnded(b, 1, true, now)
+	resetEnded(b, 2, true, now) // two failures: resets held
+	if !b.ResetsHeld || b.WakeResets() != nil {
+		t.Fatalf("held %v, woken while held", b.ResetsHeld)
+	}
+	b.ResetsHeld = false
+	if got := b.WakeResets(); !slices.Equal(got, []string{"d/p/gpu-3", "d/p/gpu-4"}) || len(b.ResetWaiting) != 1 {
+		t.Fatalf("two places free: woken %v, left %v", got, b.ResetWaiting)
+	}
+	if r := ask(5); !r.Granted || len(b.ResetWaiting) != 0 {
+		t.Fatalf("a waiting device granted on its own retry stays in the list: %+v, %v", r, b.ResetWaiting)
+	}
+	old := &State{ResetsAtATime: true}
+	old.Acquire(PermitRequest{Device: gpu(0), Action: Reset, Config: Config{Window: time.Minute, MaxCount: 5, MaxResets: 1}}, now)
+	old.Acquire(PermitRequest{Device: gpu(1), Action: Reset, Config: Config{Window: time.Minute, MaxCount: 5, MaxResets: 1}}, now)
+	if len(old.ResetWaiting) != 0 || old.WakeResets() != nil {
+		t.Fatalf("a breaker from before the change: %v", old.ResetWaiting)
 	}
 }
