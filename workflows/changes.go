@@ -38,10 +38,12 @@ import "go.temporal.io/sdk/workflow"
 //     replace fault is retired at once.
 //   - 14: proof from the source (decide.Rules.SourceProof): a review whose checks passed waits for
 //     the sources that reported the fault to say Healthy before the device is released.
+//   - 15: a ladder whose reset the breaker refused for its budget takes its try when the breaker
+//     wakes it, as a reset ends (decide.Rules.ResetWake).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 14
+const deviceChangesNow workflow.Version = 15
 
 type changesKey struct{}
 

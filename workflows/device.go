@@ -51,6 +51,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		DetectorsNotHolders: takes(ctx, 12),
 		Causes:              takes(ctx, 13),
 		SourceProof:         takes(ctx, 14),
+		ResetWake:           takes(ctx, 15),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []decide.Action {
 	step := act.Plan.Step
 	var permit breaker.PermitResult
-	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset}
+	in := remediation.PermitInput{Device: st.Device, Action: breaker.Reset, Woken: act.Woken}
 	if step.Kind == policy.RepairNode {
 		// The node's permit, held for the step's longest run unless the step gives it back first.
 		in.Action, in.Node, in.Hold = breaker.Reboot, st.Node, nodeStepTimeout(step)*3+time.Minute

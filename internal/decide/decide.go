@@ -251,6 +251,16 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 
 // Woken is the breaker's word that it may grant again: a held action is retried now.
 func (st *DeviceState) Woken(now time.Time) []Action {
+	if l := repairOf(st).ladderRetry(); st.rules.ResetWake && !l.IsZero() && now.Before(l) {
+		st.Quarantine.Ladder.RetryAt = now // a reset ended: the try asks the breaker again now
+		acts := st.Tick(now)
+		for i := range acts {
+			if acts[i].Kind == ActRepair {
+				acts[i].Woken = true // asked of the breaker itself, past a worker's memory of its refusal
+			}
+		}
+		return acts
+	}
 	if st.Held == nil || st.Paused || st.RetryAt.IsZero() {
 		return nil
 	}

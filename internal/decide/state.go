@@ -56,6 +56,9 @@ type Rules struct {
 	// detector's fault); it waits the policy's sourceWait for them, then fails, and the ladder
 	// takes its next try.
 	SourceProof bool `json:"sourceProof,omitempty"`
+	// ResetWake: a ladder whose reset the breaker refused for its budget takes its try when the
+	// breaker wakes it (a reset ended), not only when its 30 s retry comes.
+	ResetWake bool `json:"resetWake,omitempty"`
 }
 
 // Follow makes the state decide by r.

@@ -72,3 +72,21 @@ func TestReleaseFailedKeepsTheFence(t *testing.T) {
 		t.Fatalf("state %s, last transition %+v, review %+v", st.State, last, st.Review)
 	}
 }
+
+// A ladder whose reset the breaker refused for its budget takes its try when the breaker wakes
+// it (a reset ended); runs before the rule wait for their retry.
+func TestAWokenLadderAsksForItsResetAgain(t *testing.T) {
+	for _, wake := range []bool{true, false} {
+		r := proofRules
+		r.ResetWake = wake
+		st, _ := onLadder(t, ladderPolicy())
+		st.Follow(r)
+		acts := st.Observe(standing(2, t0.Add(time.Minute)), t0.Add(time.Minute))
+		wantKinds(t, "idle", acts, ActRepair)
+		st.Report(Result{Action: acts[0], Outcome: Denied, Reason: "reset budget spent"}, t0.Add(time.Minute))
+		acts = st.Woken(t0.Add(time.Minute + 5*time.Second))
+		if got := len(acts) == 1 && acts[0].Kind == ActRepair && acts[0].Woken; got != wake {
+			t.Fatalf("ResetWake %v: woken, actions %v", wake, kinds(acts))
+		}
+	}
+}
