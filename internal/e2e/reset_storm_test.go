@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +137,17 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%d devices reset and released in %s, at most %d reset Pods at once", n, took.Round(time.Second), most)
+	for _, id := range ids[:n] { // a device the budget refused, woken when a reset ended
+		if st, err := stateOf(ctx, s, id); err == nil && slices.ContainsFunc(st.Transitions, func(tr decide.Transition) bool {
+			return strings.Contains(tr.Reason, "reset budget spent")
+		}) {
+			for _, tr := range st.Transitions {
+				t.Logf("%s %s: %s", id.Device, tr.At.Format("15:04:05.000"), tr.Reason)
+			}
+			recordHistory(t, ctx, s.temporal, id.WorkflowID(), "device_reset_wake_v15.json")
+			break
+		}
+	}
 
 	// A reset tool that fails: two failures stop resets.
 	fault(ids[n:], sim.FaultPermanent)
@@ -166,5 +178,5 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 		t.Fatalf("breaker open %v, held for %q, %d reset Pods", br.Open, br.ResetsHeldReason, resets)
 	}
 	t.Logf("resets held: %s", br.ResetsHeldReason)
-	recordHistory(t, ctx, s.temporal, api.BreakerWorkflowID, "breaker_resets_at_a_time.json")
+	recordHistory(t, ctx, s.temporal, api.BreakerWorkflowID, "breaker_reset_wake.json")
 }
