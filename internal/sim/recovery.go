@@ -27,6 +27,19 @@ const (
 
 // SetRecoveryAction states the driver's recovery action for the GPU (0: none).
 func SetRecoveryAction(ctx context.Context, cs kubernetes.Interface, id device.ID, action int) error {
+	return updateRecovery(ctx, cs, id, func(actions map[string]int) bool {
+		if action == 0 {
+			delete(actions, id.Device)
+		} else {
+			actions[id.Device] = action
+		}
+		return true
+	})
+}
+
+// updateRecovery changes the recovery actions of the GPU's pool with change, which says whether
+// there is anything to write.
+func updateRecovery(ctx context.Context, cs kubernetes.Interface, id device.ID, change func(map[string]int) bool) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		pool, err := poolSlices(ctx, cs, id)
 		if err != nil {
@@ -34,10 +47,8 @@ func SetRecoveryAction(ctx context.Context, cs kubernetes.Interface, id device.I
 		}
 		s := faultSlice(pool)
 		actions := readRecovery(s)
-		if action == 0 {
-			delete(actions, id.Device)
-		} else {
-			actions[id.Device] = action
+		if !change(actions) {
+			return nil
 		}
 		writeRecovery(s, actions)
 		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
@@ -73,19 +84,11 @@ func clearRecovery(s *resourcev1.ResourceSlice) bool {
 
 // resetRecovery clears the GPU's recovery action when a reset is what it asked for.
 func resetRecovery(ctx context.Context, cs kubernetes.Interface, id device.ID) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		pool, err := poolSlices(ctx, cs, id)
-		if err != nil {
-			return err
-		}
-		s := faultSlice(pool)
-		actions := readRecovery(s)
+	return updateRecovery(ctx, cs, id, func(actions map[string]int) bool {
 		if actions[id.Device] != RecoveryGPUReset {
-			return nil
+			return false
 		}
 		delete(actions, id.Device)
-		writeRecovery(s, actions)
-		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
-		return err
+		return true
 	})
 }
