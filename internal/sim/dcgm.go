@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -14,7 +13,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -26,30 +24,10 @@ const AnnotationXIDs = "sim.devicewarden.io/xids"
 
 // SetXID records an XID on the device, as the driver would when the GPU raises it.
 func SetXID(ctx context.Context, cs kubernetes.Interface, id device.ID, xid int) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		pool, err := poolSlices(ctx, cs, id)
-		if err != nil {
-			return err
-		}
-		s := faultSlice(pool)
-		xids := readXIDs(s)
+	return updateNotes(ctx, cs, id, AnnotationXIDs, func(_ []resourcev1.ResourceSlice, xids map[string]int) bool {
 		xids[id.Device] = xid
-		data, _ := json.Marshal(xids)
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[AnnotationXIDs] = string(data)
-		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
-		return err
+		return true
 	})
-}
-
-func readXIDs(s *resourcev1.ResourceSlice) map[string]int {
-	xids := map[string]int{}
-	if v := s.Annotations[AnnotationXIDs]; v != "" {
-		_ = json.Unmarshal([]byte(v), &xids) // a hand-edited annotation that does not parse means none
-	}
-	return xids
 }
 
 // Exporter serves the simulated GPUs' metrics as dcgm-exporter does, with its metric names and
@@ -174,7 +152,7 @@ func sliceGPUs(s *resourcev1.ResourceSlice) []simGPU {
 	if s.Spec.NodeName == nil {
 		return nil
 	}
-	xids, faults, recovery := readXIDs(s), readFaults(s), readRecovery(s)
+	xids, faults, recovery := readNotes[int](s, AnnotationXIDs), readFaults(s), readNotes[int](s, AnnotationRecovery)
 	var out []simGPU
 	for _, d := range s.Spec.Devices {
 		idx, ok := d.Attributes[AttrIndex]

@@ -2,14 +2,12 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -51,13 +49,7 @@ func SetFault(ctx context.Context, cs kubernetes.Interface, id device.ID, health
 
 // SetFaultKind is SetFault with the kind of fault, which says what clears it.
 func SetFaultKind(ctx context.Context, cs kubernetes.Interface, id device.ID, health corev1.ResourceHealthStatus, message, kind string) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		pool, err := poolSlices(ctx, cs, id)
-		if err != nil {
-			return err
-		}
-		s := faultSlice(pool)
-		faults := readFaults(s)
+	return updateNotes(ctx, cs, id, AnnotationFaults, func(pool []resourcev1.ResourceSlice, faults map[string]Fault) bool {
 		for _, d := range physicalForms(pool, id.Device) {
 			if health == corev1.ResourceHealthStatusHealthy {
 				delete(faults, d)
@@ -65,16 +57,7 @@ func SetFaultKind(ctx context.Context, cs kubernetes.Interface, id device.ID, he
 				faults[d] = Fault{Health: health, Message: message, Kind: kind}
 			}
 		}
-		data, err := json.Marshal(faults)
-		if err != nil {
-			return err
-		}
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[AnnotationFaults] = string(data)
-		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
-		return err
+		return true
 	})
 }
 
@@ -115,11 +98,7 @@ func physicalForms(pool []resourcev1.ResourceSlice, name string) []string {
 }
 
 func readFaults(s *resourcev1.ResourceSlice) map[string]Fault {
-	faults := map[string]Fault{}
-	if v := s.Annotations[AnnotationFaults]; v != "" {
-		_ = json.Unmarshal([]byte(v), &faults) // a hand-edited annotation that does not parse means no faults
-	}
-	return faults
+	return readNotes[Fault](s, AnnotationFaults)
 }
 
 // poolSlices are the slices that publish the device's pool.

@@ -2,12 +2,9 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/internal/device"
 )
@@ -27,7 +24,7 @@ const (
 
 // SetRecoveryAction states the driver's recovery action for the GPU (0: none).
 func SetRecoveryAction(ctx context.Context, cs kubernetes.Interface, id device.ID, action int) error {
-	return updateRecovery(ctx, cs, id, func(actions map[string]int) bool {
+	return updateNotes(ctx, cs, id, AnnotationRecovery, func(_ []resourcev1.ResourceSlice, actions map[string]int) bool {
 		if action == 0 {
 			delete(actions, id.Device)
 		} else {
@@ -37,54 +34,19 @@ func SetRecoveryAction(ctx context.Context, cs kubernetes.Interface, id device.I
 	})
 }
 
-// updateRecovery changes the recovery actions of the GPU's pool with change, which says whether
-// there is anything to write.
-func updateRecovery(ctx context.Context, cs kubernetes.Interface, id device.ID, change func(map[string]int) bool) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		pool, err := poolSlices(ctx, cs, id)
-		if err != nil {
-			return err
-		}
-		s := faultSlice(pool)
-		actions := readRecovery(s)
-		if !change(actions) {
-			return nil
-		}
-		writeRecovery(s, actions)
-		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
-		return err
-	})
-}
-
-func readRecovery(s *resourcev1.ResourceSlice) map[string]int {
-	actions := map[string]int{}
-	if v := s.Annotations[AnnotationRecovery]; v != "" {
-		_ = json.Unmarshal([]byte(v), &actions) // a hand-edited annotation that does not parse means none
-	}
-	return actions
-}
-
-func writeRecovery(s *resourcev1.ResourceSlice, actions map[string]int) {
-	data, _ := json.Marshal(actions)
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
-	}
-	s.Annotations[AnnotationRecovery] = string(data)
-}
-
 // clearRecovery drops every recovery action of the slice's GPUs (a reboot); it says whether
 // there was any.
 func clearRecovery(s *resourcev1.ResourceSlice) bool {
-	if len(readRecovery(s)) == 0 {
+	if len(readNotes[int](s, AnnotationRecovery)) == 0 {
 		return false
 	}
-	writeRecovery(s, map[string]int{})
+	writeNotes(s, AnnotationRecovery, map[string]int{})
 	return true
 }
 
 // resetRecovery clears the GPU's recovery action when a reset is what it asked for.
 func resetRecovery(ctx context.Context, cs kubernetes.Interface, id device.ID) error {
-	return updateRecovery(ctx, cs, id, func(actions map[string]int) bool {
+	return updateNotes(ctx, cs, id, AnnotationRecovery, func(_ []resourcev1.ResourceSlice, actions map[string]int) bool {
 		if actions[id.Device] != RecoveryGPUReset {
 			return false
 		}

@@ -197,11 +197,7 @@ func clearNodeFaults(ctx context.Context, kube kubernetes.Interface, node string
 			if rebooted := clearRecovery(cur); !cleared && !rebooted {
 				return nil
 			}
-			data, err := json.Marshal(faults)
-			if err != nil {
-				return err
-			}
-			cur.Annotations[AnnotationFaults] = string(data)
+			writeNotes(cur, AnnotationFaults, faults)
 			_, err = kube.ResourceV1().ResourceSlices().Update(ctx, cur, metav1.UpdateOptions{})
 			return err
 		})
