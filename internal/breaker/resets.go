@@ -40,12 +40,7 @@ func (b *State) acquireReset(req PermitRequest, key string, now time.Time) Permi
 		b.Denied++
 		return PermitResult{Reason: "resets held: " + b.ResetsHeldReason}
 	}
-	var running []string
-	for _, g := range b.Grants {
-		if g.Action == Reset && !g.Until.IsZero() {
-			running = append(running, g.Device)
-		}
-	}
+	running := b.resetsRunning()
 	if max := b.Config.Resets(); len(running) >= max {
 		b.Denied++
 		sort.Strings(running)
@@ -60,6 +55,17 @@ func (b *State) acquireReset(req PermitRequest, key string, now time.Time) Permi
 	}
 	b.Grants = append(b.Grants, Grant{Device: key, Action: Reset, At: now, Holder: req.Device.String(), Until: now.Add(hold)})
 	return PermitResult{Granted: true}
+}
+
+// resetsRunning are the devices holding a reset's permit now (counted at a time).
+func (b *State) resetsRunning() []string {
+	var running []string
+	for _, g := range b.Grants {
+		if g.Action == Reset && !g.Until.IsZero() {
+			running = append(running, g.Device)
+		}
+	}
+	return running
 }
 
 // ResetEnded gives a reset's permit back and, when the reset failed, counts it (once: only a
@@ -113,13 +119,7 @@ func (b *State) WakeResets() []string {
 	if !b.WakesResets || b.ResetsHeld || len(b.ResetWaiting) == 0 {
 		return nil
 	}
-	running := 0
-	for _, g := range b.Grants {
-		if g.Action == Reset && !g.Until.IsZero() {
-			running++
-		}
-	}
-	n := min(len(b.ResetWaiting), b.Config.Resets()-running)
+	n := min(len(b.ResetWaiting), b.Config.Resets()-len(b.resetsRunning()))
 	if n <= 0 {
 		return nil
 	}
