@@ -122,7 +122,6 @@ func (w *Watcher) detectorWordStands(key, version string, id device.ID, node str
 		Reporter: api.Reporter{Report: shown, Detector: spec.Source, Health: h}, Once: once, Stands: stands}
 	w.detectorSpoke.Store(true)
 	w.podMu.Lock()
-	w.store.setLevel(key, stands != "")
 	ids, _ := w.store.setPod(key, version, []Report{r}, nil, nil, false)
 	w.podMu.Unlock()
 	w.enqueueAll(ids)

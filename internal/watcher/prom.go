@@ -129,7 +129,10 @@ func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f pro
 	stands := ""
 	if level {
 		stands = promSource + ": " + f.Code
-		w.promLevels[f.Signal+"\x00"+f.Series] = levelRef{key: key, id: id}
+		if w.promLevels[f.Signal] == nil {
+			w.promLevels[f.Signal] = map[string]levelRef{}
+		}
+		w.promLevels[f.Signal][f.Series] = levelRef{key: key, id: id}
 	}
 	w.detectorWordStands(key, "", id, node, device.Unhealthy, spec, once, stands)
 }
@@ -142,13 +145,11 @@ type levelRef struct {
 
 // levelsGone tells the devices whose level series of signal left its last answer.
 func (w *Watcher) levelsGone(signal string, tracker *promsignal.Tracker) {
-	for ref, l := range w.promLevels {
-		sig, series, _ := strings.Cut(ref, "\x00")
-		if sig != signal || tracker.Stands(signal, series) {
-			continue
+	for series, l := range w.promLevels[signal] {
+		if !tracker.Stands(signal, series) {
+			delete(w.promLevels[signal], series)
+			w.enqueueAll(w.store.levelGone(l.key, l.id))
 		}
-		delete(w.promLevels, ref)
-		w.enqueueAll(w.store.levelGone(l.key, l.id))
 	}
 }
 

@@ -13,24 +13,11 @@ import (
 // (Observation.Standing), and a review does not release the device until it is gone (proof from
 // the source). The watcher says so when the level goes: its series leaves the query's answer.
 
-// setLevel marks key's word as a level that stands (or not). Callers hold w.podMu.
-func (s *store) setLevel(key string, level bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !level {
-		delete(s.levels, key)
-		return
-	}
-	if s.levels == nil {
-		s.levels = map[string]bool{}
-	}
-	s.levels[key] = true
-}
-
-// keepStanding keeps a withdrawn level's word standing while its level lasts. Callers hold s.mu.
+// keepStanding keeps a withdrawn level's word standing: its report says what it stands as
+// (Report.Stands), unless the level went before the word was delivered. Callers hold s.mu.
 func (s *store) keepStanding(e *entry, key string) {
 	rs := e.reports[key]
-	if len(rs) == 0 || rs[0].Stands == "" || !s.levels[key] {
+	if len(rs) == 0 || rs[0].Stands == "" {
 		return
 	}
 	if e.standing == nil {
@@ -40,14 +27,20 @@ func (s *store) keepStanding(e *entry, key string) {
 }
 
 // levelGone says that key's level went, and returns the device whose observation changes with
-// it (none when nothing stood).
+// it (none when nothing stood). A word of it not yet delivered is still delivered, as the fault
+// it was, and does not stand.
 func (s *store) levelGone(key string, id device.ID) []device.ID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.levels, key)
 	uid := s.unitID(id)
 	e := s.devices[uid]
-	if e == nil || e.standing[key] == "" {
+	if e == nil {
+		return nil
+	}
+	for i := range e.reports[key] {
+		e.reports[key][i].Stands = ""
+	}
+	if e.standing[key] == "" {
 		return nil
 	}
 	delete(e.standing, key)

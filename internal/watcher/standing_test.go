@@ -49,7 +49,6 @@ func TestALevelStandsUntilItGoes(t *testing.T) {
 func TestALevelGoneBeforeDeliveryLeavesNothing(t *testing.T) {
 	s := newStore()
 	id := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
-	s.setLevel("prom:x/"+id.String(), true)
 	s.setPod("prom:x/"+id.String(), "", []Report{{Device: id, Health: device.Unhealthy, Once: "w", Stands: "dcgm: x"}}, nil, nil, false)
 	if got := s.levelGone("prom:x/"+id.String(), id); got != nil {
 		t.Fatalf("nothing stood, yet %v changed", got)

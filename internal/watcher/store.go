@@ -40,8 +40,6 @@ type store struct {
 	// unitOf names the shared physical unit a device is a form of, and the device's name in it
 	// ("" when the device is a unit of its own): the unit's forms report as one (units.go).
 	unitOf func(device.ID) (device.ID, string)
-	// levels are the reporter keys of levels a detector shows now (standing.go).
-	levels map[string]bool
 }
 
 type entry struct {

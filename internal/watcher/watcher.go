@@ -98,9 +98,9 @@ type Watcher struct {
 	// detectorSpoke is set once a detector reported a device (once.go): from then on a Pod that
 	// holds a followed device without reporting it is its holder (silentHolders).
 	detectorSpoke atomic.Bool
-	// promLevels are the level series that showed a fault, by signal and series (prom.go):
+	// promLevels are the level series that showed a fault, by signal, then series (prom.go):
 	// runProm's alone.
-	promLevels map[string]levelRef
+	promLevels map[string]map[string]levelRef
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
 	// ctx is Run's context, for the few calls made outside the sources.
@@ -136,7 +136,7 @@ func New(cfg Config) *Watcher {
 		claims:     newClaimIndex(),
 		leases:     newNodeLeases(),
 		slices:     newSliceIndex(),
-		promLevels: map[string]levelRef{},
+		promLevels: map[string]map[string]levelRef{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[device.ID](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[device.ID]{Name: "devicewarden-devices"}),
