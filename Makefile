@@ -24,7 +24,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit test-e2e check fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -56,8 +56,10 @@ test-unit: ## Unit, workflow (time-skipping) and replay tests with the race dete
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
 	$(GO) test -count=1 $(FULL_PKGS)
 
-test-e2e: control-plane $(HELM) chromium ## Integration tests on a real local cluster and the embedded Temporal server
+tools: control-plane $(HELM) chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
 	@$(BIN) cluster build --tools prometheus
+
+test-e2e: tools ## Integration tests on a real local cluster and the embedded Temporal server
 	@echo "==> the activities on a real local cluster"
 	$(GO) test -tags e2e -count=1 -timeout 5m -v ./activities/e2e/
 	@echo "==> integration tests on the real local stack (screenshots of the fleet page in .artefacts/)"
@@ -68,7 +70,18 @@ chromium: ## Debian's Chromium, for the fleet page's browser test (installed whe
 		if [ "$$(id -u)" = 0 ]; then echo "==> installing chromium (Debian package)"; apt-get install -y -q chromium >/dev/null; \
 		else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
-check: fmt vet staticcheck workflowcheck chart image-check test ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
+# The check's phases, in the order it runs them; cold-check times each.
+CHECK_PHASES = modules check-static image-check test-unit tools test-e2e
+check: $(CHECK_PHASES) ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
+
+check-static: fmt vet staticcheck workflowcheck chart ## The static checks: gofmt, go vet, staticcheck, workflowcheck, helm lint
+
+modules: ## Download the module graph (the project's; the tools resolve their own as they build)
+	@echo "==> downloading modules"
+	$(GO) mod download
+
+cold-check: ## make check in a fresh clone with empty Go, module and tool caches (a temporary home), timed by phase
+	@.ci/cold-check $(CHECK_PHASES)
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
