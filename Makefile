@@ -48,9 +48,11 @@ dev: control-plane ## Local cluster + embedded Temporal + UI + worker + watcher,
 
 test: test-unit test-e2e ## All tests
 
-test-unit: ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
+# The tests that need a real Temporal server run it as a child process of the full binary
+# (internal/temporalserver/temporaltest), so no test binary links the server.
+test-unit: build ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
 	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
-	CGO_ENABLED=1 $(GO) test -race -tags lean -count=1 $(RACE_PKGS)
+	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -race -tags lean -count=1 $(RACE_PKGS)
 	@echo "==> the month-long workflow runs (30 simulated days each), without the race detector"
 	$(GO) test -count=1 -run 'AMonth' ./workflows/
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"

@@ -150,11 +150,10 @@ func askID(a *notify.ApprovalRequest) string {
 func TestSimulateApprovalsOnAServer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context() // make simulate runs thousands of sequences: each call has its own timeout
-	srv, c := temporaltest.Start(t)
+	_, c := temporaltest.Start(t)
 	if err := RegisterSearchAttributes(ctx, c, "default"); err != nil {
 		t.Fatal(err)
 	}
-	srv.SearchAttributesChanged()
 	p := policy.Default()
 	p.ApprovalRequired, p.ApprovalTimeout = true, policy.JSONDuration(time.Hour)
 	p.StabilityWindow = 0

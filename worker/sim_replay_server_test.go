@@ -24,7 +24,6 @@ import (
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/policy"
-	"github.com/devicewarden/devicewarden/internal/temporalserver"
 	"github.com/devicewarden/devicewarden/internal/temporalserver/temporaltest"
 	"github.com/devicewarden/devicewarden/workflows"
 )
@@ -114,7 +113,7 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	srv, _ := temporaltest.Start(t, func(cfg *temporalserver.Config) { cfg.SuggestContinueAsNewAfter = 60 })
+	srv, _ := temporaltest.Start(t, temporaltest.SuggestContinueAsNewAfter(60))
 	panics := &panicLog{}
 	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: sdklog.NewStructuredLogger(slog.New(panics))})
 	if err != nil {
@@ -124,7 +123,6 @@ func TestSimulatedRunsReplayAfterRestart(t *testing.T) {
 	if err := RegisterSearchAttributes(ctx, c, "default"); err != nil {
 		t.Fatal(err)
 	}
-	srv.SearchAttributesChanged()
 	m := &replayModel{}
 	start := func() sdkworker.Worker {
 		w := sdkworker.New(c, api.TaskQueue, sdkworker.Options{})

@@ -39,11 +39,10 @@ func TestTheViewAnswersOnTheRealServer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, c := temporaltest.Start(t)
+	_, c := temporaltest.Start(t)
 	if err := RegisterSearchAttributes(ctx, c, "default"); err != nil {
 		t.Fatal(err)
 	}
-	srv.SearchAttributesChanged()
 	w := sdkworker.New(c, api.TaskQueue, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(workflows.DeviceWorkflow, workflow.RegisterOptions{Name: api.DeviceWorkflow})
 	w.RegisterWorkflowWithOptions(earlierDevice, workflow.RegisterOptions{Name: "EarlierDeviceWorkflow"})

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +17,7 @@ import (
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/temporalchild"
 )
 
 // startTemporalChild starts `bench temporal-child` (this binary, the full flavour) on a fresh
@@ -28,34 +27,14 @@ func startTemporalChild(ctx context.Context, dir string, settings []string) (*ex
 	if err != nil {
 		return nil, "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", err
+	return temporalchild.Start(ctx, self, dir, settings, os.Stderr)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
 	}
-	args := []string{"bench", "temporal-child", "--db", filepath.Join(dir, "temporal.db"), "--log-level", "error"}
-	for _, kv := range settings {
-		args = append(args, "--setting", kv)
-	}
-	cmd := exec.CommandContext(ctx, self, args...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, "", err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start temporal child: %w", err)
-	}
-	var hello struct{ Address string }
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	if err == nil {
-		err = json.Unmarshal(line, &hello)
-	}
-	if err != nil || hello.Address == "" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, "", fmt.Errorf("temporal child did not report its address: %v %q", err, line)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	return cmd, hello.Address, nil
 }
 
 // liveWorkflows measures the embedded server (its own process) while the storm's device

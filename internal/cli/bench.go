@@ -291,7 +291,7 @@ func temporalChildCmd() *cobra.Command {
 				}
 				settings[k] = v
 			}
-			return bench.TemporalChild(c.Context(), db, settings, c.OutOrStdout())
+			return temporalserver.RunChild(c.Context(), db, settings, c.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&db, "db", "", "the SQLite file")

@@ -1,4 +1,4 @@
-package bench
+package temporalserver
 
 import (
 	"context"
@@ -10,17 +10,16 @@ import (
 	"runtime/pprof"
 	"syscall"
 	"time"
-
-	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
-// TemporalChild runs the embedded Temporal server alone (SQLite file dbPath, no UI) and prints its
-// frontend address as one JSON line; it runs until ctx ends. `bench watcher --watcher` runs it as
-// its own process, so the server's CPU time and resident memory are its own.
-// settings override its dynamic config (temporalserver.ParseSetting). For investigation,
+// RunChild runs the embedded Temporal server alone (SQLite file dbPath, no UI) and prints its
+// frontend address as one JSON line; it runs until ctx ends. `bench watcher` and the tests that
+// talk to a real server run it as a process of its own (internal/temporalchild), so the server's
+// CPU time and memory are its own, and a test binary does not link the server.
+// settings override its dynamic config (ParseSetting). For investigation,
 // DEVICEWARDEN_BENCH_SERVER_CPUPROFILE=<file> makes it write a 60 s CPU profile on SIGUSR1, which
 // the bench sends when the workflows start to sit.
-func TemporalChild(ctx context.Context, dbPath string, settings map[string]any, out io.Writer) error {
+func RunChild(ctx context.Context, dbPath string, settings map[string]any, out io.Writer) error {
 	// SIGUSR1 would end the process unless it is caught; it is, with or without a profile asked for.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
@@ -28,7 +27,7 @@ func TemporalChild(ctx context.Context, dbPath string, settings map[string]any, 
 	if path := os.Getenv("DEVICEWARDEN_BENCH_SERVER_CPUPROFILE"); path != "" {
 		go profileOnSignal(ctx, sig, path, time.Minute)
 	}
-	srv, err := temporalserver.Start(temporalserver.Config{DBPath: dbPath, FrontendAddress: "127.0.0.1:0", Namespace: "default",
+	srv, err := Start(Config{DBPath: dbPath, FrontendAddress: "127.0.0.1:0", Namespace: "default",
 		LogFile: filepath.Join(filepath.Dir(dbPath), "temporal-server.log"), Settings: settings})
 	if err != nil {
 		return err
