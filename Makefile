@@ -96,11 +96,11 @@ vet:
 
 $(STATICCHECK):
 	@echo "==> building staticcheck v0.8.2 from the Go module proxy into $(dir $@)"
-	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	GOBIN=$(dir $@) $(GO) install -ldflags="-s -w" honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 $(WORKFLOWCHECK):
 	@echo "==> building workflowcheck v0.6.0 from the Go module proxy into $(dir $@)"
-	GOBIN=$(dir $@) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
+	GOBIN=$(dir $@) $(GO) install -ldflags="-s -w" go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 
 staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests included
 	$(STATICCHECK) ./...
@@ -113,7 +113,7 @@ workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workf
 
 $(HELM):
 	@echo "==> building helm v3.22.0 from the Go module proxy into $(dir $@) (a few minutes the first time)"
-	GOBIN=$(dir $@) $(GO) install helm.sh/helm/v3/cmd/helm@v3.22.0
+	GOBIN=$(dir $@) $(GO) install -ldflags="-s -w" helm.sh/helm/v3/cmd/helm@v3.22.0
 
 IMAGE = bin/devicewarden-image.tar
 BUILDAH = buildah --storage-driver vfs

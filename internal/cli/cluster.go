@@ -24,10 +24,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 		Short: "Build the pinned control-plane binaries from the Go module proxy (skips what is cached)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := builder(c).Build(c.Context()); err != nil {
-				return err
-			}
-			return builder(c).BuildTools(c.Context(), tools...)
+			return builder(c).Build(c.Context(), tools...)
 		},
 	}
 	build.Flags().StringSliceVar(&tools, "tools", nil, "optional tools to build as well (prometheus: for the rollout's PromQL gate tests)")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -115,26 +117,13 @@ func (b *Builder) components() []component {
 		"-X k8s.io/client-go/pkg/version.gitMajor=1",
 		"-X k8s.io/client-go/pkg/version.gitMinor=37",
 	}, " ")
+	// Largest first: Build starts the longest compile at once.
 	return []component{
 		{
-			name: "etcd", version: EtcdVersion,
-			goMod: func(context.Context) (string, error) {
-				var sb strings.Builder
-				fmt.Fprintf(&sb, "module devicewarden.local/etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n\n", EtcdVersion)
-				for _, m := range []string{"api/v3", "client/pkg/v3", "client/v3", "pkg/v3"} {
-					fmt.Fprintf(&sb, "replace go.etcd.io/etcd/%s => go.etcd.io/etcd/%s %s\n", m, m, EtcdVersion)
-				}
-				return sb.String(), nil
-			},
-			packages: map[string]string{"etcd": "go.etcd.io/etcd/server/v3"},
-		},
-		{
-			name: "kwok", version: KwokVersion,
-			goMod: func(context.Context) (string, error) {
-				return fmt.Sprintf("module devicewarden.local/kwokbuild\n\ngo 1.26\n\nrequire sigs.k8s.io/kwok %s\n", KwokVersion), nil
-			},
-			packages: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
-			post:     b.copyKwokStages,
+			name: "kubernetes", version: KubernetesVersion,
+			goMod:    b.kubernetesGoMod,
+			packages: map[string]string{"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver", "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler", "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
+			ldflags:  kubeLd,
 		},
 		{
 			name: "temporal-cli", version: TemporalCLIVersion,
@@ -154,10 +143,24 @@ func (b *Builder) components() []component {
 			tags: "remove_all_sd",
 		},
 		{
-			name: "kubernetes", version: KubernetesVersion,
-			goMod:    b.kubernetesGoMod,
-			packages: map[string]string{"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver", "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler", "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
-			ldflags:  kubeLd,
+			name: "kwok", version: KwokVersion,
+			goMod: func(context.Context) (string, error) {
+				return fmt.Sprintf("module devicewarden.local/kwokbuild\n\ngo 1.26\n\nrequire sigs.k8s.io/kwok %s\n", KwokVersion), nil
+			},
+			packages: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+			post:     b.copyKwokStages,
+		},
+		{
+			name: "etcd", version: EtcdVersion,
+			goMod: func(context.Context) (string, error) {
+				var sb strings.Builder
+				fmt.Fprintf(&sb, "module devicewarden.local/etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n\n", EtcdVersion)
+				for _, m := range []string{"api/v3", "client/pkg/v3", "client/v3", "pkg/v3"} {
+					fmt.Fprintf(&sb, "replace go.etcd.io/etcd/%s => go.etcd.io/etcd/%s %s\n", m, m, EtcdVersion)
+				}
+				return sb.String(), nil
+			},
+			packages: map[string]string{"etcd": "go.etcd.io/etcd/server/v3"},
 		},
 	}
 }
@@ -241,42 +244,80 @@ func (b *Builder) upToDate(c component) bool {
 	return true
 }
 
-// Build compiles whatever is missing, printing progress to Out.
-func (b *Builder) Build(ctx context.Context) error {
-	if err := os.MkdirAll(b.BinDir(), 0o755); err != nil {
-		return fmt.Errorf("create cache dir: %w", err)
-	}
+// Build compiles whatever of the control plane is missing, and the named optional tools
+// (prometheus), printing progress to Out.
+func (b *Builder) Build(ctx context.Context, tools ...string) error {
+	var comps []component
 	for _, c := range b.components() {
-		if c.optional {
-			continue
-		}
-		if err := b.ensure(ctx, c); err != nil {
-			return err
+		if !c.optional {
+			comps = append(comps, c)
 		}
 	}
-	return nil
+	opt, err := b.optional(tools)
+	if err != nil {
+		return err
+	}
+	return b.ensureAll(ctx, append(comps, opt...))
 }
 
 // BuildTools builds the named optional tools (prometheus) when they are not cached.
 func (b *Builder) BuildTools(ctx context.Context, names ...string) error {
+	opt, err := b.optional(names)
+	if err != nil {
+		return err
+	}
+	return b.ensureAll(ctx, opt)
+}
+
+func (b *Builder) optional(names []string) ([]component, error) {
+	var out []component
+	for _, name := range names {
+		i := slices.IndexFunc(b.components(), func(c component) bool { return c.name == name && c.optional })
+		if i < 0 {
+			return nil, fmt.Errorf("no optional tool %q (have: prometheus)", name)
+		}
+		out = append(out, b.components()[i])
+	}
+	return out, nil
+}
+
+// lanes is how many components build at once. Each go build already compiles on every core, but
+// it also waits on the module proxy and ends in a link that uses one core: a second build beside
+// it fills those gaps.
+const lanes = 2
+
+// ensureAll builds the components that are not cached, lanes at a time, in the order given
+// (components lists the largest first, so the longest build starts at once).
+func (b *Builder) ensureAll(ctx context.Context, comps []component) error {
 	if err := os.MkdirAll(b.BinDir(), 0o755); err != nil {
 		return fmt.Errorf("create cache dir: %w", err)
 	}
-	for _, name := range names {
-		found := false
-		for _, c := range b.components() {
-			if c.name == name && c.optional {
-				found = true
-				if err := b.ensure(ctx, c); err != nil {
-					return err
-				}
-			}
-		}
-		if !found {
-			return fmt.Errorf("no optional tool %q (have: prometheus)", name)
-		}
+	locked := *b
+	locked.Out = &lockedWriter{w: b.Out}
+	errs := make([]error, len(comps))
+	free := make(chan struct{}, lanes)
+	var wg sync.WaitGroup
+	for i, c := range comps {
+		free <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-free }()
+			errs[i] = locked.ensure(ctx, c)
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// lockedWriter keeps the lines of builds running side by side whole.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (b *Builder) ensure(ctx context.Context, c component) error {
@@ -341,10 +382,10 @@ func (b *Builder) compile(ctx context.Context, c component, dir string) error {
 		return err
 	}
 	defer os.RemoveAll(out)
-	args := []string{"build", "-v", "-o", out + string(filepath.Separator)}
-	if c.ldflags != "" {
-		args = append(args, "-ldflags", c.ldflags)
-	}
+	// -s -w: no symbol table or DWARF (nobody debugs the tools), so the link, the one step of a
+	// build that uses a single core, writes less. The stamp leaves them out: a cached binary
+	// built with them is as good.
+	args := []string{"build", "-v", "-o", out + string(filepath.Separator), "-ldflags", strings.TrimSpace("-s -w " + c.ldflags)}
 	if c.tags != "" {
 		args = append(args, "-tags", c.tags)
 	}
