@@ -61,11 +61,14 @@ test-unit: build ## Unit, workflow (time-skipping) and replay tests with the rac
 tools: control-plane $(HELM) chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
 	@$(BIN) cluster build --tools prometheus
 
+# The e2e tests that run in parallel (those on stacks of their own, and shared-stack tests that look
+# only at their own nodes) mostly wait on timers and processes: four at a time on 2 cores.
+E2E_PARALLEL ?= 4
 test-e2e: tools ## Integration tests on a real local cluster and the embedded Temporal server
 	@echo "==> the activities on a real local cluster"
 	$(GO) test -tags e2e -count=1 -timeout 5m -v ./activities/e2e/
 	@echo "==> integration tests on the real local stack (screenshots of the fleet page in .artefacts/)"
-	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e -count=1 -timeout 30m -v ./internal/e2e/
+	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e -count=1 -timeout 30m -parallel $(E2E_PARALLEL) -v ./internal/e2e/
 
 chromium: ## Debian's Chromium, for the fleet page's browser test (installed when root; the test says why it skips otherwise)
 	@command -v chromium >/dev/null || { \

@@ -136,6 +136,7 @@ func signedPress(srv *slackapp.Server, secret, user, action, value string) int {
 // TestWorkerStoppedMidProbe: the worker stops while the probe Pod runs; the probe Pod is cleaned
 // up, the restarted worker probes again, and there is never more than one probe Pod.
 func TestWorkerStoppedMidProbe(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
@@ -190,6 +191,7 @@ func TestWorkerStoppedMidProbe(t *testing.T) {
 // TestDryRunTurnedOff: with --dry-run the rule only previews (effect None); restarted without it,
 // the controller turns the still-failed device's rule into a real one.
 func TestDryRunTurnedOff(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")

@@ -254,6 +254,7 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 // Pod outside migration.namespaces, and (rollouts off, the default) patching nodes. In a namespace
 // that opted in to migration it may patch a Pod (the checkpoint request).
 func TestChartRightsRunTheQuarantine(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")

@@ -100,6 +100,7 @@ func fenced(t *testing.T, ctx context.Context, s *stack, ids []device.ID, within
 // restart is fenced. (The restart falls within the 20 s in which the embedded server's ring used
 // to wait on the stopped process.)
 func TestDevRestartsOnItsState(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)
@@ -125,6 +126,7 @@ func TestDevRestartsOnItsState(t *testing.T) {
 // failed, before or while `dev` was down, is fenced exactly once: one workflow run, one transition,
 // and one create of its rule in the apiserver's audit log.
 func TestDevKilledMidStorm(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)
@@ -205,6 +207,7 @@ func cpuHog(t *testing.T, ctx context.Context) func() {
 // starts it again on its state: the migration ends migrated, the Job was suspended and resumed
 // exactly once (the Job controller's events), and no migration Lease is left.
 func TestDevKilledMidMigration(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)

@@ -24,6 +24,7 @@ import (
 // starts another: the rollout finishes the soak and passes its gates without enabling the phase
 // a second time (one EnableRolloutPhase in the history, one RolloutEnabled Event on the node).
 func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
