@@ -270,13 +270,14 @@ func (b *Builder) BuildTools(ctx context.Context, names ...string) error {
 }
 
 func (b *Builder) optional(names []string) ([]component, error) {
+	all := b.components()
 	var out []component
 	for _, name := range names {
-		i := slices.IndexFunc(b.components(), func(c component) bool { return c.name == name && c.optional })
+		i := slices.IndexFunc(all, func(c component) bool { return c.name == name && c.optional })
 		if i < 0 {
 			return nil, fmt.Errorf("no optional tool %q (have: prometheus)", name)
 		}
-		out = append(out, b.components()[i])
+		out = append(out, all[i])
 	}
 	return out, nil
 }
