@@ -55,13 +55,9 @@ func profileOnSignal(ctx context.Context, sig <-chan os.Signal, path string, d t
 	if pprof.StartCPUProfile(f) != nil {
 		return
 	}
-	sleep(ctx, d)
-	pprof.StopCPUProfile()
-}
-
-func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+	pprof.StopCPUProfile()
 }
