@@ -58,7 +58,8 @@ test-unit: build ## Unit, workflow (time-skipping) and replay tests with the rac
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
 	$(GO) test -count=1 $(FULL_PKGS)
 
-tools: control-plane $(HELM) chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
+# One cluster build for the control plane and Prometheus, so Prometheus compiles beside the rest.
+tools: build $(HELM) chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
 	@$(BIN) cluster build --tools prometheus
 
 # The e2e tests that run in parallel (those on stacks of their own, and shared-stack tests that look

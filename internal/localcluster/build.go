@@ -247,17 +247,25 @@ func (b *Builder) upToDate(c component) bool {
 // Build compiles whatever of the control plane is missing, and the named optional tools
 // (prometheus), printing progress to Out.
 func (b *Builder) Build(ctx context.Context, tools ...string) error {
-	var comps []component
-	for _, c := range b.components() {
-		if !c.optional {
-			comps = append(comps, c)
-		}
-	}
-	opt, err := b.optional(tools)
+	comps, err := b.selected(tools)
 	if err != nil {
 		return err
 	}
-	return b.ensureAll(ctx, append(comps, opt...))
+	return b.ensureAll(ctx, comps)
+}
+
+// selected is the control plane and the named optional tools, in the order components lists them.
+func (b *Builder) selected(tools []string) ([]component, error) {
+	if _, err := b.optional(tools); err != nil {
+		return nil, err
+	}
+	var comps []component
+	for _, c := range b.components() {
+		if !c.optional || slices.Contains(tools, c.name) {
+			comps = append(comps, c)
+		}
+	}
+	return comps, nil
 }
 
 // BuildTools builds the named optional tools (prometheus) when they are not cached.
