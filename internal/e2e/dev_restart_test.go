@@ -32,6 +32,8 @@ type devRig struct {
 	*stack
 	state   string
 	metrics string
+	// console and approvals are the fleet page's and Slack interactivity's addresses.
+	console, approvals string
 }
 
 func startDevRig(t *testing.T, ctx context.Context) *devRig {
@@ -50,7 +52,7 @@ func startDevRig(t *testing.T, ctx context.Context) *devRig {
 	}
 	t.Cleanup(tc.Close)
 	s.temporal = tc
-	return &devRig{stack: s, state: filepath.Join(dir, "state"), metrics: freeAddress(t)}
+	return &devRig{stack: s, state: filepath.Join(dir, "state"), metrics: freeAddress(t), console: freeAddress(t), approvals: freeAddress(t)}
 }
 
 // dev runs `devicewarden dev` on the rig's cluster and state, and waits until it is ready.
@@ -58,6 +60,8 @@ func (r *devRig) dev(t *testing.T, name string, extra ...string) *child {
 	t.Helper()
 	args := append([]string{"dev", "--kubeconfig", r.kubeconfig, "--state-dir", r.state,
 		"--temporal-listen", r.frontend, "--ui-listen", "", "--metrics-address", r.metrics, "--sim-dcgm-listen", "",
+		// Free ports, not the defaults: the rigs of tests running in parallel, and a user's make dev.
+		"--console-listen", r.console, "--approvals-listen", r.approvals,
 		"--breaker-max-count", "1000", "--breaker-max-percent", "0"}, extra...)
 	c := startCLI(t, r.dir, name, args...)
 	eventually(t, 2*time.Minute, name+" ready", func() error {
