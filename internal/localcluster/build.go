@@ -32,6 +32,9 @@ const (
 	// PrometheusVersion is the Prometheus server the rollout's PromQL gate tests query (Go module
 	// v0.316.0 is Prometheus 3.16). Optional: built by `cluster build --tools prometheus`.
 	PrometheusVersion = "v0.316.0"
+	// HelmVersion is the helm that lints the chart and renders it for the e2e tests. Optional:
+	// built by `cluster build --tools helm`.
+	HelmVersion = "v3.22.0"
 )
 
 // notServed lists staging modules that kubernetes replaces locally but the module proxy does not serve.
@@ -53,6 +56,10 @@ type component struct {
 	post func(ctx context.Context, dir string) error
 	// optional components are built only when asked for by name (BuildTools).
 	optional bool
+	// floors: the module takes the project's module versions as floors (floors.go), checked to
+	// build with them; but not those of the modules under the ownModules prefixes.
+	floors     bool
+	ownModules []string
 }
 
 // kwokStages are the stage files shipped in kwok's module that make fake nodes ready, keep their
@@ -99,6 +106,9 @@ type Builder struct {
 	Out      io.Writer
 	// GoBin is the go command; empty means "go" from PATH.
 	GoBin string
+	// Floors are the module versions the components that take floors are raised to; nil means
+	// ProjectModules. A binary's stamp leaves them out: one built at other floors is as good.
+	Floors map[string]string
 }
 
 // BinDir is where the built binaries live.
@@ -122,6 +132,7 @@ func (b *Builder) components() []component {
 		{
 			name: "kubernetes", version: KubernetesVersion,
 			goMod:    b.kubernetesGoMod,
+			floors:   true,
 			packages: map[string]string{"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver", "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler", "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
 			ldflags:  kubeLd,
 		},
@@ -130,7 +141,11 @@ func (b *Builder) components() []component {
 			goMod: func(context.Context) (string, error) {
 				return fmt.Sprintf("module devicewarden.local/temporalclibuild\n\ngo 1.26\n\nrequire github.com/temporalio/cli %s\n", TemporalCLIVersion), nil
 			},
-			packages: map[string]string{"temporal": "github.com/temporalio/cli/cmd/temporal"},
+			// Its Temporal server (v1.29) does not compile against the project's Temporal modules
+			// or the nexus SDK they pull in; the rest (grpc, protobuf, the AWS SDK) it shares.
+			floors:     true,
+			ownModules: []string{"go.temporal.io/", "github.com/temporalio/", "github.com/nexus-rpc/"},
+			packages:   map[string]string{"temporal": "github.com/temporalio/cli/cmd/temporal"},
 		},
 		{
 			name: "prometheus", version: PrometheusVersion, optional: true,
@@ -140,7 +155,16 @@ func (b *Builder) components() []component {
 			packages: map[string]string{"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"},
 			// The tests scrape static targets: without the cloud and Kubernetes service discovery
 			// plugins the build compiles 1,043 packages instead of 1,517.
-			tags: "remove_all_sd",
+			tags:   "remove_all_sd",
+			floors: true,
+		},
+		{
+			name: "helm", version: HelmVersion, optional: true,
+			goMod: func(context.Context) (string, error) {
+				return fmt.Sprintf("module devicewarden.local/helmbuild\n\ngo 1.26\n\nrequire helm.sh/helm/v3 %s\n", HelmVersion), nil
+			},
+			packages: map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"},
+			floors:   true,
 		},
 		{
 			name: "kwok", version: KwokVersion,
@@ -149,6 +173,7 @@ func (b *Builder) components() []component {
 			},
 			packages: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
 			post:     b.copyKwokStages,
+			floors:   true,
 		},
 		{
 			name: "etcd", version: EtcdVersion,
@@ -161,6 +186,7 @@ func (b *Builder) components() []component {
 				return sb.String(), nil
 			},
 			packages: map[string]string{"etcd": "go.etcd.io/etcd/server/v3"},
+			floors:   true,
 		},
 	}
 }
@@ -245,7 +271,7 @@ func (b *Builder) upToDate(c component) bool {
 }
 
 // Build compiles whatever of the control plane is missing, and the named optional tools
-// (prometheus), printing progress to Out.
+// (prometheus, helm), printing progress to Out.
 func (b *Builder) Build(ctx context.Context, tools ...string) error {
 	comps, err := b.selected(tools)
 	if err != nil {
@@ -268,7 +294,8 @@ func (b *Builder) selected(tools []string) ([]component, error) {
 	return comps, nil
 }
 
-// BuildTools builds the named optional tools (prometheus) when they are not cached.
+// BuildTools builds the named optional tools (prometheus, helm) when they are not cached, and
+// not the control plane.
 func (b *Builder) BuildTools(ctx context.Context, names ...string) error {
 	opt, err := b.optional(names)
 	if err != nil {
@@ -283,7 +310,7 @@ func (b *Builder) optional(names []string) ([]component, error) {
 	for _, name := range names {
 		i := slices.IndexFunc(all, func(c component) bool { return c.name == name && c.optional })
 		if i < 0 {
-			return nil, fmt.Errorf("no optional tool %q (have: prometheus)", name)
+			return nil, fmt.Errorf("no optional tool %q (have: prometheus, helm)", name)
 		}
 		out = append(out, all[i])
 	}
@@ -346,7 +373,7 @@ func (b *Builder) build(ctx context.Context, c component) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	mod, err := c.goMod(ctx)
+	mod, err := b.goModFor(ctx, c)
 	if err != nil {
 		return err
 	}
