@@ -21,10 +21,12 @@ RACE_PKGS = $$($(GO) list ./... | grep -v /internal/temporalserver)
 TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/tools
 STATICCHECK = $(TOOLS_DIR)/staticcheck-v0.8.2/staticcheck
 WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
-HELM = $(TOOLS_DIR)/helm-v3.22.0/helm
+# helm is built like the control plane (`cluster build --tools helm`), at the project's module
+# versions where it shares modules with it, so its client-go and API packages come from the cache.
+HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit test-e2e tools check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -59,7 +61,7 @@ test-unit: build ## Unit, workflow (time-skipping) and replay tests with the rac
 	$(GO) test -count=1 $(FULL_PKGS)
 
 # One cluster build for the control plane and Prometheus, so Prometheus compiles beside the rest.
-tools: build $(HELM) chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
+tools: build helm chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
 	@$(BIN) cluster build --tools prometheus
 
 # The e2e tests that run in parallel (those on stacks of their own, and shared-stack tests that look
@@ -115,9 +117,8 @@ staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests inc
 workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workflows
 	$(WORKFLOWCHECK) ./workflows/...
 
-$(HELM):
-	@echo "==> building helm v3.22.0 from the Go module proxy into $(dir $@) (a few minutes the first time)"
-	GOBIN=$(dir $@) $(GO) install -ldflags="-s -w" helm.sh/helm/v3/cmd/helm@v3.22.0
+helm: build ## helm, built from the Go module proxy into the control plane's cache (a minute the first time)
+	@$(BIN) cluster build --tools helm --tools-only
 
 IMAGE = bin/devicewarden-image.tar
 BUILDAH = buildah --storage-driver vfs
@@ -138,7 +139,7 @@ image: build-lean ## The OCI image (the lean static binary on scratch, non-root)
 image-check: image ## Build the image and inspect the archive: user, entrypoint, the binary's version
 	DEVICEWARDEN_IMAGE=$(CURDIR)/$(IMAGE) DEVICEWARDEN_VERSION=$(VERSION) $(GO) test -tags image -count=1 ./internal/imagecheck/
 
-chart: $(HELM) ## helm lint and helm template of the chart (the e2e tests apply it to the real apiserver)
+chart: helm ## helm lint and helm template of the chart (the e2e tests apply it to the real apiserver)
 	$(HELM) lint --strict $(CHART) --set temporal.address=temporal-frontend.temporal:7233
 	$(HELM) template devicewarden $(CHART) --kube-version 1.37.2 --set temporal.address=temporal-frontend.temporal:7233 > /dev/null
 

@@ -19,15 +19,23 @@ func newClusterCmd(g *globals) *cobra.Command {
 		return &localcluster.Builder{CacheDir: cacheDir, Out: c.OutOrStdout()}
 	}
 	var tools []string
+	var toolsOnly bool
 	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build the pinned control-plane binaries from the Go module proxy (skips what is cached)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if toolsOnly {
+				if len(tools) == 0 {
+					return fmt.Errorf("--tools-only needs --tools")
+				}
+				return builder(c).BuildTools(c.Context(), tools...)
+			}
 			return builder(c).Build(c.Context(), tools...)
 		},
 	}
-	build.Flags().StringSliceVar(&tools, "tools", nil, "optional tools to build as well (prometheus: for the rollout's PromQL gate tests)")
+	build.Flags().StringSliceVar(&tools, "tools", nil, "optional tools to build as well (prometheus: for the rollout's PromQL gate tests; helm: for the chart)")
+	build.Flags().BoolVar(&toolsOnly, "tools-only", false, "build only the --tools, not the control plane")
 	cmd.AddCommand(build, &cobra.Command{
 		Use:   "up",
 		Short: "Build what is missing and start the local cluster in the background",

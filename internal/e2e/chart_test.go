@@ -50,7 +50,7 @@ func helmBinary(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("DEVICEWARDEN_HELM")
 	if path == "" {
-		path = filepath.Join(localcluster.DefaultCacheDir(), "tools", "helm-v3.22.0", "helm")
+		path = (&localcluster.Builder{CacheDir: localcluster.DefaultCacheDir()}).Binary("helm")
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("helm not built (%v): make test-e2e builds it from the Go module proxy", err)
