@@ -161,19 +161,24 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 		}
 		return fmt.Errorf("events %d", len(evs.Items))
 	})
-	br, err := breakerState(ctx, shared.temporal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var grants []string
-	for _, g := range br.Grants {
-		if strings.Contains(g.Device, "/"+node+"/") {
-			grants = append(grants, g.Device)
+	// One grant for the unit. A permit a worker spent from its lease is a grant once the worker
+	// reports it (within seconds), so wait for that.
+	eventually(t, 30*time.Second, "one breaker grant for the unit", func() error {
+		br, err := breakerState(ctx, shared.temporal)
+		if err != nil {
+			return err
 		}
-	}
-	if !slices.Equal(grants, []string{unit.String()}) {
-		t.Fatalf("breaker grants on %s: %v, want one for the unit", node, grants)
-	}
+		var grants []string
+		for _, g := range br.Grants {
+			if strings.Contains(g.Device, "/"+node+"/") {
+				grants = append(grants, g.Device)
+			}
+		}
+		if !slices.Equal(grants, []string{unit.String()}) {
+			return fmt.Errorf("breaker grants on %s: %v, want one for the unit", node, grants)
+		}
+		return nil
+	})
 
 	// The operator sees the unit from any of its forms, and one line for it in the list.
 	eventually(t, 30*time.Second, "device show on a partition shows its unit", func() error {
