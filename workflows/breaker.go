@@ -55,6 +55,10 @@ func BreakerWorkflow(ctx workflow.Context, in api.BreakerInput) error {
 	if workflow.GetVersion(ctx, "reset-wake", workflow.DefaultVersion, 1) >= 1 {
 		st.WakesResets = true
 	}
+	// Runs recorded before the brake counted devices count failed resets, and forget lapsed permits.
+	if workflow.GetVersion(ctx, "device-brake", workflow.DefaultVersion, 1) >= 1 {
+		st.DeviceBrake = true
+	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryState, func() (breaker.State, error) { return *st, nil }); err != nil {
 		return fmt.Errorf("register query: %w", err)
 	}

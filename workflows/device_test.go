@@ -54,6 +54,7 @@ type harness struct {
 	// reset permits were asked for.
 	resetDenials int
 	resetAsks    []time.Time
+	resetHolds   []time.Duration
 	rebootAsks   int
 	// nodeGone: a node step's permit finds its node deleted.
 	nodeGone bool
@@ -232,6 +233,7 @@ func (h *harness) acquirePermit(_ context.Context, in remediation.PermitInput) (
 	}
 	if in.Action == breaker.Reset {
 		h.resetAsks = append(h.resetAsks, h.env.Now())
+		h.resetHolds = append(h.resetHolds, in.Hold)
 		if h.resetDenials > 0 {
 			h.resetDenials--
 			return breaker.PermitResult{Reason: "reset budget spent: test"}, nil

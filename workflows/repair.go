@@ -23,6 +23,10 @@ func repair(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []d
 	if step.Kind == policy.RepairNode {
 		// The node's permit, held for the step's longest run unless the step gives it back first.
 		in.Action, in.Node, in.Hold = breaker.Reboot, st.Node, nodeStepTimeout(step)*3+time.Minute
+	} else {
+		// A reset's permit, held as long: a reset that runs past the breaker's default hold
+		// keeps its place, and its end is counted.
+		in.Hold = resetPermitHold(act)
 	}
 	if err := executeLocal(ctx, rem.AcquirePermit, in).Get(ctx, &permit); err != nil {
 		var appErr *temporal.ApplicationError
@@ -71,6 +75,16 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 		startMigrations(ctx, st, pods)
 	}
 	return report(st, decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
+}
+
+// resetPermitHold is how long a reset step can run: each of its targets' checks, every attempt, and a
+// minute more. Zero (the breaker's default) when the action carries no check.
+func resetPermitHold(act decide.Action) time.Duration {
+	if act.Check == nil {
+		return 0
+	}
+	targets := max(1, len(act.Plan.Targets))
+	return time.Duration(targets*checkAttempts)*(act.Check.Timeout.D()+2*time.Minute) + time.Minute
 }
 
 // nodeStepTimeout bounds one run of a node step's activity (it has three).

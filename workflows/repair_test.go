@@ -160,6 +160,21 @@ func TestLadderWaitsForTheResetBudget(t *testing.T) {
 	}
 }
 
+// A reset's permit is held as long as its step can run (three attempts of a check of a minute,
+// each with two minutes' grace, and a minute more), not the breaker's default 15 minutes: a long
+// reset keeps its place, and its end is counted.
+func TestAResetPermitIsHeldForItsStep(t *testing.T) {
+	h := newHarness(0)
+	failedThenIdle(h)
+	p := laddered()
+	p.Repair.Steps[0].Check.Timeout = policy.JSONDuration(20 * time.Minute)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	want := 3*22*time.Minute + time.Minute
+	if len(h.resetHolds) != 1 || h.resetHolds[0] != want {
+		t.Fatalf("reset permits held for %v, want [%v]", h.resetHolds, want)
+	}
+}
+
 // A ladder of a reset and then a node step: the reset does not clear the fault, so the node step
 // runs, from the reboot budget, with the step's template and the try's number; the review after
 // it releases the device.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/testsuite"
@@ -16,8 +17,8 @@ import (
 const resetHold = 6*time.Minute + 30*time.Second + 500*time.Millisecond
 
 // resetGranted takes a reset permit the breaker gave: no more than the budget run at a time, and
-// none is granted (to a device that holds none) while the failed resets within the window reach
-// the brake's limit since the last resume.
+// none is granted (to a device that holds none) while the devices whose resets failed within the
+// window since the last resume reach the brake's limit.
 func (m *breakerModel) resetGranted(req breaker.PermitRequest, sent, now time.Time) {
 	m.expireResets(now)
 	dev := req.Device.String()
@@ -26,7 +27,7 @@ func (m *breakerModel) resetGranted(req breaker.PermitRequest, sent, now time.Ti
 		return // its own reset, asked again
 	}
 	if n := m.failedWithin(now); n >= m.cfg.ResetFailuresMax() {
-		m.violate("a reset granted to %s while %d resets failed within the window (the brake holds at %d)", dev, n, m.cfg.ResetFailuresMax())
+		m.violate("a reset granted to %s while resets of %d devices failed within the window (the brake holds at %d)", dev, n, m.cfg.ResetFailuresMax())
 	}
 	m.resets[dev] = sent.Add(req.Hold)
 	if len(m.resets) > m.cfg.Resets() {
@@ -38,18 +39,37 @@ func (m *breakerModel) expireResets(now time.Time) {
 	for d, until := range m.resets {
 		if !now.Before(until) {
 			delete(m.resets, d)
+			m.lapsed = append(m.lapsed, resetFailure{device: d, at: until})
 		}
 	}
+	slices.SortFunc(m.lapsed, func(a, b resetFailure) int { return a.at.Compare(b.at) })
 }
 
+// failedWithin counts the devices whose resets failed within the window.
 func (m *breakerModel) failedWithin(now time.Time) int {
-	n := 0
-	for _, at := range m.failures {
-		if at.After(now.Add(-m.cfg.Window)) {
-			n++
+	devices := map[string]bool{}
+	for _, f := range m.failures {
+		if f.at.After(now.Add(-m.cfg.Window)) {
+			devices[f.device] = true
 		}
 	}
-	return n
+	return len(devices)
+}
+
+// ended says whether a reset's end counts: its permit is held, or lapsed within the window (each
+// lapsed permit counts once).
+func (m *breakerModel) ended(dev string, now time.Time) bool {
+	if _, held := m.resets[dev]; held {
+		delete(m.resets, dev)
+		return true
+	}
+	m.lapsed = slices.DeleteFunc(m.lapsed, func(f resetFailure) bool { return !f.at.After(now.Add(-m.cfg.Window)) })
+	i := slices.IndexFunc(m.lapsed, func(f resetFailure) bool { return f.device == dev })
+	if i < 0 {
+		return false
+	}
+	m.lapsed = slices.Delete(m.lapsed, i, i+1)
+	return true
 }
 
 // resetSteps are a device's reset asked for, and a reset that ends (passed or failed).
@@ -65,11 +85,8 @@ func (m *breakerModel) resetStep(rt *rapid.T, kind string, i, devices int, tl *t
 	s := step{at: tl.own(), what: fmt.Sprintf("gpu-%d's reset ends (failed %v)", d, failed)}
 	s.do = func(env *testsuite.TestWorkflowEnvironment) {
 		m.expireResets(env.Now())
-		if _, held := m.resets[id.String()]; held {
-			delete(m.resets, id.String())
-			if failed {
-				m.failures = append(m.failures, env.Now())
-			}
+		if m.ended(id.String(), env.Now()) && failed {
+			m.failures = append(m.failures, resetFailure{device: id.String(), at: env.Now()})
 		}
 		m.signal(env, api.SignalPermitRelease, breaker.PermitRelease{Key: id.String(), Holder: id.String(), Failed: failed, Reason: "exit 1"})
 	}

@@ -38,9 +38,18 @@ type breakerModel struct {
 	mu sync.Mutex
 	// nodes are the node permits the breaker granted and did not take back: node -> its holder.
 	nodes map[string]nodePermit
-	// resets are the reset permits held (device -> until), failures when held resets failed.
+	// resets are the reset permits held (device -> until); lapsed those whose hold ended before
+	// their reset did (still counted when it ends failed, within the window); failures the failed
+	// resets counted.
 	resets   map[string]time.Time
-	failures []time.Time
+	lapsed   []resetFailure
+	failures []resetFailure
+}
+
+// resetFailure is a device's failed reset (at: when), or a lapsed permit (at: its hold's end).
+type resetFailure struct {
+	device string
+	at     time.Time
 }
 
 // nodePermit is a node step's permit as the model holds it.

@@ -35,8 +35,9 @@ type PermitInput struct {
 	// HeldAlert, when set, is the device's alert: if the action is held, the worker sends it with
 	// the other held devices' (see heldAlerts) and the result says Alerted.
 	HeldAlert *notify.AlertInput `json:"heldAlert,omitempty"`
-	// Node and Hold, for a node step (breaker.Reboot): the permit is the node's, counted against
-	// its node pool (read from the node's labels here) and held for Hold unless released first.
+	// Node, for a node step (breaker.Reboot): the permit is the node's, counted against its node
+	// pool (read from the node's labels here). Hold: a node step's or a reset's permit is held
+	// that long unless released first (0: the breaker's default).
 	Node string        `json:"node,omitempty"`
 	Hold time.Duration `json:"hold,omitempty"`
 }
@@ -56,7 +57,7 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 	if err != nil {
 		return breaker.PermitResult{}, err
 	}
-	req := breaker.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken}
+	req := breaker.PermitRequest{Device: in.Device, Claim: in.Claim, Action: in.Action, KnownDevices: known, Config: a.BreakerConfig, Woken: in.Woken, Hold: in.Hold}
 	if in.Action == breaker.Reboot && in.Node != "" {
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -66,7 +67,7 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 		if err != nil {
 			return breaker.PermitResult{}, fmt.Errorf("node pool of %s: %w", in.Node, err)
 		}
-		req.Node, req.NodePool, req.Hold = in.Node, breaker.NodePool(node.Labels, a.NodePoolLabels), in.Hold
+		req.Node, req.NodePool = in.Node, breaker.NodePool(node.Labels, a.NodePoolLabels)
 	}
 	res, err := a.Breaker.Acquire(ctx, req)
 	if err != nil {
@@ -103,15 +104,15 @@ func (a *Activities) releaseNode(node string, id device.ID) {
 }
 
 // resetEnded gives back the reset permit the device's step held, saying whether the reset ran and
-// failed (the breaker stops resets after too many): a Busy step ran nothing, an error is no
-// verdict on the device.
+// failed (the breaker stops resets after too many): a Busy step ran nothing, nor did one whose Pod
+// never ran (NotRun), and an error is no verdict on the device.
 func (a *Activities) resetEnded(id device.ID, res decide.StepResult, err error) {
 	r, ok := a.Breaker.(PermitReleaser)
 	if !ok {
 		return
 	}
 	rel := breaker.PermitRelease{Key: breaker.PermitRequest{Device: id, Action: breaker.Reset}.Key(), Holder: id.String()}
-	if err == nil && !res.Busy && !res.Passed {
+	if err == nil && !res.Busy && !res.NotRun && !res.Passed {
 		rel.Failed, rel.Reason = true, res.Reason
 	}
 	if err := r.Release(rel); err != nil {

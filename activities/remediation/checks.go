@@ -82,8 +82,14 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 		a.countTry(in.Step, "failed")
 		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now(), BootID: boot}, nil
 	}
+	// notRun fails a check whose Pod never ran.
+	notRun := func(format string, args ...any) (decide.StepResult, error) {
+		res, err := fail(format, args...)
+		res.NotRun = true
+		return res, err
+	}
 	if in.Device.DevicePlugin() {
-		return fail("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
+		return notRun("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
 	}
 	sel, node, env, published, err := a.pinDevice(ctx, in)
 	if err != nil {
@@ -97,7 +103,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 		}
 	}
 	if sel == "" {
-		return fail("device %s is not published in its pool", in.Device)
+		return notRun("device %s is not published in its pool", in.Device)
 	}
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
@@ -131,7 +137,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 		return decide.StepResult{}, fmt.Errorf("find %s pod of %s/%s: %w", in.Kind, ns, name, err)
 	}
 	if podName == "" {
-		return fail("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
+		return notRun("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
 	}
 	pod, err := a.awaitPod(ctx, ns, podName, deadline)
 	if err != nil {
@@ -139,6 +145,9 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	res, done := checkOutcome(pod)
 	if !done {
+		if pod.Status.Phase == corev1.PodPending {
+			return notRun("%s Pod did not start within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
+		}
 		return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
 	}
 	a.countCheck(in.Kind, res.Passed)

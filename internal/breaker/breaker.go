@@ -120,7 +120,8 @@ type PermitRequest struct {
 	// Woken: the breaker woke this device; the request must reach it.
 	Woken bool `json:"woken,omitempty"`
 	// Node and NodePool name a node step's node and the node's pool: the permit is the node's,
-	// shared by every device on it, and held until released or for Hold (see acquireNode).
+	// shared by every device on it, and held until released or for Hold (see acquireNode); a
+	// reset's permit is held until released or for Hold too (0: DefaultResetHold).
 	Node     string        `json:"node,omitempty"`
 	NodePool string        `json:"nodePool,omitempty"`
 	Hold     time.Duration `json:"hold,omitempty"`
@@ -194,6 +195,12 @@ type State struct {
 	ResetFailures    []ResetFailure `json:"resetFailures,omitempty"`
 	ResetsHeld       bool           `json:"resetsHeld,omitempty"`
 	ResetsHeldReason string         `json:"resetsHeldReason,omitempty"`
+	// DeviceBrake: failed resets hold resets when that many devices failed within the window,
+	// not that many resets (one GPU tried again is one device), and a failure reported after its
+	// permit lapsed (a reset that outran its hold) still counts, once: the lapsed permits stay in
+	// LapsedResets for the window. Set by newer runs.
+	DeviceBrake  bool    `json:"deviceBrake,omitempty"`
+	LapsedResets []Grant `json:"lapsedResets,omitempty"`
 	// Known is the fleet size the latest request counted.
 	Known int `json:"known,omitempty"`
 	// Leases are batches of permits handed to workers ahead of their devices' requests (see

@@ -189,9 +189,12 @@ func (b *State) prune(now time.Time) {
 	for _, g := range b.Grants {
 		if g.At.After(cutoff) && g.Until.IsZero() || now.Before(g.Until) {
 			kept = append(kept, g)
+		} else if b.DeviceBrake && g.Action == Reset && !g.Until.IsZero() {
+			b.LapsedResets = append(b.LapsedResets, g)
 		}
 	}
 	b.Grants = kept
+	b.pruneLapsed(cutoff)
 	leases := b.Leases[:0]
 	for _, l := range b.Leases {
 		if l.Until.After(cutoff) {

@@ -69,25 +69,37 @@ func (b *State) resetsRunning() []string {
 }
 
 // ResetEnded gives a reset's permit back and, when the reset failed, counts it (once: only a
-// release that gave a permit back counts): the failures
-// within the window reaching Config.ResetFailuresMax() hold resets until a person resumes the
-// breaker or the window passes them by. It returns the alert to send when it holds resets.
+// release that gave a permit back, or found it lapsed within the window, counts): the failures
+// within the window reaching Config.ResetFailuresMax() (in devices, with DeviceBrake) hold resets
+// until a person resumes the breaker or the window passes them by. It returns the alert to send
+// when it holds resets.
 func (b *State) ResetEnded(rel PermitRelease, now time.Time) string {
-	if !b.Release(rel) || !rel.Failed || !b.ResetsAtATime {
+	if b.DeviceBrake {
+		b.prune(now) // a permit whose hold ended is lapsed, whether or not a request came since
+	}
+	released := b.Release(rel)
+	if !released && b.DeviceBrake {
+		released = b.dropLapsed(rel)
+	}
+	if !released || !rel.Failed || !b.ResetsAtATime {
 		return "" // a release sent again, or for a permit long gone, counts once
 	}
 	b.pruneFailures(now)
 	b.ResetFailures = append(b.ResetFailures, ResetFailure{Device: rel.Holder, Reason: rel.Reason, At: now})
-	if b.ResetsHeld || len(b.ResetFailures) < b.Config.ResetFailuresMax() {
+	if b.ResetsHeld || b.failedResets() < b.Config.ResetFailuresMax() {
 		return ""
 	}
 	var what []string
 	for _, f := range b.ResetFailures {
 		what = append(what, fmt.Sprintf("%s (%s)", f.Device, f.Reason))
 	}
+	failed := fmt.Sprintf("%d resets failed", len(b.ResetFailures))
+	if b.DeviceBrake {
+		failed = fmt.Sprintf("resets of %d devices failed", b.failedResets())
+	}
 	b.ResetsHeld = true
-	b.ResetsHeldReason = fmt.Sprintf("%d resets failed within %s: %s; is the reset tool broken? Resets wait until a person resumes the breaker or the window passes",
-		len(b.ResetFailures), b.Config.Window, strings.Join(what, "; "))
+	b.ResetsHeldReason = fmt.Sprintf("%s within %s: %s; is the reset tool broken? Resets wait until a person resumes the breaker or the window passes",
+		failed, b.Config.Window, strings.Join(what, "; "))
 	return "resets held: " + b.ResetsHeldReason
 }
 
@@ -101,8 +113,42 @@ func (b *State) pruneFailures(now time.Time) {
 		}
 	}
 	b.ResetFailures = kept
-	if b.ResetsHeld && len(kept) < b.Config.ResetFailuresMax() {
+	if b.ResetsHeld && b.failedResets() < b.Config.ResetFailuresMax() {
 		b.ResetsHeld, b.ResetsHeldReason = false, ""
+	}
+}
+
+// failedResets is what the brake counts of ResetFailures: the devices (DeviceBrake), or the resets.
+func (b *State) failedResets() int {
+	if !b.DeviceBrake {
+		return len(b.ResetFailures)
+	}
+	devices := map[string]bool{}
+	for _, f := range b.ResetFailures {
+		devices[f.Device] = true
+	}
+	return len(devices)
+}
+
+// dropLapsed forgets the lapsed reset permit rel names, saying whether there was one: a reset
+// that outran its hold still reports its end once.
+func (b *State) dropLapsed(rel PermitRelease) bool {
+	i := slices.IndexFunc(b.LapsedResets, func(g Grant) bool { return g.Device == rel.Key && g.Holder == rel.Holder })
+	if i < 0 {
+		return false
+	}
+	b.LapsedResets = slices.Delete(b.LapsedResets, i, i+1)
+	return true
+}
+
+// maxLapsed bounds LapsedResets: a fleet of dead workers cannot grow the state without end.
+const maxLapsed = 1000
+
+// pruneLapsed forgets lapsed reset permits whose hold ended before the window.
+func (b *State) pruneLapsed(cutoff time.Time) {
+	b.LapsedResets = slices.DeleteFunc(b.LapsedResets, func(g Grant) bool { return !g.Until.After(cutoff) })
+	if n := len(b.LapsedResets); n > maxLapsed {
+		b.LapsedResets = slices.Delete(b.LapsedResets, 0, n-maxLapsed)
 	}
 }
 

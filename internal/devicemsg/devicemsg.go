@@ -185,6 +185,9 @@ type StepResult struct {
 	At     time.Time `json:"at"`
 	// Busy: a repair step found the device still allocated to another claim and ran nothing.
 	Busy bool `json:"busy,omitempty"`
+	// NotRun: the check failed before its Pod ran (no Pod, never scheduled, the device not
+	// published): no verdict on the device's reset, so the breaker's brake does not count it.
+	NotRun bool `json:"notRun,omitempty"`
 	// BootID is the device's node's boot ID as a repair step saw it (a node step: after it), so
 	// a later node step can tell that the node booted again since.
 	BootID string `json:"bootID,omitempty"`

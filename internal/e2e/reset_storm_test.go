@@ -175,9 +175,9 @@ func TestResetStormKeepsToTheBudget(t *testing.T) {
 	mu.Lock()
 	resets := len(seen)
 	mu.Unlock()
-	if br.Open || !strings.Contains(br.ResetsHeldReason, "2 resets failed within 10m0s") || resets > n+budget {
+	if br.Open || !strings.Contains(br.ResetsHeldReason, "resets of 2 devices failed within 10m0s") || resets > n+budget {
 		t.Fatalf("breaker open %v, held for %q, %d reset Pods", br.Open, br.ResetsHeldReason, resets)
 	}
 	t.Logf("resets held: %s", br.ResetsHeldReason)
-	recordHistory(t, ctx, s.temporal, api.BreakerWorkflowID, "breaker_reset_wake.json")
+	recordHistory(t, ctx, s.temporal, api.BreakerWorkflowID, "breaker_device_brake.json")
 }
