@@ -98,13 +98,40 @@ func ParseRecovery(s string) (Recovery, bool) {
 // "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, ...".
 var xidIn = regexp.MustCompile(`(?i)\bxid\b\s*(?:\(\s*pci:\s*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?)\s*\))?\s*[:=#]?\s*(\d{1,4})\b`)
 
+// rowRemapFailed finds a row-remap failure said in words: "row remap failure", "Row Remapper:
+// Failed to remap row", "row remapping failed".
+var rowRemapFailed = regexp.MustCompile(`(?i)\brow[ -]?remap(?:ping|per)?\s*(?:failure|failed|:\s*failed to remap)|\bfailed to remap (?:a )?row`)
+
+// bareXIDs reads a code that is an XID alone or a comma-separated list of them; none otherwise.
+func bareXIDs(code string) []int {
+	var out []int
+	for part := range strings.SplitSeq(code, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n <= 0 || n > MaxXID {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 // MaxXID bounds the XIDs read: the catalogue's run below 200; a larger number is not an XID.
 const MaxXID = 999
 
-// Read is the cause of one fault from its source's code ("xid:79", "recovery-action:2"), the
-// detector's recommended action and its message. What none of them says stays empty.
-func Read(code, action, message string) Cause {
-	c := Cause{Code: strings.TrimSpace(code), Action: strings.ToUpper(strings.TrimSpace(action))}
+// OfCode is the cause a source's code alone says ("xid:79", "recovery-action:2", "79"): what Read
+// makes of it without a message.
+func OfCode(code string) Cause {
+	c := Cause{Code: strings.TrimSpace(code)}
+	if xids := bareXIDs(c.Code); len(xids) > 0 {
+		// NVSentinel's template writes the XID alone ("79"), or a list ("79,48"): of a list, the
+		// one the device needs most.
+		c.XID = xids[0]
+		for _, x := range xids[1:] {
+			if Rank(Cause{XID: x}) > Rank(Cause{XID: c.XID}) {
+				c.XID = x
+			}
+		}
+	}
 	name, value, _ := strings.Cut(c.Code, ":")
 	switch n, err := strconv.Atoi(value); {
 	case err != nil:
@@ -113,6 +140,18 @@ func Read(code, action, message string) Cause {
 	case name == "recovery-action":
 		c.Recovery, _ = RecoveryOf(n)
 	}
+	return c
+}
+
+// Read is the cause of one fault from its source's code ("xid:79", "recovery-action:2"), the
+// detector's recommended action and its message. What none of them says stays empty.
+func Read(code, action, message string) Cause {
+	code = strings.TrimSpace(code)
+	if code == "" && rowRemapFailed.MatchString(message) {
+		code = "row-remap-failure" // said in words by kubelet's or the driver's message
+	}
+	c := OfCode(code)
+	c.Action = strings.ToUpper(strings.TrimSpace(action))
 	if m := xidIn.FindStringSubmatch(message); m != nil {
 		if n, err := strconv.Atoi(m[2]); err == nil && n > 0 && n <= MaxXID {
 			if c.XID == 0 {

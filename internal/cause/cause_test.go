@@ -38,6 +38,16 @@ func TestRead(t *testing.T) {
 		{"", "", "XID 1000", Cause{}},
 		{"GPUCondition", "", `{"0":true}`, Cause{Code: "GPUCondition"}},
 		{"GPUCondition", "", `{"999":true}`, Cause{Code: "GPUCondition", XID: 999}},
+		// NVSentinel's template: the XID alone, or a list (the one the device needs most).
+		{"79", "", "", Cause{Code: "79", XID: 79}},
+		{"31,79,48", "", "", Cause{Code: "31,79,48", XID: 79}},
+		{"31, 48", "", "", Cause{Code: "31, 48", XID: 48}},
+		{"79,x", "", "", Cause{Code: "79,x"}},
+		// A row-remap failure said in words is that cause, not an unknown one.
+		{"", "", "Row Remapper: Failed to remap row", Cause{Code: "row-remap-failure"}},
+		{"", "", "GPU 3: row remap failure", Cause{Code: "row-remap-failure"}},
+		{"", "", "row remapping failed on bank 2", Cause{Code: "row-remap-failure"}},
+		{"", "", "row remapping pending", Cause{}},
 		{"GPUCondition", "", `{"1000":true}`, Cause{Code: "GPUCondition"}},
 		{"GPUCondition", "", `{"79":true,"31":true,"48":true}`, Cause{Code: "GPUCondition", XID: 31}},
 		{"GPUCondition", "", `{"13":false,"48":true}`, Cause{Code: "GPUCondition", XID: 48}},
@@ -73,7 +83,7 @@ func TestChoose(t *testing.T) {
 		{"reset then retire 64", Cause{XID: 64}, policy.Causes{}, policy.FirstReset, true, "catalogue: xid 64"},
 		{"reboot 79", Cause{Code: "xid:79", XID: 79}, policy.Causes{}, policy.FirstNode, false, "catalogue: xid 79"},
 		{"replace row remap", Cause{Code: "row-remap-failure"}, policy.Causes{}, policy.FirstRetire, false, "catalogue: code row-remap-failure"},
-		{"replace rows", Cause{Code: "uncorrectable-remapped-rows"}, policy.Causes{}, policy.FirstRetire, false, "catalogue: code uncorrectable-remapped-rows"},
+		{"reset applies a remap", Cause{Code: "uncorrectable-remapped-rows"}, policy.Causes{}, policy.FirstReset, false, "catalogue: code uncorrectable-remapped-rows"},
 		{"nvsentinel reset", Cause{Action: "COMPONENT_RESET"}, policy.Causes{}, policy.FirstReset, false, "catalogue: action COMPONENT_RESET"},
 		{"nvsentinel reboot", Cause{Action: "RESTART_BM"}, policy.Causes{}, policy.FirstNode, false, "catalogue: action RESTART_BM"},
 		{"nvsentinel app", Cause{Action: "RESTART_APP"}, policy.Causes{}, policy.FirstNone, false, "catalogue: action RESTART_APP"},
@@ -134,5 +144,14 @@ func TestParseRecovery(t *testing.T) {
 		if got, ok := ParseRecovery(bad); ok {
 			t.Errorf("ParseRecovery(%q) = %q, want refused", bad, got)
 		}
+	}
+}
+
+// When a device has several faults pending, the device's outranks the application's, and what
+// the device needs most comes first.
+func TestRankPutsTheDeviceBeforeTheApplication(t *testing.T) {
+	app, reset, node := Cause{XID: 31}, Cause{XID: 119}, Cause{Recovery: RecoveryNodeReboot}
+	if !(Rank(app) < Rank(Cause{Code: "unheard-of"}) && Rank(Cause{Code: "unheard-of"}) < Rank(reset) && Rank(reset) < Rank(node)) {
+		t.Fatalf("ranks: application %d, unknown %d, reset %d, node %d", Rank(app), Rank(Cause{Code: "unheard-of"}), Rank(reset), Rank(node))
 	}
 }

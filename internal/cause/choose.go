@@ -22,7 +22,11 @@ type Choice struct {
 // rules first; then the driver's recovery action, which wins over the XID table; then the
 // detector's recommended action; then the shipped catalogue by code and XID. An unknown cause
 // climbs the ladder as it stands.
-func Choose(c Cause, p policy.Causes) Choice {
+func Choose(c Cause, p policy.Causes) Choice { return ChooseFrom(c, p, policy.Catalogue) }
+
+// ChooseFrom is Choose with a given shipped catalogue (runs recorded before a change of it
+// decide by the one they had).
+func ChooseFrom(c Cause, p policy.Causes, catalogue []policy.CauseRule) Choice {
 	if p.Off {
 		return Choice{First: policy.FirstLadder, Why: "causes are off in the policy"}
 	}
@@ -32,13 +36,30 @@ func Choose(c Cause, p policy.Causes) Choice {
 	if f, ok := byRecovery(c.Recovery); ok {
 		return Choice{First: f, Why: "recovery action " + string(c.Recovery)}
 	}
-	if ch, ok := byRules(Cause{Action: c.Action}, policy.Catalogue, "catalogue"); ok {
+	if ch, ok := byRules(Cause{Action: c.Action}, catalogue, "catalogue"); ok {
 		return ch // the detector saw this fault: its word is more specific than the table's
 	}
-	if ch, ok := byRules(c, policy.Catalogue, "catalogue"); ok {
+	if ch, ok := byRules(c, catalogue, "catalogue"); ok {
 		return ch
 	}
 	return Choice{First: policy.FirstLadder, Why: "unknown cause"}
+}
+
+// Rank orders causes for the one an observation names when a device has several pending: what
+// the shipped catalogue says the device needs, most first (retire, a node step, a reset, an unknown
+// cause), an application's fault last, so an application's XID never masks the device's.
+func Rank(c Cause) int {
+	switch Choose(c, policy.Causes{}).First {
+	case policy.FirstRetire:
+		return 4
+	case policy.FirstNode:
+		return 3
+	case policy.FirstReset:
+		return 2
+	case policy.FirstNone:
+		return 0
+	}
+	return 1
 }
 
 // byRules is the first rule naming c's code, then its XID, then its recommended action.
