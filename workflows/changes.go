@@ -40,10 +40,15 @@ import "go.temporal.io/sdk/workflow"
 //     the sources that reported the fault to say Healthy before the device is released.
 //   - 15: a ladder whose reset the breaker refused for its budget takes its try when the breaker
 //     wakes it, as a reset ends (decide.Rules.ResetWake).
+//   - 16: a policy carried from a run before sourceWait existed waits the default, not 0
+//     (decide.Rules.CarriedDefaults); a source that still says node reboot when a review after a
+//     reset fails brings the node step (decide.Rules.SourceVerdict); uncorrectable remapped rows
+//     start at a reset, which applies the remap, instead of retiring the GPU (RemapsReset); a
+//     step's approval asked again for the same try carries an ID of its own (FreshAsks).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 15
+const deviceChangesNow workflow.Version = 16
 
 type changesKey struct{}
 

@@ -52,6 +52,10 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		Causes:              takes(ctx, 13),
 		SourceProof:         takes(ctx, 14),
 		ResetWake:           takes(ctx, 15),
+		CarriedDefaults:     takes(ctx, 16),
+		SourceVerdict:       takes(ctx, 16),
+		RemapsReset:         takes(ctx, 16),
+		FreshAsks:           takes(ctx, 16),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

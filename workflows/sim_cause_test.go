@@ -27,6 +27,9 @@ type causeModel struct {
 	sent []sentCause
 	// told counts the application faults the tenants were told of.
 	told int
+	// nodeVerdict: a source said a node step is needed (a standing recovery action, or an
+	// Unhealthy report whose cause starts at the node), which may move a ladder to its node step.
+	nodeVerdict bool
 }
 
 type sentCause struct {
@@ -43,9 +46,18 @@ func (cm *causeModel) draw(rt *rapid.T, i int) *fault.Cause {
 	return rapid.SampledFrom(simCauses).Draw(rt, fmt.Sprintf("cause%d", i))
 }
 
-func (cm *causeModel) observed(c *fault.Cause, at time.Time) {
+func (cm *causeModel) observed(c *fault.Cause, standing []string, at time.Time) {
 	if c != nil {
 		cm.sent = append(cm.sent, sentCause{*c, at})
+		if fault.Choose(*c, cm.causes).First == policy.FirstNode {
+			cm.nodeVerdict = true
+		}
+	}
+	for _, w := range standing {
+		_, code, _ := strings.Cut(w, ": ")
+		if fault.Choose(fault.OfCode(code), cm.causes).First == policy.FirstNode {
+			cm.nodeVerdict = true
+		}
 	}
 }
 
@@ -91,13 +103,17 @@ func (cm *causeModel) check(m *deviceModel, after string, st *decide.DeviceState
 			m.violate("after %s: the record chose %s (%s) for cause %+v, want %s (%s)", after, ch.First, ch.Why, c, want.First, want.Why)
 		}
 		var tries []decide.RepairTry
+		var passed []policy.RepairKind
 		if q.Ladder != nil {
-			tries = q.Ladder.Tries
+			tries, passed = q.Ladder.Tries, q.Ladder.SourcesSkipped
+		}
+		if len(passed) > 0 && !cm.nodeVerdict {
+			m.violate("after %s: the ladder passed over %v for its sources, but no source asked for a node step", after, passed)
 		}
 		switch {
 		case ch.First == policy.FirstRetire && len(tries) > 0:
 			m.violate("after %s: a replace fault (%s) was repaired with %s", after, c, tries[0].Kind)
-		case (ch.First == policy.FirstReset || ch.First == policy.FirstNode) && len(tries) > 0 && slices.Contains(m.ladder.kinds, policy.RepairKind(ch.First)) && tries[0].Kind != policy.RepairKind(ch.First):
+		case (ch.First == policy.FirstReset || ch.First == policy.FirstNode) && len(tries) > 0 && slices.Contains(m.ladder.kinds, policy.RepairKind(ch.First)) && tries[0].Kind != policy.RepairKind(ch.First) && !slices.Contains(passed, policy.RepairKind(ch.First)):
 			m.violate("after %s: cause %s chose %s first, but the first try was %s", after, c, ch.First, tries[0].Kind)
 		}
 	}

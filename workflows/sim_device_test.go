@@ -477,7 +477,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			s.do = func(env *testsuite.TestWorkflowEnvironment) {
 				o.ObservedAt = env.Now() // the watcher stamps what it saw when it saw it
 				m.mu.Lock()
-				m.causes.observed(o.Cause, env.Now())
+				m.causes.observed(o.Cause, o.Standing, env.Now())
 				if h == device.Unhealthy {
 					m.unhealthySeen = true
 				}

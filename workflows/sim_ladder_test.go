@@ -181,9 +181,11 @@ func (l *ladderModel) retired(m *deviceModel, reason string) {
 		return
 	}
 	for _, k := range l.kinds {
-		// A step its cause skipped (the cause model holds the choice to the cause) is no step
-		// that had to run.
-		if !l.ranIn[k] && !strings.Contains(reason, "its cause skipped "+string(k)) {
+		// A step its cause skipped (the cause model holds the choice to the cause), or its
+		// sources passed over for a node step, is no step that had to run.
+		skipped := strings.Contains(reason, "its cause skipped "+string(k)) ||
+			m.causes.nodeVerdict && strings.Contains(reason, "its sources skipped "+string(k))
+		if !l.ranIn[k] && !skipped {
 			m.violate("retired (%s) although its %s step never ran", reason, k)
 		}
 	}

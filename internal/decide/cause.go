@@ -44,7 +44,7 @@ func (g causing) fault(a Action, now time.Time) (taint Action, spared []Action, 
 	if st.Cause != nil {
 		c = *st.Cause
 	}
-	ch := cause.Choose(c, st.Policy.Causes)
+	ch := cause.ChooseFrom(c, st.Policy.Causes, catalogue(st))
 	repeat := st.repeat
 	st.repeat = false // it speaks of the observation being decided, never of a later decision
 	if ch.First == policy.FirstNone {
@@ -143,4 +143,12 @@ func (g causing) shown() string {
 		return "" // no cause, and the ladder as ever: nothing to search by
 	}
 	return fmt.Sprintf("%s -> %s (%s)", what, q.Choice.First, q.Choice.Why)
+}
+
+// catalogue is the shipped table of causes the run decides by.
+func catalogue(st *DeviceState) []policy.CauseRule {
+	if st.rules.RemapsReset {
+		return policy.Catalogue
+	}
+	return policy.CatalogueRetiringRemaps
 }

@@ -153,3 +153,22 @@ func TestCausesOff(t *testing.T) {
 	st.Follow(withCauses)
 	wantKinds(t, "off", st.Observe(faultOf(1, cause.Cause{XID: 13}), t0), ActTaint, ActAlert)
 }
+
+// Uncorrectable remapped rows that grew are a remap pending until the GPU resets: the fault
+// starts at the reset, which applies it. A remap that failed still retires the GPU, and runs
+// before the rule retire both at once, as they did.
+func TestARemappedRowStartsAtAReset(t *testing.T) {
+	rows := cause.Cause{Code: "uncorrectable-remapped-rows"}
+	r := withCauses
+	r.RemapsReset = true
+	st, _ := fenced(t, approvedReboot(), r, rows)
+	if st.State == Retired || st.Quarantine.Choice == nil || st.Quarantine.Choice.First != policy.FirstReset {
+		t.Fatalf("remapped rows: %s, choice %+v", st.State, st.Quarantine.Choice)
+	}
+	if st, _ := fenced(t, approvedReboot(), r, cause.Cause{Code: "row-remap-failure"}); st.State != Retired {
+		t.Fatalf("a failed remap: %s", st.State)
+	}
+	if st, _ := fenced(t, approvedReboot(), withCauses, rows); st.State != Retired {
+		t.Fatalf("before the rule: %s", st.State)
+	}
+}

@@ -307,3 +307,32 @@ func TestRuleDeletedDuringAMoveEndsTheNodeStep(t *testing.T) {
 		}
 	}
 }
+
+// A step's approval asked again for the same try (the first ask refused) carries an ID of its
+// own: the first ask's button approves nothing in the second, whose own does. Runs before the
+// rule ask with the same ID.
+func TestAStepAskedAgainHasAnIDOfItsOwn(t *testing.T) {
+	for _, fresh := range []bool{true, false} {
+		st, acts := trustedAtFirstStep(t, approvedReboot())
+		r := st.Rules()
+		r.FreshAsks = fresh
+		st.Follow(r)
+		st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "reset exit 1"}}, t0.Add(time.Minute))
+		first, _ := st.StepApproval()
+		st.Command(Command{Kind: CmdReject, Actor: "bo", Review: first}, t0.Add(2*time.Minute))
+		acts = st.Tick(st.Quarantine.ExpiresAt)
+		st.Report(Result{Action: acts[0], Outcome: Done, Check: StepResult{Reason: "XID 79"}}, st.Quarantine.ExpiresAt)
+		second, step := st.StepApproval()
+		if step != "node" || (second == first) == fresh {
+			t.Fatalf("fresh %v: first ask %q, second %q (%s)", fresh, first, second, step)
+		}
+		if !fresh {
+			continue
+		}
+		at := st.Quarantine.ExpiresAt.Add(time.Minute)
+		if got := st.Command(Command{Kind: CmdApprove, Actor: "ana", Review: first}, at); len(got) != 0 || st.Quarantine.Ladder.Awaiting != true {
+			t.Fatalf("the first ask's button approved the second: %v", kinds(got))
+		}
+		wantKinds(t, "approved with its own ID", st.Command(Command{Kind: CmdApprove, Actor: "ana", Review: second}, at), ActRepair)
+	}
+}

@@ -36,6 +36,9 @@ type Ladder struct {
 	Tries []RepairTry `json:"tries,omitempty"`
 	// From is the step the ladder started at: its cause skipped the steps before it.
 	From int `json:"from,omitempty"`
+	// SourcesSkipped are the steps the ladder passed over, never tried, when its sources asked
+	// for a node step (Rules.SourceVerdict).
+	SourcesSkipped []policy.RepairKind `json:"sourcesSkipped,omitempty"`
 	// RetryAt is when a try that found the device still held looks again.
 	RetryAt time.Time `json:"retryAt,omitempty"`
 	// Awaiting: the next try's step needs a person's approval (its policy says so), asked for
@@ -49,6 +52,10 @@ type Ladder struct {
 	// step and try, repair-<try>-<step>-<quarantine start>. Empty in runs before it, whose ID
 	// is repair-<try>.
 	Ask string `json:"ask,omitempty"`
+	// Asks counts the approvals asked for in this quarantine (Rules.FreshAsks): an ask repeated
+	// for the same try (the first refused or timed out) gets an ID of its own, so a button of the
+	// first approves nothing in the second.
+	Asks int `json:"asks,omitempty"`
 }
 
 // RepairRetry is how long a try that found the device still allocated waits before it looks
@@ -155,14 +162,7 @@ func (g repairing) climb(now time.Time) []Action {
 		l.Step, l.Attempt = l.Step+1, 1
 	}
 	if l.Step >= len(steps) {
-		if l.From > 0 {
-			var skipped []string
-			for _, s := range steps[:l.From] {
-				skipped = append(skipped, string(s.Kind))
-			}
-			return g.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries; its cause skipped %s)", len(l.Tries), strings.Join(skipped, ", ")), now)
-		}
-		return g.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries)", len(l.Tries)), now)
+		return g.retire(fmt.Sprintf("every step of the repair ladder failed (%d tries%s)", len(l.Tries), l.skipped(steps)), now)
 	}
 	s := steps[l.Step]
 	if s.Approval && l.ApprovedTry != len(l.Tries)+1 {
@@ -222,6 +222,56 @@ func (g repairing) stillBroken(now time.Time) []Action {
 		return g.tryFailed(l.Tries[n-1], "ran, but the device is still broken", now)
 	}
 	return g.climb(now)
+}
+
+// toNodeStep moves a ladder whose sources ask for a node step (first) to its first node step after
+// the current one: its next try is the node step, not the current step's next attempt, which the
+// driver said cannot help. A ladder already there, or without one, is left alone.
+func (g repairing) toNodeStep(first policy.First, now time.Time) {
+	st := g.st
+	if first != policy.FirstNode || !g.laddered() {
+		return
+	}
+	l, steps := st.Quarantine.Ladder, st.Policy.Repair.Steps
+	if l.Step >= len(steps) || steps[l.Step].Kind == policy.RepairNode {
+		return
+	}
+	for i := l.Step + 1; i < len(steps); i++ {
+		if steps[i].Kind != policy.RepairNode {
+			continue
+		}
+		from := l.Step
+		if l.Attempt > 0 {
+			from++ // the current step was tried
+		}
+		for _, s := range steps[from:i] {
+			l.SourcesSkipped = append(l.SourcesSkipped, s.Kind)
+		}
+		st.transition(st.State, fmt.Sprintf("its sources still ask for a node step: the ladder goes from its %s to its node step", steps[l.Step].Kind), Actor, now)
+		l.Step, l.Attempt = i, 0
+		return
+	}
+}
+
+// skipped names the steps a failed ladder never tried and why: its cause started it past them, or
+// its sources asked for a node step.
+func (l *Ladder) skipped(steps []policy.RepairStep) string {
+	var out string
+	if l.From > 0 {
+		var kinds []string
+		for _, s := range steps[:l.From] {
+			kinds = append(kinds, string(s.Kind))
+		}
+		out += "; its cause skipped " + strings.Join(kinds, ", ")
+	}
+	if len(l.SourcesSkipped) > 0 {
+		var kinds []string
+		for _, k := range l.SourcesSkipped {
+			kinds = append(kinds, string(k))
+		}
+		out += "; its sources skipped " + strings.Join(kinds, ", ")
+	}
+	return out
 }
 
 // tryFailed takes the ladder's next try after a failed one and, under StepAlerts, warns what the

@@ -19,6 +19,11 @@ func (g repairing) askApproval(now time.Time) []Action {
 	if st.rules.LadderTrust {
 		// Kept on the record, so that a queried state (which carries no rules) names it too.
 		l.Ask = fmt.Sprintf("repair-%d-%s-%s", len(l.Tries)+1, s.Kind, st.Quarantine.CreatedAt.UTC().Format(time.RFC3339Nano))
+		if st.rules.FreshAsks {
+			if l.Asks++; l.Asks > 1 {
+				l.Ask += fmt.Sprintf("-ask%d", l.Asks)
+			}
+		}
 	}
 	st.transition(st.State, fmt.Sprintf("repair: %s, attempt %d of %d, waits for a person's approval (until %s)",
 		s.Kind, l.Attempt, s.Attempts, l.ApprovalUntil.UTC().Format(time.RFC3339)), Actor, now)

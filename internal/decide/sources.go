@@ -5,7 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // Proof from the source (Rules.SourceProof). A passed probe, canary and stability window are the
@@ -76,5 +78,29 @@ func (g reviewing) sourcesFailed(now time.Time) []Action {
 	st := g.st
 	reason := fmt.Sprintf("its sources still report the fault after its checks passed (waited %s): %s", st.Policy.SourceWait.D(), g.sourcesSay())
 	acts := g.reviewFailed(reason, true, Actor, now)
+	if st.rules.SourceVerdict {
+		repairOf(st).toNodeStep(g.sourcesVerdict(), now)
+	}
 	return append(acts, repairOf(st).stillBroken(now)...)
+}
+
+// sourcesVerdict is the first step the sources that still speak ask for, by the policy's causes:
+// a standing word ("dcgm: recovery-action:2") read as its code, and an Unhealthy report's cause.
+func (g reviewing) sourcesVerdict() policy.First {
+	st := g.st
+	var causes []cause.Cause
+	for _, w := range st.Standing {
+		_, code, _ := strings.Cut(w, ": ")
+		causes = append(causes, cause.OfCode(code))
+	}
+	if st.Health == device.Unhealthy && st.Cause != nil {
+		causes = append(causes, *st.Cause)
+	}
+	first := policy.FirstLadder
+	for _, c := range causes {
+		if f := cause.ChooseFrom(c, st.Policy.Causes, catalogue(st)).First; f == policy.FirstNode {
+			first = f
+		}
+	}
+	return first
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 // proofRules are the rules of a run that takes proof from the source.
@@ -146,5 +147,60 @@ func TestAnApprovedReleaseWaitsForItsSources(t *testing.T) {
 	wantKinds(t, "the source went quiet", acts, ActRelease)
 	if acts[0].Actor != "alice" {
 		t.Fatalf("released by %q, want the approver", acts[0].Actor)
+	}
+}
+
+// The driver's recovery action of node reboot outlives a reset: the review fails, and the ladder
+// takes its node step next, not the reset's second attempt, which the driver said cannot help. A
+// source that asks for nothing more takes the reset's next attempt as before, and so do runs
+// before the rule.
+func TestANodeVerdictThatOutlivesAResetBringsTheNodeStep(t *testing.T) {
+	node := policy.RepairStep{Kind: policy.RepairNode, Attempts: 1, Check: policy.Check{Image: "reboot", Timeout: policy.JSONDuration(time.Minute)}}
+	run := func(r Rules, word string) (*DeviceState, []Action) {
+		st := inWindowAfterAReset(t, r)
+		st.Policy.Repair.Steps = append(st.Policy.Repair.Steps, node)
+		st.Observe(standing(3, t0.Add(5*time.Minute), word), t0.Add(5*time.Minute))
+		st.Tick(t0.Add(14 * time.Minute))
+		return st, st.Tick(t0.Add(19 * time.Minute))
+	}
+	r := proofRules
+	r.SourceVerdict = true
+	st, acts := run(r, "dcgm: recovery-action:2")
+	tries := st.Quarantine.Ladder.Tries
+	if !hasKind(acts, ActRepair) || len(tries) != 2 || tries[1].Kind != policy.RepairNode || st.Quarantine.Ladder.Step != 1 {
+		t.Fatalf("after a node verdict: actions %v, tries %+v", kinds(acts), tries)
+	}
+	st, _ = run(r, "dcgm: health:pcie")
+	if tries := st.Quarantine.Ladder.Tries; len(tries) != 2 || tries[1].Kind != policy.RepairReset || tries[1].Attempt != 2 {
+		t.Fatalf("a source that asks for no node step: tries %+v", tries)
+	}
+	st, _ = run(proofRules, "dcgm: recovery-action:2")
+	if tries := st.Quarantine.Ladder.Tries; len(tries) != 2 || tries[1].Kind != policy.RepairReset {
+		t.Fatalf("before the rule: tries %+v", tries)
+	}
+}
+
+// A ladder that goes to its node step before its first step was tried passes that step over, and
+// a retirement after it names the step its sources skipped; a step tried once is no step passed
+// over.
+func TestALadderPassedOverAStepForItsSourcesSaysSo(t *testing.T) {
+	steps := []policy.RepairStep{{Kind: policy.RepairReset, Attempts: 2}, {Kind: policy.RepairNode, Attempts: 1}}
+	run := func(attempt int) *Ladder {
+		st, _ := onLadder(t, ladderPolicy())
+		st.Follow(Rules{Repair: true, SourceVerdict: true})
+		st.Policy.Repair.Steps = steps
+		st.Quarantine.Ladder.Attempt = attempt
+		repairOf(st).toNodeStep(policy.FirstNode, t0)
+		return st.Quarantine.Ladder
+	}
+	l := run(0)
+	if l.Step != 1 || l.Attempt != 0 || len(l.SourcesSkipped) != 1 || l.SourcesSkipped[0] != policy.RepairReset {
+		t.Fatalf("untried reset: step %d attempt %d, passed over %v", l.Step, l.Attempt, l.SourcesSkipped)
+	}
+	if got := l.skipped(steps); got != "; its sources skipped reset" {
+		t.Fatalf("retirement names %q", got)
+	}
+	if l = run(1); l.Step != 1 || len(l.SourcesSkipped) != 0 || l.skipped(steps) != "" {
+		t.Fatalf("a tried reset: step %d, passed over %v", l.Step, l.SourcesSkipped)
 	}
 }

@@ -59,6 +59,21 @@ type Rules struct {
 	// ResetWake: a ladder whose reset the breaker refused for its budget takes its try when the
 	// breaker wakes it (a reset ended), not only when its 30 s retry comes.
 	ResetWake bool `json:"resetWake,omitempty"`
+	// CarriedDefaults: a policy carried from a run whose code had no sourceWait takes the
+	// default wait (policy.DefaultSourceWait), not 0 ("do not wait"); the policy's JSON now
+	// always names its sourceWait, so an explicit 0 stays 0.
+	CarriedDefaults bool `json:"carriedDefaults,omitempty"`
+	// SourceVerdict: a review that failed because a source still says the device needs a node
+	// step (the driver's recovery action of node reboot that outlived a reset) takes the ladder's
+	// node step next, not the reset's next attempt.
+	SourceVerdict bool `json:"sourceVerdict,omitempty"`
+	// RemapsReset: uncorrectable remapped rows that grew start at a reset, which applies the
+	// pending remap (a remap failure still retires the GPU); runs before retired it at once.
+	RemapsReset bool `json:"remapsReset,omitempty"`
+	// FreshAsks: a step's approval asked again for the same try (the first refused or timed
+	// out) carries an ID of its own (Ladder.Asks); before, the same ID, which the first ask's
+	// button still carried.
+	FreshAsks bool `json:"freshAsks,omitempty"`
 }
 
 // Follow makes the state decide by r.

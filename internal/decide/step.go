@@ -84,9 +84,26 @@ func Start(in Input, r Rules) (*DeviceState, error) {
 	if st == nil {
 		st = NewState(in.Device, in.Node, in.Policy, in.DryRun)
 		st.Unit = in.Unit
+	} else if r.CarriedDefaults && st.Policy.Name != "" && !carriedField(in.Carried, "sourceWait") {
+		st.Policy.SourceWait = policy.JSONDuration(policy.DefaultSourceWait)
 	}
 	st.Follow(r)
 	return st, nil
+}
+
+// carriedField says whether the carried state's policy names field (a policy written before the
+// field existed does not).
+func carriedField(carried []byte, field string) bool {
+	var st struct {
+		Policy map[string]json.RawMessage `json:"policy"`
+	}
+	// Decoding is deterministic; workflowcheck flags the reflection encoding/json uses.
+	err := json.Unmarshal(carried, &st) //workflowcheck:ignore
+	if err != nil {
+		return true // it decoded as a state above: keep what it says
+	}
+	_, ok := st.Policy[field]
+	return ok
 }
 
 // Step applies one event to the state and returns the actions to carry out, in order.

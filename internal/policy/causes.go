@@ -80,7 +80,10 @@ var Catalogue = []CauseRule{
 	{XIDs: []int{64}, First: FirstReset, ThenRetire: true},
 	{XIDs: []int{46, 48, 62, 95, 109, 119, 120, 136, 140, 143, 155, 156, 158}, First: FirstReset},
 	{XIDs: []int{79}, First: FirstNode},
-	{Codes: []string{"row-remap-failure", "uncorrectable-remapped-rows"}, First: FirstRetire},
+	// A row remap failure needs a replacement; an uncorrectable error whose row was remapped
+	// needs a reset, which applies the pending remap (NVIDIA's GPU memory error management).
+	{Codes: []string{"row-remap-failure"}, First: FirstRetire},
+	{Codes: []string{"uncorrectable-remapped-rows"}, First: FirstReset},
 	{Actions: []string{"RESTART_APP", "NONE"}, First: FirstNone},
 	{Actions: []string{"COMPONENT_RESET"}, First: FirstReset},
 	{Actions: []string{"RESTART_BM", "RESTART_VM"}, First: FirstNode},
@@ -179,3 +182,16 @@ func joinFirsts() string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// CatalogueRetiringRemaps is the catalogue of runs recorded before device-changes 16: it retired a
+// GPU whose uncorrectable remapped rows grew, as it retires one whose remap failed.
+var CatalogueRetiringRemaps = func() []CauseRule {
+	out := make([]CauseRule, 0, len(Catalogue))
+	for _, r := range Catalogue {
+		if len(r.Codes) == 1 && r.Codes[0] == "uncorrectable-remapped-rows" {
+			r.First = FirstRetire
+		}
+		out = append(out, r)
+	}
+	return out
+}()

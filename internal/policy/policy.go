@@ -39,8 +39,9 @@ type Policy struct {
 	StabilityWindow JSONDuration `json:"stabilityWindow"`
 	// SourceWait is how long a review whose checks and window passed waits for the sources that
 	// reported the fault to say Healthy (a recovery action back to none, a driver's taint gone)
-	// before it fails. Zero: it does not wait.
-	SourceWait JSONDuration `json:"sourceWait,omitempty"`
+	// before it fails. Zero: it does not wait. Always written, so a state carried from a run
+	// before it existed can be told from one that said 0 (decide.Rules.CarriedDefaults).
+	SourceWait JSONDuration `json:"sourceWait"`
 	// QuarantineLease is how long a quarantine lasts before its recovery review starts.
 	QuarantineLease JSONDuration `json:"quarantineLease"`
 	// TaintEffect for Unhealthy devices: NoSchedule (default) or NoExecute. Unknown never evicts.

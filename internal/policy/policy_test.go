@@ -79,6 +79,13 @@ func TestShippedExampleParses(t *testing.T) {
 		len(p.Repair.Steps) != 2 || p.Repair.Steps[0].Attempts != 2 || p.Repair.RetireAfter != 3 || p.Repair.Steps[1].Kind != RepairNode {
 		t.Fatalf("example policy = %+v", p)
 	}
+	// It shows the causes and the signals too (read, not just parsed).
+	if p := s.For("", ""); p.Causes.ApplicationFaults.Limit != 5 || len(p.Causes.Rules) != 1 || p.Causes.Rules[0].First != FirstReset {
+		t.Fatalf("example causes = %+v", p.Causes)
+	}
+	if sig := s.Signals(); len(sig.Prometheus) != 4 || sig.UUIDAttribute != "uuid" || len(sig.NodeConditions) != 3 {
+		t.Fatalf("example signals = %+v", sig)
+	}
 }
 
 func TestBoundaryValuesAreAccepted(t *testing.T) {
