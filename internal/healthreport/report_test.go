@@ -163,3 +163,38 @@ func TestCauseOf(t *testing.T) {
 		t.Fatalf("what %q", w)
 	}
 }
+
+// The forms of a partitionable GPU (the whole GPU and its partitions, drawing on one counter set)
+// all publish its index: a node condition naming "GPU 1" names that one unit, not several
+// devices, and resolves to the whole GPU. Forms of two GPUs, or devices drawing on nothing, stay
+// ambiguous.
+func TestAnIndexOfAPartitionedGPUNamesItsUnit(t *testing.T) {
+	form := func(name string, index int64, set string, counters ...string) resourcev1.Device {
+		d := gpu(name, "GPU-"+name, index)
+		c := resourcev1.DeviceCounterConsumption{CounterSet: set, Counters: map[string]resourcev1.Counter{}}
+		for _, n := range counters {
+			c.Counters[n] = resourcev1.Counter{}
+		}
+		d.ConsumesCounters = []resourcev1.DeviceCounterConsumption{c}
+		return d
+	}
+	published := []resourcev1.ResourceSlice{slice(driver, "n1",
+		form("gpu-1-mig-1g", 1, "gpu-1", "memory"),
+		form("gpu-1", 1, "gpu-1", "memory", "slice0", "slice1"),
+		form("gpu-1-mig-3g", 1, "gpu-1", "memory", "slice0"),
+		form("gpu-2", 2, "gpu-2", "memory", "slice0", "slice1"),
+		form("gpu-2-mig-1g", 2, "gpu-3", "memory"), // a form of another counter set
+		gpu("gpu-4", "GPU-4", 4), gpu("gpu-4b", "GPU-4b", 4),
+	)}
+	byIndex := func(i string) Spec {
+		return Spec{Node: "n1", Attribute: &Attribute{Name: "index", Value: i}, Health: "Unhealthy", Source: "npd"}
+	}
+	if got, err := Resolve(byIndex("1"), published); err != nil || got.Device != "gpu-1" {
+		t.Fatalf("GPU 1: %v %v, want the whole gpu-1", got, err)
+	}
+	for _, i := range []string{"2", "4"} {
+		if got, err := Resolve(byIndex(i), published); err == nil || !strings.Contains(err.Error(), "2 devices match") {
+			t.Errorf("index %s: %v %v, want refused as ambiguous", i, got, err)
+		}
+	}
+}

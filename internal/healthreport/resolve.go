@@ -51,6 +51,11 @@ func Resolve(s Spec, published []resourcev1.ResourceSlice) (device.ID, error) {
 	case 1:
 		return found[0], nil
 	}
+	if whole, ok := oneUnit(found, published); ok {
+		// The forms of one partitionable GPU all publish its index: they are one unit, fenced
+		// as one, so any of them names it; the whole GPU does best.
+		return whole, nil
+	}
 	names := make([]string, len(found))
 	for i, id := range found {
 		names[i] = id.String()
@@ -98,4 +103,38 @@ func sameAttribute(published, driver, asked string) bool {
 		return n
 	}
 	return published == asked || local(published) == local(asked)
+}
+
+// oneUnit says whether the devices found are the forms of one physical device: one driver's, in
+// one pool, every one drawing on one counter set. It returns the form that draws on the most
+// counters of it (the whole device: its partitions draw on some).
+func oneUnit(found []device.ID, published []resourcev1.ResourceSlice) (device.ID, bool) {
+	sets := map[device.ID][]resourcev1.DeviceCounterConsumption{}
+	for _, sl := range published {
+		for _, dev := range sl.Spec.Devices {
+			id := device.ID{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Device: dev.Name}
+			if slices.Contains(found, id) {
+				sets[id] = dev.ConsumesCounters
+			}
+		}
+	}
+	var shared string
+	var whole device.ID
+	most := -1
+	for i, id := range found {
+		if id.Driver != found[0].Driver || id.Pool != found[0].Pool || len(sets[id]) != 1 {
+			return device.ID{}, false
+		}
+		c := sets[id][0]
+		if i == 0 {
+			shared = c.CounterSet
+		}
+		if c.CounterSet != shared {
+			return device.ID{}, false
+		}
+		if len(c.Counters) > most {
+			whole, most = id, len(c.Counters)
+		}
+	}
+	return whole, shared != ""
 }
