@@ -26,6 +26,9 @@ type Metrics struct {
 	SignalQueryErrors *prometheus.CounterVec
 	SignalFaults      *prometheus.CounterVec
 	SignalRefused     *prometheus.CounterVec
+	// SignalPartial counts a source's answers that said they may miss series, by signal: no
+	// level is withdrawn on them.
+	SignalPartial *prometheus.CounterVec
 	// SignalSeries is how many series a source remembers (its memory, one entry each).
 	SignalSeries *prometheus.GaugeVec
 	// Deduplicated counts device updates dropped because nothing changed since the last signal.
@@ -131,6 +134,10 @@ func New() *Metrics {
 			Namespace: "devicewarden", Subsystem: "signals", Name: "refused_total",
 			Help: "Samples and faults a health-signal source could not use (NaN values, labels that name no device), by reason.",
 		}, []string{"source", "reason"}),
+		SignalPartial: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "devicewarden", Subsystem: "signals", Name: "partial_answers_total",
+			Help: "Answers of a health-signal source that said they may miss series (warnings, isPartial), by signal: no level is withdrawn on them.",
+		}, []string{"source", "signal"}),
 		SignalSeries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "devicewarden", Subsystem: "signals", Name: "series",
 			Help: "Series a health-signal source remembers, to tell a new fault from one already read.",
@@ -281,7 +288,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(build)
 	// The Go runtime (go_*) and the process (process_*: CPU seconds, resident memory, open files).
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.SignalSourceUp, m.SignalQueryErrors, m.SignalFaults, m.SignalRefused, m.SignalSeries, m.Deduplicated, m.SkippedHealthy,
+	m.Registry.MustRegister(m.AmbiguousReports, m.Releases, m.QuarantineSeconds, m.FalseQuarantines, m.Checks, m.Notifications, m.NodeOutages, m.Permits, m.BreakerTrips, m.Alerts, m.WatcherEvents, m.WatcherReports, m.ResolutionFailures, m.SignalSourceUp, m.SignalQueryErrors, m.SignalFaults, m.SignalRefused, m.SignalPartial, m.SignalSeries, m.Deduplicated, m.SkippedHealthy,
 		m.Signals, m.SignalSeconds, m.QueueDepth, m.ReportAge, m.Quarantines, m.Migrations, m.MigrationSeconds, m.CheckpointSeconds, m.IdleDeviceSeconds)
 	return m
 }

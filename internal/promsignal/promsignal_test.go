@@ -2,6 +2,7 @@ package promsignal
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,6 +50,20 @@ func TestParse(t *testing.T) {
 	} {
 		if _, err := Parse([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+}
+
+// An answer that says it may miss series is partial: VictoriaMetrics' isPartial, Thanos' warnings.
+func TestParseTellsAPartialAnswer(t *testing.T) {
+	for body, partial := range map[string]bool{
+		`{"status":"success","data":{"resultType":"vector","result":[]}}`:                                               false,
+		`{"status":"success","isPartial":true,"data":{"resultType":"vector","result":[]}}`:                              true,
+		`{"status":"success","warnings":["store 10.0.0.7:10901 timed out"],"data":{"resultType":"vector","result":[]}}`: true,
+	} {
+		a, err := ParseAnswer([]byte(body))
+		if err != nil || a.Partial != partial {
+			t.Errorf("%s: partial %v (%v), want %v", body, a.Partial, err, partial)
 		}
 	}
 }
@@ -134,13 +149,58 @@ func TestNaNIsRefusedAndTwoSeriesOfOneGPUAreOne(t *testing.T) {
 	if len(f) != 0 || refused != 2 {
 		t.Fatalf("faults %q refused %d", codes(f), refused)
 	}
-	f, _ = tr.Observe(xid, []Sample{gpu("GPU-a", 48, "pod", "old"), gpu("GPU-a", 79, "pod", "new")})
-	if codes(f) != "GPU-a=xid:79" {
+	// Two XIDs in the GPU's lookback, both new: each is a fault.
+	f, _ = tr.Observe(xid, []Sample{gpu("GPU-a", 79, "err_code", "79"), gpu("GPU-a", 48, "err_code", "48")})
+	if codes(f) != "GPU-a=xid:48 GPU-a=xid:79" {
 		t.Fatalf("faults %q", codes(f))
 	}
 	f, _ = tr.Observe(xid, []Sample{gpu("GPU-a", 94, "pod", "old"), gpu("GPU-a", 94, "pod", "new")})
 	if codes(f) != "GPU-a=xid:94" {
 		t.Fatalf("one new XID in two series of the GPU: faults %q", codes(f))
+	}
+}
+
+// An old XID's series lingers in the lookback beside a new one: the new XID fires once, the old
+// never again, whichever series the answer lists first.
+func TestAnXIDThatStoodDoesNotFireBesideANewOne(t *testing.T) {
+	for _, newFirst := range []bool{false, true} {
+		tr := NewTracker()
+		old, fresh := gpu("GPU-a", 79, "err_code", "79"), gpu("GPU-a", 48, "err_code", "48")
+		tr.Observe(xid, []Sample{old})
+		answer := []Sample{old, fresh}
+		if newFirst {
+			answer = []Sample{fresh, old}
+		}
+		if f, _ := tr.Observe(xid, answer); codes(f) != "GPU-a=xid:48" {
+			t.Fatalf("new first %v: faults %q, want the new XID alone", newFirst, codes(f))
+		}
+		for poll := range 3 {
+			slices.Reverse(answer)
+			if f, _ := tr.Observe(xid, answer); len(f) != 0 {
+				t.Fatalf("new first %v, poll %d: fired again %q", newFirst, poll, codes(f))
+			}
+		}
+		if f, _ := tr.Observe(xid, []Sample{fresh}); len(f) != 0 { // the old one leaves the lookback
+			t.Fatalf("fired as the old series left: %q", codes(f))
+		}
+	}
+}
+
+// A partial answer (one that says it may miss series) withdraws no level: the level missing from
+// it still stands, and goes only when a complete answer lacks it.
+func TestAPartialAnswerWithdrawsNoLevel(t *testing.T) {
+	tr := NewTracker()
+	a, b := gpu("GPU-a", 1), gpu("GPU-b", 1)
+	tr.Observe(level, []Sample{a, b})
+	if f, _ := tr.ObservePartial(level, []Sample{a}); len(f) != 0 || !tr.Stands("row-remap-failure", identity(b.Labels, "")) {
+		t.Fatalf("a partial answer: faults %q, GPU-b's level stands %v", codes(f), tr.Stands("row-remap-failure", identity(b.Labels, "")))
+	}
+	if f, _ := tr.ObservePartial(level, []Sample{a, b}); len(f) != 0 {
+		t.Fatalf("GPU-b's level fired again after a partial answer: %q", codes(f))
+	}
+	tr.Observe(level, []Sample{a})
+	if tr.Stands("row-remap-failure", identity(b.Labels, "")) {
+		t.Fatal("a complete answer without GPU-b's level left it standing")
 	}
 }
 

@@ -32,8 +32,12 @@ type PromConfig struct {
 // promSource is the detector name of faults read from Prometheus.
 const promSource = "dcgm"
 
-// promKey is the reporter key of one signal's word about one device.
-func promKey(signal string, id device.ID) string { return "prom:" + signal + "/" + id.String() }
+// promKey is the reporter key of one signal's word about one device for one code: two faults of
+// a GPU in one answer (XID 119 and XID 31), or two health watches' levels (MEM and SM), are two
+// words, so neither replaces the other and each level stands and goes on its own.
+func promKey(signal string, id device.ID, code string) string {
+	return "prom:" + signal + "/" + id.String() + "/" + code
+}
 
 // runProm asks Prometheus every interval until ctx ends.
 func (w *Watcher) runProm(ctx context.Context) {
@@ -80,20 +84,29 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
 	var failed []string
 	for _, sig := range sigs.Prometheus {
-		samples, err := w.queryProm(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
+		answer, err := w.queryProm(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
 		if err != nil {
 			w.cfg.Metrics.SignalQueryErrors.WithLabelValues("prometheus", sig.Name).Inc()
 			failed = append(failed, sig.Name+": "+err.Error())
 			continue
 		}
-		faults, refused := tracker.Observe(sig, samples)
+		observe := tracker.Observe
+		if answer.Partial {
+			// Its faults are faults; a level missing from it may only be missing from the answer.
+			observe = tracker.ObservePartial
+			w.cfg.Metrics.SignalPartial.WithLabelValues("prometheus", sig.Name).Inc()
+			if w.logged.first("prom-partial:"+sig.Name, strings.Join(answer.Warnings, "; ")) {
+				w.cfg.Logger.Warn("a partial Prometheus answer: no level is withdrawn on it", "signal", sig.Name, "warnings", answer.Warnings)
+			}
+		}
+		faults, refused := observe(sig, answer.Samples)
 		if refused > 0 {
 			w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "not a number").Add(float64(refused))
 		}
 		for _, f := range faults {
 			w.promFault(ctx, naming, f, sig.Kind == policy.PromLevel)
 		}
-		if sig.Kind == policy.PromLevel {
+		if sig.Kind == policy.PromLevel && !answer.Partial {
 			w.levelsGone(sig.Name, tracker)
 		}
 	}
@@ -124,13 +137,17 @@ func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f pro
 		return
 	}
 	w.cfg.Metrics.SignalFaults.WithLabelValues("prometheus", f.Signal).Inc()
-	key := promKey(f.Signal, id)
+	key := promKey(f.Signal, id, f.Code)
 	once := f.Series + "@" + strconv.FormatFloat(f.Value, 'g', -1, 64) + "@" + strconv.FormatInt(w.cfg.Clock().UnixNano(), 10)
 	stands := ""
 	if level {
 		stands = promSource + ": " + f.Code
 		if w.promLevels[f.Signal] == nil {
 			w.promLevels[f.Signal] = map[string]levelRef{}
+		}
+		if old, ok := w.promLevels[f.Signal][f.Series]; ok && old.key != key {
+			// The series' level changed: its old value no longer stands.
+			w.enqueueAll(w.store.levelGone(old.key, old.id))
 		}
 		w.promLevels[f.Signal][f.Series] = levelRef{key: key, id: id}
 	}
@@ -143,7 +160,7 @@ type levelRef struct {
 	id  device.ID
 }
 
-// levelsGone tells the devices whose level series of signal left its last answer.
+// levelsGone tells the devices whose level series of signal left its last (complete) answer.
 func (w *Watcher) levelsGone(signal string, tracker *promsignal.Tracker) {
 	for series, l := range w.promLevels[signal] {
 		if !tracker.Stands(signal, series) {
@@ -154,7 +171,7 @@ func (w *Watcher) levelsGone(signal string, tracker *promsignal.Tracker) {
 }
 
 // queryProm asks one instant query.
-func (w *Watcher) queryProm(ctx context.Context, query string) ([]promsignal.Sample, error) {
+func (w *Watcher) queryProm(ctx context.Context, query string) (promsignal.Answer, error) {
 	c := w.cfg.Prometheus
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -164,7 +181,7 @@ func (w *Watcher) queryProm(ctx context.Context, query string) ([]promsignal.Sam
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(c.URL, "/")+"/api/v1/query?query="+url.QueryEscape(query), nil)
 	if err != nil {
-		return nil, err
+		return promsignal.Answer{}, err
 	}
 	hc := c.Client
 	if hc == nil {
@@ -172,20 +189,20 @@ func (w *Watcher) queryProm(ctx context.Context, query string) ([]promsignal.Sam
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, err
+		return promsignal.Answer{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, err
+		return promsignal.Answer{}, err
 	}
-	samples, err := promsignal.Parse(body)
+	answer, err := promsignal.ParseAnswer(body)
 	if resp.StatusCode != http.StatusOK {
 		// Prometheus says why in its JSON (a bad query, an overloaded server); a proxy may not.
 		if err == nil {
-			return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+			return promsignal.Answer{}, fmt.Errorf("HTTP %d", resp.StatusCode)
 		}
-		return nil, fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
+		return promsignal.Answer{}, fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
 	}
-	return samples, err
+	return answer, err
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -26,7 +27,16 @@ type fakeProm struct {
 	status  int
 	hang    bool
 	asked   int
+	partial bool // answers carry a warning, as Thanos' do when a store did not answer
 }
+
+func (p *fakeProm) setPartial(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partial = on
+}
+
+func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 func (p *fakeProm) set(query string, samples ...map[string]any) {
 	p.mu.Lock()
@@ -42,7 +52,7 @@ func (p *fakeProm) polls() int {
 
 func (p *fakeProm) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
-	status, hang, samples := p.status, p.hang, p.answers[unwrap(r.URL.Query().Get("query"))]
+	status, hang, samples, partial := p.status, p.hang, p.answers[unwrap(r.URL.Query().Get("query"))], p.partial
 	p.asked++
 	p.mu.Unlock()
 	if hang {
@@ -67,7 +77,11 @@ func (p *fakeProm) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		result = append(result, map[string]any{"metric": labels, "value": []any{float64(time.Now().Unix()), value}})
 	}
 	rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(rw).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "vector", "result": result}})
+	answer := map[string]any{"status": "success", "data": map[string]any{"resultType": "vector", "result": result}}
+	if partial {
+		answer["warnings"] = []string{"store 10.0.0.7:10901 timed out"}
+	}
+	_ = json.NewEncoder(rw).Encode(answer)
 }
 
 // promWatcher runs a watcher over node-1's two GPUs reading a fake Prometheus that asks one query:

@@ -514,10 +514,14 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 	slices.Sort(pods)
 	class := ""          // a detector knows no class (no claim names it): the device's Pods' claims do
 	var said cause.Cause // the first cause a detector gave for an Unhealthy word
+	var causes []cause.Cause
 	for _, p := range pods {
 		for _, r := range e.reports[p] {
 			obs.Reporters = append(obs.Reporters, r.Reporter)
 			class = cmp.Or(class, r.DeviceClass)
+			if r.Health == device.Unhealthy && r.Cause.Known() {
+				causes = append(causes, r.Cause)
+			}
 			if r.Health == device.Unhealthy && !said.Known() {
 				said = r.Cause
 			}
@@ -541,6 +545,14 @@ func aggregate(id device.ID, e *entry, now time.Time) api.Observation {
 		// A Pod's status or a driver's taint says the cause in its message, if anywhere.
 		if c := cause.Read("", "", obs.Message); c.Known() {
 			obs.Cause = &c
+		}
+	}
+	if obs.Cause != nil {
+		// Several faults pending (XID 119 and XID 31): the device's wins over the application's.
+		for _, c := range causes {
+			if cause.Rank(c) > cause.Rank(*obs.Cause) {
+				obs.Cause = &c
+			}
 		}
 	}
 	slices.SortFunc(obs.Reporters, func(a, b api.Reporter) int {
