@@ -63,6 +63,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{name: "node pool label that is no label key", args: []string{"run", "--node-pool-labels", "pool name"}, wantErr: `--node-pool-labels: "pool name" is not a label key`},
 		{name: "hygiene leak timeout of zero", args: []string{"run", "--hygiene-leak-timeout", "0"}, wantErr: "stuck timeout must be positive"},
 		{name: "negative report retention", args: []string{"run", "--report-retention", "-1h"}, wantErr: "--report-retention must be 0 (keep) or positive"},
+		{name: "an unknown recovery action", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Unhealthy", "--recovery-action", "reboot-the-rack"}, wantErr: `--recovery-action "reboot-the-rack": want NVML's number or name`},
 		{name: "a row-remap failure that is not permanent", args: []string{"sim", "health", "--device", "d/p/gpu-0", "--health", "Unhealthy", "--row-remap-failure", "--fault", "transient"}, wantErr: "--row-remap-failure is a permanent fault, not transient"},
 		{name: "a Prometheus URL that is no URL", args: []string{"run", "--prometheus-url", "prometheus:9090"}, wantErr: "want http(s)://host:port"},
 		{name: "a Prometheus interval under a second", args: []string{"run", "--prometheus-url", "http://p:9090", "--prometheus-interval", "10ms"}, wantErr: "want a second or more"},

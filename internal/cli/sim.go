@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/devicewarden/devicewarden/internal/cause"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/sim"
@@ -156,6 +157,7 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	var devFlag, healthFlag, message, podFlag, cdi, fault string
 	var xid int
 	var rowRemap bool
+	var recovery string
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Set a device's fault state in the simulated driver and write its health into every pod holding it, as kubelet would",
@@ -184,6 +186,12 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 			}
 			if xid < 0 || xid > 1000 {
 				return fmt.Errorf("--xid %d: want an XID from 1 to 1000 (0: none)", xid)
+			}
+			action := -1
+			if recovery != "" {
+				if action = recoveryNumber(recovery); action < 0 {
+					return fmt.Errorf("--recovery-action %q: want NVML's number or name (none, gpu-reset, node-reboot, drain-p2p, drain-and-reset)", recovery)
+				}
 			}
 			if !slices.Contains(sim.CDIStyles, sim.CDIStyle(cdi)) {
 				return fmt.Errorf("--cdi %q: want one of %v", cdi, sim.CDIStyles)
@@ -218,6 +226,13 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			if action >= 0 {
+				// The driver's verdict: the simulated dcgm-exporter shows it until a reset (a GPU
+				// reset's) or a reboot clears it.
+				if err := sim.SetRecoveryAction(c.Context(), cs, id, action); err != nil {
+					return err
+				}
+			}
 			targets, err := sim.Targets(c.Context(), cs, id)
 			if err != nil {
 				return err
@@ -244,7 +259,26 @@ func newSimHealthCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&podFlag, "pod", "", "for a device-plugin device: the pod (<namespace>/<name>) it is allocated to")
 	cmd.Flags().BoolVar(&rowRemap, "row-remap-failure", false, "the GPU's row remapping failed (a permanent fault), which the simulated dcgm-exporter's DCGM_FI_DEV_ROW_REMAP_FAILURE shows")
 	cmd.Flags().IntVar(&xid, "xid", 0, "the GPU also raises this XID, which the simulated dcgm-exporter's DCGM_FI_DEV_XID_ERRORS shows (and keeps, as DCGM does)")
+	cmd.Flags().StringVar(&recovery, "recovery-action", "", "the driver's recovery action for the GPU (none, gpu-reset, node-reboot, ... or NVML's number), which the simulated dcgm-exporter's DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION shows")
 	_ = cmd.MarkFlagRequired("device")
 	_ = cmd.MarkFlagRequired("health")
 	return cmd
+}
+
+// recoveryNumber is NVML's number of a recovery action given by number or name; -1 when it names
+// none.
+func recoveryNumber(s string) int {
+	r, ok := cause.ParseRecovery(s)
+	if !ok {
+		return -1
+	}
+	for n := 0; ; n++ {
+		got, ok := cause.RecoveryOf(n)
+		if !ok {
+			return -1
+		}
+		if got == r {
+			return n
+		}
+	}
 }
