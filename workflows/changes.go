@@ -44,7 +44,9 @@ import "go.temporal.io/sdk/workflow"
 //     (decide.Rules.CarriedDefaults); a source that still says node reboot when a review after a
 //     reset fails brings the node step (decide.Rules.SourceVerdict); uncorrectable remapped rows
 //     start at a reset, which applies the remap, instead of retiring the GPU (RemapsReset); a
-//     step's approval asked again for the same try carries an ID of its own (FreshAsks).
+//     step's approval asked again for the same try carries an ID of its own (FreshAsks); an
+//     observation sent before its watcher read Prometheus keeps the words that stand
+//     (KeepsStanding).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.

@@ -56,6 +56,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		SourceVerdict:       takes(ctx, 16),
 		RemapsReset:         takes(ctx, 16),
 		FreshAsks:           takes(ctx, 16),
+		KeepsStanding:       takes(ctx, 16),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

@@ -72,7 +72,9 @@ type deviceModel struct {
 	// sourcesFaultAt and sourcesClearAt are when the newest report that said the fault (Unhealthy,
 	// or a detector's standing fault), and that said none, reached the workflow.
 	sourcesFaultAt, sourcesClearAt time.Time
-	resets, resetPermits           int
+	// standing: the last observation that read the detectors said a level stands.
+	standing             bool
+	resets, resetPermits int
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
 	// decision.
 	followOnAt time.Time
@@ -447,9 +449,12 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 		case "observe":
 			h := rapid.SampledFrom([]device.Health{device.Healthy, device.Unknown, device.Unhealthy}).Draw(rt, fmt.Sprintf("health%d", i))
 			ver += rapid.IntRange(-2, 2).Draw(rt, fmt.Sprintf("ver%d", i)) // stale, duplicate or newer
-			if rapid.IntRange(0, 9).Draw(rt, fmt.Sprintf("term%d", i)) == 0 {
-				term++ // a new leader
+			newLeader := rapid.IntRange(0, 9).Draw(rt, fmt.Sprintf("term%d", i)) == 0
+			if newLeader {
+				term++
 			}
+			// A new leader sends before its Prometheus answered: it knows nothing that stands.
+			unread := newLeader && rapid.Bool().Draw(rt, fmt.Sprintf("unread%d", i))
 			seq++
 			src := rapid.SampledFrom([]decide.Source{decide.SourcePodStatus, decide.SourcePodStatus, decide.SourceSlice, decide.SourceClaimCondition}).Draw(rt, fmt.Sprintf("src%d", i))
 			idle := rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("idle%d", i)) == 0
@@ -466,11 +471,18 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 			if canStand && rapid.IntRange(0, 2).Draw(rt, fmt.Sprintf("standing%d", i)) > 0 {
 				o.Standing = []string{"dcgm: recovery-action:2"}
 			}
-			canStand = h == device.Unhealthy || len(o.Standing) > 0
+			if unread {
+				o.Standing, o.StandingUnread = nil, true
+			} else {
+				canStand = h == device.Unhealthy || len(o.Standing) > 0
+			}
 			if !idle {
 				o.Reporters = []decide.Reporter{{Namespace: "ns", Pod: "p", Container: "c", Claim: "cl", Health: h}}
 			}
 			s.what = fmt.Sprintf("observe %s v%d term %d src %q idle %v update %v standing %v", h, ver, term, src, idle, byUpdate, o.Standing)
+			if unread {
+				s.what += " (standing unread)"
+			}
 			if o.Cause != nil {
 				s.what += ", cause " + o.Cause.String()
 			}
@@ -486,7 +498,10 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.held = !idle
 				told := func() {
 					m.reported = true
-					if h == device.Unhealthy || len(o.Standing) > 0 {
+					if !o.StandingUnread { // unread, what stood still stands
+						m.standing = len(o.Standing) > 0
+					}
+					if h == device.Unhealthy || m.standing {
 						m.sourcesFaultAt = env.Now()
 					} else {
 						m.sourcesClearAt = env.Now()
@@ -746,7 +761,7 @@ func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
 		m.ended = func(*testsuite.TestWorkflowEnvironment) {
 			// An idle device's run ended: the next run starts knowing no report.
 			m.mu.Lock()
-			m.sourcesFaultAt, m.sourcesClearAt = time.Time{}, time.Time{}
+			m.sourcesFaultAt, m.sourcesClearAt, m.standing = time.Time{}, time.Time{}, false
 			m.mu.Unlock()
 		}
 		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)

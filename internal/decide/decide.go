@@ -79,7 +79,9 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 	if obs.DeviceClass != "" {
 		st.DeviceClass = obs.DeviceClass
 	}
-	st.Standing = obs.Standing
+	if !st.rules.KeepsStanding || !obs.StandingUnread {
+		st.Standing = obs.Standing
+	}
 	if acts, done := reviewOf(st).sourcesCleared(now); done {
 		return acts
 	}

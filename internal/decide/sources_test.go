@@ -204,3 +204,29 @@ func TestALadderPassedOverAStepForItsSourcesSaysSo(t *testing.T) {
 		t.Fatalf("a tried reset: step %d, passed over %v", l.Step, l.SourcesSkipped)
 	}
 }
+
+// A new leader re-sends the device's state before its Prometheus answered: nothing it knows
+// stands, and it says so (StandingUnread). The review keeps waiting on the recovery action that
+// stands, and releases once a watcher that read its sources says it went; before the rule the
+// unread word cleared the sources and released the device at once.
+func TestANewLeaderThatHasNotReadItsSourcesReleasesNothing(t *testing.T) {
+	run := func(r Rules) (*DeviceState, []Action) {
+		st := inWindowAfterAReset(t, r)
+		st.Observe(standing(3, t0.Add(5*time.Minute), "dcgm: recovery-action:2"), t0.Add(5*time.Minute))
+		st.Tick(t0.Add(14 * time.Minute))
+		unread := standing(4, t0.Add(15*time.Minute))
+		unread.StandingUnread = true
+		return st, st.Observe(unread, t0.Add(15*time.Minute))
+	}
+	r := proofRules
+	r.KeepsStanding = true
+	st, acts := run(r)
+	if hasKind(acts, ActRelease) || st.Review.Stage != StageSources || len(st.Standing) != 1 {
+		t.Fatalf("an unread source released: actions %v, review %+v, standing %v", kinds(acts), st.Review, st.Standing)
+	}
+	acts = st.Observe(standing(5, t0.Add(16*time.Minute)), t0.Add(16*time.Minute))
+	wantKinds(t, "the read sources say it went", acts, ActRelease)
+	if _, acts = run(proofRules); !hasKind(acts, ActRelease) {
+		t.Fatalf("before the rule: actions %v", kinds(acts))
+	}
+}

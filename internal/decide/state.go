@@ -74,6 +74,11 @@ type Rules struct {
 	// out) carries an ID of its own (Ladder.Asks); before, the same ID, which the first ask's
 	// button still carried.
 	FreshAsks bool `json:"freshAsks,omitempty"`
+	// KeepsStanding: an observation sent before its watcher read the detectors that keep
+	// standing words (Observation.StandingUnread: a new leader whose Prometheus has not answered)
+	// keeps the words that stand; before, it said nothing stood, and a review in its source wait
+	// released the device.
+	KeepsStanding bool `json:"keepsStanding,omitempty"`
 }
 
 // Follow makes the state decide by r.

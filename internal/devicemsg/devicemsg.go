@@ -96,6 +96,10 @@ type Observation struct {
 	// They fence nothing and fail no review by arriving; a review waits for them to go before the
 	// device is released (decide.Rules.SourceProof).
 	Standing []string `json:"standing,omitempty"`
+	// StandingUnread: the watcher has not yet read the detectors that keep standing words (a
+	// new leader before Prometheus answered), so Standing says nothing of them: the workflow
+	// keeps the words that stand (decide.Rules.KeepsStanding).
+	StandingUnread bool `json:"standingUnread,omitempty"`
 }
 
 // Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;

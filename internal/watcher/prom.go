@@ -83,11 +83,13 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 	sigs := w.cfg.Policies.Signals()
 	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
 	var failed []string
+	levelsRead := true // every level signal answered in full: what stands is known
 	for _, sig := range sigs.Prometheus {
 		answer, err := w.queryProm(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
 		if err != nil {
 			w.cfg.Metrics.SignalQueryErrors.WithLabelValues("prometheus", sig.Name).Inc()
 			failed = append(failed, sig.Name+": "+err.Error())
+			levelsRead = levelsRead && sig.Kind != policy.PromLevel
 			continue
 		}
 		observe := tracker.Observe
@@ -109,11 +111,28 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 		if sig.Kind == policy.PromLevel && !answer.Partial {
 			w.levelsGone(sig.Name, tracker)
 		}
+		levelsRead = levelsRead && (sig.Kind != policy.PromLevel || !answer.Partial)
+	}
+	if levelsRead {
+		w.enqueueAll(w.store.standingRead())
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("prometheus at %s: %s", w.cfg.Prometheus.URL, strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// readsLevels says whether the watcher reads standing levels: a Prometheus with a level signal.
+func (w *Watcher) readsLevels() bool {
+	if c := w.cfg.Prometheus; c == nil || c.URL == "" {
+		return false
+	}
+	for _, sig := range w.cfg.Policies.Signals().Prometheus {
+		if sig.Kind == policy.PromLevel {
+			return true
+		}
+	}
+	return false
 }
 
 // promFault sends one fault to the device its series names, or says why it cannot.

@@ -1,10 +1,12 @@
 package watcher
 
 import (
+	"net/http"
 	"slices"
 	"testing"
 
 	"github.com/devicewarden/devicewarden/internal/device"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 func watchSample(watch string) map[string]any {
@@ -71,4 +73,33 @@ func TestAPartialAnswerLeavesTheLevelStanding(t *testing.T) {
 	}
 	prom.setPartial(false)
 	waitUntil(t, "the level gone on a complete answer", func() bool { return len(rec.signals()) == 3 })
+}
+
+// A new leader re-sends a running device's state before Prometheus answered: it says it has not
+// read what stands (StandingUnread), so the workflow keeps its standing words. Once every level
+// signal answered, the device hears what stands now: here nothing, and it says so as read.
+func TestANewLeaderSaysItHasNotReadWhatStands(t *testing.T) {
+	pols, err := policy.Parse([]byte("signals:\n  prometheus:\n    - {name: recovery-action, query: 'DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION > 0', kind: level}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := device.ID{Driver: drv, Pool: "node-1", Device: "gpu-1"}
+	rec := &recorder{running: []device.ID{gpu}}
+	prom := &fakeProm{answers: map[string][]map[string]any{}, status: http.StatusServiceUnavailable}
+	promWatcherFor(t, pols, rec, prom)
+	waitUntil(t, "the running device re-sent", func() bool { return len(rec.signals()) > 0 })
+	waitPolls(t, prom, 2)
+	for _, o := range rec.signals() {
+		if !o.StandingUnread {
+			t.Fatalf("sent before Prometheus answered, as read: %+v", o)
+		}
+	}
+	n := len(rec.signals())
+	prom.mu.Lock()
+	prom.status = 0
+	prom.mu.Unlock()
+	waitUntil(t, "the device told what stands", func() bool { return len(rec.signals()) > n })
+	if got := rec.signals()[n]; got.Device != gpu || got.StandingUnread || len(got.Standing) != 0 {
+		t.Fatalf("after Prometheus answered: %+v", got)
+	}
 }

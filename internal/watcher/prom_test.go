@@ -94,19 +94,27 @@ func promWatcher(t *testing.T) (*recorder, *fakeProm, *metrics.Metrics) {
 // promWatcherOf is promWatcher asking the one signal given in the policy's words.
 func promWatcherOf(t *testing.T, signal string) (*recorder, *fakeProm, *metrics.Metrics) {
 	t.Helper()
-	slice := uuidSlice()
 	pols, err := policy.Parse([]byte("signals:\n  prometheus:\n    - " + signal + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	prom := &fakeProm{answers: map[string][]map[string]any{}}
+	rec := &recorder{}
+	return rec, prom, promWatcherFor(t, pols, rec, prom)
+}
+
+// promWatcherFor starts a watcher with the policies, signaller and Prometheus given, which a test
+// may set up before the watcher starts (the workflows running, Prometheus down).
+func promWatcherFor(t *testing.T, pols *policy.Set, rec *recorder, prom *fakeProm) *metrics.Metrics {
+	t.Helper()
+	slice := uuidSlice()
 	srv := httptest.NewServer(prom)
 	t.Cleanup(srv.Close)
-	rec, m := &recorder{}, metrics.New()
+	m := metrics.New()
 	w := New(Config{Kube: fake.NewSimpleClientset(slice), Signaler: rec, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
 		Policies: pols, Prometheus: &PromConfig{URL: srv.URL, Interval: 10 * time.Millisecond, Timeout: 200 * time.Millisecond}, WithdrawAfter: 10 * time.Millisecond})
 	start(t, w)
-	return rec, prom, m
+	return m
 }
 
 func xidSample(uuid, value string) map[string]any {

@@ -37,6 +37,9 @@ type store struct {
 	// a new leader, has a larger term (Config.Term).
 	term    int64
 	counter uint64
+	// unread: the detectors that keep standing words (Prometheus' level signals) are not read
+	// yet, so what stands is not known: observations say so (Observation.StandingUnread).
+	unread bool
 	// unitOf names the shared physical unit a device is a form of, and the device's name in it
 	// ("" when the device is a unit of its own): the unit's forms report as one (units.go).
 	unitOf func(device.ID) (device.ID, string)
@@ -97,7 +100,33 @@ func (s *store) signalledAny() bool {
 func (s *store) stamp(obs api.Observation) api.Observation {
 	s.counter++
 	obs.Seq = &devicemsg.Seq{Term: s.term, N: s.counter}
+	obs.StandingUnread = s.unread
 	return obs
+}
+
+// standingUnread says the standing words are not read yet: until standingRead, observations say so.
+func (s *store) standingUnread() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unread = true
+}
+
+// standingRead says the detectors that keep standing words were read, and returns the devices
+// last told that nothing was read: they hear what stands now.
+func (s *store) standingRead() []device.ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unread {
+		return nil
+	}
+	s.unread = false
+	var ids []device.ID
+	for id, e := range s.devices {
+		if e.signalled != nil && e.signalled.StandingUnread {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // setOutage records (msg != "") or clears (msg == "") a node outage and returns the followed
@@ -420,7 +449,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 		// No pod holds the device. Its workflow hears this once; then there is nothing to report.
 		regrouped := unit != nil && e.signalled != nil && !sameUnit(e.signalled.Unit, unit)
 		standing := standingOf(e)
-		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0 && slices.Equal(e.signalled.Standing, standing)) && !regrouped {
+		if !e.seeded && e.driverCleared == "" && (e.signalled == nil || len(e.signalled.Reporters) == 0 && slices.Equal(e.signalled.Standing, standing) && e.signalled.StandingUnread == s.unread) && !regrouped {
 			return api.Observation{}, skipNothing
 		}
 		node := ""
@@ -456,7 +485,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 		return obs, skipHealthy
 	case e.signalled != nil && e.signalled.Health == obs.Health && e.signalled.Message == obs.Message &&
 		len(e.signalled.Reporters) > 0 && sameUnit(e.signalled.Unit, unit) && slices.Equal(e.signalled.Reporters, obs.Reporters) &&
-		slices.Equal(e.signalled.Standing, obs.Standing):
+		slices.Equal(e.signalled.Standing, obs.Standing) && e.signalled.StandingUnread == s.unread:
 		if heartbeat > 0 && now.Sub(e.signalledAt) >= heartbeat {
 			// Same content, version and sequence as last time: the workflow treats it as a heartbeat.
 			return *e.signalled, doSignal
@@ -489,8 +518,9 @@ func (s *store) markSignalled(obs api.Observation, now time.Time) (first bool) {
 	defer s.mu.Unlock()
 	if e := s.devices[obs.Device]; e != nil {
 		e.sending = false
-		if len(obs.Reporters) == 0 && len(e.reports) == 0 && len(e.standing) == 0 && !device.IsUnitKey(obs.Device.Device) {
-			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep.
+		if len(obs.Reporters) == 0 && len(e.reports) == 0 && len(e.standing) == 0 && !obs.StandingUnread && !device.IsUnitKey(obs.Device.Device) {
+			// The workflow heard that no pod holds the device: nothing more to say, nothing to keep
+			// (unless what stands was not read yet: it hears that once it is).
 			// A shared unit is kept: a form published later must reach its workflow, which may
 			// still fence it (one small entry per unit that ever had a workflow).
 			delete(s.devices, obs.Device)

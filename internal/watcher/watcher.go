@@ -162,6 +162,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.cfg.Logger.Info("watcher starting", "term", term-TermBase)
+	if w.readsLevels() {
+		w.store.standingUnread() // until Prometheus answers, what stands is not known
+	}
 	w.store.seed(running)
 	for _, id := range running {
 		w.enqueue(id)
