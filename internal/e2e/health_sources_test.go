@@ -5,8 +5,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -117,6 +120,9 @@ func TestEachHealthSourceBringsItsGPUBack(t *testing.T) {
 	if _, err := reports.Create(ctx, nvsentinelReport(t, nodes[0], sim.UUID(byReport)), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The controller takes the first value it reads of a GPU as its baseline: the XID comes once
+	// it has read the GPU's series.
+	waitSeriesRead(t, sim.UUID(byDCGM))
 	if err := sim.SetXID(ctx, kube, byDCGM, 79); err != nil {
 		t.Fatal(err)
 	}
@@ -229,4 +235,31 @@ func TestANodeConditionNamingNoGPUFencesNothing(t *testing.T) {
 	if len(st.Failed) != 0 || st.Escalated {
 		t.Fatalf("the node counted a failed device: %+v", st)
 	}
+}
+
+// waitSeriesRead waits until the shared stack's Prometheus has the GPU's XID series, then for
+// three of the controller's polls (one a second), after which the controller has read it.
+func waitSeriesRead(t *testing.T, uuid string) {
+	t.Helper()
+	q := shared.prometheus + "/api/v1/query?query=" + url.QueryEscape(`DCGM_FI_DEV_XID_ERRORS{UUID="`+uuid+`"}`)
+	eventually(t, time.Minute, "Prometheus has "+uuid+"'s XID series", func() error {
+		resp, err := http.Get(q)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var answer struct {
+			Data struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+			return err
+		}
+		if len(answer.Data.Result) == 0 {
+			return errors.New("no series yet")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
 }

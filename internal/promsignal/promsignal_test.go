@@ -110,7 +110,12 @@ func TestTheXIDGaugeFiresOnANewValue(t *testing.T) {
 	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-b", 79)}); len(f) != 0 { // GPU-a's series gone a while
 		t.Fatalf("fired: %s", codes(f))
 	}
-	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31), gpu("GPU-b", 48), gpu("GPU-c", 0), gpu("GPU-d", 94)}); codes(f) != "GPU-b=xid:48 GPU-d=xid:94" {
+	// GPU-d first shows after the first answer (its exporter was restarting, or its node joined):
+	// its XID stood before DeviceWarden read it, a baseline like the first answer's.
+	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31), gpu("GPU-b", 48), gpu("GPU-c", 0), gpu("GPU-d", 94)}); codes(f) != "GPU-b=xid:48" {
+		t.Fatalf("faults %q", codes(f))
+	}
+	if f, _ := tr.Observe(xid, []Sample{gpu("GPU-a", 31), gpu("GPU-b", 48), gpu("GPU-c", 0), gpu("GPU-d", 79)}); codes(f) != "GPU-d=xid:79" {
 		t.Fatalf("faults %q", codes(f))
 	}
 	if n := tr.Series(); n != 4 {
@@ -204,13 +209,12 @@ func TestAPartialAnswerWithdrawsNoLevel(t *testing.T) {
 	}
 }
 
-// Whatever the sequence of values, the XID gauge fires exactly when a primed series shows a
-// non-zero value other than its last.
+// Whatever the sequence of values, the XID gauge fires exactly when a GPU an earlier answer showed
+// shows a non-zero value other than its last.
 func TestTheGaugeFiresExactlyOnChange(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		tr := NewTracker()
 		last := map[string]float64{}
-		primed := false
 		for step := range rapid.IntRange(1, 30).Draw(t, "steps") {
 			var answer []Sample
 			want := map[string]bool{}
@@ -220,7 +224,7 @@ func TestTheGaugeFiresExactlyOnChange(t *testing.T) {
 				}
 				v := float64(rapid.SampledFrom([]int{0, 31, 48, 79}).Draw(t, "xid"))
 				prev, had := last[u]
-				want[u] = primed && v != 0 && (!had || v != prev)
+				want[u] = had && v != 0 && v != prev
 				last[u] = v
 				answer = append(answer, gpu(u, v))
 			}
@@ -234,7 +238,6 @@ func TestTheGaugeFiresExactlyOnChange(t *testing.T) {
 					t.Fatalf("step %d: %s fired %t, want %t", step, u, got[u], want[u])
 				}
 			}
-			primed = true
 		}
 	})
 }
@@ -244,5 +247,35 @@ func TestQueryKeepsOnlyTheGPUsLabels(t *testing.T) {
 	got := Query("DCGM_EXP_XID_ERRORS_COUNT > 0", "xid")
 	if got != "max by (dra_driver_name, dra_pool_name, dra_device_name, UUID, Hostname, gpu, GPU_I_ID, err_code, err_msg, xid) (DCGM_EXP_XID_ERRORS_COUNT > 0)" {
 		t.Fatalf("query %s", got)
+	}
+}
+
+// A counter series new for a GPU the tracker knows is news (a new XID code's counter); a GPU first
+// shown later is a baseline. A GPU missing from ForgetAfter complete answers is forgotten (a
+// partial answer ages nothing), and back after that is a baseline again; back sooner, its changed
+// value fires.
+func TestAGPUGoneLongIsForgottenAndAGPUFirstSeenIsABaseline(t *testing.T) {
+	tr := NewTracker()
+	c := func(uuid, code string, v float64) Sample { return gpu(uuid, v, "xid", code) }
+	tr.Observe(count, []Sample{c("GPU-a", "13", 1)})
+	f, _ := tr.Observe(count, []Sample{c("GPU-a", "13", 1), c("GPU-a", "79", 1), c("GPU-b", "48", 2)})
+	if codes(f) != "GPU-a=xid-count:79" {
+		t.Fatalf("faults %q", codes(f))
+	}
+	for range ForgetAfter - 1 {
+		tr.Observe(count, []Sample{c("GPU-a", "13", 1), c("GPU-a", "79", 1)})
+		tr.ObservePartial(count, nil)
+	}
+	if f, _ := tr.Observe(count, []Sample{c("GPU-b", "48", 3)}); codes(f) != "GPU-b=xid-count:48" || tr.GPUs() != 2 {
+		t.Fatalf("back within the window: faults %q, %d GPUs", codes(f), tr.GPUs())
+	}
+	for range ForgetAfter {
+		tr.Observe(count, []Sample{c("GPU-a", "13", 1), c("GPU-a", "79", 1)})
+	}
+	if tr.GPUs() != 1 || tr.Series() != 2 {
+		t.Fatalf("after GPU-b left: %d GPUs, %d series", tr.GPUs(), tr.Series())
+	}
+	if f, _ := tr.Observe(count, []Sample{c("GPU-a", "13", 1), c("GPU-a", "79", 1), c("GPU-b", "48", 9)}); len(f) != 0 {
+		t.Fatalf("a forgotten GPU back fired: %s", codes(f))
 	}
 }

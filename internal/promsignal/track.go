@@ -19,19 +19,36 @@ type Fault struct {
 }
 
 // Tracker remembers each signal's values per series in its last answer, to tell a new fault
-// from one already seen. A "last" or "count" signal's first answer is its baseline: a value that
-// stood before DeviceWarden read it is no news (the XID gauge never goes back to zero). A "level"
-// series is a fault from the first answer on. One GPU may have several series in one answer (an
-// old XID's series still in the lookback beside a new one, or its user changed): they are taken
-// together, whatever their order. Memory: one entry per series and signal, with its values.
+// from one already seen. For a "last" or "count" signal, the first answer that shows a GPU is its
+// baseline: a value that stood before DeviceWarden read it is no news (the XID gauge never goes back
+// to zero), whether the GPU was in the signal's first answer or came later (its exporter was
+// restarting when a new leader first asked, or its node joined); a GPU's new series after that (a
+// new XID code's counter) is news. A "level" series is a fault from the first answer on. One GPU
+// may have several series in one answer (an old XID's series still in the lookback beside a new
+// one, or its user changed): they are taken together, whatever their order. A GPU missing from
+// ForgetAfter complete answers in a row is forgotten (node churn does not grow the tracker); back
+// sooner, its series are compared with what they were. Memory: one entry per series and signal,
+// with its values, and one per GPU.
 type Tracker struct {
-	last   map[string]map[string][]float64
-	primed map[string]bool
+	last map[string]map[string]series
+	// gpus are when (the signal's complete answer count) each GPU was last in an answer.
+	gpus    map[string]map[string]int
+	answers map[string]int
 }
+
+// series is one series' values in the last answer that had it, and its GPU.
+type series struct {
+	values []float64
+	gpu    string
+}
+
+// ForgetAfter is how many complete answers in a row a GPU may miss before the tracker forgets it:
+// an hour at the default 15 s interval.
+const ForgetAfter = 240
 
 // NewTracker returns an empty tracker.
 func NewTracker() *Tracker {
-	return &Tracker{last: map[string]map[string][]float64{}, primed: map[string]bool{}}
+	return &Tracker{last: map[string]map[string]series{}, gpus: map[string]map[string]int{}, answers: map[string]int{}}
 }
 
 // Observe takes one complete answer of sig and returns the new faults, and how many samples were
@@ -47,12 +64,15 @@ func (t *Tracker) ObservePartial(sig policy.PromSignal, samples []Sample) (fault
 }
 
 func (t *Tracker) observe(sig policy.PromSignal, samples []Sample, complete bool) (faults []Fault, refused int) {
-	seen := t.last[sig.Name]
+	seen, gpus := t.last[sig.Name], t.gpus[sig.Name]
 	if seen == nil {
-		seen = map[string][]float64{}
-		t.last[sig.Name] = seen
+		seen, gpus = map[string]series{}, map[string]int{}
+		t.last[sig.Name], t.gpus[sig.Name] = seen, gpus
 	}
-	primed := t.primed[sig.Name]
+	if complete {
+		t.answers[sig.Name]++
+	}
+	now := t.answers[sig.Name]
 	var order []string
 	byID := map[string][]Sample{}
 	for _, s := range samples {
@@ -66,29 +86,49 @@ func (t *Tracker) observe(sig policy.PromSignal, samples []Sample, complete bool
 		}
 		byID[id] = append(byID[id], s)
 	}
+	known := map[string]bool{} // the GPUs an earlier answer showed
 	for _, id := range order {
 		prev, had := seen[id]
+		gpu := identity(byID[id][0].Labels, "")
+		if _, ok := gpus[gpu]; ok {
+			known[gpu] = true
+		}
 		cur := values(sig.Kind, byID[id])
 		for _, v := range cur {
-			if !news(sig.Kind, v, prev, had, primed) {
+			if !news(sig.Kind, v, prev.values, had, known[gpu]) {
 				continue
 			}
 			f := fault(sig, sampleOf(byID[id], v))
 			f.Series = id
 			faults = append(faults, f)
 		}
-		seen[id] = cur
+		seen[id] = series{values: cur, gpu: gpu}
 	}
-	if sig.Kind == policy.PromLevel && complete {
-		// A level that went is forgotten: when it comes back it is a fault again.
-		for id := range seen {
-			if _, ok := byID[id]; !ok {
-				delete(seen, id)
-			}
+	for _, id := range order {
+		gpus[seen[id].gpu] = now
+	}
+	if complete {
+		t.forget(sig, byID, now)
+	}
+	return faults, refused
+}
+
+// forget drops, after a complete answer, a level that went (when it comes back it is a fault
+// again) and a GPU missing from the last ForgetAfter answers.
+func (t *Tracker) forget(sig policy.PromSignal, inAnswer map[string][]Sample, now int) {
+	seen, gpus := t.last[sig.Name], t.gpus[sig.Name]
+	for gpu, at := range gpus {
+		if now-at >= ForgetAfter {
+			delete(gpus, gpu)
 		}
 	}
-	t.primed[sig.Name] = true
-	return faults, refused
+	for id, s := range seen {
+		_, there := inAnswer[id]
+		_, gpuKnown := gpus[s.gpu]
+		if !gpuKnown || sig.Kind == policy.PromLevel && !there {
+			delete(seen, id)
+		}
+	}
 }
 
 // values are a series' values in one answer, in order: for a count, the largest (a GPU's
@@ -107,13 +147,14 @@ func values(kind string, samples []Sample) []float64 {
 	return out
 }
 
-// news says whether value v of a series is a new fault, given its values in the answer before.
-func news(kind string, v float64, prev []float64, had, primed bool) bool {
+// news says whether value v of a series is a new fault, given its values in the answer before
+// (had: the series was known) and whether an earlier answer showed its GPU.
+func news(kind string, v float64, prev []float64, had, gpuKnown bool) bool {
 	switch kind {
 	case policy.PromLast:
-		return primed && v != 0 && !slices.Contains(prev, v)
+		return gpuKnown && v != 0 && !slices.Contains(prev, v)
 	case policy.PromCount:
-		return primed && v > 0 && (!had || v > prev[0])
+		return gpuKnown && v > 0 && (!had || v > prev[0])
 	default: // level
 		return !slices.Contains(prev, v)
 	}
@@ -146,6 +187,15 @@ func fault(sig policy.PromSignal, s Sample) Fault {
 func (t *Tracker) Stands(signal, series string) bool {
 	_, ok := t.last[signal][series]
 	return ok
+}
+
+// GPUs is how many GPUs the tracker remembers, over every signal.
+func (t *Tracker) GPUs() int {
+	n := 0
+	for _, m := range t.gpus {
+		n += len(m)
+	}
+	return n
 }
 
 // Series is how many series the tracker remembers, over every signal.
