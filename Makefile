@@ -26,7 +26,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit unit-tests unit-and-tools test-e2e tools helm check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -48,30 +48,17 @@ control-plane: build ## Build etcd, kube-apiserver, kube-scheduler, kube-control
 dev: control-plane ## Local cluster + embedded Temporal + UI + worker + watcher, with 3 simulated GPU nodes
 	$(BIN) dev --sim-nodes 3 --sim-devices 8
 
-test: unit-and-tools test-e2e ## All tests
+test: test-unit test-e2e ## All tests
 
 # The tests that need a real Temporal server run it as a child process of the full binary
 # (internal/temporalserver/temporaltest), so no test binary links the server.
-test-unit: build unit-tests ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
-
-unit-tests:
+test-unit: build ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
 	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
 	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -race -tags lean -count=1 $(RACE_PKGS)
 	@echo "==> the month-long workflow runs (30 simulated days each), without the race detector"
 	$(GO) test -count=1 -run 'AMonth' ./workflows/
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
 	$(GO) test -count=1 $(FULL_PKGS)
-
-# The unit tests leave a core idle while their tests wait on servers and timers; the e2e tests'
-# tools (a compile, with no clock to miss) build beside them at the lowest CPU priority and take it.
-unit-and-tools: build chromium ## The unit tests, with the e2e tests' tools building beside them
-	@echo "==> the e2e tests' tools build beside the unit tests at the lowest CPU priority (lines marked [tools])"
-	@set -o pipefail; \
-	( nice -n 19 $(BIN) cluster build --tools prometheus --tools helm 2>&1 | sed -u 's/^/[tools] /' ) & tools=$$!; \
-	$(MAKE) --no-print-directory unit-tests; unit=$$?; \
-	wait $$tools; built=$$?; \
-	[ $$built = 0 ] || echo "==> building the tools failed"; \
-	[ $$unit = 0 ] && [ $$built = 0 ]
 
 # One cluster build for the control plane and Prometheus, so Prometheus compiles beside the rest.
 tools: build helm chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
@@ -92,7 +79,7 @@ chromium: ## Debian's Chromium, for the fleet page's browser test (installed whe
 		else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
 # The check's phases, in the order it runs them; cold-check times each.
-CHECK_PHASES = modules check-static image-check unit-and-tools test-e2e
+CHECK_PHASES = modules check-static image-check test-unit tools test-e2e
 check: $(CHECK_PHASES) ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
 
 check-static: fmt vet staticcheck workflowcheck chart ## The static checks: gofmt, go vet, staticcheck, workflowcheck, helm lint
