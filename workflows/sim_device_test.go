@@ -621,6 +621,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.mu.Lock()
 				m.rule, m.unhealthySeen, m.held = nil, true, true
 				m.heldAt, m.reported = env.Now(), true
+				m.standing = false // a read observation that says nothing stands
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
 			}
@@ -660,6 +661,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.unhealthySeen, m.held = true, false
 				m.idleAt, m.reported = env.Now(), true
 				m.approvedAt = env.Now()
+				m.standing = false // a read observation that says nothing stands
 				cmd := decide.Command{Kind: kind, Actor: simActor, Review: m.ladder.approving(older, env.Now())}
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
