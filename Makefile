@@ -64,8 +64,9 @@ test-unit: build ## Unit, workflow (time-skipping) and replay tests with the rac
 tools: build helm chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
 	@$(BIN) cluster build --tools prometheus
 
-# The e2e tests that run in parallel (those on stacks of their own, and shared-stack tests that look
-# only at their own nodes) mostly wait on timers and processes: four at a time on 2 cores.
+# How many e2e tests run at once: the harness runs the shared stack's cluster-wide tests one at a
+# time, the tests on stacks of their own beside them (they mostly wait on timers), then the
+# shared-stack tests that look only at their own nodes (internal/e2e/schedule_test.go).
 E2E_PARALLEL ?= 4
 test-e2e: tools ## Integration tests on a real local cluster and the embedded Temporal server
 	@echo "==> the activities on a real local cluster"

@@ -60,6 +60,7 @@ func freedQuarantine(t *testing.T, ctx context.Context, s *stack, prefix, class 
 // an Approve button press, signed as Slack signs it, reaches the real workflow through the
 // approvals endpoint and releases the device.
 func TestSlackApproval(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := freedQuarantine(t, ctx, shared, "approve", approvalClass)
@@ -136,7 +137,7 @@ func signedPress(srv *slackapp.Server, secret, user, action, value string) int {
 // TestWorkerStoppedMidProbe: the worker stops while the probe Pod runs; the probe Pod is cleaned
 // up, the restarted worker probes again, and there is never more than one probe Pod.
 func TestWorkerStoppedMidProbe(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
@@ -191,7 +192,7 @@ func TestWorkerStoppedMidProbe(t *testing.T) {
 // TestDryRunTurnedOff: with --dry-run the rule only previews (effect None); restarted without it,
 // the controller turns the still-failed device's rule into a real one.
 func TestDryRunTurnedOff(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")

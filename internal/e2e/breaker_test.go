@@ -47,7 +47,7 @@ func runCLI(ctx context.Context, args ...string) (string, error) {
 // TestBreakerCapsAStorm: 20 devices turn Unhealthy at once with a cap of 5. Exactly 5 are
 // quarantined, the breaker opens, and the reason is visible through the query and `device list`.
 func TestBreakerCapsAStorm(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s, stop, err := startStack(ctx, t.TempDir(), app.ControllerOptions{Workers: 8,

@@ -73,6 +73,7 @@ func scheduled(t *testing.T, ctx context.Context, name string, wait time.Duratio
 // what-if and the real scheduler agree that 8Gi fits and then 12Gi does not, and that 4Gi does not
 // fit while a DeviceTaintRule taints the device, but fits when the taint is ignored.
 func TestWhatIfAgreesWithTheScheduler(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube

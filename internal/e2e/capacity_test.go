@@ -44,6 +44,7 @@ func capacityCheck(t *testing.T, ctx context.Context, args ...string) (int, map[
 // an exit code of 2, naming the claim, ShareID and device. When the node stops renewing its Lease
 // its shares are Unknown until an operator fences it (refused while it was alive).
 func TestCapacityCheckOnRealAllocations(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -34,6 +34,7 @@ const (
 // fences nothing: no DeviceTaintRule, the device stays in service, the tenant's Pod gets an Event
 // that says so, and the device's record counts the fault.
 func TestAnApplicationFaultFencesNothing(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -73,6 +74,7 @@ func TestAnApplicationFaultFencesNothing(t *testing.T) {
 // (no reset runs), a recovery action of GPU reset on an XID the table calls reboot-first takes
 // the reset, and a row-remap failure is retired at once, without a reset.
 func TestTheCauseChoosesTheFirstStepOnTheStack(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -57,6 +57,7 @@ func ruleCount(t *testing.T, ctx context.Context, ids []device.ID) int {
 // Warning Events on the Pod and the claim name the 8 candidates and nothing is tainted; a policy
 // that says quarantine-candidates quarantines them all.
 func TestEightGPUPodWithCDIIDs(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

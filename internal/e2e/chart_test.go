@@ -194,6 +194,7 @@ func kinds(objs []*unstructured.Unstructured) map[string]int {
 // ServiceMonitor or PrometheusRule; with its CRDs applied, both, and the apiserver accepts them.
 // A missing temporal.address is refused.
 func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "dwchart"
@@ -254,7 +255,7 @@ func TestChartRendersAndTheAPIServerAcceptsIt(t *testing.T) {
 // Pod outside migration.namespaces, and (rollouts off, the default) patching nodes. In a namespace
 // that opted in to migration it may patch a Pod (the checkpoint request).
 func TestChartRightsRunTheQuarantine(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
@@ -427,6 +428,7 @@ func envOf(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
 // app-level token from the Secret. The apiserver accepts both; approvals with nobody allowed to
 // approve, or without the Secret, are refused at install.
 func TestChartServesSlackApprovals(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ns = "dwslack"

@@ -29,7 +29,7 @@ const cliPolicyDriver = "cli-policy.example.com"
 // command line's policy, or the built-in one, and released without the approval the cluster
 // requires).
 func TestCLIQuarantineRunsUnderTheStacksPolicy(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	own := filepath.Join(t.TempDir(), "policy.yaml")

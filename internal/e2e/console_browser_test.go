@@ -55,6 +55,7 @@ func artefacts(t *testing.T) string {
 // Quarantined on the page after `sim health`; its link leads to its page, which shows the reason
 // and the rule; every link on both pages answers 200, and the browser's console has no error.
 func TestFleetPageInABrowser(t *testing.T) {
+	inTurn(t)
 	exe := chromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -104,7 +104,7 @@ func fenced(t *testing.T, ctx context.Context, s *stack, ids []device.ID, within
 // restart is fenced. (The restart falls within the 20 s in which the embedded server's ring used
 // to wait on the stopped process.)
 func TestDevRestartsOnItsState(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)
@@ -130,7 +130,7 @@ func TestDevRestartsOnItsState(t *testing.T) {
 // failed, before or while `dev` was down, is fenced exactly once: one workflow run, one transition,
 // and one create of its rule in the apiserver's audit log.
 func TestDevKilledMidStorm(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)
@@ -211,7 +211,7 @@ func cpuHog(t *testing.T, ctx context.Context) func() {
 // starts it again on its state: the migration ends migrated, the Job was suspended and resumed
 // exactly once (the Job controller's events), and no migration Lease is left.
 func TestDevKilledMidMigration(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)
@@ -244,7 +244,7 @@ func TestDevKilledMidMigration(t *testing.T) {
 // for its first minute keeps running, live and not ready with the reason, and comes up once the
 // server answers: a device that fails then is fenced.
 func TestRunWaitsForAnUnreachableTemporal(t *testing.T) {
-	t.Parallel() // mostly a wait, on a stack of its own: it runs beside TestLongWaitsContinueAsNew
+	onOwnStack(t) // mostly a wait
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startDevRig(t, ctx)

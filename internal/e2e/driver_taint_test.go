@@ -21,6 +21,7 @@ import (
 // for hardware errors), with no Pod status involved: exactly that device is quarantined, and when
 // the driver takes the taint off, its word starts the recovery review.
 func TestDriverTaintInItsSlice(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes, err := sim.CreateNodes(ctx, shared.kube, "dtaint", 1, 8)

@@ -27,7 +27,7 @@ import (
 // device's state, which stays Suspect with the same tolerance window (a watcher that only knew
 // what it saw change would have sent the Pod's Healthy and cleared it).
 func TestLeaderFailover(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")

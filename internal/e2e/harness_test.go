@@ -225,6 +225,10 @@ func TestMain(m *testing.M) {
 func runMain(m *testing.M) int {
 	// Alerts are logged by the activities through the default logger; in tests they are noise.
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := schedule.takeParallel(); err != nil {
+		fmt.Fprintln(os.Stderr, "schedule:", err)
+		return 1
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir, err := os.MkdirTemp("", "devicewarden-e2e-")

@@ -25,6 +25,7 @@ import (
 // subresource, and malformed reports (a health that is no string, no source, an overlong message)
 // are refused by the schema.
 func TestHealthReportCRDOnTheAPIServer(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := app.InstallReportCRD(ctx, shared.kube); err != nil {
@@ -79,6 +80,7 @@ func TestHealthReportCRDOnTheAPIServer(t *testing.T) {
 // exactly that GPU through the shared stack's watcher, and its status says its workflow has the fault;
 // a report whose UUID no device publishes is refused and fences nothing.
 func TestAReportQuarantinesItsDevice(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := shared.kube

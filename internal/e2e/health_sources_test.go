@@ -93,6 +93,7 @@ func jobOnGPU(t *testing.T, ctx context.Context, ns, name, node string) device.I
 // moved, the GPU is reset, probed, canaried and back in service; the node's other GPUs are never
 // fenced.
 func TestEachHealthSourceBringsItsGPUBack(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -205,6 +206,7 @@ func setCondition(t *testing.T, ctx context.Context, node, kind, msg string) {
 // A node condition that names no GPU fences nothing: it reaches the node's workflow, which
 // records it and alerts.
 func TestANodeConditionNamingNoGPUFencesNothing(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes, err := sim.CreateNodes(ctx, shared.kube, "nogpu", 1, 4)

@@ -36,7 +36,7 @@ import (
 //   - The leak on a node that stopped renewing its Lease (its Pod force-deleted) is Unknown: it
 //     stays through rechecks and a continue-as-new until `capacity fence`, then it is deleted.
 func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -34,7 +34,7 @@ const longRunsSuggest = 20
 // run with the slot it carried. With
 // DEVICEWARDEN_RECORD_HISTORY set it records every run for the replay tests.
 func TestLongWaitsContinueAsNew(t *testing.T) {
-	t.Parallel() // mostly waits, on a stack of its own: it runs beside TestRunWaitsForAnUnreachableTemporal
+	onOwnStack(t) // mostly waits
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pols, err := policy.Parse([]byte(migrateRestartPolicy))

@@ -49,6 +49,7 @@ func rest(ctx context.Context, kube kubernetes.Interface, verb, path string, bod
 // A JobSet (its CRD installed; this test plays its controller, which passes spec.suspend on to its
 // Job, as the real one does) is suspended and resumed as a whole: its Pod comes back on another device.
 func TestJobSetIsSuspendedAsAWhole(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube

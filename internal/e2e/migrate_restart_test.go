@@ -114,7 +114,7 @@ func movedOnce(t *testing.T, ctx context.Context, s *stack, ns, mid string) migr
 // once (the Job controller's events say so) and the migration ended migrated, its Lease taken back
 // by the same migration rather than by a new holder.
 func TestKilledWorkerMidMigrationMovesOnce(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -119,6 +119,7 @@ func migrationResult(t *testing.T, ctx context.Context, id string) migrationplan
 // A Job that checkpoints is asked to, answers (the simulator plays its code), is suspended and
 // resumed, and runs again on another device; the old device keeps no Pod of it.
 func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -166,6 +167,7 @@ func TestCheckpointedJobMovesToAnotherDevice(t *testing.T) {
 
 // One Pod of a shrinkable indexed Job moves alone, and only once its PodDisruptionBudget allows it.
 func TestShrinkableShardWaitsForItsBudget(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -241,6 +243,7 @@ func TestShrinkableShardWaitsForItsBudget(t *testing.T) {
 // A bare Pod that cannot save its work is not evicted: its evidence is kept and a person decides.
 // abandon leaves one where it is; migrate-anyway evicts the other.
 func TestUnrecoverablePodKeepsEvidenceAndWaitsForAPerson(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -304,6 +307,7 @@ func TestUnrecoverablePodKeepsEvidenceAndWaitsForAPerson(t *testing.T) {
 // A Job that does not checkpoint in time (2 s here) is not moved until a person says so; then it
 // is suspended and resumed like any Job.
 func TestCheckpointTimeoutWaitsThenMovesOnDecision(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -348,6 +352,7 @@ func stepTexts(st migrationplan.MigrationState) []string {
 // Three Jobs on one node whose devices fail together migrate one at a time (perNode 1): the
 // migrations' own records of their slots never overlap, and the ones waiting say so.
 func TestPerNodeLimitMovesOneAtATime(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := shared.kube

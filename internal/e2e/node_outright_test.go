@@ -27,7 +27,7 @@ const outrightClass = "outright.gpu.sim.devicewarden.io"
 // try that leaves nothing on the node: no object, and the node's permit back in the breaker, so
 // the pool's next reboot is not refused for the permit's hold (#52).
 func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -45,6 +45,7 @@ default:
 // time: the other node waits, saying why, and goes once the first gave its permit back. Each node
 // reboots once, for both of its devices, and all four are released.
 func TestNodeStepsRebootOneNodeOfAPoolAtATime(t *testing.T) {
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pols, err := policy.Parse([]byte(nodePolicy))

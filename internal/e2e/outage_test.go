@@ -25,6 +25,7 @@ import (
 // TestNodeOutage: when a node's Lease expires, the devices DeviceWarden follows there become
 // Suspect together with the outage as the reason; its other devices get no workflow each.
 func TestNodeOutage(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s := &stack{kube: shared.kube, temporal: shared.temporal}
@@ -85,6 +86,7 @@ func TestNodeOutage(t *testing.T) {
 // TestDeviceGoneFromSlice: a device that disappears from its pool's ResourceSlice while allocated
 // becomes Suspect; when the driver publishes it again the Suspect state clears.
 func TestDeviceGoneFromSlice(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := &stack{kube: shared.kube, temporal: shared.temporal}
@@ -140,6 +142,7 @@ func TestDeviceGoneFromSlice(t *testing.T) {
 // TestDevicePluginDevice: a device-plugin health report (extended resource name + device ID on the
 // node) starts the device's workflow and quarantines it as a record; no DeviceTaintRule can exist.
 func TestDevicePluginDevice(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := &stack{kube: shared.kube, temporal: shared.temporal}
@@ -171,6 +174,7 @@ func TestDevicePluginDevice(t *testing.T) {
 // TestClaimDeviceCondition: a driver's Ready=False condition in the claim's status.devices[] makes
 // the device Suspect; when it turns True the device is Healthy again.
 func TestClaimDeviceCondition(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := &stack{kube: shared.kube, temporal: shared.temporal}
@@ -218,6 +222,7 @@ func TestClaimDeviceCondition(t *testing.T) {
 // And a device that vanished with its node (a deleted spot node) stops being reported Unknown once
 // its claim lets it go.
 func TestSliceRecreatedUnderANewName(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := &stack{kube: shared.kube, temporal: shared.temporal}

@@ -22,7 +22,7 @@ import (
 // their own, devices drawing on them), and the real scheduler allocates by those counters: once
 // the whole gpu-0 is taken, no partition of it is, while gpu-1's partitions still are.
 func TestPartitionableDevicesServed(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -73,7 +73,7 @@ func TestPartitionableDevicesServed(t *testing.T) {
 // physical GPU's: every form of gpu-0 carries it, no form of gpu-1 does; Healthy on the whole
 // device clears them all.
 func TestSimPartitionsFaultThePhysicalGPU(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if out, err := shared.kubeCLI(ctx, "sim", "nodes", "--partitions", "--count", "1", "--devices", "2", "--prefix", "part-fault"); err != nil ||

@@ -57,7 +57,7 @@ const suggestContinueAsNew = 100
 // approved. The state survives every continue-as-new. With DEVICEWARDEN_RECORD_HISTORY set it
 // records every run, which TestReplay and TestReplayCoversEveryPath read.
 func TestEveryWorkflowPath(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	pols, err := policy.Parse([]byte(pathsPolicy))

@@ -93,7 +93,7 @@ func proofEvent(t *testing.T, ctx context.Context, node, reason string) corev1.E
 // refused; with onUnenforced approve it waits for a person, and an approval lets tenants in with
 // the class labelled soft quota, no QoS. Tenants are refused while a proof runs or waits.
 func TestEnforcementProof(t *testing.T) {
-	t.Parallel() // its pools, namespaces, classes and rollouts are its own
+	besideOthers(t) // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal

@@ -91,6 +91,7 @@ func queryState(ctx context.Context, id string) (decide.DeviceState, error) {
 // TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler is the core loop end to end: a kubelet-style
 // Unhealthy report becomes one DeviceTaintRule, and the real scheduler stops allocating that device.
 func TestUnhealthyDeviceIsQuarantinedAndSkippedByScheduler(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -28,7 +28,7 @@ import (
 // to another node with the migration, then asks for the reboot; the fences go, and the device is
 // proven and released. Nobody is involved.
 func TestNodeStepMovesTheNodesHoldersFirst(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := shared.kube

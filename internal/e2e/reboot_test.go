@@ -25,6 +25,7 @@ import (
 // asks the simulator's remediator for a reboot (a NodeReboot); the node's boot ID changes, and the
 // probe and canary that follow release the device.
 func TestRebootFaultIsClearedByTheNodeStep(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube

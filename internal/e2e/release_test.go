@@ -91,6 +91,7 @@ func last(st decide.DeviceState) any {
 // next review probes exactly that device, puts it on probation, runs the canary, waits the
 // stability window and deletes the rule, closing the record.
 func TestReleasePath(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -252,6 +253,7 @@ func TestReleasePath(t *testing.T) {
 // TestRuleDeletedByHandThenUnhealthyAgain is the regression: a rule someone deletes is recorded
 // as an operator release, and the device's next Unhealthy report creates a rule again.
 func TestRuleDeletedByHandThenUnhealthyAgain(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -304,6 +306,7 @@ func TestRuleDeletedByHandThenUnhealthyAgain(t *testing.T) {
 // a malformed extend signal (a payload that does not decode, as a typo in a CLI's JSON gives) is
 // dropped and the workflow still acts on the next report.
 func TestOperatorCommands(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := shared.kube

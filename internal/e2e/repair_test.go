@@ -51,6 +51,7 @@ func faultOnJob(t *testing.T, ctx context.Context, name, kind string) (device.ID
 // A transient fault: the Job is moved, the idle device is reset by the driver's tool, probed,
 // canaried and released, with no person involved.
 func TestTransientFaultIsResetAndReleased(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bad, w := faultOnJob(t, ctx, "rep-transient", sim.FaultTransient)
@@ -81,6 +82,7 @@ func TestTransientFaultIsResetAndReleased(t *testing.T) {
 // A permanent fault: both resets fail, and the device is Retired with its evidence bundle and
 // Event; its rule stays.
 func TestPermanentFaultRetiresTheDevice(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bad, _ := faultOnJob(t, ctx, "rep-permanent", sim.FaultPermanent)
@@ -128,6 +130,7 @@ func TestPermanentFaultRetiresTheDevice(t *testing.T) {
 // A partitionable GPU is reset as one physical unit, once, and only after every form is idle: a
 // Pod on a sibling partition that never reported holds the reset back as the reporter's does.
 func TestPartitionedGPUIsResetOnceEveryFormIsIdle(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -207,7 +210,7 @@ func TestPartitionedGPUIsResetOnceEveryFormIsIdle(t *testing.T) {
 // controller to release; another Pod keeps the node's other device) is seen idle at once: the reset does not put itself off for a minute
 // because the claim was still allocated for a moment after its Pod was gone (#52, idle seen late).
 func TestResetStartsAsTheHolderLeaves(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube

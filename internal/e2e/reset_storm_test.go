@@ -42,7 +42,7 @@ default:
 // with an alert naming them (the resets already running end, and fail), and the fourth device
 // waits, saying why; quarantines go on.
 func TestResetStormKeepsToTheBudget(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pols, err := policy.Parse([]byte(stormPolicy))

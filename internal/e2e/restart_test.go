@@ -86,7 +86,7 @@ func runs(ctx context.Context, s *stack, id device.ID) (int64, error) {
 // exactly-once from both sides: each device has one workflow run with exactly the transitions its
 // reports call for, and the apiserver's audit log shows each rule created once and none deleted.
 func TestRestartMidStorm(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -193,7 +193,7 @@ func TestRestartMidStorm(t *testing.T) {
 // TestLeaderElection runs two replicas: only the Lease holder watches; when it stops, the other
 // takes over.
 func TestLeaderElection(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")
@@ -272,7 +272,7 @@ func TestLeaderElection(t *testing.T) {
 // lists, so the device stays Suspect with the same tolerance deadline: it is not turned Healthy
 // and its window is not restarted.
 func TestRestartWhileDeviceMissing(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")

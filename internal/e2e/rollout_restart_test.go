@@ -24,7 +24,7 @@ import (
 // starts another: the rollout finishes the soak and passes its gates without enabling the phase
 // a second time (one EnableRolloutPhase in the history, one RolloutEnabled Event on the node).
 func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -82,6 +82,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 // Temporal CLI lists; no rollout runs before its window, and at the window (a few seconds away)
 // the rollout starts and enables its phase.
 func TestRolloutScheduleOpensAWindow(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal

@@ -47,6 +47,7 @@ func (d *countingDecider) ApproveRollout(context.Context, string, rolloutplan.Co
 // the other and by a restarted one: what was served is kept as a Lease on the real API server.
 // Leases older than the replay window are swept.
 func TestSlackReplayRefusedAcrossReplicas(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ns, secret = "slack-replay", "e2e-replay-secret"

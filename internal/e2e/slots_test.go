@@ -20,6 +20,7 @@ import (
 // hand, so it never releases it. The leader's check frees the slot, as an operator's release-slot
 // signal had to before; a holder that still runs keeps its slot.
 func TestSlotOfATerminatedMigrationIsFreed(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tc := shared.temporal

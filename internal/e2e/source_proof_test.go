@@ -26,7 +26,7 @@ import (
 // and the ladder takes the node step. The reboot clears the action; the device is released
 // only once the series has left Prometheus' answer.
 func TestTheSourcesMustSayHealthyBeforeRelease(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -24,6 +24,7 @@ import (
 // device. The old Pod's status still shows Unhealthy for "claim:gpu": it must not quarantine the
 // device the claim holds now.
 func TestStaleReportAfterReallocation(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -35,6 +35,7 @@ func temporalCLI(t *testing.T, ctx context.Context, args ...string) (string, err
 // accepted by the server and dropped by the workflow, which still quarantines on the next report;
 // an update the device's state refuses comes back with the reason; a good one is answered.
 func TestStockTemporalCLI(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := shared.kube

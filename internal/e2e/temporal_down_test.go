@@ -22,7 +22,7 @@ import (
 // TestTemporalDown: the Temporal server stops while devices turn Unhealthy; the watcher keeps their
 // latest state, retries, and once the server is back on the same file every device is quarantined.
 func TestTemporalDown(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

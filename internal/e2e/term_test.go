@@ -26,7 +26,7 @@ import (
 // term when it starts to lead. With a term taken when the process started, a's reports counted as
 // older than b's and were ignored, and the device stayed Suspect.
 func TestOrderSurvivesFailoverToAnOlderReplica(t *testing.T) {
-	t.Parallel()
+	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, stopInfra, err := startInfra(ctx, t.TempDir(), "127.0.0.1:0")

@@ -71,6 +71,7 @@ func unschedulable(t *testing.T, ctx context.Context, kube kubernetes.Interface,
 // profile published during the quarantine is fenced too; the probe proves the whole gpu-0; and
 // the release lifts every form's rule together.
 func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
+	inTurn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := shared.kube
@@ -322,7 +323,7 @@ func TestPartitionedGPUIsFencedAsAUnit(t *testing.T) {
 // the command reads the pool's slices, starts the unit's workflow with its devices, and every form
 // is fenced; a release named by another form goes to the same workflow.
 func TestForceQuarantineOfAPartitionFencesItsGPU(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := shared.kube

@@ -1,0 +1,135 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// The harness schedules the tests itself; go test's -parallel says how many run at once. Three
+// kinds, each test naming its own with its first call:
+//   - inTurn: a test on the shared stack that reads cluster-wide state (every quarantine, the
+//     breaker, the fleet page). These run one at a time, in the order go test starts them: the
+//     order of the files, and of the tests in each. While any is left, one slot is theirs.
+//   - onOwnStack: a test that starts a stack of its own. Nothing it does reaches the shared
+//     stack, so it runs beside the in-turn tests from the start: most of them wait on timers.
+//   - besideOthers: a shared-stack test that looks only at the nodes, pools and classes it made.
+//     It waits until every in-turn test is done (they would count its quarantines), then runs
+//     beside the others.
+//
+// A test that names none runs before all of them, alone, as go test runs a test without
+// t.Parallel.
+type scheduler struct {
+	mu sync.Mutex
+	// turned is broadcast when the line moves on.
+	turned *sync.Cond
+	slots  int // how many tests run at once; the in-turn line holds one while it has tests left
+	// The in-turn line: tickets in registration order; turn is the ticket that may run.
+	tickets, turn int
+	left          int // in-turn tests registered and not done
+	running       int // onOwnStack and besideOthers tests holding a slot
+	waiting       []*waiter
+}
+
+// waiter is a test waiting for a slot; ready is closed when it has one.
+type waiter struct {
+	beside bool
+	ready  chan struct{}
+}
+
+var schedule = newScheduler(4)
+
+func newScheduler(slots int) *scheduler {
+	s := &scheduler{slots: slots}
+	s.turned = sync.NewCond(&s.mu)
+	return s
+}
+
+// takeParallel reads go test's -parallel as the harness's slots and lifts go test's own limit, so
+// a test waiting for its turn holds no slot that the test whose turn it is needs.
+func (s *scheduler) takeParallel() error {
+	f := flag.Lookup("test.parallel")
+	if f == nil {
+		return fmt.Errorf("no -test.parallel flag")
+	}
+	n, err := strconv.Atoi(f.Value.String())
+	if err != nil || n < 1 {
+		return fmt.Errorf("-parallel %q: want a positive number", f.Value.String())
+	}
+	s.slots = n
+	return flag.Set("test.parallel", "10000")
+}
+
+// inTurn makes t wait for its turn in the line of tests that read the shared stack's cluster-wide
+// state. It must be t's first call: the ticket is taken before t.Parallel, while go test still
+// starts the tests one by one.
+func inTurn(t *testing.T) {
+	t.Helper()
+	s := schedule
+	s.mu.Lock()
+	ticket := s.tickets
+	s.tickets++
+	s.left++
+	s.mu.Unlock()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.turn++
+		s.left--
+		s.turned.Broadcast()
+		s.admit()
+	})
+	t.Parallel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.turn != ticket {
+		s.turned.Wait()
+	}
+}
+
+// onOwnStack runs t beside the others as soon as a slot is free.
+func onOwnStack(t *testing.T) { schedule.take(t, false) }
+
+// besideOthers runs t beside the others once every in-turn test is done and a slot is free.
+func besideOthers(t *testing.T) { schedule.take(t, true) }
+
+func (s *scheduler) take(t *testing.T, beside bool) {
+	t.Helper()
+	t.Parallel()
+	w := &waiter{beside: beside, ready: make(chan struct{})}
+	s.mu.Lock()
+	s.waiting = append(s.waiting, w)
+	s.admit()
+	s.mu.Unlock()
+	<-w.ready
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.running--
+		s.admit()
+	})
+}
+
+// admit gives free slots to the waiting tests that may run, first come first served. Called
+// with mu held, whenever a test starts waiting or ends.
+func (s *scheduler) admit() {
+	free := s.slots - s.running
+	if s.left > 0 {
+		free-- // the in-turn line's slot
+	}
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		if free > 0 && (!w.beside || s.left == 0) {
+			free--
+			s.running++
+			close(w.ready)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	s.waiting = kept
+}
