@@ -3,6 +3,7 @@ package worker
 import (
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/devicewarden/devicewarden/activities/devicehistory"
 	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
@@ -40,12 +41,13 @@ type Deps struct {
 	Policies *policy.Set
 }
 
-// Activities are the four domains' activities, registered on the workers.
+// Activities are the domains' activities, registered on the workers.
 type Activities struct {
 	Remediation *remediation.Activities
 	Migration   *migration.Activities
 	Rollouts    *rollouts.Activities
 	Hygiene     *hygiene.Activities
+	History     *devicehistory.Activities
 }
 
 // NewActivities builds each domain's activities from d.
@@ -60,6 +62,7 @@ func NewActivities(d Deps) *Activities {
 			Approvals: d.Approvals, Rollouts: d.Rollouts},
 		Hygiene: &hygiene.Activities{Kube: d.Kube, Metrics: d.Metrics, DryRun: d.DryRun, KeepLeakedClaims: d.KeepLeakedClaims,
 			OwnNamespace: d.OwnNamespace},
+		History: &devicehistory.Activities{Kube: d.Kube, OwnNamespace: d.OwnNamespace},
 	}
 }
 
@@ -69,4 +72,5 @@ func (a *Activities) register(w interface{ RegisterActivity(any) }) {
 	w.RegisterActivity(a.Migration)
 	w.RegisterActivity(a.Rollouts)
 	w.RegisterActivity(a.Hygiene)
+	w.RegisterActivity(a.History)
 }

@@ -24,6 +24,9 @@ func TestNewActivitiesGivesEachDomainItsClients(t *testing.T) {
 	if m.OwnNamespace != "dw" || ro.OwnNamespace != "dw" || h.OwnNamespace != "dw" {
 		t.Errorf("own namespace: migration %q, rollouts %q, hygiene %q", m.OwnNamespace, ro.OwnNamespace, h.OwnNamespace)
 	}
+	if hi := a.History; hi.Kube != kube || hi.OwnNamespace != "dw" {
+		t.Errorf("device history: kube %v, own namespace %q", hi.Kube == kube, hi.OwnNamespace)
+	}
 	if ro.Alerts != r {
 		t.Error("rollout alerts do not go through the remediation activities")
 	}

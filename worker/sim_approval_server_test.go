@@ -31,7 +31,8 @@ import (
 // real server: it keeps the approval requests the workflow sent and the approvals people sent,
 // and holds every node step to an approval that named its ask.
 type approvalModel struct {
-	mu sync.Mutex
+	mu      sync.Mutex
+	history historyModel
 	// asks are the approval requests of the sequence, oldest first; named the asks an approval
 	// named, with when it was sent.
 	asks  []notify.ApprovalRequest
@@ -128,6 +129,7 @@ func (m *approvalModel) register(w sdkworker.Worker, p policy.Policy) {
 	reg("EndNodeStep", func(context.Context, remediation.NodeInput) error { return nil })
 	reg("RecordRetirement", func(context.Context, remediation.RetireInput) (string, error) { return "", nil })
 	reg("RevokePermits", func(context.Context, remediation.RevokeInput) ([]breaker.LeaseReport, error) { return nil, nil })
+	m.history.register(reg)
 	for _, name := range []string{"Alert", "NoteAlert", "ReportNodeFailure"} {
 		reg(name, func(context.Context, any) error { return nil })
 	}

@@ -39,6 +39,7 @@ type replayModel struct {
 	// local activity that panics (the SDK then calls the workflow's own nil method value), means
 	// the model misses what the workflow now does.
 	answers map[string]bool
+	history historyModel
 }
 
 func (m *replayModel) register(w sdkworker.Worker) {
@@ -101,6 +102,7 @@ func (m *replayModel) register(w sdkworker.Worker) {
 		reg(name, func(context.Context, any) error { return nil })
 	}
 	reg("FindWorkloads", func(context.Context, any) ([]api.Workload, error) { return nil, nil })
+	m.history.register(reg)
 }
 
 // TestSimulatedRunsReplayAfterRestart runs generated sequences of observations, operator commands

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"github.com/devicewarden/devicewarden/activities/devicehistory"
 	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
@@ -15,4 +16,5 @@ var (
 	mig *migration.Activities
 	rol *rollouts.Activities
 	hyg *hygiene.Activities
+	his *devicehistory.Activities
 )

@@ -47,10 +47,15 @@ import "go.temporal.io/sdk/workflow"
 //     step's approval asked again for the same try carries an ID of its own (FreshAsks); an
 //     observation sent before its watcher read Prometheus keeps the words that stand
 //     (KeepsStanding).
+//   - 17: a device's history outlives its run (decision 0008, decide.Rules.History): its
+//     closed quarantines and application faults are read from its node's record before the
+//     run's first decision on a fault and written back before it ends; an Unhealthy report of
+//     one-time words the device took before (a new leader re-sends what its predecessor
+//     delivered) is no new fault (decide.Rules.TakenWords).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 16
+const deviceChangesNow workflow.Version = 17
 
 type changesKey struct{}
 

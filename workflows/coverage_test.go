@@ -57,7 +57,7 @@ func TestReplayCoversEveryPath(t *testing.T) {
 
 // activityVars are the names workflows reach activities by: each domain's (activities.go) and the
 // older single one.
-var activityVars = map[string]bool{"a": true, "rem": true, "mig": true, "rol": true, "hyg": true}
+var activityVars = map[string]bool{"a": true, "rem": true, "mig": true, "rol": true, "hyg": true, "his": true}
 
 // expectedPaths lists the paths each workflow type has, from its metadata and its source.
 func expectedPaths(t *testing.T) map[string]map[string]bool {

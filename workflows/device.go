@@ -57,6 +57,8 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		RemapsReset:         takes(ctx, 16),
 		FreshAsks:           takes(ctx, 16),
 		KeepsStanding:       takes(ctx, 16),
+		History:             takes(ctx, 17),
+		TakenWords:          takes(ctx, 17),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {
@@ -103,6 +105,11 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		}
 		return false
 	}
+	hist := newDeviceHistory(rules.History, len(in.State) == 0)
+	decideStep := func(ev decide.Event) []decide.Action {
+		hist.before(ctx, st, ev)
+		return decide.Step(st, ev)
+	}
 	var tm deadlineTimer
 	view := decide.Look(st)
 	lastState, lastSummary, lastRepair, lastCause := view.State, "", view.RepairStep, view.Cause
@@ -115,32 +122,32 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		observe := func(c workflow.ReceiveChannel, _ bool) {
 			var o decide.Observation
 			c.Receive(ctx, &o)
-			acts = decide.Step(st, decide.Event{Kind: decide.EventObserved, At: workflow.Now(ctx), Observation: o})
+			acts = decideStep(decide.Event{Kind: decide.EventObserved, At: workflow.Now(ctx), Observation: o})
 		}
 		sel.AddReceive(obsCh, observe)
 		sel.AddReceive(observed, observe)
 		sel.AddReceive(wakeCh, func(c workflow.ReceiveChannel, _ bool) {
 			c.Receive(ctx, nil)
-			acts = decide.Step(st, decide.Event{Kind: decide.EventWoken, At: workflow.Now(ctx)})
+			acts = decideStep(decide.Event{Kind: decide.EventWoken, At: workflow.Now(ctx)})
 		})
 		for i, c := range cmdChs {
 			kind := decide.CommandKind(api.OperatorSignals[i])
 			sel.AddReceive(c, func(c workflow.ReceiveChannel, _ bool) {
-				acts = receiveCommand(ctx, c, kind, st)
+				acts = receiveCommand(ctx, c, kind, st, decideStep)
 			})
 		}
 		sel.AddReceive(updates, func(c workflow.ReceiveChannel, _ bool) {
 			var req *commandRequest
 			c.Receive(ctx, &req)
 			answer = req
-			acts = decide.Step(st, decide.Event{Kind: decide.EventCommanded, At: workflow.Now(ctx), Command: req.cmd,
+			acts = decideStep(decide.Event{Kind: decide.EventCommanded, At: workflow.Now(ctx), Command: req.cmd,
 				AcceptedIn: req.from, CheckRetired: req.checkRetired})
 		})
 		if tm.future != nil {
 			sel.AddFuture(tm.future, func(f workflow.Future) {
 				tm.fired()
 				if f.Get(ctx, nil) == nil { // a cancelled timer is not a deadline
-					acts = decide.Step(st, decide.Event{Kind: decide.EventTick, At: workflow.Now(ctx)})
+					acts = decideStep(decide.Event{Kind: decide.EventTick, At: workflow.Now(ctx)})
 				}
 			})
 		}
@@ -215,6 +222,14 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		}
 		if view.Idle || historyFull(ctx) {
 			if err := handlersDone(ctx); err != nil {
+				return err
+			}
+			if pending() {
+				continue
+			}
+			// The history outlives the run (decision 0008); a signal that came during the write
+			// is decided first, and the history written again after it.
+			if err := hist.record(ctx, st); err != nil {
 				return err
 			}
 			if pending() {
@@ -337,7 +352,7 @@ func registerObserve(ctx workflow.Context) (workflow.ReceiveChannel, error) {
 
 // receiveCommand takes an operator signal. It decodes the payload itself, so one that does not
 // decode (or that the device's state refuses) is recorded and dropped instead of wedging the loop.
-func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide.CommandKind, st *decide.DeviceState) []decide.Action {
+func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide.CommandKind, st *decide.DeviceState, decideStep func(decide.Event) []decide.Action) []decide.Action {
 	var raw json.RawMessage
 	c.Receive(ctx, &raw)
 	ev := decide.Event{Kind: decide.EventSignalled, At: workflow.Now(ctx)}
@@ -351,7 +366,7 @@ func receiveCommand(ctx workflow.Context, c workflow.ReceiveChannel, kind decide
 	}
 	ev.Command.Kind = kind
 	dropped := st.Dropped
-	acts := decide.Step(st, ev)
+	acts := decideStep(ev)
 	if st.Dropped != dropped {
 		workflow.GetLogger(ctx).Warn("operator signal dropped", "signal", kind, "why", st.LastDropped)
 	}

@@ -91,6 +91,8 @@ type harness struct {
 	// nodeReportedAt is the test clock when one succeeded.
 	nodeReportFailures int
 	nodeReportedAt     time.Time
+	// history is the device history records the run reads and writes.
+	history *historyStore
 }
 
 // failed answers for an activity type the test made fail.
@@ -106,7 +108,7 @@ func (h *harness) seen(ctx context.Context, name string) { h.info[name] = activi
 func newHarness(denyFirst int) *harness {
 	var s testsuite.WorkflowTestSuite
 	h := &harness{env: s.NewTestWorkflowEnvironment(), denyFirst: denyFirst, info: map[string]activity.Info{}, fail: map[string]string{}}
-	registerActivities(h.env)
+	h.history = registerActivities(h.env)
 	h.env.OnActivity("Quarantine", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in remediation.QuarantineInput) (remediation.QuarantineResult, error) {
 			h.mu.Lock()

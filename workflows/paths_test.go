@@ -35,7 +35,7 @@ func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 		}
 	}, 30*time.Second)
 	h.run(t, time.Minute)
-	if (rules != decide.Rules{ReleasePath: true, StaleGraceOn: true, BreakerWake: true, FailedProbeHolds: true, SilentNoEvidence: true, Repair: true, StepAlerts: true, LadderTrust: true, StepReports: true, DetectorsNotHolders: true, Causes: true, SourceProof: true, ResetWake: true, CarriedDefaults: true, SourceVerdict: true, RemapsReset: true, FreshAsks: true, KeepsStanding: true}) {
+	if (rules != decide.Rules{ReleasePath: true, StaleGraceOn: true, BreakerWake: true, FailedProbeHolds: true, SilentNoEvidence: true, Repair: true, StepAlerts: true, LadderTrust: true, StepReports: true, DetectorsNotHolders: true, Causes: true, SourceProof: true, ResetWake: true, CarriedDefaults: true, SourceVerdict: true, RemapsReset: true, FreshAsks: true, KeepsStanding: true, History: true, TakenWords: true}) {
 		t.Fatalf("a new device run follows %+v, not every rule", rules)
 	}
 	var s testsuite.WorkflowTestSuite

@@ -3,7 +3,9 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,8 +27,11 @@ type causeModel struct {
 	causes policy.Causes
 	// sent are the causes of the Unhealthy observations sent, with when.
 	sent []sentCause
-	// told counts the application faults the tenants were told of.
-	told int
+	// told counts the application faults the tenants were told of; toldAt are when, since the
+	// last permit or fence for a fault (a pile of them fences the device and starts the count
+	// anew; a device's own fault may not, so the count here is at most the workflow's).
+	told   int
+	toldAt []time.Time
 	// nodeVerdict: a source said a node step is needed (a standing recovery action, or an
 	// Unhealthy report whose cause starts at the node), which may move a ladder to its node step.
 	nodeVerdict bool
@@ -135,6 +140,37 @@ func (cm *causeModel) activities(env *testsuite.TestWorkflowEnvironment, m *devi
 		defer m.mu.Unlock()
 		cm.told++
 		m.note("NoteAppFault: %s", in.Reason)
+		cm.counted(m, in.Reason, env.Now())
 		return nil
 	}).Maybe()
 }
+
+// appCount reads the count an application fault's reason gives: "(3 of 5 within 1h0m0s fence it)".
+var appCount = regexp.MustCompile(`\((\d+) of \d+ within \S+ fence it\)`)
+
+// counted holds the workflow's count of application faults to those it told of before, in this
+// run or an earlier one: a run that ended idle leaves its faults to the next (its history), and
+// a count that starts again from one lets a bad GPU hide behind application errors. Faults near
+// the window's edge are left out of what the workflow must count.
+func (cm *causeModel) counted(m *deviceModel, reason string, now time.Time) {
+	defer func() { cm.toldAt = append(cm.toldAt, now) }()
+	got := appCount.FindStringSubmatch(reason)
+	if got == nil {
+		m.violate("an application fault's reason gives no count: %q", reason)
+		return
+	}
+	n, _ := strconv.Atoi(got[1])
+	window := cm.causes.AppFaultLimit().Window.D()
+	want := 1
+	for _, at := range cm.toldAt {
+		if at.After(now.Add(-window + time.Minute)) {
+			want++
+		}
+	}
+	if n < want {
+		m.violate("an application fault counted as %d within %s, but %d were told of within it before: earlier faults forgotten", n, window, want-1)
+	}
+}
+
+// fenced starts the count anew: the permit or fence may be a pile of application faults'.
+func (cm *causeModel) fenced() { cm.toldAt = nil }

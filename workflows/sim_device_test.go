@@ -74,6 +74,7 @@ type deviceModel struct {
 	sourcesFaultAt, sourcesClearAt time.Time
 	// standing: the last observation that read the detectors said a level stands.
 	standing             bool
+	standingSeq          decide.Seq // the newest report's order whose word on what stands is taken
 	resets, resetPermits int
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
 	// decision.
@@ -91,6 +92,8 @@ type deviceModel struct {
 	// The ladder's rare paths (sim_ladder_test.go).
 	ladder ladderModel
 	causes causeModel
+	// history is the device's history records: a run that ends idle leaves them to the next.
+	history *historyStore
 	// aimed draws sequences aimed at the node step's approvals (TestSimulateDeviceApprovals):
 	// every quarantine climbs to an approved node step, and people answer its asks, old and new.
 	aimed bool
@@ -124,6 +127,10 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt
 	if m.retired {
 		m.violate("a repair step ran on a retired device")
 	}
+	if m.ladder.lemonDue {
+		m.violate("a %s step ran in the device's quarantine number %d for a fault, at retireAfter %d: a lemon repaired, not retired",
+			action, m.ladder.faults, m.ladder.retireAfter)
+	}
 	m.ladder.ran(action)
 	if !ok {
 		return decide.StepResult{Reason: string(action) + " did not clear the fault"}
@@ -154,12 +161,15 @@ func (m *deviceModel) checkPasses() bool {
 }
 
 func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
-	registerActivities(env)
+	registerActivitiesWith(env, m.history)
 	acquire := func(ctx context.Context, in remediation.PermitInput) (breaker.PermitResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.acting(env, activity.GetInfo(ctx).Attempt)
 		m.note("AcquirePermit %s open=%v", in.Action, m.breakerOpen)
+		if in.Action == decide.Quarantined {
+			m.causes.fenced()
+		}
 		if m.breakerOpen {
 			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
@@ -206,6 +216,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		// same rule made again (a retried or re-run activity) does not.
 		if m.rule == nil || m.rule.Decision != in.Decision {
 			m.ladder.fence(in.Decision)
+		}
+		if in.Decision == string(decide.Quarantined) {
+			m.causes.fenced()
 		}
 		// A fence put back (a retired device's rule deleted by hand: no Decision) is no new one.
 		if in.Actor != simActor && in.Decision != "" && (m.rule == nil || m.rule.Decision != in.Decision) {
@@ -498,8 +511,10 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.held = !idle
 				told := func() {
 					m.reported = true
-					if !o.StandingUnread { // unread, what stood still stands
-						m.standing = len(o.Standing) > 0
+					// Unread, what stood still stands; and an older report taken late (an update
+					// the workflow took after a newer signal) is no word on what stands now.
+					if !o.StandingUnread && !o.Seq.Before(m.standingSeq) {
+						m.standing, m.standingSeq = len(o.Standing) > 0, *o.Seq
 					}
 					if h == device.Unhealthy || m.standing {
 						m.sourcesFaultAt = env.Now()
@@ -621,7 +636,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.mu.Lock()
 				m.rule, m.unhealthySeen, m.held = nil, true, true
 				m.heldAt, m.reported = env.Now(), true
-				m.standing = false // a read observation that says nothing stands
+				m.standing, m.standingSeq = false, *o.Seq // a read observation that says nothing stands
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
 			}
@@ -661,7 +676,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.unhealthySeen, m.held = true, false
 				m.idleAt, m.reported = env.Now(), true
 				m.approvedAt = env.Now()
-				m.standing = false // a read observation that says nothing stands
+				m.standing, m.standingSeq = false, *o.Seq // a read observation that says nothing stands
 				cmd := decide.Command{Kind: kind, Actor: simActor, Review: m.ladder.approving(older, env.Now())}
 				m.mu.Unlock()
 				m.signal(env, api.SignalObservation, o)
@@ -726,7 +741,7 @@ func approvalsProperty(rt *rapid.T) { runDevice(rt, nil, true) }
 // runDevice runs one generated sequence; with a unit, the workflow is that unit's (sim_unit_test.go).
 func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
 	{
-		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed}
+		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed, history: newHistoryStore()}
 		steps := deviceSteps(rt, m)
 		id := gpu0
 		if unit != nil {

@@ -48,8 +48,12 @@ type ladderModel struct {
 	nodeFails int
 	outright  bool
 	// retireAfter is the policy's; faults counts the fences the workflow made for a fault (a new
-	// Quarantined rule), restrictions those for Unknown (a new Restricted rule).
+	// Quarantined rule), restrictions those for Unknown (a new Restricted rule), across the
+	// device's runs: one that ends idle leaves its history to the next.
 	retireAfter, faults int
+	// lemonDue: the newest fence for a fault made retireAfter, so its quarantine retires the
+	// device before any try (all the sequence's fences fall within retireAfter's 30 days).
+	lemonDue bool
 }
 
 // simAsk is one approval request: its ID, whether it asks about a step, and its quarantine.
@@ -168,6 +172,7 @@ func (l *ladderModel) stepRuns(m *deviceModel) {
 func (l *ladderModel) fence(decision string) {
 	if decision == string(decide.Quarantined) {
 		l.faults++
+		l.lemonDue = l.retireAfter > 0 && len(l.kinds) > 0 && l.faults >= l.retireAfter
 	}
 }
 

@@ -48,8 +48,13 @@ func (g causing) fault(a Action, now time.Time) (taint Action, spared []Action, 
 	repeat := st.repeat
 	st.repeat = false // it speaks of the observation being decided, never of a later decision
 	if ch.First == policy.FirstNone {
-		if repeat {
-			return a, nil, true // the fault already counted stands: nothing new
+		if repeat || (st.rules.History && st.StatusVersion != "" && st.StatusVersion == st.LastAppFault) {
+			// The fault already counted stands, or its report came again (a new leader's
+			// relist, a new run after the last ended): nothing new.
+			return a, nil, true
+		}
+		if st.rules.History {
+			st.LastAppFault = st.StatusVersion
 		}
 		t := st.Policy.Causes.AppFaultLimit()
 		kept := st.AppFaults[:0]

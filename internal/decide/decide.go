@@ -67,6 +67,12 @@ func (st *DeviceState) observe(obs Observation, now time.Time) []Action {
 		}
 		return nil
 	}
+	if st.rules.TakenWords && wordsTaken(st, obs) {
+		// A new leader re-sends a detector's word its predecessor delivered: no new fault.
+		st.Ignored++
+		return nil
+	}
+	takeWords(st, obs.Words)
 	causeOf(st).observed(obs)
 	st.Health, st.Message, st.StatusVersion, st.ObservedAt, st.Reporters = obs.Health, obs.Message, obs.StatusVersion, obs.ObservedAt, obs.Reporters
 	if obs.Seq != nil {

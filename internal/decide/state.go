@@ -79,6 +79,14 @@ type Rules struct {
 	// keeps the words that stand; before, it said nothing stood, and a review in its source wait
 	// released the device.
 	KeepsStanding bool `json:"keepsStanding,omitempty"`
+	// History: the device's closed quarantines and application faults outlive its run (decision
+	// 0008): a new run recalls them before its first decision on a fault, and the same report
+	// sent again is not a second application fault (DeviceState.LastAppFault).
+	History bool `json:"history,omitempty"`
+	// TakenWords: an Unhealthy observation that says nothing but one-time words the device took
+	// before (Observation.Words: a new leader re-sends what its predecessor delivered) is ignored;
+	// before, it was a new fault and failed the review in progress.
+	TakenWords bool `json:"takenWords,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -171,6 +179,11 @@ type DeviceState struct {
 	// and stayed in service; AppFaultsTotal counts them all.
 	AppFaults      []time.Time `json:"appFaults,omitempty"`
 	AppFaultsTotal int         `json:"appFaultsTotal,omitempty"`
+	// LastAppFault is the status version of the report whose application fault was counted last
+	// (Rules.History).
+	LastAppFault string `json:"lastAppFault,omitempty"`
+	// Taken are the newest one-time words (Observation.Words) the device took (Rules.TakenWords).
+	Taken []string `json:"taken,omitempty"`
 	// repeat: the observation being decided repeats the standing fault (same cause), whatever
 	// made the Pod's status change.
 	repeat bool

@@ -100,6 +100,11 @@ type Observation struct {
 	// new leader before Prometheus answered), so Standing says nothing of them: the workflow
 	// keeps the words that stand (decide.Rules.KeepsStanding).
 	StandingUnread bool `json:"standingUnread,omitempty"`
+	// Words name the detectors' one-time words the observation carries (a node condition's
+	// transition, a report's generation, a new XID), each a hash of the word: the workflow keeps
+	// those it took, so a word sent again by a new leader, whose predecessor delivered it, is no
+	// new fault (decide.Rules.History).
+	Words []string `json:"words,omitempty"`
 }
 
 // Seq is a watcher-assigned order: a watcher that starts later (a new leader) has a larger Term;

@@ -151,6 +151,9 @@ policies:
           timeout: 1m
           holders: move
           template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: "{{ .Node }}"}}
+  - name: history-test
+    match: {deviceClass: ` + historyClass + `}
+    causes: {applicationFaults: {limit: 3, window: 1h}}
   - name: cause-test
     match: {deviceClass: ` + causeClass + `}
     stabilityWindow: 0s

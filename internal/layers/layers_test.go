@@ -40,7 +40,7 @@ var layers = [][]string{
 	// The workflow contract, and the simulated driver.
 	{"api", "internal/sim"},
 	// Side effects, and the parties that only talk to workflows through the contract.
-	{"activities/hygiene", "activities/migration", "activities/remediation", "activities/rollouts",
+	{"activities/devicehistory", "activities/hygiene", "activities/migration", "activities/remediation", "activities/rollouts",
 		"internal/watcher", "internal/slackapp", "internal/console", "worker/permits"},
 	{"workflows"},
 	{"worker"},

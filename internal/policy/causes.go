@@ -172,6 +172,9 @@ func (c Causes) validate() error {
 	if t := c.ApplicationFaults; t.Limit < 0 || t.Window < 0 {
 		return fmt.Errorf("causes.applicationFaults: want a limit of at least 1 and a positive window, got %d within %s", t.Limit, t.Window.D())
 	}
+	if w := c.ApplicationFaults.Window.D(); w > RelapseWindow {
+		return fmt.Errorf("causes.applicationFaults.window: at most %s (a device's history keeps 30 days), got %s", RelapseWindow, w)
+	}
 	return nil
 }
 

@@ -57,6 +57,7 @@ func TestBadCauses(t *testing.T) {
 		{`rules: [{xids: [13], first: none, thenRetire: true}]`, `thenRetire follows a reset or node step, not "none"`},
 		{`applicationFaults: {limit: -1}`, "causes.applicationFaults: want a limit of at least 1"},
 		{`applicationFaults: {window: -1m}`, "causes.applicationFaults"},
+		{`applicationFaults: {limit: 3, window: 721h}`, "causes.applicationFaults.window: at most 720h0m0s (a device's history keeps 30 days)"},
 		{`rules: [{xids: [seventy-nine], first: node}]`, "cannot unmarshal"},
 		{`colour: red`, "colour"},
 	} {

@@ -212,7 +212,9 @@ func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.N
 		}
 		w.cfg.Metrics.SignalFaults.WithLabelValues(conditionSource, kind).Inc()
 		key := "condition:" + node + "/" + kind + "/" + id.String()
-		w.detectorWord(key, "", id, on, device.Unhealthy, spec, key+"@"+word)
+		// The word is the transition's, not its message's: a new leader sends the word its
+		// predecessor delivered, whatever the detector rewrote since, and the workflow knows it.
+		w.detectorWord(key, "", id, on, device.Unhealthy, spec, key+"@"+at.UTC().Format(time.RFC3339Nano))
 		w.conditions.markSent(node+"/"+kind+"/"+a.Value, at)
 	}
 }

@@ -132,3 +132,46 @@ func TestNodeConditions(t *testing.T) {
 		t.Fatalf("signalled %+v", got)
 	}
 }
+
+// A condition that turned True a minute before a new leader started is sent again (the new
+// leader cannot know what its predecessor delivered), but with the word its predecessor sent,
+// even after the detector rewrote the message: the device's workflow took that word and lets it
+// pass (decide.Rules.TakenWords). A new transition is a new word.
+func TestANewLeaderSendsTheWordItsPredecessorSent(t *testing.T) {
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: drv, NodeName: ptr.To("node-1"), Pool: resourcev1.ResourcePool{Name: "node-1", ResourceSliceCount: 1},
+		Devices: []resourcev1.Device{{Name: "gpu-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+			"uuid": {StringValue: ptr.To("GPU-0a1b2c3d-0000-1111-2222-333344445555")}}}}}}
+	at := metav1.NewTime(time.Now().Add(-time.Minute))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: "XIDErrors", Status: corev1.ConditionTrue, Reason: "Detected", LastTransitionTime: at,
+		Message: "Xid 79 on GPU-0a1b2c3d-0000-1111-2222-333344445555"}}}}
+	kube := fake.NewSimpleClientset(slice, node)
+	lead := func() []string {
+		t.Helper()
+		rec := &recorder{}
+		w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2, WithdrawAfter: time.Hour})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		waitUntil(t, "the condition's fault", func() bool { return len(rec.signals()) > 0 })
+		return rec.signals()[0].Words
+	}
+	first := lead()
+	node.Status.Conditions[0].Message += " (3 times)"
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := lead()
+	if len(first) != 1 || !slices.Equal(first, again) {
+		t.Fatalf("the predecessor sent words %v, the new leader %v", first, again)
+	}
+	node.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at.Add(30 * time.Second))
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if next := lead(); len(next) != 1 || next[0] == first[0] {
+		t.Fatalf("a new transition sent words %v, the first %v", next, first)
+	}
+}

@@ -1,6 +1,9 @@
 package watcher
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
 	"time"
 
 	"github.com/devicewarden/devicewarden/api"
@@ -29,6 +32,21 @@ func carried(e *entry) map[string]string {
 			out[key] = w
 		}
 	}
+	return out
+}
+
+// wordHashes names the one-time words an observation carries (Observation.Words), sorted: a
+// hash of each, so a node condition's long message costs the workflow's state 16 characters.
+func wordHashes(words map[string]string) []string {
+	if len(words) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(words))
+	for _, w := range words {
+		sum := sha256.Sum256([]byte(w))
+		out = append(out, hex.EncodeToString(sum[:8]))
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -465,7 +465,7 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 		return s.stamp(obs), doSignal
 	}
 	obs := aggregate(id, e, now)
-	obs.Unit = unit
+	obs.Unit, obs.Words = unit, wordHashes(carried(e))
 	defer func() {
 		if d == doSignal {
 			e.carrying = carried(e)

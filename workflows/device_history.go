@@ -1,0 +1,94 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/devicewarden/devicewarden/activities/devicehistory"
+	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/device"
+)
+
+// deviceHistory reads and writes the device's history outside its run (decision 0008, version
+// 17): a run reads its node's record before its first event that may count the history (any
+// but a report of Healthy or Unknown), and writes the device's entry before it ends or
+// continues as new, when the entry changed. A device that only blinks Unknown costs nothing.
+type deviceHistory struct {
+	on bool
+	// fresh: the run started without a carried state, so the record holds what it does not.
+	fresh bool
+	// tried: the read before the first decision was made (it may have failed).
+	tried bool
+	// known: written is what the record holds for the device.
+	known   bool
+	written decide.History
+}
+
+func newDeviceHistory(on, fresh bool) *deviceHistory {
+	return &deviceHistory{on: on, fresh: fresh}
+}
+
+// before recalls the history ahead of an event that may count it. The read waits a minute at
+// most: fencing a failed device never waits on the record. If it fails, the device counts from
+// this run's faults until the run ends, when it is read again before the write.
+func (h *deviceHistory) before(ctx workflow.Context, st *decide.DeviceState, ev decide.Event) {
+	if !h.on || !h.fresh || h.tried || quietEvent(ev) {
+		return
+	}
+	h.tried = true
+	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second, ScheduleToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second},
+	})
+	if err := h.read(opts, st); err != nil {
+		workflow.GetLogger(ctx).Warn("device history not read: the device counts from this run's faults", "error", err)
+	}
+}
+
+// quietEvent is a report that counts nothing: Healthy, or Unknown within its tolerance.
+func quietEvent(ev decide.Event) bool {
+	return ev.Kind == decide.EventObserved && (ev.Observation.Health == device.Healthy || ev.Observation.Health == device.Unknown)
+}
+
+func (h *deviceHistory) read(ctx workflow.Context, st *decide.DeviceState) error {
+	var got decide.History
+	in := devicehistory.ReadInput{Node: st.Node, Device: st.Device}
+	if err := workflow.ExecuteActivity(ctx, his.ReadDeviceHistory, in).Get(ctx, &got); err != nil {
+		return err
+	}
+	decide.Recall(st, got)
+	h.written, h.known = got, true
+	return nil
+}
+
+// record writes the device's entry when it changed, before the run ends or continues as new.
+// The write is retried until it is done: the run does not end with its history unwritten. A
+// fresh run that has not read the record reads it first, so a write never drops what an
+// earlier run left.
+func (h *deviceHistory) record(ctx workflow.Context, st *decide.DeviceState) error {
+	if !h.on {
+		return nil
+	}
+	now := workflow.Now(ctx)
+	next := decide.HistoryOf(st, now)
+	if !h.known && next.Empty() {
+		return nil // nothing this run adds, and nothing it knows the record holds
+	}
+	if h.fresh && !h.known {
+		if err := h.read(kubeCallOptions(ctx), st); err != nil {
+			return err
+		}
+		next = decide.HistoryOf(st, now)
+	}
+	if h.known && next.Equal(h.written) {
+		return nil
+	}
+	in := devicehistory.WriteInput{Node: st.Node, Device: st.Device, History: next, Now: now}
+	if err := workflow.ExecuteActivity(kubeCallOptions(ctx), his.WriteDeviceHistory, in).Get(ctx, nil); err != nil {
+		return err
+	}
+	h.written, h.known = next, true
+	return nil
+}
