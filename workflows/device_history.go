@@ -38,13 +38,19 @@ func (h *deviceHistory) before(ctx workflow.Context, st *decide.DeviceState, ev 
 		return
 	}
 	h.tried = true
-	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	// A local activity: the read sits between a fault and its fence, and a round trip through the
+	// server's task queue would double the time to quarantine.
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second, ScheduleToCloseTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second},
 	})
-	if err := h.read(opts, st); err != nil {
+	var got decide.History
+	in := devicehistory.ReadInput{Node: st.Node, Device: st.Device}
+	if err := workflow.ExecuteLocalActivity(lctx, his.ReadDeviceHistory, in).Get(ctx, &got); err != nil {
 		workflow.GetLogger(ctx).Warn("device history not read: the device counts from this run's faults", "error", err)
+		return
 	}
+	h.recall(st, got)
 }
 
 // quietEvent is a report that counts nothing: Healthy, or Unknown within its tolerance.
@@ -58,9 +64,13 @@ func (h *deviceHistory) read(ctx workflow.Context, st *decide.DeviceState) error
 	if err := workflow.ExecuteActivity(ctx, his.ReadDeviceHistory, in).Get(ctx, &got); err != nil {
 		return err
 	}
+	h.recall(st, got)
+	return nil
+}
+
+func (h *deviceHistory) recall(st *decide.DeviceState, got decide.History) {
 	decide.Recall(st, got)
 	h.written, h.known = got, true
-	return nil
 }
 
 // record writes the device's entry when it changed, before the run ends or continues as new.
