@@ -38,18 +38,7 @@ func TestCallersUseOnlyTheDecisionsValues(t *testing.T) {
 	}
 	used := 0
 	for _, c := range append(slices.Clone(callers), "api") {
-		files, err := filepath.Glob(filepath.Join(root, c, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s's files: %v", c, err)
-		}
-		for _, name := range files {
-			if strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for name, f := range sourceFiles(t, filepath.Join(root, c)) {
 			local := map[string]string{} // the file's name for a decision package -> the package
 			for _, imp := range f.Imports {
 				path, _ := strconv.Unquote(imp.Path.Value)
@@ -89,19 +78,8 @@ func TestCallersUseOnlyTheDecisionsValues(t *testing.T) {
 // exportedValues lists a package's exported type and constant names.
 func exportedValues(t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("%s's files: %v", dir, err)
-	}
 	out := map[string]bool{}
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range sourceFiles(t, dir) {
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || (g.Tok != token.TYPE && g.Tok != token.CONST) {
@@ -118,6 +96,27 @@ func exportedValues(t *testing.T, dir string) map[string]bool {
 				}
 			}
 		}
+	}
+	return out
+}
+
+// sourceFiles parses a package's files, less its tests, by file name.
+func sourceFiles(t *testing.T, dir string) map[string]*ast.File {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("%s's files: %v", dir, err)
+	}
+	out := map[string]*ast.File{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = f
 	}
 	return out
 }
