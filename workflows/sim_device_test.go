@@ -97,6 +97,12 @@ type deviceModel struct {
 	// aimed draws sequences aimed at the node step's approvals (TestSimulateDeviceApprovals):
 	// every quarantine climbs to an approved node step, and people answer its asks, old and new.
 	aimed bool
+	// leaders adds detectors' one-time words, and new leaders that send the last one again
+	// (TestSimulateDeviceLeaders); lastWord is the newest word's observation, resent what the
+	// step that sent it again saw before (sim_leaders_test.go).
+	leaders  bool
+	lastWord *decide.Observation
+	resent   *resend
 }
 
 // repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
@@ -447,6 +453,9 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 		id = m.unit.Device()
 		kinds = append(kinds, "reconfigure", "lose-rule")
 	}
+	if m.leaders {
+		kinds = append(kinds, "detector-word", "detector-word", "leader-resend", "leader-resend")
+	}
 	n := rapid.IntRange(1, 40).Draw(rt, "steps")
 	var steps []step
 	tl := &timeline{at: time.Second} // the run has started
@@ -682,6 +691,15 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.signal(env, api.SignalObservation, o)
 				m.update(env, string(kind), s.what, cmd)
 			}
+		case "detector-word":
+			ver++
+			seq++
+			s = m.wordStep(id, i, ver, term, seq, s)
+		case "leader-resend":
+			ver++
+			term++
+			seq++
+			s = m.resendStep(ver, term, seq, s)
 		default:
 			s = m.unitStep(rt, i, s)
 		}
@@ -715,6 +733,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 	}
 	m.ladder.check(m, after, st.State)
 	m.causes.check(m, after, &st)
+	m.checkResent(env, after, &st)
 	m.checkRefusals(m.updates)
 }
 
@@ -728,7 +747,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 func TestSimulateDeviceWorkflow(t *testing.T) { simulate(t, 300, deviceProperty) }
 
 // deviceProperty is one generated sequence through the device workflow, held to its invariants.
-func deviceProperty(rt *rapid.T) { runDevice(rt, nil, false) }
+func deviceProperty(rt *rapid.T) { runDevice(rt, nil, false, false) }
 
 // TestSimulateDeviceApprovals runs sequences aimed at the node step's approvals: every
 // quarantine's ladder ends in a node step a person must approve, resets fail often, and people
@@ -736,12 +755,12 @@ func deviceProperty(rt *rapid.T) { runDevice(rt, nil, false) }
 // device workflow's invariants hold, among them that an approval is applied only to the ask it names.
 func TestSimulateDeviceApprovals(t *testing.T) { simulate(t, 200, approvalsProperty) }
 
-func approvalsProperty(rt *rapid.T) { runDevice(rt, nil, true) }
+func approvalsProperty(rt *rapid.T) { runDevice(rt, nil, true, false) }
 
 // runDevice runs one generated sequence; with a unit, the workflow is that unit's (sim_unit_test.go).
-func runDevice(rt *rapid.T, unit *device.Unit, aimed bool) {
+func runDevice(rt *rapid.T, unit *device.Unit, aimed, leaders bool) {
 	{
-		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed, history: newHistoryStore()}
+		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed, leaders: leaders, history: newHistoryStore()}
 		steps := deviceSteps(rt, m)
 		id := gpu0
 		if unit != nil {
