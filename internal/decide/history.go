@@ -105,12 +105,5 @@ func Recall(st *DeviceState, h History) {
 	if st.LastAppFault == "" {
 		st.LastAppFault = h.LastAppFault
 	}
-	for _, w := range h.Taken {
-		if !slices.Contains(st.Taken, w) {
-			st.Taken = append(st.Taken, w)
-		}
-	}
-	if n := len(st.Taken); n > maxTaken {
-		st.Taken = slices.Clone(st.Taken[n-maxTaken:])
-	}
+	addTaken(st, h.Taken)
 }

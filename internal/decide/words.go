@@ -31,9 +31,13 @@ func wordsTaken(st *DeviceState, obs Observation) bool {
 
 // takeWords keeps the words an observation carried, the newest maxTaken.
 func takeWords(st *DeviceState, words []string) {
-	if !st.rules.TakenWords {
-		return
+	if st.rules.TakenWords {
+		addTaken(st, words)
 	}
+}
+
+// addTaken adds words the device took, once each, keeping the newest maxTaken.
+func addTaken(st *DeviceState, words []string) {
 	for _, w := range words {
 		if !slices.Contains(st.Taken, w) {
 			st.Taken = append(st.Taken, w)

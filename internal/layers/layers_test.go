@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -169,23 +167,7 @@ func TestTheContractHoldsNoRuntime(t *testing.T) {
 				t.Errorf("api imports %s: the contract holds no lock", i)
 			}
 		}
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "api")
-		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil || len(names) == 0 {
-			t.Fatalf("api's files: %v", err)
-		}
-		for _, name := range names {
-			if strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, f := range sourceFiles(t, filepath.Join(moduleRoot(t), "api")) {
 			ast.Inspect(f, func(n ast.Node) bool {
 				if _, ok := n.(*ast.GoStmt); ok {
 					t.Errorf("api starts a goroutine: the contract runs nothing")
