@@ -19,4 +19,8 @@ type DeviceInput struct {
 	Unit *device.Unit `json:"unit,omitempty"`
 	// State is the workflow's own state, carried across continue-as-new; only the workflow reads it.
 	State json.RawMessage `json:"state,omitempty"`
+	// HistoryUnread says that State does not hold the device's history record (decision 0008):
+	// the run that carried it started without a state and never read the record, so the next
+	// reads it before its first event that may count it, as a run started afresh does.
+	HistoryUnread bool `json:"historyUnread,omitempty"`
 }

@@ -105,7 +105,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		}
 		return false
 	}
-	hist := newDeviceHistory(rules.History, len(in.State) == 0)
+	hist := newDeviceHistory(rules.History, len(in.State) == 0 || in.HistoryUnread)
 	decideStep := func(ev decide.Event) []decide.Action {
 		hist.before(ctx, st, ev)
 		return decide.Step(st, ev)
@@ -240,6 +240,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 				return nil
 			}
 			next := in
+			next.HistoryUnread = hist.unread()
 			// Encoding the state is deterministic; workflowcheck flags the reflection encoding/json uses.
 			next.State, err = json.Marshal(st) //workflowcheck:ignore
 			if err != nil {

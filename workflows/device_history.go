@@ -17,7 +17,8 @@ import (
 // continues as new, when the entry changed. A device that only blinks Unknown costs nothing.
 type deviceHistory struct {
 	on bool
-	// fresh: the run started without a carried state, so the record holds what it does not.
+	// fresh: the run started without a carried state, or with one whose run never read the
+	// record (api.DeviceInput.HistoryUnread), so the record holds what it does not.
 	fresh bool
 	// tried: the read before the first decision was made (it may have failed).
 	tried bool
@@ -57,6 +58,10 @@ func (h *deviceHistory) before(ctx workflow.Context, st *decide.DeviceState, ev 
 func quietEvent(ev decide.Event) bool {
 	return ev.Kind == decide.EventObserved && (ev.Observation.Health == device.Healthy || ev.Observation.Health == device.Unknown)
 }
+
+// unread says that the run's state does not hold the record: the run started without one (or
+// from a run that had not read it) and has not read it since.
+func (h *deviceHistory) unread() bool { return h.on && h.fresh && !h.known }
 
 func (h *deviceHistory) read(ctx workflow.Context, st *decide.DeviceState) error {
 	var got decide.History

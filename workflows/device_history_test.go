@@ -2,12 +2,15 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
@@ -144,5 +147,66 @@ func TestAnUnreadRecordIsReadBeforeItIsWritten(t *testing.T) {
 	}
 	if got := records.entry("node-1", gpu0.String()); len(got.AppFaults) != 2 || got.AppFaultsTotal != 2 {
 		t.Fatalf("the record after a run that could not read it first: %+v", got)
+	}
+}
+
+// A run that starts afresh and continues as new before any event made it read the record (a
+// held device whose Pods report Healthy for hours) says so to the next run, which reads the
+// record before its first fault: the lemon is retired at its second quarantine. Before, the
+// next run took its carried state for one that held the history, and the closed quarantine of
+// an earlier run was never counted (found by TestSimulateUnitWorkflow after 19,132 sequences).
+func TestAHistoryUnreadBeforeContinueAsNewIsReadByTheNextRun(t *testing.T) {
+	records := newHistoryStore()
+	p := laddered()
+	p.Repair.RetireAfter = 2
+	t0 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	fail := decide.Observation{Health: device.Unhealthy, StatusVersion: "10", Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p"}}}
+	if h, _ := historyRun(t, records, t0, p, fail, nil); len(h.released) != 1 {
+		t.Fatalf("first fault: released %+v", h.released)
+	}
+
+	// A day later: a Pod holds the device and reports Healthy; the run continues as new before
+	// anything made it read the record.
+	h := newHarness(0)
+	h.history.entries = records.entries
+	h.env.SetStartTime(t0.Add(24 * time.Hour))
+	held := decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "20", Reporters: []decide.Reporter{{Namespace: "ns", Pod: "q"}}}
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalObservation, held) }, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SetContinueAsNewSuggested(true)
+		held.StatusVersion = "21"
+		h.env.SignalWorkflow(api.SignalObservation, held)
+	}, 2*time.Minute)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+	var can *workflow.ContinueAsNewError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("want continue-as-new, got %v", err)
+	}
+	var carried api.DeviceInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &carried); err != nil {
+		t.Fatal(err)
+	}
+	if !carried.HistoryUnread || h.history.reads != 0 {
+		t.Fatalf("the run read the record %d times and carries historyUnread %v", h.history.reads, carried.HistoryUnread)
+	}
+
+	// The next run: the Pod's job crashes on the device.
+	h = newHarness(0)
+	h.history.entries = records.entries
+	retired := recordRetirements(h)
+	h.env.SetStartTime(t0.Add(25 * time.Hour))
+	fail.Device, fail.Node, fail.StatusVersion, fail.Reporters = gpu0, "node-1", "22", held.Reporters
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalObservation, fail) }, time.Second)
+	var got decide.DeviceState
+	h.env.RegisterDelayedCallback(func() {
+		if v, err := h.env.QueryWorkflow(api.QueryState); err == nil {
+			_ = v.Get(&got)
+		}
+		h.env.CancelWorkflow()
+	}, time.Hour)
+	h.env.ExecuteWorkflow(DeviceWorkflow, carried)
+	if got.State != decide.Retired || len(*retired) != 1 || len(h.ran) != 0 {
+		t.Fatalf("the second fault, in the run after the one that did not read the record: state %s, evidence %d, checks %v; transitions %+v",
+			got.State, len(*retired), checkKinds(h.ran), got.Transitions)
 	}
 }
