@@ -76,6 +76,10 @@ type deviceModel struct {
 	standing             bool
 	standingSeq          decide.Seq // the newest report's order whose word on what stands is taken
 	resets, resetPermits int
+	// resetTimeout is the reset step's check timeout; resetUntil when the newest reset permit
+	// lapses unreleased (the breaker's default hold when the workflow asked for none).
+	resetTimeout time.Duration
+	resetUntil   time.Time
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
 	// decision.
 	followOnAt time.Time
@@ -180,6 +184,13 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 			return breaker.PermitResult{Reason: "circuit breaker open: simulated"}, nil
 		}
 		if breaker.OwnBudget(in.Action) {
+			if in.Action == breaker.Reset {
+				hold := in.Hold
+				if hold <= 0 {
+					hold = breaker.DefaultResetHold
+				}
+				m.resetUntil = env.Now().Add(hold)
+			}
 			m.resetPermits++
 			m.lastPermit = in.Action
 			m.ladder.permit(in.Action)
@@ -298,6 +309,12 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		ok := m.checkPasses()
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
+			// A reset may run its whole timeout: its permit holds its place in the budget
+			// (and counts its failure) until then.
+			if end := env.Now().Add(m.resetTimeout); end.After(m.resetUntil) {
+				m.violate("a reset that may run %s until %s holds its permit only until %s: another reset starts beside it past the budget, and its failure is not counted",
+					m.resetTimeout, end.Format("15:04:05"), m.resetUntil.Format("15:04:05"))
+			}
 			// Aimed at approvals, every reset fails: each quarantine climbs to its node step's ask.
 			return m.repairStep(env, activity.GetInfo(ctx).Attempt, breaker.Reset, ok && !m.aimed), nil
 		}
@@ -776,9 +793,15 @@ func runDevice(rt *rapid.T, unit *device.Unit, aimed, leaders bool) {
 		m.causes.causes = p.Causes
 		if aimed || rapid.Bool().Draw(rt, "ladder") {
 			m.ladder.retireAfter = rapid.SampledFrom([]int{0, 2}).Draw(rt, "retireAfter")
+			m.resetTimeout = time.Minute
+			if aimed {
+				// Resets longer than the breaker's default hold (15 minutes) in the aimed runs,
+				// whose draws no recorded sequence replays.
+				m.resetTimeout = rapid.SampledFrom([]time.Duration{time.Minute, 40 * time.Minute}).Draw(rt, "resetTimeout")
+			}
 			p.Repair = policy.Repair{RetireAfter: m.ladder.retireAfter,
 				Steps: []policy.RepairStep{{Kind: policy.RepairReset, Attempts: rapid.IntRange(1, 2).Draw(rt, "attempts"),
-					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(time.Minute)}}}}
+					Check: policy.Check{Image: "reset", Command: []string{"reset"}, Timeout: policy.JSONDuration(m.resetTimeout)}}}}
 			if aimed || rapid.Bool().Draw(rt, "nodeStep") {
 				m.stepApproval = aimed || rapid.Bool().Draw(rt, "stepApproval")
 				holders := policy.HoldersWait
