@@ -120,3 +120,24 @@ func TestLongNodeNamesMakeValidRecordNames(t *testing.T) {
 		t.Fatalf("short name %q", kubeobj.HistoryName("node-1"))
 	}
 }
+
+// A write that changes nothing (a retried activity, a run that wrote what it read) updates
+// nothing: the apiserver is asked nothing but the read.
+func TestAWriteThatChangesNothingUpdatesNothing(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientset()
+	a := &Activities{Kube: kube, OwnNamespace: "dw"}
+	w := WriteInput{Node: "node-1", Device: gpu0, History: decide.History{AppFaults: []time.Time{now.Add(-time.Minute)}, AppFaultsTotal: 1}, Now: now}
+	if err := a.WriteDeviceHistory(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	kube.ClearActions()
+	if err := a.WriteDeviceHistory(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	for _, act := range kube.Actions() {
+		if act.GetVerb() != "get" {
+			t.Fatalf("the same entry written again: %s %s", act.GetVerb(), act.GetResource().Resource)
+		}
+	}
+}
