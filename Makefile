@@ -15,6 +15,10 @@ export CGO_ENABLED := 0
 # Unit tests run with the race detector over the lean build's graph (build tag lean), so the Temporal
 # server is never compiled for the race detector; the packages that differ in the full build run again
 # without it. The e2e package is behind the e2e build tag and runs separately against the real stack.
+# Test binaries link without DWARF (-w): a failure's stack, a panic and the race detector's
+# reports read the symbol table, which stays; the link of a race-built test binary takes a third
+# of the time (BENCHMARKS.md).
+TEST_FLAGS = -count=1 -ldflags=-w
 FULL_PKGS = ./internal/temporalserver/ ./internal/app/ ./internal/cli/ ./internal/buildinfo/
 RACE_PKGS = $$($(GO) list ./... | grep -v /internal/temporalserver)
 # Checkers built from the Go module proxy into the cache, like the control plane.
@@ -54,11 +58,11 @@ test: test-unit test-e2e ## All tests
 # (internal/temporalserver/temporaltest), so no test binary links the server.
 test-unit: build ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
 	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
-	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -race -tags lean -count=1 $(RACE_PKGS)
+	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -race -tags lean $(TEST_FLAGS) $(RACE_PKGS)
 	@echo "==> the month-long workflow runs (30 simulated days each), without the race detector"
-	$(GO) test -count=1 -run 'AMonth' ./workflows/
+	$(GO) test $(TEST_FLAGS) -run 'AMonth' ./workflows/
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
-	$(GO) test -count=1 $(FULL_PKGS)
+	$(GO) test $(TEST_FLAGS) $(FULL_PKGS)
 
 # One cluster build for the control plane and Prometheus, so Prometheus compiles beside the rest.
 tools: build helm chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
@@ -70,9 +74,9 @@ tools: build helm chromium ## What the e2e tests run besides the binary: the con
 E2E_PARALLEL ?= 4
 test-e2e: tools ## Integration tests on a real local cluster and the embedded Temporal server
 	@echo "==> the activities on a real local cluster"
-	$(GO) test -tags e2e -count=1 -timeout 5m -v ./activities/e2e/
+	$(GO) test -tags e2e $(TEST_FLAGS) -timeout 5m -v ./activities/e2e/
 	@echo "==> integration tests on the real local stack (screenshots of the fleet page in .artefacts/)"
-	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e -count=1 -timeout 30m -parallel $(E2E_PARALLEL) -v ./internal/e2e/
+	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e $(TEST_FLAGS) -timeout 30m -parallel $(E2E_PARALLEL) -v ./internal/e2e/
 
 chromium: ## Debian's Chromium, for the fleet page's browser test (installed when root; the test says why it skips otherwise)
 	@command -v chromium >/dev/null || { \
@@ -138,7 +142,7 @@ image: build-lean ## The OCI image (the lean static binary on scratch, non-root)
 	@rm -rf bin/image-context
 
 image-check: image ## Build the image and inspect the archive: user, entrypoint, the binary's version
-	DEVICEWARDEN_IMAGE=$(CURDIR)/$(IMAGE) DEVICEWARDEN_VERSION=$(VERSION) $(GO) test -tags image -count=1 ./internal/imagecheck/
+	DEVICEWARDEN_IMAGE=$(CURDIR)/$(IMAGE) DEVICEWARDEN_VERSION=$(VERSION) $(GO) test -tags image $(TEST_FLAGS) ./internal/imagecheck/
 
 chart: helm ## helm lint and helm template of the chart (the e2e tests apply it to the real apiserver)
 	$(HELM) lint --strict $(CHART) --set temporal.address=temporal-frontend.temporal:7233
@@ -169,7 +173,7 @@ SIM_WORKFLOWS = DeviceWorkflow DeviceApprovals UnitWorkflow BreakerWorkflow Migr
 # breaker with three workers' permit caches; a unit's and its forms' workflows over one set of rules;
 # node steps beside earlier tries' objects and another node's step; resets retried on API errors;
 # on a real server, an approval and a report that reach a device workflow in one workflow task.
-SIM_SEAMS = worker/permits:Permits worker:ApprovalsOnAServer activities/remediation:RuleOwners activities/remediation:NodeSteps activities/remediation:ResetRetries
+SIM_SEAMS = worker/permits:Permits worker:ApprovalsOnAServer activities/remediation:RuleOwners activities/remediation:NodeSteps activities/remediation:ResetRetries internal/promsignal:Tracker
 # A process runs at most SIM_CHUNK sequences: the SDK's test environment keeps an activity that
 # waits to retry when its run ends (a goroutine and the environment), so memory grows with the
 # sequences a process runs (about 330 KB each for the migration).

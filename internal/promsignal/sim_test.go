@@ -33,7 +33,7 @@ type simSeries struct{ gpu, code string }
 //   - a level stands exactly while its own series is in the answers (one watch passing leaves
 //     another failing watch standing), and a partial answer withdraws nothing.
 //
-// make simulate runs it longer (SIM_WORKFLOWS=Tracker).
+// make simulate runs it longer (SIM_SEAMS).
 func TestSimulateTracker(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) { newTrackerSim().run(rt) })
 }
