@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -313,5 +314,47 @@ func TestStatusWritesCoalesce(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "a=Delivered b=Refused" {
 		t.Fatalf("written %v", got)
+	}
+}
+
+// Between a fault's withdrawal and its Delivered status (written asynchronously, and here refused
+// by the apiserver all along), a relist by a new leader sends the same generation again: it
+// carries the same one-time word, which the device's workflow ignores once it took it (rule
+// TakenWords, internal/decide TestAWordSentAgainByANewLeaderFailsNoReview).
+func TestARelistBeforeTheDeliveredWriteSendsTheSameWord(t *testing.T) {
+	slice := uuidSlice()
+	kube := fake.NewSimpleClientset(slice)
+	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{GroupVersion: healthreport.Group + "/" + healthreport.Version,
+		APIResources: []metav1.APIResource{{Name: healthreport.Resource, Kind: healthreport.Kind}}}}
+	report := healthReport("nvsentinel-1", byUUID("GPU-bbbb", "Unhealthy", "nvsentinel"))
+	report.SetGeneration(4)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{reportGVR: healthreport.Kind + "List"}, report)
+	var refused atomic.Int32
+	dyn.PrependReactor("patch", healthreport.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		refused.Add(1)
+		return true, nil, apierrors.NewServiceUnavailable("etcd leader changed")
+	})
+	lead := func() []string {
+		t.Helper()
+		rec := &recorder{}
+		w := New(Config{Kube: kube, Signaler: rec, Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 2,
+			Reports: dyn.Resource(reportGVR), ReportsRecheck: 20 * time.Millisecond, WithdrawAfter: 10 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		waitUntil(t, "the fault sent and withdrawn", func() bool { return len(rec.signals()) == 2 && refused.Load() > 0 })
+		return rec.signals()[0].Words
+	}
+	first := lead()
+	if st := reportStatus(t, dyn, "nvsentinel-1"); st.Outcome == healthreport.Delivered {
+		t.Fatalf("the status was written (%+v): the window this test holds open closed", st)
+	}
+	again := lead()
+	if len(first) != 1 || !slices.Equal(first, again) {
+		t.Fatalf("the leader sent words %v, the relist after it %v", first, again)
 	}
 }
