@@ -105,10 +105,17 @@ func NamedGPUs(msg string, sig policy.Signals) []healthreport.Attribute {
 	return out
 }
 
-func (w *Watcher) conditionSource(ctx context.Context) *source {
-	nodes := w.cfg.Kube.CoreV1().Nodes()
+// conditionReader is the node conditions' source: it watches the nodes and sends each GPU's
+// fault once, on the watcher's devices and queue.
+type conditionReader struct {
+	w     *Watcher
+	index conditionIndex
+}
+
+func (r *conditionReader) source(ctx context.Context) *source {
+	nodes := r.w.cfg.Kube.CoreV1().Nodes()
 	return &source{
-		name: "node conditions", logger: w.cfg.Logger,
+		name: "node conditions", logger: r.w.cfg.Logger,
 		list:  pages(nodes.List),
 		watch: nodes.Watch,
 		// A relist takes every node in again: words already taken are no news, and a node deleted
@@ -117,30 +124,31 @@ func (w *Watcher) conditionSource(ctx context.Context) *source {
 		relistEnd:   func() {},
 		upsert: func(o runtime.Object, action string) {
 			if n, ok := o.(*corev1.Node); ok {
-				w.onNodeConditions(ctx, n)
+				r.onNode(ctx, n)
 			}
 		},
 		remove: func(o runtime.Object) {
 			if n, ok := o.(*corev1.Node); ok {
-				w.conditions.forgetNode(n.Name)
+				r.index.forgetNode(n.Name)
 			}
 		},
 	}
 }
 
-// runConditions watches the nodes' conditions the policy lists, until ctx ends.
-func (w *Watcher) runConditions(ctx context.Context) {
-	if len(w.cfg.Policies.Signals().NodeConditions) == 0 {
+// run watches the nodes' conditions the policy lists, until ctx ends.
+func (r *conditionReader) run(ctx context.Context) {
+	if len(r.w.cfg.Policies.Signals().NodeConditions) == 0 {
 		return
 	}
-	w.conditions.mu.Lock()
-	w.conditions.words, w.conditions.since = map[string]string{}, w.cfg.Clock()
-	w.conditions.mu.Unlock()
-	w.conditionSource(ctx).run(ctx, make(chan struct{}))
+	r.index.mu.Lock()
+	r.index.words, r.index.since = map[string]string{}, r.w.cfg.Clock()
+	r.index.mu.Unlock()
+	r.source(ctx).run(ctx, make(chan struct{}))
 }
 
-// onNodeConditions takes in what changed in one node's listed conditions.
-func (w *Watcher) onNodeConditions(ctx context.Context, n *corev1.Node) {
+// onNode takes in what changed in one node's listed conditions.
+func (r *conditionReader) onNode(ctx context.Context, n *corev1.Node) {
+	w := r.w
 	sig := w.cfg.Policies.Signals()
 	for _, want := range sig.NodeConditions {
 		var cond *corev1.NodeCondition
@@ -150,17 +158,17 @@ func (w *Watcher) onNodeConditions(ctx context.Context, n *corev1.Node) {
 			}
 		}
 		key := n.Name + "/" + want.Type
-		w.conditions.mu.Lock()
+		r.index.mu.Lock()
 		if cond == nil || cond.Status != corev1.ConditionTrue {
-			delete(w.conditions.words, key) // gone or False: its next True is news
-			w.conditions.mu.Unlock()
+			delete(r.index.words, key) // gone or False: its next True is news
+			r.index.mu.Unlock()
 			continue
 		}
 		word := cond.LastTransitionTime.UTC().Format(time.RFC3339) + "|" + cond.Reason + "|" + cond.Message
-		news := w.conditions.words[key] != word
-		w.conditions.words[key] = word
-		old := cond.LastTransitionTime.Time.Before(w.conditions.since.Add(-conditionLookback))
-		w.conditions.mu.Unlock()
+		news := r.index.words[key] != word
+		r.index.words[key] = word
+		old := cond.LastTransitionTime.Time.Before(r.index.since.Add(-conditionLookback))
+		r.index.mu.Unlock()
 		if !news {
 			continue
 		}
@@ -171,20 +179,21 @@ func (w *Watcher) onNodeConditions(ctx context.Context, n *corev1.Node) {
 			}
 			continue
 		}
-		w.onCondition(ctx, n.Name, want.Type, *cond, word, sig)
+		r.onTrue(ctx, n.Name, want.Type, *cond, word, sig)
 	}
 }
 
-// onCondition sends a True condition to the GPUs its message names, or to the node's workflow.
-func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.NodeCondition, word string, sig policy.Signals) {
+// onTrue sends a True condition to the GPUs its message names, or to the node's workflow.
+func (r *conditionReader) onTrue(ctx context.Context, node, kind string, c corev1.NodeCondition, word string, sig policy.Signals) {
+	w := r.w
 	msg := strings.TrimSpace(c.Reason + ": " + c.Message)
 	named := NamedGPUs(c.Message, sig)
 	at := c.LastTransitionTime.Time
 	if len(named) == 0 {
-		if w.conditions.sentAt(node+"/"+kind+"/", at) {
+		if r.index.sentAt(node+"/"+kind+"/", at) {
 			return
 		}
-		w.conditions.markSent(node+"/"+kind+"/", at)
+		r.index.markSent(node+"/"+kind+"/", at)
 		w.cfg.Metrics.SignalRefused.WithLabelValues(conditionSource, "names no device").Inc()
 		if w.cfg.Nodes == nil {
 			w.cfg.Logger.Warn("a node condition names no GPU; no device is fenced for it", "node", node, "condition", kind, "message", msg)
@@ -197,7 +206,7 @@ func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.N
 		return
 	}
 	for _, a := range named {
-		if w.conditions.sentAt(node+"/"+kind+"/"+a.Value, at) {
+		if r.index.sentAt(node+"/"+kind+"/"+a.Value, at) {
 			continue // the same transition: this GPU's fault was sent
 		}
 		spec := healthreport.Spec{Node: node, Attribute: &a, Health: string(device.Unhealthy), Source: "npd",
@@ -215,6 +224,6 @@ func (w *Watcher) onCondition(ctx context.Context, node, kind string, c corev1.N
 		// The word is the transition's, not its message's: a new leader sends the word its
 		// predecessor delivered, whatever the detector rewrote since, and the workflow knows it.
 		w.detectorWord(key, "", id, on, device.Unhealthy, spec, key+"@"+at.UTC().Format(time.RFC3339Nano))
-		w.conditions.markSent(node+"/"+kind+"/"+a.Value, at)
+		r.index.markSent(node+"/"+kind+"/"+a.Value, at)
 	}
 }

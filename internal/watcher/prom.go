@@ -39,8 +39,21 @@ func promKey(signal string, id device.ID, code string) string {
 	return "prom:" + signal + "/" + id.String() + "/" + code
 }
 
-// runProm asks Prometheus every interval until ctx ends.
-func (w *Watcher) runProm(ctx context.Context) {
+// promReader is the Prometheus source: it asks the policy's queries every interval and sends each
+// new fault to its device, on the watcher's devices and queue.
+type promReader struct {
+	w *Watcher
+	// levels are the level series that showed a fault, by signal, then series.
+	levels map[string]map[string]levelRef
+}
+
+func newPromReader(w *Watcher) *promReader {
+	return &promReader{w: w, levels: map[string]map[string]levelRef{}}
+}
+
+// run asks Prometheus every interval until ctx ends.
+func (r *promReader) run(ctx context.Context) {
+	w := r.w
 	c := w.cfg.Prometheus
 	if c == nil || c.URL == "" {
 		return
@@ -53,39 +66,41 @@ func (w *Watcher) runProm(ctx context.Context) {
 	stale := false
 	w.cfg.Metrics.SignalSourceUp.WithLabelValues("prometheus").Set(1)
 	for ctx.Err() == nil {
-		err := w.pollProm(ctx, tracker)
+		err := r.poll(ctx, tracker)
 		switch {
 		case err != nil && !stale && ctx.Err() == nil:
 			stale = true
 			w.cfg.Metrics.SignalSourceUp.WithLabelValues("prometheus").Set(0)
-			w.alertSource(ctx, devicemsg.LevelWarning, "DCGM faults are not read: "+err.Error()+"; no device is marked Unknown for it, and faults are read again once it answers")
+			r.alert(ctx, devicemsg.LevelWarning, "DCGM faults are not read: "+err.Error()+"; no device is marked Unknown for it, and faults are read again once it answers")
 		case err == nil && stale:
 			stale = false
 			w.cfg.Metrics.SignalSourceUp.WithLabelValues("prometheus").Set(1)
-			w.alertSource(ctx, devicemsg.LevelInfo, "DCGM faults are read again from "+c.URL)
+			r.alert(ctx, devicemsg.LevelInfo, "DCGM faults are read again from "+c.URL)
 		}
 		w.cfg.Metrics.SignalSeries.WithLabelValues("prometheus").Set(float64(tracker.Series()))
 		sleep(ctx, every)
 	}
 }
 
-// alertSource logs a change of the source's state and tells people.
-func (w *Watcher) alertSource(ctx context.Context, level, text string) {
+// alert logs a change of the source's state and tells people.
+func (r *promReader) alert(ctx context.Context, level, text string) {
+	w := r.w
 	w.cfg.Logger.Warn("prometheus source: " + text)
 	if w.cfg.Alerter != nil {
 		_ = w.cfg.Alerter.Alert(ctx, notify.AlertInput{Level: level, Text: "Prometheus source: " + text})
 	}
 }
 
-// pollProm asks every query once and sends the new faults. One query that fails makes the poll
+// poll asks every query once and sends the new faults. One query that fails makes the poll
 // fail (the source is stale), while the others' faults are still sent.
-func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) error {
+func (r *promReader) poll(ctx context.Context, tracker *promsignal.Tracker) error {
+	w := r.w
 	sigs := w.cfg.Policies.Signals()
 	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
 	var failed []string
 	levelsRead := true // every level signal answered in full: what stands is known
 	for _, sig := range sigs.Prometheus {
-		answer, err := w.queryProm(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
+		answer, err := r.query(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
 		if err != nil {
 			w.cfg.Metrics.SignalQueryErrors.WithLabelValues("prometheus", sig.Name).Inc()
 			failed = append(failed, sig.Name+": "+err.Error())
@@ -106,10 +121,10 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 			w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "not a number").Add(float64(refused))
 		}
 		for _, f := range faults {
-			w.promFault(ctx, naming, f, sig.Kind == policy.PromLevel)
+			r.fault(ctx, naming, f, sig.Kind == policy.PromLevel)
 		}
 		if sig.Kind == policy.PromLevel && !answer.Partial {
-			w.levelsGone(sig.Name, tracker)
+			r.levelsGone(sig.Name, tracker)
 		}
 		levelsRead = levelsRead && (sig.Kind != policy.PromLevel || !answer.Partial)
 	}
@@ -123,11 +138,11 @@ func (w *Watcher) pollProm(ctx context.Context, tracker *promsignal.Tracker) err
 }
 
 // readsLevels says whether the watcher reads standing levels: a Prometheus with a level signal.
-func (w *Watcher) readsLevels() bool {
-	if c := w.cfg.Prometheus; c == nil || c.URL == "" {
+func readsLevels(cfg Config) bool {
+	if c := cfg.Prometheus; c == nil || c.URL == "" {
 		return false
 	}
-	for _, sig := range w.cfg.Policies.Signals().Prometheus {
+	for _, sig := range cfg.Policies.Signals().Prometheus {
 		if sig.Kind == policy.PromLevel {
 			return true
 		}
@@ -135,8 +150,9 @@ func (w *Watcher) readsLevels() bool {
 	return false
 }
 
-// promFault sends one fault to the device its series names, or says why it cannot.
-func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault, level bool) {
+// fault sends one fault to the device its series names, or says why it cannot.
+func (r *promReader) fault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault, level bool) {
+	w := r.w
 	spec, ok := naming.Device(f.Labels)
 	if !ok {
 		w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "names no device").Inc()
@@ -161,14 +177,14 @@ func (w *Watcher) promFault(ctx context.Context, naming promsignal.Naming, f pro
 	stands := ""
 	if level {
 		stands = promSource + ": " + f.Code
-		if w.promLevels[f.Signal] == nil {
-			w.promLevels[f.Signal] = map[string]levelRef{}
+		if r.levels[f.Signal] == nil {
+			r.levels[f.Signal] = map[string]levelRef{}
 		}
-		if old, ok := w.promLevels[f.Signal][f.Series]; ok && old.key != key {
+		if old, ok := r.levels[f.Signal][f.Series]; ok && old.key != key {
 			// The series' level changed: its old value no longer stands.
 			w.enqueueAll(w.store.levelGone(old.key, old.id))
 		}
-		w.promLevels[f.Signal][f.Series] = levelRef{key: key, id: id}
+		r.levels[f.Signal][f.Series] = levelRef{key: key, id: id}
 	}
 	w.detectorWordStands(key, "", id, node, device.Unhealthy, spec, once, stands)
 }
@@ -180,18 +196,18 @@ type levelRef struct {
 }
 
 // levelsGone tells the devices whose level series of signal left its last (complete) answer.
-func (w *Watcher) levelsGone(signal string, tracker *promsignal.Tracker) {
-	for series, l := range w.promLevels[signal] {
+func (r *promReader) levelsGone(signal string, tracker *promsignal.Tracker) {
+	for series, l := range r.levels[signal] {
 		if !tracker.Stands(signal, series) {
-			delete(w.promLevels[signal], series)
-			w.enqueueAll(w.store.levelGone(l.key, l.id))
+			delete(r.levels[signal], series)
+			r.w.enqueueAll(r.w.store.levelGone(l.key, l.id))
 		}
 	}
 }
 
-// queryProm asks one instant query.
-func (w *Watcher) queryProm(ctx context.Context, query string) (promsignal.Answer, error) {
-	c := w.cfg.Prometheus
+// query asks one instant query.
+func (r *promReader) query(ctx context.Context, query string) (promsignal.Answer, error) {
+	c := r.w.cfg.Prometheus
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second

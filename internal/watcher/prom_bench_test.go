@@ -59,12 +59,12 @@ func BenchmarkPrometheusSource10kGPUs(b *testing.B) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	tracker := promsignal.NewTracker()
+	tracker, reader := promsignal.NewTracker(), newPromReader(w)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	for b.Loop() {
-		if err := w.pollProm(ctx, tracker); err != nil {
+		if err := reader.poll(ctx, tracker); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -44,6 +44,10 @@ type reportIndex struct {
 	seen  map[string]struct{}
 }
 
+// reportReader is the DeviceHealthReports' source: it takes each report in, resolved to its
+// device as one more reporter, and writes what it made of it in the report's status.
+type reportReader struct{ w *Watcher }
+
 // forget drops a report whose word stands, and says the generation it was of.
 func (x *reportIndex) forget(name string) (int64, bool) {
 	x.mu.Lock()
@@ -53,11 +57,12 @@ func (x *reportIndex) forget(name string) (int64, bool) {
 	return gen, known
 }
 
-// runReports reads DeviceHealthReports until ctx ends, once their API is served; until then it
+// run reads DeviceHealthReports until ctx ends, once their API is served; until then it
 // looks again every reportsRecheck (a cluster without the CRD, or a watcher not allowed to read
 // reports, runs as before).
 // synced is closed once the reports were listed, or found not to be served.
-func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
+func (rr *reportReader) run(ctx context.Context, synced chan<- struct{}) {
+	w := rr.w
 	var once sync.Once
 	done := func() { once.Do(func() { close(synced) }) }
 	defer done()
@@ -66,11 +71,11 @@ func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
 	}
 	logged := false
 	for ctx.Err() == nil {
-		err := w.reportsServed()
+		err := rr.served()
 		if err == nil {
 			w.cfg.Logger.Info("reading DeviceHealthReports")
 			if w.cfg.ReportRetention > 0 {
-				go w.expireReports(ctx)
+				go rr.expireAll(ctx)
 			}
 			listed := make(chan struct{})
 			go func() {
@@ -80,7 +85,7 @@ func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
 				case <-ctx.Done():
 				}
 			}()
-			w.reportSource(ctx).run(ctx, listed)
+			rr.source(ctx).run(ctx, listed)
 			return
 		}
 		if !logged {
@@ -92,8 +97,9 @@ func (w *Watcher) runReports(ctx context.Context, synced chan<- struct{}) {
 	}
 }
 
-// reportsServed says why DeviceHealthReports cannot be read (nil: they can).
-func (w *Watcher) reportsServed() error {
+// served says why DeviceHealthReports cannot be read (nil: they can).
+func (rr *reportReader) served() error {
+	w := rr.w
 	list, err := w.cfg.Kube.Discovery().ServerResourcesForGroupVersion(healthreport.Group + "/" + healthreport.Version)
 	if err != nil {
 		return fmt.Errorf("the %s API is not served: %w", healthreport.Kind, err)
@@ -106,7 +112,8 @@ func (w *Watcher) reportsServed() error {
 	return fmt.Errorf("the %s API is not served", healthreport.Kind)
 }
 
-func (w *Watcher) reportSource(ctx context.Context) *source {
+func (rr *reportReader) source(ctx context.Context) *source {
+	w := rr.w
 	res := w.cfg.Reports
 	return &source{
 		name: "device health reports", logger: w.cfg.Logger,
@@ -128,27 +135,28 @@ func (w *Watcher) reportSource(ctx context.Context) *source {
 			w.reports.seen = nil
 			w.reports.mu.Unlock()
 			for _, name := range gone {
-				w.dropReport(name)
+				rr.drop(name)
 			}
 		},
 		upsert: func(o runtime.Object, action string) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
 				w.cfg.Metrics.WatcherEvents.WithLabelValues("report", action).Inc()
-				w.onReport(ctx, u)
+				rr.on(ctx, u)
 			}
 		},
 		remove: func(o runtime.Object) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
 				w.cfg.Metrics.WatcherEvents.WithLabelValues("report", "delete").Inc()
-				w.dropReport(u.GetName())
+				rr.drop(u.GetName())
 			}
 		},
 	}
 }
 
-// onReport takes a report in: resolved, it is its device's reporter; refused, it withdraws
+// on takes a report in: resolved, it is its device's reporter; refused, it withdraws
 // whatever it said before. Either way its status says so.
-func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
+func (rr *reportReader) on(ctx context.Context, u *unstructured.Unstructured) {
+	w := rr.w
 	name := u.GetName()
 	w.reports.mu.Lock()
 	if w.reports.seen != nil {
@@ -157,10 +165,10 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 	w.reports.mu.Unlock()
 	r, err := healthreport.FromObject(u.Object)
 	if err != nil {
-		w.refuseReport(ctx, u, r, err)
+		rr.refuse(ctx, u, r, err)
 		return
 	}
-	if w.expire(ctx, u) {
+	if rr.expire(ctx, u) {
 		return
 	}
 	if delivered(u, r) {
@@ -168,7 +176,7 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 	}
 	id, node, err := w.resolveReport(ctx, r.Spec)
 	if err != nil {
-		w.refuseReport(ctx, u, r, err)
+		rr.refuse(ctx, u, r, err)
 		return
 	}
 	h, _ := r.Spec.HealthOf() // checked by resolveReport
@@ -188,7 +196,7 @@ func (w *Watcher) onReport(ctx context.Context, u *unstructured.Unstructured) {
 		return
 	}
 	unit := w.unitID(id)
-	w.writeReportStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Resolved, Device: id.String(), Workflow: unit.WorkflowID()})
+	rr.writeStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Resolved, Device: id.String(), Workflow: unit.WorkflowID()})
 }
 
 // delivered says whether the report's fault is one its device's workflow already has: its
@@ -219,18 +227,20 @@ func (w *Watcher) markDelivered(name string, gen int64, id device.ID) {
 	w.statuses.put(name, healthreport.Status{Outcome: healthreport.Delivered, Device: id.String(), Workflow: id.WorkflowID(), ObservedGeneration: gen})
 }
 
-// refuseReport withdraws what a report said before and says in its status why it is refused.
-func (w *Watcher) refuseReport(ctx context.Context, u *unstructured.Unstructured, r healthreport.Report, why error) {
+// refuse withdraws what a report said before and says in its status why it is refused.
+func (rr *reportReader) refuse(ctx context.Context, u *unstructured.Unstructured, r healthreport.Report, why error) {
+	w := rr.w
 	w.cfg.Metrics.ResolutionFailures.WithLabelValues("health report refused").Inc()
 	if w.logged.first(reportKey(u.GetName()), why.Error()) {
 		w.cfg.Logger.Warn("device health report refused", "report", u.GetName(), "reason", why.Error())
 	}
-	w.dropReport(u.GetName())
-	w.writeReportStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Refused, Reason: why.Error()})
+	rr.drop(u.GetName())
+	rr.writeStatus(ctx, u, r, healthreport.Status{Outcome: healthreport.Refused, Reason: why.Error()})
 }
 
-// dropReport withdraws a report's word about its device (the report was deleted, or refused).
-func (w *Watcher) dropReport(name string) {
+// drop withdraws a report's word about its device (the report was deleted, or refused).
+func (rr *reportReader) drop(name string) {
+	w := rr.w
 	if _, known := w.reports.forget(name); !known {
 		return
 	}
@@ -274,8 +284,9 @@ func (w *Watcher) resolveReport(ctx context.Context, s healthreport.Spec) (devic
 	return id, s.Node, nil
 }
 
-// writeReportStatus queues what the watcher made of a report, when that changed.
-func (w *Watcher) writeReportStatus(_ context.Context, u *unstructured.Unstructured, r healthreport.Report, st healthreport.Status) {
+// writeStatus queues what the watcher made of a report, when that changed.
+func (rr *reportReader) writeStatus(_ context.Context, u *unstructured.Unstructured, r healthreport.Report, st healthreport.Status) {
+	w := rr.w
 	st.ObservedGeneration = u.GetGeneration()
 	if r.Status == st {
 		return
@@ -285,7 +296,8 @@ func (w *Watcher) writeReportStatus(_ context.Context, u *unstructured.Unstructu
 
 // expired says whether a report is past the retention: observed (or, without an observed time,
 // created) longer ago than ReportRetention.
-func (w *Watcher) expired(u *unstructured.Unstructured, r healthreport.Report) bool {
+func (rr *reportReader) expired(u *unstructured.Unstructured, r healthreport.Report) bool {
+	w := rr.w
 	if w.cfg.ReportRetention <= 0 {
 		return false
 	}
@@ -296,9 +308,10 @@ func (w *Watcher) expired(u *unstructured.Unstructured, r healthreport.Report) b
 	return !at.IsZero() && w.cfg.Clock().Sub(at) > w.cfg.ReportRetention
 }
 
-// expireReports deletes reports past the retention, every tenth of it (at most every ten
+// expireAll deletes reports past the retention, every tenth of it (at most every ten
 // minutes): an expired report's word is withdrawn as a deleted one's is.
-func (w *Watcher) expireReports(ctx context.Context) {
+func (rr *reportReader) expireAll(ctx context.Context) {
+	w := rr.w
 	if w.cfg.ReportRetention <= 0 {
 		return
 	}
@@ -312,7 +325,7 @@ func (w *Watcher) expireReports(ctx context.Context) {
 				break
 			}
 			for i := range l.Items {
-				w.expire(ctx, &l.Items[i])
+				rr.expire(ctx, &l.Items[i])
 			}
 			if opts.Continue = l.GetContinue(); opts.Continue == "" {
 				break
@@ -324,9 +337,10 @@ func (w *Watcher) expireReports(ctx context.Context) {
 
 // expire deletes one report past the retention (the one read, by its UID and version); it says
 // whether it did.
-func (w *Watcher) expire(ctx context.Context, u *unstructured.Unstructured) bool {
+func (rr *reportReader) expire(ctx context.Context, u *unstructured.Unstructured) bool {
+	w := rr.w
 	r, err := healthreport.FromObject(u.Object)
-	if err != nil || !w.expired(u, r) {
+	if err != nil || !rr.expired(u, r) {
 		return false
 	}
 	// At the version read: one its detector renewed meanwhile stands.
@@ -341,6 +355,6 @@ func (w *Watcher) expire(ctx context.Context, u *unstructured.Unstructured) bool
 		return false
 	}
 	w.cfg.Metrics.WatcherEvents.WithLabelValues("report", "expire").Inc()
-	w.dropReport(u.GetName()) // its delete event comes too
+	rr.drop(u.GetName()) // its delete event comes too
 	return true
 }

@@ -91,16 +91,11 @@ type Watcher struct {
 	podMu sync.Mutex
 	// reports are the DeviceHealthReports taken in (reports.go).
 	reports reportIndex
-	// conditions are the node conditions taken in (conditions.go).
-	conditions conditionIndex
 	// statuses are the reports' statuses waiting to be written (report_status.go).
 	statuses statusWriter
 	// detectorSpoke is set once a detector reported a device (once.go): from then on a Pod that
 	// holds a followed device without reporting it is its holder (silentHolders).
 	detectorSpoke atomic.Bool
-	// promLevels are the level series that showed a fault, by signal, then series (prom.go):
-	// runProm's alone.
-	promLevels map[string]map[string]levelRef
 	// synced is closed once claims and pods have been listed.
 	synced chan struct{}
 	// ctx is Run's context, for the few calls made outside the sources.
@@ -131,12 +126,11 @@ func New(cfg Config) *Watcher {
 		cfg.LeaseCheckInterval = 2 * time.Second
 	}
 	w := &Watcher{
-		cfg:        cfg,
-		store:      newStore(),
-		claims:     newClaimIndex(),
-		leases:     newNodeLeases(),
-		slices:     newSliceIndex(),
-		promLevels: map[string]map[string]levelRef{},
+		cfg:    cfg,
+		store:  newStore(),
+		claims: newClaimIndex(),
+		leases: newNodeLeases(),
+		slices: newSliceIndex(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[device.ID](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[device.ID]{Name: "devicewarden-devices"}),
@@ -162,7 +156,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.cfg.Logger.Info("watcher starting", "term", term-TermBase)
-	if w.readsLevels() {
+	if readsLevels(w.cfg) {
 		w.store.standingUnread() // until Prometheus answers, what stands is not known
 	}
 	w.store.seed(running)
@@ -204,7 +198,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	wg.Add(3)
 	go func() { defer wg.Done(); w.leaseSource().run(ctx, leasesSynced) }()
 	go func() { defer wg.Done(); w.checkLeases(ctx, w.cfg.LeaseCheckInterval) }()
-	go func() { defer wg.Done(); w.runReports(ctx, reportsSynced) }()
+	go func() { defer wg.Done(); (&reportReader{w: w}).run(ctx, reportsSynced) }()
 	// Nothing is sent before every source has listed once: a restarted leader must re-send what
 	// is true now (a device missing from its slice is still Unknown), not what it saw change.
 	for _, ch := range []chan struct{}{leasesSynced, reportsSynced} {
@@ -217,9 +211,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.scanMissing()
 	close(w.synced)
 	wg.Add(1)
-	go func() { defer wg.Done(); w.runProm(ctx) }()
+	go func() { defer wg.Done(); newPromReader(w).run(ctx) }()
 	wg.Add(1)
-	go func() { defer wg.Done(); w.runConditions(ctx) }()
+	go func() { defer wg.Done(); (&conditionReader{w: w}).run(ctx) }()
 	w.cfg.Logger.Info("watcher synced", "workers", w.cfg.Workers, "runningDevices", len(running))
 	for i := 0; i < w.cfg.Workers; i++ {
 		wg.Add(1)
