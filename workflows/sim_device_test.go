@@ -74,7 +74,9 @@ type deviceModel struct {
 	sourcesFaultAt, sourcesClearAt time.Time
 	// standing: the last observation that read the detectors said a level stands.
 	standing             bool
-	standingSeq          decide.Seq // the newest report's order whose word on what stands is taken
+	standingSeq          decide.Seq    // the newest report's order whose word on what stands is taken
+	healthSeq            decide.Seq    // the newest report's order the run took (a new run takes any)
+	health               device.Health // and its health
 	resets, resetPermits int
 	// resetTimeout is the reset step's check timeout; resetUntil when the newest reset permit
 	// lapses unreleased (the breaker's default hold when the workflow asked for none).
@@ -542,7 +544,13 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 					if !o.StandingUnread && !o.Seq.Before(m.standingSeq) {
 						m.standing, m.standingSeq = len(o.Standing) > 0, *o.Seq
 					}
-					if h == device.Unhealthy || m.standing {
+					// What the sources say now: the newest report's health (an older one taken late,
+					// an update that completed after a new leader's signal, says nothing of now),
+					// and what stands by the newest report that read it.
+					if !o.Seq.Before(m.healthSeq) {
+						m.healthSeq, m.health = *o.Seq, h
+					}
+					if m.health == device.Unhealthy || m.standing {
 						m.sourcesFaultAt = env.Now()
 					} else {
 						m.sourcesClearAt = env.Now()
@@ -820,7 +828,7 @@ func runDevice(rt *rapid.T, unit *device.Unit, aimed, leaders bool) {
 		m.ended = func(*testsuite.TestWorkflowEnvironment) {
 			// An idle device's run ended: the next run starts knowing no report.
 			m.mu.Lock()
-			m.sourcesFaultAt, m.sourcesClearAt, m.standing = time.Time{}, time.Time{}, false
+			m.sourcesFaultAt, m.sourcesClearAt, m.standing, m.healthSeq, m.health = time.Time{}, time.Time{}, false, decide.Seq{}, ""
 			m.mu.Unlock()
 		}
 		err := segments(rt, &m.carrier, DeviceWorkflow, api.DeviceInput{Device: id, Node: "node-1", Policy: p}, true, end, steps, quietEnv(m.activities), m.checkDevice)

@@ -46,6 +46,9 @@ func (m *deviceModel) wordStep(id device.ID, i, ver int, term int64, seq uint64,
 		m.unhealthySeen, m.reported = true, true
 		m.sourcesFaultAt = env.Now()
 		m.standing, m.standingSeq = false, *o.Seq
+		if !o.Seq.Before(m.healthSeq) {
+			m.healthSeq, m.health = *o.Seq, device.Unhealthy
+		}
 		sent := o
 		m.lastWord = &sent
 		m.mu.Unlock()
