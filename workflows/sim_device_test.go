@@ -80,6 +80,9 @@ type deviceModel struct {
 	resets, resetPermits int
 	// resetTimeout is the reset step's check timeout; resetUntil when the newest reset permit
 	// lapses unreleased (the breaker's default hold when the workflow asked for none).
+	// lostFence is the decision of a Quarantine call that wrote its rule and lost its result: the
+	// workflow's next call of it is the same fence, though a person deleted the rule meanwhile.
+	lostFence    string
 	resetTimeout time.Duration
 	resetUntil   time.Time
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
@@ -149,6 +152,14 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt
 	}
 	m.ladder.passed = true
 	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
+}
+
+// newFence says whether a Quarantine call of decision makes a new fence: a rule where there was
+// none, or a stronger one, and not the call again of one whose result was lost. Callers hold m.mu.
+func (m *deviceModel) newFence(decision string) bool {
+	lost := m.lostFence == decision
+	m.lostFence = ""
+	return (m.rule == nil || m.rule.Decision != decision) && !lost
 }
 
 // checkPasses says whether the next check or repair step passes: not while faults are queued.
@@ -233,7 +244,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		m.note("Quarantine %s by %q effect %s: %s", in.Decision, in.Actor, in.Effect, in.Reason)
 		// A new automatic fence (a rule where there was none, or a stronger one) needs a permit; the
 		// same rule made again (a retried or re-run activity) does not.
-		if m.rule == nil || m.rule.Decision != in.Decision {
+		if m.newFence(in.Decision) {
 			m.ladder.fence(in.Decision)
 		}
 		if in.Decision == string(decide.Quarantined) {
@@ -257,7 +268,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		rule.Key = decide.TaintQuarantine // what Quarantine writes; a refresh may make it probation
 		m.rule = &rule
 		if m.quarantineFails == 1 {
-			m.quarantineFails = 0
+			m.quarantineFails, m.lostFence = 0, in.Decision
 			m.note("  (result lost)")
 			return remediation.QuarantineResult{}, errors.New("connection reset after the write")
 		}

@@ -76,7 +76,7 @@ func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediatio
 		m.violate("quarantine of %s, want the unit %s", in.Device, m.unit.Device())
 	}
 	if in.Decision != "" {
-		if m.rule == nil || m.rule.Decision != in.Decision {
+		if m.newFence(in.Decision) {
 			m.ladder.fence(in.Decision)
 		}
 		if in.Actor != simActor && (m.rule == nil || m.rule.Decision != in.Decision) {
@@ -107,6 +107,9 @@ func (m *deviceModel) quarantineUnit(in remediation.QuarantineInput) (remediatio
 	m.lost = false
 	if m.quarantineFails == 1 {
 		m.quarantineFails, m.quarantineFaulted = 0, true
+		if in.Decision != "" {
+			m.lostFence = in.Decision
+		}
 		m.note("  (result lost)")
 		return remediation.QuarantineResult{}, fmt.Errorf("connection reset after the write")
 	}
