@@ -37,6 +37,12 @@ func historyRun(t *testing.T, records *historyStore, start time.Time, p policy.P
 	h.env.RegisterDelayedCallback(func() {
 		h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: next(report.StatusVersion)})
 	}, time.Minute)
+	return h, runAnHour(h, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
+}
+
+// runAnHour runs gpu-0's workflow from in until it ends or an hour passed (it is then
+// cancelled), and returns the state it had then.
+func runAnHour(h *harness, in api.DeviceInput) decide.DeviceState {
 	var got decide.DeviceState
 	h.env.RegisterDelayedCallback(func() {
 		if v, err := h.env.QueryWorkflow(api.QueryState); err == nil {
@@ -44,8 +50,8 @@ func historyRun(t *testing.T, records *historyStore, start time.Time, p policy.P
 		}
 		h.env.CancelWorkflow()
 	}, time.Hour)
-	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
-	return h, got
+	h.env.ExecuteWorkflow(DeviceWorkflow, in)
+	return got
 }
 
 // next is the status version after ver.
@@ -197,14 +203,7 @@ func TestAHistoryUnreadBeforeContinueAsNewIsReadByTheNextRun(t *testing.T) {
 	h.env.SetStartTime(t0.Add(25 * time.Hour))
 	fail.Device, fail.Node, fail.StatusVersion, fail.Reporters = gpu0, "node-1", "22", held.Reporters
 	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalObservation, fail) }, time.Second)
-	var got decide.DeviceState
-	h.env.RegisterDelayedCallback(func() {
-		if v, err := h.env.QueryWorkflow(api.QueryState); err == nil {
-			_ = v.Get(&got)
-		}
-		h.env.CancelWorkflow()
-	}, time.Hour)
-	h.env.ExecuteWorkflow(DeviceWorkflow, carried)
+	got := runAnHour(h, carried)
 	if got.State != decide.Retired || len(*retired) != 1 || len(h.ran) != 0 {
 		t.Fatalf("the second fault, in the run after the one that did not read the record: state %s, evidence %d, checks %v; transitions %+v",
 			got.State, len(*retired), checkKinds(h.ran), got.Transitions)
