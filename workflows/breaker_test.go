@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,9 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/breaker"
@@ -144,14 +141,8 @@ func TestBreakerSignalDuringContinueAsNew(t *testing.T) {
 	}, time.Minute+5*time.Second) // while the resume's alert is in flight
 	open := &breaker.State{Open: true, Reason: "test", Config: breaker.DefaultConfig()}
 	env.ExecuteWorkflow(BreakerWorkflow, api.BreakerInput{State: open})
-	var can *workflow.ContinueAsNewError
-	if err := env.GetWorkflowError(); !errors.As(err, &can) {
-		t.Fatalf("workflow ended with %v, want continue-as-new", err)
-	}
 	var next api.BreakerInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
-	}
+	continuedAs(t, env, &next)
 	if next.State == nil || next.State.ResumedBy != "alice" || !next.State.Open || !strings.Contains(next.State.Reason, "paused by bob") {
 		t.Fatalf("next run's state %+v: a signal was lost", next.State)
 	}

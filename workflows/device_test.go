@@ -11,10 +11,8 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
@@ -393,14 +391,8 @@ func TestDeviceWorkflowContinueAsNewKeepsState(t *testing.T) {
 			Reporters: []decide.Reporter{{Pod: "p"}}})
 	}, time.Second)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: policy.Default()})
-	var can *workflow.ContinueAsNewError
-	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
-		t.Fatalf("want continue-as-new, got %v", err)
-	}
 	var next api.DeviceInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
-	}
+	continuedAs(t, h.env, &next)
 	var carried decide.DeviceState
 	if err := json.Unmarshal(next.State, &carried); err != nil {
 		t.Fatalf("carried state does not decode: %v", err)

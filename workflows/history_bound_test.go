@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -24,14 +23,8 @@ func TestMigrateAnywayIsCarriedToTheNextRun(t *testing.T) {
 	decideOn(t, h, time.Minute, api.UpdateMigrateAnyway, migrationplan.MigrationDecision{Actor: "bob", Reason: "results are in the bucket"}, "")
 	h.grant(2 * time.Minute)
 	h.env.ExecuteWorkflow(MigrateWorkflow, migrateInput("Pod", "none", false))
-	var can *workflow.ContinueAsNewError
-	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
-		t.Fatalf("want continue-as-new while the breaker refuses, got %v", err)
-	}
 	var next api.MigrateInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
-	}
+	continuedAs(t, h.env, &next)
 	if c := next.Carried; c == nil || c.Anyway != migrationplan.MoveEvict || !c.Slot || c.State.Actor != "bob" {
 		t.Fatalf("carried %+v", next.Carried)
 	}

@@ -2,15 +2,12 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/hygiene"
 	"github.com/devicewarden/devicewarden/activities/remediation"
@@ -247,15 +244,8 @@ func TestStandingFindingContinuesAsNew(t *testing.T) {
 	h := newHygieneEnv(t)
 	h.looks = []hygiene.ClaimCheck{{Finding: leakFinding(capacity.FindingLeaked, false)}}
 	h.env.ExecuteWorkflow(ClaimHygieneWorkflow, api.ClaimHygieneInput{Finding: leakFinding(capacity.FindingLeaked, false), Recheck: time.Minute})
-	err := h.env.GetWorkflowError()
-	var can *workflow.ContinueAsNewError
-	if !errors.As(err, &can) {
-		t.Fatalf("want continue-as-new, got %v", err)
-	}
 	var next api.ClaimHygieneInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
-	}
+	continuedAs(t, h.env, &next)
 	if next.Recorded != capacity.FindingLeaked || next.Finding.Claim != "job-0-gpu" || next.Recheck != time.Minute {
 		t.Fatalf("next run = %+v", next)
 	}

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/migrationplan"
@@ -75,14 +73,8 @@ func TestMigrationLimiterContinuesAsNew(t *testing.T) {
 		env.SignalWorkflow(api.SignalSlotRelease, "nobody")
 	}, 2*time.Second)
 	env.ExecuteWorkflow(MigrationLimiterWorkflow, api.LimiterInput{})
-	var can *workflow.ContinueAsNewError
-	if err := env.GetWorkflowError(); !errors.As(err, &can) {
-		t.Fatalf("ended with %v, want continue-as-new", err)
-	}
 	var next api.LimiterInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
-	}
+	continuedAs(t, env, &next)
 	if next.State == nil || len(next.State.Holders) != 1 || next.State.Holders[0].ID != "m1" || next.State.Position("m2") != 1 {
 		t.Fatalf("next run's state %+v", next.State)
 	}
