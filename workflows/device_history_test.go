@@ -2,15 +2,12 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
@@ -104,10 +101,11 @@ func TestTheSameReportIsNotASecondApplicationFault(t *testing.T) {
 	}
 }
 
-// retireAfter counts across releases: the ladder resets the device and releases it, the run ends
-// idle; the next fault's run, a day later, finds the closed quarantine in the record and retires
-// the device as a lemon at its second quarantine (retireAfter 2) without trying a repair.
-func TestALemonIsRetiredAcrossRuns(t *testing.T) {
+// releasedOnce is gpu-0's first fault at t0 under a ladder that retires at the second quarantine
+// (retireAfter 2), reset and released in a run that ended: the records it left, the policy, t0 and
+// the fault's report.
+func releasedOnce(t *testing.T) (*historyStore, policy.Policy, time.Time, decide.Observation) {
+	t.Helper()
 	records := newHistoryStore()
 	p := laddered()
 	p.Repair.RetireAfter = 2
@@ -117,6 +115,14 @@ func TestALemonIsRetiredAcrossRuns(t *testing.T) {
 	if err := h.env.GetWorkflowError(); err != nil || len(h.released) != 1 {
 		t.Fatalf("first fault: ended with %v, released %+v", err, h.released)
 	}
+	return records, p, t0, fail
+}
+
+// retireAfter counts across releases: the ladder resets the device and releases it, the run ends
+// idle; the next fault's run, a day later, finds the closed quarantine in the record and retires
+// the device as a lemon at its second quarantine (retireAfter 2) without trying a repair.
+func TestALemonIsRetiredAcrossRuns(t *testing.T) {
+	records, p, t0, fail := releasedOnce(t)
 	if got := records.entry("node-1", gpu0.String()); len(got.Closed) != 1 || got.Closed[0].State != decide.Quarantined {
 		t.Fatalf("the record after the release: %+v", got)
 	}
@@ -162,14 +168,7 @@ func TestAnUnreadRecordIsReadBeforeItIsWritten(t *testing.T) {
 // next run took its carried state for one that held the history, and the closed quarantine of
 // an earlier run was never counted (found by TestSimulateUnitWorkflow after 19,132 sequences).
 func TestAHistoryUnreadBeforeContinueAsNewIsReadByTheNextRun(t *testing.T) {
-	records := newHistoryStore()
-	p := laddered()
-	p.Repair.RetireAfter = 2
-	t0 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-	fail := decide.Observation{Health: device.Unhealthy, StatusVersion: "10", Reporters: []decide.Reporter{{Namespace: "ns", Pod: "p"}}}
-	if h, _ := historyRun(t, records, t0, p, fail, nil); len(h.released) != 1 {
-		t.Fatalf("first fault: released %+v", h.released)
-	}
+	records, p, t0, fail := releasedOnce(t)
 
 	// A day later: a Pod holds the device and reports Healthy; the run continues as new before
 	// anything made it read the record.
@@ -184,14 +183,8 @@ func TestAHistoryUnreadBeforeContinueAsNewIsReadByTheNextRun(t *testing.T) {
 		h.env.SignalWorkflow(api.SignalObservation, held)
 	}, 2*time.Minute)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
-	var can *workflow.ContinueAsNewError
-	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
-		t.Fatalf("want continue-as-new, got %v", err)
-	}
 	var carried api.DeviceInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &carried); err != nil {
-		t.Fatal(err)
-	}
+	continuedAs(t, h.env, &carried)
 	if !carried.HistoryUnread || h.history.reads != 0 {
 		t.Fatalf("the run read the record %d times and carries historyUnread %v", h.history.reads, carried.HistoryUnread)
 	}
