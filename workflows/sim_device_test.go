@@ -78,11 +78,11 @@ type deviceModel struct {
 	healthSeq            decide.Seq    // the newest report's order the run took (a new run takes any)
 	health               device.Health // and its health
 	resets, resetPermits int
-	// resetTimeout is the reset step's check timeout; resetUntil when the newest reset permit
-	// lapses unreleased (the breaker's default hold when the workflow asked for none).
 	// lostFence is the decision of a Quarantine call that wrote its rule and lost its result: the
 	// workflow's next call of it is the same fence, though a person deleted the rule meanwhile.
-	lostFence    string
+	lostFence string
+	// resetTimeout is the reset step's check timeout; resetUntil when the newest reset permit
+	// lapses unreleased (the breaker's default hold when the workflow asked for none).
 	resetTimeout time.Duration
 	resetUntil   time.Time
 	// followOnAt: a retried quarantine succeeded then; the calls of that instant go on with its
@@ -152,6 +152,21 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt
 	}
 	m.ladder.passed = true
 	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
+}
+
+// sourcesSay takes a report the workflow was told of: what the sources say now is the newest
+// report's health (an older one taken late, an update that completed after a new leader's signal,
+// says nothing of now), and what stands by the newest report that read it. Callers hold m.mu and
+// have taken the report's word on what stands.
+func (m *deviceModel) sourcesSay(seq decide.Seq, h device.Health, now time.Time) {
+	if !seq.Before(m.healthSeq) {
+		m.healthSeq, m.health = seq, h
+	}
+	if m.health == device.Unhealthy || m.standing {
+		m.sourcesFaultAt = now
+	} else {
+		m.sourcesClearAt = now
+	}
 }
 
 // newFence says whether a Quarantine call of decision makes a new fence: a rule where there was
@@ -555,17 +570,7 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 					if !o.StandingUnread && !o.Seq.Before(m.standingSeq) {
 						m.standing, m.standingSeq = len(o.Standing) > 0, *o.Seq
 					}
-					// What the sources say now: the newest report's health (an older one taken late,
-					// an update that completed after a new leader's signal, says nothing of now),
-					// and what stands by the newest report that read it.
-					if !o.Seq.Before(m.healthSeq) {
-						m.healthSeq, m.health = *o.Seq, h
-					}
-					if m.health == device.Unhealthy || m.standing {
-						m.sourcesFaultAt = env.Now()
-					} else {
-						m.sourcesClearAt = env.Now()
-					}
+					m.sourcesSay(*o.Seq, h, env.Now())
 					if idle {
 						m.idleAt = env.Now()
 					} else {

@@ -44,11 +44,8 @@ func (m *deviceModel) wordStep(id device.ID, i, ver int, term int64, seq uint64,
 		m.mu.Lock()
 		o.Reporters = m.withHolder(o.Reporters[:1], env)
 		m.unhealthySeen, m.reported = true, true
-		m.sourcesFaultAt = env.Now()
 		m.standing, m.standingSeq = false, *o.Seq
-		if !o.Seq.Before(m.healthSeq) {
-			m.healthSeq, m.health = *o.Seq, device.Unhealthy
-		}
+		m.sourcesSay(*o.Seq, device.Unhealthy, env.Now())
 		sent := o
 		m.lastWord = &sent
 		m.mu.Unlock()
