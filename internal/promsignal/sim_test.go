@@ -68,9 +68,7 @@ func (s *trackerSim) run(rt *rapid.T) {
 			rt.Fatalf("answer %d (%s, partial %v, %s): fired [%s], want [%s]", i, sig.Name, partial, sampleText(samples), g, w)
 		}
 		for _, sr := range s.levelSeries() {
-			l := sr.labels()
-			l["watch"] = sr.code
-			if got, want := s.tr.Stands("health", identity(l, "watch")), s.standing[sr]; got != want {
+			if got, want := s.tr.Stands("health", identity(sr.labels("watch"), "watch")), s.standing[sr]; got != want {
 				rt.Fatalf("answer %d (%s, partial %v, %s): %s/%s stands %v, want %v", i, sig.Name, partial, sampleText(samples), sr.gpu, sr.code, got, want)
 			}
 		}
@@ -85,11 +83,8 @@ func (s *trackerSim) answer(rt *rapid.T, i int, sig policy.PromSignal) []Sample 
 		n := rapid.IntRange(0, 2).Draw(rt, fmt.Sprintf("samples%d-%s-%s", i, sr.gpu, sr.code))
 		for u := range n {
 			v := rapid.SampledFrom(valuesOf(sig)).Draw(rt, fmt.Sprintf("value%d-%s-%s-%d", i, sr.gpu, sr.code, u))
-			l := sr.labels()
+			l := sr.labels(sig.CodeLabel)
 			l["pod"] = fmt.Sprint("job-", u)
-			if sig.CodeLabel != "" {
-				l[sig.CodeLabel] = sr.code
-			}
 			out = append(out, Sample{Labels: l, Value: v})
 		}
 	}
@@ -126,8 +121,13 @@ func valuesOf(sig policy.PromSignal) []float64 {
 	}
 }
 
-func (sr simSeries) labels() map[string]string {
-	return map[string]string{LabelUUID: sr.gpu, LabelHostname: "node-1"}
+// labels are the series' labels, its code under codeLabel (none when empty).
+func (sr simSeries) labels(codeLabel string) map[string]string {
+	l := map[string]string{LabelUUID: sr.gpu, LabelHostname: "node-1"}
+	if codeLabel != "" {
+		l[codeLabel] = sr.code
+	}
+	return l
 }
 
 func (s *trackerSim) levelSeries() []simSeries { return seriesOf(simSignals[2]) }
@@ -153,18 +153,18 @@ func (s *trackerSim) expect(sig policy.PromSignal, samples []Sample, partial boo
 		case policy.PromLast:
 			for _, v := range vs {
 				if known[sr.gpu] && v != 0 && !slices.Contains(prev, v) {
-					want = append(want, faultText(sig, sr, v))
+					want = append(want, faultText(sig.Name, sr, v))
 				}
 			}
 		case policy.PromCount:
 			v := slices.Max(vs)
 			if known[sr.gpu] && v > 0 && (!had || v > slices.Max(prev)) {
-				want = append(want, faultText(sig, sr, v))
+				want = append(want, faultText(sig.Name, sr, v))
 			}
 		default:
 			for _, v := range vs {
 				if !slices.Contains(prev, v) {
-					want = append(want, faultText(sig, sr, v))
+					want = append(want, faultText(sig.Name, sr, v))
 				}
 			}
 		}
@@ -190,14 +190,14 @@ func (s *trackerSim) expect(sig policy.PromSignal, samples []Sample, partial boo
 	return want
 }
 
-func faultText(sig policy.PromSignal, sr simSeries, v float64) string {
-	return fmt.Sprintf("%s/%s/%s=%g", sig.Name, sr.gpu, sr.code, v)
+func faultText(signal string, sr simSeries, v float64) string {
+	return fmt.Sprintf("%s/%s/%s=%g", signal, sr.gpu, sr.code, v)
 }
 
 func faultSet(fs []Fault) string {
 	var out []string
 	for _, f := range fs {
-		out = append(out, fmt.Sprintf("%s/%s/%s=%g", f.Signal, f.Labels[LabelUUID], codeOf(f), f.Value))
+		out = append(out, faultText(f.Signal, simSeries{f.Labels[LabelUUID], codeOf(f)}, f.Value))
 	}
 	slices.Sort(out)
 	return strings.Join(out, " ")
