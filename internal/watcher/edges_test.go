@@ -97,7 +97,7 @@ func TestSliceUpsertKeepsOnlyWhatMatters(t *testing.T) {
 			{Name: "gpu-0", Taints: []resourcev1.DeviceTaint{{Key: "xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoSchedule}}},
 			{Name: "gpu-1", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"uuid": {StringValue: ptr.To("GPU-1")}}},
 		}}}
-	w.sliceSource().upsert(s, "add")
+	sliceReader{w}.source().upsert(s, "add")
 	taints := w.slices.taints["node-1-gpu"].devices
 	if len(taints) != 1 || taints["gpu-0"] == "" {
 		t.Fatalf("taints %v: only gpu-0 is tainted", taints)

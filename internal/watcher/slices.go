@@ -187,7 +187,13 @@ func (x *sliceIndex) set(name string, info *sliceInfo) (gone, back []device.ID, 
 	return gone, back, node
 }
 
-func (w *Watcher) sliceSource() *source {
+// sliceReader is the ResourceSlices' source: the published devices, a device gone from its
+// slice while allocated (Unknown), and a driver's taint in its slice, on the watcher's devices
+// and queue.
+type sliceReader struct{ w *Watcher }
+
+func (sr sliceReader) source() *source {
+	w := sr.w
 	api := w.cfg.Kube.ResourceV1().ResourceSlices()
 	upsert := func(o runtime.Object, action string) {
 		s, ok := o.(*resourcev1.ResourceSlice)
@@ -196,7 +202,7 @@ func (w *Watcher) sliceSource() *source {
 		}
 		w.cfg.Metrics.WatcherEvents.WithLabelValues("slice", action).Inc()
 		info := sliceInfoOf(s, w.cfg.Policies, &w.slices.intern)
-		w.sliceChanged(s.Name, info)
+		sr.changed(s.Name, info)
 	}
 	return &source{
 		name: "resourceslices", logger: w.cfg.Logger,
@@ -218,14 +224,14 @@ func (w *Watcher) sliceSource() *source {
 			w.slices.seen = nil
 			w.slices.mu.Unlock()
 			for _, name := range gone {
-				w.sliceChanged(name, nil)
+				sr.changed(name, nil)
 			}
 		},
 		upsert: upsert,
 		remove: func(o runtime.Object) {
 			if s, ok := o.(*resourcev1.ResourceSlice); ok {
 				w.cfg.Metrics.WatcherEvents.WithLabelValues("slice", "delete").Inc()
-				w.sliceChanged(s.Name, nil)
+				sr.changed(s.Name, nil)
 			}
 		},
 	}
@@ -312,27 +318,28 @@ func attributeValues(driver string, d resourcev1.Device, names []string) map[str
 	return out
 }
 
-// sliceChanged reports devices that vanished while allocated as Unknown, and withdraws that
+// changed reports devices that vanished while allocated as Unknown, and withdraws that
 // report when they are published again.
-func (w *Watcher) sliceChanged(name string, info *sliceInfo) {
+func (sr sliceReader) changed(name string, info *sliceInfo) {
+	w := sr.w
 	pk, ok := w.slices.poolOf(name, info)
 	groupedBefore := w.slices.grouping.Load() > 0
 	gone, back, node := w.slices.set(name, info)
 	tainted, cleared := w.slices.taintChanges(name, info)
 	for id, msg := range tainted {
-		w.reportTaint(id, name, node, msg)
+		sr.reportTaint(id, name, node, msg)
 	}
 	for _, id := range cleared {
-		w.withdrawTaint(id)
+		sr.withdrawTaint(id)
 	}
 	for _, id := range gone {
 		claim := w.claims.holding(id)
 		if claim == "" {
 			continue // not allocated: nothing runs on it, nothing to say
 		}
-		w.reportMissing(id, claim, node)
+		sr.reportMissing(id, claim, node)
 	}
-	w.withdrawUnpublished(back)
+	sr.withdrawUnpublished(back)
 	if ok && (groupedBefore || w.slices.grouping.Load() > 0) {
 		// The pool's units may have changed: their workflows hear of new forms to fence. Where no
 		// slice groups devices (before or after this one), no unit can have changed: a cluster
@@ -353,7 +360,8 @@ func (x *sliceIndex) poolOf(name string, info *sliceInfo) (poolKey, bool) {
 }
 
 // reportMissing reports an allocated device that its driver no longer publishes as Unknown.
-func (w *Watcher) reportMissing(id device.ID, claim, node string) {
+func (sr sliceReader) reportMissing(id device.ID, claim, node string) {
+	w := sr.w
 	w.slices.markMissing(id, claim)
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(unpublishedKey(id), "", []Report{{Device: id, Node: node, Health: device.Unknown,
@@ -376,7 +384,8 @@ func (x *sliceIndex) unpublished(id device.ID) bool {
 
 // scanMissing reports every allocated device that its pool no longer publishes, from the state
 // listed at start: a device that vanished while no watcher was looking is as missing as one seen going.
-func (w *Watcher) scanMissing() {
+func (sr sliceReader) scanMissing() {
+	w := sr.w
 	type held struct {
 		id    device.ID
 		claim string
@@ -393,7 +402,7 @@ func (w *Watcher) scanMissing() {
 	}
 	w.claims.mu.RUnlock()
 	for _, m := range missing {
-		w.reportMissing(m.id, m.claim, "")
+		sr.reportMissing(m.id, m.claim, "")
 	}
 }
 
@@ -424,7 +433,8 @@ func (x *sliceIndex) released(claim string, c *Claim) []device.ID {
 }
 
 // withdrawUnpublished takes back the watcher's own "gone from its slice" reports of ids.
-func (w *Watcher) withdrawUnpublished(ids []device.ID) {
+func (sr sliceReader) withdrawUnpublished(ids []device.ID) {
+	w := sr.w
 	for _, id := range ids {
 		w.podMu.Lock()
 		changed, _ := w.store.setPod(unpublishedKey(id), "", nil, nil, nil, false)
@@ -463,7 +473,8 @@ func (w *Watcher) adoptHolders(claimKey string) {
 func taintKey(id device.ID) string { return "slicetaint:" + id.String() }
 
 // reportTaint reports a device its driver tainted as Unhealthy, with exact identity.
-func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
+func (sr sliceReader) reportTaint(id device.ID, slice, node, msg string) {
+	w := sr.w
 	w.detectorSpoke.Store(true) // the driver names no Pod either
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", []Report{{Device: id, Node: node, Health: device.Unhealthy, Message: msg,
@@ -475,7 +486,8 @@ func (w *Watcher) reportTaint(id device.ID, slice, node, msg string) {
 
 // withdrawTaint takes the report back when the driver untaints the device; its workflow hears
 // that the driver vouches for it again, which may start a quarantined device's recovery review.
-func (w *Watcher) withdrawTaint(id device.ID) {
+func (sr sliceReader) withdrawTaint(id device.ID) {
+	w := sr.w
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(taintKey(id), "", nil, nil, nil, false)
 	w.store.clearedByDriver(id, devicemsg.SourceSlice)

@@ -177,7 +177,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// pool's slices say.
 	slicesSynced := make(chan struct{})
 	wg.Add(1)
-	go func() { defer wg.Done(); w.sliceSource().run(ctx, slicesSynced) }()
+	go func() { defer wg.Done(); sliceReader{w}.source().run(ctx, slicesSynced) }()
 	select {
 	case <-slicesSynced:
 	case <-ctx.Done():
@@ -208,7 +208,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	w.scanMissing()
+	sliceReader{w}.scanMissing()
 	close(w.synced)
 	wg.Add(1)
 	go func() { defer wg.Done(); newPromReader(w).run(ctx) }()
@@ -428,7 +428,7 @@ func (w *Watcher) onClaim(obj runtime.Object, action string) {
 	w.claimConditions(key, claim.ResourceVersion, compact)
 	// A device that vanished from its slice while this claim held it: once the claim lets it go
 	// (deleted, or reallocated after its Pods left a dead node), nothing is left to report.
-	w.withdrawUnpublished(w.slices.released(key, compact))
+	sliceReader{w}.withdrawUnpublished(w.slices.released(key, compact))
 }
 
 // claimConditions reports the devices a driver marked in the claim's status.devices[] conditions,
