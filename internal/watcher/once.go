@@ -127,6 +127,13 @@ func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h
 // detectorWordStands is detectorWord for a word that, once withdrawn, stands as stands while
 // its level lasts (standing.go).
 func (w *Watcher) detectorWordStands(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once, stands string) {
+	w.enqueueAll(w.storeDetectorWord(key, version, id, node, h, spec, once, stands))
+}
+
+// storeDetectorWord is detectorWordStands without queueing: it returns the devices to queue, for
+// a reader that stores several words at once (one Prometheus answer's faults) and sends each
+// device once, with all of them.
+func (w *Watcher) storeDetectorWord(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once, stands string) []device.ID {
 	msg := spec.What()
 	if len(msg) > devicemsg.MaxReason {
 		msg = msg[:devicemsg.MaxReason]
@@ -142,5 +149,5 @@ func (w *Watcher) detectorWordStands(key, version string, id device.ID, node str
 	w.podMu.Lock()
 	ids, _ := w.store.setPod(key, version, []Report{r}, nil, nil, false)
 	w.podMu.Unlock()
-	w.enqueueAll(ids)
+	return ids
 }

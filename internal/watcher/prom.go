@@ -99,6 +99,7 @@ func (r *promReader) poll(ctx context.Context, tracker *promsignal.Tracker) erro
 	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
 	var failed []string
 	levelsRead := true // every level signal answered in full: what stands is known
+	var touched []device.ID // sent once the whole answer is stored: one signal per device per poll
 	for _, sig := range sigs.Prometheus {
 		answer, err := r.query(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
 		if err != nil {
@@ -121,13 +122,14 @@ func (r *promReader) poll(ctx context.Context, tracker *promsignal.Tracker) erro
 			w.cfg.Metrics.SignalRefused.WithLabelValues("prometheus", "not a number").Add(float64(refused))
 		}
 		for _, f := range faults {
-			r.fault(ctx, naming, f, sig.Kind == policy.PromLevel)
+			touched = append(touched, r.fault(ctx, naming, f, sig.Kind == policy.PromLevel)...)
 		}
 		if sig.Kind == policy.PromLevel && !answer.Partial {
 			r.levelsGone(sig.Name, tracker)
 		}
 		levelsRead = levelsRead && (sig.Kind != policy.PromLevel || !answer.Partial)
 	}
+	w.enqueueAll(touched)
 	if levelsRead {
 		w.enqueueAll(w.store.standingRead())
 	}
@@ -150,8 +152,9 @@ func readsLevels(cfg Config) bool {
 	return false
 }
 
-// fault sends one fault to the device its series names, or says why it cannot.
-func (r *promReader) fault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault, level bool) {
+// fault stores one fault as a word to the device its series names, or says why it cannot, and
+// returns the devices to send.
+func (r *promReader) fault(ctx context.Context, naming promsignal.Naming, f promsignal.Fault, level bool) []device.ID {
 	w := r.w
 	spec, ok := naming.Device(f.Labels)
 	if !ok {
@@ -159,7 +162,7 @@ func (r *promReader) fault(ctx context.Context, naming promsignal.Naming, f prom
 		if w.logged.first("prom:"+f.Series, "names no device") {
 			w.cfg.Logger.Warn("a DCGM series names no device: no DRA labels, and no Hostname with a UUID or gpu index", "signal", f.Signal, "series", f.Series)
 		}
-		return
+		return nil
 	}
 	spec.Health, spec.Source, spec.Cause.Code = string(device.Unhealthy), promSource, f.Code
 	spec.Message = f.Labels["err_msg"]
@@ -169,12 +172,12 @@ func (r *promReader) fault(ctx context.Context, naming promsignal.Naming, f prom
 		if w.logged.first("prom:"+f.Series, err.Error()) {
 			w.cfg.Logger.Warn("a DCGM fault is not tied to a device", "signal", f.Signal, "series", f.Series, "reason", err.Error())
 		}
-		return
+		return nil
 	}
 	w.cfg.Metrics.SignalFaults.WithLabelValues("prometheus", f.Signal).Inc()
 	key := promKey(f.Signal, id, f.Code)
 	once := f.Series + "@" + strconv.FormatFloat(f.Value, 'g', -1, 64) + "@" + strconv.FormatInt(w.cfg.Clock().UnixNano(), 10)
-	stands := ""
+	stands, ids := "", []device.ID(nil)
 	if level {
 		stands = promSource + ": " + f.Code
 		if r.levels[f.Signal] == nil {
@@ -182,11 +185,11 @@ func (r *promReader) fault(ctx context.Context, naming promsignal.Naming, f prom
 		}
 		if old, ok := r.levels[f.Signal][f.Series]; ok && old.key != key {
 			// The series' level changed: its old value no longer stands.
-			w.enqueueAll(w.store.levelGone(old.key, old.id))
+			ids = w.store.levelGone(old.key, old.id)
 		}
 		r.levels[f.Signal][f.Series] = levelRef{key: key, id: id}
 	}
-	w.detectorWordStands(key, "", id, node, device.Unhealthy, spec, once, stands)
+	return append(ids, w.storeDetectorWord(key, "", id, node, device.Unhealthy, spec, once, stands)...)
 }
 
 // levelRef is a level series' word about a device.
