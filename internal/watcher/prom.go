@@ -98,7 +98,7 @@ func (r *promReader) poll(ctx context.Context, tracker *promsignal.Tracker) erro
 	sigs := w.cfg.Policies.Signals()
 	naming := promsignal.Naming{UUIDAttribute: sigs.UUIDAttribute, IndexAttribute: sigs.IndexAttribute}
 	var failed []string
-	levelsRead := true // every level signal answered in full: what stands is known
+	levelsRead := true      // every level signal answered in full: what stands is known
 	var touched []device.ID // sent once the whole answer is stored: one signal per device per poll
 	for _, sig := range sigs.Prometheus {
 		answer, err := r.query(ctx, promsignal.Query(sig.Query, sig.CodeLabel))
