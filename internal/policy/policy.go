@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,7 +74,14 @@ type Policy struct {
 	Repair Repair `json:"repair,omitempty"`
 	// Causes says what a fault's cause changes: its first step, and whether it is fenced.
 	Causes Causes `json:"causes,omitzero"`
+	// NotRunAlertAfter is how many checks or steps in a row may end not run (the tooling's
+	// failure: an image not pulled, a Pod never scheduled) before a person is alerted; each is
+	// tried again, later each time. 0 (a policy written before it): DefaultNotRunAlertAfter.
+	NotRunAlertAfter int `json:"notRunAlertAfter,omitempty"`
 }
+
+// DefaultNotRunAlertAfter is how many not-run checks or steps in a row alert a person.
+const DefaultNotRunAlertAfter = 3
 
 // DefaultSourceWait covers a detector's path to DeviceWarden: DCGM's field updates (30 s),
 // Prometheus' scrape and DeviceWarden's poll (15 s each), with room to spare.
@@ -97,6 +105,7 @@ func Default() Policy {
 		Canary:              Check{Image: DefaultCheckImage, Command: []string{"sh", "-c", "exit 0"}, Timeout: JSONDuration(10 * time.Minute), Namespace: DefaultCanaryNamespace},
 		EscalationThreshold: 4,
 		Ambiguous:           AmbiguousAlert,
+		NotRunAlertAfter:    DefaultNotRunAlertAfter,
 	}
 }
 
@@ -152,7 +161,13 @@ type Check struct {
 	Namespace string `json:"namespace,omitempty"`
 	// DeviceClass the check's claim requests (default: the class the device was last requested through).
 	DeviceClass string `json:"deviceClass,omitempty"`
+	// NotRunExitCodes are the exit codes by which the check's tool says it could not run (a reset
+	// tool's "in use by another client"): the tooling's failure, not the device's.
+	NotRunExitCodes []int32 `json:"notRunExitCodes,omitempty"`
 }
+
+// NotRunBy says whether exit code code means the check's tool did not run.
+func (c Check) NotRunBy(code int32) bool { return slices.Contains(c.NotRunExitCodes, code) }
 
 // checkEntry is a Check in the policy file; unset fields keep the default's.
 type checkEntry struct {
@@ -161,6 +176,28 @@ type checkEntry struct {
 	Timeout     *Duration `yaml:"timeout"`
 	Namespace   *string   `yaml:"namespace"`
 	DeviceClass *string   `yaml:"deviceClass"`
+	NotRun      exitCodes `yaml:"notRunExitCodes"`
+}
+
+// exitCodes reads a list of exit codes, each a number from 1 to 255 (0 is success).
+type exitCodes []int32
+
+// UnmarshalYAML refuses anything but a list of numbers from 1 to 255.
+func (e *exitCodes) UnmarshalYAML(n *yaml.Node) error {
+	bad := fmt.Errorf("line %d: notRunExitCodes is a list of exit codes, numbers from 1 to 255 (e.g. [3, 17])", n.Line)
+	if n.Kind != yaml.SequenceNode {
+		return bad
+	}
+	out := exitCodes{}
+	for _, item := range n.Content {
+		var code int32
+		if item.Kind != yaml.ScalarNode || item.Tag != "!!int" || item.Decode(&code) != nil || code < 1 || code > 255 {
+			return fmt.Errorf("line %d: notRunExitCodes: %q is not an exit code (a number from 1 to 255)", item.Line, item.Value)
+		}
+		out = append(out, code)
+	}
+	*e = out
+	return nil
 }
 
 func (c *checkEntry) apply(dst *Check) {
@@ -179,6 +216,9 @@ func (c *checkEntry) apply(dst *Check) {
 	}
 	if c.DeviceClass != nil {
 		dst.DeviceClass = *c.DeviceClass
+	}
+	if c.NotRun != nil {
+		dst.NotRunExitCodes = c.NotRun
 	}
 }
 
@@ -210,6 +250,7 @@ type entry struct {
 	Migration           *migrationEntry `yaml:"migration"`
 	Repair              *repairEntry    `yaml:"repair"`
 	Causes              *causesEntry    `yaml:"causes"`
+	NotRunAlertAfter    *int            `yaml:"notRunAlertAfter"`
 	line                int
 }
 
@@ -492,6 +533,9 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	e.Migration.apply(&p.Migration)
 	e.Repair.apply(&p.Repair)
 	e.Causes.apply(&p.Causes)
+	if e.NotRunAlertAfter != nil {
+		p.NotRunAlertAfter = *e.NotRunAlertAfter
+	}
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
 	}
@@ -539,6 +583,9 @@ func (p Policy) Validate() error {
 	}
 	if p.EscalationThreshold < 1 {
 		return fmt.Errorf("escalationThreshold must be >= 1, got %d", p.EscalationThreshold)
+	}
+	if p.NotRunAlertAfter < 1 {
+		return fmt.Errorf("notRunAlertAfter must be >= 1, got %d", p.NotRunAlertAfter)
 	}
 	if err := p.Repair.validate(); err != nil {
 		return err

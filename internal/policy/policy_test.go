@@ -59,6 +59,12 @@ func TestBrokenFilesAreRejectedWithTheLine(t *testing.T) {
 		{"cap below window", "default:\n  toleranceWindow: 2h\n", "backoffCap"},
 		{"negative", "default:\n  heartbeatLimit: -1m\n", "heartbeatLimit"},
 		{"not yaml", "policies: [\n", "line"},
+		{"exit codes not numbers", "default:\n  probe: {notRunExitCodes: [in-use]}\n", `line 2: notRunExitCodes: "in-use" is not an exit code`},
+		{"exit code zero", "default:\n  probe: {notRunExitCodes: [0]}\n", `"0" is not an exit code`},
+		{"exit code past 255", "default:\n  canary: {notRunExitCodes: [3, 256]}\n", `"256" is not an exit code`},
+		{"exit codes not a list", "default:\n  probe: {notRunExitCodes: 3}\n", "line 2: notRunExitCodes is a list of exit codes"},
+		{"exit code quoted", "default:\n  probe: {notRunExitCodes: [\"3\"]}\n", `"3" is not an exit code`},
+		{"no alert on not-runs", "default:\n  notRunAlertAfter: 0\n", "notRunAlertAfter must be >= 1, got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

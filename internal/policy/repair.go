@@ -157,8 +157,8 @@ func (s RepairStep) validate() error {
 		return fmt.Errorf("a %s step needs an image and a command", s.Kind)
 	case s.Kind == RepairReset && (s.Template != "" || s.Holders != ""):
 		return fmt.Errorf("a %s step takes no template or holders (they are a node step's)", s.Kind)
-	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0):
-		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image or command", s.Kind)
+	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0 || len(s.Check.NotRunExitCodes) > 0):
+		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image, command or notRunExitCodes", s.Kind)
 	case s.Kind == RepairNode && s.Holders != HoldersWait && s.Holders != HoldersMove && s.Holders != HoldersRemediator:
 		return fmt.Errorf("holders %q: want %s, %s or %s", s.Holders, HoldersWait, HoldersMove, HoldersRemediator)
 	case s.Kind == RepairNode:

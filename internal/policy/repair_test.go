@@ -60,6 +60,8 @@ func TestBadRepairLadders(t *testing.T) {
 		{`steps: [{kind: node, template: {apiVersion: v1, kind: K, spec: {n: "{{ .Nodes }}"}}}]`, "Nodes"},
 		{`steps: [{kind: node, template: {apiVersion: v1, kind: K, spec: {n: "{{ .Node "}}}]`, "template"},
 		{`steps: [{kind: node, image: i, template: {apiVersion: v1, kind: K}}]`, "runs no Pod"},
+		{`steps: [{kind: node, notRunExitCodes: [3], template: {apiVersion: v1, kind: K}}]`, "runs no Pod"},
+		{`steps: [{kind: reset, image: i, command: [c], notRunExitCodes: [x]}]`, `"x" is not an exit code`},
 		{`steps: [{kind: node, holders: everyone, template: {apiVersion: v1, kind: K}}]`, `holders "everyone"`},
 		{`steps: [{kind: node, holders: move, template: {apiVersion: v1, kind: K}}]`, "enable migration or choose holders: wait"},
 	} {
@@ -132,5 +134,24 @@ default:
 	}
 	if (Repair{Steps: []RepairStep{{Kind: RepairNode, Holders: HoldersWait}}}).MovesHolders() {
 		t.Fatal("a waiting node step moves holders")
+	}
+}
+
+// A check and a reset say which of their tool's exit codes mean it did not run; a policy says
+// after how many not-runs in a row a person hears of it.
+func TestNotRunExitCodes(t *testing.T) {
+	set, err := Parse([]byte("default:\n  notRunAlertAfter: 5\n  probe: {notRunExitCodes: [3]}\n  repair: {steps: [{kind: reset, image: i, command: [c], notRunExitCodes: [17, 3]}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := set.For("", "gpu.example.com")
+	if p.NotRunAlertAfter != 5 || !p.Probe.NotRunBy(3) || p.Probe.NotRunBy(1) || p.Canary.NotRunBy(3) {
+		t.Fatalf("policy %+v", p)
+	}
+	if reset := p.Repair.Steps[0].Check; !reset.NotRunBy(17) || !reset.NotRunBy(3) || reset.NotRunBy(1) {
+		t.Fatalf("reset %+v", reset)
+	}
+	if d := Default(); d.NotRunAlertAfter != DefaultNotRunAlertAfter || d.Probe.NotRunBy(1) {
+		t.Fatalf("default %+v", d)
 	}
 }
