@@ -52,10 +52,14 @@ import "go.temporal.io/sdk/workflow"
 //     run's first decision on a fault and written back before it ends; an Unhealthy report of
 //     one-time words the device took before (a new leader re-sends what its predecessor
 //     delivered) is no new fault (decide.Rules.TakenWords).
+//   - 18: a check or repair step that did not run (its image not pulled, its Pod never scheduled
+//     or evicted, its tool's not-run exit code, its activity failing every attempt) is the
+//     tooling's failure: taken again later, a person alerted after the policy's
+//     notRunAlertAfter, never a failed review or try (decide.Rules.NotRunRetries).
 const deviceChanges = "device-changes-2026-12"
 
 // deviceChangesNow is the version of deviceChanges that runs started by this code take.
-const deviceChangesNow workflow.Version = 17
+const deviceChangesNow workflow.Version = 18
 
 type changesKey struct{}
 

@@ -59,6 +59,7 @@ func DeviceWorkflow(ctx workflow.Context, in api.DeviceInput) error {
 		KeepsStanding:       takes(ctx, 16),
 		History:             takes(ctx, 17),
 		TakenWords:          takes(ctx, 17),
+		NotRunRetries:       takes(ctx, 18),
 	}
 	st, err := decide.Start(decide.Input{Carried: in.State, Device: in.Device, Node: in.Node, Policy: in.Policy, DryRun: in.DryRun, Unit: in.Unit}, rules)
 	if err != nil {

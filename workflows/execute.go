@@ -257,7 +257,9 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 	})
 	var res decide.StepResult
 	if err := workflow.ExecuteActivity(cctx, rem.RunCheck, in).Get(ctx, &res); err != nil {
-		res = decide.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx)}
+		// Every attempt failed (the apiserver unreachable, the device not singled out): the
+		// tooling's failure, no verdict on the device.
+		res = decide.StepResult{Reason: string(act.Kind) + " could not run: " + err.Error(), At: workflow.Now(ctx), NotRun: takes(ctx, 18)}
 	}
 	return res
 }

@@ -35,7 +35,7 @@ func TestNewRunsTakeEveryVersionedPath(t *testing.T) {
 		}
 	}, 30*time.Second)
 	h.run(t, time.Minute)
-	if (rules != decide.Rules{ReleasePath: true, StaleGraceOn: true, BreakerWake: true, FailedProbeHolds: true, SilentNoEvidence: true, Repair: true, StepAlerts: true, LadderTrust: true, StepReports: true, DetectorsNotHolders: true, Causes: true, SourceProof: true, ResetWake: true, CarriedDefaults: true, SourceVerdict: true, RemapsReset: true, FreshAsks: true, KeepsStanding: true, History: true, TakenWords: true}) {
+	if (rules != decide.Rules{ReleasePath: true, StaleGraceOn: true, BreakerWake: true, FailedProbeHolds: true, SilentNoEvidence: true, Repair: true, StepAlerts: true, LadderTrust: true, StepReports: true, DetectorsNotHolders: true, Causes: true, SourceProof: true, ResetWake: true, CarriedDefaults: true, SourceVerdict: true, RemapsReset: true, FreshAsks: true, KeepsStanding: true, History: true, TakenWords: true, NotRunRetries: true}) {
 		t.Fatalf("a new device run follows %+v, not every rule", rules)
 	}
 	var s testsuite.WorkflowTestSuite
@@ -212,7 +212,8 @@ func TestKubernetesCallsRetryWithBackoff(t *testing.T) {
 
 // When an activity fails, the device is never left unfenced in silence: an unreachable breaker or
 // a failed taint holds the action for a retry (a taint failure also alerts), a check that cannot
-// run counts as failed, and a rule found missing on refresh is put back.
+// run is taken again later (the tooling's failure, no failed probe), and a rule found missing on
+// refresh is put back.
 func TestActivityFailuresHoldOrFail(t *testing.T) {
 	unhealthy := ob(time.Second, device.Unhealthy, "1")
 	t.Run("breaker unreachable", func(t *testing.T) {
@@ -238,8 +239,9 @@ func TestActivityFailuresHoldOrFail(t *testing.T) {
 			h.env.SignalWorkflow(api.SignalObservation, decide.Observation{Device: gpu0, Node: "node-1", Health: device.Healthy, StatusVersion: "2"})
 		}, 2*time.Second)
 		got := h.run(t, 25*time.Hour, unhealthy)
-		if got.LastProbe == nil || got.LastProbe.Passed || !strings.Contains(got.LastProbe.Reason, "probe could not run") || len(h.released) != 0 {
-			t.Fatalf("last probe %+v, released %d", got.LastProbe, len(h.released))
+		if got.LastProbe != nil || got.State != decide.Recovering || got.NotRun == nil || got.NotRun.Kind != decide.ActProbe ||
+			!strings.Contains(got.NotRun.Reason, "probe could not run") || len(h.released) != 0 {
+			t.Fatalf("last probe %+v, state %s, not run %+v, released %d", got.LastProbe, got.State, got.NotRun, len(h.released))
 		}
 	})
 	t.Run("rule missing on refresh", func(t *testing.T) {

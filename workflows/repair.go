@@ -57,7 +57,7 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 	})
 	var res decide.StepResult
 	if err := workflow.ExecuteActivity(actx, rem.RemediateNode, in).Get(ctx, &res); err != nil {
-		res = decide.StepResult{Reason: "node step could not run: " + err.Error(), At: workflow.Now(ctx)}
+		res = decide.StepResult{Reason: "node step could not run: " + err.Error(), At: workflow.Now(ctx), NotRun: takes(ctx, 18)}
 		if takes(ctx, 10) {
 			// Its object, fences and permit would stand until their holds end: clear them.
 			endNodeStep(ctx, in)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,7 +262,8 @@ func TestLadderMovesTheNodesHoldersBeforeTheReboot(t *testing.T) {
 }
 
 // A node step whose activity fails outright (every attempt erred after the remediator's object
-// was made) clears what it left on the node: the object, its fences and the node's permit.
+// was made) clears what it left on the node: the object, its fences and the node's permit. It
+// did not run, so nothing counts against the device: the same try is taken again later.
 func TestANodeStepThatFailsOutrightClearsTheNode(t *testing.T) {
 	h := newHarness(0)
 	h.checks = []decide.StepResult{{Reason: "reset exit 1: reboot fault"}}
@@ -279,11 +281,16 @@ func TestANodeStepThatFailsOutrightClearsTheNode(t *testing.T) {
 	var st decide.DeviceState
 	queryThenCancel(t, h.env, time.Hour, &st)
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
-	if len(ended) != 1 || ended[0].Node != "node-1" || ended[0].Try != 2 || ended[0].TryAt.IsZero() || ended[0].Step.Template != node.Template {
+	if len(ended) < 2 {
 		t.Fatalf("node step ends %+v", ended)
 	}
-	if st.State != decide.Retired {
-		t.Fatalf("state %s", st.State)
+	for _, e := range ended {
+		if e.Node != "node-1" || e.Try != 2 || e.TryAt.IsZero() || e.Step.Template != node.Template {
+			t.Fatalf("node step ends %+v", ended)
+		}
+	}
+	if st.State != decide.Quarantined || st.NotRun == nil || st.NotRun.Kind != decide.ActRepair || st.NotRun.Count != len(ended) {
+		t.Fatalf("state %s not run %+v after %d ends", st.State, st.NotRun, len(ended))
 	}
 }
 
@@ -320,5 +327,36 @@ func TestANodeStepOfADeletedNodeFails(t *testing.T) {
 	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: p})
 	if st.State != decide.Retired || h.rebootAsks != 1 || len(*retired) != 1 || !strings.Contains((*retired)[0].Evidence["try-02"], "no longer exists") {
 		t.Fatalf("state %s after %d node permit asks; retired %+v", st.State, h.rebootAsks, *retired)
+	}
+}
+
+// A reset whose image cannot be pulled four times, then a probe that is never scheduled: the
+// tooling failed, not the device. Each is taken again later, a person hears of it once, nothing
+// counts against the GPU (a ladder of two resets would have retired it), and once the tooling
+// mends, the reset, probe and canary run and release it.
+func TestToolingFailuresNeverRetireTheDevice(t *testing.T) {
+	h := newHarness(0)
+	pull := decide.StepResult{Reason: "container reset not started: ImagePullBackOff", NotRun: true}
+	h.checks = []decide.StepResult{pull, pull, pull, pull, {Passed: true, Reason: "reset exit 0"},
+		{Reason: "probe Pod did not start within 5m0s (phase Pending)", NotRun: true}}
+	retired := recordRetirements(h)
+	failedThenIdle(h)
+	h.env.ExecuteWorkflow(DeviceWorkflow, api.DeviceInput{Device: gpu0, Node: "node-1", Policy: laddered()})
+	if err := h.env.GetWorkflowError(); err != nil || !h.env.IsWorkflowCompleted() {
+		t.Fatalf("workflow ended with %v", err)
+	}
+	kinds := checkKinds(h.ran)
+	want := []decide.ActionKind{decide.ActRepair, decide.ActRepair, decide.ActRepair, decide.ActRepair, decide.ActRepair, decide.ActProbe, decide.ActProbe, decide.ActCanary}
+	if len(*retired) != 0 || len(h.released) != 1 || !slices.Equal(kinds, want) {
+		t.Fatalf("retired %d, released %d, checks %v", len(*retired), len(h.released), kinds)
+	}
+	var told []string
+	for _, a := range h.alerts {
+		if strings.Contains(a.Text, "did not run") {
+			told = append(told, a.Text)
+		}
+	}
+	if len(told) != 1 || !strings.Contains(told[0], "repair of "+gpu0.String()+" did not run 3 times in a row") {
+		t.Fatalf("alerts %v", told)
 	}
 }

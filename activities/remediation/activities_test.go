@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
+	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
 func TestAttrExpr(t *testing.T) {
@@ -72,8 +73,50 @@ func TestCheckOutcome(t *testing.T) {
 		{"failed, unhealthy", status(corev1.PodFailed, corev1.ResourceHealthStatusUnhealthy, 1), true, false, "exit code 1 Error XID 79; device reported gpu=1 Unhealthy: bad"},
 	}
 	for _, tt := range tests {
-		res, done := checkOutcome(tt.pod)
-		if done != tt.done || res.Passed != tt.pass || res.Reason != tt.reason {
+		res, done := checkOutcome(tt.pod, policy.Check{})
+		if done != tt.done || res.Passed != tt.pass || res.Reason != tt.reason || res.NotRun {
+			t.Errorf("%s: done=%t %+v", tt.name, done, res)
+		}
+	}
+}
+
+// A Pod whose tool never ran on the device is done and not run, whatever else it says: the
+// tooling failed, not the device. An exit code is the tool's only where the check names it.
+func TestCheckOutcomeNotRun(t *testing.T) {
+	waiting := func(reason string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "check",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "pull access denied"}}}}}}
+	}
+	exited := func(code int32) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "check",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: "in use by another client"}}}}}}
+	}
+	evicted := exited(137)
+	evicted.Status.Reason, evicted.Status.Message = "Evicted", "The node was low on resource: memory."
+	disrupted := exited(143)
+	disrupted.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler", Message: "preempted"}}
+	inUse := policy.Check{NotRunExitCodes: []int32{3}}
+	for _, tt := range []struct {
+		name   string
+		pod    *corev1.Pod
+		check  policy.Check
+		notRun bool
+		reason string
+	}{
+		{"image back-off", waiting("ImagePullBackOff"), policy.Check{}, true, "container check not started: ImagePullBackOff pull access denied"},
+		{"bad image name", waiting("InvalidImageName"), policy.Check{}, true, "InvalidImageName"},
+		{"never pull", waiting("ErrImageNeverPull"), policy.Check{}, true, "ErrImageNeverPull"},
+		{"config error", waiting("CreateContainerConfigError"), policy.Check{}, true, "CreateContainerConfigError"},
+		{"creating", waiting("ContainerCreating"), policy.Check{}, false, ""},
+		{"first failed pull", waiting("ErrImagePull"), policy.Check{}, false, ""},
+		{"evicted", evicted, policy.Check{}, true, "Pod failed before its check ended: Evicted The node was low on resource: memory."},
+		{"preempted", disrupted, policy.Check{}, true, "Pod disrupted (PreemptionByScheduler): preempted"},
+		{"the tool's in-use code", exited(3), inUse, true, "the tool could not run: exit code 3 (the policy's notRunExitCodes) Error in use by another client"},
+		{"another code", exited(1), inUse, false, "exit code 1 Error in use by another client"},
+		{"the code unnamed", exited(3), policy.Check{}, false, "exit code 3 Error in use by another client"},
+	} {
+		res, done := checkOutcome(tt.pod, tt.check)
+		if res.NotRun != tt.notRun || res.Passed || (tt.notRun || tt.reason != "") != done || !strings.Contains(res.Reason, tt.reason) {
 			t.Errorf("%s: done=%t %+v", tt.name, done, res)
 		}
 	}

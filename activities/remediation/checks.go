@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,17 +78,14 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	name := CheckName(in.Kind, in.Device)
 	ns := in.Check.Namespace
 	boot := ""
-	fail := func(format string, args ...any) (decide.StepResult, error) {
-		a.countCheck(in.Kind, false)
-		a.countTry(in.Step, "failed")
-		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now(), BootID: boot}, nil
+	end := func(result string, format string, args ...any) (decide.StepResult, error) {
+		a.countCheck(in.Kind, result)
+		a.countTry(in.Step, result)
+		return decide.StepResult{Reason: fmt.Sprintf(format, args...), Pod: ns + "/" + name, At: time.Now(), BootID: boot, NotRun: result == resultNotRun}, nil
 	}
-	// notRun fails a check whose Pod never ran.
-	notRun := func(format string, args ...any) (decide.StepResult, error) {
-		res, err := fail(format, args...)
-		res.NotRun = true
-		return res, err
-	}
+	fail := func(format string, args ...any) (decide.StepResult, error) { return end(resultFailed, format, args...) }
+	// notRun ends a check whose tool never ran on the device: no verdict on it.
+	notRun := func(format string, args ...any) (decide.StepResult, error) { return end(resultNotRun, format, args...) }
 	if in.Device.DevicePlugin() {
 		return notRun("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
 	}
@@ -139,23 +137,29 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	if podName == "" {
 		return notRun("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
 	}
-	pod, err := a.awaitPod(ctx, ns, podName, deadline)
+	pod, err := a.awaitPod(ctx, ns, podName, in.Check, deadline)
+	if apierrors.IsNotFound(err) {
+		return notRun("%s Pod %s/%s was deleted before it finished", in.Kind, ns, podName)
+	}
 	if err != nil {
 		return decide.StepResult{}, fmt.Errorf("wait for %s pod %s/%s: %w", in.Kind, ns, podName, err)
 	}
-	res, done := checkOutcome(pod)
+	res, done := checkOutcome(pod, in.Check)
+	if res.NotRun {
+		return notRun("%s %s", in.Kind, res.Reason)
+	}
 	if !done {
 		if pod.Status.Phase == corev1.PodPending {
 			return notRun("%s Pod did not start within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
 		}
 		return fail("%s Pod did not finish within %s (phase %s%s)", in.Kind, in.Check.Timeout.D(), pod.Status.Phase, scheduling(pod))
 	}
-	a.countCheck(in.Kind, res.Passed)
+	result := resultFailed
 	if res.Passed {
-		a.countTry(in.Step, "passed")
-	} else {
-		a.countTry(in.Step, "failed")
+		result = resultPassed
 	}
+	a.countCheck(in.Kind, result)
+	a.countTry(in.Step, result)
 	res.Pod, res.At, res.BootID = ns+"/"+podName, time.Now(), boot
 	if in.Kind == decide.ActRepair {
 		a.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, in.TryAt, res)
@@ -165,7 +169,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 
 // awaitPod watches the Pod until it finishes or the deadline passes, heartbeating meanwhile, and
 // returns its last state. A watch that ends early is resumed from the Pod's newest version.
-func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline time.Time) (*corev1.Pod, error) {
+func (a *Activities) awaitPod(ctx context.Context, ns, name string, c policy.Check, deadline time.Time) (*corev1.Pod, error) {
 	beat := a.CheckPoll
 	if beat <= 0 {
 		beat = 5 * time.Second
@@ -177,7 +181,7 @@ func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline tim
 		if err != nil {
 			return nil, err
 		}
-		if _, done := checkOutcome(pod); done || !time.Now().Before(deadline) {
+		if _, done := checkOutcome(pod, c); done || !time.Now().Before(deadline) {
 			return pod, nil
 		}
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: pod.ResourceVersion})
@@ -203,7 +207,7 @@ func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline tim
 						return false
 					}
 					if p, isPod := ev.Object.(*corev1.Pod); isPod {
-						if _, finished := checkOutcome(p); finished || ev.Type == watch.Deleted {
+						if _, finished := checkOutcome(p, c); finished || ev.Type == watch.Deleted {
 							return true
 						}
 					}
@@ -220,15 +224,17 @@ func (a *Activities) awaitPod(ctx context.Context, ns, name string, deadline tim
 	}
 }
 
-func (a *Activities) countCheck(kind decide.ActionKind, passed bool) {
-	if a.Metrics == nil {
-		return
+// A check's or step's results, as its metrics count them: not-run is the tooling's failure.
+const (
+	resultPassed = "passed"
+	resultFailed = "failed"
+	resultNotRun = "not-run"
+)
+
+func (a *Activities) countCheck(kind decide.ActionKind, result string) {
+	if a.Metrics != nil {
+		a.Metrics.Checks.WithLabelValues(string(kind), result).Inc()
 	}
-	result := "failed"
-	if passed {
-		result = "passed"
-	}
-	a.Metrics.Checks.WithLabelValues(string(kind), result).Inc()
 }
 
 // countTry counts a repair step's outcome.
@@ -239,8 +245,13 @@ func (a *Activities) countTry(step, result string) {
 }
 
 // checkOutcome reads a finished Pod: it passes when it succeeded and its own device reports, if
-// any, are all Healthy.
-func checkOutcome(pod *corev1.Pod) (decide.StepResult, bool) {
+// any, are all Healthy. A Pod that ended without its tool running on the device (its image not
+// pulled, evicted or preempted, refused by the kubelet, or its tool's exit code one the check
+// names as "could not run") is done and not run: the tooling's failure, no verdict on the device.
+func checkOutcome(pod *corev1.Pod, c policy.Check) (decide.StepResult, bool) {
+	if why, ok := notRunPod(pod, c); ok {
+		return decide.StepResult{Reason: why, NotRun: true}, true
+	}
 	var unhealthy []string
 	for _, cs := range pod.Status.ContainerStatuses {
 		for _, rs := range cs.AllocatedResourcesStatus {
@@ -274,6 +285,38 @@ func checkOutcome(pod *corev1.Pod) (decide.StepResult, bool) {
 		return decide.StepResult{Reason: strings.TrimSpace(reason)}, true
 	}
 	return decide.StepResult{}, false
+}
+
+// pullFailures are the reasons a container waits with that no wait mends: its image cannot be
+// pulled (after the kubelet's first failed pull and its back-off), or its Pod spec is wrong.
+var pullFailures = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
+
+// notRunPod says whether the Pod ended, or will end, without its tool running on the device, and why.
+func notRunPod(pod *corev1.Pod, c policy.Check) (string, bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && slices.Contains(pullFailures, w.Reason) {
+			return fmt.Sprintf("container %s not started: %s %s", cs.Name, w.Reason, w.Message), true
+		}
+	}
+	if pod.Status.Phase != corev1.PodFailed {
+		return "", false
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("Pod disrupted (%s): %s", cond.Reason, cond.Message), true
+		}
+	}
+	if pod.Status.Reason != "" {
+		// Only the kubelet sets a failed Pod's reason: evicted, preempted, refused at admission,
+		// shut down with its node.
+		return fmt.Sprintf("Pod failed before its check ended: %s %s", pod.Status.Reason, pod.Status.Message), true
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && c.NotRunBy(t.ExitCode) {
+			return fmt.Sprintf("the tool could not run: exit code %d (the policy's notRunExitCodes) %s %s", t.ExitCode, t.Reason, t.Message), true
+		}
+	}
+	return "", false
 }
 
 func scheduling(pod *corev1.Pod) string {

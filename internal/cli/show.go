@@ -51,6 +51,9 @@ func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 	if p := st.LastProbe; p != nil {
 		fmt.Fprintf(w, "Last probe:\tpassed=%t %s (%s)\n", p.Passed, p.Reason, ts(p.At))
 	}
+	if n := st.NotRun; n != nil {
+		fmt.Fprintf(w, "Not run:\t%s, %d in a row, again at %s: the tooling failed, not the device (%s)\n", n.Kind, n.Count, ts(n.RetryAt), n.Reason)
+	}
 	for _, rep := range st.Reporters {
 		on := ""
 		if rep.Device != "" {

@@ -231,6 +231,7 @@ func (st *DeviceState) Tick(now time.Time) []Action {
 			acts = append(acts, reviewOf(st).sourcesFailed(now)...)
 		}
 	}
+	acts = append(acts, notRunOf(st).checkDue(now)...)
 	if l := repairOf(st).ladderRetry(); !l.IsZero() && !now.Before(l) {
 		st.Quarantine.Ladder.RetryAt = time.Time{}
 		acts = append(acts, repairOf(st).climb(now)...)
@@ -302,6 +303,7 @@ func (st *DeviceState) NextDeadline() time.Time {
 	}
 	consider(repairOf(st).ladderRetry())
 	consider(repairOf(st).stepApprovalDue())
+	consider(notRunOf(st).checkAt())
 	return next
 }
 

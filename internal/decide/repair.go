@@ -193,6 +193,13 @@ func (g repairing) repaired(res StepResult, now time.Time) []Action {
 		g.tryLater(res.Reason, now.Add(retry), now)
 		return nil
 	}
+	if res.NotRun && st.rules.NotRunRetries {
+		// The tooling failed, not the device: the same try is taken again later.
+		at, acts := notRunOf(st).wait(ActRepair, st.Quarantine.CreatedAt.UTC().Format(time.RFC3339Nano), res, now)
+		l.untry(st.Policy.Repair.Steps, at)
+		return acts
+	}
+	notRunOf(st).ran(ActRepair)
 	l.Running, l.RetryAt = false, time.Time{}
 	try := &l.Tries[len(l.Tries)-1]
 	try.Result = &res
@@ -365,23 +372,25 @@ func (g repairing) tryLater(reason string, at, now time.Time) {
 	if !g.laddered() || !st.Quarantine.Ladder.Running {
 		return
 	}
-	l := st.Quarantine.Ladder
-	l.Running = false
-	l.Tries = l.Tries[:len(l.Tries)-1]
-	g.rewind()
-	l.Due, l.RetryAt = true, at
+	st.Quarantine.Ladder.untry(st.Policy.Repair.Steps, at)
 	// A device held for hours is looked at every minute: the trail says so once per reason.
 	if n := len(st.Transitions); n == 0 || st.Transitions[n-1].Reason != "repair waits: "+reason {
 		st.transition(st.State, "repair waits: "+reason, Actor, now)
 	}
 }
 
+// untry takes back the running try, which did not run: the ladder takes it again at at.
+func (l *Ladder) untry(steps []policy.RepairStep, at time.Time) {
+	l.Running = false
+	l.Tries = l.Tries[:len(l.Tries)-1]
+	l.rewind(steps)
+	l.Due, l.RetryAt = true, at
+}
+
 // rewind takes the ladder back one try, so that climb takes the same step and attempt again.
-func (g repairing) rewind() {
-	st := g.st
-	l := st.Quarantine.Ladder
+func (l *Ladder) rewind(steps []policy.RepairStep) {
 	if l.Attempt--; l.Attempt == 0 && l.Step > 0 {
-		l.Step, l.Attempt = l.Step-1, st.Policy.Repair.Steps[l.Step-1].Attempts
+		l.Step, l.Attempt = l.Step-1, steps[l.Step-1].Attempts
 	}
 }
 

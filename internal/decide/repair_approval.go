@@ -78,7 +78,7 @@ func (g repairing) approveStep(actor string, now time.Time) []Action {
 	l.endAsk()
 	l.ApprovedTry, l.ApprovedBy = len(l.Tries)+1, actor
 	st.transition(st.State, fmt.Sprintf("repair: %s step approved by %s", kind, actor), actor, now)
-	g.rewind()
+	l.rewind(st.Policy.Repair.Steps)
 	l.Due = true
 	return g.climb(now)
 }
@@ -91,7 +91,7 @@ func (g repairing) stopForApproval(why, actor string, now time.Time) []Action {
 	l.endAsk()
 	l.Due = false
 	if st.rules.LadderTrust {
-		g.rewind() // the step never ran: a later failed review asks for it again, it does not climb past it
+		l.rewind(st.Policy.Repair.Steps) // the step never ran: a later failed review asks for it again, it does not climb past it
 	}
 	st.transition(st.State, fmt.Sprintf("repair stopped: %s step %s; the quarantine waits for its review", kind, why), actor, now)
 	return nil
@@ -105,7 +105,7 @@ func (g repairing) askOvertaken() {
 		return
 	}
 	st.Quarantine.Ladder.endAsk()
-	g.rewind()
+	st.Quarantine.Ladder.rewind(st.Policy.Repair.Steps)
 }
 
 // endAsk ends the wait for a step's approval: approved, stopped or overtaken.

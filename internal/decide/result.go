@@ -68,6 +68,9 @@ func (st *DeviceState) Report(r Result, now time.Time) []Action {
 			return reviewOf(st).ruleRefreshed(a, r.Effect, "", now)
 		}
 	case ActProbe, ActCanary:
+		if r.Outcome == Done && r.Check.NotRun && st.rules.NotRunRetries {
+			return reviewOf(st).checkNotRun(a.Kind, r.Check, now)
+		}
 		if r.Outcome == Done {
 			return reviewOf(st).checkDone(a.Kind, r.Check, now)
 		}
@@ -76,7 +79,7 @@ func (st *DeviceState) Report(r Result, now time.Time) []Action {
 		case Done:
 			return repairOf(st).repaired(r.Check, now)
 		case Failed:
-			return repairOf(st).repaired(StepResult{Reason: "the step could not run: " + r.Reason, At: now}, now)
+			return repairOf(st).repaired(StepResult{Reason: "the step could not run: " + r.Reason, At: now, NotRun: st.rules.NotRunRetries}, now)
 		case Denied, Held:
 			// The breaker refused (its reset budget is spent, or it is open) or could not be asked.
 			repairOf(st).tryLater(r.Reason, now.Add(BreakerRetry), now)

@@ -92,10 +92,23 @@ func (g reviewing) toProbation() []Action {
 		Reason: "probation: only canaries may use the device", Actor: Actor}}
 }
 
+// checkNotRun takes a probe or canary that did not run (Rules.NotRunRetries): no verdict on the
+// device, so the review waits at its stage and the check is taken again later.
+func (g reviewing) checkNotRun(kind ActionKind, res StepResult, now time.Time) []Action {
+	st := g.st
+	r := st.Review
+	if r == nil || st.State != Recovering || (kind == ActProbe) != (r.Stage == StageProbe) || (kind == ActCanary) != (r.Stage == StageCanary) {
+		return nil // the review already ended or went on
+	}
+	_, acts := notRunOf(st).wait(kind, r.ID(), res, now)
+	return acts
+}
+
 // checkDone takes the outcome of a probe or canary.
 func (g reviewing) checkDone(kind ActionKind, res StepResult, now time.Time) []Action {
 	st := g.st
 	r := st.Review
+	notRunOf(st).ran(kind)
 	if kind == ActProbe {
 		st.LastProbe = &res
 	}

@@ -87,6 +87,11 @@ type Rules struct {
 	// before (Observation.Words: a new leader re-sends what its predecessor delivered) is ignored;
 	// before, it was a new fault and failed the review in progress.
 	TakenWords bool `json:"takenWords,omitempty"`
+	// NotRunRetries: a check or step that ended not run (StepResult.NotRun: the tooling failed,
+	// not the device) is taken again later, each time later, and alerts a person after the
+	// policy's notRunAlertAfter in a row; it never fails a review, never moves the ladder and
+	// never retires the device. Before, it failed the review or the try like the device's verdict.
+	NotRunRetries bool `json:"notRunRetries,omitempty"`
 }
 
 // Follow makes the state decide by r.
@@ -184,6 +189,8 @@ type DeviceState struct {
 	LastAppFault string `json:"lastAppFault,omitempty"`
 	// Taken are the newest one-time words (Observation.Words) the device took (Rules.TakenWords).
 	Taken []string `json:"taken,omitempty"`
+	// NotRun is the check or step that ended not run, waiting to be taken again (Rules.NotRunRetries).
+	NotRun *NotRunWait `json:"notRun,omitempty"`
 	// repeat: the observation being decided repeats the standing fault (same cause), whatever
 	// made the Pod's status change.
 	repeat bool

@@ -27,6 +27,9 @@ func (st *DeviceState) Next() string {
 		return fmt.Sprintf("%s held until resumed (%s)", st.Held.To, st.HeldReason)
 	case st.Held != nil:
 		return fmt.Sprintf("retry %s at %s (%s)", st.Held.To, at(st.RetryAt), st.HeldReason)
+	case notRunOf(st).pending() != nil:
+		w := st.NotRun
+		return fmt.Sprintf("%s taken again at %s: it did not run (%d in a row; the tooling failed, not the device: %s)", w.Kind, at(w.RetryAt), w.Count, w.Reason)
 	case st.State == Recovering && st.Review != nil:
 		switch st.Review.Stage {
 		case StageProbe:

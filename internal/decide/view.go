@@ -10,6 +10,9 @@ func viewOf(st *DeviceState) devicemsg.DeviceView {
 		Transitions: st.Transitions, Dropped: st.Dropped, LastDropped: st.LastDropped, AppFaults: st.AppFaultsTotal, AppFaultsRecent: len(st.AppFaults), Standing: st.Standing,
 		Policy: devicemsg.PolicyView{Name: st.Policy.Name, QuarantineLease: st.Policy.QuarantineLease,
 			StabilityWindow: st.Policy.StabilityWindow, ApprovalRequired: st.Policy.ApprovalRequired}}
+	if w := notRunOf(st).pending(); w != nil {
+		v.NotRun = &devicemsg.NotRunView{Kind: string(w.Kind), Count: w.Count, Reason: w.Reason, RetryAt: w.RetryAt}
+	}
 	if q := st.Quarantine; q != nil {
 		qv := quarantineView(*q)
 		v.Quarantine = &qv

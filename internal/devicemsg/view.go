@@ -49,6 +49,18 @@ type DeviceView struct {
 	// Standing are the detectors' faults that still stand (a recovery action not back to none):
 	// a review does not release the device while one does.
 	Standing []string `json:"standing,omitempty"`
+	// NotRun is the check or repair step that did not run (the tooling failed, not the device)
+	// and waits to be taken again.
+	NotRun *NotRunView `json:"notRun,omitempty"`
+}
+
+// NotRunView is a check or step that did not run: what, how many times in a row, why, and when it
+// is taken again.
+type NotRunView struct {
+	Kind    string    `json:"kind"`
+	Count   int       `json:"count"`
+	Reason  string    `json:"reason"`
+	RetryAt time.Time `json:"retryAt"`
 }
 
 // PolicyView is what a person checks of the policy a device runs under.

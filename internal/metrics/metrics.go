@@ -206,7 +206,7 @@ func New() *Metrics {
 		}, []string{"action"}),
 		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "release", Name: "checks_total",
-			Help: "Probe and canary Pods run on quarantined devices.",
+			Help: "Probe and canary Pods run on quarantined devices, by kind and result (passed, failed: the device's verdict; not-run: the tooling's failure, an image not pulled, a Pod never scheduled or evicted, a tool's not-run exit code).",
 		}, []string{"kind", "result"}),
 		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "devicewarden", Subsystem: "slack", Name: "notifications_total",
@@ -253,7 +253,7 @@ func New() *Metrics {
 	})
 	m.RepairTries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "devicewarden", Subsystem: "repair", Name: "tries_total",
-		Help: "Repair steps run on quarantined devices, by step and result (passed, failed, busy: another claim held the device).",
+		Help: "Repair steps run on quarantined devices, by step and result (passed, failed, busy: another claim held the device, not-run: the tooling's failure, no verdict on the device).",
 	}, []string{"step", "result"})
 	m.RepairSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "devicewarden", Subsystem: "repair", Name: "time_to_repair_seconds",
