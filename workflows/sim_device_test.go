@@ -112,11 +112,30 @@ type deviceModel struct {
 	leaders  bool
 	lastWord *decide.Observation
 	resent   *resend
+	// tooling adds checks and steps that do not run (TestSimulateDeviceTooling): the next
+	// notRuns probes, canaries and resets end not run (sim_tooling_test.go).
+	tooling bool
+	notRuns int
 }
 
 // repairStep checks a repair step (a reset, or a node step's reboot) against the invariants and
 // answers it as the activity would; ok says whether the step clears the fault.
 func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt int32, action decide.State, ok bool) decide.StepResult {
+	if res, runs := m.stepStarts(env, attempt, action); !runs {
+		return res
+	}
+	m.ladder.ran(action)
+	if !ok {
+		return decide.StepResult{Reason: string(action) + " did not clear the fault"}
+	}
+	m.ladder.passed = true
+	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
+}
+
+// stepStarts checks a repair step as it starts against the invariants: its permit, its approval,
+// the device idle and not retired. runs is false with the activity's answer when it finds the
+// device still held and runs nothing.
+func (m *deviceModel) stepStarts(env *testsuite.TestWorkflowEnvironment, attempt int32, action decide.State) (res decide.StepResult, runs bool) {
 	if m.resets++; m.resets > m.resetPermits {
 		m.violate("a repair step without the breaker's permit (%d steps, %d permits)", m.resets, m.resetPermits)
 	}
@@ -137,7 +156,7 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt
 	}
 	if m.held {
 		// The activity finds the claim still allocated and runs nothing.
-		return decide.StepResult{Busy: true, Reason: "claim ns/cl is still allocated"}
+		return decide.StepResult{Busy: true, Reason: "claim ns/cl is still allocated"}, false
 	}
 	if m.retired {
 		m.violate("a repair step ran on a retired device")
@@ -146,12 +165,7 @@ func (m *deviceModel) repairStep(env *testsuite.TestWorkflowEnvironment, attempt
 		m.violate("a %s step ran in the device's quarantine number %d for a fault, at retireAfter %d: a lemon repaired, not retired",
 			action, m.ladder.faults, m.ladder.retireAfter)
 	}
-	m.ladder.ran(action)
-	if !ok {
-		return decide.StepResult{Reason: string(action) + " did not clear the fault"}
-	}
-	m.ladder.passed = true
-	return decide.StepResult{Passed: true, Reason: string(action) + " cleared the fault"}
+	return decide.StepResult{}, true
 }
 
 // sourcesSay takes a report the workflow was told of: what the sources say now is the newest
@@ -334,6 +348,9 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity("RunCheck", mock.Anything, mock.Anything).Return(func(ctx context.Context, in remediation.CheckInput) (decide.StepResult, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		if res, ended := m.checkNotRun(env, activity.GetInfo(ctx).Attempt, in); ended {
+			return res, nil
+		}
 		ok := m.checkPasses()
 		m.note("RunCheck %s passed=%v", in.Kind, ok)
 		if in.Kind == decide.ActRepair {
@@ -373,7 +390,7 @@ func (m *deviceModel) activities(env *testsuite.TestWorkflowEnvironment) {
 		if err := m.ladder.nodeFailed(attempt); err != nil {
 			m.acting(env, attempt)
 			m.note("RemediateNode failed: %v", err)
-			m.ladder.ran(breaker.Reboot) // tried: a try that fails outright is a failed try
+			// A step that fails outright gave no verdict on the device: it did not run.
 			return decide.StepResult{}, err
 		}
 		if in.Step.Holders == policy.HoldersMove && m.nodeHolders > 0 {
@@ -645,7 +662,11 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 				m.breakerOpen = open
 			}
 		case "fault":
-			f := rapid.SampledFrom([]string{"quarantine", "quarantine-fatal", "check", "probe", "release", "node"}).Draw(rt, fmt.Sprintf("fault%d", i))
+			faults := []string{"quarantine", "quarantine-fatal", "check", "probe", "release", "node"}
+			if m.tooling {
+				faults = append(faults, "not-run", "not-run")
+			}
+			f := rapid.SampledFrom(faults).Draw(rt, fmt.Sprintf("fault%d", i))
 			if m.aimed {
 				f = "check" // resets that fail: the ladder climbs to its node step's ask
 			}
@@ -667,6 +688,8 @@ func deviceSteps(rt *rapid.T, m *deviceModel) []step {
 					m.releaseFails = k
 				case "node":
 					m.ladder.nodeFails = k
+				case "not-run":
+					m.notRuns = k
 				}
 			}
 		case "wake":
@@ -773,6 +796,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 		m.checkUnit(after, &st)
 	}
 	m.ladder.check(m, after, st.State)
+	m.checkNoVerdicts(after, &st)
 	m.causes.check(m, after, &st)
 	m.checkResent(env, after, &st)
 	m.checkRefusals(m.updates)
@@ -788,7 +812,7 @@ func (m *deviceModel) checkDevice(env *testsuite.TestWorkflowEnvironment, after 
 func TestSimulateDeviceWorkflow(t *testing.T) { simulate(t, 300, deviceProperty) }
 
 // deviceProperty is one generated sequence through the device workflow, held to its invariants.
-func deviceProperty(rt *rapid.T) { runDevice(rt, nil, false, false) }
+func deviceProperty(rt *rapid.T) { runDevice(rt, nil, simMode{}) }
 
 // TestSimulateDeviceApprovals runs sequences aimed at the node step's approvals: every
 // quarantine's ladder ends in a node step a person must approve, resets fail often, and people
@@ -796,12 +820,18 @@ func deviceProperty(rt *rapid.T) { runDevice(rt, nil, false, false) }
 // device workflow's invariants hold, among them that an approval is applied only to the ask it names.
 func TestSimulateDeviceApprovals(t *testing.T) { simulate(t, 200, approvalsProperty) }
 
-func approvalsProperty(rt *rapid.T) { runDevice(rt, nil, true, false) }
+func approvalsProperty(rt *rapid.T) { runDevice(rt, nil, simMode{aimed: true}) }
+
+// simMode is what a device simulation aims at beside the device's own moves: the node step's
+// approvals (aimed), new leaders and detectors' words (leaders), checks and steps that do not run
+// (tooling). Each adds draws of its own, so a sequence recorded in another mode replays as it was.
+type simMode struct{ aimed, leaders, tooling bool }
 
 // runDevice runs one generated sequence; with a unit, the workflow is that unit's (sim_unit_test.go).
-func runDevice(rt *rapid.T, unit *device.Unit, aimed, leaders bool) {
+func runDevice(rt *rapid.T, unit *device.Unit, mode simMode) {
+	aimed := mode.aimed
 	{
-		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed, leaders: leaders, history: newHistoryStore()}
+		m := &deviceModel{names: map[string]bool{}, unit: unit, forms: map[string]bool{}, aimed: aimed, leaders: mode.leaders, tooling: mode.tooling, history: newHistoryStore()}
 		steps := deviceSteps(rt, m)
 		id := gpu0
 		if unit != nil {

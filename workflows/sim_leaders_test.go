@@ -22,7 +22,7 @@ import (
 // progress.
 func TestSimulateDeviceLeaders(t *testing.T) { simulate(t, 200, leadersProperty) }
 
-func leadersProperty(rt *rapid.T) { runDevice(rt, nil, false, true) }
+func leadersProperty(rt *rapid.T) { runDevice(rt, nil, simMode{leaders: true}) }
 
 // resend is a leader's resend of the newest word, with what the workflow held just before it.
 type resend struct {

@@ -25,7 +25,7 @@ func TestSimulateUnitWorkflow(t *testing.T) { simulate(t, 300, unitProperty) }
 
 func unitProperty(rt *rapid.T) {
 	runDevice(rt, &device.Unit{ID: device.UnitID{Driver: gpu0.Driver, Pool: gpu0.Pool, Key: "counters=gpu-0-counters"},
-		Devices: []string{"gpu-0", "gpu-0-mig-a", "gpu-0-mig-b"}, Whole: "gpu-0"}, false, false)
+		Devices: []string{"gpu-0", "gpu-0-mig-a", "gpu-0-mig-b"}, Whole: "gpu-0"}, simMode{})
 }
 
 // unitStep draws a reconfiguration or a rule deleted by hand.
