@@ -356,7 +356,7 @@ func TestToolingFailuresNeverRetireTheDevice(t *testing.T) {
 			told = append(told, a.Text)
 		}
 	}
-	if len(told) != 1 || !strings.Contains(told[0], "repair of "+gpu0.String()+" did not run 3 times in a row") {
+	if len(told) != 1 || !strings.Contains(told[0], "repair of "+gpu0.String()+" did not run, 3 in a row") {
 		t.Fatalf("alerts %v", told)
 	}
 }

@@ -146,7 +146,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	res, done := checkOutcome(pod, in.Check)
 	if res.NotRun {
-		return notRun("%s %s", in.Kind, res.Reason)
+		return notRun("%s Pod: %s", in.Kind, res.Reason)
 	}
 	if !done {
 		if pod.Status.Phase == corev1.PodPending {

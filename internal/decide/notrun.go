@@ -9,16 +9,10 @@ import (
 
 // A check or repair step that ended not run (StepResult.NotRun) says nothing of the device: its
 // image was not pulled, its Pod never scheduled or was evicted, its tool answered that it could
-// not run. Under Rules.NotRunRetries it is taken again, later each time (NotRunRetry doubling to
-// MaxNotRunRetry); after the policy's notRunAlertAfter in a row a person is alerted, and it goes
-// on being taken every MaxNotRunRetry, so a mended image brings the device back on its own. It
-// never fails a review, never moves the ladder, and never retires the device.
-
-// NotRunRetry is how long the first check or step that did not run waits before it is taken again.
-const NotRunRetry = time.Minute
-
-// MaxNotRunRetry caps the wait between not-run tries.
-const MaxNotRunRetry = 30 * time.Minute
+// not run. Under Rules.NotRunRetries it is taken again, later each time (the policy's notRunRetry
+// doubling to policy.MaxNotRunRetry); after the policy's notRunAlertAfter in a row a person is
+// alerted, and it goes on being taken every MaxNotRunRetry, so a mended registry brings the device
+// back on its own. It never fails a review, never moves the ladder, and never retires the device.
 
 // NotRunWait is a check or step that did not run, and when it is taken again.
 type NotRunWait struct {
@@ -47,7 +41,7 @@ func (g notRun) wait(kind ActionKind, review string, res StepResult, now time.Ti
 	}
 	w.Count++
 	w.Reason = res.Reason
-	w.RetryAt = now.Add(notRunBackoff(w.Count))
+	w.RetryAt = now.Add(notRunBackoff(w.Count, st.Policy.NotRunRetry.D()))
 	st.NotRun = w
 	st.transition(st.State, fmt.Sprintf("%s not run (%d in a row): %s; the tooling failed, not the device: taken again at %s",
 		kind, w.Count, res.Reason, w.RetryAt.UTC().Format(time.RFC3339)), Actor, now)
@@ -55,9 +49,9 @@ func (g notRun) wait(kind ActionKind, review string, res StepResult, now time.Ti
 		return w.RetryAt, nil
 	}
 	return w.RetryAt, []Action{{Kind: ActAlert, Level: LevelWarning, Reason: fmt.Sprintf(
-		"%s of %s did not run %d times in a row (%s): the tooling failed, not the device. It stays fenced, nothing counts against it, "+
+		"%s of %s did not run, %d in a row (%s): the tooling failed, not the device. It stays fenced, nothing counts against it, "+
 			"and the %s is taken again every %s: mend the check (its image, its scheduling, the tool) or decide with `device` commands",
-		kind, st.Device, w.Count, res.Reason, kind, MaxNotRunRetry)}}
+		kind, st.Device, w.Count, res.Reason, kind, policy.MaxNotRunRetry)}}
 }
 
 // ran clears the wait: a check or step of kind ran and gave its verdict.
@@ -113,13 +107,17 @@ func (g notRun) checkAt() time.Time {
 	return time.Time{}
 }
 
-// notRunBackoff is the wait after the n-th not-run in a row.
-func notRunBackoff(n int) time.Duration {
-	d := NotRunRetry
-	for i := 1; i < n && d < MaxNotRunRetry; i++ {
+// notRunBackoff is the wait after the n-th not-run in a row: first (the policy's notRunRetry, or
+// its default in a policy written before it), doubling up to policy.MaxNotRunRetry.
+func notRunBackoff(n int, first time.Duration) time.Duration {
+	d := first
+	if d <= 0 {
+		d = policy.DefaultNotRunRetry
+	}
+	for i := 1; i < n && d < policy.MaxNotRunRetry; i++ {
 		d *= 2
 	}
-	return min(d, MaxNotRunRetry)
+	return min(d, policy.MaxNotRunRetry)
 }
 
 // alertAfter is the policy's notRunAlertAfter, or its default in a policy written before it.

@@ -32,13 +32,13 @@ func TestANotRunResetNeverMovesTheLadder(t *testing.T) {
 		for _, a := range acts {
 			if a.Kind == ActAlert {
 				alerts++
-				if i != policy.DefaultNotRunAlertAfter || !strings.Contains(a.Reason, "did not run 3 times in a row") {
+				if i != policy.DefaultNotRunAlertAfter || !strings.Contains(a.Reason, "did not run, 3 in a row") {
 					t.Fatalf("not-run %d alerted: %+v", i, a)
 				}
 			}
 		}
 		l := st.Quarantine.Ladder
-		wait := notRunBackoff(i)
+		wait := notRunBackoff(i, 0)
 		if st.State != Quarantined || l.Step != 0 || l.Attempt != 0 || len(l.Tries) != 0 || l.Running || !l.RetryAt.Equal(now.Add(wait)) {
 			t.Fatalf("not-run %d: state %s ladder %+v", i, st.State, l)
 		}
@@ -81,7 +81,7 @@ func TestANotRunProbeFailsNoReview(t *testing.T) {
 	if tries := st.Quarantine.Ladder.Tries; tries[0].Review != "" || st.Quarantine.Ladder.Due {
 		t.Fatalf("the try after it moved: %+v", st.Quarantine.Ladder)
 	}
-	acts = st.Tick(at.Add(NotRunRetry))
+	acts = st.Tick(at.Add(policy.DefaultNotRunRetry))
 	wantKinds(t, "probe taken again", acts, ActProbe)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(at)}, at.Add(2*time.Minute))
 	wantKinds(t, "probe passed", acts, ActRefreshRule)
@@ -92,7 +92,7 @@ func TestANotRunProbeFailsNoReview(t *testing.T) {
 	if st.Review.Stage != StageCanary || st.NotRun == nil || st.NotRun.Kind != ActCanary || st.NotRun.Count != 1 {
 		t.Fatalf("review %+v not-run %+v", st.Review, st.NotRun)
 	}
-	acts = st.Tick(at.Add(3*time.Minute + NotRunRetry))
+	acts = st.Tick(at.Add(3*time.Minute + policy.DefaultNotRunRetry))
 	wantKinds(t, "canary taken again", acts, ActCanary)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(at)}, at.Add(5*time.Minute))
 	wantKinds(t, "canary passed, window 0", acts, ActRelease)
@@ -106,7 +106,7 @@ func TestANotRunProbeOfAnEndedReviewIsDropped(t *testing.T) {
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	st.Report(Result{Action: acts[0], Outcome: Done, Check: notRan("ImagePullBackOff")}, t0)
 	st.Command(Command{Kind: CmdForceQuarantine, Actor: "op", Reason: "hold it"}, t0.Add(time.Second))
-	if acts := st.Tick(t0.Add(NotRunRetry)); len(acts) > 0 && acts[0].Kind == ActProbe {
+	if acts := st.Tick(t0.Add(policy.DefaultNotRunRetry)); len(acts) > 0 && acts[0].Kind == ActProbe {
 		t.Fatalf("the probe of an ended review ran again: %+v", acts)
 	}
 	if st.NotRun != nil || viewOf(st).NotRun != nil {
@@ -128,8 +128,11 @@ func TestBeforeTheRuleANotRunProbeFailsTheReview(t *testing.T) {
 func TestNotRunBackoff(t *testing.T) {
 	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute}
 	for i, w := range want {
-		if got := notRunBackoff(i + 1); got != w {
+		if got := notRunBackoff(i+1, 0); got != w {
 			t.Errorf("after %d: %s, want %s", i+1, got, w)
 		}
+	}
+	if got := notRunBackoff(3, 5*time.Second); got != 20*time.Second {
+		t.Errorf("the policy's 5s, third: %s, want 20s", got)
 	}
 }

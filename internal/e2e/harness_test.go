@@ -196,6 +196,14 @@ policies:
         - kind: node
           timeout: 1m
           template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: 12}}
+  - name: pull-test
+    match: {deviceClass: ` + pullClass + `}
+    quarantineLease: 3s
+    stabilityWindow: 0s
+    notRunAlertAfter: 1
+    notRunRetry: 5s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
   - name: cli-policy-test
     match: {driver: ` + cliPolicyDriver + `}
     quarantineLease: 2h

@@ -23,9 +23,10 @@ import (
 // template gives spec.nodeName a number): every attempt of the step fails.
 const outrightClass = "outright.gpu.sim.devicewarden.io"
 
-// A node step whose every attempt fails (here: the remediator's object is refused) is a failed
-// try that leaves nothing on the node: no object, and the node's permit back in the breaker, so
-// the pool's next reboot is not refused for the permit's hold (#52).
+// A node step whose every attempt fails (here: the remediator's object is refused) leaves nothing
+// on the node: no object, and the node's permit back in the breaker, so the pool's next reboot is
+// not refused for the permit's hold (#52). It did not run: no verdict on the device, so the try is
+// taken back and taken again later, and the device is not retired for it.
 func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
 	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -39,10 +40,11 @@ func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := quarantinedThenIdle(t, ctx, "rep-outright", nodes[0], outrightClass)
-	st := waitState(t, ctx, shared, bad, 2*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Retired })
+	st := waitState(t, ctx, shared, bad, 2*time.Minute, func(st decide.DeviceState) bool { return st.NotRun != nil })
 	tries := st.Quarantine.Ladder.Tries
-	if len(tries) != 2 || tries[1].Kind != "node" || tries[1].Result == nil || !strings.Contains(tries[1].Result.Reason, "node step could not run") {
-		t.Fatalf("tries %+v", tries)
+	if st.State != decide.Quarantined || st.NotRun.Kind != decide.ActRepair || !strings.Contains(st.NotRun.Reason, "node step could not run") ||
+		len(tries) != 1 || tries[0].Kind != "reset" {
+		t.Fatalf("state %s, not run %+v, tries %+v", st.State, st.NotRun, tries)
 	}
 	var br breaker.State
 	if err := queryInto(ctx, shared.temporal, api.BreakerWorkflowID, &br); err != nil {
@@ -53,7 +55,7 @@ func TestNodeStepThatFailsOutrightLeavesNothing(t *testing.T) {
 			t.Fatalf("the node's permit is still held until %s", g.Until)
 		}
 	}
-	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_node_outright.json")
+	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_node_outright_v18.json") // device_repair_node_outright.json: the run before decide.Rules.NotRunRetries
 }
 
 // quarantinedThenIdle runs a Pod on gpu-0 of node, gives that device a fault only a reboot clears,

@@ -78,7 +78,17 @@ type Policy struct {
 	// failure: an image not pulled, a Pod never scheduled) before a person is alerted; each is
 	// tried again, later each time. 0 (a policy written before it): DefaultNotRunAlertAfter.
 	NotRunAlertAfter int `json:"notRunAlertAfter,omitempty"`
+	// NotRunRetry is how long the first check or step that did not run waits before it is taken
+	// again; each next wait doubles, up to MaxNotRunRetry. 0 (a policy written before it):
+	// DefaultNotRunRetry.
+	NotRunRetry JSONDuration `json:"notRunRetry,omitempty"`
 }
+
+// DefaultNotRunRetry is the first wait after a check or step that did not run.
+const DefaultNotRunRetry = time.Minute
+
+// MaxNotRunRetry caps the wait between the tries of a check or step that does not run.
+const MaxNotRunRetry = 30 * time.Minute
 
 // DefaultNotRunAlertAfter is how many not-run checks or steps in a row alert a person.
 const DefaultNotRunAlertAfter = 3
@@ -106,6 +116,7 @@ func Default() Policy {
 		EscalationThreshold: 4,
 		Ambiguous:           AmbiguousAlert,
 		NotRunAlertAfter:    DefaultNotRunAlertAfter,
+		NotRunRetry:         JSONDuration(DefaultNotRunRetry),
 	}
 }
 
@@ -251,6 +262,7 @@ type entry struct {
 	Repair              *repairEntry    `yaml:"repair"`
 	Causes              *causesEntry    `yaml:"causes"`
 	NotRunAlertAfter    *int            `yaml:"notRunAlertAfter"`
+	NotRunRetry         *Duration       `yaml:"notRunRetry"`
 	line                int
 }
 
@@ -536,6 +548,7 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	if e.NotRunAlertAfter != nil {
 		p.NotRunAlertAfter = *e.NotRunAlertAfter
 	}
+	setDuration(&p.NotRunRetry, e.NotRunRetry)
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
 	}
@@ -586,6 +599,9 @@ func (p Policy) Validate() error {
 	}
 	if p.NotRunAlertAfter < 1 {
 		return fmt.Errorf("notRunAlertAfter must be >= 1, got %d", p.NotRunAlertAfter)
+	}
+	if p.NotRunRetry <= 0 || p.NotRunRetry.D() > MaxNotRunRetry {
+		return fmt.Errorf("notRunRetry must be positive and at most %s, got %s", MaxNotRunRetry, p.NotRunRetry.D())
 	}
 	if err := p.Repair.validate(); err != nil {
 		return err

@@ -65,6 +65,8 @@ func TestBrokenFilesAreRejectedWithTheLine(t *testing.T) {
 		{"exit codes not a list", "default:\n  probe: {notRunExitCodes: 3}\n", "line 2: notRunExitCodes is a list of exit codes"},
 		{"exit code quoted", "default:\n  probe: {notRunExitCodes: [\"3\"]}\n", `"3" is not an exit code`},
 		{"no alert on not-runs", "default:\n  notRunAlertAfter: 0\n", "notRunAlertAfter must be >= 1, got 0"},
+		{"not-run retry past its cap", "default:\n  notRunRetry: 1h\n", "notRunRetry must be positive and at most 30m0s, got 1h0m0s"},
+		{"no not-run retry", "default:\n  notRunRetry: 0s\n", "notRunRetry must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

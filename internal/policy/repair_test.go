@@ -140,12 +140,12 @@ default:
 // A check and a reset say which of their tool's exit codes mean it did not run; a policy says
 // after how many not-runs in a row a person hears of it.
 func TestNotRunExitCodes(t *testing.T) {
-	set, err := Parse([]byte("default:\n  notRunAlertAfter: 5\n  probe: {notRunExitCodes: [3]}\n  repair: {steps: [{kind: reset, image: i, command: [c], notRunExitCodes: [17, 3]}]}\n"))
+	set, err := Parse([]byte("default:\n  notRunAlertAfter: 5\n  notRunRetry: 10s\n  probe: {notRunExitCodes: [3]}\n  repair: {steps: [{kind: reset, image: i, command: [c], notRunExitCodes: [17, 3]}]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := set.For("", "gpu.example.com")
-	if p.NotRunAlertAfter != 5 || !p.Probe.NotRunBy(3) || p.Probe.NotRunBy(1) || p.Canary.NotRunBy(3) {
+	if p.NotRunAlertAfter != 5 || p.NotRunRetry.D() != 10*time.Second || !p.Probe.NotRunBy(3) || p.Probe.NotRunBy(1) || p.Canary.NotRunBy(3) {
 		t.Fatalf("policy %+v", p)
 	}
 	if reset := p.Repair.Steps[0].Check; !reset.NotRunBy(17) || !reset.NotRunBy(3) || reset.NotRunBy(1) {

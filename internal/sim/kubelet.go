@@ -50,8 +50,15 @@ func (k *Kubelet) Run(ctx context.Context) error {
 				logger.Warn("sim kubelet: load Pods not ended", "error", lerr)
 			}
 			var faults faultState
+			nodes := map[string]*corev1.Node{}
 			for i := range pods.Items {
 				if !runsToCompletion(&pods.Items[i]) || isLoad(&pods.Items[i]) {
+					continue
+				}
+				if image := unpullable(k.node(ctx, nodes, pods.Items[i].Spec.NodeName), &pods.Items[i]); image != "" {
+					if err := k.backOff(ctx, &pods.Items[i], image); err != nil && ctx.Err() == nil {
+						logger.Warn("sim kubelet: pod not backed off", "pod", pods.Items[i].Namespace+"/"+pods.Items[i].Name, "error", err)
+					}
 					continue
 				}
 				if faults == nil {
@@ -73,6 +80,19 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// node is the Pod's node, read once per pass (nil when it cannot be read: the Pod runs as ever).
+func (k *Kubelet) node(ctx context.Context, seen map[string]*corev1.Node, name string) *corev1.Node {
+	if n, ok := seen[name]; ok {
+		return n
+	}
+	n, err := k.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		n = nil
+	}
+	seen[name] = n
+	return n
 }
 
 // runsToCompletion picks DeviceWarden's probe and canary Pods. A workload's own Pods (a training
