@@ -86,7 +86,7 @@ func execute(ctx workflow.Context, st *decide.DeviceState, acts []decide.Action)
 			in := remediation.ReleaseInput{Device: st.Device, Reason: act.Reason, Actor: act.Actor,
 				QuarantinedAt: p.QuarantinedAt, FirstReviewPassed: p.FirstReviewPassed, Node: st.Node, Reporters: p.Reporters,
 				Members: p.Members, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, RepairedBy: p.RepairedBy,
-				NodeFence: p.NodeFence}
+				NodeFence: p.NodeFence, Cause: p.CauseClass, First: p.FirstStep}
 			res := decide.Result{Action: act, Outcome: decide.Done}
 			if err := workflow.ExecuteActivity(actx, rem.ReleaseRule, in).Get(ctx, nil); err != nil {
 				res = decide.Result{Action: act, Outcome: decide.Failed, Reason: err.Error()}

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -134,15 +136,33 @@ func TestReleaseRule(t *testing.T) {
 			t.Errorf("a release with no repair counted as one")
 		}
 	})
-	t.Run("a repaired device's time to repair is observed by its step", func(t *testing.T) {
+	t.Run("a repaired device's time to repair is observed by its step, cause and first step", func(t *testing.T) {
 		env, a, _ := activityEnv(t, existingRule(quarantineIn("XID 79")))
 		in := in
-		in.RepairedBy, in.FirstReviewPassed = "reset", false
+		in.RepairedBy, in.FirstReviewPassed, in.Cause, in.First = "reset", false, "xid 48", "reset"
 		if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
 			t.Fatal(err)
 		}
 		if n := testutil.CollectAndCount(a.Metrics.RepairSeconds, "devicewarden_repair_time_to_repair_seconds"); n != 1 {
 			t.Errorf("time to repair observed %d times", n)
+		}
+		h := a.Metrics.RepairSeconds.WithLabelValues("reset", "xid 48", "reset").(prometheus.Histogram)
+		var m dto.Metric
+		if err := h.Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 1 || m.GetHistogram().GetSampleSum() < 3590 {
+			t.Errorf("time to repair of xid 48, first reset: %v %v", m.GetHistogram(), err)
+		}
+	})
+	t.Run("a release from a run before the cause's labels counts as unknown, by the ladder", func(t *testing.T) {
+		env, a, _ := activityEnv(t, existingRule(quarantineIn("XID 79")))
+		in := in
+		in.RepairedBy, in.FirstReviewPassed = "node", false
+		if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
+			t.Fatal(err)
+		}
+		h := a.Metrics.RepairSeconds.WithLabelValues("node", "unknown", "ladder").(prometheus.Histogram)
+		var m dto.Metric
+		if err := h.Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 1 {
+			t.Errorf("time to repair of an unknown cause: %v %v", m.GetHistogram(), err)
 		}
 	})
 	t.Run("a rule already gone is released", func(t *testing.T) {

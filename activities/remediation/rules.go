@@ -1,6 +1,7 @@
 package remediation
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -352,6 +353,10 @@ type ReleaseInput struct {
 	// RepairedBy is the repair step the passing review followed ("" when none ran): the release
 	// counts toward the time-to-repair metric of that step.
 	RepairedBy string `json:"repairedBy,omitempty"`
+	// Cause is the quarantine's cause class (cause.Cause.Class) and First the step it chose
+	// ("ladder" when none was chosen): the time-to-repair metric's labels. Empty before them.
+	Cause string `json:"cause,omitempty"`
+	First string `json:"first,omitempty"`
 }
 
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
@@ -387,7 +392,7 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 			m.FalseQuarantines.Inc()
 		}
 		if in.RepairedBy != "" && !in.QuarantinedAt.IsZero() {
-			m.RepairSeconds.WithLabelValues(in.RepairedBy).Observe(time.Since(in.QuarantinedAt).Seconds())
+			m.RepairSeconds.WithLabelValues(in.RepairedBy, cmp.Or(in.Cause, "unknown"), cmp.Or(in.First, string(policy.FirstLadder))).Observe(time.Since(in.QuarantinedAt).Seconds())
 		}
 	}
 	return nil

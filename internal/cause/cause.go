@@ -28,6 +28,23 @@ type Cause struct {
 // Known says whether the sources said anything of the cause.
 func (c Cause) Known() bool { return c != Cause{} }
 
+// Class is the cause as a metric's label: "xid 48", the source's code ("row-remap-failure",
+// "recovery-action:2", a node condition's type), the driver's recovery action, the detector's
+// action, or "unknown". Bounded by what the sources say: no PCI address, no message.
+func (c Cause) Class() string {
+	switch {
+	case c.XID > 0:
+		return "xid " + strconv.Itoa(c.XID)
+	case c.Code != "":
+		return c.Code
+	case c.Recovery != "":
+		return "recovery " + string(c.Recovery)
+	case c.Action != "":
+		return strings.ToLower(c.Action)
+	}
+	return "unknown"
+}
+
 // String is the cause in one line, for records and pages: "xid 79 (PCI 0000:3b:00), recovery node-reboot".
 func (c Cause) String() string {
 	var parts []string

@@ -129,6 +129,21 @@ func TestCauseString(t *testing.T) {
 	}
 }
 
+// A cause's class is bounded by what the sources say: never a PCI address or a message.
+func TestCauseClass(t *testing.T) {
+	for c, want := range map[Cause]string{
+		{XID: 48, PCI: "0000:3b:00", Recovery: RecoveryGPUReset}: "xid 48",
+		{Code: "row-remap-failure"}:                              "row-remap-failure",
+		{Recovery: RecoveryNodeReboot}:                           "recovery node-reboot",
+		{Action: "COMPONENT_RESET"}:                              "component_reset",
+		{}:                                                       "unknown",
+	} {
+		if got := c.Class(); got != want {
+			t.Errorf("%+v: %q, want %q", c, got, want)
+		}
+	}
+}
+
 // A recovery action is read by NVML's number or name, in the forms sources write it.
 func TestParseRecovery(t *testing.T) {
 	for in, want := range map[string]Recovery{

@@ -157,3 +157,18 @@ func catalogue(st *DeviceState) []policy.CauseRule {
 	}
 	return policy.CatalogueRetiringRemaps
 }
+
+// class is the quarantine's cause class and the first step its cause chose, for the time-to-repair
+// metric: "unknown" and "ladder" when the quarantine has no cause or made no choice.
+func (g causing) class() (string, string) {
+	class, first := "unknown", string(policy.FirstLadder)
+	if q := g.st.Quarantine; q != nil {
+		if q.Cause != nil {
+			class = q.Cause.Class()
+		}
+		if q.Choice != nil {
+			first = string(q.Choice.First)
+		}
+	}
+	return class, first
+}

@@ -172,3 +172,18 @@ func TestARemappedRowStartsAtAReset(t *testing.T) {
 		t.Fatalf("before the rule: %s", st.State)
 	}
 }
+
+// A release carries its quarantine's cause class and first step for the time-to-repair metric.
+func TestAReleaseNamesItsCauseClassAndFirstStep(t *testing.T) {
+	st, _ := onLadder(t, ladderPolicy())
+	st.Quarantine.Cause = &cause.Cause{XID: 48, PCI: "0000:3b:00"}
+	st.Quarantine.Choice = &cause.Choice{First: policy.FirstReset, Why: "catalogue: xid 48"}
+	p := Prepare(st, Action{Kind: ActRelease}).Plan
+	if p.CauseClass != "xid 48" || p.FirstStep != "reset" {
+		t.Fatalf("plan %+v", p)
+	}
+	st.Quarantine.Cause, st.Quarantine.Choice = nil, nil
+	if p := Prepare(st, Action{Kind: ActRelease}).Plan; p.CauseClass != "unknown" || p.FirstStep != "ladder" {
+		t.Fatalf("plan of a quarantine with no cause %+v", p)
+	}
+}

@@ -58,10 +58,13 @@ type Plan struct {
 	Evidence map[string]string
 
 	// A release's: when the quarantine began, whether its first review passed, the step that
-	// repaired it, and whether the node's fences go with the rule.
+	// repaired it, the quarantine's cause class and first step, and whether the node's fences go
+	// with the rule.
 	QuarantinedAt     time.Time
 	FirstReviewPassed bool
 	RepairedBy        string
+	CauseClass        string
+	FirstStep         string
 	NodeFence         bool
 }
 
@@ -111,6 +114,7 @@ func Prepare(st *DeviceState, a Action) Action {
 	case ActRelease:
 		p.QuarantinedAt, p.FirstReviewPassed, p.Reporters = st.Quarantine.CreatedAt, reviewOf(st).firstReviewPassed(), st.Reporters
 		p.RepairedBy, p.NodeFence = repairOf(st).repairedBy(), st.Policy.Repair.MovesHolders()
+		p.CauseClass, p.FirstStep = causeOf(st).class()
 	}
 	return a
 }

@@ -257,9 +257,9 @@ func New() *Metrics {
 	}, []string{"step", "result"})
 	m.RepairSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "devicewarden", Subsystem: "repair", Name: "time_to_repair_seconds",
-		Help:    "From quarantine to release (rule deleted) of devices a repair step brought back, by the step.",
+		Help:    "From quarantine to release (rule deleted) of devices a repair step brought back, by the step that did, the fault's cause class (xid 48, row-remap-failure, unknown) and the first step the cause chose (reset, node, ladder).",
 		Buckets: prometheus.ExponentialBuckets(10, 3, 10),
-	}, []string{"step"})
+	}, []string{"step", "cause", "first"})
 	m.Retired = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "devicewarden", Subsystem: "repair", Name: "retired_total",
 		Help: "Devices retired: the repair ladder gave up, or they relapsed too often. Replace them.",
