@@ -322,6 +322,9 @@ func RunController(ctx context.Context, kube kubernetes.Interface, tc client.Cli
 	if err := o.Hygiene.Validate(); err != nil {
 		return err
 	}
+	if err := checkDomains(ctx, kube, o.Policies, logger); err != nil {
+		return err
+	}
 	if o.WorkflowCacheSize < 0 {
 		return fmt.Errorf("workflow cache size %d: must not be negative", o.WorkflowCacheSize)
 	}

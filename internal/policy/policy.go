@@ -60,6 +60,10 @@ type Policy struct {
 	// Identity names the device attributes (of the device's driver) that single out one device, so a
 	// probe can be pinned to it. Filled from the policy file's drivers section.
 	Identity []string `json:"identity,omitempty"`
+	// ResetDomain is what a reset of the device reaches (DomainDevice, DomainNode or
+	// "attribute:<name>"): a reset waits until every device of it is idle. From the drivers
+	// section; empty (the device alone) when the section does not say.
+	ResetDomain string `json:"resetDomain,omitempty"`
 	// SlackChannel receives this policy's notifications and approval requests ("" = none).
 	SlackChannel string `json:"slackChannel,omitempty"`
 	// Ambiguous says what a health report that could be any of several devices of a claim does:
@@ -274,6 +278,8 @@ type driverEntry struct {
 	// Units says how the driver's devices form physical units (default: devices that draw on a
 	// common counter set are one unit).
 	Units *unitsEntry `yaml:"units"`
+	// ResetDomain says what a reset of one device reaches (domain.go; default: the device).
+	ResetDomain string `yaml:"resetDomain"`
 }
 
 // unitsEntry is a driver's units: a grouping attribute, or partitions that fail independently.
@@ -317,6 +323,7 @@ type Set struct {
 	identity map[string][]string
 	cdi      map[string][]string
 	units    map[string]device.Grouping
+	domains  map[string]string
 	signals  *Signals
 	warnings []string
 }
@@ -434,7 +441,7 @@ func Parse(data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}, units: map[string]device.Grouping{}}
+	s := &Set{def: def, identity: map[string][]string{}, cdi: map[string][]string{}, units: map[string]device.Grouping{}, domains: map[string]string{}}
 	sig, err := f.Signals.apply(DefaultSignals())
 	if err != nil {
 		return nil, err
@@ -461,6 +468,12 @@ func Parse(data []byte) (*Set, error) {
 				return nil, fmt.Errorf("drivers.%s.units: give either attribute (the attribute its partitions share with their device) or independent: true, not both or neither", drv)
 			}
 			s.units[drv] = device.Grouping{Attribute: u.Attribute, Independent: u.Independent}
+		}
+		if d.ResetDomain != "" {
+			if err := validDomain(d.ResetDomain); err != nil {
+				return nil, fmt.Errorf("drivers.%s: %w", drv, err)
+			}
+			s.domains[drv] = d.ResetDomain
 		}
 	}
 	names := map[string]int{}
@@ -610,7 +623,7 @@ func (p Policy) Validate() error {
 		return err
 	}
 	if p.Repair.MovesHolders() && !p.Migration.Enabled {
-		return fmt.Errorf("repair: a node step with holders: %s moves them with the policy's migration; enable migration or choose holders: %s", HoldersMove, HoldersWait)
+		return fmt.Errorf("repair: a step with holders: %s moves them with the policy's migration; enable migration or choose holders: %s", HoldersMove, HoldersWait)
 	}
 	return p.Migration.validate()
 }
@@ -620,6 +633,7 @@ func (p Policy) Validate() error {
 func (s *Set) For(deviceClass, driver string) Policy {
 	p := s.match(deviceClass, driver)
 	p.Identity = s.identity[driver]
+	p.ResetDomain = s.domains[driver]
 	return p
 }
 

@@ -54,7 +54,8 @@ type RepairStep struct {
 	// Holders says who moves the node's other Pods that hold devices before a node step:
 	// HoldersWait (the default) waits until none is left; HoldersMove keeps new claims off the
 	// node's devices and moves them with the policy's migration; HoldersRemediator leaves them to
-	// the remediator (one that drains the node itself).
+	// the remediator (one that drains the node itself). A reset step's holders are those of the
+	// other devices of its reset domain (the driver's resetDomain): wait (the default) or move.
 	Holders string `json:"holders,omitempty"`
 	// Approval: each try of the step waits for a person's approval (Slack or `device approve`),
 	// for the policy's approvalTimeout; a rejection or no answer stops the ladder.
@@ -103,9 +104,9 @@ func (r *repairEntry) apply(dst *Repair) {
 				Check: Check{Timeout: JSONDuration(5 * time.Minute), Namespace: DefaultResetNamespace}}
 			if step.Kind == RepairNode {
 				step.Check = Check{Timeout: JSONDuration(DefaultNodeTimeout)}
-				if step.Holders == "" {
-					step.Holders = HoldersWait
-				}
+			}
+			if step.Holders == "" {
+				step.Holders = HoldersWait
 			}
 			if s.Attempts != nil {
 				step.Attempts = *s.Attempts
@@ -123,10 +124,11 @@ func (r *repairEntry) apply(dst *Repair) {
 }
 
 // validate checks every step of a ladder.
-// MovesHolders says whether a node step of the ladder moves the node's other device holders.
+// MovesHolders says whether a step of the ladder moves other device holders: a node step the
+// node's, a reset its reset domain's.
 func (r Repair) MovesHolders() bool {
 	for _, s := range r.Steps {
-		if s.Kind == RepairNode && s.Holders == HoldersMove {
+		if s.Holders == HoldersMove {
 			return true
 		}
 	}
@@ -155,8 +157,10 @@ func (s RepairStep) validate() error {
 		return fmt.Errorf("timeout must be positive")
 	case s.Kind == RepairReset && (s.Check.Image == "" || len(s.Check.Command) == 0):
 		return fmt.Errorf("a %s step needs an image and a command", s.Kind)
-	case s.Kind == RepairReset && (s.Template != "" || s.Holders != ""):
-		return fmt.Errorf("a %s step takes no template or holders (they are a node step's)", s.Kind)
+	case s.Kind == RepairReset && s.Template != "":
+		return fmt.Errorf("a %s step takes no template (it is a node step's)", s.Kind)
+	case s.Kind == RepairReset && s.Holders != HoldersWait && s.Holders != HoldersMove:
+		return fmt.Errorf("holders %q: a %s step's holders (those of its reset domain's other devices) %s or %s", s.Holders, s.Kind, HoldersWait, HoldersMove)
 	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0 || len(s.Check.NotRunExitCodes) > 0):
 		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image, command or notRunExitCodes", s.Kind)
 	case s.Kind == RepairNode && s.Holders != HoldersWait && s.Holders != HoldersMove && s.Holders != HoldersRemediator:

@@ -52,7 +52,9 @@ func TestBadRepairLadders(t *testing.T) {
 		{`retireAfter: -1`, "retireAfter must be from 0 to 20"},
 		{`retireAfter: 21`, "retireAfter must be from 0 to 20 (a device keeps its 20 newest quarantines), got 21"},
 		{`steps: [{kind: reset, image: i, command: [c], colour: red}]`, "colour"},
-		{`steps: [{kind: reset, image: i, command: [c], holders: wait}]`, "takes no template or holders"},
+		{`steps: [{kind: reset, image: i, command: [c], holders: remediator}]`, `holders "remediator": a reset step's holders`},
+		{`steps: [{kind: reset, image: i, command: [c], template: {apiVersion: v1, kind: K}}]`, "takes no template"},
+		{`steps: [{kind: reset, image: i, command: [c], holders: move}]`, "enable migration or choose holders: wait"},
 		{`steps: [{kind: node}]`, "needs a template"},
 		{`steps: [{kind: node, template: {kind: Reboot}}]`, "needs apiVersion"},
 		{`steps: [{kind: node, template: {apiVersion: v1}}]`, "needs kind"},
@@ -153,5 +155,56 @@ func TestNotRunExitCodes(t *testing.T) {
 	}
 	if d := Default(); d.NotRunAlertAfter != DefaultNotRunAlertAfter || d.Probe.NotRunBy(1) {
 		t.Fatalf("default %+v", d)
+	}
+}
+
+// A driver says what one reset reaches; a reset step says whether the domain's other holders are
+// waited for or moved. A domain the file does not name, or names wrongly, is refused.
+func TestResetDomains(t *testing.T) {
+	set, err := Parse([]byte(`drivers:
+  gpu.nvidia.com: {identity: [uuid], resetDomain: "attribute:baseboard"}
+  amd.com: {identity: [uuid], resetDomain: "attribute:hive"}
+  npu.example.com: {identity: [uuid], resetDomain: node}
+  nic.example.com: {identity: [mac]}
+default:
+  migration: {enabled: true}
+  repair: {steps: [{kind: reset, image: i, command: [c], holders: move}, {kind: reset, image: i, command: [c]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for driver, want := range map[string]string{"gpu.nvidia.com": "attribute:baseboard", "amd.com": "attribute:hive", "npu.example.com": DomainNode, "nic.example.com": DomainDevice} {
+		if got := set.ResetDomain(driver); got != want {
+			t.Errorf("%s: %q, want %q", driver, got, want)
+		}
+	}
+	if p := set.For("", "gpu.nvidia.com"); p.ResetDomain != "attribute:baseboard" || p.Repair.Steps[0].Holders != HoldersMove || p.Repair.Steps[1].Holders != HoldersWait {
+		t.Fatalf("policy %+v", p)
+	}
+	if p := set.For("", "nic.example.com"); p.ResetDomain != "" {
+		t.Fatalf("a driver with no domain: %q", p.ResetDomain)
+	}
+	for _, bad := range []string{"hive", "attribute:", "rack"} {
+		_, err := Parse([]byte("drivers:\n  d: {identity: [uuid], resetDomain: \"" + bad + "\"}\n"))
+		if err == nil || !strings.Contains(err.Error(), "drivers.d: resetDomain") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	// Checked against what the driver publishes: a name none of its devices has is refused.
+	published := map[string]Publishes{
+		"gpu.nvidia.com": {"gpu-0": {"uuid", "gpu.nvidia.com/baseboard"}},
+		"amd.com":        {"gpu-0": {"uuid", "partition"}},
+	}
+	err = set.CheckDomains(published)
+	if err == nil || !strings.Contains(err.Error(), `drivers.amd.com.resetDomain "attribute:hive": none of the driver's 1 published devices has attribute "hive"`) {
+		t.Fatalf("a domain attribute amd.com does not publish: %v", err)
+	}
+	published["amd.com"]["gpu-0"] = append(published["amd.com"]["gpu-0"], "hive")
+	if err := set.CheckDomains(published); err != nil {
+		t.Fatal(err)
+	}
+	delete(published, "amd.com")
+	if err := set.CheckDomains(published); err != nil {
+		t.Fatalf("a driver that publishes nothing yet is not judged: %v", err)
 	}
 }
