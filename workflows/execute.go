@@ -234,6 +234,12 @@ func check(ctx workflow.Context, st *decide.DeviceState, act decide.Action) []de
 			break
 		}
 	}
+	if act.Kind == decide.ActRepair && res.Busy && len(res.Holders) > 0 {
+		// holders: move. The reset's domain is fenced; its other devices' holders move with the
+		// policy's migration, and the try looks again later. (No history before reset domains
+		// has a reset's holders: the activity never named them.)
+		startMigrations(ctx, st, podRefs(res.Holders))
+	}
 	return report(st, decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
 
@@ -246,8 +252,10 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 	in := remediation.CheckInput{Device: id, Kind: act.Kind, Check: c, DeviceClass: p.DeviceClass, Identity: p.Identity,
 		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Attempts: checkAttempts, Review: p.Review}
 	if p.Idle != nil {
-		// A ladder's repair step: its Pod is keyed by its try, and waits for the unit to be idle.
+		// A ladder's repair step: its Pod is keyed by its try, and waits for the unit, and the
+		// reset domain's other devices, to be idle.
 		in.TryAt, in.Idle, in.Step, in.Permit = p.TryAt, p.Idle, string(p.Step.Kind), st.Device
+		in.Domain, in.Holders = st.Policy.ResetDomain, p.Step.Holders
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,

@@ -66,13 +66,7 @@ func remediateNode(ctx workflow.Context, st *decide.DeviceState, act decide.Acti
 	if res.Busy && len(res.Holders) > 0 {
 		// holders: move. The node is fenced; its holders move with the policy's migration (a
 		// migration already started for a workload is joined), and the try looks again later.
-		var pods []decide.PodRef
-		for _, h := range res.Holders {
-			if ns, name, ok := strings.Cut(h, "/"); ok {
-				pods = append(pods, decide.PodRef{Namespace: ns, Name: name})
-			}
-		}
-		startMigrations(ctx, st, pods)
+		startMigrations(ctx, st, podRefs(res.Holders))
 	}
 	return report(st, decide.Result{Action: act, Outcome: decide.Done, Check: res}, workflow.Now(ctx))
 }
@@ -100,4 +94,15 @@ func endNodeStep(ctx workflow.Context, in remediation.NodeInput) {
 	if err := workflow.ExecuteActivity(actx, rem.EndNodeStep, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("node step's leftovers not cleared", "node", in.Node, "error", err)
 	}
+}
+
+// podRefs are the Pods a step named ("namespace/name").
+func podRefs(holders []string) []decide.PodRef {
+	var pods []decide.PodRef
+	for _, h := range holders {
+		if ns, name, ok := strings.Cut(h, "/"); ok {
+			pods = append(pods, decide.PodRef{Namespace: ns, Name: name})
+		}
+	}
+	return pods
 }

@@ -54,6 +54,10 @@ type CheckInput struct {
 	// Permit is the device whose reset permit a repair step holds (its workflow's device): the
 	// step gives it back when it ends, saying whether the reset failed. Empty before it.
 	Permit device.ID `json:"permit,omitempty"`
+	// Domain is what a reset reaches (the driver's resetDomain; empty: the device alone), and
+	// Holders whether the holders of its other devices are waited for or moved (the step's).
+	Domain  string `json:"domain,omitempty"`
+	Holders string `json:"holders,omitempty"`
 }
 
 // CheckName is the deterministic name of a device's probe or canary Pod and claim.
@@ -105,13 +109,19 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
-		held, err := a.idleOrHeld(ctx, withSiblings(published, in.Device, in.Idle), ns+"/"+name)
-		if err != nil {
-			return decide.StepResult{}, err
+		peers := domainPeers(published, in.Device, in.Domain)
+		if res, busy, err := a.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name); err != nil || busy {
+			return res, err
 		}
-		if held != "" {
-			a.countTry(in.Step, "busy")
-			return decide.StepResult{Busy: true, Reason: held, At: time.Now()}, nil
+		if len(peers) > 0 {
+			defer func() {
+				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts {
+					return // the try goes on: its next attempt keeps the fences
+				}
+				if uerr := a.unfenceDomain(context.WithoutCancel(ctx), node, in.WorkflowID); uerr != nil && err == nil {
+					err = uerr
+				}
+			}()
 		}
 	}
 	if err := kubeobj.EnsureNamespace(ctx, a.Kube, ns); err != nil {
@@ -406,4 +416,49 @@ func (a *Activities) bootID(ctx context.Context, node string) string {
 		return ""
 	}
 	return n.Status.NodeInfo.BootID
+}
+
+// domainIdle makes sure no device a reset reaches is held before it starts: the device and its
+// unit's forms (idle), and its reset domain's other devices (peers), which it fences first and
+// looks at again, so a Pod that lands between the look and the reset is not reset under. busy
+// is true with the step's answer when one is held: with holders: move, the peers' holders are
+// named to be moved and the fences stay; else they go, and the step waits.
+func (a *Activities) domainIdle(ctx context.Context, in CheckInput, node string, idle, peers []device.ID, own string) (decide.StepResult, bool, error) {
+	busy := func(why string, holders []string) (decide.StepResult, bool, error) {
+		a.countTry(in.Step, "busy")
+		return decide.StepResult{Busy: true, Reason: why, Holders: holders, At: time.Now()}, true, nil
+	}
+	held, err := a.idleOrHeld(ctx, slices.Concat(idle, peers), own)
+	if err != nil || held == "" && len(peers) == 0 {
+		return decide.StepResult{}, false, err
+	}
+	if held != "" && (in.Holders != policy.HoldersMove || len(peers) == 0) {
+		return busy(held, nil)
+	}
+	if err := a.fenceDomain(ctx, in, node, peers); err != nil {
+		return decide.StepResult{}, false, err
+	}
+	if held == "" {
+		if held, err = a.idleOrHeld(ctx, slices.Concat(idle, peers), own); err != nil || held == "" {
+			return decide.StepResult{}, false, err
+		}
+		if in.Holders != policy.HoldersMove {
+			if err := a.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
+				return decide.StepResult{}, false, err
+			}
+			return busy(held+", which came as the reset's domain was fenced", nil)
+		}
+	}
+	pods, err := a.claimHolders(ctx, peers, own)
+	if err != nil {
+		return decide.StepResult{}, false, err
+	}
+	if len(pods) == 0 {
+		// Held by a form of the device's own unit, which no reset moves: wait, unfenced.
+		if err := a.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
+			return decide.StepResult{}, false, err
+		}
+		return busy(held, nil)
+	}
+	return busy(fmt.Sprintf("%s; the reset reaches %d other devices (reset domain %s): their holders %v are moved first, and new claims keep off them", held, len(peers), in.Domain, pods), pods)
 }

@@ -372,6 +372,10 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		if err := a.unfenceNode(ctx, in.Node, in.WorkflowID); err != nil {
 			return err
 		}
+		// A reset that moved its domain's holders fenced the domain's other devices.
+		if err := a.unfenceDomain(ctx, in.Node, in.WorkflowID); err != nil {
+			return err
+		}
 		// A quarantine that ends while its node step moves holders gives the node's permit
 		// back too, or the pool is refused reboots until the hold ends.
 		a.releaseNode(in.Node, in.Device)

@@ -57,6 +57,10 @@ const (
 	// TaintNodeRepair is the taint key of a node fence: while a node step moves the node's other
 	// device holders and the node reboots, new claims keep off every device of the node.
 	TaintNodeRepair = "devicewarden.io/node-repair"
+	// TaintDomainReset is the taint key of a reset domain's fence: while a reset that reaches the
+	// device's peers (its driver's resetDomain) waits for their holders and runs, new claims keep
+	// off those peers.
+	TaintDomainReset = "devicewarden.io/domain-reset"
 )
 
 // Labels on probe and canary Pods. LabelCheck names the check (probe Pod or canary Job) an object
