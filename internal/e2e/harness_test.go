@@ -196,6 +196,14 @@ policies:
         - kind: node
           timeout: 1m
           template: {apiVersion: ` + sim.RebootGroup + `/` + sim.RebootVersion + `, kind: ` + sim.RebootKind + `, spec: {nodeName: 12}}
+  - name: domain-test
+    match: {deviceClass: ` + domainClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    repair:
+      steps:
+        - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
   - name: pull-test
     match: {deviceClass: ` + pullClass + `}
     quarantineLease: 3s
@@ -216,6 +224,8 @@ policies:
     canary: {timeout: 30s}
 drivers:
   ` + cliPolicyDriver + `: {identity: [uuid]}
+  # The simulated GPUs of a baseboard node share one reset domain; the others are reset alone.
+  ` + sim.Driver + `: {identity: [` + sim.AttrNode + `, ` + sim.AttrIndex + `, ` + sim.AttrUUID + `], resetDomain: "attribute:` + sim.AttrBaseboard + `"}
 `
 
 func TestMain(m *testing.M) {
