@@ -225,3 +225,21 @@ func TestParseAndMatch(t *testing.T) {
 		t.Errorf("WithIdentity overrode the file's identity: %v", p.Identity)
 	}
 }
+
+// The shipped reset-domain examples load, and each says the domain its comment gives.
+func TestShippedResetDomainExamples(t *testing.T) {
+	for file, want := range map[string]struct{ driver, domain, holders string }{
+		"nvswitch-baseboard.yaml": {"gpu.nvidia.com", DomainNode, HoldersMove},
+		"mi300x-xgmi-hive.yaml":   {"gpu.amd.com", DomainNode, HoldersWait},
+		"pcie.yaml":               {"gpu.nvidia.com", DomainDevice, HoldersWait},
+	} {
+		s, err := LoadFile("../../deploy/examples/reset-domains/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.For("", want.driver)
+		if s.ResetDomain(want.driver) != want.domain || len(p.Repair.Steps) == 0 || p.Repair.Steps[0].Holders != want.holders {
+			t.Errorf("%s: domain %q, steps %+v", file, s.ResetDomain(want.driver), p.Repair.Steps)
+		}
+	}
+}
