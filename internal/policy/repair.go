@@ -159,7 +159,7 @@ func (s RepairStep) validate() error {
 		return fmt.Errorf("a %s step needs an image and a command", s.Kind)
 	case s.Kind == RepairReset && s.Template != "":
 		return fmt.Errorf("a %s step takes no template (it is a node step's)", s.Kind)
-	case s.Kind == RepairReset && s.Holders != HoldersWait && s.Holders != HoldersMove:
+	case s.Kind == RepairReset && s.Holders != "" && s.Holders != HoldersWait && s.Holders != HoldersMove:
 		return fmt.Errorf("holders %q: a %s step's holders (those of its reset domain's other devices) %s or %s", s.Holders, s.Kind, HoldersWait, HoldersMove)
 	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0 || len(s.Check.NotRunExitCodes) > 0):
 		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image, command or notRunExitCodes", s.Kind)
