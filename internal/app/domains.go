@@ -10,9 +10,12 @@ import (
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
-// checkDomains refuses a policy whose reset domain names an attribute its driver's published
-// devices do not have (policy.Set.CheckDomains). Slices that cannot be listed now (the apiserver
-// away at start) are not judged: the process starts, and says so.
+// checkDomains says, as the process starts, when a reset domain names an attribute none of its
+// driver's published devices has (policy.Set.CheckDomains): each of those devices is reset alone,
+// as a device that does not publish the attribute is. It warns and starts: a fleet whose nodes
+// with the attribute (its baseboards, its hives) are not up yet must not crash-loop its controller,
+// and a restart during such a bring-up did, on the e2e stack. Slices that cannot be listed now are
+// not judged.
 func checkDomains(ctx context.Context, kube kubernetes.Interface, set *policy.Set, logger *slog.Logger) error {
 	list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -31,5 +34,8 @@ func checkDomains(ctx context.Context, kube kubernetes.Interface, set *policy.Se
 			}
 		}
 	}
-	return set.CheckDomains(published)
+	if err := set.CheckDomains(published); err != nil {
+		logger.Error("a reset domain names an attribute no published device has: until one does, each device is reset alone", "error", err)
+	}
+	return nil
 }

@@ -204,6 +204,15 @@ policies:
     repair:
       steps:
         - {kind: reset, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
+  - name: domain-move-test
+    match: {deviceClass: ` + domainMoveClass + `}
+    stabilityWindow: 0s
+    probe: {timeout: 30s}
+    canary: {timeout: 30s}
+    migration: {enabled: true, perNode: 1, clusterWide: 10, checkpointTimeout: 30s, readyTimeout: 2m, decisionTimeout: 5m}
+    repair:
+      steps:
+        - {kind: reset, holders: move, image: ` + sim.ResetImage + `, command: [reset], timeout: 30s}
   - name: pull-test
     match: {deviceClass: ` + pullClass + `}
     quarantineLease: 3s
