@@ -131,3 +131,26 @@ func TestAResetWaitsForItsDomain(t *testing.T) {
 		t.Fatalf("unfence: %v %v", err, domainFences(t, idle))
 	}
 }
+
+// A quarantine that ends while its reset moves its domain's holders (a person's release) takes the
+// reset's domain fences with it, and leaves another reset's.
+func TestReleaseTakesItsDomainFences(t *testing.T) {
+	env, a, _ := activityEnv(t)
+	bad := gpu("node-1", 0)
+	peers := domainPeers([]resourcev1.ResourceSlice{boards("node-1")}, bad, "attribute:baseboard")
+	mine := CheckInput{Device: bad, Domain: "attribute:baseboard", WorkflowID: bad.WorkflowID()}
+	theirs := CheckInput{Device: gpu("node-1", 4), Domain: mine.Domain, WorkflowID: "device/other"}
+	if err := a.fenceDomain(context.Background(), mine, "node-1", peers); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.fenceDomain(context.Background(), theirs, "node-1", []device.ID{gpu("node-1", 5)}); err != nil {
+		t.Fatal(err)
+	}
+	in := ReleaseInput{Device: bad, Reason: "r", Actor: "ops", Node: "node-1", WorkflowID: bad.WorkflowID(), NodeFence: true}
+	if _, err := env.ExecuteActivity(a.ReleaseRule, in); err != nil {
+		t.Fatal(err)
+	}
+	if f := domainFences(t, a); !slices.Equal(f, []string{"gpu-5"}) {
+		t.Fatalf("domain fences after the release: %v", f)
+	}
+}

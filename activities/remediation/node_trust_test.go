@@ -137,11 +137,15 @@ func TestEndNodeStepClearsWhatTheStepLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, wf := range map[string]string{"fence-mine": in.WorkflowID, "fence-theirs": "device/other"} {
+	for name, wf := range map[string]string{"fence-mine": in.WorkflowID, "fence-theirs": "device/other", "domain-mine": in.WorkflowID, "domain-theirs": "device/other"} {
 		labels, ann := map[string]string{}, map[string]string{kubeobj.AnnotationWorkflow: wf}
 		kubeobj.NodeLabels(labels, ann, "node-1")
+		key := kubeobj.TaintNodeRepair
+		if strings.HasPrefix(name, "domain-") {
+			key = kubeobj.TaintDomainReset // a reset's fence of its domain's other devices
+		}
 		rule := &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann},
-			Spec: resourcev1.DeviceTaintRuleSpec{Taint: resourcev1.DeviceTaint{Key: kubeobj.TaintNodeRepair, Effect: resourcev1.DeviceTaintEffectNoSchedule}}}
+			Spec: resourcev1.DeviceTaintRuleSpec{Taint: resourcev1.DeviceTaint{Key: key, Effect: resourcev1.DeviceTaintEffectNoSchedule}}}
 		if _, err := a.Kube.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -160,6 +164,12 @@ func TestEndNodeStepClearsWhatTheStepLeft(t *testing.T) {
 	}
 	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, "fence-theirs", metav1.GetOptions{}); err != nil {
 		t.Fatalf("another step's fence was lifted: %v", err)
+	}
+	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, "domain-mine", metav1.GetOptions{}); err == nil {
+		t.Fatal("the reset's fence of its domain stands")
+	}
+	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, "domain-theirs", metav1.GetOptions{}); err != nil {
+		t.Fatalf("another reset's domain fence was lifted: %v", err)
 	}
 	if want := (breaker.PermitRelease{Key: "node:node-1", Holder: gpu3.String()}); len(r.rels) != 1 || r.rels[0] != want {
 		t.Fatalf("released %+v, want %+v", r.rels, want)
