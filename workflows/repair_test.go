@@ -224,22 +224,7 @@ func TestLadderMovesTheNodesHoldersBeforeTheReboot(t *testing.T) {
 			}
 			return decide.StepResult{Passed: true, Reason: "node node-1 booted again"}, nil
 		})
-	var found []migration.FindWorkloadsInput
-	h.env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in migration.FindWorkloadsInput) ([]api.Workload, error) {
-			found = append(found, in)
-			if in.Pods[0].Name != "train-0" {
-				return []api.Workload{{Kind: "Pod", Namespace: "ns", Name: "p", UID: "p-uid", Pods: []string{"p"}}}, nil
-			}
-			return []api.Workload{{Kind: "Job", Namespace: "team", Name: "train", UID: "job-uid", Pods: []string{"train-0"}}}, nil
-		})
-	var started []api.MigrateInput
-	h.env.RegisterWorkflow(MigrateWorkflow)
-	h.env.OnWorkflow("MigrateWorkflow", mock.Anything, mock.Anything).Return(
-		func(ctx workflow.Context, in api.MigrateInput) (migrationplan.MigrationState, error) {
-			started = append(started, in)
-			return migrationplan.MigrationState{}, nil
-		})
+	found, started := movedWorkloads(h)
 	p := laddered()
 	p.Migration = policy.DefaultMigration()
 	p.Migration.Enabled = true
@@ -253,11 +238,11 @@ func TestLadderMovesTheNodesHoldersBeforeTheReboot(t *testing.T) {
 		t.Fatalf("workflow ended with %v, released %+v", err, h.released)
 	}
 	// The device's own holder is looked up at the quarantine, then the node's, at each busy try.
-	if len(asked) != 3 || len(found) != 3 || found[1].Pods[0] != (migration.PodRef{Namespace: "team", Name: "train-0"}) || found[2].Pods[0] != found[1].Pods[0] {
-		t.Fatalf("node steps %d, workloads looked up %+v", len(asked), found)
+	if len(asked) != 3 || len(*found) != 3 || (*found)[1].Pods[0] != (migration.PodRef{Namespace: "team", Name: "train-0"}) || (*found)[2].Pods[0] != (*found)[1].Pods[0] {
+		t.Fatalf("node steps %d, workloads looked up %+v", len(asked), *found)
 	}
-	if len(started) != 2 || started[1].Workload.Name != "train" || started[1].Device != gpu0 || !h.released[0].NodeFence {
-		t.Fatalf("migrations started %+v; release %+v", started, h.released[0])
+	if len(*started) != 2 || (*started)[1].Workload.Name != "train" || (*started)[1].Device != gpu0 || !h.released[0].NodeFence {
+		t.Fatalf("migrations started %+v; release %+v", *started, h.released[0])
 	}
 }
 
@@ -359,4 +344,28 @@ func TestToolingFailuresNeverRetireTheDevice(t *testing.T) {
 	if len(told) != 1 || !strings.Contains(told[0], "repair of "+gpu0.String()+" did not run, 3 in a row") {
 		t.Fatalf("alerts %v", told)
 	}
+}
+
+// movedWorkloads answers the migration's lookups as a node whose Pod team/train-0 belongs to the
+// Job team/train (any other Pod stands alone), and records the lookups and the migrations started.
+func movedWorkloads(h *harness) (*[]migration.FindWorkloadsInput, *[]api.MigrateInput) {
+	var found []migration.FindWorkloadsInput
+	h.env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in migration.FindWorkloadsInput) ([]api.Workload, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			found = append(found, in)
+			if in.Pods[0].Name != "train-0" {
+				return []api.Workload{{Kind: "Pod", Namespace: "ns", Name: "p", UID: "p-uid", Pods: []string{"p"}}}, nil
+			}
+			return []api.Workload{{Kind: "Job", Namespace: "team", Name: "train", UID: "job-uid", Pods: []string{"train-0"}}}, nil
+		})
+	var started []api.MigrateInput
+	h.env.RegisterWorkflow(MigrateWorkflow)
+	h.env.OnWorkflow("MigrateWorkflow", mock.Anything, mock.Anything).Return(
+		func(ctx workflow.Context, in api.MigrateInput) (migrationplan.MigrationState, error) {
+			started = append(started, in)
+			return migrationplan.MigrationState{}, nil
+		})
+	return &found, &started
 }

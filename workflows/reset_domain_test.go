@@ -1,18 +1,12 @@
 package workflows
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/workflow"
-
-	"github.com/devicewarden/devicewarden/activities/migration"
 	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/api"
 	"github.com/devicewarden/devicewarden/internal/decide"
-	"github.com/devicewarden/devicewarden/internal/migrationplan"
 	"github.com/devicewarden/devicewarden/internal/policy"
 )
 
@@ -23,20 +17,7 @@ func TestAResetMovesItsDomainsHoldersFirst(t *testing.T) {
 	h := newHarness(0)
 	busy := decide.StepResult{Busy: true, Reason: "claim team/train-0-gpu is still allocated gpu-3", Holders: []string{"team/train-0"}}
 	h.checks = []decide.StepResult{busy, busy, {Passed: true, Reason: "reset exit 0"}}
-	h.env.OnActivity("FindWorkloads", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in migration.FindWorkloadsInput) ([]api.Workload, error) {
-			if in.Pods[0].Name != "train-0" {
-				return []api.Workload{{Kind: "Pod", Namespace: "ns", Name: "p", UID: "p-uid", Pods: []string{"p"}}}, nil
-			}
-			return []api.Workload{{Kind: "Job", Namespace: "team", Name: "train", UID: "job-uid", Pods: []string{"train-0"}}}, nil
-		})
-	var started []api.MigrateInput
-	h.env.RegisterWorkflow(MigrateWorkflow)
-	h.env.OnWorkflow("MigrateWorkflow", mock.Anything, mock.Anything).Return(
-		func(ctx workflow.Context, in api.MigrateInput) (migrationplan.MigrationState, error) {
-			started = append(started, in)
-			return migrationplan.MigrationState{}, nil
-		})
+	_, started := movedWorkloads(h)
 	p := laddered()
 	p.ResetDomain = "attribute:baseboard"
 	p.Migration = policy.DefaultMigration()
@@ -58,13 +39,13 @@ func TestAResetMovesItsDomainsHoldersFirst(t *testing.T) {
 		t.Fatalf("resets %+v", resets)
 	}
 	var moved int
-	for _, m := range started {
+	for _, m := range *started {
 		if m.Workload.Name == "train" && m.Device == gpu0 {
 			moved++
 		}
 	}
 	if moved != 1 {
-		t.Fatalf("the baseboard's job moved %d times: %+v", moved, started)
+		t.Fatalf("the baseboard's job moved %d times: %+v", moved, *started)
 	}
 	if d := h.releaseAttempts[0].Sub(start); d > 3*time.Minute {
 		t.Fatalf("released %s after the fault: a busy domain looked again later than every %s", d, decide.MoveRetry)

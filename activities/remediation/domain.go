@@ -67,26 +67,11 @@ func domainPeers(published []resourcev1.ResourceSlice, id device.ID, domain stri
 	return out
 }
 
-// attrValue is a device's value of attribute name (bare, or qualified by its driver's domain or
-// any other), as text.
+// attrValue is a device's value of attribute name (bare, qualified by its driver's domain, or
+// fully qualified), as text.
 func attrValue(d resourcev1.Device, driver, name string) (string, bool) {
-	for k, a := range d.Attributes {
-		key := string(k)
-		if key != name && key != driver+"/"+name && !(len(key) > len(name) && key[len(key)-len(name)-1:] == "/"+name) {
-			continue
-		}
-		switch {
-		case a.StringValue != nil:
-			return *a.StringValue, true
-		case a.IntValue != nil:
-			return fmt.Sprint(*a.IntValue), true
-		case a.BoolValue != nil:
-			return fmt.Sprint(*a.BoolValue), true
-		case a.VersionValue != nil:
-			return *a.VersionValue, true
-		}
-	}
-	return "", false
+	v := kubeobj.AttrValue(driver, name, d.Attributes)
+	return v, v != ""
 }
 
 // fenceDomain keeps new claims off the domain's other devices while a reset waits for their

@@ -4,13 +4,10 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -33,12 +30,7 @@ func TestAResetMovesItsBaseboardsJobFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	// The class offers only the devices of this test's nodes, so the Job can go nowhere else.
-	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: domainMoveClass}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-		CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s.startsWith("dom-move-")`, sim.Driver, sim.Driver, sim.AttrNode)}}}}}
-	if _, err := kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	classOnNodes(t, ctx, domainMoveClass, "dom-move-")
 	nodes, err := sim.CreateBaseboardNodes(ctx, kube, "dom-move", 1, 8)
 	if err != nil {
 		t.Fatal(err)

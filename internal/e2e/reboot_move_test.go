@@ -32,12 +32,7 @@ func TestNodeStepMovesTheNodesHoldersFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	// The class offers only the devices of this test's nodes, so the Job can go nowhere else.
-	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: moveClass}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-		CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s.startsWith("rep-move-")`, sim.Driver, sim.Driver, sim.AttrNode)}}}}}
-	if _, err := kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	classOnNodes(t, ctx, moveClass, "rep-move-")
 	nodes, err := sim.CreateNodes(ctx, kube, "rep-move", 1, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -112,4 +107,15 @@ func TestNodeStepMovesTheNodesHoldersFirst(t *testing.T) {
 	}
 	t.Logf("time to repair (quarantined to released), the Job moved first: %s; node step: %s", q.ClosedAt.Sub(q.CreatedAt).Round(time.Second), l.Tries[1].Result.Reason)
 	recordHistory(t, ctx, shared.temporal, bad.WorkflowID(), "device_repair_move.json")
+}
+
+// classOnNodes makes a DeviceClass that offers only the simulated devices of the nodes named
+// prefix*: a test's workloads can go nowhere else.
+func classOnNodes(t *testing.T, ctx context.Context, name, prefix string) {
+	t.Helper()
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+		CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s.startsWith(%q)`, sim.Driver, sim.Driver, sim.AttrNode, prefix)}}}}}
+	if _, err := shared.kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }

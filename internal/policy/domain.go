@@ -60,7 +60,7 @@ func (s *Set) CheckDomains(published map[string]Publishes) error {
 		found := false
 		for _, attrs := range devices {
 			for _, a := range attrs {
-				found = found || a == name || strings.HasSuffix(a, "/"+name)
+				found = found || a == name || a == driver+"/"+name
 			}
 		}
 		if !found {
