@@ -61,11 +61,12 @@ func (g notRun) ran(kind ActionKind) {
 	}
 }
 
-// checkDue is the probe or canary to take again now, if its review still waits for it.
+// checkDue is the probe or canary to take again now, if its review still waits for it. A device
+// whose automatic actions are paused waits: its resume takes the check.
 func (g notRun) checkDue(now time.Time) []Action {
 	st := g.st
 	w := st.NotRun
-	if w == nil || w.Kind == ActRepair || w.RetryAt.IsZero() || now.Before(w.RetryAt) {
+	if w == nil || w.Kind == ActRepair || w.RetryAt.IsZero() || now.Before(w.RetryAt) || st.Paused {
 		return nil
 	}
 	w.RetryAt = time.Time{}
@@ -99,9 +100,10 @@ func (g notRun) pending() *NotRunWait {
 	return w
 }
 
-// checkAt is when a probe or canary that did not run is taken again (zero: none waits).
+// checkAt is when a probe or canary that did not run is taken again (zero: none waits, or the
+// device's automatic actions are paused).
 func (g notRun) checkAt() time.Time {
-	if w := g.st.NotRun; w != nil && w.Kind != ActRepair {
+	if w := g.st.NotRun; w != nil && w.Kind != ActRepair && !g.st.Paused {
 		return w.RetryAt
 	}
 	return time.Time{}

@@ -136,3 +136,20 @@ func TestNotRunBackoff(t *testing.T) {
 		t.Errorf("the policy's 5s, third: %s, want 20s", got)
 	}
 }
+
+// A device paused while its probe waits to be taken again keeps waiting, with no deadline to wake
+// for; its resume takes the probe.
+func TestANotRunProbeWaitsForAPausedDevice(t *testing.T) {
+	st, acts := onLadder(t, ladderPolicy())
+	st.Follow(notRunRules)
+	acts = st.Observe(idle(2), t0)
+	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
+	st.Report(Result{Action: acts[0], Outcome: Done, Check: notRan("ImagePullBackOff")}, t0)
+	st.Command(Command{Kind: CmdPause, Actor: "op"}, t0.Add(time.Second))
+	if d := st.NextDeadline(); !d.IsZero() && !d.After(t0.Add(policy.DefaultNotRunRetry)) {
+		t.Fatalf("a paused device wakes at %s for its probe", d)
+	}
+	wantKinds(t, "paused, past the retry", st.Tick(t0.Add(time.Hour)))
+	acts = st.Command(Command{Kind: CmdResume, Actor: "op"}, t0.Add(time.Hour))
+	wantKinds(t, "resumed", acts, ActProbe)
+}
