@@ -83,6 +83,9 @@ func TestANotRunProbeFailsNoReview(t *testing.T) {
 	}
 	acts = st.Tick(at.Add(policy.DefaultNotRunRetry))
 	wantKinds(t, "probe taken again", acts, ActProbe)
+	if acts[0].Check == nil || acts[0].Check.Timeout != st.Policy.Probe.Timeout || acts[0].Check.Namespace != st.Policy.Probe.Namespace {
+		t.Fatalf("the probe taken again runs %+v, not the policy's probe", acts[0].Check)
+	}
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(at)}, at.Add(2*time.Minute))
 	wantKinds(t, "probe passed", acts, ActRefreshRule)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done}, at.Add(2*time.Minute))
@@ -94,6 +97,9 @@ func TestANotRunProbeFailsNoReview(t *testing.T) {
 	}
 	acts = st.Tick(at.Add(3*time.Minute + policy.DefaultNotRunRetry))
 	wantKinds(t, "canary taken again", acts, ActCanary)
+	if acts[0].Check == nil || acts[0].Check.Namespace != st.Policy.Canary.Namespace {
+		t.Fatalf("the canary taken again runs %+v, not the policy's canary", acts[0].Check)
+	}
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(at)}, at.Add(5*time.Minute))
 	wantKinds(t, "canary passed, window 0", acts, ActRelease)
 }
