@@ -118,8 +118,10 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts {
 					return // the try goes on: its next attempt keeps the fences
 				}
-				if uerr := a.unfenceDomain(context.WithoutCancel(ctx), node, in.WorkflowID); uerr != nil && err == nil {
-					err = uerr
+				// A fence that stays keeps new claims off a peer (the safe side) until the
+				// quarantine's end lifts it; failing the step for it would run the reset again.
+				if uerr := a.unfenceDomain(context.WithoutCancel(ctx), node, in.WorkflowID); uerr != nil {
+					activity.GetLogger(ctx).Warn("the reset's domain fences stay until its quarantine ends", "device", in.Device.String(), "error", uerr)
 				}
 			}()
 		}

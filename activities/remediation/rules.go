@@ -347,8 +347,8 @@ type ReleaseInput struct {
 	Members []string `json:"members,omitempty"`
 	// WorkflowID is the releasing workflow: only the rules it owns are removed (owners.go).
 	WorkflowID string `json:"workflowID,omitempty"`
-	// NodeFence: the policy's ladder may have fenced the node while moving its holders; the
-	// fences this workflow made go too.
+	// NodeFence: the policy's ladder may have fenced the node while moving its holders, or a
+	// reset's domain; the fences this workflow made go too.
 	NodeFence bool `json:"nodeFence,omitempty"`
 	// RepairedBy is the repair step the passing review followed ("" when none ran): the release
 	// counts toward the time-to-repair metric of that step.

@@ -187,3 +187,17 @@ func TestAReleaseNamesItsCauseClassAndFirstStep(t *testing.T) {
 		t.Fatalf("plan of a quarantine with no cause %+v", p)
 	}
 }
+
+// A release lifts the fences a reset of a wider domain may have left, as a step that moves holders
+// does: the device alone leaves none to lift.
+func TestAReleaseLiftsAWideResetsFences(t *testing.T) {
+	p := ladderPolicy()
+	st, _ := onLadder(t, p)
+	if Prepare(st, Action{Kind: ActRelease}).Plan.NodeFence {
+		t.Fatal("a reset of the device alone has fences to lift")
+	}
+	st.Policy.ResetDomain = "attribute:baseboard"
+	if !Prepare(st, Action{Kind: ActRelease}).Plan.NodeFence {
+		t.Fatal("a reset of a baseboard's fences stay after the release")
+	}
+}

@@ -113,7 +113,10 @@ func Prepare(st *DeviceState, a Action) Action {
 		p.Step = nodeStep(st.Policy)
 	case ActRelease:
 		p.QuarantinedAt, p.FirstReviewPassed, p.Reporters = st.Quarantine.CreatedAt, reviewOf(st).firstReviewPassed(), st.Reporters
-		p.RepairedBy, p.NodeFence = repairOf(st).repairedBy(), st.Policy.Repair.MovesHolders()
+		// A step that moves holders fences the node or the reset's domain; a reset whose domain is
+		// wider than its device fences the domain while it runs: their fences go with the rule.
+		wide := st.Policy.ResetDomain != "" && st.Policy.ResetDomain != policy.DomainDevice && st.Policy.Repair.Enabled()
+		p.RepairedBy, p.NodeFence = repairOf(st).repairedBy(), st.Policy.Repair.MovesHolders() || wide
 		p.CauseClass, p.FirstStep = causeOf(st).class()
 	}
 	return a
