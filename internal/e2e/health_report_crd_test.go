@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/decide"
@@ -51,8 +52,18 @@ func TestHealthReportCRDOnTheAPIServer(t *testing.T) {
 	if err != nil || r.Spec.Attribute == nil || r.Spec.Attribute.Value != "GPU-3b1f5c2e" || r.Spec.Cause.Code != "79" || r.Spec.Check() != nil {
 		t.Fatalf("read back %+v, %v", r, err)
 	}
-	created.Object["status"] = map[string]any{"outcome": healthreport.Refused, "reason": "no such device: no device on node gpu-node-7 publishes uuid=GPU-3b1f5c2e"}
-	updated, err := reports.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	// The shared stack's watcher reads the report too and may write its status first: this write
+	// is made on the report as it stands.
+	var updated *unstructured.Unstructured
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := reports.Get(ctx, created.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Object["status"] = map[string]any{"outcome": healthreport.Refused, "reason": "no such device: no device on node gpu-node-7 publishes uuid=GPU-3b1f5c2e"}
+		updated, err = reports.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
