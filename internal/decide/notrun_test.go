@@ -66,9 +66,9 @@ func TestANotRunResetNeverMovesTheLadder(t *testing.T) {
 // A probe that did not run fails no review and is no failed probe: the review waits at its probe,
 // which is taken again; the probe that then runs decides.
 func TestANotRunProbeFailsNoReview(t *testing.T) {
-	st, acts := onLadder(t, ladderPolicy())
+	st, _ := onLadder(t, ladderPolicy())
 	st.Follow(notRunRules)
-	acts = st.Observe(idle(2), t0)
+	acts := st.Observe(idle(2), t0)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	wantKinds(t, "reset done", acts, ActProbe)
 	review := st.Review.ID()
@@ -106,9 +106,9 @@ func TestANotRunProbeFailsNoReview(t *testing.T) {
 
 // A not-run probe whose review a person ended meanwhile is not taken again.
 func TestANotRunProbeOfAnEndedReviewIsDropped(t *testing.T) {
-	st, acts := onLadder(t, ladderPolicy())
+	st, _ := onLadder(t, ladderPolicy())
 	st.Follow(notRunRules)
-	acts = st.Observe(idle(2), t0)
+	acts := st.Observe(idle(2), t0)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	st.Report(Result{Action: acts[0], Outcome: Done, Check: notRan("ImagePullBackOff")}, t0)
 	st.Command(Command{Kind: CmdForceQuarantine, Actor: "op", Reason: "hold it"}, t0.Add(time.Second))
@@ -122,8 +122,8 @@ func TestANotRunProbeOfAnEndedReviewIsDropped(t *testing.T) {
 
 // Runs recorded before the rule decide as they did: a not-run probe fails its review.
 func TestBeforeTheRuleANotRunProbeFailsTheReview(t *testing.T) {
-	st, acts := onLadder(t, ladderPolicy())
-	acts = st.Observe(idle(2), t0)
+	st, _ := onLadder(t, ladderPolicy())
+	acts := st.Observe(idle(2), t0)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	st.Report(Result{Action: acts[0], Outcome: Done, Check: notRan("ImagePullBackOff")}, t0)
 	if st.State == Recovering || st.NotRun != nil || st.LastProbe == nil || st.LastProbe.Passed {
@@ -146,9 +146,9 @@ func TestNotRunBackoff(t *testing.T) {
 // A device paused while its probe waits to be taken again keeps waiting, with no deadline to wake
 // for; its resume takes the probe.
 func TestANotRunProbeWaitsForAPausedDevice(t *testing.T) {
-	st, acts := onLadder(t, ladderPolicy())
+	st, _ := onLadder(t, ladderPolicy())
 	st.Follow(notRunRules)
-	acts = st.Observe(idle(2), t0)
+	acts := st.Observe(idle(2), t0)
 	acts = st.Report(Result{Action: acts[0], Outcome: Done, Check: pass(t0)}, t0)
 	st.Report(Result{Action: acts[0], Outcome: Done, Check: notRan("ImagePullBackOff")}, t0)
 	st.Command(Command{Kind: CmdPause, Actor: "op"}, t0.Add(time.Second))
