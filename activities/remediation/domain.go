@@ -124,34 +124,14 @@ func domainFenceName(id device.ID) string {
 // claimHolders are the Pods ("namespace/name") whose claims are allocated one of the devices,
 // other than own's: the holders a reset that moves its domain's holders has moved.
 func (a *Activities) claimHolders(ctx context.Context, devices []device.ID, own string) ([]string, error) {
-	want := map[device.ID]bool{}
-	for _, d := range devices {
-		want[d] = true
-	}
 	var out []string
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list resource claims: %w", err)
-		}
-		for _, c := range list.Items {
-			if c.Status.Allocation == nil || c.Namespace+"/"+c.Name == own {
-				continue
-			}
-			for _, r := range c.Status.Allocation.Devices.Results {
-				if !want[device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}] {
-					continue
-				}
-				for _, ref := range c.Status.ReservedFor {
-					if p := c.Namespace + "/" + ref.Name; ref.Resource == "pods" && !slices.Contains(out, p) {
-						out = append(out, p)
-					}
-				}
+	err := a.claimsOn(ctx, devices, own, func(c resourcev1.ResourceClaim, _ device.ID) bool {
+		for _, ref := range c.Status.ReservedFor {
+			if p := c.Namespace + "/" + ref.Name; ref.Resource == "pods" && !slices.Contains(out, p) {
+				out = append(out, p)
 			}
 		}
-		if opts.Continue = list.Continue; opts.Continue == "" {
-			return out, nil
-		}
-	}
+		return true
+	})
+	return out, err
 }

@@ -52,9 +52,19 @@ func (a *Activities) idleOrHeld(ctx context.Context, devices []device.ID, own st
 }
 
 // holder names a claim idleOrHeld looks for, and says whether a Pod reserves it.
-func (a *Activities) holder(ctx context.Context, devices []device.ID, own string) (string, bool, error) {
+func (a *Activities) holder(ctx context.Context, devices []device.ID, own string) (held string, reserved bool, err error) {
+	err = a.claimsOn(ctx, devices, own, func(c resourcev1.ResourceClaim, id device.ID) bool {
+		held, reserved = fmt.Sprintf("claim %s/%s is still allocated %s", c.Namespace, c.Name, id), a.inUse(ctx, c)
+		return false
+	})
+	return held, reserved, err
+}
+
+// claimsOn calls each for every claim other than own ("<namespace>/<name>") allocated one of the
+// devices, with the first such device, until each returns false.
+func (a *Activities) claimsOn(ctx context.Context, devices []device.ID, own string, each func(resourcev1.ResourceClaim, device.ID) bool) error {
 	if len(devices) == 0 {
-		return "", false, nil
+		return nil
 	}
 	want := map[device.ID]bool{}
 	for _, d := range devices {
@@ -64,21 +74,23 @@ func (a *Activities) holder(ctx context.Context, devices []device.ID, own string
 	for {
 		list, err := a.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
-			return "", false, fmt.Errorf("list resource claims: %w", err)
+			return fmt.Errorf("list resource claims: %w", err)
 		}
 		for _, c := range list.Items {
-			key := c.Namespace + "/" + c.Name
-			if c.Status.Allocation == nil || key == own {
+			if c.Status.Allocation == nil || c.Namespace+"/"+c.Name == own {
 				continue
 			}
 			for _, r := range c.Status.Allocation.Devices.Results {
 				if id := (device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}); want[id] {
-					return fmt.Sprintf("claim %s is still allocated %s", key, id), a.inUse(ctx, c), nil
+					if !each(c, id) {
+						return nil
+					}
+					break
 				}
 			}
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
-			return "", false, nil
+			return nil
 		}
 	}
 }
