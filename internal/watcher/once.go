@@ -121,18 +121,12 @@ func (s *store) dropDevice(key string, id device.ID) {
 // DCGM signal's, a node condition's), and queues the device: the word says what spec says, names
 // the device's class (a detector knows no claim) and is one event when once is set.
 func (w *Watcher) detectorWord(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once string) {
-	w.detectorWordStands(key, version, id, node, h, spec, once, "")
+	w.enqueueAll(w.storeDetectorWord(key, version, id, node, h, spec, once, ""))
 }
 
-// detectorWordStands is detectorWord for a word that, once withdrawn, stands as stands while
-// its level lasts (standing.go).
-func (w *Watcher) detectorWordStands(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once, stands string) {
-	w.enqueueAll(w.storeDetectorWord(key, version, id, node, h, spec, once, stands))
-}
-
-// storeDetectorWord is detectorWordStands without queueing: it returns the devices to queue, for
-// a reader that stores several words at once (one Prometheus answer's faults) and sends each
-// device once, with all of them.
+// storeDetectorWord is detectorWord without queueing, for a word that, once withdrawn, stands as
+// stands while its level lasts (standing.go): it returns the devices to queue, for a reader that
+// stores several words at once (one Prometheus answer's faults) and sends each device once.
 func (w *Watcher) storeDetectorWord(key, version string, id device.ID, node string, h device.Health, spec healthreport.Spec, once, stands string) []device.ID {
 	msg := spec.What()
 	if len(msg) > devicemsg.MaxReason {
