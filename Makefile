@@ -31,7 +31,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit test-e2e tools tools-start helm check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -53,7 +53,7 @@ control-plane: build ## Build etcd, kube-apiserver, kube-scheduler, kube-control
 dev: control-plane ## Local cluster + embedded Temporal + UI + worker + watcher, with 3 simulated GPU nodes
 	$(BIN) dev --sim-nodes 3 --sim-devices 8
 
-test: tools-start test-unit test-e2e ## All tests
+test: test-unit test-e2e ## All tests
 
 # The tests that need a real Temporal server run it as a child process of the full binary
 # (internal/temporalserver/temporaltest), so no test binary links the server.
@@ -66,26 +66,8 @@ test-unit: build ## Unit, workflow (time-skipping) and replay tests with the rac
 	$(GO) test $(TEST_FLAGS) $(FULL_PKGS)
 
 # One cluster build for the control plane and Prometheus, so Prometheus compiles beside the rest.
-# `make test` and `make check` start it in the background (tools-start) as soon as the binary is
-# built, at the lowest CPU priority: the checks in front keep both cores when they use them, and
-# the tools compile in what they leave (links on one core, tests that wait on timers, downloads).
-# `tools` then waits for that build, printing its log, and checks that everything is built.
-TOOLS_LOG = bin/tools-build.log
-TOOLS_PID = bin/tools-build.pid
 tools: build helm chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
-	@if [ -f $(TOOLS_PID) ] && ps -p "$$(cat $(TOOLS_PID))" -o args= 2>/dev/null | grep -q 'cluster build'; then \
-		echo "==> waiting for the tools' background build (log: $(TOOLS_LOG))"; \
-		tail -n +1 --pid="$$(cat $(TOOLS_PID))" -f $(TOOLS_LOG); fi
-	@rm -f $(TOOLS_PID)
 	@$(BIN) cluster build --tools prometheus
-
-tools-start: build ## Start building the tools in the background at the lowest CPU priority (`make tools` waits for it)
-	@if [ -f $(TOOLS_PID) ] && ps -p "$$(cat $(TOOLS_PID))" -o args= 2>/dev/null | grep -q 'cluster build'; then \
-		echo "==> the tools' background build is running (log: $(TOOLS_LOG))"; \
-	else \
-		echo "==> building the control plane, kwok, the temporal CLI and Prometheus in the background at low priority (log: $(TOOLS_LOG))"; \
-		nice -n 19 $(BIN) cluster build --tools prometheus </dev/null >$(TOOLS_LOG) 2>&1 & echo $$! > $(TOOLS_PID); \
-	fi
 
 # How many e2e tests run at once: the harness runs the shared stack's cluster-wide tests one at a
 # time, the tests on stacks of their own beside them (they mostly wait on timers), then the
@@ -103,9 +85,7 @@ chromium: ## Debian's Chromium, for the fleet page's browser test (installed whe
 		else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
 # The check's phases, in the order it runs them; cold-check times each.
-# gofmt first (seconds), then the binary, whose compile the static checks share, and the tools'
-# background build as soon as the binary can run it.
-CHECK_PHASES = modules fmt build tools-start check-static image-check test-unit tools test-e2e
+CHECK_PHASES = modules check-static image-check test-unit tools test-e2e
 check: $(CHECK_PHASES) ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
 
 check-static: fmt vet staticcheck workflowcheck chart ## The static checks: gofmt, go vet, staticcheck, workflowcheck, helm lint
