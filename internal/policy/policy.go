@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -57,6 +58,9 @@ type Policy struct {
 	// Probe is the check a quarantined device must pass before probation; Canary the job it runs on probation.
 	Probe  Check `json:"probe,omitempty"`
 	Canary Check `json:"canary,omitempty"`
+	// ProbeAfter is the probe of a review that follows a repair step, by the step's kind
+	// (probepath.go): a diagnostic per path. A kind it does not name probes with Probe.
+	ProbeAfter map[RepairKind]Check `json:"probeAfter,omitempty"`
 	// Identity names the device attributes (of the device's driver) that single out one device, so a
 	// probe can be pinned to it. Filled from the policy file's drivers section.
 	Identity []string `json:"identity,omitempty"`
@@ -259,6 +263,7 @@ type entry struct {
 	ProbeRestricted     *bool           `yaml:"probeRestricted"`
 	Probe               *checkEntry     `yaml:"probe"`
 	Canary              *checkEntry     `yaml:"canary"`
+	ProbeAfter          probeAfterEntry `yaml:"probeAfter"`
 	SlackChannel        *string         `yaml:"slackChannel"`
 	Ambiguous           *string         `yaml:"ambiguous"`
 	EscalationThreshold *int            `yaml:"escalationThreshold"`
@@ -546,6 +551,9 @@ func (e entry) apply(base Policy, name string) (Policy, error) {
 	p.Canary.Command = append([]string(nil), p.Canary.Command...)
 	e.Probe.apply(&p.Probe)
 	e.Canary.apply(&p.Canary)
+	if err := e.ProbeAfter.apply(p.Probe, &p.ProbeAfter); err != nil {
+		return p, fmt.Errorf("line %d: policy %q: %w", e.line, name, err)
+	}
 	if e.SlackChannel != nil {
 		p.SlackChannel = *e.SlackChannel
 	}
@@ -586,6 +594,17 @@ func (p Policy) Validate() error {
 	}{{"probe", p.Probe}, {"canary", p.Canary}} {
 		if c.c.Image == "" || c.c.Namespace == "" {
 			return fmt.Errorf("%s.image and %s.namespace must be set", c.name, c.name)
+		}
+	}
+	for _, kind := range slices.Sorted(maps.Keys(p.ProbeAfter)) {
+		c := p.ProbeAfter[kind]
+		switch {
+		case !slices.Contains(RepairKinds, kind):
+			return fmt.Errorf("probeAfter.%s: not a repair step kind (known: %s, %s)", kind, RepairReset, RepairNode)
+		case c.Image == "" || len(c.Command) == 0 || c.Namespace == "":
+			return fmt.Errorf("probeAfter.%s: image, command and namespace must be set", kind)
+		case c.Timeout <= 0:
+			return fmt.Errorf("probeAfter.%s.timeout must be positive", kind)
 		}
 	}
 	if p.StabilityWindow < 0 {
@@ -635,6 +654,17 @@ func (s *Set) For(deviceClass, driver string) Policy {
 	p.Identity = s.identity[driver]
 	p.ResetDomain = s.domains[driver]
 	return p
+}
+
+// All is every policy of the file: the default, then each entry as it applies (its match says
+// to which devices), for a tool that checks them all.
+func (s *Set) All() []Policy {
+	out := []Policy{s.def}
+	for _, e := range s.policies {
+		p, _ := e.apply(s.def, e.Name)
+		out = append(out, p)
+	}
+	return out
 }
 
 func (s *Set) match(deviceClass, driver string) Policy {

@@ -60,7 +60,15 @@ type RepairStep struct {
 	// Approval: each try of the step waits for a person's approval (Slack or `device approve`),
 	// for the policy's approvalTimeout; a rejection or no answer stops the ladder.
 	Approval bool `json:"approval,omitempty"`
+	// NodeCheck is a node step's check across the node: once the node booted again, and before
+	// any of its devices goes back, one Pod on the node claims every device of its class there
+	// (an all-reduce across its GPUs). It failing fails the step; it not running (its image not
+	// pulled, its Pod never scheduled) is the tooling's failure. Nil: none.
+	NodeCheck *Check `json:"nodeCheck,omitempty"`
 }
+
+// DefaultNodeCheckTimeout is how long a node check may take unless it says.
+const DefaultNodeCheckTimeout = 15 * time.Minute
 
 // Who moves a node's other device holders before its reboot.
 const (
@@ -86,6 +94,7 @@ type repairStepEntry struct {
 	Template   map[string]any `yaml:"template"`
 	Holders    string         `yaml:"holders"`
 	Approval   bool           `yaml:"approval"`
+	NodeCheck  *checkEntry    `yaml:"nodeCheck"`
 	checkEntry `yaml:",inline"`
 }
 
@@ -115,6 +124,10 @@ func (r *repairEntry) apply(dst *Repair) {
 				step.Template = templateJSON(s.Template)
 			}
 			s.checkEntry.apply(&step.Check)
+			if s.NodeCheck != nil {
+				step.NodeCheck = &Check{Timeout: JSONDuration(DefaultNodeCheckTimeout), Namespace: DefaultProbeNamespace}
+				s.NodeCheck.apply(step.NodeCheck)
+			}
 			dst.Steps = append(dst.Steps, step)
 		}
 	}
@@ -129,6 +142,17 @@ func (r *repairEntry) apply(dst *Repair) {
 func (r Repair) MovesHolders() bool {
 	for _, s := range r.Steps {
 		if s.Holders == HoldersMove {
+			return true
+		}
+	}
+	return false
+}
+
+// ChecksNodes says whether a node step of the ladder has a node check: a node check that did not
+// run keeps the node fenced until it runs.
+func (r Repair) ChecksNodes() bool {
+	for _, s := range r.Steps {
+		if s.NodeCheck != nil {
 			return true
 		}
 	}
@@ -163,6 +187,12 @@ func (s RepairStep) validate() error {
 		return fmt.Errorf("holders %q: a %s step's holders (those of its reset domain's other devices) %s or %s", s.Holders, s.Kind, HoldersWait, HoldersMove)
 	case s.Kind == RepairNode && (s.Check.Image != "" || len(s.Check.Command) > 0 || len(s.Check.NotRunExitCodes) > 0):
 		return fmt.Errorf("a %s step runs no Pod: it takes a template, not an image, command or notRunExitCodes", s.Kind)
+	case s.NodeCheck != nil && s.Kind != RepairNode:
+		return fmt.Errorf("a %s step takes no nodeCheck (a node step's check across the node)", s.Kind)
+	case s.NodeCheck != nil && (s.NodeCheck.Image == "" || len(s.NodeCheck.Command) == 0 || s.NodeCheck.Namespace == ""):
+		return fmt.Errorf("nodeCheck needs an image and a command")
+	case s.NodeCheck != nil && s.NodeCheck.Timeout <= 0:
+		return fmt.Errorf("nodeCheck.timeout must be positive")
 	case s.Kind == RepairNode && s.Holders != HoldersWait && s.Holders != HoldersMove && s.Holders != HoldersRemediator:
 		return fmt.Errorf("holders %q: want %s, %s or %s", s.Holders, HoldersWait, HoldersMove, HoldersRemediator)
 	case s.Kind == RepairNode:
