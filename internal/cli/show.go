@@ -47,6 +47,9 @@ func printDevice(out io.Writer, st *devicemsg.DeviceView) error {
 	}
 	if r := st.Review; r != nil {
 		fmt.Fprintf(w, "Review:\tstage %s since %s (%s)\n", r.Stage, ts(r.StartedAt), r.Trigger)
+		if r.ProbeWith != "" {
+			fmt.Fprintf(w, "Review probe:\t%s (after %s)\n", r.ProbeWith, cmp.Or(r.After, "no step"))
+		}
 	}
 	if p := st.LastProbe; p != nil {
 		fmt.Fprintf(w, "Last probe:\tpassed=%t %s (%s)\n", p.Passed, p.Reason, ts(p.At))

@@ -24,6 +24,9 @@ type NotRunWait struct {
 	Count   int       `json:"count"`
 	Reason  string    `json:"reason"`
 	RetryAt time.Time `json:"retryAt,omitempty"`
+	// BootID is the boot ID a step that did not run saw before it (a node step whose node booted
+	// again but whose node check did not run): the try taken again finds that reboot done.
+	BootID string `json:"bootID,omitempty"`
 }
 
 // notRun is the tooling's way: what to do with a check or step that did not run.
@@ -40,7 +43,7 @@ func (g notRun) wait(kind ActionKind, review string, res StepResult, now time.Ti
 		w = &NotRunWait{Kind: kind, Review: review}
 	}
 	w.Count++
-	w.Reason = res.Reason
+	w.Reason, w.BootID = res.Reason, res.BootID
 	w.RetryAt = now.Add(notRunBackoff(w.Count, st.Policy.NotRunRetry.D()))
 	st.NotRun = w
 	st.transition(st.State, fmt.Sprintf("%s not run (%d in a row): %s; the tooling failed, not the device: taken again at %s",
@@ -76,7 +79,7 @@ func (g notRun) checkDue(now time.Time) []Action {
 		st.NotRun = nil // the review ended, or went on, meanwhile
 		return nil
 	}
-	check := st.Policy.Probe
+	check := st.Policy.ProbeFor(r.After)
 	if w.Kind == ActCanary {
 		check = st.Policy.Canary
 	}

@@ -47,6 +47,9 @@ type Plan struct {
 	TryAt    time.Time
 	Idle     []device.ID
 	BootSeen string
+	// Since is when the device's fault was last left unmended: its quarantine began, or its
+	// latest try ended. A reset of its domain that another device started since reset it too.
+	Since time.Time
 
 	// An approval request's: the quarantine's reason, and the ask it names (a release review's
 	// ID with its probe and canary, or a ladder step's ID and kind).
@@ -116,7 +119,7 @@ func Prepare(st *DeviceState, a Action) Action {
 		// A step that moves holders fences the node or the reset's domain; a reset whose domain is
 		// wider than its device fences the domain while it runs: their fences go with the rule.
 		wide := st.Policy.ResetDomain != "" && st.Policy.ResetDomain != policy.DomainDevice && st.Policy.Repair.Enabled()
-		p.RepairedBy, p.NodeFence = repairOf(st).repairedBy(), st.Policy.Repair.MovesHolders() || wide
+		p.RepairedBy, p.NodeFence = repairOf(st).repairedBy(), st.Policy.Repair.MovesHolders() || st.Policy.Repair.ChecksNodes() || wide
 		p.CauseClass, p.FirstStep = causeOf(st).class()
 	}
 	return a
@@ -133,6 +136,9 @@ func (g repairing) prepareCheck(a Action, p *Plan) {
 		p.Targets = unitOf(st).repairTarget()
 		p.Step = repairOf(st).ladderStep()
 		p.BootSeen = repairOf(st).bootSeen()
+		if st.Quarantine != nil {
+			p.Since = st.Quarantine.unmendedSince()
+		}
 	}
 	if st.Quarantine == nil {
 		return

@@ -301,6 +301,15 @@ func (g repairing) tryFailed(try RepairTry, what string, now time.Time) []Action
 	return append([]Action{alert}, acts...)
 }
 
+// justRan is the kind of the step whose try passed and whose review has not begun or ended: the
+// path a review starting now follows ("" when none).
+func (l *Ladder) justRan() policy.RepairKind {
+	if n := len(l.Tries); n > 0 && l.Tries[n-1].Review == "" && l.Tries[n-1].Result != nil && l.Tries[n-1].Result.Passed {
+		return l.Tries[n-1].Kind
+	}
+	return ""
+}
+
 // reviewEnded records on the try before it how a review ended (its first review only).
 func (g reviewing) reviewEnded(outcome string) {
 	st := g.st
@@ -431,6 +440,9 @@ func (g repairing) bootSeen() string {
 	if st.Quarantine == nil || st.Quarantine.Ladder == nil {
 		return ""
 	}
+	if w := st.NotRun; w != nil && w.Kind == ActRepair && w.BootID != "" {
+		return w.BootID // the try taken again after it did not run
+	}
 	tries := st.Quarantine.Ladder.Tries
 	for i := len(tries) - 1; i >= 0; i-- {
 		if r := tries[i].Result; r != nil && r.BootID != "" {
@@ -438,6 +450,20 @@ func (g repairing) bootSeen() string {
 		}
 	}
 	return ""
+}
+
+// unmendedSince is when the device's fault was last left unmended: the end of the quarantine's
+// latest try that ran, or else its start.
+func (q *QuarantineRecord) unmendedSince() time.Time {
+	at := q.CreatedAt
+	if l := q.Ladder; l != nil {
+		for _, t := range l.Tries {
+			if t.Result != nil && t.Result.At.After(at) {
+				at = t.Result.At
+			}
+		}
+	}
+	return at
 }
 
 // repairing is the quarantine's repair ladder: which step comes next, its tries and approvals,

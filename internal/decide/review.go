@@ -28,6 +28,9 @@ type Review struct {
 	CanarySkipped bool        `json:"canarySkipped,omitempty"`
 	Probe         *StepResult `json:"probe,omitempty"`
 	Canary        *StepResult `json:"canary,omitempty"`
+	// After is the repair step the review follows ("" for none): its probe is the policy's
+	// probe for that path (policy.ProbeFor).
+	After policy.RepairKind `json:"after,omitempty"`
 	// Until ends the stability window (StageStability), the wait for the sources (StageSources)
 	// or the wait for approval (StageApproval).
 	Until      time.Time `json:"until,omitempty"`
@@ -67,6 +70,9 @@ func (g reviewing) startReview(trigger, actor string, now time.Time) []Action {
 	repairOf(st).askOvertaken()
 	st.Quarantine.Reviews++
 	r := &Review{From: st.State, Trigger: trigger, Actor: actor, StartedAt: now, Stage: StageProbe}
+	if repairOf(st).laddered() {
+		r.After = st.Quarantine.Ladder.justRan()
+	}
 	st.Review = r
 	st.transition(Recovering, "recovery review started: "+trigger, actor, now)
 	// A failed probe outweighs any report: the device passes a probe before it goes back.
@@ -81,7 +87,7 @@ func (g reviewing) startReview(trigger, actor string, now time.Time) []Action {
 		r.ProbeSkipped = true
 		return g.toProbation()
 	}
-	probe := st.Policy.Probe
+	probe := st.Policy.ProbeFor(r.After)
 	return []Action{{Kind: ActProbe, Check: &probe, Reason: trigger, Actor: actor}}
 }
 

@@ -1,6 +1,10 @@
 package decide
 
-import "github.com/devicewarden/devicewarden/internal/devicemsg"
+import (
+	"strings"
+
+	"github.com/devicewarden/devicewarden/internal/devicemsg"
+)
 
 // viewOf is where the device stands, as the contract's view: what the `view` query answers.
 func viewOf(st *DeviceState) devicemsg.DeviceView {
@@ -22,7 +26,10 @@ func viewOf(st *DeviceState) devicemsg.DeviceView {
 	}
 	if r := st.Review; r != nil {
 		v.Review = &devicemsg.ReviewView{Stage: r.Stage, Trigger: r.Trigger, StartedAt: r.StartedAt, Until: r.Until,
-			Probe: r.Probe, Canary: r.Canary, ApprovedBy: r.ApprovedBy}
+			Probe: r.Probe, Canary: r.Canary, ApprovedBy: r.ApprovedBy, After: string(r.After)}
+		if probe := st.Policy.ProbeFor(r.After); probe.Image != "" && !r.ProbeSkipped {
+			v.Review.ProbeWith = strings.TrimSpace(probe.Image + " " + strings.Join(probe.Command, " "))
+		}
 	}
 	return v
 }

@@ -203,4 +203,7 @@ type StepResult struct {
 	// Holders are the Pods ("namespace/name") on the node that held devices when a node step
 	// that moves them found it busy: the workflow moves them.
 	Holders []string `json:"holders,omitempty"`
+	// Joined is the device whose reset of the shared reset domain this reset step joined: it ran
+	// no reset of its own, and took that one's outcome.
+	Joined string `json:"joined,omitempty"`
 }

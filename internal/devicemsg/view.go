@@ -115,6 +115,10 @@ type ReviewView struct {
 	Probe      *StepResult `json:"probe,omitempty"`
 	Canary     *StepResult `json:"canary,omitempty"`
 	ApprovedBy string      `json:"approvedBy,omitempty"`
+	// After is the repair step the review follows ("" for none), and ProbeWith the image and
+	// command of its probe, which the policy may choose by that path.
+	After     string `json:"after,omitempty"`
+	ProbeWith string `json:"probeWith,omitempty"`
 }
 
 // Transition records a state change and why.
