@@ -81,9 +81,14 @@ func resetPermitHold(act decide.Action) time.Duration {
 	return time.Duration(targets*checkAttempts)*(act.Check.Timeout.D()+2*time.Minute) + time.Minute
 }
 
-// nodeStepTimeout bounds one run of a node step's activity (it has three).
+// nodeStepTimeout bounds one run of a node step's activity (it has three): the reboot's wait and
+// its node check's.
 func nodeStepTimeout(step policy.RepairStep) time.Duration {
-	return step.Check.Timeout.D() + 2*time.Minute
+	d := step.Check.Timeout.D() + 2*time.Minute
+	if c := step.NodeCheck; c != nil {
+		d += c.Timeout.D()
+	}
+	return d
 }
 
 // endNodeStep clears what a node step left on its node (EndNodeStep); a failure is logged, and the

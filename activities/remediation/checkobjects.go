@@ -63,6 +63,26 @@ func (a *Activities) clearStale(ctx context.Context, kind decide.ActionKind, ns,
 
 // createCheck creates the check's claim and its Pod (probe) or Job (canary).
 func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string, env []corev1.EnvVar) error {
+	claim, pod, job := CheckObjects(in, ns, name, sel, node, env)
+	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
+	}
+	var err error
+	if job != nil {
+		_, err = a.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
+	} else {
+		_, err = a.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %s %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
+	}
+	return nil
+}
+
+// CheckObjects are what a check creates: its claim, which only the device (sel, on node) can
+// satisfy and which tolerates the taint of its stage, and its Pod (a probe or repair step) or Job
+// (a canary: job set, pod nil). A test applies them to an apiserver to check a policy's checks.
+func CheckObjects(in CheckInput, ns, name, sel, node string, env []corev1.EnvVar) (*resourcev1.ResourceClaim, *corev1.Pod, *batchv1.Job) {
 	labels := map[string]string{kubeobj.LabelManagedBy: kubeobj.ManagedBy, kubeobj.LabelRole: string(in.Kind), kubeobj.LabelReview: strconv.Itoa(in.Review),
 		kubeobj.LabelDevice: kubeobj.LabelValue(in.Device.Device), kubeobj.LabelCheck: name}
 	annotations := map[string]string{kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationWorkflow: in.WorkflowID}
@@ -81,9 +101,6 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 			},
 		}}}},
 	}
-	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
-	}
 	spec := corev1.PodSpec{
 		RestartPolicy:                 corev1.RestartPolicyNever,
 		AutomountServiceAccountToken:  ptr.To(false),
@@ -100,21 +117,14 @@ func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, s
 		spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	}
 	meta := metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations}
-	var err error
 	if in.Kind == decide.ActCanary {
-		job := &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{
+		return claim, nil, &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To(int32(0)), Parallelism: ptr.To(int32(1)), Completions: ptr.To(int32(1)),
 			ActiveDeadlineSeconds: ptr.To(int64(in.Check.Timeout.D().Seconds()) + 1),
 			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec},
 		}}
-		_, err = a.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
-	} else {
-		_, err = a.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: meta, Spec: spec}, metav1.CreateOptions{FieldManager: kubeobj.FieldManager})
 	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
-	}
-	return nil
+	return claim, &corev1.Pod{ObjectMeta: meta, Spec: spec}, nil
 }
 
 // checkPod returns the name of the check's Pod: the probe Pod itself, or the Pod the canary Job

@@ -55,8 +55,9 @@ func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.St
 	if res.Busy && len(res.Holders) > 0 {
 		return res, nil // the node's holders are being moved: the node keeps its permit
 	}
-	if in.Step.Holders != policy.HoldersRemediator && !res.Busy {
+	if in.Step.Holders != policy.HoldersRemediator && !res.Busy && !res.NotRun {
 		// The step ended: the node's devices take claims again (the device's own rule stays).
+		// A node check that did not run keeps them off until the try taken again runs it.
 		if err := a.unfenceNode(ctx, in.Node, ""); err != nil {
 			return decide.StepResult{}, err
 		}
@@ -133,7 +134,7 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 			return decide.StepResult{}, fmt.Errorf("get node %s: %w", in.Node, err)
 		}
 		if res, ok := a.bootedSince(ctx, in, node); ok {
-			return res, nil
+			return a.afterBoot(ctx, in, res, in.BootSeen)
 		}
 		if in.Step.Holders != policy.HoldersRemediator {
 			held, pods, err := a.nodeHolders(ctx, in.Node)
@@ -334,7 +335,7 @@ func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (de
 			res := decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created%s",
 				in.Node, short(after), short(r.before), now.Sub(r.created).Round(time.Second), r.what, by), At: now, BootID: after}
 			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
-			return res, nil
+			return a.afterBoot(ctx, in, res, r.before)
 		}
 		if !r.own && after == r.before {
 			// The owner deletes its object once it saw the node back: read the node again after
