@@ -255,7 +255,7 @@ func checkOne(ctx workflow.Context, st *decide.DeviceState, act decide.Action, i
 		// A ladder's repair step: its Pod is keyed by its try, and waits for the unit, and the
 		// reset domain's other devices, to be idle.
 		in.TryAt, in.Idle, in.Step, in.Permit = p.TryAt, p.Idle, string(p.Step.Kind), st.Device
-		in.Domain, in.Holders = st.Policy.ResetDomain, p.Step.Holders
+		in.Domain, in.Holders, in.Since = st.Policy.ResetDomain, p.Step.Holders, p.Since
 	}
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: c.Timeout.D() + 2*time.Minute,

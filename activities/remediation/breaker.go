@@ -112,7 +112,7 @@ func (a *Activities) resetEnded(id device.ID, res decide.StepResult, err error) 
 		return
 	}
 	rel := breaker.PermitRelease{Key: breaker.PermitRequest{Device: id, Action: breaker.Reset}.Key(), Holder: id.String()}
-	if err == nil && !res.Busy && !res.NotRun && !res.Passed {
+	if err == nil && !res.Busy && !res.NotRun && !res.Passed && res.Joined == "" {
 		rel.Failed, rel.Reason = true, res.Reason
 	}
 	if err := r.Release(rel); err != nil {

@@ -58,6 +58,9 @@ type CheckInput struct {
 	// Holders whether the holders of its other devices are waited for or moved (the step's).
 	Domain  string `json:"domain,omitempty"`
 	Holders string `json:"holders,omitempty"`
+	// Since is when the device's fault was last left unmended (decide.Plan.Since): a reset of
+	// its domain that another device started since is joined, not run again.
+	Since time.Time `json:"since,omitempty"`
 }
 
 // CheckName is the deterministic name of a device's probe or canary Pod and claim.
@@ -107,9 +110,23 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	if sel == "" {
 		return notRun("device %s is not published in its pool", in.Device)
 	}
+	var permit *domainPermit
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
 		peers := domainPeers(published, in.Device, in.Domain)
+		if key := domainKey(published, in.Device, in.Domain); key != "" && len(peers) > 0 {
+			p := a.permitOf(key)
+			if res, joined, err := a.takeDomain(ctx, in, p); err != nil || joined {
+				return res, err
+			}
+			permit = &p
+			defer func() {
+				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts || res.Busy && len(res.Holders) > 0 {
+					return // the try goes on (its next attempt, or after its holders moved): it keeps the permit
+				}
+				a.endDomain(context.WithoutCancel(ctx), in, p, res, err)
+			}()
+		}
 		if res, busy, err := a.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name); err != nil || busy {
 			return res, err
 		}
@@ -138,6 +155,12 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 		}
 		a.deleteCheck(ns, name)
 	}()
+	if permit != nil {
+		// Joiners read when the domain's reset began.
+		if err := a.markDomain(ctx, in, *permit, time.Now(), nil); err != nil {
+			return decide.StepResult{}, fmt.Errorf("mark the reset of domain %s started: %w", permit.key, err)
+		}
+	}
 	if err := a.createCheck(ctx, in, ns, name, sel, node, env); err != nil {
 		return decide.StepResult{}, err
 	}
