@@ -33,9 +33,10 @@ func CreateBaseboardNodes(ctx context.Context, cs kubernetes.Interface, prefix s
 	})
 }
 
-// resetReach fails the workloads a reset of id reaches beyond id itself: every running Pod (not a
-// check) holding another GPU of id's baseboard. A real reset would have ended their jobs.
-func (k *Kubelet) resetReach(ctx context.Context, id device.ID, node string) error {
+// resetReach does to the other GPUs of id's baseboard what a reset of id does to them: it fails
+// every running Pod (not a check) holding one, as a real reset would have ended their jobs, and
+// clears what a reset clears on each (a transient fault, DCGM's GPU_RESET recovery action).
+func (k *Kubelet) resetReach(ctx context.Context, id device.ID, node string, state faultState) error {
 	slices, err := k.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + Driver})
 	if err != nil {
 		return fmt.Errorf("list resource slices: %w", err)
@@ -79,6 +80,16 @@ func (k *Kubelet) resetReach(ctx context.Context, id device.ID, node string) err
 						return err
 					}
 				}
+			}
+		}
+	}
+	for p := range peers {
+		if err := resetRecovery(ctx, k.Kube, p); err != nil {
+			return fmt.Errorf("reset %s with %s: %w", p, id, err)
+		}
+		if f, ok := state[p.Pool][p.Device]; ok && f.Kind == FaultTransient {
+			if err := SetFault(ctx, k.Kube, p, corev1.ResourceHealthStatusHealthy, ""); err != nil {
+				return fmt.Errorf("reset %s with %s: %w", p, id, err)
 			}
 		}
 	}

@@ -153,7 +153,7 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod, state faultStat
 		for _, id := range claim.ids {
 			r := report{entry: entry, id: id, uid: claim.uid}
 			if reset {
-				if err := k.resetReach(ctx, id, pod.Spec.NodeName); err != nil {
+				if err := k.resetReach(ctx, id, pod.Spec.NodeName, state); err != nil {
 					return fmt.Errorf("reset %s: %w", id, err)
 				}
 				if err := resetRecovery(ctx, k.Kube, id); err != nil {
