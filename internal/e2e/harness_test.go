@@ -230,7 +230,7 @@ policies:
     quarantineLease: 6s
     stabilityWindow: 2s
     probe: {timeout: 30s}
-    canary: {timeout: 30s}
+    canary: {timeout: 30s}` + diagPolicy + `
 drivers:
   ` + cliPolicyDriver + `: {identity: [uuid]}
   # The simulated GPUs of a baseboard node share one reset domain; the others are reset alone.
