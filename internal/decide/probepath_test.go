@@ -91,3 +91,23 @@ func TestAReviewAfterNoStepRunsThePlainProbe(t *testing.T) {
 		t.Fatalf("view %+v", v.Review)
 	}
 }
+
+// A review no passed step led to (a person's release of a device the ladder retired) probes with
+// the plain probe, though the ladder's last try was a node step.
+func TestAReleaseAfterRetirementRunsThePlainProbe(t *testing.T) {
+	p := pathPolicy()
+	p.Repair.Steps = p.Repair.Steps[1:] // the node step alone
+	st, _ := onLadder(t, p)
+	acts := st.Observe(idle(2), t0)
+	node := kindOf(t, "the node step", acts, ActRepair)
+	acts = st.Report(Result{Action: node, Outcome: Done, Check: pass(t0)}, t0.Add(time.Minute))
+	probe := kindOf(t, "the probe after the node step", acts, ActProbe)
+	acts = st.Report(Result{Action: probe, Outcome: Done, Check: StepResult{Reason: "diag failed"}}, t0.Add(2*time.Minute))
+	if st.State != Retired {
+		t.Fatalf("state %s after %+v", st.State, acts)
+	}
+	acts = st.Command(Command{Kind: CmdRelease, Actor: "op"}, t0.Add(time.Hour))
+	if probe := kindOf(t, "the release's probe", acts, ActProbe); probe.Check.Image != p.Probe.Image || st.Review.After != "" {
+		t.Fatalf("a release after retirement probed with %+v (after %q)", probe.Check, st.Review.After)
+	}
+}
