@@ -41,3 +41,21 @@ func TestMatchByClassAndDriver(t *testing.T) {
 		t.Fatalf("same class, other driver: %s", p.Name)
 	}
 }
+
+// The edges of the ranges a policy may name are inside them: one not-run before the alert, the
+// longest not-run wait, the most quarantines before retirement.
+func TestRangeEdgesLoad(t *testing.T) {
+	body := "policies:\n  - name: p\n    match: {deviceClass: gpu}\n    notRunAlertAfter: 1\n    notRunRetry: 30m\n    repair: {retireAfter: 20}\n"
+	set, err := Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := set.For("gpu", ""); p.NotRunAlertAfter != 1 || p.NotRunRetry.D() != MaxNotRunRetry || p.Repair.RetireAfter != MaxRetireAfter {
+		t.Fatalf("policy %+v", p)
+	}
+	for _, bad := range []string{"notRunAlertAfter: 0", "notRunRetry: 31m", "repair: {retireAfter: 21}"} {
+		if _, err := Parse([]byte("policies:\n  - name: p\n    match: {deviceClass: gpu}\n    " + bad + "\n")); err == nil {
+			t.Errorf("%s loaded", bad)
+		}
+	}
+}

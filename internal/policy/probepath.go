@@ -47,10 +47,7 @@ func (e probeAfterEntry) apply(probe Check, dst *map[RepairKind]Check) error {
 		}
 		check := Check{Timeout: probe.Timeout, Namespace: probe.Namespace, DeviceClass: probe.DeviceClass}
 		c.apply(&check)
-		if check.Timeout <= 0 {
-			return fmt.Errorf("probeAfter.%s.timeout must be positive", key)
-		}
-		out[kind] = check
+		out[kind] = check // Validate checks its timeout with the rest
 	}
 	*dst = out
 	return nil
