@@ -111,6 +111,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 		return notRun("device %s is not published in its pool", in.Device)
 	}
 	var permit *domainPermit
+	var started time.Time // when this attempt's reset of the domain began (zero: it did not)
 	if in.Kind == decide.ActRepair {
 		boot = a.bootID(ctx, node)
 		peers := domainPeers(published, in.Device, in.Domain)
@@ -124,7 +125,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts || res.Busy && len(res.Holders) > 0 {
 					return // the try goes on (its next attempt, or after its holders moved): it keeps the permit
 				}
-				a.endDomain(context.WithoutCancel(ctx), in, p, res, err)
+				a.endDomain(context.WithoutCancel(ctx), in, p, started, res, err)
 			}()
 		}
 		if res, busy, err := a.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name); err != nil || busy {
@@ -157,7 +158,8 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}()
 	if permit != nil {
 		// Joiners read when the domain's reset began.
-		if err := a.markDomain(ctx, in, *permit, time.Now(), nil); err != nil {
+		started = time.Now()
+		if err := a.markDomain(ctx, in, *permit, started, nil); err != nil {
 			return decide.StepResult{}, fmt.Errorf("mark the reset of domain %s started: %w", permit.key, err)
 		}
 	}

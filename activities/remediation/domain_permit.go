@@ -199,30 +199,17 @@ func (a *Activities) dropDomain(ctx context.Context, in CheckInput, p domainPerm
 	return err
 }
 
-// endDomain ends this try's hold of the domain's permit: a reset that ran records its outcome for
-// the joiners; one that did not (it waits for holders, its tool never ran, it failed outright)
+// endDomain ends this try's hold of the domain's permit: a reset that ran (started is when this
+// attempt began it) records its outcome for the joiners; one that did not (it waits for holders, its tool never ran, it failed outright)
 // gives the permit back. A failure is only logged: the permit lasts its hold at most.
-func (a *Activities) endDomain(ctx context.Context, in CheckInput, p domainPermit, res decide.StepResult, err error) {
+func (a *Activities) endDomain(ctx context.Context, in CheckInput, p domainPermit, started time.Time, res decide.StepResult, err error) {
 	var werr error
-	if err == nil && !res.Busy && !res.NotRun {
-		werr = a.markDomain(ctx, in, p, a.startedOf(ctx, p), &res)
+	if err == nil && !res.Busy && !res.NotRun && !started.IsZero() {
+		werr = a.markDomain(ctx, in, p, started, &res)
 	} else {
 		werr = a.dropDomain(ctx, in, p)
 	}
 	if werr != nil {
 		activity.GetLogger(ctx).Warn("the reset permit of the domain lasts its hold", "domain", p.key, "error", werr)
 	}
-}
-
-// startedOf is when this try's reset of the domain began, as its permit records it.
-func (a *Activities) startedOf(ctx context.Context, p domainPermit) time.Time {
-	l, err := a.Kube.CoordinationV1().Leases(p.ns).Get(ctx, p.name, metav1.GetOptions{})
-	if err != nil {
-		return time.Now()
-	}
-	at, err := time.Parse(time.RFC3339Nano, l.Annotations[annotationResetStarted])
-	if err != nil {
-		return time.Now()
-	}
-	return at
 }
