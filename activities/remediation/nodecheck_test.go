@@ -25,13 +25,14 @@ func afterBootOf(t *testing.T, phase corev1.PodPhase, check *policy.Check) (deci
 	t.Helper()
 	env, a, kube := activityEnv(t, gpuSlice())
 	a.CheckPoll = 50 * time.Millisecond
+	seen := map[string]string{}
+	// The reactor goes in before the kubelet's goroutine starts reading the fake's reactor chain.
+	kube.PrependReactor("create", "*", recordCreate(seen))
 	stop := kubelet(kube, phase, corev1.ResourceHealthStatusHealthy)
 	defer stop()
 	in := NodeInput{Device: gpu3, Node: "node-1", Try: 2, WorkflowID: gpu3.WorkflowID(),
 		Step: policy.RepairStep{Kind: policy.RepairNode, NodeCheck: check}}
 	booted := decide.StepResult{Passed: true, Reason: "node node-1 booted again", BootID: "boot-1"}
-	seen := map[string]string{}
-	kube.PrependReactor("create", "*", recordCreate(seen))
 	env.RegisterActivityWithOptions(func(ctx context.Context, in NodeInput) (decide.StepResult, error) {
 		return a.afterBoot(ctx, in, booted, "boot-0")
 	}, activity.RegisterOptions{Name: "AfterBoot"})
