@@ -136,6 +136,14 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts {
 					return // the try goes on: its next attempt keeps the fences
 				}
+				if err == nil && !started.IsZero() && !res.Passed && !res.NotRun && !res.Busy {
+					// The reset ran and failed: the devices it reached are quarantined by their
+					// own workflows, and keep their domain fences until then.
+					if left := a.resetFailedPeers(context.WithoutCancel(ctx), in, node, peers, res); len(left) > 0 {
+						activity.GetLogger(ctx).Warn("devices the failed reset reached keep their domain fences until its quarantine ends", "device", in.Device.String(), "left", fmt.Sprint(left))
+					}
+					return
+				}
 				// A fence that stays keeps new claims off a peer (the safe side) until the
 				// quarantine's end lifts it; failing the step for it would run the reset again.
 				if uerr := a.unfenceDomain(context.WithoutCancel(ctx), node, in.WorkflowID); uerr != nil {

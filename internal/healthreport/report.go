@@ -178,3 +178,13 @@ func (s Spec) What() string {
 	}
 	return s.Source + ": " + strings.Join(parts, "; ")
 }
+
+// Object is a report named name with spec s in its unstructured form, to create: DeviceWarden
+// writes one itself for each device a failed reset reached.
+func (s Spec) Object(name string) (map[string]any, error) {
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
+	if err != nil {
+		return nil, fmt.Errorf("report %s does not encode: %w", name, err)
+	}
+	return map[string]any{"apiVersion": Group + "/" + Version, "kind": Kind, "metadata": map[string]any{"name": name}, "spec": spec}, nil
+}

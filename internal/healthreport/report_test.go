@@ -147,6 +147,26 @@ func TestFromObject(t *testing.T) {
 	}
 }
 
+// A report DeviceWarden writes reads back as written, and names its device exactly.
+func TestObjectReadsBack(t *testing.T) {
+	spec := Spec{Device: &DeviceRef{Driver: driver, Pool: "n1", Name: "gpu-3"}, Health: "Unhealthy", Source: "devicewarden",
+		Cause: Cause{Code: "reset-domain-failed"}, Message: "the reset of gpu-0 failed"}
+	obj, err := spec.Object("r2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj["apiVersion"] != Group+"/"+Version || obj["kind"] != Kind {
+		t.Fatalf("type %v %v", obj["apiVersion"], obj["kind"])
+	}
+	r, err := FromObject(obj)
+	if err != nil || r.Name != "r2" || r.Spec.Device == nil || *r.Spec.Device != *spec.Device || r.Spec.Cause.Code != "reset-domain-failed" || r.Spec.Check() != nil {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, ok := obj["spec"].(map[string]any)["attribute"]; ok {
+		t.Fatalf("an attribute it has not: %v", obj["spec"])
+	}
+}
+
 // A report's cause: its code, recommended action and recovery action, and an XID its message gives.
 func TestCauseOf(t *testing.T) {
 	s := byUUID("n1", "GPU-1")
