@@ -24,19 +24,11 @@ import (
 
 // A reset that failed leaves its domain's other devices in a state nobody checked: the reset
 // reached them too. Each is reported Unhealthy by a DeviceHealthReport of DeviceWarden's own
-// (source "devicewarden", code CauseResetFailed), which the watcher delivers like any
+// (healthreport.OwnSource, cause code healthreport.CodeResetFailed), which the watcher delivers like any
 // detector's: the device's own workflow quarantines it through the breaker, and its own review
 // gives it back. Its domain fence stays until that quarantine's fence stands, so no claim lands
 // on it in between; one whose quarantine has not come within Activities.PeerWait keeps its domain fence
 // until the resetting device's quarantine ends.
-
-// CauseResetFailed is the cause code of a device a failed reset of its domain reached. No rule
-// of the shipped catalogue names it: its first step is the ladder's first, unless the policy's
-// causes say otherwise.
-const CauseResetFailed = "reset-domain-failed"
-
-// ReportSource is the source DeviceWarden's own DeviceHealthReports name.
-const ReportSource = "devicewarden"
 
 // defaultPeerWait bounds how long a failed reset waits for its peers' own quarantines.
 const defaultPeerWait = 45 * time.Second
@@ -61,7 +53,7 @@ func (a *Activities) resetFailedPeers(ctx context.Context, in CheckInput, node s
 	if len(waiting) > 0 {
 		a.event(ctx, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}, "DomainResetFailed", corev1.EventTypeWarning,
 			fmt.Sprintf("the reset of %s failed (%s); it reached %d other devices of its reset domain %s: each is reported Unhealthy (cause %s) and quarantined by its own workflow",
-				in.Device, res.Reason, len(waiting), in.Domain, CauseResetFailed), node+".reset-failed."+nameHash(in.WorkflowID+in.TryAt.String()))
+				in.Device, res.Reason, len(waiting), in.Domain, healthreport.CodeResetFailed), node+".reset-failed."+nameHash(in.WorkflowID+in.TryAt.String()))
 	}
 	beat := a.CheckPoll
 	if beat <= 0 {
@@ -99,7 +91,7 @@ func (a *Activities) reportPeer(ctx context.Context, in CheckInput, p device.ID,
 	}
 	now := metav1.Now()
 	spec := healthreport.Spec{Device: &healthreport.DeviceRef{Driver: p.Driver, Pool: p.Pool, Name: p.Device}, Health: string(device.Unhealthy),
-		Cause: healthreport.Cause{Code: CauseResetFailed}, Message: msg, Source: ReportSource, ObservedTime: &now}
+		Cause: healthreport.Cause{Code: healthreport.CodeResetFailed}, Message: msg, Source: healthreport.OwnSource, ObservedTime: &now}
 	obj, err := spec.Object("devicewarden-reset-" + nameHash(p.String()+"|"+in.WorkflowID+"|"+in.TryAt.UTC().Format(time.RFC3339Nano)))
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ func TestAFailedResetQuarantinesTheDevicesItReached(t *testing.T) {
 	dyn.PrependReactor("create", healthreport.Resource, func(action k8stesting.Action) (bool, runtime.Object, error) {
 		u := action.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
 		r, err := healthreport.FromObject(u.Object)
-		if err != nil || r.Spec.Check() != nil || r.Spec.Health != "Unhealthy" || r.Spec.Source != ReportSource || r.Spec.Cause.Code != CauseResetFailed ||
+		if err != nil || r.Spec.Check() != nil || r.Spec.Health != "Unhealthy" || r.Spec.Source != healthreport.OwnSource || r.Spec.Cause.Code != healthreport.CodeResetFailed ||
 			!strings.Contains(r.Spec.Message, "the reset of "+bad.String()) || !strings.Contains(r.Spec.Message, "exit code 1") {
 			t.Errorf("report %+v (%v)", r, err)
 		}

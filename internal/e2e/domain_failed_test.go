@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/devicewarden/devicewarden/activities/remediation"
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
@@ -61,7 +60,7 @@ func TestAFailedResetQuarantinesItsDomain(t *testing.T) {
 	for i := 1; i < 8; i++ {
 		peer := device.ID{Driver: sim.Driver, Pool: node, Device: fmt.Sprintf("gpu-%d", i)}
 		st := waitState(t, ctx, shared, peer, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
-		if !strings.Contains(st.Quarantine.Reason, remediation.CauseResetFailed) || !strings.Contains(st.Quarantine.Reason, "the reset of "+bad.String()) {
+		if !strings.Contains(st.Quarantine.Reason, healthreport.CodeResetFailed) || !strings.Contains(st.Quarantine.Reason, "the reset of "+bad.String()) {
 			t.Errorf("%s quarantined for %q", peer, st.Quarantine.Reason)
 		}
 	}
@@ -92,7 +91,7 @@ func TestAFailedResetQuarantinesItsDomain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Spec.Source == remediation.ReportSource && r.Status.Outcome == healthreport.Delivered {
+		if r.Spec.Source == healthreport.OwnSource && r.Status.Outcome == healthreport.Delivered {
 			delivered++
 		}
 	}

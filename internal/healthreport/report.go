@@ -92,6 +92,16 @@ const (
 	Refused   = "Refused"
 )
 
+// DeviceWarden's own reports: one for each device a failed reset of its domain reached, which
+// the watcher delivers like any detector's.
+const (
+	// OwnSource is the source DeviceWarden's own reports name.
+	OwnSource = "devicewarden"
+	// CodeResetFailed is their cause code. No rule of the shipped catalogue names it: such a
+	// device's first step is its ladder's first, unless the policy's causes say otherwise.
+	CodeResetFailed = "reset-domain-failed"
+)
+
 // MaxMessage bounds a report's message, as the schema does.
 const MaxMessage = 1024
 
