@@ -174,7 +174,7 @@ SIM_WORKFLOWS = DeviceWorkflow DeviceApprovals UnitWorkflow BreakerWorkflow Migr
 # breaker with three workers' permit caches; a unit's and its forms' workflows over one set of rules;
 # node steps beside earlier tries' objects and another node's step; resets retried on API errors;
 # on a real server, an approval and a report that reach a device workflow in one workflow task.
-SIM_SEAMS = worker/permits:Permits worker:ApprovalsOnAServer activities/remediation:RuleOwners activities/remediation:NodeSteps activities/remediation:ResetRetries internal/promsignal:Tracker
+SIM_SEAMS = worker/permits:Permits worker:ApprovalsOnAServer activities/remediation:RuleOwners activities/remediation:NodeSteps activities/remediation:ResetRetries activities/remediation:ResetDomains internal/promsignal:Tracker
 # A process runs at most SIM_CHUNK sequences: the SDK's test environment keeps an activity that
 # waits to retry when its run ends (a goroutine and the environment), so memory grows with the
 # sequences a process runs (about 330 KB each for the migration).

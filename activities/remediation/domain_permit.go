@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -211,5 +212,28 @@ func (a *Activities) endDomain(ctx context.Context, in CheckInput, p domainPermi
 	}
 	if werr != nil {
 		activity.GetLogger(ctx).Warn("the reset permit of the domain lasts its hold", "domain", p.key, "error", werr)
+	}
+}
+
+// freeDomainPermits gives back the domain permits workflowID holds for a reset that has not run:
+// its quarantine ended while the reset moved its domain's holders. Without this the domain's
+// other devices would wait for the permit to lapse. A failure is only logged: the permit lasts its
+// hold at most.
+func (a *Activities) freeDomainPermits(ctx context.Context, workflowID string) {
+	leases := a.Kube.CoordinationV1().Leases(kubeobj.Own(a.OwnNamespace))
+	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy})
+	if err == nil {
+		for _, l := range list.Items {
+			if ptr.Deref(l.Spec.HolderIdentity, "") != workflowID || l.Annotations[annotationResetOutcome] != "" || l.Annotations[annotationResetStarted] != "" {
+				continue
+			}
+			err = leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				err = nil
+			}
+		}
+	}
+	if err != nil {
+		slog.Default().WarnContext(ctx, "a domain's reset permit lasts its hold", "workflow", workflowID, "error", err)
 	}
 }

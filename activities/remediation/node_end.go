@@ -17,8 +17,8 @@ import (
 // object was created), or the quarantine ended while the step was moving the node's holders (a
 // person deleted the device's rule). It deletes the workflow's remediator objects for the node,
 // lifts the workflow's fences of the node and of a reset's domain (a reset that moved its
-// domain's holders), and gives the node's permit back if this device holds it. Each part is done
-// even when another fails; the errors come back together.
+// domain's holders), and gives the node's permit and a domain's reset permit back if this device
+// holds them. Each part is done even when another fails; the errors come back together.
 func (a *Activities) EndNodeStep(ctx context.Context, in NodeInput) error {
 	if in.Node == "" {
 		return nil
@@ -28,6 +28,7 @@ func (a *Activities) EndNodeStep(ctx context.Context, in NodeInput) error {
 		errs = append(errs, a.deleteOwnNodeObjects(ctx, in))
 	}
 	errs = append(errs, a.unfenceNode(ctx, in.Node, in.WorkflowID), a.unfenceDomain(ctx, in.Node, in.WorkflowID))
+	a.freeDomainPermits(ctx, in.WorkflowID)
 	a.releaseNode(in.Node, in.Device)
 	return errors.Join(errs...)
 }

@@ -376,6 +376,7 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 		if err := a.unfenceDomain(ctx, in.Node, in.WorkflowID); err != nil {
 			return err
 		}
+		a.freeDomainPermits(ctx, in.WorkflowID)
 		// A quarantine that ends while its node step moves holders gives the node's permit
 		// back too, or the pool is refused reboots until the hold ends.
 		a.releaseNode(in.Node, in.Device)
