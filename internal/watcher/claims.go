@@ -3,6 +3,7 @@ package watcher
 import (
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"sync"
 
@@ -195,10 +196,13 @@ func (c *Claim) class(request string) string {
 	return ""
 }
 
-// claimIndex holds the compact form of every ResourceClaim, keyed by namespace/name.
+// claimIndex holds the compact form of every ResourceClaim, keyed by namespace/name, and which
+// claims each allocated device is held by: a detector's fault asks for a device's class and
+// holders, and the answer must not cost a scan of every claim in the fleet.
 type claimIndex struct {
-	mu     sync.RWMutex
-	claims map[string]*Claim
+	mu       sync.RWMutex
+	claims   map[string]*Claim
+	byDevice map[device.ID]map[string]struct{}
 	// seen collects keys during a relist, to sweep claims that were deleted meanwhile.
 	seen   map[string]struct{}
 	intern interner
@@ -239,7 +243,31 @@ func (x *claimIndex) maybeSweep() {
 	x.swept = len(live.m) + len(live.triples)
 }
 
-func newClaimIndex() *claimIndex { return &claimIndex{claims: map[string]*Claim{}} }
+func newClaimIndex() *claimIndex {
+	return &claimIndex{claims: map[string]*Claim{}, byDevice: map[device.ID]map[string]struct{}{}}
+}
+
+// file adds (or, with add false, takes out) the claim under key to the devices it holds. Callers
+// hold x.mu.
+func (x *claimIndex) file(key string, c *Claim, add bool) {
+	if c == nil {
+		return
+	}
+	for r := range c.Results() {
+		id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+		if add {
+			if x.byDevice[id] == nil {
+				x.byDevice[id] = map[string]struct{}{}
+			}
+			x.byDevice[id][key] = struct{}{}
+			continue
+		}
+		delete(x.byDevice[id], key)
+		if len(x.byDevice[id]) == 0 {
+			delete(x.byDevice, id)
+		}
+	}
+}
 
 func (x *claimIndex) get(namespace, name string) (*Claim, bool) {
 	x.mu.RLock()
@@ -253,7 +281,9 @@ func (x *claimIndex) put(c *resourcev1.ResourceClaim) (string, *Claim) {
 	compact := compactClaim(c, &x.intern)
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.file(key, x.claims[key], false)
 	x.claims[key] = compact
+	x.file(key, compact, true)
 	if x.seen != nil {
 		x.seen[key] = struct{}{}
 	}
@@ -265,6 +295,7 @@ func (x *claimIndex) delete(c *resourcev1.ResourceClaim) string {
 	key := c.Namespace + "/" + c.Name
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.file(key, x.claims[key], false)
 	delete(x.claims, key)
 	return key
 }
@@ -282,6 +313,7 @@ func (x *claimIndex) relistEnd() []string {
 	var gone []string
 	for k := range x.claims {
 		if _, ok := x.seen[k]; !ok {
+			x.file(k, x.claims[k], false)
 			delete(x.claims, k)
 			gone = append(gone, k)
 		}
@@ -290,40 +322,40 @@ func (x *claimIndex) relistEnd() []string {
 	return gone
 }
 
-// holdingAny returns the keys of the claims allocated any of the devices (one scan).
+// holdingAny returns the keys of the claims allocated any of the devices.
 func (x *claimIndex) holdingAny(ids []device.ID) []string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var out []string
-	for key, c := range x.claims {
-		if slices.ContainsFunc(ids, c.holds) {
-			out = append(out, key)
+	for _, id := range ids {
+		for key := range x.byDevice[id] {
+			if !slices.Contains(out, key) {
+				out = append(out, key)
+			}
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-// holding returns the key of a claim allocated the device, or "" (a rare scan: only when a
-// device disappears from its ResourceSlice).
+// holding returns the key of a claim allocated the device, or "".
 func (x *claimIndex) holding(id device.ID) string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	for key, c := range x.claims {
-		if c.holds(id) {
-			return key
-		}
+	keys := slices.Sorted(maps.Keys(x.byDevice[id]))
+	if len(keys) == 0 {
+		return ""
 	}
-	return ""
+	return keys[0]
 }
 
 // classOf returns the DeviceClass a claim allocated the device through ("" when no claim holds
-// it): a detector's fault names no claim, and the device's policy is chosen by its class. One
-// scan, made only for a detector's fault.
+// it): a detector's fault names no claim, and the device's policy is chosen by its class.
 func (x *claimIndex) classOf(id device.ID) string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	for _, c := range x.claims {
+	for _, key := range slices.Sorted(maps.Keys(x.byDevice[id])) {
+		c := x.claims[key]
 		for r := range c.Results() {
 			if r.Device == id.Device && r.Pool == id.Pool && r.Driver == id.Driver {
 				if class := c.class(r.Request); class != "" {

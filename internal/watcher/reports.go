@@ -250,11 +250,18 @@ func (rr *reportReader) drop(name string) {
 	w.enqueueAll(ids)
 }
 
-// resolveReport finds the one published device a report names, from the ResourceSlices of its
-// node (an attribute) or of its driver (a DRA name), and the device's node.
+// resolveReport finds the one published device a report names, and the device's node: by its
+// DRA name from the slices the watcher knows, or (a device they do not show yet) from the
+// ResourceSlices of its driver; by an attribute from those of its node.
 func (w *Watcher) resolveReport(ctx context.Context, s healthreport.Spec) (device.ID, string, error) {
 	if err := s.Check(); err != nil {
 		return device.ID{}, "", err
+	}
+	if d := s.Device; d != nil {
+		id := device.ID{Driver: d.Driver, Pool: d.Pool, Device: d.Name}
+		if node, ok := w.slices.publishedOn(id); ok {
+			return id, cmp.Or(node, s.Node), nil
+		}
 	}
 	sel := "spec.nodeName=" + s.Node
 	if s.Device != nil {

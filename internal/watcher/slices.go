@@ -373,6 +373,24 @@ func (sr sliceReader) reportMissing(id device.ID, claim, node string) {
 	go w.adoptHolders(claim)
 }
 
+// publishedOn says whether the device's pool publishes it now, and names the node of the pool's
+// slices ("" for a pool of no node): a report that names a device by its DRA name is resolved
+// from the watch, not from a list of every slice of its driver.
+func (x *sliceIndex) publishedOn(id device.ID) (string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	pk := poolKey{id.Driver, id.Pool}
+	if x.pools[pk][id.Device] == 0 {
+		return "", false
+	}
+	for name := range x.poolSlices[pk] {
+		if n := x.slices[name].node; n != "" {
+			return n, true
+		}
+	}
+	return "", true
+}
+
 // unpublished reports whether the device's pool is published now without the device. A pool with
 // no slice at all says nothing at start (its node may be gone; its claims let go of it with its Pods).
 func (x *sliceIndex) unpublished(id device.ID) bool {
