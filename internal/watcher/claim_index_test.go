@@ -71,8 +71,10 @@ func TestClaimIndexAnswersAsAScan(t *testing.T) {
 				}
 			}
 		}
-		if len(x.byDevice) > len(devs) {
-			rt.Fatalf("index of %d devices", len(x.byDevice))
+		for pk, keys := range x.byPool {
+			if len(keys) == 0 || len(keys) > len(x.claims) {
+				rt.Fatalf("pool %v filed under %v, %d claims", pk, keys, len(x.claims))
+			}
 		}
 	})
 }
