@@ -20,7 +20,7 @@ const module = "github.com/devicewarden/devicewarden/"
 var layers = [][]string{
 	// Leaves: no package of this module.
 	{"internal/device", "internal/capacity", "internal/ports", "internal/poll", "internal/buildinfo",
-		"internal/imagecheck", "internal/casemut", "internal/layers", "activities/activitytest",
+		"internal/imagecheck", "internal/casemut", "internal/layers", "internal/methodcount", "activities/activitytest",
 		"internal/temporalchild"},
 	// The policy file, and local infrastructure.
 	{"internal/policy", "internal/metrics", "internal/localcluster", "internal/temporalserver"},

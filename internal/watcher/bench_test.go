@@ -105,7 +105,7 @@ func benchPodUpdate(b *testing.B, onPartitions bool) {
 	i := 0
 	for b.Loop() {
 		u := updates[(i/2)%pods][i%2]
-		w.onPod(u, "update")
+		podReader{w}.onPod(u, "update")
 		for w.queue.Len() > 0 {
 			w.processNext(ctx)
 		}

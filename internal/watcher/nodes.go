@@ -135,7 +135,7 @@ func (w *Watcher) checkLeases(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.cfg.Metrics.ReportAge.Set(w.store.oldestSignal(w.cfg.Clock()).Seconds())
+			w.cfg.Metrics.ReportAge.Set(followed{w.store}.oldestSignal(w.cfg.Clock()).Seconds())
 			down, up := w.leases.changes(w.cfg.Clock())
 			for node, msg := range down {
 				w.cfg.Logger.Warn("node outage", "node", node, "reason", msg)

@@ -131,7 +131,7 @@ func (r *promReader) poll(ctx context.Context, tracker *promsignal.Tracker) erro
 	}
 	w.enqueueAll(touched)
 	if levelsRead {
-		w.enqueueAll(w.store.standingRead())
+		w.enqueueAll(termStart{w.store}.standingRead())
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("prometheus at %s: %s", w.cfg.Prometheus.URL, strings.Join(failed, "; "))

@@ -344,7 +344,7 @@ func (sr sliceReader) changed(name string, info *sliceInfo) {
 		// The pool's units may have changed: their workflows hear of new forms to fence. Where no
 		// slice groups devices (before or after this one), no unit can have changed: a cluster
 		// without partitionable drivers scans nothing per slice event.
-		w.enqueueAll(w.store.unitsIn(pk.driver, pk.pool))
+		w.enqueueAll(followed{w.store}.unitsIn(pk.driver, pk.pool))
 	}
 }
 
@@ -483,7 +483,7 @@ func (w *Watcher) adoptHolders(claimKey string) {
 			w.cfg.Logger.Warn("read pod to adopt it", "pod", ns+"/"+ref.Name, "error", err)
 			continue
 		}
-		w.onPod(pod, "adopt")
+		podReader{w}.onPod(pod, "adopt")
 	}
 }
 

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"cmp"
-	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,56 +76,12 @@ func newStore() *store {
 		term: TermBase}
 }
 
-// setTerm starts this watcher's term; its observations count from 1 again.
-func (s *store) setTerm(term int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.term, s.counter = term, 0
-}
-
-// signalledAny reports whether some device's workflow was signalled (it stops at the first).
-func (s *store) signalledAny() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range s.devices {
-		if e.signalled != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // stamp gives a new observation the next sequence of this watcher's term. Callers hold s.mu.
 func (s *store) stamp(obs api.Observation) api.Observation {
 	s.counter++
 	obs.Seq = &devicemsg.Seq{Term: s.term, N: s.counter}
 	obs.StandingUnread = s.unread
 	return obs
-}
-
-// standingUnread says the standing words are not read yet: until standingRead, observations say so.
-func (s *store) standingUnread() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.unread = true
-}
-
-// standingRead says the detectors that keep standing words were read, and returns the devices
-// last told that nothing was read: they hear what stands now.
-func (s *store) standingRead() []device.ID {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.unread {
-		return nil
-	}
-	s.unread = false
-	var ids []device.ID
-	for id, e := range s.devices {
-		if e.signalled != nil && e.signalled.StandingUnread {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // setOutage records (msg != "") or clears (msg == "") a node outage and returns the followed
@@ -292,32 +247,12 @@ func (s *store) deletePod(podKey, version string) []device.ID {
 	return changed
 }
 
-// hasReporter reports whether a reporter key (a pod, or a source of the watcher's own) has reports.
-func (s *store) hasReporter(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.podDevices[key]
-	return ok
-}
-
 // tracked reports whether the store holds a pod.
 func (s *store) tracked(podKey string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.pods[podKey]
 	return ok
-}
-
-// followsAny reports whether any of the devices has an entry.
-func (s *store) followsAny(devs iter.Seq[AllocatedDevice]) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for d := range devs {
-		if _, ok := s.devices[s.unitID(device.ID{Driver: d.Driver, Pool: d.Pool, Device: d.Device})]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 // forget drops a device that is Healthy and was never signalled, and any pod left with nothing.
@@ -345,17 +280,6 @@ func (s *store) forget(id device.ID) {
 			s.podDevices[podKey] = left
 		}
 	}
-}
-
-// podsOfClaim lists the tracked pods that use a claim.
-func (s *store) podsOfClaim(claim string) []*corev1.Pod {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*corev1.Pod, 0, len(s.claimPods[claim]))
-	for p := range s.claimPods[claim] {
-		out = append(out, s.pods[p])
-	}
-	return out
 }
 
 func (s *store) relistBegin() {
@@ -495,23 +419,6 @@ func (s *store) next(id device.ID, now time.Time, heartbeat time.Duration, unit 
 	return s.stamp(obs), doSignal
 }
 
-// oldestSignal is how long ago the device that waited longest was last delivered, among devices
-// with a workflow and a reporting pod (the ones the heartbeat keeps current); zero when none.
-func (s *store) oldestSignal(now time.Time) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var oldest time.Duration
-	for _, e := range s.devices {
-		if e.signalled == nil || len(e.reports) == 0 {
-			continue
-		}
-		if age := now.Sub(e.signalledAt); age > oldest {
-			oldest = age
-		}
-	}
-	return oldest
-}
-
 // markSignalled records a delivered observation, and says whether it was the device's first.
 func (s *store) markSignalled(obs api.Observation, now time.Time) (first bool) {
 	s.mu.Lock()
@@ -634,37 +541,6 @@ func sameUnit(a, b *device.Unit) bool {
 		return a == b
 	}
 	return a.Whole == b.Whole && slices.Equal(a.Devices, b.Devices)
-}
-
-// follows reports whether the device has an entry.
-func (s *store) follows(id device.ID) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.devices[id]
-	return ok
-}
-
-// unitsIn are the followed shared units of a pool.
-func (s *store) unitsIn(driver, pool string) []device.ID {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []device.ID
-	for id := range s.devices {
-		if id.Driver == driver && id.Pool == pool && device.IsUnitKey(id.Device) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// lastUnit is the unit a followed unit's workflow last heard of; nil when it heard of none.
-func (s *store) lastUnit(id device.ID) *device.Unit {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.devices[id]; e != nil && e.signalled != nil {
-		return e.signalled.Unit
-	}
-	return nil
 }
 
 // unsent records that an observation did not reach the workflow: the entry goes if nothing else

@@ -236,7 +236,7 @@ func (w *Watcher) silentHolders(pod *corev1.Pod, reports []Report) []Report {
 		for r := range c.Results() {
 			id := device.ID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
 			u, _ := w.unitOf(id)
-			if !w.store.follows(u) || slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
+			if !(followed{w.store}).follows(u) || slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
 				continue
 			}
 			out = append(out, Report{Device: id, Node: pod.Spec.NodeName, Health: device.Healthy,

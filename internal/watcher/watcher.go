@@ -3,18 +3,11 @@ package watcher
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
@@ -150,14 +143,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	w.store.setTerm(term)
+	(termStart{w.store}).setTerm(term)
 	running, ok := retryStart(ctx, w, "list running device workflows", w.cfg.Signaler.RunningDevices)
 	if !ok {
 		return nil
 	}
 	w.cfg.Logger.Info("watcher starting", "term", term-TermBase)
 	if readsLevels(w.cfg) {
-		w.store.standingUnread() // until Prometheus answers, what stands is not known
+		(termStart{w.store}).standingUnread() // until Prometheus answers, what stands is not known
 	}
 	w.store.seed(running)
 	for _, id := range running {
@@ -167,7 +160,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer wg.Wait()
 	claimsSynced, podsSynced := make(chan struct{}), make(chan struct{})
 	wg.Add(1)
-	go func() { defer wg.Done(); w.claimSource().run(ctx, claimsSynced) }()
+	go func() { defer wg.Done(); podReader{w}.claimSource().run(ctx, claimsSynced) }()
 	select {
 	case <-claimsSynced:
 	case <-ctx.Done():
@@ -184,7 +177,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); w.podSource().run(ctx, podsSynced) }()
+	go func() { defer wg.Done(); podReader{w}.podSource().run(ctx, podsSynced) }()
 	select {
 	case <-podsSynced:
 	case <-ctx.Done():
@@ -255,7 +248,7 @@ func (w *Watcher) term(ctx context.Context) (int64, error) {
 
 // FollowsDevices reports whether any device this watcher follows has a workflow: false on a
 // healthy fleet, where nothing may cost Temporal a call.
-func (w *Watcher) FollowsDevices() bool { return w.store.signalledAny() }
+func (w *Watcher) FollowsDevices() bool { return (followed{w.store}).signalledAny() }
 
 // Synced reports whether every source has listed once.
 func (w *Watcher) Synced() bool {
@@ -275,200 +268,6 @@ func (w *Watcher) WaitForSync(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func (w *Watcher) claimSource() *source {
-	api := w.cfg.Kube.ResourceV1().ResourceClaims(metav1.NamespaceAll)
-	return &source{
-		name: "resourceclaims", logger: w.cfg.Logger,
-		list:        pages(api.List),
-		watch:       api.Watch,
-		relistBegin: w.claims.relistBegin,
-		relistEnd: func() {
-			for _, key := range w.claims.relistEnd() {
-				w.reresolve(key)
-			}
-		},
-		upsert: func(o runtime.Object, action string) { w.onClaim(o, action) },
-		remove: func(o runtime.Object) { w.onClaim(o, "delete") },
-	}
-}
-
-func (w *Watcher) podSource() *source {
-	api := w.cfg.Kube.CoreV1().Pods(metav1.NamespaceAll)
-	// Only bound pods can carry health reports.
-	bound := fields.OneTermNotEqualSelector("spec.nodeName", "").String()
-	return &source{
-		name: "pods", logger: w.cfg.Logger,
-		list: pages(func(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
-			o.FieldSelector = bound
-			return api.List(ctx, o)
-		}),
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = bound
-			return api.Watch(ctx, o)
-		},
-		relistBegin: w.store.relistBegin,
-		relistEnd: func() {
-			for _, key := range w.store.relistEnd() {
-				w.podMu.Lock()
-				ids := w.store.deletePod(key, "")
-				w.podMu.Unlock()
-				w.logged.forget(key)
-				w.enqueueAll(ids)
-			}
-		},
-		upsert: func(o runtime.Object, action string) { w.onPod(o, action) },
-		remove: w.onPodDelete,
-	}
-}
-
-func (w *Watcher) onPod(obj runtime.Object, action string) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		w.cfg.Metrics.ResolutionFailures.WithLabelValues("unexpected_object").Inc()
-		return
-	}
-	w.cfg.Metrics.WatcherEvents.WithLabelValues("pod", action).Inc()
-	w.store.markSeen(podKey(pod))
-	if !w.relevant(pod) {
-		return
-	}
-	w.podMu.Lock()
-	ids := w.handlePod(pod)
-	w.podMu.Unlock()
-	w.enqueueAll(ids)
-}
-
-// relevant says whether a pod needs a look: it reports something other than Healthy, it is
-// already tracked, or one of its claims holds a device the watcher follows.
-func (w *Watcher) relevant(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.ContainerStatuses {
-		for _, rs := range cs.AllocatedResourcesStatus {
-			for _, rh := range rs.Resources {
-				if rh.Health != corev1.ResourceHealthStatusHealthy {
-					return true
-				}
-			}
-		}
-	}
-	if w.store.tracked(podKey(pod)) {
-		return true
-	}
-	for _, ref := range ClaimRefs(pod) {
-		ns, name, _ := strings.Cut(ref, "/")
-		if c, ok := w.claims.get(ns, name); ok && w.store.followsAny(c.Results()) {
-			return true
-		}
-	}
-	return false
-}
-
-// handlePod resolves a pod and returns the devices whose reports changed. Callers hold podMu.
-func (w *Watcher) handlePod(pod *corev1.Pod) []device.ID {
-	reports, errs := Resolve(pod, w.claims.get, naming{w})
-	reports = append(reports, w.silentHolders(pod, reports)...)
-	unresolved := false
-	for _, e := range errs {
-		if e.Reason == ReasonAmbiguous {
-			reports = append(reports, w.ambiguous(pod, e)...)
-			continue
-		}
-		unresolved = true
-		w.cfg.Metrics.ResolutionFailures.WithLabelValues(e.Reason).Inc()
-		if w.logged.first(podKey(pod), e.Key+"|"+e.Reason) {
-			w.cfg.Logger.Warn("health report not resolved", "key", e.Key, "reason", e.Reason, "error", e.Err)
-		}
-	}
-	for _, r := range reports {
-		w.cfg.Metrics.WatcherReports.WithLabelValues(string(r.Health)).Inc()
-	}
-	// Keep the pod while it reports anything, or while a claim it uses is unresolved: a later
-	// claim change re-resolves it.
-	var keep *corev1.Pod
-	if len(reports) > 0 || len(errs) > 0 {
-		keep = stripPod(pod)
-	}
-	ids, passed := w.store.setPod(podKey(pod), pod.ResourceVersion, reports, ClaimRefs(pod), keep, unresolved)
-	w.cfg.Metrics.SkippedHealthy.Add(float64(passed))
-	return ids
-}
-
-func (w *Watcher) onPodDelete(obj runtime.Object) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		w.cfg.Metrics.ResolutionFailures.WithLabelValues("unexpected_object").Inc()
-		return
-	}
-	w.cfg.Metrics.WatcherEvents.WithLabelValues("pod", "delete").Inc()
-	w.podMu.Lock()
-	ids := w.store.deletePod(podKey(pod), pod.ResourceVersion)
-	w.podMu.Unlock()
-	w.logged.forget(podKey(pod))
-	w.enqueueAll(ids)
-}
-
-// onClaim records the claim and re-resolves the tracked pods that use it: a pod's report may
-// arrive before its claim's allocation.
-func (w *Watcher) onClaim(obj runtime.Object, action string) {
-	claim, ok := obj.(*resourcev1.ResourceClaim)
-	if !ok {
-		w.cfg.Metrics.ResolutionFailures.WithLabelValues("unexpected_object").Inc()
-		return
-	}
-	w.cfg.Metrics.WatcherEvents.WithLabelValues("claim", action).Inc()
-	var key string
-	var compact *Claim
-	if action == "delete" {
-		key = w.claims.delete(claim)
-	} else {
-		key, compact = w.claims.put(claim)
-	}
-	w.reresolve(key)
-	w.claimConditions(key, claim.ResourceVersion, compact)
-	// A device that vanished from its slice while this claim held it: once the claim lets it go
-	// (deleted, or reallocated after its Pods left a dead node), nothing is left to report.
-	sliceReader{w}.withdrawUnpublished(w.slices.released(key, compact))
-}
-
-// claimConditions reports the devices a driver marked in the claim's status.devices[] conditions,
-// under a reporter of its own, and withdraws the report when the condition clears.
-func (w *Watcher) claimConditions(key, version string, c *Claim) {
-	var reports []Report
-	if c != nil {
-		for _, d := range c.Troubled {
-			reports = append(reports, Report{Device: d.Device, Health: d.Health, Message: d.Message, Source: devicemsg.SourceClaimCondition,
-				Reporter: api.Reporter{Claim: key, Health: d.Health}})
-		}
-	}
-	w.podMu.Lock()
-	if len(reports) == 0 && !w.store.hasReporter(claimConditionKey(key)) {
-		w.podMu.Unlock()
-		return
-	}
-	ids, _ := w.store.setPod(claimConditionKey(key), version, reports, nil, nil, false)
-	for _, id := range ids {
-		if !slices.ContainsFunc(reports, func(r Report) bool { return r.Device == id }) {
-			w.store.clearedByDriver(id, devicemsg.SourceClaimCondition) // the driver's condition cleared
-		}
-	}
-	w.podMu.Unlock()
-	w.enqueueAll(ids)
-	if len(reports) > 0 && len(ids) > 0 {
-		go w.adoptHolders(key)
-	}
-}
-
-func claimConditionKey(claim string) string { return "claimcondition:" + claim }
-
-func (w *Watcher) reresolve(claimKey string) {
-	w.podMu.Lock()
-	var ids []device.ID
-	for _, pod := range w.store.podsOfClaim(claimKey) {
-		ids = append(ids, w.handlePod(pod)...)
-	}
-	w.podMu.Unlock()
-	w.enqueueAll(ids)
 }
 
 func (w *Watcher) enqueueAll(ids []device.ID) {
@@ -494,7 +293,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		g := w.cfg.Policies.Units(id.Driver)
 		if u, ok := w.slices.unitByKey(id, g); ok {
 			unit = &u
-		} else if last := w.store.lastUnit(id); last != nil {
+		} else if last := (followed{w.store}).lastUnit(id); last != nil {
 			if u, ok := w.slices.successor(*last, g); ok {
 				unit = &u
 			}

@@ -1,0 +1,27 @@
+package watcher
+
+import (
+	"testing"
+
+	"github.com/devicewarden/devicewarden/internal/methodcount"
+)
+
+// maxMethods bounds a type of this package: a type that grows past it is split by concept (a
+// source of its own, a view of the store), each over the same state.
+const maxMethods = 25
+
+// TestNoTypeHasMoreThanItsShare counts the methods declared on each type of the package.
+func TestNoTypeHasMoreThanItsShare(t *testing.T) {
+	methods, err := methodcount.Of(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if methods["Watcher"] == 0 || methods["store"] == 0 {
+		t.Fatalf("read no method of Watcher or store: %v", methods)
+	}
+	for typ, n := range methods {
+		if n > maxMethods {
+			t.Errorf("%s has %d methods, more than %d: split it by concept", typ, n, maxMethods)
+		}
+	}
+}
