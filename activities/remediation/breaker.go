@@ -53,7 +53,7 @@ type PermitReleaser interface {
 
 // AcquirePermit asks the circuit breaker whether an automatic action may go ahead.
 func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker.PermitResult, error) {
-	known, err := a.knownDevices(ctx)
+	known, err := (permitBook{a}).knownDevices(ctx)
 	if err != nil {
 		return breaker.PermitResult{}, err
 	}
@@ -84,7 +84,7 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 		}
 	}
 	if !res.Granted && in.HeldAlert != nil {
-		a.holdAlert(*in.HeldAlert, res.Reason)
+		(alertHolder{a}).holdAlert(*in.HeldAlert, res.Reason)
 		res.Alerted = true
 	}
 	return res, nil
@@ -92,7 +92,8 @@ func (a *Activities) AcquirePermit(ctx context.Context, in PermitInput) (breaker
 
 // releaseNode gives back the node's permit the device holds, if it holds it (breaker.Release). A
 // permit not given back lasts its hold; the node pool waits that long.
-func (a *Activities) releaseNode(node string, id device.ID) {
+func (v permitBook) releaseNode(node string, id device.ID) {
+	a := v.a
 	r, ok := a.Breaker.(PermitReleaser)
 	if !ok {
 		return
@@ -106,7 +107,8 @@ func (a *Activities) releaseNode(node string, id device.ID) {
 // resetEnded gives back the reset permit the device's step held, saying whether the reset ran and
 // failed (the breaker stops resets after too many): a Busy step ran nothing, nor did one whose Pod
 // never ran (NotRun), and an error is no verdict on the device.
-func (a *Activities) resetEnded(id device.ID, res decide.StepResult, err error) {
+func (v permitBook) resetEnded(id device.ID, res decide.StepResult, err error) {
+	a := v.a
 	r, ok := a.Breaker.(PermitReleaser)
 	if !ok {
 		return
@@ -152,7 +154,8 @@ type deviceCount struct {
 	refreshing bool
 }
 
-func (a *Activities) knownDevices(ctx context.Context) (int, error) {
+func (v permitBook) knownDevices(ctx context.Context) (int, error) {
+	a := v.a
 	c := &a.devices
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -160,7 +163,7 @@ func (a *Activities) knownDevices(ctx context.Context) (int, error) {
 		c.ttl = 30 * time.Second
 	}
 	if c.at.IsZero() {
-		n, err := a.countDevices(ctx)
+		n, err := v.countDevices(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -169,16 +172,17 @@ func (a *Activities) knownDevices(ctx context.Context) (int, error) {
 	}
 	if time.Since(c.at) >= c.ttl && !c.refreshing {
 		c.refreshing = true
-		go a.recountDevices()
+		go v.recountDevices()
 	}
 	return c.n, nil
 }
 
 // recountDevices refreshes the cached count; a failed count keeps the old one until the next try.
-func (a *Activities) recountDevices() {
+func (v permitBook) recountDevices() {
+	a := v.a
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := a.countDevices(ctx)
+	n, err := v.countDevices(ctx)
 	c := &a.devices
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -190,7 +194,8 @@ func (a *Activities) recountDevices() {
 	c.n, c.at = n, time.Now()
 }
 
-func (a *Activities) countDevices(ctx context.Context) (int, error) {
+func (v permitBook) countDevices(ctx context.Context) (int, error) {
+	a := v.a
 	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return 0, fmt.Errorf("count devices in resource slices: %w", err)

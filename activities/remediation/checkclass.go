@@ -18,7 +18,8 @@ func CheckClassName(driver string) string {
 }
 
 // checkClass makes sure the driver's check class exists and returns its name.
-func (a *Activities) checkClass(ctx context.Context, driver string) (string, error) {
+func (v checkPods) checkClass(ctx context.Context, driver string) (string, error) {
+	a := v.a
 	name := CheckClassName(driver)
 	if _, err := kubeobj.EnsureDriverClass(ctx, a.Kube, name, driver); err != nil {
 		return "", fmt.Errorf("%w (for checks of driver %s)", err, driver)

@@ -25,7 +25,8 @@ func checkSelector(name string) string { return kubeobj.LabelCheck + "=" + name 
 
 // clearStale removes a check left by an earlier review (a worker that died before cleaning up)
 // and waits until its Pods, Job and claim are gone. The current review's own check is adopted.
-func (a *Activities) clearStale(ctx context.Context, kind decide.ActionKind, ns, name string, review int) error {
+func (v checkPods) clearStale(ctx context.Context, kind decide.ActionKind, ns, name string, review int) error {
+	a := v.a
 	var labels map[string]string
 	var deleting bool
 	if kind == decide.ActCanary {
@@ -48,7 +49,7 @@ func (a *Activities) clearStale(ctx context.Context, kind decide.ActionKind, ns,
 	if labels != nil && labels[kubeobj.LabelReview] == strconv.Itoa(review) && !deleting {
 		return nil
 	}
-	a.deleteCheck(ns, name)
+	v.deleteCheck(ns, name)
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		activity.RecordHeartbeat(ctx, "clearing "+name)
 		pods, err := a.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: checkSelector(name)})
@@ -62,7 +63,8 @@ func (a *Activities) clearStale(ctx context.Context, kind decide.ActionKind, ns,
 }
 
 // createCheck creates the check's claim and its Pod (probe) or Job (canary).
-func (a *Activities) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string, env []corev1.EnvVar) error {
+func (v checkPods) createCheck(ctx context.Context, in CheckInput, ns, name, sel, node string, env []corev1.EnvVar) error {
+	a := v.a
 	claim, pod, job := CheckObjects(in, ns, name, sel, node, env)
 	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create %s claim %s/%s: %w", in.Kind, ns, name, checkNamespaceError(ns, err))
@@ -129,7 +131,8 @@ func CheckObjects(in CheckInput, ns, name, sel, node string, env []corev1.EnvVar
 
 // checkPod returns the name of the check's Pod: the probe Pod itself, or the Pod the canary Job
 // made ("" if none appeared before the deadline).
-func (a *Activities) checkPod(ctx context.Context, ns, name string, deadline time.Time) (string, error) {
+func (v checkPods) checkPod(ctx context.Context, ns, name string, deadline time.Time) (string, error) {
+	a := v.a
 	var pod string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(deadline), true, func(ctx context.Context) (bool, error) {
 		activity.RecordHeartbeat(ctx, name)
@@ -152,7 +155,8 @@ func (a *Activities) checkPod(ctx context.Context, ns, name string, deadline tim
 }
 
 // deleteCheck removes a check's Job, Pods and claim; it runs even when the activity's context ended.
-func (a *Activities) deleteCheck(ns, name string) {
+func (v checkPods) deleteCheck(ns, name string) {
+	a := v.a
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	warn := func(what string, err error) {

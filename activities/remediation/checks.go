@@ -74,12 +74,13 @@ func CheckName(kind decide.ActionKind, id device.ID) string {
 // identifying attributes, on its node) and tolerates the taint of the stage. Everything is deleted
 // afterwards, and by the next attempt when a worker died in between.
 func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.StepResult, err error) {
+	doms, checks := domains{a}, checkPods{a}
 	if in.Kind == decide.ActRepair && in.Permit.Valid() {
 		defer func() {
 			if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts {
 				return // the try goes on: its next attempt holds the permit
 			}
-			a.resetEnded(in.Permit, res, err)
+			(permitBook{a}).resetEnded(in.Permit, res, err)
 		}()
 	}
 	name := CheckName(in.Kind, in.Device)
@@ -96,14 +97,14 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	if in.Device.DevicePlugin() {
 		return notRun("device-plugin devices cannot be probed: no API pins a Pod to one plugin device")
 	}
-	sel, node, env, published, err := a.pinDevice(ctx, in)
+	sel, node, env, published, err := checks.pinDevice(ctx, in)
 	if err != nil {
 		return decide.StepResult{}, err
 	}
 	if in.DeviceClass == "" {
 		// No claim named a class for this device (its driver reported it directly): use the
 		// driver's own check class.
-		if in.DeviceClass, err = a.checkClass(ctx, in.Device.Driver); err != nil {
+		if in.DeviceClass, err = checks.checkClass(ctx, in.Device.Driver); err != nil {
 			return decide.StepResult{}, err
 		}
 	}
@@ -113,11 +114,11 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	var permit *domainPermit
 	var started time.Time // when this attempt's reset of the domain began (zero: it did not)
 	if in.Kind == decide.ActRepair {
-		boot = a.bootID(ctx, node)
+		boot = checks.bootID(ctx, node)
 		peers := domainPeers(published, in.Device, in.Domain)
 		if key := domainKey(published, in.Device, in.Domain); key != "" && len(peers) > 0 {
-			p := a.permitOf(key)
-			if res, joined, err := a.takeDomain(ctx, in, p); err != nil || joined {
+			p := doms.permitOf(key)
+			if res, joined, err := doms.takeDomain(ctx, in, p); err != nil || joined {
 				return res, err
 			}
 			permit = &p
@@ -125,10 +126,10 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts || res.Busy && len(res.Holders) > 0 {
 					return // the try goes on (its next attempt, or after its holders moved): it keeps the permit
 				}
-				a.endDomain(context.WithoutCancel(ctx), in, p, started, res, err)
+				doms.endDomain(context.WithoutCancel(ctx), in, p, started, res, err)
 			}()
 		}
-		if res, busy, err := a.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name); err != nil || busy {
+		if res, busy, err := doms.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name); err != nil || busy {
 			return res, err
 		}
 		if len(peers) > 0 {
@@ -139,14 +140,14 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 				if err == nil && !started.IsZero() && !res.Passed && !res.NotRun && !res.Busy {
 					// The reset ran and failed: the devices it reached are quarantined by their
 					// own workflows, and keep their domain fences until then.
-					if left := a.resetFailedPeers(context.WithoutCancel(ctx), in, node, peers, res); len(left) > 0 {
+					if left := doms.resetFailedPeers(context.WithoutCancel(ctx), in, node, peers, res); len(left) > 0 {
 						activity.GetLogger(ctx).Warn("devices the failed reset reached keep their domain fences until its quarantine ends", "device", in.Device.String(), "left", fmt.Sprint(left))
 					}
 					return
 				}
 				// A fence that stays keeps new claims off a peer (the safe side) until the
 				// quarantine's end lifts it; failing the step for it would run the reset again.
-				if uerr := a.unfenceDomain(context.WithoutCancel(ctx), node, in.WorkflowID); uerr != nil {
+				if uerr := doms.unfenceDomain(context.WithoutCancel(ctx), node, in.WorkflowID); uerr != nil {
 					activity.GetLogger(ctx).Warn("the reset's domain fences stay until its quarantine ends", "device", in.Device.String(), "error", uerr)
 				}
 			}()
@@ -155,34 +156,34 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	if err := kubeobj.EnsureNamespace(ctx, a.Kube, ns); err != nil {
 		return decide.StepResult{}, err
 	}
-	if err := a.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
+	if err := checks.clearStale(ctx, in.Kind, ns, name, in.Review); err != nil {
 		return decide.StepResult{}, err
 	}
 	defer func() {
 		if err != nil && in.Kind == decide.ActRepair && activity.GetInfo(ctx).Attempt < in.Attempts {
 			return // the try goes on: the next attempt adopts the running Pod
 		}
-		a.deleteCheck(ns, name)
+		checks.deleteCheck(ns, name)
 	}()
 	if permit != nil {
 		// Joiners read when the domain's reset began.
 		started = time.Now()
-		if err := a.markDomain(ctx, in, *permit, started, nil); err != nil {
+		if err := doms.markDomain(ctx, in, *permit, started, nil); err != nil {
 			return decide.StepResult{}, fmt.Errorf("mark the reset of domain %s started: %w", permit.key, err)
 		}
 	}
-	if err := a.createCheck(ctx, in, ns, name, sel, node, env); err != nil {
+	if err := checks.createCheck(ctx, in, ns, name, sel, node, env); err != nil {
 		return decide.StepResult{}, err
 	}
 	deadline := time.Now().Add(in.Check.Timeout.D())
-	podName, err := a.checkPod(ctx, ns, name, deadline)
+	podName, err := checks.checkPod(ctx, ns, name, deadline)
 	if err != nil {
 		return decide.StepResult{}, fmt.Errorf("find %s pod of %s/%s: %w", in.Kind, ns, name, err)
 	}
 	if podName == "" {
 		return notRun("%s Job %s/%s made no Pod within %s", in.Kind, ns, name, in.Check.Timeout.D())
 	}
-	pod, err := a.awaitPod(ctx, ns, podName, in.Check, deadline)
+	pod, err := checks.awaitPod(ctx, ns, podName, in.Check, deadline)
 	if apierrors.IsNotFound(err) {
 		return notRun("%s Pod %s/%s was deleted before it finished", in.Kind, ns, podName)
 	}
@@ -207,14 +208,15 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	a.countTry(in.Step, result)
 	res.Pod, res.At, res.BootID = ns+"/"+podName, time.Now(), boot
 	if in.Kind == decide.ActRepair {
-		a.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, in.TryAt, res)
+		checks.tryEvent(ctx, node, in.Step, in.Device, in.WorkflowID, in.Review, in.TryAt, res)
 	}
 	return res, nil
 }
 
 // awaitPod watches the Pod until it finishes or the deadline passes, heartbeating meanwhile, and
 // returns its last state. A watch that ends early is resumed from the Pod's newest version.
-func (a *Activities) awaitPod(ctx context.Context, ns, name string, c policy.Check, deadline time.Time) (*corev1.Pod, error) {
+func (v checkPods) awaitPod(ctx context.Context, ns, name string, c policy.Check, deadline time.Time) (*corev1.Pod, error) {
+	a := v.a
 	beat := a.CheckPoll
 	if beat <= 0 {
 		beat = 5 * time.Second
@@ -377,7 +379,8 @@ func scheduling(pod *corev1.Pod) string {
 // and returns its node and the environment that names it to the check's Pod (a reset tool needs
 // to know which device to reset), with the driver's slices it read. An empty selector means the
 // device is not published.
-func (a *Activities) pinDevice(ctx context.Context, in CheckInput) (string, string, []corev1.EnvVar, []resourcev1.ResourceSlice, error) {
+func (v checkPods) pinDevice(ctx context.Context, in CheckInput) (string, string, []corev1.EnvVar, []resourcev1.ResourceSlice, error) {
+	a := v.a
 	if len(in.Identity) == 0 {
 		return "", "", nil, nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("no identity attributes for driver %s: name them in the policy file (drivers.%s.identity) so a probe cannot land on a neighbour", in.Device.Driver, in.Device.Driver),
@@ -442,7 +445,8 @@ func checkNamespaceError(ns string, err error) error {
 
 // bootID is the node's boot ID, "" when it cannot be read: a repair step records it, so that a
 // later node step can tell the node booted again since (a reboot another device's step asked for).
-func (a *Activities) bootID(ctx context.Context, node string) string {
+func (v checkPods) bootID(ctx context.Context, node string) string {
+	a := v.a
 	if node == "" {
 		return ""
 	}
@@ -458,39 +462,40 @@ func (a *Activities) bootID(ctx context.Context, node string) string {
 // looks at again, so a Pod that lands between the look and the reset is not reset under. busy
 // is true with the step's answer when one is held: with holders: move, the peers' holders are
 // named to be moved and the fences stay; else they go, and the step waits.
-func (a *Activities) domainIdle(ctx context.Context, in CheckInput, node string, idle, peers []device.ID, own string) (decide.StepResult, bool, error) {
+func (v domains) domainIdle(ctx context.Context, in CheckInput, node string, idle, peers []device.ID, own string) (decide.StepResult, bool, error) {
+	a := v.a
 	busy := func(why string, holders []string) (decide.StepResult, bool, error) {
 		a.countTry(in.Step, "busy")
 		return decide.StepResult{Busy: true, Reason: why, Holders: holders, At: time.Now()}, true, nil
 	}
-	held, err := a.idleOrHeld(ctx, slices.Concat(idle, peers), own)
+	held, err := (checkPods{a}).idleOrHeld(ctx, slices.Concat(idle, peers), own)
 	if err != nil || held == "" && len(peers) == 0 {
 		return decide.StepResult{}, false, err
 	}
 	if held != "" && (in.Holders != policy.HoldersMove || len(peers) == 0) {
 		return busy(held, nil)
 	}
-	if err := a.fenceDomain(ctx, in, node, peers); err != nil {
+	if err := v.fenceDomain(ctx, in, node, peers); err != nil {
 		return decide.StepResult{}, false, err
 	}
 	if held == "" {
-		if held, err = a.idleOrHeld(ctx, slices.Concat(idle, peers), own); err != nil || held == "" {
+		if held, err = (checkPods{a}).idleOrHeld(ctx, slices.Concat(idle, peers), own); err != nil || held == "" {
 			return decide.StepResult{}, false, err
 		}
 		if in.Holders != policy.HoldersMove {
-			if err := a.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
+			if err := v.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
 				return decide.StepResult{}, false, err
 			}
 			return busy(held+", which came as the reset's domain was fenced", nil)
 		}
 	}
-	pods, err := a.claimHolders(ctx, peers, own)
+	pods, err := v.claimHolders(ctx, peers, own)
 	if err != nil {
 		return decide.StepResult{}, false, err
 	}
 	if len(pods) == 0 {
 		// Held by a form of the device's own unit, which no reset moves: wait, unfenced.
-		if err := a.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
+		if err := v.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
 			return decide.StepResult{}, false, err
 		}
 		return busy(held, nil)

@@ -77,7 +77,8 @@ func attrValue(d resourcev1.Device, driver, name string) (string, bool) {
 // fenceDomain keeps new claims off the domain's other devices while a reset waits for their
 // holders and runs: one DeviceTaintRule (NoSchedule, key kubeobj.TaintDomainReset) per peer,
 // owned by the resetting workflow. A fence already there is left as it is.
-func (a *Activities) fenceDomain(ctx context.Context, in CheckInput, node string, peers []device.ID) error {
+func (v domains) fenceDomain(ctx context.Context, in CheckInput, node string, peers []device.ID) error {
+	a := v.a
 	for _, p := range peers {
 		labels := map[string]string{kubeobj.LabelDriver: kubeobj.LabelValue(p.Driver), kubeobj.LabelPool: kubeobj.LabelValue(p.Pool)}
 		ann := map[string]string{kubeobj.AnnotationWorkflow: in.WorkflowID, kubeobj.AnnotationDevice: in.Device.String(), kubeobj.AnnotationActor: "devicewarden",
@@ -98,7 +99,8 @@ func (a *Activities) fenceDomain(ctx context.Context, in CheckInput, node string
 }
 
 // unfenceDomain deletes workflowID's domain fences on node: the reset ended, or its quarantine did.
-func (a *Activities) unfenceDomain(ctx context.Context, node, workflowID string) error {
+func (v domains) unfenceDomain(ctx context.Context, node, workflowID string) error {
+	a := v.a
 	rules := a.Kube.ResourceV1().DeviceTaintRules()
 	list, err := rules.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.NodeSelector(node)})
 	if err != nil {
@@ -123,9 +125,10 @@ func domainFenceName(id device.ID) string {
 
 // claimHolders are the Pods ("namespace/name") whose claims are allocated one of the devices,
 // other than own's: the holders a reset that moves its domain's holders has moved.
-func (a *Activities) claimHolders(ctx context.Context, devices []device.ID, own string) ([]string, error) {
+func (v domains) claimHolders(ctx context.Context, devices []device.ID, own string) ([]string, error) {
+	a := v.a
 	var out []string
-	err := a.claimsOn(ctx, devices, own, func(c resourcev1.ResourceClaim, _ device.ID) bool {
+	err := (checkPods{a}).claimsOn(ctx, devices, own, func(c resourcev1.ResourceClaim, _ device.ID) bool {
 		for _, ref := range c.Status.ReservedFor {
 			if p := c.Namespace + "/" + ref.Name; ref.Resource == "pods" && !slices.Contains(out, p) {
 				out = append(out, p)

@@ -38,14 +38,15 @@ var reportResource = schema.GroupVersionResource{Group: healthreport.Group, Vers
 // resetFailedPeers reports each of peers that no quarantine of its own fences yet, waits for
 // their quarantines, and lifts each one's domain fence once its own fence stands. The peers
 // still unfenced by their own quarantine at the end are returned: their domain fences stay.
-func (a *Activities) resetFailedPeers(ctx context.Context, in CheckInput, node string, peers []device.ID, res decide.StepResult) []device.ID {
+func (v domains) resetFailedPeers(ctx context.Context, in CheckInput, node string, peers []device.ID, res decide.StepResult) []device.ID {
+	a := v.a
 	waiting := map[device.ID]bool{}
 	for _, p := range peers {
-		if a.fencedByOwn(ctx, p) {
-			a.unfencePeer(ctx, p, in.WorkflowID)
+		if v.fencedByOwn(ctx, p) {
+			v.unfencePeer(ctx, p, in.WorkflowID)
 			continue
 		}
-		if err := a.reportPeer(ctx, in, p, res); err != nil {
+		if err := v.reportPeer(ctx, in, p, res); err != nil {
 			slog.Default().WarnContext(ctx, "a device the failed reset reached stays fenced by its domain fence", "device", p.String(), "error", err)
 		}
 		waiting[p] = true
@@ -67,8 +68,8 @@ func (a *Activities) resetFailedPeers(ctx context.Context, in CheckInput, node s
 		activity.RecordHeartbeat(ctx, "the reset's domain: waiting for its devices' quarantines")
 		time.Sleep(min(beat, time.Until(until)))
 		for p := range waiting {
-			if a.fencedByOwn(ctx, p) {
-				a.unfencePeer(ctx, p, in.WorkflowID)
+			if v.fencedByOwn(ctx, p) {
+				v.unfencePeer(ctx, p, in.WorkflowID)
 				delete(waiting, p)
 			}
 		}
@@ -84,7 +85,8 @@ func (a *Activities) resetFailedPeers(ctx context.Context, in CheckInput, node s
 
 // reportPeer writes the DeviceHealthReport that says the failed reset reached p. Its name is the
 // try's, so an attempt taken again finds it written.
-func (a *Activities) reportPeer(ctx context.Context, in CheckInput, p device.ID, res decide.StepResult) error {
+func (v domains) reportPeer(ctx context.Context, in CheckInput, p device.ID, res decide.StepResult) error {
+	a := v.a
 	msg := fmt.Sprintf("the reset of %s (its reset domain %s) failed and reached this device: %s", in.Device, in.Domain, res.Reason)
 	if len(msg) > healthreport.MaxMessage {
 		msg = msg[:healthreport.MaxMessage]
@@ -110,13 +112,15 @@ func (a *Activities) reportPeer(ctx context.Context, in CheckInput, p device.ID,
 }
 
 // fencedByOwn says whether p's own quarantine rule stands.
-func (a *Activities) fencedByOwn(ctx context.Context, p device.ID) bool {
+func (v domains) fencedByOwn(ctx context.Context, p device.ID) bool {
+	a := v.a
 	r, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, p.TaintRuleName(), metav1.GetOptions{})
 	return err == nil && r.Annotations[kubeobj.AnnotationDevice] == p.String()
 }
 
 // unfencePeer deletes p's domain fence if workflowID's reset made it.
-func (a *Activities) unfencePeer(ctx context.Context, p device.ID, workflowID string) {
+func (v domains) unfencePeer(ctx context.Context, p device.ID, workflowID string) {
+	a := v.a
 	rules := a.Kube.ResourceV1().DeviceTaintRules()
 	r, err := rules.Get(ctx, domainFenceName(p), metav1.GetOptions{})
 	if err == nil && r.Annotations[kubeobj.AnnotationWorkflow] == workflowID {

@@ -54,11 +54,11 @@ func TestAFailedResetQuarantinesTheDevicesItReached(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if err := a.fenceDomain(context.Background(), in, "node-1", peers); err != nil {
+	if err := (domains{a}).fenceDomain(context.Background(), in, "node-1", peers); err != nil {
 		t.Fatal(err)
 	}
 	env.RegisterActivityWithOptions(func(ctx context.Context) ([]device.ID, error) {
-		return a.resetFailedPeers(ctx, in, "node-1", peers, decide.StepResult{Reason: "exit code 1"}), nil
+		return (domains{a}).resetFailedPeers(ctx, in, "node-1", peers, decide.StepResult{Reason: "exit code 1"}), nil
 	}, activity.RegisterOptions{Name: "FailedPeers"})
 	v, err := env.ExecuteActivity("FailedPeers")
 	var left []device.ID
@@ -82,7 +82,7 @@ func TestAFailedResetQuarantinesTheDevicesItReached(t *testing.T) {
 	if err != nil || len(list.Items) != 2 {
 		t.Fatalf("reports %v %v", list, err)
 	}
-	if err := a.reportPeer(context.Background(), in, gpu("node-1", 3), decide.StepResult{Reason: "exit code 1"}); err != nil {
+	if err := (domains{a}).reportPeer(context.Background(), in, gpu("node-1", 3), decide.StepResult{Reason: "exit code 1"}); err != nil {
 		t.Fatalf("again: %v", err)
 	}
 	if list, _ := dyn.Resource(reportResource).List(context.Background(), metav1.ListOptions{}); len(list.Items) != 2 {

@@ -70,7 +70,8 @@ func domainKey(published []resourcev1.ResourceSlice, id device.ID, domain string
 	return ""
 }
 
-func (a *Activities) permitOf(key string) domainPermit {
+func (v domains) permitOf(key string) domainPermit {
+	a := v.a
 	sum := sha256.Sum256([]byte(key))
 	return domainPermit{name: "devicewarden-reset-" + hex.EncodeToString(sum[:])[:16], ns: kubeobj.Own(a.OwnNamespace), key: key}
 }
@@ -78,7 +79,8 @@ func (a *Activities) permitOf(key string) domainPermit {
 // takeDomain takes the domain's reset permit for in's try, or joins the reset that holds it.
 // joined is set with the step's answer when this try joined another device's reset (its outcome)
 // or waits for one to end (Busy); else the permit is this try's.
-func (a *Activities) takeDomain(ctx context.Context, in CheckInput, p domainPermit) (res decide.StepResult, joined bool, err error) {
+func (v domains) takeDomain(ctx context.Context, in CheckInput, p domainPermit) (res decide.StepResult, joined bool, err error) {
+	a := v.a
 	leases := a.Kube.CoordinationV1().Leases(p.ns)
 	deadline := time.Now().Add(in.Check.Timeout.D())
 	poll := a.CheckPoll
@@ -90,7 +92,7 @@ func (a *Activities) takeDomain(ctx context.Context, in CheckInput, p domainPerm
 		now := time.Now()
 		switch {
 		case apierrors.IsNotFound(err):
-			l = a.permitLease(in, p, now)
+			l = v.permitLease(in, p, now)
 			if _, err := leases.Create(ctx, l, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err == nil {
 				return decide.StepResult{}, false, nil
 			} else if !apierrors.IsAlreadyExists(err) {
@@ -122,7 +124,7 @@ func (a *Activities) takeDomain(ctx context.Context, in CheckInput, p domainPerm
 		case outcome != "" || kubeobj.LeaseExpired(l, now):
 			// Ended before this device's fault was left unmended (its reset did not mend it), or
 			// its holder is gone: the permit is free.
-			fresh := a.permitLease(in, p, now)
+			fresh := v.permitLease(in, p, now)
 			fresh.ResourceVersion = l.ResourceVersion
 			if _, err := leases.Update(ctx, fresh, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager}); err == nil {
 				return decide.StepResult{}, false, nil
@@ -147,7 +149,7 @@ func (a *Activities) takeDomain(ctx context.Context, in CheckInput, p domainPerm
 }
 
 // permitLease is the domain's Lease held by in's try from now, for as long as its reset may run.
-func (a *Activities) permitLease(in CheckInput, p domainPermit, now time.Time) *coordinationv1.Lease {
+func (v domains) permitLease(in CheckInput, p domainPermit, now time.Time) *coordinationv1.Lease {
 	hold := int32((in.Check.Timeout.D() + 2*time.Minute) / time.Second)
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns,
@@ -161,7 +163,8 @@ func (a *Activities) permitLease(in CheckInput, p domainPermit, now time.Time) *
 // markDomain writes on the domain's permit that this try's reset started (outcome "") or how it
 // ended; an ended one stays domainRecordKeep for the joiners. A permit another try took over is
 // left alone.
-func (a *Activities) markDomain(ctx context.Context, in CheckInput, p domainPermit, started time.Time, res *decide.StepResult) error {
+func (v domains) markDomain(ctx context.Context, in CheckInput, p domainPermit, started time.Time, res *decide.StepResult) error {
+	a := v.a
 	leases := a.Kube.CoordinationV1().Leases(p.ns)
 	l, err := leases.Get(ctx, p.name, metav1.GetOptions{})
 	if err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != in.WorkflowID {
@@ -184,7 +187,8 @@ func (a *Activities) markDomain(ctx context.Context, in CheckInput, p domainPerm
 
 // dropDomain gives the permit back unused: this try ran no reset (it waits for holders, or its
 // tool never ran).
-func (a *Activities) dropDomain(ctx context.Context, in CheckInput, p domainPermit) error {
+func (v domains) dropDomain(ctx context.Context, in CheckInput, p domainPermit) error {
+	a := v.a
 	leases := a.Kube.CoordinationV1().Leases(p.ns)
 	l, err := leases.Get(ctx, p.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && (ptr.Deref(l.Spec.HolderIdentity, "") != in.WorkflowID || l.Annotations[annotationResetOutcome] != "") {
@@ -203,12 +207,12 @@ func (a *Activities) dropDomain(ctx context.Context, in CheckInput, p domainPerm
 // endDomain ends this try's hold of the domain's permit: a reset that ran (started is when this
 // attempt began it) records its outcome for the joiners; one that did not (it waits for holders, its tool never ran, it failed outright)
 // gives the permit back. A failure is only logged: the permit lasts its hold at most.
-func (a *Activities) endDomain(ctx context.Context, in CheckInput, p domainPermit, started time.Time, res decide.StepResult, err error) {
+func (v domains) endDomain(ctx context.Context, in CheckInput, p domainPermit, started time.Time, res decide.StepResult, err error) {
 	var werr error
 	if err == nil && !res.Busy && !res.NotRun && !started.IsZero() {
-		werr = a.markDomain(ctx, in, p, started, &res)
+		werr = v.markDomain(ctx, in, p, started, &res)
 	} else {
-		werr = a.dropDomain(ctx, in, p)
+		werr = v.dropDomain(ctx, in, p)
 	}
 	if werr != nil {
 		activity.GetLogger(ctx).Warn("the reset permit of the domain lasts its hold", "domain", p.key, "error", werr)
@@ -219,7 +223,8 @@ func (a *Activities) endDomain(ctx context.Context, in CheckInput, p domainPermi
 // its quarantine ended while the reset moved its domain's holders. Without this the domain's
 // other devices would wait for the permit to lapse. A failure is only logged: the permit lasts its
 // hold at most.
-func (a *Activities) freeDomainPermits(ctx context.Context, workflowID string) {
+func (v domains) freeDomainPermits(ctx context.Context, workflowID string) {
+	a := v.a
 	leases := a.Kube.CoordinationV1().Leases(kubeobj.Own(a.OwnNamespace))
 	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.LabelManagedBy + "=" + kubeobj.ManagedBy})
 	if err == nil {

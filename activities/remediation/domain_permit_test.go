@@ -25,7 +25,7 @@ func takeDomainOf(t *testing.T, since time.Time, lease *coordinationv1.Lease) (d
 	t.Helper()
 	env, a, kube := activityEnv(t)
 	a.CheckPoll = 20 * time.Millisecond
-	p := a.permitOf("node-1")
+	p := (domains{a}).permitOf("node-1")
 	if lease != nil {
 		lease.Name, lease.Namespace = p.name, p.ns
 		if _, err := kube.CoordinationV1().Leases(p.ns).Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
@@ -36,7 +36,7 @@ func takeDomainOf(t *testing.T, since time.Time, lease *coordinationv1.Lease) (d
 	in.Since, in.Check.Timeout = since, policy.JSONDuration(200*time.Millisecond)
 	var joined bool
 	env.RegisterActivityWithOptions(func(ctx context.Context, in CheckInput) (decide.StepResult, error) {
-		res, j, err := a.takeDomain(ctx, in, p)
+		res, j, err := (domains{a}).takeDomain(ctx, in, p)
 		joined = j
 		return res, err
 	}, activity.RegisterOptions{Name: "TakeDomain"})

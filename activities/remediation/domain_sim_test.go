@@ -140,8 +140,8 @@ func (s *domainSim) look(rt *rapid.T, i int) {
 	in := CheckInput{Device: id, Domain: "attribute:baseboard", Holders: t.mode, WorkflowID: id.WorkflowID(), Step: "reset", Since: t.since}
 	published := s.published()
 	peers := domainPeers(published, id, in.Domain)
-	p := s.a.permitOf(domainKey(published, id, in.Domain))
-	res, joined, err := s.a.takeDomain(s.ctx, in, p)
+	p := (domains{s.a}).permitOf(domainKey(published, id, in.Domain))
+	res, joined, err := (domains{s.a}).takeDomain(s.ctx, in, p)
 	s.must(rt, "take the permit", err)
 	if joined {
 		if !res.Busy {
@@ -150,12 +150,12 @@ func (s *domainSim) look(rt *rapid.T, i int) {
 		}
 		return
 	}
-	res, busy, err := s.a.domainIdle(s.ctx, in, simNode, []device.ID{id}, peers, "checks/reset-"+id.Device)
+	res, busy, err := (domains{s.a}).domainIdle(s.ctx, in, simNode, []device.ID{id}, peers, "checks/reset-"+id.Device)
 	s.must(rt, "look at the domain", err)
 	if busy {
 		t.moving = len(res.Holders) > 0
 		if !t.moving {
-			s.a.endDomain(s.ctx, in, p, time.Time{}, res, nil)
+			(domains{s.a}).endDomain(s.ctx, in, p, time.Time{}, res, nil)
 		}
 		return
 	}
@@ -171,7 +171,7 @@ func (s *domainSim) look(rt *rapid.T, i int) {
 		}
 	}
 	t.moving, t.running, t.started = false, true, time.Now()
-	s.must(rt, "mark the reset started", s.a.markDomain(s.ctx, in, p, t.started, nil))
+	s.must(rt, "mark the reset started", (domains{s.a}).markDomain(s.ctx, in, p, t.started, nil))
 }
 
 // end ends GPU i's running reset as RunCheck does: the permit records the outcome, the domain's
@@ -180,9 +180,9 @@ func (s *domainSim) end(rt *rapid.T, i int, passed bool) {
 	id := gpu(simNode, i)
 	t := s.tries[i]
 	in := CheckInput{Device: id, Domain: "attribute:baseboard", Holders: t.mode, WorkflowID: id.WorkflowID(), Step: "reset", Since: t.since}
-	p := s.a.permitOf(domainKey(s.published(), id, in.Domain))
-	s.a.endDomain(s.ctx, in, p, t.started, decide.StepResult{Passed: passed, Reason: "reset"}, nil)
-	s.must(rt, "unfence", s.a.unfenceDomain(s.ctx, simNode, in.WorkflowID))
+	p := (domains{s.a}).permitOf(domainKey(s.published(), id, in.Domain))
+	(domains{s.a}).endDomain(s.ctx, in, p, t.started, decide.StepResult{Passed: passed, Reason: "reset"}, nil)
+	s.must(rt, "unfence", (domains{s.a}).unfenceDomain(s.ctx, simNode, in.WorkflowID))
 	s.ended = append(s.ended, resetEnd{by: i, started: t.started, ended: time.Now(), passed: passed})
 	delete(s.tries, i)
 }
@@ -293,8 +293,8 @@ func TestAReleaseMidMoveFreesTheDomainPermit(t *testing.T) {
 	a := &Activities{Kube: kube}
 	bad := gpu(simNode, 0)
 	in := CheckInput{Device: bad, Domain: "attribute:baseboard", Holders: policy.HoldersMove, WorkflowID: bad.WorkflowID(), Step: "reset", Since: time.Now()}
-	p := a.permitOf(domainKey([]resourcev1.ResourceSlice{s}, bad, in.Domain))
-	if _, joined, err := a.takeDomain(context.Background(), in, p); joined || err != nil {
+	p := (domains{a}).permitOf(domainKey([]resourcev1.ResourceSlice{s}, bad, in.Domain))
+	if _, joined, err := (domains{a}).takeDomain(context.Background(), in, p); joined || err != nil {
 		t.Fatalf("take: %v %v", joined, err)
 	}
 	if err := a.ReleaseRule(context.Background(), ReleaseInput{Device: bad, Node: simNode, NodeFence: true, WorkflowID: bad.WorkflowID()}); err != nil {
@@ -302,7 +302,7 @@ func TestAReleaseMidMoveFreesTheDomainPermit(t *testing.T) {
 	}
 	other := gpu(simNode, 1)
 	in2 := CheckInput{Device: other, Domain: in.Domain, WorkflowID: other.WorkflowID(), Step: "reset", Since: time.Now()}
-	if res, joined, err := a.takeDomain(context.Background(), in2, p); joined || err != nil {
+	if res, joined, err := (domains{a}).takeDomain(context.Background(), in2, p); joined || err != nil {
 		t.Fatalf("gpu-1 could not take the permit gpu-0's ended quarantine held: %+v %v", res, err)
 	}
 }

@@ -103,7 +103,7 @@ func TestAResetWaitsForItsDomain(t *testing.T) {
 	peers := domainPeers([]resourcev1.ResourceSlice{boards("node-1")}, bad, in.Domain)
 
 	_, a, _ := activityEnv(t, pod, claim)
-	res, busy, err := a.domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
+	res, busy, err := (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
 	if err != nil || !busy || !strings.Contains(res.Reason, "claim team/trainer-gpu is still allocated "+gpu("node-1", 3).String()) || len(res.Holders) != 0 {
 		t.Fatalf("wait: busy %t %+v %v", busy, res, err)
 	}
@@ -112,7 +112,7 @@ func TestAResetWaitsForItsDomain(t *testing.T) {
 	}
 
 	in.Holders = policy.HoldersMove
-	res, busy, err = a.domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
+	res, busy, err = (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
 	if err != nil || !busy || !slices.Equal(res.Holders, []string{"team/trainer"}) {
 		t.Fatalf("move: busy %t %+v %v", busy, res, err)
 	}
@@ -121,13 +121,13 @@ func TestAResetWaitsForItsDomain(t *testing.T) {
 	}
 
 	_, idle, _ := activityEnv(t)
-	if _, busy, err := idle.domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset"); busy || err != nil {
+	if _, busy, err := (domains{idle}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset"); busy || err != nil {
 		t.Fatalf("an idle baseboard: busy %t %v", busy, err)
 	}
 	if f := domainFences(t, idle); len(f) != 3 {
 		t.Fatalf("an idle baseboard is reset fenced, got %v", f)
 	}
-	if err := idle.unfenceDomain(context.Background(), "node-1", in.WorkflowID); err != nil || len(domainFences(t, idle)) != 0 {
+	if err := (domains{idle}).unfenceDomain(context.Background(), "node-1", in.WorkflowID); err != nil || len(domainFences(t, idle)) != 0 {
 		t.Fatalf("unfence: %v %v", err, domainFences(t, idle))
 	}
 }
@@ -140,10 +140,10 @@ func TestReleaseTakesItsDomainFences(t *testing.T) {
 	peers := domainPeers([]resourcev1.ResourceSlice{boards("node-1")}, bad, "attribute:baseboard")
 	mine := CheckInput{Device: bad, Domain: "attribute:baseboard", WorkflowID: bad.WorkflowID()}
 	theirs := CheckInput{Device: gpu("node-1", 4), Domain: mine.Domain, WorkflowID: "device/other"}
-	if err := a.fenceDomain(context.Background(), mine, "node-1", peers); err != nil {
+	if err := (domains{a}).fenceDomain(context.Background(), mine, "node-1", peers); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.fenceDomain(context.Background(), theirs, "node-1", []device.ID{gpu("node-1", 5)}); err != nil {
+	if err := (domains{a}).fenceDomain(context.Background(), theirs, "node-1", []device.ID{gpu("node-1", 5)}); err != nil {
 		t.Fatal(err)
 	}
 	in := ReleaseInput{Device: bad, Reason: "r", Actor: "ops", Node: "node-1", WorkflowID: bad.WorkflowID(), NodeFence: true}

@@ -16,7 +16,7 @@ import (
 func TestClearStaleAdoptsTheCurrentCanaryJob(t *testing.T) {
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "checks", Name: "canary-1", Labels: map[string]string{kubeobj.LabelReview: "2"}}}
 	_, a, kube := activityEnv(t, job)
-	if err := a.clearStale(context.Background(), decide.ActCanary, "checks", "canary-1", 2); err != nil {
+	if err := (checkPods{a}).clearStale(context.Background(), decide.ActCanary, "checks", "canary-1", 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.BatchV1().Jobs("checks").Get(context.Background(), "canary-1", metav1.GetOptions{}); err != nil {

@@ -18,7 +18,8 @@ import (
 // other holders and the node reboots: one DeviceTaintRule (NoSchedule, key kubeobj.TaintNodeRepair)
 // per driver and pool the node publishes. Running Pods stay until their migration moves them. A
 // fence already there (another device's step of the node) is left as it is.
-func (a *Activities) fenceNode(ctx context.Context, in NodeInput) (int, error) {
+func (v nodeSteps) fenceNode(ctx context.Context, in NodeInput) (int, error) {
+	a := v.a
 	slices, err := a.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + in.Node})
 	if err != nil {
 		return 0, fmt.Errorf("list the resource slices of node %s: %w", in.Node, err)
@@ -55,7 +56,8 @@ func (a *Activities) fenceNode(ctx context.Context, in NodeInput) (int, error) {
 
 // unfenceNode deletes the node's fences: every one once a node step ended (the reboot is over),
 // or only workflowID's when its quarantine ended while its step was still moving holders.
-func (a *Activities) unfenceNode(ctx context.Context, node, workflowID string) error {
+func (v nodeSteps) unfenceNode(ctx context.Context, node, workflowID string) error {
+	a := v.a
 	rules := a.Kube.ResourceV1().DeviceTaintRules()
 	list, err := rules.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.NodeSelector(node)})
 	if err != nil {

@@ -96,7 +96,7 @@ func TestReleaseTakesItsOwnFences(t *testing.T) {
 	env, a, _ := activityEnv(t, []runtime.Object{gpuSlice(), nicSlice("node-1")}...)
 	other := nodeInput(moveStep())
 	other.WorkflowID = "device/other"
-	if _, err := a.fenceNode(context.Background(), other); err != nil {
+	if _, err := (nodeSteps{a}).fenceNode(context.Background(), other); err != nil {
 		t.Fatal(err)
 	}
 	in := ReleaseInput{Device: gpu3, Reason: "r", Actor: "ops", Node: "node-1", WorkflowID: gpu3.WorkflowID(), NodeFence: true}

@@ -33,8 +33,9 @@ type heldAlerts struct {
 }
 
 // holdAlert takes the alert of a device whose automatic action the breaker held.
-func (a *Activities) holdAlert(in notify.AlertInput, held string) {
-	a.gather(&a.held, in, "devices held by the circuit breaker ("+held+"); each waits for an operator's resume:", "held", held)
+func (v alertHolder) holdAlert(in notify.AlertInput, held string) {
+	a := v.a
+	v.gather(&a.held, in, "devices held by the circuit breaker ("+held+"); each waits for an operator's resume:", "held", held)
 }
 
 // NoteAlert takes an alert that a fleet-wide event raises on many devices at once (an Unknown
@@ -42,12 +43,13 @@ func (a *Activities) holdAlert(in notify.AlertInput, held string) {
 // logged and counted at once and reaches people with the others of the last few seconds, so a
 // fleet that turns Unknown at once costs one Slack message, not one activity per device.
 func (a *Activities) NoteAlert(_ context.Context, in notify.AlertInput) error {
-	a.gather(&a.notes, in, "device alerts in the last seconds:")
+	(alertHolder{a}).gather(&a.notes, in, "device alerts in the last seconds:")
 	return nil
 }
 
 // gather logs and counts an alert and queues it for the next summary of h.
-func (a *Activities) gather(h *heldAlerts, in notify.AlertInput, title string, attrs ...any) {
+func (v alertHolder) gather(h *heldAlerts, in notify.AlertInput, title string, attrs ...any) {
+	a := v.a
 	slog.Default().Log(context.Background(), alertLevel(in.Level), "alert", append([]any{"level", in.Level, "text", in.Text,
 		"workflow", in.WorkflowID, "device", in.Device.String()}, attrs...)...)
 	if a.Metrics != nil {
@@ -64,12 +66,13 @@ func (a *Activities) gather(h *heldAlerts, in notify.AlertInput, title string, a
 	h.title = title
 	if !h.flushing {
 		h.flushing = true
-		go a.flushHeld(h)
+		go v.flushHeld(h)
 	}
 }
 
 // flushHeld sends what h gathered, every HeldAlertEvery while there is any.
-func (a *Activities) flushHeld(h *heldAlerts) {
+func (v alertHolder) flushHeld(h *heldAlerts) {
+	a := v.a
 	every := HeldAlertEvery
 	if h.every > 0 {
 		every = h.every

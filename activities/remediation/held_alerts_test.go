@@ -84,7 +84,7 @@ func TestNotesGoTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.holdAlert(notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Level: "critical", Text: "x"}, "cap of 20 (10% of 200)")
+	(alertHolder{a}).holdAlert(notify.AlertInput{Device: device.ID{Driver: "d", Pool: "p", Device: "gpu-9"}, Level: "critical", Text: "x"}, "cap of 20 (10% of 200)")
 	deadline := time.Now().Add(5 * time.Second)
 	for len(box.all()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

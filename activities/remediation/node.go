@@ -48,7 +48,7 @@ type NodeInput struct {
 // device's node step on the same node is joined: this one waits for that reboot, and one reboot
 // serves both. The node's permit goes back to the breaker once the step ended.
 func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.StepResult, error) {
-	res, err := a.remediateNode(ctx, in)
+	res, err := (nodeSteps{a}).remediateNode(ctx, in)
 	if err != nil || in.Node == "" {
 		return res, err
 	}
@@ -58,11 +58,11 @@ func (a *Activities) RemediateNode(ctx context.Context, in NodeInput) (decide.St
 	if in.Step.Holders != policy.HoldersRemediator && !res.Busy && !res.NotRun {
 		// The step ended: the node's devices take claims again (the device's own rule stays).
 		// A node check that did not run keeps them off until the try taken again runs it.
-		if err := a.unfenceNode(ctx, in.Node, ""); err != nil {
+		if err := (nodeSteps{a}).unfenceNode(ctx, in.Node, ""); err != nil {
 			return decide.StepResult{}, err
 		}
 	}
-	a.releaseNode(in.Node, in.Device)
+	(permitBook{a}).releaseNode(in.Node, in.Device)
 	return res, nil
 }
 
@@ -78,18 +78,19 @@ type reboot struct {
 	own      bool
 }
 
-func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.StepResult, error) {
+func (v nodeSteps) remediateNode(ctx context.Context, in NodeInput) (decide.StepResult, error) {
+	a := v.a
 	if in.Node == "" {
-		return a.stepFailed("device %s names no node: there is nothing to reboot", in.Device)
+		return v.stepFailed("device %s names no node: there is nothing to reboot", in.Device)
 	}
 	obj, err := in.Step.Object(nodeVars(in))
 	if err != nil {
-		return a.stepFailed("node step: %v", err)
+		return v.stepFailed("node step: %v", err)
 	}
 	u := &unstructured.Unstructured{Object: obj}
-	objs, what, err := a.remediatorObjects(u)
+	objs, what, err := v.remediatorObjects(u)
 	if err != nil {
-		return a.stepBusy("%v", err)
+		return v.stepBusy("%v", err)
 	}
 	if u.GetName() == "" {
 		// One name per node: two devices' steps racing to ask for the node's reboot make one
@@ -103,8 +104,8 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 	if err == nil && cur.GetAnnotations()[kubeobj.AnnotationWorkflow] == in.WorkflowID && !ownTry(cur, in) {
 		// An earlier try's object still stands (a finalizer, a delete that failed, a try whose
 		// activity failed outright): its boot ID change is not this try's reboot.
-		if err := a.dropStale(ctx, objs, cur); err != nil {
-			return a.stepBusy("%s of an earlier try still stands (%v); this try asks once it is gone", r.what, err)
+		if err := v.dropStale(ctx, objs, cur); err != nil {
+			return v.stepBusy("%s of an earlier try still stands (%v); this try asks once it is gone", r.what, err)
 		}
 		cur, err = nil, apierrors.NewNotFound(schema.GroupResource{}, u.GetName())
 	}
@@ -115,7 +116,7 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 		// ID it recorded; another device's of the same node is joined; anyone else's waits.
 		if ann[kubeobj.AnnotationWorkflow] != in.WorkflowID {
 			if !joinable(cur, in.Node) {
-				return a.stepBusy("%s already stands and is not this try's: a remediation of node %s is under way", r.what, in.Node)
+				return v.stepBusy("%s already stands and is not this try's: a remediation of node %s is under way", r.what, in.Node)
 			}
 			r.own = false // joined: this step waits its own timeout from now
 		} else {
@@ -123,7 +124,7 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 		}
 		r.before = ann[kubeobj.AnnotationBootID]
 	case apierrors.IsNotFound(err):
-		if other, err := a.sibling(ctx, objs, in); err != nil {
+		if other, err := v.sibling(ctx, objs, in); err != nil {
 			return decide.StepResult{}, err
 		} else if other != nil {
 			r = reboot{objs: objs, name: other.GetName(), what: what + " " + other.GetName(), created: time.Now(), before: other.GetAnnotations()[kubeobj.AnnotationBootID]}
@@ -133,42 +134,42 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 		if err != nil {
 			return decide.StepResult{}, fmt.Errorf("get node %s: %w", in.Node, err)
 		}
-		if res, ok := a.bootedSince(ctx, in, node); ok {
-			return a.afterBoot(ctx, in, res, in.BootSeen)
+		if res, ok := v.bootedSince(ctx, in, node); ok {
+			return v.afterBoot(ctx, in, res, in.BootSeen)
 		}
 		if in.Step.Holders != policy.HoldersRemediator {
-			held, pods, err := a.nodeHolders(ctx, in.Node)
+			held, pods, err := v.nodeHolders(ctx, in.Node)
 			if err != nil {
 				return decide.StepResult{}, err
 			}
 			if held != "" && in.Step.Holders == policy.HoldersMove {
-				n, err := a.fenceNode(ctx, in)
+				n, err := v.fenceNode(ctx, in)
 				if err != nil {
 					return decide.StepResult{}, err
 				}
-				res, _ := a.stepBusy("node %s still runs %s; they are moved first, and new claims keep off its devices (%d fences)", in.Node, held, n)
+				res, _ := v.stepBusy("node %s still runs %s; they are moved first, and new claims keep off its devices (%d fences)", in.Node, held, n)
 				res.Holders = pods
 				return res, nil
 			}
 			if held != "" {
-				return a.stepBusy("node %s still runs %s; a reboot would end it", in.Node, held)
+				return v.stepBusy("node %s still runs %s; a reboot would end it", in.Node, held)
 			}
 			if in.Step.Holders == policy.HoldersWait {
 				// Fence the node, then look again: a Pod that landed between the first look and
 				// the reboot would be ended by it. The fences go when the step ends.
-				if _, err := a.fenceNode(ctx, in); err != nil {
+				if _, err := v.fenceNode(ctx, in); err != nil {
 					return decide.StepResult{}, err
 				}
-				if held, _, err = a.nodeHolders(ctx, in.Node); err != nil || held != "" {
-					if uerr := a.unfenceNode(ctx, in.Node, in.WorkflowID); uerr != nil || err != nil {
+				if held, _, err = v.nodeHolders(ctx, in.Node); err != nil || held != "" {
+					if uerr := v.unfenceNode(ctx, in.Node, in.WorkflowID); uerr != nil || err != nil {
 						return decide.StepResult{}, errors.Join(err, uerr)
 					}
-					return a.stepBusy("node %s runs %s, which came as the node was fenced; a reboot would end it", in.Node, held)
+					return v.stepBusy("node %s runs %s, which came as the node was fenced; a reboot would end it", in.Node, held)
 				}
 			}
 		}
 		if r.before = node.Status.NodeInfo.BootID; r.before == "" {
-			return a.stepFailed("node %s reports no boot ID: its reboot could not be told", in.Node)
+			return v.stepFailed("node %s reports no boot ID: its reboot could not be told", in.Node)
 		}
 		mark(u, in, r.before)
 		if _, err := objs.Create(ctx, u, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
@@ -184,15 +185,16 @@ func (a *Activities) remediateNode(ctx context.Context, in NodeInput) (decide.St
 		return decide.StepResult{}, fmt.Errorf("get %s: %w", r.what, err)
 	}
 	if r.before == "" {
-		return a.stepFailed("%s records no boot ID of node %s: its reboot could not be told", r.what, in.Node)
+		return v.stepFailed("%s records no boot ID of node %s: its reboot could not be told", r.what, in.Node)
 	}
 	r.deadline = r.created.Add(in.Step.Check.Timeout.D())
-	return a.waitReboot(ctx, in, r)
+	return v.waitReboot(ctx, in, r)
 }
 
 // bootedSince passes a node step whose node booted again (and is Ready) since an earlier try of
 // the quarantine saw it: that reboot is this step's, and the review after it proves the device.
-func (a *Activities) bootedSince(ctx context.Context, in NodeInput, node *corev1.Node) (decide.StepResult, bool) {
+func (v nodeSteps) bootedSince(ctx context.Context, in NodeInput, node *corev1.Node) (decide.StepResult, bool) {
+	a := v.a
 	now := node.Status.NodeInfo.BootID
 	if in.BootSeen == "" || now == "" || now == in.BootSeen || !nodeReady(node) {
 		return decide.StepResult{}, false
@@ -200,7 +202,7 @@ func (a *Activities) bootedSince(ctx context.Context, in NodeInput, node *corev1
 	a.countTry(string(policy.RepairNode), "passed")
 	res := decide.StepResult{Passed: true, BootID: now, At: time.Now(), Reason: fmt.Sprintf("node %s booted again since this device's last try (boot ID %s, was %s) and is Ready: no reboot asked for",
 		in.Node, short(now), short(in.BootSeen))}
-	a.tryEvent(ctx, in.Node, string(policy.RepairNode), in.Device, in.WorkflowID, in.Try, in.TryAt, res)
+	(checkPods{a}).tryEvent(ctx, in.Node, string(policy.RepairNode), in.Device, in.WorkflowID, in.Try, in.TryAt, res)
 	return res, true
 }
 
@@ -262,7 +264,7 @@ func ownTry(u *unstructured.Unstructured, in NodeInput) bool {
 }
 
 // dropStale deletes an earlier try's object of this device's workflow, and says whether it is gone.
-func (a *Activities) dropStale(ctx context.Context, objs dynamic.ResourceInterface, u *unstructured.Unstructured) error {
+func (v nodeSteps) dropStale(ctx context.Context, objs dynamic.ResourceInterface, u *unstructured.Unstructured) error {
 	if err := objs.Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete: %w", err)
 	}
@@ -283,7 +285,7 @@ func joinable(u *unstructured.Unstructured, node string) bool {
 }
 
 // sibling is another device's node step of the same node under way, if one stands.
-func (a *Activities) sibling(ctx context.Context, objs dynamic.ResourceInterface, in NodeInput) (*unstructured.Unstructured, error) {
+func (v nodeSteps) sibling(ctx context.Context, objs dynamic.ResourceInterface, in NodeInput) (*unstructured.Unstructured, error) {
 	list, err := objs.List(ctx, metav1.ListOptions{LabelSelector: kubeobj.NodeSelector(in.Node)})
 	if err != nil {
 		return nil, fmt.Errorf("list node steps of node %s: %w", in.Node, err)
@@ -299,7 +301,8 @@ func (a *Activities) sibling(ctx context.Context, objs dynamic.ResourceInterface
 // waitReboot waits until the node booted again and is Ready, or r's deadline. Its own object is
 // deleted either way; a joined one is its owner's, and when it is gone before the node booted
 // again, the try found the node busy and is taken again.
-func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (decide.StepResult, error) {
+func (v nodeSteps) waitReboot(ctx context.Context, in NodeInput, r reboot) (decide.StepResult, error) {
+	a := v.a
 	step := string(policy.RepairNode)
 	done := func() {
 		if !r.own {
@@ -334,25 +337,25 @@ func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (de
 			a.countTry(step, "passed")
 			res := decide.StepResult{Passed: true, Reason: fmt.Sprintf("node %s booted again (boot ID %s, was %s) and is Ready, %s after %s was created%s",
 				in.Node, short(after), short(r.before), now.Sub(r.created).Round(time.Second), r.what, by), At: now, BootID: after}
-			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
-			return a.afterBoot(ctx, in, res, r.before)
+			(checkPods{a}).tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
+			return v.afterBoot(ctx, in, res, r.before)
 		}
 		if !r.own && after == r.before {
 			// The owner deletes its object once it saw the node back: read the node again after
 			// the object is gone, or this device would ask for a second reboot.
 			if _, err := r.objs.Get(ctx, r.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 				if n, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{}); err != nil || n.Status.NodeInfo.BootID == r.before {
-					return a.stepBusy("%s ended before node %s booted again; this device's try asks again", r.what, in.Node)
+					return v.stepBusy("%s ended before node %s booted again; this device's try asks again", r.what, in.Node)
 				}
 				continue
 			}
 		}
 		if !now.Before(r.deadline) {
 			done()
-			res, err := a.stepFailed("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)%s", in.Node,
+			res, err := v.stepFailed("node %s did not boot again and turn Ready within %s of %s (boot ID %s, was %s)%s", in.Node,
 				in.Step.Check.Timeout.D(), r.what, short(after), short(r.before), by)
 			res.BootID = after
-			a.tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
+			(checkPods{a}).tryEvent(ctx, in.Node, step, in.Device, in.WorkflowID, in.Try, in.TryAt, res)
 			return res, err
 		}
 		select {
@@ -364,19 +367,22 @@ func (a *Activities) waitReboot(ctx context.Context, in NodeInput, r reboot) (de
 }
 
 // stepFailed is a node step's failed try; stepBusy one that could not run yet.
-func (a *Activities) stepFailed(format string, args ...any) (decide.StepResult, error) {
+func (v nodeSteps) stepFailed(format string, args ...any) (decide.StepResult, error) {
+	a := v.a
 	a.countTry(string(policy.RepairNode), "failed")
 	return decide.StepResult{Reason: fmt.Sprintf(format, args...), At: time.Now()}, nil
 }
 
-func (a *Activities) stepBusy(format string, args ...any) (decide.StepResult, error) {
+func (v nodeSteps) stepBusy(format string, args ...any) (decide.StepResult, error) {
+	a := v.a
 	a.countTry(string(policy.RepairNode), "busy")
 	return decide.StepResult{Busy: true, Reason: fmt.Sprintf(format, args...), At: time.Now()}, nil
 }
 
 // remediatorObjects is the client of the template's kind, and how to name it in a reason. No API
 // serving that kind is an error that names it.
-func (a *Activities) remediatorObjects(u *unstructured.Unstructured) (dynamic.ResourceInterface, string, error) {
+func (v nodeSteps) remediatorObjects(u *unstructured.Unstructured) (dynamic.ResourceInterface, string, error) {
+	a := v.a
 	gv, err := schema.ParseGroupVersion(u.GetAPIVersion())
 	if err != nil {
 		return nil, "", fmt.Errorf("node step: template apiVersion %q: %w", u.GetAPIVersion(), err)
@@ -416,7 +422,8 @@ func (a *Activities) objects() (dynamic.Interface, error) {
 
 // nodeHolders says which Pods on the node hold a device ("" when none does), other than
 // DeviceWarden's own checks, and names them: a reboot would end them.
-func (a *Activities) nodeHolders(ctx context.Context, node string) (string, []string, error) {
+func (v nodeSteps) nodeHolders(ctx context.Context, node string) (string, []string, error) {
+	a := v.a
 	pods, err := a.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return "", nil, fmt.Errorf("list pods on node %s: %w", node, err)

@@ -25,21 +25,21 @@ func (a *Activities) EndNodeStep(ctx context.Context, in NodeInput) error {
 	}
 	var errs []error
 	if in.Step.Template != "" {
-		errs = append(errs, a.deleteOwnNodeObjects(ctx, in))
+		errs = append(errs, (nodeSteps{a}).deleteOwnNodeObjects(ctx, in))
 	}
-	errs = append(errs, a.unfenceNode(ctx, in.Node, in.WorkflowID), a.unfenceDomain(ctx, in.Node, in.WorkflowID))
-	a.freeDomainPermits(ctx, in.WorkflowID)
-	a.releaseNode(in.Node, in.Device)
+	errs = append(errs, (nodeSteps{a}).unfenceNode(ctx, in.Node, in.WorkflowID), (domains{a}).unfenceDomain(ctx, in.Node, in.WorkflowID))
+	(domains{a}).freeDomainPermits(ctx, in.WorkflowID)
+	(permitBook{a}).releaseNode(in.Node, in.Device)
 	return errors.Join(errs...)
 }
 
 // deleteOwnNodeObjects deletes the remediator objects this device's workflow wrote for the node.
-func (a *Activities) deleteOwnNodeObjects(ctx context.Context, in NodeInput) error {
+func (v nodeSteps) deleteOwnNodeObjects(ctx context.Context, in NodeInput) error {
 	obj, err := in.Step.Object(nodeVars(in))
 	if err != nil {
 		return nil // a template that does not render made no object
 	}
-	objs, _, err := a.remediatorObjects(&unstructured.Unstructured{Object: obj})
+	objs, _, err := v.remediatorObjects(&unstructured.Unstructured{Object: obj})
 	if err != nil {
 		return nil // no API serves the kind: there is no object of it
 	}

@@ -110,7 +110,7 @@ func TestNodesSharingA63CharacterPrefix(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := a.unfenceNode(context.Background(), x, ""); err != nil {
+	if err := (nodeSteps{a}).unfenceNode(context.Background(), x, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rules.Get(context.Background(), "fence-y", metav1.GetOptions{}); err != nil {
@@ -238,7 +238,7 @@ func TestEventsOfARelapseAreNotDropped(t *testing.T) {
 	ctx := context.Background()
 	first, second := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
 	for _, at := range []time.Time{first, second, second} {
-		a.tryEvent(ctx, "node-1", "reset", gpu3, gpu3.WorkflowID(), 1, at, decide.StepResult{Reason: "exit 1"})
+		(checkPods{a}).tryEvent(ctx, "node-1", "reset", gpu3, gpu3.WorkflowID(), 1, at, decide.StepResult{Reason: "exit 1"})
 	}
 	for _, q := range []string{"2026-12-01T10:00:00Z XID 79", "2026-12-01T11:00:00Z XID 79"} {
 		if _, err := a.RecordRetirement(ctx, RetireInput{Device: gpu3, Node: "node-1", WorkflowID: gpu3.WorkflowID(), Reason: "lemon",

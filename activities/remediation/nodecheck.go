@@ -57,12 +57,13 @@ func nodeCheckName(in NodeInput) string {
 // when it has one, before any of the node's devices goes back. The check failing fails the step;
 // the check not running is the tooling's failure, and its result carries the boot ID from before
 // the reboot (before), so the try taken again finds the reboot done and runs only the check.
-func (a *Activities) afterBoot(ctx context.Context, in NodeInput, res decide.StepResult, before string) (decide.StepResult, error) {
+func (v nodeSteps) afterBoot(ctx context.Context, in NodeInput, res decide.StepResult, before string) (decide.StepResult, error) {
+	a := v.a
 	c := in.Step.NodeCheck
 	if c == nil || !res.Passed {
 		return res, nil
 	}
-	check, err := a.runNodeCheck(ctx, in, *c)
+	check, err := v.runNodeCheck(ctx, in, *c)
 	switch {
 	case err != nil || check.NotRun:
 		why := check.Reason
@@ -86,11 +87,13 @@ func (a *Activities) afterBoot(ctx context.Context, in NodeInput, res decide.Ste
 // runNodeCheck runs one Pod on the node whose claim takes every device of the check's class there
 // (allocationMode All), tolerating every device taint: the node's devices are fenced through the
 // step. An all-reduce across the node's GPUs is such a check. The Pod and claim are deleted after.
-func (a *Activities) runNodeCheck(ctx context.Context, in NodeInput, c policy.Check) (decide.StepResult, error) {
+func (v nodeSteps) runNodeCheck(ctx context.Context, in NodeInput, c policy.Check) (decide.StepResult, error) {
+	a := v.a
+	checks := checkPods{a}
 	class := c.DeviceClass
 	if class == "" {
 		var err error
-		if class, err = a.checkClass(ctx, in.Device.Driver); err != nil {
+		if class, err = checks.checkClass(ctx, in.Device.Driver); err != nil {
 			return decide.StepResult{}, err
 		}
 	}
@@ -98,7 +101,7 @@ func (a *Activities) runNodeCheck(ctx context.Context, in NodeInput, c policy.Ch
 	if err := kubeobj.EnsureNamespace(ctx, a.Kube, ns); err != nil {
 		return decide.StepResult{}, err
 	}
-	defer a.deleteCheck(ns, name)
+	defer checks.deleteCheck(ns, name)
 	claim, pod := NodeCheckObjects(in, c, class, ns, name)
 	if _, err := a.Kube.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{FieldManager: kubeobj.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return decide.StepResult{}, fmt.Errorf("create node check claim %s/%s: %w", ns, name, checkNamespaceError(ns, err))
@@ -107,7 +110,7 @@ func (a *Activities) runNodeCheck(ctx context.Context, in NodeInput, c policy.Ch
 		return decide.StepResult{}, fmt.Errorf("create node check %s/%s: %w", ns, name, checkNamespaceError(ns, err))
 	}
 	deadline := time.Now().Add(c.Timeout.D())
-	got, err := a.awaitPod(ctx, ns, name, c, deadline)
+	got, err := checks.awaitPod(ctx, ns, name, c, deadline)
 	if apierrors.IsNotFound(err) {
 		return decide.StepResult{NotRun: true, Pod: ns + "/" + name, Reason: "its Pod was deleted before it finished"}, nil
 	}

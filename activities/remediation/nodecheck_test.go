@@ -34,7 +34,7 @@ func afterBootOf(t *testing.T, phase corev1.PodPhase, check *policy.Check) (deci
 		Step: policy.RepairStep{Kind: policy.RepairNode, NodeCheck: check}}
 	booted := decide.StepResult{Passed: true, Reason: "node node-1 booted again", BootID: "boot-1"}
 	env.RegisterActivityWithOptions(func(ctx context.Context, in NodeInput) (decide.StepResult, error) {
-		return a.afterBoot(ctx, in, booted, "boot-0")
+		return (nodeSteps{a}).afterBoot(ctx, in, booted, "boot-0")
 	}, activity.RegisterOptions{Name: "AfterBoot"})
 	v, err := env.ExecuteActivity("AfterBoot", in)
 	var res decide.StepResult

@@ -91,7 +91,8 @@ func withoutWaiter(r *resourcev1.DeviceTaintRule, wf string) *resourcev1.DeviceT
 }
 
 // waitOn puts workflow wf on the waiting list of r, another workflow's rule, unless it waits already.
-func (a *Activities) waitOn(ctx context.Context, r *resourcev1.DeviceTaintRule, wf string) error {
+func (v ruleWriter) waitOn(ctx context.Context, r *resourcev1.DeviceTaintRule, wf string) error {
+	a := v.a
 	w := withWaiter(r, wf)
 	if w == nil {
 		return nil
@@ -101,7 +102,8 @@ func (a *Activities) waitOn(ctx context.Context, r *resourcev1.DeviceTaintRule, 
 }
 
 // handOver writes a rule its owner releases with workflows waiting: the first becomes its owner.
-func (a *Activities) handOver(ctx context.Context, r, next *resourcev1.DeviceTaintRule) error {
+func (v ruleWriter) handOver(ctx context.Context, r, next *resourcev1.DeviceTaintRule) error {
+	a := v.a
 	if _, err := a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, next, metav1.UpdateOptions{FieldManager: kubeobj.FieldManager}); err != nil {
 		return fmt.Errorf("hand device taint rule %s to %s: %w", r.Name, owner(next), err)
 	}

@@ -152,13 +152,13 @@ func TestReportNodeFailure(t *testing.T) {
 func TestStaleDeviceCountIsRefreshedInTheBackground(t *testing.T) {
 	_, a, kube := activityEnv(t, slice("node-1", 3))
 	ctx := context.Background()
-	if n, err := a.knownDevices(ctx); err != nil || n != 3 {
+	if n, err := (permitBook{a}).knownDevices(ctx); err != nil || n != 3 {
 		t.Fatalf("first count %d, %v; want 3", n, err)
 	}
 	if _, err := kube.ResourceV1().ResourceSlices().Create(ctx, slice("node-2", 5), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := a.knownDevices(ctx); n != 3 {
+	if n, _ := (permitBook{a}).knownDevices(ctx); n != 3 {
 		t.Fatalf("count %d within its time to live, want the cached 3", n)
 	}
 	// A recount marks itself busy before the request returns and lists before it is done: either
@@ -172,7 +172,7 @@ func TestStaleDeviceCountIsRefreshedInTheBackground(t *testing.T) {
 	a.devices.mu.Lock()
 	a.devices.ttl = time.Nanosecond
 	a.devices.mu.Unlock()
-	if n, _ := a.knownDevices(ctx); n != 3 {
+	if n, _ := (permitBook{a}).knownDevices(ctx); n != 3 {
 		t.Fatalf("stale count %d: the request waited for the recount, want the cached 3", n)
 	}
 	recounted := func(want int) bool {
@@ -193,7 +193,7 @@ func TestStaleDeviceCountIsRefreshedInTheBackground(t *testing.T) {
 	kube.PrependReactor("list", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("apiserver down")
 	})
-	if n, _ := a.knownDevices(ctx); n != 8 {
+	if n, _ := (permitBook{a}).knownDevices(ctx); n != 8 {
 		t.Fatalf("count %d, want the cached 8", n)
 	}
 	if !recounted(8) {

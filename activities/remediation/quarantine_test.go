@@ -63,7 +63,7 @@ func quarantineIn(reason string) QuarantineInput {
 
 // existingRule is the rule a Quarantine with in would have written.
 func existingRule(in QuarantineInput) *resourcev1.DeviceTaintRule {
-	return (&Activities{}).rule(in)
+	return (ruleWriter{&Activities{}}).rule(in)
 }
 
 func quarantine(t *testing.T, env *testsuite.TestActivityEnvironment, in QuarantineInput) (QuarantineResult, error) {

@@ -31,14 +31,15 @@ const settleWait = 30 * time.Second
 // no Pod holds the device is checked against the claims themselves. A claim allocated the device
 // with no live Pod reserving it (its Pod just ended) is waited for, up to settleWait: the device
 // is about to be idle, and a step put off now would look again only after RepairRetry, a minute.
-func (a *Activities) idleOrHeld(ctx context.Context, devices []device.ID, own string) (string, error) {
+func (v checkPods) idleOrHeld(ctx context.Context, devices []device.ID, own string) (string, error) {
+	a := v.a
 	poll := a.CheckPoll
 	if poll <= 0 || poll > time.Second {
 		poll = 500 * time.Millisecond
 	}
 	deadline := time.Now().Add(settleWait)
 	for {
-		held, reserved, err := a.holder(ctx, devices, own)
+		held, reserved, err := v.holder(ctx, devices, own)
 		if err != nil || held == "" || reserved || !time.Now().Before(deadline) {
 			return held, err
 		}
@@ -52,9 +53,9 @@ func (a *Activities) idleOrHeld(ctx context.Context, devices []device.ID, own st
 }
 
 // holder names a claim idleOrHeld looks for, and says whether a Pod reserves it.
-func (a *Activities) holder(ctx context.Context, devices []device.ID, own string) (held string, reserved bool, err error) {
-	err = a.claimsOn(ctx, devices, own, func(c resourcev1.ResourceClaim, id device.ID) bool {
-		held, reserved = fmt.Sprintf("claim %s/%s is still allocated %s", c.Namespace, c.Name, id), a.inUse(ctx, c)
+func (v checkPods) holder(ctx context.Context, devices []device.ID, own string) (held string, reserved bool, err error) {
+	err = v.claimsOn(ctx, devices, own, func(c resourcev1.ResourceClaim, id device.ID) bool {
+		held, reserved = fmt.Sprintf("claim %s/%s is still allocated %s", c.Namespace, c.Name, id), v.inUse(ctx, c)
 		return false
 	})
 	return held, reserved, err
@@ -62,7 +63,8 @@ func (a *Activities) holder(ctx context.Context, devices []device.ID, own string
 
 // claimsOn calls each for every claim other than own ("<namespace>/<name>") allocated one of the
 // devices, with the first such device, until each returns false.
-func (a *Activities) claimsOn(ctx context.Context, devices []device.ID, own string, each func(resourcev1.ResourceClaim, device.ID) bool) error {
+func (v checkPods) claimsOn(ctx context.Context, devices []device.ID, own string, each func(resourcev1.ResourceClaim, device.ID) bool) error {
+	a := v.a
 	if len(devices) == 0 {
 		return nil
 	}
@@ -97,7 +99,8 @@ func (a *Activities) claimsOn(ctx context.Context, devices []device.ID, own stri
 
 // inUse says whether a live Pod reserves the claim: one that exists, is not being deleted and has
 // not ended. A claim whose Pods are gone waits a moment for the claim controller to release it.
-func (a *Activities) inUse(ctx context.Context, c resourcev1.ResourceClaim) bool {
+func (v checkPods) inUse(ctx context.Context, c resourcev1.ResourceClaim) bool {
+	a := v.a
 	for _, r := range c.Status.ReservedFor {
 		if r.Resource != "pods" {
 			return true // another kind of consumer: its own lifecycle
@@ -116,7 +119,8 @@ func (a *Activities) inUse(ctx context.Context, c resourcev1.ResourceClaim) bool
 // tryEvent records a repair step's outcome as an Event on the device's node, once per try: the
 // Event is named from the workflow, the try and when it began, so a relapse's try 1 is not taken
 // for the last quarantine's.
-func (a *Activities) tryEvent(ctx context.Context, node, step string, id device.ID, workflowID string, try int, tryAt time.Time, res decide.StepResult) {
+func (v checkPods) tryEvent(ctx context.Context, node, step string, id device.ID, workflowID string, try int, tryAt time.Time, res decide.StepResult) {
+	a := v.a
 	if node == "" {
 		return
 	}

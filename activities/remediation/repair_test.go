@@ -187,13 +187,13 @@ func TestRepairTellsALivePodFromAGoneOne(t *testing.T) {
 	_, a, kube := activityEnv(t)
 	ctx := context.Background()
 	c := allocated("team", "train", gpu3)
-	if a.inUse(ctx, *c) {
+	if (checkPods{a}).inUse(ctx, *c) {
 		t.Fatal("a claim whose Pod is gone is in use")
 	}
 	if err := kube.Tracker().Add(holderPod(c)); err != nil {
 		t.Fatal(err)
 	}
-	if !a.inUse(ctx, *c) {
+	if !(checkPods{a}).inUse(ctx, *c) {
 		t.Fatal("a claim whose Pod runs is not in use")
 	}
 	done := holderPod(c)
@@ -201,12 +201,12 @@ func TestRepairTellsALivePodFromAGoneOne(t *testing.T) {
 	if _, err := kube.CoreV1().Pods("team").UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if a.inUse(ctx, *c) {
+	if (checkPods{a}).inUse(ctx, *c) {
 		t.Fatal("a claim whose Pod ended is in use")
 	}
 	other := c.DeepCopy()
 	other.Status.ReservedFor[0].Resource = "jobsets"
-	if !a.inUse(ctx, *other) {
+	if !(checkPods{a}).inUse(ctx, *other) {
 		t.Fatal("a claim reserved by another kind of consumer is not in use")
 	}
 }

@@ -79,7 +79,8 @@ func (in QuarantineInput) key() string {
 }
 
 // rule is the DeviceTaintRule the input asks for; a form of a unit's is labelled with the unit.
-func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
+func (v ruleWriter) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
+	a := v.a
 	r := &resourcev1.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: in.Device.TaintRuleName(),
@@ -118,16 +119,17 @@ func (a *Activities) rule(in QuarantineInput) *resourcev1.DeviceTaintRule {
 // device, so retries and repeated signals never make a second rule. A rule that is being deleted is
 // not in force: the call fails (and is retried) until it is gone, then creates a new one.
 func (a *Activities) Quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
-	res, err := a.quarantine(ctx, in)
+	res, err := (ruleWriter{a}).quarantine(ctx, in)
 	if err == nil && res.Created {
-		a.incident(in, time.Now())
+		(ruleWriter{a}).incident(in, time.Now())
 	}
 	return res, err
 }
 
 // incident counts a new quarantine against the device's last one: the time between them, and a
 // relapse when the last ended within policy.RelapseWindow.
-func (a *Activities) incident(in QuarantineInput, now time.Time) {
+func (v ruleWriter) incident(in QuarantineInput, now time.Time) {
+	a := v.a
 	if a.Metrics == nil || in.Decision != string(decide.Quarantined) || in.PreviousAt.IsZero() {
 		return
 	}
@@ -137,9 +139,10 @@ func (a *Activities) incident(in QuarantineInput, now time.Time) {
 	}
 }
 
-func (a *Activities) quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+func (v ruleWriter) quarantine(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	a := v.a
 	if len(in.Members) > 0 {
-		return a.quarantineUnit(ctx, in)
+		return v.quarantineUnit(ctx, in)
 	}
 	if in.Device.DevicePlugin() {
 		// No API taints a single device-plugin device; kubelet already withholds a device its plugin
@@ -148,7 +151,7 @@ func (a *Activities) quarantine(ctx context.Context, in QuarantineInput) (Quaran
 		a.count("recorded")
 		return QuarantineResult{}, nil
 	}
-	rule := a.rule(in)
+	rule := v.rule(in)
 	name := rule.Name
 	if rule.Spec.Taint.Effect == resourcev1.DeviceTaintEffectNone {
 		// Dry run: the rule only previews; Kubernetes reports what it would affect in its status.
@@ -167,7 +170,7 @@ func (a *Activities) quarantine(ctx context.Context, in QuarantineInput) (Quaran
 	}
 	var res QuarantineResult
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		existing, err := a.ownRule(ctx, in.Device)
+		existing, err := v.ownRule(ctx, in.Device)
 		if err != nil {
 			return err
 		}
@@ -178,7 +181,7 @@ func (a *Activities) quarantine(ctx context.Context, in QuarantineInput) (Quaran
 			// Another workflow fences this device: its rule stands for both, and this one waits
 			// on it, never taking it over.
 			res = QuarantineResult{RuleName: name, Effect: string(existing.Spec.Taint.Effect), Owner: owner(existing)}
-			err := a.waitOn(ctx, existing, in.WorkflowID)
+			err := v.waitOn(ctx, existing, in.WorkflowID)
 			if err == nil {
 				a.count("waiting")
 			}
@@ -224,7 +227,8 @@ func withTaint(existing, want *resourcev1.DeviceTaintRule) *resourcev1.DeviceTai
 }
 
 // ownRule gets the device's rule and checks that it is the device's (not a hash collision).
-func (a *Activities) ownRule(ctx context.Context, id device.ID) (*resourcev1.DeviceTaintRule, error) {
+func (v ruleWriter) ownRule(ctx context.Context, id device.ID) (*resourcev1.DeviceTaintRule, error) {
+	a := v.a
 	name := id.TaintRuleName()
 	existing, err := a.Kube.ResourceV1().DeviceTaintRules().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -249,7 +253,7 @@ type InspectInput struct {
 // InspectRule reads the device's rule so the workflow can tell whether its fence still stands.
 func (a *Activities) InspectRule(ctx context.Context, in InspectInput) (decide.RuleInfo, error) {
 	if len(in.Members) > 0 {
-		return a.inspectUnit(ctx, in)
+		return (ruleWriter{a}).inspectUnit(ctx, in)
 	}
 	info := decide.RuleInfo{Name: in.Device.TaintRuleName(), WantEffect: string(a.effect(resourcev1.DeviceTaintEffect(in.Effect)))}
 	if in.Device.DevicePlugin() {
@@ -257,7 +261,7 @@ func (a *Activities) InspectRule(ctx context.Context, in InspectInput) (decide.R
 		info.Present, info.Key, info.Effect = true, decide.TaintQuarantine, info.WantEffect
 		return info, nil
 	}
-	r, err := a.ownRule(ctx, in.Device)
+	r, err := (ruleWriter{a}).ownRule(ctx, in.Device)
 	if apierrors.IsNotFound(err) {
 		return info, nil
 	}
@@ -294,16 +298,17 @@ type RefreshResult struct {
 // RefreshRule rewrites an existing rule's taint key, effect, reason and expiry. It never creates
 // one: a rule that is gone was removed by someone, which the workflow records instead.
 func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (RefreshResult, error) {
+	writer := ruleWriter{a}
 	if len(in.Members) > 0 {
-		return a.refreshUnit(ctx, in)
+		return writer.refreshUnit(ctx, in)
 	}
 	if in.Device.DevicePlugin() {
 		return RefreshResult{Effect: string(a.effect(in.Effect))}, nil
 	}
-	want := a.rule(in)
+	want := writer.rule(in)
 	var res RefreshResult
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		r, err := a.ownRule(ctx, in.Device)
+		r, err := writer.ownRule(ctx, in.Device)
 		if apierrors.IsNotFound(err) {
 			res.Missing = true
 			return nil
@@ -319,7 +324,7 @@ func (a *Activities) RefreshRule(ctx context.Context, in QuarantineInput) (Refre
 			// The owner's fence stands and only it changes the taint; this workflow waits on the
 			// rule, so the owner's release hands it over rather than deleting it.
 			res.Effect = string(r.Spec.Taint.Effect)
-			return a.waitOn(ctx, r, in.WorkflowID)
+			return writer.waitOn(ctx, r, in.WorkflowID)
 		}
 		res.Effect = string(want.Spec.Taint.Effect)
 		_, err = a.Kube.ResourceV1().DeviceTaintRules().Update(ctx, withTaint(r, want), metav1.UpdateOptions{FieldManager: kubeobj.FieldManager})
@@ -362,24 +367,24 @@ type ReleaseInput struct {
 // ReleaseRule deletes the device's rule (only if it is the device's own) and records the release.
 func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 	if len(in.Members) > 0 {
-		if err := a.releaseUnitRules(ctx, in.Device, in.Members, in.WorkflowID); err != nil {
+		if err := (ruleWriter{a}).releaseUnitRules(ctx, in.Device, in.Members, in.WorkflowID); err != nil {
 			return err
 		}
-	} else if err := a.deleteOwnRule(ctx, in.Device, in.WorkflowID); err != nil {
+	} else if err := (ruleWriter{a}).deleteOwnRule(ctx, in.Device, in.WorkflowID); err != nil {
 		return err
 	}
 	if in.NodeFence && in.Node != "" {
-		if err := a.unfenceNode(ctx, in.Node, in.WorkflowID); err != nil {
+		if err := (nodeSteps{a}).unfenceNode(ctx, in.Node, in.WorkflowID); err != nil {
 			return err
 		}
 		// A reset that moved its domain's holders fenced the domain's other devices.
-		if err := a.unfenceDomain(ctx, in.Node, in.WorkflowID); err != nil {
+		if err := (domains{a}).unfenceDomain(ctx, in.Node, in.WorkflowID); err != nil {
 			return err
 		}
-		a.freeDomainPermits(ctx, in.WorkflowID)
+		(domains{a}).freeDomainPermits(ctx, in.WorkflowID)
 		// A quarantine that ends while its node step moves holders gives the node's permit
 		// back too, or the pool is refused reboots until the hold ends.
-		a.releaseNode(in.Node, in.Device)
+		(permitBook{a}).releaseNode(in.Node, in.Device)
 	}
 	slog.Default().InfoContext(ctx, "device released", "device", in.Device.String(), "actor", in.Actor, "reason", in.Reason)
 	msg := fmt.Sprintf("device %s released by %s: %s", in.Device, in.Actor, in.Reason)
@@ -406,13 +411,14 @@ func (a *Activities) ReleaseRule(ctx context.Context, in ReleaseInput) error {
 // deleteOwnRule removes workflow wf's fence of the device: the device's rule, if it is the
 // device's and wf owns it, is deleted, or handed to the first workflow waiting on it; a rule
 // another workflow owns only loses wf from its waiting list.
-func (a *Activities) deleteOwnRule(ctx context.Context, id device.ID, wf string) error {
+func (v ruleWriter) deleteOwnRule(ctx context.Context, id device.ID, wf string) error {
+	a := v.a
 	if id.DevicePlugin() {
 		return nil
 	}
 	rules := a.Kube.ResourceV1().DeviceTaintRules()
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		r, err := a.ownRule(ctx, id)
+		r, err := v.ownRule(ctx, id)
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil
@@ -431,7 +437,7 @@ func (a *Activities) deleteOwnRule(ctx context.Context, id device.ID, wf string)
 			return nil
 		}
 		if next := handedOn(r, time.Now()); next != nil {
-			return a.handOver(ctx, r, next)
+			return v.handOver(ctx, r, next)
 		}
 		err = rules.Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion}})
 		if err != nil && !apierrors.IsNotFound(err) {

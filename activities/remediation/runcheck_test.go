@@ -126,7 +126,7 @@ func TestRunCheckPasses(t *testing.T) {
 func TestRunCheckPinsTheDevice(t *testing.T) {
 	_, a, kube := activityEnv(t, gpuSlice())
 	in := checkIn(decide.ActCanary)
-	sel, node, env, _, err := a.pinDevice(context.Background(), in)
+	sel, node, env, _, err := (checkPods{a}).pinDevice(context.Background(), in)
 	if err != nil || node != "node-1" || sel != `device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].index == 3` {
 		t.Fatalf("selector %q node %q err %v", sel, node, err)
 	}
@@ -136,7 +136,7 @@ func TestRunCheckPinsTheDevice(t *testing.T) {
 	if !reflect.DeepEqual(env, wantEnv) {
 		t.Fatalf("env %+v, want %+v", env, wantEnv)
 	}
-	if err := a.createCheck(context.Background(), in, "checks", "c", sel, node, env); err != nil {
+	if err := (checkPods{a}).createCheck(context.Background(), in, "checks", "c", sel, node, env); err != nil {
 		t.Fatal(err)
 	}
 	claim, _ := kube.ResourceV1().ResourceClaims("checks").Get(context.Background(), "c", metav1.GetOptions{})
@@ -274,7 +274,7 @@ func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
 	first := gpuSlice()
 	first.Spec.Pool.Generation = 0
 	_, a, _ := activityEnv(t, first)
-	sel, node, _, _, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
+	sel, node, _, _, err := (checkPods{a}).pinDevice(context.Background(), checkIn(decide.ActProbe))
 	if err != nil || node != "node-1" || !strings.HasSuffix(sel, "index == 3") {
 		t.Fatalf("generation 0: selector %q node %q err %v", sel, node, err)
 	}
@@ -289,7 +289,7 @@ func TestRunCheckPinsFromTheNewestGeneration(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		sel, _, _, _, err := a.pinDevice(context.Background(), checkIn(decide.ActProbe))
+		sel, _, _, _, err := (checkPods{a}).pinDevice(context.Background(), checkIn(decide.ActProbe))
 		if err != nil || !strings.HasSuffix(sel, "index == 7") {
 			t.Fatalf("old and new generation listed: selector %q err %v", sel, err)
 		}

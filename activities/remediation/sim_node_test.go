@@ -142,7 +142,7 @@ func (s *nodeSim) run(rt *rapid.T) {
 		case "other":
 			if !s.yStands {
 				s.leaveObject(rt, s.y, devY.WorkflowID(), 1, s.clock, false)
-				if _, err := s.a.fenceNode(s.ctx, NodeInput{Device: devY, Node: s.y, WorkflowID: devY.WorkflowID()}); err != nil {
+				if _, err := (nodeSteps{s.a}).fenceNode(s.ctx, NodeInput{Device: devY, Node: s.y, WorkflowID: devY.WorkflowID()}); err != nil {
 					rt.Fatal(err)
 				}
 				s.yStands = true

@@ -47,7 +47,8 @@ const unitParallel = 8
 // quarantineUnit fences every device of the unit, unitParallel rules at a time; it fails if any
 // rule could not be made, and a retry makes only what is missing. The result names the first
 // device's rule.
-func (a *Activities) quarantineUnit(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+func (v ruleWriter) quarantineUnit(ctx context.Context, in QuarantineInput) (QuarantineResult, error) {
+	a := v.a
 	ids := memberIDs(in.Device, in.Members)
 	results := make([]QuarantineResult, len(ids))
 	g, gctx := errgroup.WithContext(ctx)
@@ -89,7 +90,8 @@ func unitError(what string, id, unit device.ID, err error) error {
 // is the first rule that no longer fences (deleted by someone, edited), else the first one, and
 // Missing lists the devices with no rule, which the workflow fences again. With no rule at all,
 // the fence is gone.
-func (a *Activities) inspectUnit(ctx context.Context, in InspectInput) (decide.RuleInfo, error) {
+func (v ruleWriter) inspectUnit(ctx context.Context, in InspectInput) (decide.RuleInfo, error) {
+	a := v.a
 	var first, broken *decide.RuleInfo
 	var missing []string
 	for _, id := range memberIDs(in.Device, in.Members) {
@@ -121,7 +123,8 @@ func (a *Activities) inspectUnit(ctx context.Context, in InspectInput) (decide.R
 
 // refreshUnit rewrites every device's rule, and makes the rule of a device that has none while
 // others stand (it joined the unit after the fence). Only when no rule stands is the fence missing.
-func (a *Activities) refreshUnit(ctx context.Context, in QuarantineInput) (RefreshResult, error) {
+func (v ruleWriter) refreshUnit(ctx context.Context, in QuarantineInput) (RefreshResult, error) {
+	a := v.a
 	var res RefreshResult
 	var missing []device.ID
 	for _, id := range memberIDs(in.Device, in.Members) {
@@ -156,9 +159,10 @@ func unitLabel(unit string) string {
 // names the unit, such as the rule of a form a reconfiguration withdrew after a fence whose
 // result was lost. Each is deleted only if it is DeviceWarden's, names exactly this unit and is
 // owned by wf, the unit's workflow (deleteOwnRule).
-func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, members []string, wf string) error {
+func (v ruleWriter) releaseUnitRules(ctx context.Context, unit device.ID, members []string, wf string) error {
+	a := v.a
 	for _, id := range memberIDs(unit, members) {
-		if err := a.deleteOwnRule(ctx, id, wf); err != nil {
+		if err := v.deleteOwnRule(ctx, id, wf); err != nil {
 			return unitError("release", id, unit, err)
 		}
 	}
@@ -172,7 +176,7 @@ func (a *Activities) releaseUnitRules(ctx context.Context, unit device.ID, membe
 			continue
 		}
 		id := device.ID{Driver: unit.Driver, Pool: unit.Pool, Device: *r.Spec.DeviceSelector.Device}
-		if err := a.deleteOwnRule(ctx, id, wf); err != nil {
+		if err := v.deleteOwnRule(ctx, id, wf); err != nil {
 			return unitError("release", id, unit, err)
 		}
 	}
