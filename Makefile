@@ -31,7 +31,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit test-e2e tools helm check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm postgres check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -65,9 +65,10 @@ test-unit: build ## Unit, workflow (time-skipping) and replay tests with the rac
 	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
 	$(GO) test $(TEST_FLAGS) $(FULL_PKGS)
 
-# One cluster build for the control plane and Prometheus, so Prometheus compiles beside the rest.
-tools: build helm chromium ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, helm, Chromium
-	@$(BIN) cluster build --tools prometheus
+# One cluster build for the control plane, Prometheus and the stock Temporal server (the version
+# the binary embeds, so it compiles only its two commands), so they compile beside the rest.
+tools: build helm chromium postgres ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, the stock Temporal server, helm, Chromium, PostgreSQL
+	@$(BIN) cluster build --tools prometheus,temporal-server
 
 # How many e2e tests run at once: the harness runs the shared stack's cluster-wide tests one at a
 # time, the tests on stacks of their own beside them (they mostly wait on timers), then the
@@ -78,6 +79,11 @@ test-e2e: tools ## Integration tests on a real local cluster and the embedded Te
 	$(GO) test -tags e2e $(TEST_FLAGS) -timeout 5m -v ./activities/e2e/
 	@echo "==> integration tests on the real local stack (screenshots of the fleet page in .artefacts/)"
 	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e $(TEST_FLAGS) -timeout 30m -parallel $(E2E_PARALLEL) -v ./internal/e2e/
+
+postgres: ## Debian's PostgreSQL, for the e2e tests on the stock Temporal server (installed when root; the tests say why they skip otherwise)
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then echo "==> installing postgresql (Debian package)"; apt-get install -y -q postgresql >/dev/null; \
+		else echo "postgresql is not installed and this is not root: the PostgreSQL tests will be skipped"; fi; }
 
 chromium: ## Debian's Chromium, for the fleet page's browser test (installed when root; the test says why it skips otherwise)
 	@command -v chromium >/dev/null || { \

@@ -34,7 +34,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 			return builder(c).Build(c.Context(), tools...)
 		},
 	}
-	build.Flags().StringSliceVar(&tools, "tools", nil, "optional tools to build as well (prometheus: for the rollout's PromQL gate tests; helm: for the chart)")
+	build.Flags().StringSliceVar(&tools, "tools", nil, "optional tools to build as well (prometheus: for the rollout's PromQL gate tests; helm: for the chart; temporal-server: the stock Temporal server and its SQL tool, for the tests on PostgreSQL)")
 	build.Flags().BoolVar(&toolsOnly, "tools-only", false, "build only the --tools, not the control plane")
 	cmd.AddCommand(build, &cobra.Command{
 		Use:   "up",

@@ -38,6 +38,11 @@ const (
 	// grpc, otel and logr past them, and a cold build compiled 676 packages not already compiled
 	// for the project and the control plane instead of 390.
 	PrometheusVersion = "v0.314.0"
+	// TemporalServerVersion is the stock Temporal server, and its SQL schema tool, that the
+	// PostgreSQL stack runs: the version the project embeds, so at the project's floors it shares
+	// every compiled package of the embedded server. Optional: built by
+	// `cluster build --tools temporal-server`.
+	TemporalServerVersion = "v1.32.1"
 	// HelmVersion is the helm that lints the chart and renders it for the e2e tests. Optional:
 	// built by `cluster build --tools helm`.
 	HelmVersion = "v3.22.0"
@@ -163,6 +168,15 @@ func (b *Builder) components() []component {
 			// plugins the build compiles 1,043 packages instead of 1,517.
 			tags:   "remove_all_sd",
 			floors: true,
+		},
+		{
+			name: "temporal-server", version: TemporalServerVersion, optional: true,
+			goMod: func(context.Context) (string, error) {
+				return fmt.Sprintf("module devicewarden.local/temporalserverbuild\n\ngo 1.26\n\nrequire go.temporal.io/server %s\n", TemporalServerVersion), nil
+			},
+			packages: map[string]string{"temporal-server": "go.temporal.io/server/cmd/server", "temporal-sql-tool": "go.temporal.io/server/cmd/tools/sql"},
+			post:     b.copyTemporalSchema,
+			floors:   true,
 		},
 		{
 			name: "helm", version: HelmVersion, optional: true,

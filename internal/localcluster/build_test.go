@@ -3,6 +3,8 @@ package localcluster
 import (
 	"context"
 	"maps"
+	"os"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -106,7 +108,8 @@ func TestFloorsAreTheBinarysModules(t *testing.T) {
 }
 
 // The components checked to build at the project's versions take them; the temporal CLI keeps
-// its own Temporal modules (its server does not compile against the project's).
+// its own Temporal modules (its server does not compile against the project's). The stock
+// Temporal server is the one the project embeds.
 func TestWhichComponentsTakeFloors(t *testing.T) {
 	got := map[string]bool{}
 	for _, c := range (&Builder{}).components() {
@@ -115,8 +118,24 @@ func TestWhichComponentsTakeFloors(t *testing.T) {
 			t.Errorf("the temporal CLI takes the project's Temporal modules: %v", c.ownModules)
 		}
 	}
-	want := map[string]bool{"kubernetes": true, "kwok": true, "etcd": true, "prometheus": true, "helm": true, "temporal-cli": true}
+	want := map[string]bool{"kubernetes": true, "kwok": true, "etcd": true, "prometheus": true, "helm": true, "temporal-cli": true, "temporal-server": true}
 	if !maps.Equal(got, want) {
 		t.Errorf("floors taken: %v, want %v", got, want)
+	}
+}
+
+// The stock Temporal server the PostgreSQL stack runs is the version the project embeds (its
+// go.mod): at the project's floors it compiles nothing of the server again.
+func TestTheStockServerIsTheEmbeddedOne(t *testing.T) {
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*go\.temporal\.io/server (v\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod requires no go.temporal.io/server")
+	}
+	if string(m[1]) != TemporalServerVersion {
+		t.Fatalf("the stock server is %s, the project embeds %s", TemporalServerVersion, m[1])
 	}
 }
