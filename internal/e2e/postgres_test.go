@@ -29,11 +29,18 @@ import (
 // fleet's server has, so device workflows spread over them.
 const pgShards = 4
 
+// pgStack is a stack on the stock Temporal server on PostgreSQL, with what a test restarts.
+type pgStack struct {
+	*stack
+	server  *localcluster.PGTemporal
+	stopCtl func()
+}
+
 // startOnPostgres starts a stack whose Temporal is the stock server (the version the binary
 // embeds) on PostgreSQL from the distribution's packages, with SQL visibility and pgShards
 // history shards, and DeviceWarden's controller against it. It skips when PostgreSQL is not
 // installed (make test installs it when root, as it does Chromium).
-func startOnPostgres(t *testing.T, ctx context.Context) *stack {
+func startOnPostgres(t *testing.T, ctx context.Context) *pgStack {
 	t.Helper()
 	pg, err := localcluster.StartPostgres(ctx)
 	if errors.Is(err, localcluster.ErrNoPostgres) {
@@ -50,33 +57,40 @@ func startOnPostgres(t *testing.T, ctx context.Context) *stack {
 	}
 	t.Cleanup(stopCluster)
 	b := &localcluster.Builder{CacheDir: localcluster.DefaultCacheDir(), Out: os.Stderr}
-	addr, stopTemporal, err := b.TemporalOnPostgres(ctx, filepath.Join(dir, "temporal"), pg, pgShards, "default")
+	server, err := b.TemporalOnPostgres(ctx, filepath.Join(dir, "temporal"), pg, pgShards, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(stopTemporal)
-	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Address: addr, Namespace: "default"}, testLogger)
+	t.Cleanup(server.Stop)
+	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Address: server.Address, Namespace: "default"}, testLogger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Close)
-	s.temporal, s.frontend = tc.Client, addr
+	s.temporal, s.frontend = tc.Client, server.Address
+	ps := &pgStack{stack: s, server: server}
+	ps.startController(t)
+	t.Cleanup(func() { ps.stopCtl() })
+	return ps
+}
+
+// startController starts DeviceWarden's controller (watcher and worker) on the stack.
+func (ps *pgStack) startController(t *testing.T) {
+	t.Helper()
 	pols, err := testPolicies()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, stopCtl := s.controller(app.ControllerOptions{Workers: 4, Policies: pols,
+	ps.metrics, ps.stopCtl = ps.controller(app.ControllerOptions{Workers: 4, Policies: pols,
 		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000, MaxResetFailures: 1000}})
-	s.metrics = m
-	t.Cleanup(stopCtl)
-	return s
 }
 
-// The quarantine and the repair ladder on the Temporal a fleet runs: the stock server on
-// PostgreSQL with 4 history shards and SQL visibility. A GPU whose Pod reports a transient fault
-// is quarantined; once its Pod is gone the ladder resets it, probes, canaries and releases it.
-// DeviceWarden's search attributes are registered in SQL visibility, and the device's workflow is
-// listed by them, as `device list` and the fleet page ask.
+// The quarantine, a restart and the repair ladder on the Temporal a fleet runs: the stock server
+// on PostgreSQL with 4 history shards and SQL visibility. A GPU whose Pod reports a transient
+// fault is quarantined. DeviceWarden and the Temporal server then both stop; the Pod goes while
+// they are down; both start again, the server on what PostgreSQL kept, and the ladder resets the
+// GPU, probes, canaries and releases it. DeviceWarden's search attributes are registered in SQL
+// visibility, and the device's workflow is listed by them, as `device list` and the fleet page ask.
 func TestTheLadderOnPostgres(t *testing.T) {
 	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -101,12 +115,20 @@ func TestTheLadderOnPostgres(t *testing.T) {
 	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, ctx, s, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	waitState(t, ctx, s.stack, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	quarantined := time.Since(start)
+	s.stopCtl()
+	s.server.Stop()
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, "failing", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	st := waitState(t, ctx, s, bad, 3*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
+	down := time.Now()
+	if err := s.server.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.startController(t)
+	t.Logf("the Temporal server and DeviceWarden down and back in %s", time.Since(down).Round(time.Millisecond))
+	st := waitState(t, ctx, s.stack, bad, 3*time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Released })
 	q := st.Closed[len(st.Closed)-1]
 	if q.Ladder == nil || len(q.Ladder.Tries) != 1 || !q.Ladder.Tries[0].Result.Passed || q.Ladder.Tries[0].Review != "passed: released" {
 		t.Fatalf("ladder %+v", q.Ladder)

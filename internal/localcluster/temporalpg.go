@@ -55,15 +55,26 @@ func (b *Builder) copyTemporalSchema(ctx context.Context, dir string) error {
 	})
 }
 
+// PGTemporal is the stock Temporal server on PostgreSQL, run by TemporalOnPostgres.
+type PGTemporal struct {
+	// Address is the frontend's.
+	Address   string
+	bin, cfg  string
+	namespace string
+	logPath   string
+	cmd       *exec.Cmd
+	log       *os.File
+}
+
 // TemporalOnPostgres runs the stock Temporal server with shards history shards on pg, in dir, and
-// registers namespace. It returns the frontend's address once the namespace is served, and how to
-// stop the server; its log is dir/temporal-server.log.
-func (b *Builder) TemporalOnPostgres(ctx context.Context, dir string, pg *Postgres, shards int, namespace string) (string, func(), error) {
+// registers namespace. It returns once the namespace is served; the server's log is
+// dir/temporal-server.log.
+func (b *Builder) TemporalOnPostgres(ctx context.Context, dir string, pg *Postgres, shards int, namespace string) (*PGTemporal, error) {
 	if err := b.BuildTools(ctx, "temporal-server"); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	for _, db := range []struct{ name, schema string }{{"temporal", "temporal"}, {"temporal_visibility", "visibility"}} {
 		base := []string{"--plugin", "postgres12", "--ep", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-u", "postgres", "--db", db.name}
@@ -71,7 +82,7 @@ func (b *Builder) TemporalOnPostgres(ctx context.Context, dir string, pg *Postgr
 			{"update-schema", "-d", filepath.Join(b.schemaDir(), db.schema, "versioned")}} {
 			cmd := exec.CommandContext(ctx, b.Binary("temporal-sql-tool"), append(base, step...)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
-				return "", nil, fmt.Errorf("temporal-sql-tool %s on %s: %w: %s", step[0], db.name, err, lastLines(string(out), 20))
+				return nil, fmt.Errorf("temporal-sql-tool %s on %s: %w: %s", step[0], db.name, err, lastLines(string(out), 20))
 			}
 		}
 	}
@@ -79,7 +90,7 @@ func (b *Builder) TemporalOnPostgres(ctx context.Context, dir string, pg *Postgr
 	for i := range port {
 		p, err := ports.Pick("127.0.0.1")
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		port[i] = p
 	}
@@ -94,7 +105,7 @@ matching.numTaskqueueReadPartitions:
 matching.numTaskqueueWritePartitions:
   - value: 1
 `), 0o644); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	store := func(db string, conns int) string {
 		return fmt.Sprintf(`      sql:
@@ -151,29 +162,45 @@ dynamicConfigClient:
 `, shards, store("temporal", 20), store("temporal_visibility", 4), port[0], port[1], port[2], port[3], port[4], port[5], port[6], port[7], port[8], frontend, dyn)
 	cfgFile := filepath.Join(dir, "temporal-server.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "temporal-server.log"))
+	t := &PGTemporal{Address: frontend, bin: b.Binary("temporal-server"), cfg: cfgFile, namespace: namespace, logPath: filepath.Join(dir, "temporal-server.log")}
+	if err := t.Start(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Start starts the server (again, after Stop: its state is in PostgreSQL) and waits until its
+// namespace is served.
+func (t *PGTemporal) Start(ctx context.Context) error {
+	logf, err := os.OpenFile(t.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return "", nil, err
+		return err
 	}
-	cmd := exec.Command(b.Binary("temporal-server"), "--config-file", cfgFile, "--allow-no-auth", "start")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	t.cmd, t.log = exec.Command(t.bin, "--config-file", t.cfg, "--allow-no-auth", "start"), logf
+	t.cmd.Stdout, t.cmd.Stderr = logf, logf
+	if err := t.cmd.Start(); err != nil {
 		logf.Close()
-		return "", nil, err
+		return err
 	}
-	stop := func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
+	if err := registerNamespace(ctx, t.Address, t.namespace); err != nil {
+		t.Stop()
+		data, _ := os.ReadFile(t.logPath)
+		return fmt.Errorf("the Temporal server on PostgreSQL: %w: %s", err, lastLines(string(data), 30))
 	}
-	if err := registerNamespace(ctx, frontend, namespace); err != nil {
-		stop()
-		data, _ := os.ReadFile(logf.Name())
-		return "", nil, fmt.Errorf("the Temporal server on PostgreSQL: %w: %s", err, lastLines(string(data), 30))
+	return nil
+}
+
+// Stop kills the server.
+func (t *PGTemporal) Stop() {
+	if t.cmd == nil {
+		return
 	}
-	return frontend, stop, nil
+	_ = t.cmd.Process.Kill()
+	_ = t.cmd.Wait()
+	t.log.Close()
+	t.cmd = nil
 }
 
 // registerNamespace registers namespace on the server at address, once it answers, and waits
