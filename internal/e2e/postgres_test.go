@@ -6,8 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +24,7 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
+	"github.com/devicewarden/devicewarden/internal/console"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
@@ -85,9 +91,9 @@ func (ps *pgStack) startController(t *testing.T) {
 		Breaker: breaker.Config{Window: 10 * time.Minute, MaxCount: 1000, MaxResets: 1000, MaxResetFailures: 1000}})
 }
 
-// The quarantine, a restart and the repair ladder on the Temporal a fleet runs: the stock server
+// The quarantine, the fleet page, a restart and the repair ladder on the Temporal a fleet runs: the stock server
 // on PostgreSQL with 4 history shards and SQL visibility. A GPU whose Pod reports a transient
-// fault is quarantined. DeviceWarden and the Temporal server then both stop; the Pod goes while
+// fault is quarantined, and the fleet page lists it. DeviceWarden and the Temporal server then both stop; the Pod goes while
 // they are down; both start again, the server on what PostgreSQL kept, and the ladder resets the
 // GPU, probes, canaries and releases it. DeviceWarden's search attributes are registered in SQL
 // visibility, and the device's workflow is listed by them, as `device list` and the fleet page ask.
@@ -117,6 +123,7 @@ func TestTheLadderOnPostgres(t *testing.T) {
 	}
 	waitState(t, ctx, s.stack, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
 	quarantined := time.Since(start)
+	fleetPageLists(t, ctx, s.stack, bad)
 	s.stopCtl()
 	s.server.Stop()
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, "failing", metav1.DeleteOptions{}); err != nil {
@@ -150,4 +157,54 @@ func TestTheLadderOnPostgres(t *testing.T) {
 	})
 	t.Logf("on PostgreSQL (%d shards): quarantined %s after the stack began, released %s after the quarantine",
 		pgShards, quarantined.Round(time.Millisecond), q.ClosedAt.Sub(q.CreatedAt).Round(time.Millisecond))
+}
+
+var htmlTags = regexp.MustCompile(`(?s)<script.*?</script>|<style.*?</style>|<[^>]+>`)
+
+// fleetPageLists serves the fleet page on the stack's Temporal and waits until it lists the device
+// (its visibility queries answered by the stack's visibility store), and its device page shows it.
+func fleetPageLists(t *testing.T, ctx context.Context, s *stack, id device.ID) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cluster := &console.KubeCluster{Kube: s.kube}
+	fleet := &console.TemporalFleet{Client: s.temporal, Namespace: "default"}
+	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second}, Flows: fleet,
+		Events: cluster.Events, PageRefresh: time.Second}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		if err := srv.Serve(sctx, addr); err != nil {
+			t.Errorf("console: %v", err)
+		}
+	}()
+	get := func(path string) (string, error) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		return string(b), err
+	}
+	eventually(t, 30*time.Second, "the fleet page lists "+id.String(), func() error {
+		page, err := get("/")
+		if err != nil {
+			return err
+		}
+		// The page counts the node's devices by the state their workflows' search attributes
+		// hold: the quarantined GPU's from visibility, the others healthy with no workflow.
+		text := strings.Join(strings.Fields(htmlTags.ReplaceAllString(page, " ")), " ")
+		if !strings.Contains(page, id.String()) || !strings.Contains(text, "Healthy 3") || !strings.Contains(text, "Quarantined 1") {
+			return fmt.Errorf("not listed: %.300s", text)
+		}
+		return nil
+	})
 }
