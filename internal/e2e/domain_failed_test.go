@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/decide"
@@ -37,19 +35,8 @@ func TestAFailedResetQuarantinesItsDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, ns := nodes[0], "dom-fail"
-	runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "failing", Node: node, Index: ptr.To(0), Template: true, DeviceClass: domainClass})
-	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultPermanent); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
-	if err := kube.CoreV1().Pods(ns).Delete(ctx, "failing", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	node := nodes[0]
+	bad := faultGPU0(t, ctx, "dom-fail", node, sim.FaultPermanent)
 	st := waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool {
 		return st.Quarantine != nil && st.Quarantine.Ladder != nil && len(st.Quarantine.Ladder.Tries) > 0 && st.Quarantine.Ladder.Tries[0].Result != nil
 	})

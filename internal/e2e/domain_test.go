@@ -35,19 +35,27 @@ func resetBesideTenant(t *testing.T, ctx context.Context, prefix string, create 
 	}
 	node := nodes[0]
 	runningPod(t, ctx, kube, sim.Workload{Namespace: prefix, Name: "tenant", Node: node, Index: ptr.To(3), Template: true, DeviceClass: domainClass})
-	runningPod(t, ctx, kube, sim.Workload{Namespace: prefix, Name: "failing", Node: node, Index: ptr.To(0), Template: true, DeviceClass: domainClass})
+	return faultGPU0(t, ctx, prefix, node, sim.FaultTransient), prefix
+}
+
+// faultGPU0 runs a Pod on GPU 0 of node, gives the GPU an XID 48 fault of kind (a reset-first
+// cause), waits for its quarantine and lets its Pod go: the ladder's reset is due.
+func faultGPU0(t *testing.T, ctx context.Context, ns, node, kind string) device.ID {
+	t.Helper()
+	kube := shared.kube
+	runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "failing", Node: node, Index: ptr.To(0), Template: true, DeviceClass: domainClass})
 	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
+	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", kind); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, ctx, shared, bad, 30*time.Second, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
-	if err := kube.CoreV1().Pods(prefix).Delete(ctx, "failing", metav1.DeleteOptions{}); err != nil {
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, "failing", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return bad, prefix
+	return bad
 }
 
 // tenantRuns fails the test unless the tenant's Pod still runs.

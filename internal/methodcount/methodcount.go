@@ -1,13 +1,16 @@
 // Package methodcount counts the methods declared on each type of a package's non-test files:
-// the packages whose types grew large hold each type to a bound with it.
+// the packages whose types grew large hold each type to a bound with it, in a test.
 package methodcount
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strings"
+	"testing"
 )
 
 // Of returns, for the Go package in dir, how many methods each type declares (its test files
@@ -41,4 +44,38 @@ func Of(dir string) (map[string]int, error) {
 		}
 	}
 	return methods, nil
+}
+
+// Over says what is wrong with the package in dir: each type with more than max methods, or
+// none of the types named in known counted (the count read nothing).
+func Over(dir string, max int, known ...string) ([]string, error) {
+	methods, err := Of(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, k := range known {
+		if methods[k] == 0 {
+			out = append(out, fmt.Sprintf("read no method of %s", k))
+		}
+	}
+	for typ, n := range methods {
+		if n > max {
+			out = append(out, fmt.Sprintf("%s has %d methods, more than %d: split it by concept", typ, n, max))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Bound fails t with what Over finds.
+func Bound(t testing.TB, dir string, max int, known ...string) {
+	t.Helper()
+	wrong, err := Over(dir, max, known...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wrong {
+		t.Error(w)
+	}
 }

@@ -3,6 +3,7 @@ package methodcount
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -23,6 +24,13 @@ func TestOf(t *testing.T) {
 	m, err := Of(dir)
 	if err != nil || m["A"] != 3 || m["B"] != 1 || len(m) != 2 {
 		t.Fatalf("%v %v", m, err)
+	}
+	wrong, err := Over(dir, 2, "A", "C")
+	if err != nil || !slices.Equal(wrong, []string{"A has 3 methods, more than 2: split it by concept", "read no method of C"}) {
+		t.Fatalf("over: %q %v", wrong, err)
+	}
+	if wrong, _ := Over(dir, 3, "A", "B"); len(wrong) != 0 {
+		t.Fatalf("within the bound: %q", wrong)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "c.go"), []byte("package p\nfunc ("), 0o644); err != nil {
 		t.Fatal(err)

@@ -12,16 +12,5 @@ const maxMethods = 25
 
 // TestNoTypeHasMoreThanItsShare counts the methods declared on each type of the package.
 func TestNoTypeHasMoreThanItsShare(t *testing.T) {
-	methods, err := methodcount.Of(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if methods["Watcher"] == 0 || methods["store"] == 0 {
-		t.Fatalf("read no method of Watcher or store: %v", methods)
-	}
-	for typ, n := range methods {
-		if n > maxMethods {
-			t.Errorf("%s has %d methods, more than %d: split it by concept", typ, n, maxMethods)
-		}
-	}
+	methodcount.Bound(t, ".", maxMethods, "Watcher", "store")
 }
