@@ -296,8 +296,8 @@ func TestChartRightsRunTheQuarantine(t *testing.T) {
 		{sim.RebootGroup, sim.RebootResource, "delete", true, ""}, {sim.RebootGroup, sim.RebootResource, "update", false, ""},
 		{"self-node-remediation.medik8s.io", "selfnoderemediations", "create", false, ""},
 		// Detectors' reports: read, their status written, deleted past the retention; never
-		// created or edited.
-		{healthreport.Group, healthreport.Resource, "watch", true, ""}, {healthreport.Group, healthreport.Resource, "create", false, ""},
+		// edited. Created: DeviceWarden's own, for the devices a failed reset of their domain reached.
+		{healthreport.Group, healthreport.Resource, "watch", true, ""}, {healthreport.Group, healthreport.Resource, "create", true, ""},
 		{healthreport.Group, healthreport.Resource, "update", false, ""}, {healthreport.Group, healthreport.Resource, "update", true, "status"},
 		{healthreport.Group, healthreport.Resource, "delete", true, ""},
 	} {
