@@ -2,8 +2,6 @@ package remediation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -119,8 +117,7 @@ func (v domains) unfenceDomain(ctx context.Context, node, workflowID string) err
 
 // domainFenceName is the name of the domain fence of one device.
 func domainFenceName(id device.ID) string {
-	sum := sha256.Sum256([]byte(id.String()))
-	return "devicewarden-domain-" + hex.EncodeToString(sum[:])[:16]
+	return "devicewarden-domain-" + nameHash(id.String())
 }
 
 // claimHolders are the Pods ("namespace/name") whose claims are allocated one of the devices,

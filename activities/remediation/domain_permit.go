@@ -2,8 +2,6 @@ package remediation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"time"
@@ -72,8 +70,7 @@ func domainKey(published []resourcev1.ResourceSlice, id device.ID, domain string
 
 func (v domains) permitOf(key string) domainPermit {
 	a := v.a
-	sum := sha256.Sum256([]byte(key))
-	return domainPermit{name: "devicewarden-reset-" + hex.EncodeToString(sum[:])[:16], ns: kubeobj.Own(a.OwnNamespace), key: key}
+	return domainPermit{name: "devicewarden-reset-" + nameHash(key), ns: kubeobj.Own(a.OwnNamespace), key: key}
 }
 
 // takeDomain takes the domain's reset permit for in's try, or joins the reset that holds it.

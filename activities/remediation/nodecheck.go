@@ -2,8 +2,6 @@ package remediation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -49,8 +47,7 @@ const ActNodeCheck decide.ActionKind = "nodecheck"
 
 // nodeCheckName names one try's node check: its Pod and its claim.
 func nodeCheckName(in NodeInput) string {
-	sum := sha256.Sum256([]byte(in.WorkflowID + "/" + strconv.Itoa(in.Try) + "/" + in.TryAt.UTC().Format(time.RFC3339Nano)))
-	return "devicewarden-nodecheck-" + hex.EncodeToString(sum[:])[:16]
+	return "devicewarden-nodecheck-" + nameHash(in.WorkflowID+"/"+strconv.Itoa(in.Try)+"/"+in.TryAt.UTC().Format(time.RFC3339Nano))
 }
 
 // afterBoot ends a node step whose node booted again (res passed): with the step's node check,
