@@ -86,21 +86,30 @@ var kwokStages = []string{
 
 func (b *Builder) stageDir() string { return filepath.Join(b.BinDir(), "kwok-stages") }
 
-// copyKwokStages copies the stage files out of the kwok module into the cache.
-func (b *Builder) copyKwokStages(ctx context.Context, dir string) error {
-	out, err := b.goCmd(ctx, dir, "list", "-m", "-json", "sigs.k8s.io/kwok").Output()
+// moduleDir is where the helper module in dir has module's files (the module cache).
+func (b *Builder) moduleDir(ctx context.Context, dir, module string) (string, error) {
+	out, err := b.goCmd(ctx, dir, "list", "-m", "-json", module).Output()
 	if err != nil {
-		return fmt.Errorf("locate kwok module: %w", err)
+		return "", fmt.Errorf("locate module %s: %w", module, err)
 	}
 	var info struct{ Dir string }
 	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
-		return fmt.Errorf("locate kwok module: %v", err)
+		return "", fmt.Errorf("locate module %s: %v", module, err)
+	}
+	return info.Dir, nil
+}
+
+// copyKwokStages copies the stage files out of the kwok module into the cache.
+func (b *Builder) copyKwokStages(ctx context.Context, dir string) error {
+	kwok, err := b.moduleDir(ctx, dir, "sigs.k8s.io/kwok")
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(b.stageDir(), 0o755); err != nil {
 		return err
 	}
 	for _, s := range kwokStages {
-		data, err := os.ReadFile(filepath.Join(info.Dir, s))
+		data, err := os.ReadFile(filepath.Join(kwok, s))
 		if err != nil {
 			return fmt.Errorf("read kwok stage: %w", err)
 		}

@@ -2,7 +2,6 @@ package localcluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,15 +29,11 @@ func (b *Builder) schemaDir() string { return filepath.Join(b.BinDir(), "tempora
 
 // copyTemporalSchema copies the server module's versioned PostgreSQL schemas into the cache.
 func (b *Builder) copyTemporalSchema(ctx context.Context, dir string) error {
-	out, err := b.goCmd(ctx, dir, "list", "-m", "-json", "go.temporal.io/server").Output()
+	server, err := b.moduleDir(ctx, dir, "go.temporal.io/server")
 	if err != nil {
-		return fmt.Errorf("locate the Temporal server module: %w", err)
+		return err
 	}
-	var info struct{ Dir string }
-	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
-		return fmt.Errorf("locate the Temporal server module: %v", err)
-	}
-	from := filepath.Join(info.Dir, "schema", "postgresql", "v12")
+	from := filepath.Join(server, "schema", "postgresql", "v12")
 	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
