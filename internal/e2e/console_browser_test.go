@@ -67,32 +67,7 @@ func TestFleetPageInABrowser(t *testing.T) {
 	bad := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-1"}
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "console", Name: "infer", Node: nodes[0], Index: ptr.To(1)})
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cluster := &console.KubeCluster{Kube: kube}
-	fleet := &console.TemporalFleet{Client: shared.temporal, Namespace: "default"}
-	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second}, Flows: fleet,
-		Events: cluster.Events, PageRefresh: time.Second}
-	sctx, stopServer := context.WithCancel(ctx)
-	defer stopServer()
-	go func() {
-		if err := srv.Serve(sctx, addr); err != nil {
-			t.Errorf("console: %v", err)
-		}
-	}()
-	base := "http://" + addr
-	eventually(t, 10*time.Second, "the console answers", func() error {
-		resp, err := http.Get(base + "/")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
+	base, fleet := serveConsole(t, ctx, shared)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
@@ -258,4 +233,37 @@ func links(t *testing.T, ctx context.Context) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// serveConsole serves the fleet page on the stack's cluster and Temporal until the test ends, and
+// returns its base URL once it answers, and its Temporal reader (which counts its calls).
+func serveConsole(t *testing.T, ctx context.Context, s *stack) (string, *console.TemporalFleet) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cluster := &console.KubeCluster{Kube: s.kube}
+	fleet := &console.TemporalFleet{Client: s.temporal, Namespace: "default"}
+	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second}, Flows: fleet,
+		Events: cluster.Events, PageRefresh: time.Second}
+	sctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() {
+		if err := srv.Serve(sctx, addr); err != nil {
+			t.Errorf("console: %v", err)
+		}
+	}()
+	base := "http://" + addr
+	eventually(t, 10*time.Second, "the console answers", func() error {
+		resp, err := http.Get(base + "/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	return base, fleet
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
-	"github.com/devicewarden/devicewarden/internal/console"
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/localcluster"
@@ -162,28 +160,12 @@ func TestTheLadderOnPostgres(t *testing.T) {
 var htmlTags = regexp.MustCompile(`(?s)<script.*?</script>|<style.*?</style>|<[^>]+>`)
 
 // fleetPageLists serves the fleet page on the stack's Temporal and waits until it lists the device
-// (its visibility queries answered by the stack's visibility store), and its device page shows it.
+// (its visibility queries answered by the stack's visibility store).
 func fleetPageLists(t *testing.T, ctx context.Context, s *stack, id device.ID) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cluster := &console.KubeCluster{Kube: s.kube}
-	fleet := &console.TemporalFleet{Client: s.temporal, Namespace: "default"}
-	srv := &console.Server{Cache: &console.Cache{Fleet: fleet, Cluster: cluster, History: fleet, Refresh: time.Second}, Flows: fleet,
-		Events: cluster.Events, PageRefresh: time.Second}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		if err := srv.Serve(sctx, addr); err != nil {
-			t.Errorf("console: %v", err)
-		}
-	}()
+	base, _ := serveConsole(t, ctx, s)
 	get := func(path string) (string, error) {
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := http.Get(base + path)
 		if err != nil {
 			return "", err
 		}
