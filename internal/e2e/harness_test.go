@@ -297,6 +297,7 @@ func runMain(m *testing.M) int {
 	stop := func() { stopCtl(); stopProm(); stopInfra() }
 	shared = s
 	code := m.Run()
+	ran.print(os.Stdout, 12)
 	if code != 0 {
 		dumpLogs(dir)
 	}

@@ -38,7 +38,8 @@ func startPrometheus(t *testing.T, ctx context.Context, target string) string {
 // simulated service. The first phase passes with no errors; during the second the service fails
 // 30% of its requests, the query crosses its 5% threshold and the phase is rolled back.
 func TestRolloutPromQLGateFailsThePhase(t *testing.T) {
-	inTurn(t)
+	// Its pools, namespaces, classes and rollouts are its own.
+	besideOthers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // includes a first Prometheus build
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal

@@ -82,7 +82,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 // Temporal CLI lists; no rollout runs before its window, and at the window (a few seconds away)
 // the rollout starts and enables its phase.
 func TestRolloutScheduleOpensAWindow(t *testing.T) {
-	inTurn(t)
+	besideOthers(t) // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal

@@ -116,7 +116,7 @@ func wantOwner(t *testing.T, ctx context.Context, kube kubernetes.Interface, nod
 // canary waits for a person (approved by a Slack button press, after a pause and resume from our
 // CLI and a wrong approval refused through the stock Temporal CLI), and the rollout completes with both pools on DRA and listed by its search attributes.
 func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
-	inTurn(t)
+	besideOthers(t) // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal
@@ -212,7 +212,7 @@ func TestRolloutTwoPhasesAdvanceThroughGates(t *testing.T) {
 // the node goes back to the plugin, and the report and Events stay. Resume lifts the block and
 // enables the phase again; a rollback command undoes it.
 func TestRolloutSlowPublisherRollsBack(t *testing.T) {
-	inTurn(t)
+	besideOthers(t) // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal
@@ -312,7 +312,7 @@ func TestRolloutSlowPublisherRollsBack(t *testing.T) {
 // owns. The phase is blocked at preflight, naming the node, and nothing is switched; once fixed,
 // resume (from the stock Temporal CLI) lets it through.
 func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
-	inTurn(t)
+	besideOthers(t) // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal
@@ -359,7 +359,7 @@ func TestRolloutDoubleOwnedNodeBlocksPreflight(t *testing.T) {
 // TestRolloutDriftRollsBack: the DRA driver publishes one device fewer than the node had under the
 // plugin; the drift gate catches it and the phase is rolled back.
 func TestRolloutDriftRollsBack(t *testing.T) {
-	inTurn(t)
+	besideOthers(t) // its pools, namespaces, classes and rollouts are its own
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube, tc := shared.kube, shared.temporal

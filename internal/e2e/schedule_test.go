@@ -89,6 +89,7 @@ func inTurn(t *testing.T) {
 	for s.turn != ticket {
 		s.turned.Wait()
 	}
+	t.Cleanup(ran.begin(t.Name(), "in turn"))
 }
 
 // onOwnStack runs t beside the others as soon as a slot is free.
@@ -106,6 +107,11 @@ func (s *scheduler) take(t *testing.T, beside bool) {
 	s.admit()
 	s.mu.Unlock()
 	<-w.ready
+	kind := "own stack"
+	if beside {
+		kind = "beside others"
+	}
+	t.Cleanup(ran.begin(t.Name(), kind))
 	t.Cleanup(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()

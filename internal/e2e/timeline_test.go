@@ -1,0 +1,72 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+)
+
+// timeline records when each test held a slot, so the run's end can say what its wall time went
+// to: the in-turn line, the stacks of their own, the tests beside others.
+type timeline struct {
+	mu    sync.Mutex
+	start time.Time
+	spans []span
+}
+
+type span struct {
+	name, kind string
+	from, to   time.Duration
+}
+
+var ran = &timeline{start: time.Now()}
+
+// begin notes that the named test got its slot; the returned func notes its end.
+func (tl *timeline) begin(name, kind string) func() {
+	from := time.Since(tl.start)
+	return func() {
+		to := time.Since(tl.start)
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		tl.spans = append(tl.spans, span{name: name, kind: kind, from: from, to: to})
+	}
+}
+
+// print writes each kind's first start, last end and summed slot time, then the longest tests.
+func (tl *timeline) print(w io.Writer, longest int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	kinds := map[string]*span{}
+	sums := map[string]time.Duration{}
+	counts := map[string]int{}
+	for _, s := range tl.spans {
+		k, ok := kinds[s.kind]
+		if !ok {
+			k = &span{kind: s.kind, from: s.from, to: s.to}
+			kinds[s.kind] = k
+		}
+		k.from, k.to = min(k.from, s.from), max(k.to, s.to)
+		sums[s.kind] += s.to - s.from
+		counts[s.kind]++
+	}
+	fmt.Fprintf(w, "e2e timeline (seconds since the harness began):\n")
+	for _, kind := range slices.Sorted(func(yield func(string) bool) {
+		for k := range kinds {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		k := kinds[kind]
+		fmt.Fprintf(w, "  %-13s %2d tests, from %4.0f to %4.0f, %5.0f s in slots\n", kind, counts[kind], k.from.Seconds(), k.to.Seconds(), sums[kind].Seconds())
+	}
+	byLength := slices.Clone(tl.spans)
+	slices.SortFunc(byLength, func(a, b span) int { return int((b.to - b.from) - (a.to - a.from)) })
+	for _, s := range byLength[:min(longest, len(byLength))] {
+		fmt.Fprintf(w, "  %5.0f s  %-13s %4.0f-%4.0f  %s\n", (s.to - s.from).Seconds(), s.kind, s.from.Seconds(), s.to.Seconds(), s.name)
+	}
+}
