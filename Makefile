@@ -83,7 +83,7 @@ E2E_PARALLEL ?= 4
 test-e2e: tools ## Integration tests on a real local cluster and the embedded Temporal server
 	@echo "==> integration tests on the real local stack (screenshots of the fleet page in .artefacts/);"
 	@echo "    beside them the activities' tests on a real local cluster of their own"
-	@set -o pipefail; side=$$(mktemp -d); \
+	@side=$$(mktemp -d); \
 	( $(GO) test -tags e2e $(TEST_FLAGS) -timeout 5m -v ./activities/e2e/ >$$side/activities.log 2>&1; echo $$? >$$side/activities.rc ) & \
 	echo "go test -tags e2e $(TEST_FLAGS) -timeout 30m -parallel $(E2E_PARALLEL) -v ./internal/e2e/"; \
 	DEVICEWARDEN_HELM=$(HELM) DEVICEWARDEN_ARTEFACTS=$(CURDIR)/.artefacts $(GO) test -tags e2e $(TEST_FLAGS) -timeout 30m -parallel $(E2E_PARALLEL) -v ./internal/e2e/; rc=$$?; \

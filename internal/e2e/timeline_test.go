@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -40,29 +41,25 @@ func (tl *timeline) begin(name, kind string) func() {
 func (tl *timeline) print(w io.Writer, longest int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	kinds := map[string]*span{}
-	sums := map[string]time.Duration{}
-	counts := map[string]int{}
+	type total struct {
+		from, to, slots time.Duration
+		tests           int
+	}
+	kinds := map[string]*total{}
 	for _, s := range tl.spans {
 		k, ok := kinds[s.kind]
 		if !ok {
-			k = &span{kind: s.kind, from: s.from, to: s.to}
+			k = &total{from: s.from, to: s.to}
 			kinds[s.kind] = k
 		}
 		k.from, k.to = min(k.from, s.from), max(k.to, s.to)
-		sums[s.kind] += s.to - s.from
-		counts[s.kind]++
+		k.slots += s.to - s.from
+		k.tests++
 	}
 	fmt.Fprintf(w, "e2e timeline (seconds since the harness began):\n")
-	for _, kind := range slices.Sorted(func(yield func(string) bool) {
-		for k := range kinds {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, kind := range slices.Sorted(maps.Keys(kinds)) {
 		k := kinds[kind]
-		fmt.Fprintf(w, "  %-13s %2d tests, from %4.0f to %4.0f, %5.0f s in slots\n", kind, counts[kind], k.from.Seconds(), k.to.Seconds(), sums[kind].Seconds())
+		fmt.Fprintf(w, "  %-13s %2d tests, from %4.0f to %4.0f, %5.0f s in slots\n", kind, k.tests, k.from.Seconds(), k.to.Seconds(), k.slots.Seconds())
 	}
 	byLength := slices.Clone(tl.spans)
 	slices.SortFunc(byLength, func(a, b span) int { return int((b.to - b.from) - (a.to - a.from)) })
