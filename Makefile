@@ -9,7 +9,7 @@ BIN_LEAN := bin/devicewarden-lean
 BUILD_PROGRESS = awk '/^\#|: /{print; next} {n++} n%250==0 && n>0 {print "    ... " n " packages compiled"; fflush()}'
 LDFLAGS_VERSION = -X github.com/devicewarden/devicewarden/internal/buildinfo.Version=$(VERSION)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-# Everything is compiled as `make build` links (CGO_ENABLED=0: static), so vet, staticcheck, both
+# Everything is compiled as `make build` links (CGO_ENABLED=0: static), so staticlint, both
 # binaries and the e2e tests share one build cache; only the race detector needs cgo.
 export CGO_ENABLED := 0
 # Unit tests run with the race detector over the lean build's graph (build tag lean), so the Temporal
@@ -17,21 +17,25 @@ export CGO_ENABLED := 0
 # without it. The e2e package is behind the e2e build tag and runs separately against the real stack.
 # Test binaries link without DWARF (-w): a failure's stack, a panic and the race detector's
 # reports read the symbol table, which stays; a race-built test binary links in a fifth less
-# time (BENCHMARKS.md). -vet=off: go test's own vet pass is a subset of `make vet`, which
+# time (BENCHMARKS.md). -vet=off: go test's own vet pass is a subset of `make lint`, which
 # the check runs over the same packages and tags before the tests.
 TEST_FLAGS = -count=1 -vet=off -ldflags=-w
 FULL_PKGS = ./internal/temporalserver/ ./internal/app/ ./internal/cli/ ./internal/buildinfo/
 RACE_PKGS = $$($(GO) list ./... | grep -v /internal/temporalserver)
 # Checkers built from the Go module proxy into the cache, like the control plane.
 TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/tools
-STATICCHECK = $(TOOLS_DIR)/staticcheck-v0.8.2/staticcheck
+# staticlint is staticcheck v0.8.2 with go vet's analyzers added (internal/staticlint, a module of its
+# own): one load of every package and its dependencies instead of two. Its directory is named by its
+# source, so a change builds it again.
+STATICLINT_ID := $(shell cat internal/staticlint/go.mod internal/staticlint/main.go 2>/dev/null | sha256sum | cut -c1-12)
+STATICLINT = $(TOOLS_DIR)/staticlint-$(STATICLINT_ID)/staticlint
 WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 # helm is built like the control plane (`cluster build --tools helm`), at the project's module
 # versions where it shares modules with it, so its client-go and API packages come from the cache.
 HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit test-e2e tools helm postgres check check-static cold-check modules fmt vet staticcheck workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm postgres check check-static cold-check modules fmt lint workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -104,13 +108,14 @@ chromium: ## Debian's Chromium, for the fleet page's browser test (installed whe
 
 # The check's phases, in the order it runs them; cold-check times each.
 CHECK_PHASES = modules check-static image-check test-unit tools test-e2e
-check: $(CHECK_PHASES) ## What CI runs: gofmt, go vet, staticcheck, the workflow determinism check, helm lint, the image and every test
+check: $(CHECK_PHASES) ## What CI runs: gofmt, staticcheck with go vet's analyzers, the workflow determinism check, helm lint, the image and every test
 
-check-static: fmt vet staticcheck workflowcheck chart ## The static checks: gofmt, go vet, staticcheck, workflowcheck, helm lint
+check-static: fmt lint workflowcheck chart ## The static checks: gofmt, staticcheck with go vet's analyzers, workflowcheck, helm lint
 
 modules: ## Download the module graph (the project's; the tools resolve their own as they build)
 	@echo "==> downloading modules"
 	$(GO) mod download
+	cd internal/staticlint && $(GO) mod download
 
 cold-check: ## make check in a fresh clone with empty Go, module and tool caches (a temporary home), timed by phase
 	@.ci/cold-check $(CHECK_PHASES)
@@ -118,26 +123,24 @@ cold-check: ## make check in a fresh clone with empty Go, module and tool caches
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# go vet caches a package's facts under its flags, -tags included: each tag set analyses every
-# dependency again (about 2,100 packages, 2 to 3 minutes cold). The e2e and image tags only add
-# files, so one pass with both covers every package. The lean tag leaves files out; what only the
-# lean build compiles is a choice between code both builds compile (internal/layers keeps it so),
-# which staticcheck and the race run, both with the lean tag, read as well.
+# go vet and staticcheck each parsed and type-checked every dependency (about 2,100 packages) for
+# their facts, each into a cache of its own: vet's analyses alone took 168 s of a cold check
+# (BENCHMARKS.md). staticlint runs vet's analyzers beside staticcheck's in one load. The e2e and image
+# tags only add files, so one pass with both covers every package; the lean tag leaves files out, so
+# the packages that differ in the lean build are checked again with it (what only the lean build
+# compiles is a choice between code both builds compile: internal/layers keeps it so).
 CHECK_TAGS = e2e,image
-vet:
-	$(GO) vet -tags $(CHECK_TAGS) ./...
+$(STATICLINT):
+	@echo "==> building staticlint (staticcheck v0.8.2 and go vet's analyzers) from the Go module proxy into $(dir $@)"
+	cd internal/staticlint && $(GO) build -ldflags="-s -w" -o $@ .
 
-$(STATICCHECK):
-	@echo "==> building staticcheck v0.8.2 from the Go module proxy into $(dir $@)"
-	GOBIN=$(dir $@) $(GO) install -ldflags="-s -w" honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint: $(STATICLINT) ## staticcheck and go vet's analyzers over every package, the e2e tests and the lean build included
+	$(STATICLINT) -tags $(CHECK_TAGS) ./...
+	$(STATICLINT) -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 
 $(WORKFLOWCHECK):
 	@echo "==> building workflowcheck v0.6.0 from the Go module proxy into $(dir $@)"
 	GOBIN=$(dir $@) $(GO) install -ldflags="-s -w" go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
-
-staticcheck: $(STATICCHECK) ## staticcheck over every package, the e2e tests included
-	$(STATICCHECK) -tags $(CHECK_TAGS) ./...
-	$(STATICCHECK) -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 
 workflowcheck: $(WORKFLOWCHECK) ## Temporal's determinism checker over the workflows
 	$(WORKFLOWCHECK) ./workflows/...

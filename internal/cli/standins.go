@@ -7,8 +7,8 @@ import (
 )
 
 // standIns are the lean build's one-machine commands (lean.go): each says it is not in this build
-// and which build has it, whatever its arguments. They compile in both builds so that `make vet`,
-// which runs once without the lean tag, reads them.
+// and which build has it, whatever its arguments. They compile in both builds so that `make lint`'s
+// pass over every package, without the lean tag, reads them.
 func standIns() []*cobra.Command {
 	var cmds []*cobra.Command
 	for _, c := range []struct{ use, short string }{

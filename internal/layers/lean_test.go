@@ -8,13 +8,14 @@ import (
 	"testing"
 )
 
-// leanLines is the most a non-test file built only with the lean tag may hold. `make vet` runs once,
-// without the lean tag (a second pass would analyse every dependency again: BENCHMARKS.md), so the
-// code only the lean build compiles must stay a choice between code both builds compile.
+// leanLines is the most a non-test file built only with the lean tag may hold. `make lint` reads
+// every package without the lean tag and only the four that differ with it (a pass over all of them
+// would analyse every dependency again: BENCHMARKS.md), so the code only the lean build compiles
+// must stay a choice between code both builds compile.
 const leanLines = 16
 
 // TestLeanOnlyFilesOnlyChoose: every file under a `//go:build lean` constraint is short enough to
-// be a choice (a constant, a one-line function), so vet has read whatever it chooses.
+// be a choice (a constant, a one-line function), so the full pass has read whatever it chooses.
 func TestLeanOnlyFilesOnlyChoose(t *testing.T) {
 	root := moduleRoot(t)
 	found := 0
@@ -38,7 +39,7 @@ func TestLeanOnlyFilesOnlyChoose(t *testing.T) {
 		found++
 		if n := strings.Count(string(data), "\n"); n > leanLines {
 			rel, _ := filepath.Rel(root, path)
-			t.Errorf("%s: %d lines under the lean tag alone (at most %d): move the code into a file both builds compile, which `make vet` reads", rel, n, leanLines)
+			t.Errorf("%s: %d lines under the lean tag alone (at most %d): move the code into a file both builds compile, which `make lint` reads", rel, n, leanLines)
 		}
 		return nil
 	})
