@@ -30,7 +30,7 @@ func TestAResetMovesItsBaseboardsJobFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	classOnNodes(t, ctx, domainMoveClass, "dom-move-")
+	classOnNodes(t, ctx, shared.kube, domainMoveClass, "dom-move-")
 	nodes, err := sim.CreateBaseboardNodes(ctx, kube, "dom-move", 1, 8)
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,12 @@ func podDevice(ctx context.Context, kube kubernetes.Interface, pod corev1.Pod) (
 // runningJob starts a Job on one node and waits until n of its Pods run, with their devices.
 func runningJob(t *testing.T, ctx context.Context, w sim.Workload, o sim.JobOptions) ([]corev1.Pod, []device.ID) {
 	t.Helper()
-	kube := shared.kube
+	return runningJobOn(t, ctx, shared.kube, w, o)
+}
+
+// runningJobOn is runningJob on the cluster of kube.
+func runningJobOn(t *testing.T, ctx context.Context, kube kubernetes.Interface, w sim.Workload, o sim.JobOptions) ([]corev1.Pod, []device.ID) {
+	t.Helper()
 	if err := sim.EnsureNamespace(ctx, kube, w.Namespace); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/devicewarden/devicewarden/internal/decide"
@@ -32,7 +33,7 @@ func TestNodeStepMovesTheNodesHoldersFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := shared.kube
-	classOnNodes(t, ctx, moveClass, "rep-move-")
+	classOnNodes(t, ctx, shared.kube, moveClass, "rep-move-")
 	nodes, err := sim.CreateNodes(ctx, kube, "rep-move", 1, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -111,11 +112,11 @@ func TestNodeStepMovesTheNodesHoldersFirst(t *testing.T) {
 
 // classOnNodes makes a DeviceClass that offers only the simulated devices of the nodes named
 // prefix*: a test's workloads can go nowhere else.
-func classOnNodes(t *testing.T, ctx context.Context, name, prefix string) {
+func classOnNodes(t *testing.T, ctx context.Context, kube kubernetes.Interface, name, prefix string) {
 	t.Helper()
 	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
 		CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s.startsWith(%q)`, sim.Driver, sim.Driver, sim.AttrNode, prefix)}}}}}
-	if _, err := shared.kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }
