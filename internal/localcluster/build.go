@@ -259,6 +259,10 @@ func (b *Builder) goCmd(ctx context.Context, dir string, args ...string) *exec.C
 		gobin = "go"
 	}
 	cmd := exec.CommandContext(ctx, gobin, args...)
+	// Stopped (Ctrl-C, or .ci/beside when its command ends), the go command is interrupted rather
+	// than killed: it removes its work directory; it is killed if still there after WaitDelay.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 15 * time.Second
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	return cmd
