@@ -35,7 +35,7 @@ WORKFLOWCHECK = $(TOOLS_DIR)/workflowcheck-v0.6.0/workflowcheck
 HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 
-.PHONY: simulate dev test test-unit unit-tests test-e2e tools helm postgres check check-static cold-check modules fmt lint workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm postgres check check-static cold-check modules fmt lint workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -66,9 +66,6 @@ test: test-unit test-e2e ## All tests
 # link (BENCHMARKS.md: the race run warm in 180 s instead of 205 s).
 UNIT_P ?= 3
 test-unit: build ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
-	@BESIDE_TOOLS=$(E2E_TOOLS) .ci/beside $(MAKE) --no-print-directory unit-tests
-
-unit-tests:
 	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
 	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -p $(UNIT_P) -race -tags lean $(TEST_FLAGS) $(RACE_PKGS)
 	@echo "==> the month-long workflow runs (30 simulated days each), without the race detector"
@@ -77,9 +74,7 @@ unit-tests:
 	$(GO) test $(TEST_FLAGS) $(FULL_PKGS)
 
 # One cluster build for the control plane, Prometheus and the stock Temporal server (the version
-# the binary embeds, so it compiles only its two commands), so they compile beside the rest. The
-# static checks and the unit tests start the same build beside them at the lowest priority
-# (.ci/beside): what it finished is cached here.
+# the binary embeds, so it compiles only its two commands), so they compile beside the rest.
 E2E_TOOLS = prometheus,temporal-server
 tools: build helm chromium postgres ## What the e2e tests run besides the binary: the control plane, kwok, the temporal CLI, Prometheus, the stock Temporal server, helm, Chromium, PostgreSQL
 	@$(BIN) cluster build --tools $(E2E_TOOLS)
@@ -116,8 +111,7 @@ chromium: ## Debian's Chromium, for the fleet page's browser test (installed whe
 CHECK_PHASES = modules check-static image-check test-unit tools test-e2e
 check: $(CHECK_PHASES) ## What CI runs: gofmt, staticcheck with go vet's analyzers, the workflow determinism check, helm lint, the image and every test
 
-check-static: fmt build ## The static checks: gofmt, staticcheck with go vet's analyzers, workflowcheck, helm lint
-	@BESIDE_TOOLS=$(E2E_TOOLS) .ci/beside $(MAKE) --no-print-directory lint workflowcheck chart
+check-static: fmt lint workflowcheck chart ## The static checks: gofmt, staticcheck with go vet's analyzers, workflowcheck, helm lint
 
 # The download waits on the proxy more than on the CPU (a third of two cores, cold), so the static
 # checkers, which resolve their own modules, build beside it.

@@ -259,8 +259,8 @@ func (b *Builder) goCmd(ctx context.Context, dir string, args ...string) *exec.C
 		gobin = "go"
 	}
 	cmd := exec.CommandContext(ctx, gobin, args...)
-	// Stopped (Ctrl-C, or .ci/beside when its command ends), the go command is interrupted rather
-	// than killed: it removes its work directory; it is killed if still there after WaitDelay.
+	// Stopped (Ctrl-C, a test's end), the go command is interrupted rather than killed: it removes
+	// its work directory from the temporary directory; it is killed if still there after WaitDelay.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 15 * time.Second
 	cmd.Dir = dir

@@ -10,7 +10,7 @@ import (
 )
 
 // A stopped build interrupts its go command rather than killing it, so the go command removes its
-// work directory (.ci/beside stops the tools' build this way when the phase beside it ends).
+// work directory (a killed one leaves it in the temporary directory).
 func TestAStoppedBuildInterruptsTheGoCommand(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "interrupted")
