@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -83,13 +82,7 @@ func TestTheReviewAfterAResetRunsTheResetsDiagnostic(t *testing.T) {
 	}
 	bad := device.ID{Driver: sim.Driver, Pool: nodes[0], Device: "gpu-0"}
 	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: "diag-reset", Name: "trainer", Node: nodes[0], Index: ptr.To(0), DeviceClass: diagClass})
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48: double-bit ECC error", sim.FaultTransient); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48: double-bit ECC error"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	faultAndQuarantine(t, ctx, shared, bad, "XID 48: double-bit ECC error", sim.FaultTransient)
 	if err := kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}

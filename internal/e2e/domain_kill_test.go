@@ -50,12 +50,7 @@ func TestKilledWorkerMidDomainResetKeepsItsFences(t *testing.T) {
 	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopInfra) // after the child processes are killed
+	s, dir := ownInfra(t, ctx)
 	kube := s.kube
 	// The cluster's own parts run in this process, apart from the controllers: the kubelet and
 	// driver that complete the reset, probe and canary Pods, and the workload's checkpoints.
@@ -80,13 +75,7 @@ func TestKilledWorkerMidDomainResetKeepsItsFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := startChildWith(t, s, dir, "controller-1", domainKillPolicy)
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, s, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	faultAndQuarantine(t, ctx, s, bad, "XID 48", sim.FaultTransient)
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, reporter.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -47,13 +46,7 @@ func TestAResetMovesItsBaseboardsJobFirst(t *testing.T) {
 	if nodes, err = sim.CreateBaseboardNodes(ctx, kube, "dom-move", 2, 8); err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	faultAndQuarantine(t, ctx, shared, bad, "XID 48", sim.FaultTransient)
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, reporter.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}

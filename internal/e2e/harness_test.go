@@ -471,3 +471,17 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 	t.Helper()
 	poll.Until(t, timeout, what, cond)
 }
+
+// ownInfra starts a cluster and an embedded Temporal server of the test's own, without a
+// controller, and stops them at the test's end, after the child processes the test starts later
+// are killed (cleanups run last first). It returns the stack and its directory.
+func ownInfra(t *testing.T, ctx context.Context) (*stack, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, stop, err := startInfra(ctx, dir, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return s, dir
+}

@@ -39,12 +39,7 @@ func TestClaimHygieneCleansALeakOnceAndWaitsForTheFence(t *testing.T) {
 	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopInfra) // after the child processes are killed
+	s, dir := ownInfra(t, ctx)
 	kube, tc := s.kube, s.temporal
 	go func() { _ = (&sim.OwnedDrivers{Kube: kube, Logger: testLogger}).Run(ctx) }()
 	nodes := sharedDRANodes(t, ctx, kube, "hyg", 2)

@@ -117,12 +117,7 @@ func TestKilledWorkerMidMigrationMovesOnce(t *testing.T) {
 	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopInfra) // after the child processes are killed
+	s, dir := ownInfra(t, ctx)
 	kube := s.kube
 	// The workload's own code answers checkpoint requests from this process, apart from the controllers.
 	go func() { _ = (&sim.Checkpointer{Kube: kube, Poll: 100 * time.Millisecond, Logger: testLogger}).Run(ctx) }()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -65,13 +64,7 @@ func quarantinedThenIdle(t *testing.T, ctx context.Context, ns, node, class stri
 	kube := shared.kube
 	bad := device.ID{Driver: sim.Driver, Pool: node, Device: "gpu-0"}
 	pod := runningPod(t, ctx, kube, sim.Workload{Namespace: ns, Name: "trainer", Node: node, Index: ptr.To(0), DeviceClass: class})
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)", sim.FaultReboot); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "GPU has fallen off the bus (no XID given)"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	faultAndQuarantine(t, ctx, shared, bad, "GPU has fallen off the bus (no XID given)", sim.FaultReboot)
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}

@@ -365,3 +365,16 @@ func TestOperatorCommands(t *testing.T) {
 	}
 	recordHistory(t, ctx, shared.temporal, sdc.WorkflowID(), "device_force.json")
 }
+
+// faultAndQuarantine gives id a fault of kind (the simulator's fault state) that its health
+// reports with message, and waits for the device's quarantine.
+func faultAndQuarantine(t *testing.T, ctx context.Context, s *stack, id device.ID, message, kind string) {
+	t.Helper()
+	if err := sim.SetFaultKind(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, message, kind); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.SetHealth(ctx, s.kube, id, corev1.ResourceHealthStatusUnhealthy, message); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, s, id, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+}

@@ -226,13 +226,7 @@ func TestResetStartsAsTheHolderLeaves(t *testing.T) {
 	runningPod(t, ctx, kube, w)
 	// Another Pod keeps the node's other device the whole time.
 	runningPod(t, ctx, kube, sim.Workload{Namespace: "rep-idle", Name: "other", Node: nodes[0], Index: ptr.To(1), DeviceClass: repairClass})
-	if err := sim.SetFaultKind(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48", sim.FaultTransient); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.SetHealth(ctx, kube, bad, corev1.ResourceHealthStatusUnhealthy, "XID 48"); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, ctx, shared, bad, time.Minute, func(st decide.DeviceState) bool { return st.State == decide.Quarantined })
+	faultAndQuarantine(t, ctx, shared, bad, "XID 48", sim.FaultTransient)
 	left := time.Now()
 	if err := kube.CoreV1().Pods(w.Namespace).Delete(ctx, w.Name, metav1.DeleteOptions{}); err != nil { // as kubectl delete does
 		t.Fatal(err)

@@ -89,12 +89,7 @@ func TestRestartMidStorm(t *testing.T) {
 	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopInfra) // after the child processes are killed
+	s, dir := ownInfra(t, ctx)
 	ids := devicePods(t, ctx, s.kube, "restart", 24)
 	first := startChild(t, s, dir, "controller-1")
 	// Wait for the first process to be at work: its breaker configuration reached Temporal.

@@ -27,12 +27,7 @@ func TestKilledWorkerMidSoakResumesTheSoak(t *testing.T) {
 	onOwnStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	s, stopInfra, err := startInfra(ctx, dir, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopInfra) // after the child processes are killed
+	s, dir := ownInfra(t, ctx)
 	go func() { _ = (&sim.OwnedDrivers{Kube: s.kube, Logger: testLogger}).Run(ctx) }()
 	nodes, err := sim.CreatePool(ctx, s.kube, sim.PoolOptions{Pool: "rokill", Count: 1, GPUs: 2})
 	if err != nil {
