@@ -12,11 +12,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Everything is compiled as `make build` links (CGO_ENABLED=0: static), so staticlint, both
 # binaries and the e2e tests share one build cache; only the race detector needs cgo.
 export CGO_ENABLED := 0
-# The compiler spends a large share of its time collecting garbage: at GOGC=400 a cold build of
-# client-go's clientset and informers took 16% less time (BENCHMARKS.md) for 650 MB at most per
-# compile instead of 450 MB. The builds (the control plane's for `make dev` too), the checkers and
-# the tests run with it, unless the user set a GOGC; the binary `make dev` starts and what
-# `make bench` measures do not.
+# The builds (the control plane's for `make dev` too), the checkers and the tests run at GOGC=400,
+# unless the user set a GOGC; the binary `make dev` starts and what `make bench` measures do not.
+# Any GOGC turns off the compiler's own larger first heap; against it, 400 compiled 2-4% faster
+# for a third more memory, and the lint over every package took 688 s cold instead of 734 s
+# (BENCHMARKS.md).
 BUILD_GOGC := $(or $(GOGC),400)
 # Unit tests run with the race detector over the lean build's graph (build tag lean), so the Temporal
 # server is never compiled for the race detector; the packages that differ in the full build run again
@@ -42,7 +42,7 @@ HELM = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/devicewarden/bin/helm
 CHART = deploy/helm/devicewarden
 build build-lean control-plane modules lint workflowcheck $(STATICLINT) $(WORKFLOWCHECK) helm tools test-unit test-e2e image-check simulate: export GOGC = $(BUILD_GOGC)
 
-.PHONY: simulate dev test test-unit test-e2e tools helm postgres check check-static cold-check modules fmt lint workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
+.PHONY: simulate dev test test-unit test-e2e tools helm postgres packages check check-static cold-check modules fmt lint workflowcheck chart image image-check bench mutation build build-lean control-plane chromium clean
 
 build: ## Build the devicewarden binary (static: CGO_ENABLED=0, so the image can run it on scratch)
 	@echo "==> building $(BIN) (the first build compiles the Temporal server: several minutes)"
@@ -120,14 +120,29 @@ check: $(CHECK_PHASES) ## What CI runs: gofmt, staticcheck with go vet's analyze
 
 check-static: fmt lint workflowcheck chart ## The static checks: gofmt, staticcheck with go vet's analyzers, workflowcheck, helm lint
 
-# The download waits on the proxy more than on the CPU (a third of two cores, cold), so the static
-# checkers, which resolve their own modules, build beside it.
-modules: ## Download the module graph (the project's; the tools resolve their own as they build), and build the static checkers beside it
-	@echo "==> downloading modules; beside it, building the static checkers"
+# The download waits on the proxy more than on the CPU (a third of two cores, cold), and so does
+# apt-get, so the missing Debian packages are installed beside it and the static checkers, which
+# resolve their own modules, build beside both.
+modules: ## Download the module graph (the project's; the tools resolve their own as they build) and the missing Debian packages, and build the static checkers beside them
+	@echo "==> downloading modules and any missing Debian packages; beside them, building the static checkers"
 	@echo "$(GO) mod download"
 	@$(GO) mod download & download=$$!; \
+	$(MAKE) --no-print-directory packages & packages=$$!; \
 	$(MAKE) --no-print-directory $(STATICLINT) $(WORKFLOWCHECK); built=$$?; \
-	wait $$download && [ $$built = 0 ]
+	wait $$download; downloaded=$$?; wait $$packages; installed=$$?; \
+	[ $$downloaded = 0 ] && [ $$installed = 0 ] && [ $$built = 0 ]
+
+# The Debian packages the check uses: buildah (the image), Chromium (the fleet page's browser test),
+# PostgreSQL (the e2e tests on the stock Temporal server). One apt-get installs the missing ones;
+# `make image`, `make chromium` and `make postgres` each install their own when run alone.
+packages: ## Install the Debian packages the check uses that are missing (buildah, Chromium, PostgreSQL), when root
+	@missing=; \
+	command -v buildah >/dev/null || missing="$$missing buildah"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "not root, so not installing$$missing: the targets that need them say so"; exit 0; fi; \
+	echo "==> installing$$missing (Debian packages)"; apt-get install -y -q $$missing >/dev/null
 
 cold-check: ## make check in a fresh clone with empty Go, module and tool caches (a temporary home), timed by phase
 	@.ci/cold-check $(CHECK_PHASES)
