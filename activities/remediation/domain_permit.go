@@ -29,7 +29,7 @@ import (
 // Annotations of a domain's reset Lease.
 const (
 	annotationResetStarted = "devicewarden.io/reset-started"
-	annotationResetOutcome = "devicewarden.io/reset-outcome" // passed or failed
+	annotationResetOutcome = kubeobj.AnnotationResetOutcome // passed or failed
 	annotationResetReason  = "devicewarden.io/reset-reason"
 )
 
@@ -70,7 +70,7 @@ func domainKey(published []resourcev1.ResourceSlice, id device.ID, domain string
 
 func (v domains) permitOf(key string) domainPermit {
 	a := v.a
-	return domainPermit{name: "devicewarden-reset-" + nameHash(key), ns: kubeobj.Own(a.OwnNamespace), key: key}
+	return domainPermit{name: kubeobj.ResetPermitPrefix + nameHash(key), ns: kubeobj.Own(a.OwnNamespace), key: key}
 }
 
 // takeDomain takes the domain's reset permit for in's try, or joins the reset that holds it.

@@ -174,11 +174,11 @@ func permitHeldBy(t *testing.T, ctx context.Context, kube kubernetes.Interface, 
 	}
 	var found []string
 	for _, l := range leases.Items {
-		if !strings.HasPrefix(l.Name, "devicewarden-reset-") {
+		if !strings.HasPrefix(l.Name, kubeobj.ResetPermitPrefix) {
 			continue
 		}
 		found = append(found, l.Name)
-		if ptr.Deref(l.Spec.HolderIdentity, "") == id.WorkflowID() && l.Annotations["devicewarden.io/reset-outcome"] == outcome {
+		if ptr.Deref(l.Spec.HolderIdentity, "") == id.WorkflowID() && l.Annotations[kubeobj.AnnotationResetOutcome] == outcome {
 			return
 		}
 	}

@@ -51,6 +51,11 @@ const (
 	// remediator for a reboot (on the remediator's object); AnnotationRepairTry numbers that try.
 	AnnotationBootID    = "devicewarden.io/boot-id"
 	AnnotationRepairTry = "devicewarden.io/repair-try"
+	// ResetPermitPrefix begins the name of a reset domain's permit, a Lease in DeviceWarden's
+	// namespace held by the workflow whose reset runs; AnnotationResetOutcome on it says how
+	// that reset ended (passed or failed; empty while it runs).
+	ResetPermitPrefix      = "devicewarden-reset-"
+	AnnotationResetOutcome = "devicewarden.io/reset-outcome"
 	// LabelNode marks a node step's object with its node (LabelValue), so a second device of the
 	// node finds the remediation under way and waits on it rather than asking for another.
 	LabelNode = "devicewarden.io/node"
