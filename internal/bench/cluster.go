@@ -43,6 +43,11 @@ type stack struct {
 	kube    kubernetes.Interface
 	tc      client.Client
 	cluster *localcluster.Cluster
+	// temporal says where the stack's Temporal runs; temporalPids are its processes outside this
+	// one (the stock server and PostgreSQL), whose CPU a benchmark adds to the control plane's.
+	temporal     string
+	temporalPids map[string]int
+	actions      func(context.Context) (map[string]float64, error)
 	// reports writes DeviceHealthReports, as a detector does.
 	reports dynamic.NamespaceableResourceInterface
 	// metrics are the controller's.
@@ -54,6 +59,13 @@ type stack struct {
 // breaker made permissive unless opts sets one: every device is flipped on purpose, the cap must
 // not shape what is measured). build, when set, adds to the options once the cluster's client exists.
 func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.ControllerOptions, build func(kubernetes.Interface, *app.ControllerOptions)) (*stack, error) {
+	return startStackOn(ctx, cacheDir, out, opts, build, 0)
+}
+
+// startStackOn is startStack whose Temporal, when pgShards > 0, is the stock server (the version
+// the binary embeds) on PostgreSQL with SQL visibility and pgShards history shards, in processes
+// of their own, as a fleet runs it.
+func startStackOn(ctx context.Context, cacheDir string, out io.Writer, opts app.ControllerOptions, build func(kubernetes.Interface, *app.ControllerOptions), pgShards int) (*stack, error) {
 	dir, err := os.MkdirTemp("", "devicewarden-bench-")
 	if err != nil {
 		return nil, err
@@ -64,8 +76,7 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	tc, err := app.ConnectTemporal(ctx, app.TemporalOptions{Namespace: "default",
-		DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: "127.0.0.1:0"}, logger)
+	tc, err := startTemporal(ctx, dir, cacheDir, out, pgShards, logger)
 	if err != nil {
 		_ = cl.Stop()
 		os.RemoveAll(dir)
@@ -73,13 +84,13 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 	}
 	// The watcher reads detectors' reports, as the chart deploys it.
 	if err := app.InstallReportCRD(ctx, kube); err != nil {
-		tc.Close()
+		tc.close()
 		_ = cl.Stop()
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	if opts.Reports, err = app.ReportsClient(cl.Kubeconfig); err != nil {
-		tc.Close()
+		tc.close()
 		_ = cl.Stop()
 		os.RemoveAll(dir)
 		return nil, err
@@ -97,12 +108,12 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 	m := metrics.New()
 	go func() {
 		defer wg.Done()
-		_ = app.RunController(runCtx, kube, tc.Client, opts, m, logger)
+		_ = app.RunController(runCtx, kube, tc.client, opts, m, logger)
 	}()
-	return &stack{kube: kube, tc: tc.Client, cluster: cl, reports: opts.Reports, metrics: m, stop: func() {
+	return &stack{kube: kube, tc: tc.client, cluster: cl, temporal: tc.where, temporalPids: tc.pids, actions: tc.actions, reports: opts.Reports, metrics: m, stop: func() {
 		cancel()
 		wg.Wait()
-		tc.Close()
+		tc.close()
 		_ = cl.Stop()
 		os.RemoveAll(dir)
 	}}, nil

@@ -37,6 +37,8 @@ func startCPU(pids map[string]int) *cpuMeter {
 
 // cpuSpent is what each part spent.
 type cpuSpent struct {
+	// holds says what runs in the bench process.
+	holds string
 	self  time.Duration
 	procs map[string]time.Duration
 	// parts splits self by who ran: Temporal server, SDK (worker and clients), watcher, ...
@@ -116,8 +118,8 @@ func (s cpuSpent) print(out io.Writer, what any, over time.Duration) {
 	for _, n := range names {
 		procs = append(procs, fmt.Sprintf("%s %.1f", n, s.procs[n].Seconds()))
 	}
-	fmt.Fprintf(out, "%s storm CPU-s over %.1fs: devicewarden process (embedded Temporal + worker + watcher) %.1f; apiserver+etcd %.1f; %s\n",
-		what, over.Seconds(), s.self.Seconds(), cp, strings.Join(procs, ", "))
+	fmt.Fprintf(out, "%s storm CPU-s over %.1fs: devicewarden process (%s) %.1f; apiserver+etcd %.1f; %s\n",
+		what, over.Seconds(), s.holds, s.self.Seconds(), cp, strings.Join(procs, ", "))
 	if len(s.parts) == 0 {
 		return
 	}
@@ -147,19 +149,42 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// procCPU reads a process's user+system time from /proc (clock ticks of 1/100 s).
+// procCPU reads a process's user+system time from /proc (clock ticks of 1/100 s), with that of
+// the processes of the group it leads (PostgreSQL's backends are the postmaster's children in its
+// group), living or ended and waited for.
 func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f := statFields(strconv.Itoa(pid))
+	if len(f) < 15 {
+		return 0
+	}
+	ticks := field(f, 11) + field(f, 12) + field(f, 13) + field(f, 14)
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if p.Name() == strconv.Itoa(pid) || p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		if m := statFields(p.Name()); len(m) >= 13 && field(m, 2) == int64(pid) {
+			ticks += field(m, 11) + field(m, 12)
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// statFields are the fields of /proc/<pid>/stat after the command name, which is in parentheses
+// and may hold spaces: state, ppid, pgrp, ... utime (11), stime, cutime, cstime.
+func statFields(pid string) []string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
-		return 0
+		return nil
 	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return nil
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	stt, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+stt) * 10 * time.Millisecond
+	return strings.Fields(string(b[i+2:]))
+}
+
+func field(f []string, i int) int64 {
+	n, _ := strconv.ParseInt(f[i], 10, 64)
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,13 @@ type StormOptions struct {
 	// Healths are the runs, each on a fresh stack: every device turns this health at once.
 	Healths  []string
 	CacheDir string
+	// Share is the part of the fleet the storm turns (0 or 1: all of it); the rest stays healthy.
+	Share float64
+	// Rest, when set, first measures the fleet at rest that long: CPU, heap, Temporal actions.
+	Rest time.Duration
+	// PGShards > 0 runs Temporal as the stock server on PostgreSQL with that many history shards
+	// (the embedded SQLite server otherwise).
+	PGShards int
 	Out      io.Writer
 }
 
@@ -58,7 +66,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	if err != nil {
 		return err
 	}
-	st, err := startStack(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols, Breaker: breaker.DefaultConfig()}, nil)
+	st, err := startStackOn(ctx, o.CacheDir, o.Out, app.ControllerOptions{Policies: pols, Breaker: breaker.DefaultConfig()}, nil, o.PGShards)
 	if err != nil {
 		return err
 	}
@@ -68,7 +76,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	if err != nil {
 		return err
 	}
-	storm, reserve := targets[:o.Devices], targets[o.Devices:o.Devices+forces]
+	storm, reserve := targets[:stormSize(o)], targets[o.Devices:o.Devices+forces]
 	writer, err := fastClient(st.cluster.Kubeconfig)
 	if err != nil {
 		return err
@@ -87,9 +95,20 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	}
 	defer stopRules()
 
-	fmt.Fprintf(o.Out, "[bench] %s storm: %d devices on %d nodes, default breaker (%d actions per %s, %g%%), tolerance window 15s\n",
-		health, len(storm), len(storm)/8, breaker.DefaultConfig().MaxCount, breaker.DefaultConfig().Window, breaker.DefaultConfig().MaxPercent)
-	cpu := startCPU(st.cluster.Pids())
+	fmt.Fprintf(o.Out, "[bench] %s storm: %d of %d devices on %d nodes, Temporal: %s, default breaker (%d actions per %s, %g%%), tolerance window 15s\n",
+		health, len(storm), o.Devices, o.Devices/8, st.temporal, breaker.DefaultConfig().MaxCount, breaker.DefaultConfig().Window, breaker.DefaultConfig().MaxPercent)
+	pids := st.cluster.Pids()
+	maps.Copy(pids, st.temporalPids)
+	if o.Rest > 0 {
+		if err := atRest(ctx, st, pids, o.Rest, o.Devices, o.Out); err != nil {
+			return err
+		}
+	}
+	actions0, err := readActions(ctx, st)
+	if err != nil {
+		return err
+	}
+	cpu := startCPU(pids)
 	t0 := time.Now()
 	var written atomic.Int64
 	writeErr := make(chan error, 1)
@@ -137,6 +156,14 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 		return err
 	}
 	spent := cpu.stop()
+	actions1, err := readActions(ctx, st)
+	if err != nil {
+		return err
+	}
+	spent.holds = "embedded Temporal + worker + watcher"
+	if st.temporalPids != nil {
+		spent.holds = "worker + watcher"
+	}
 	forced := <-force
 	var answered, seen []time.Duration
 	for _, f := range forced {
@@ -154,6 +181,9 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 		health, len(forced), p50(answered).Round(time.Millisecond), maxDuration(answered).Round(time.Millisecond),
 		p50(seen).Round(time.Millisecond), maxDuration(seen).Round(time.Millisecond))
 	spent.print(o.Out, health, time.Since(t0))
+	if actions1 != nil {
+		printActions(o.Out, health, actions0, actions1, len(storm))
+	}
 	return nil
 }
 

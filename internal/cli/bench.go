@@ -223,6 +223,8 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	mig.Flags().IntVar(&mo.Workloads, "workloads", 20, "checkpointing Jobs, one per node, whose devices fail together")
 	mig.Flags().StringVar(&mo.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	var sb bench.StormOptions
+	var stormTemporal string
+	var stormShards int
 	storm := &cobra.Command{
 		Use:   "storm",
 		Short: "A fleet turns Unknown, then Unhealthy, at once: breaker, Temporal and control-plane cost, and one force-quarantine mid-storm",
@@ -231,13 +233,33 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if sb.Devices < 8 || sb.Devices%8 != 0 {
 				return fmt.Errorf("--devices must be a positive multiple of 8 (devices per simulated node)")
 			}
+			if sb.Share <= 0 || sb.Share > 1 {
+				return fmt.Errorf("--share %g: want a part of the fleet above 0 and at most 1", sb.Share)
+			}
+			if sb.Rest < 0 {
+				return fmt.Errorf("--rest must not be negative")
+			}
+			switch stormTemporal {
+			case "embedded":
+			case "postgres":
+				if stormShards < 1 {
+					return fmt.Errorf("--shards must be at least 1")
+				}
+				sb.PGShards = stormShards
+			default:
+				return fmt.Errorf("--temporal %q: want embedded or postgres", stormTemporal)
+			}
 			sb.Out = c.OutOrStdout()
 			return bench.Storm(c.Context(), sb)
 		},
 	}
-	storm.Flags().IntVar(&sb.Devices, "devices", 5000, "devices in the storm, 8 per node")
+	storm.Flags().IntVar(&sb.Devices, "devices", 5000, "devices of the fleet, 8 per node (the storm turns --share of them)")
 	storm.Flags().StringSliceVar(&sb.Healths, "health", []string{"Unknown", "Unhealthy"}, "runs, each on a fresh stack: the health every device turns")
 	storm.Flags().StringVar(&sb.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
+	storm.Flags().StringVar(&stormTemporal, "temporal", "embedded", "embedded: the embedded server on SQLite; postgres: the stock Temporal server on PostgreSQL (the distribution's package) with SQL visibility, as a fleet runs it")
+	storm.Flags().IntVar(&stormShards, "shards", 4, "history shards of the server on PostgreSQL")
+	storm.Flags().Float64Var(&sb.Share, "share", 1, "the part of the fleet the storm turns (0.01: 1% of --devices); the rest stays healthy")
+	storm.Flags().DurationVar(&sb.Rest, "rest", 0, "first measure the healthy fleet at rest this long (CPU, heap, Temporal actions)")
 	child := childCmd("watcher-child", "Internal: the watcher process measured by `bench watcher`",
 		"kubeconfig", "kubeconfig of the cluster to watch", bench.WatcherChild)
 	server := temporalChildCmd()

@@ -119,6 +119,15 @@ func (p *Postgres) owner() (*syscall.Credential, error) {
 // Addr is the server's address.
 func (p *Postgres) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.Port) }
 
+// Pid is the postmaster's process ID (0 when stopped); it leads a process group of its own, its
+// backends included.
+func (p *Postgres) Pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Stop stops the server and deletes its data.
 func (p *Postgres) Stop() {
 	if p.cmd != nil && p.cmd.Process != nil {

@@ -53,7 +53,10 @@ func (b *Builder) copyTemporalSchema(ctx context.Context, dir string) error {
 // PGTemporal is the stock Temporal server on PostgreSQL, run by TemporalOnPostgres.
 type PGTemporal struct {
 	// Address is the frontend's.
-	Address   string
+	Address string
+	// Metrics serves the server's Prometheus metrics (/metrics), its billable `action` counter
+	// among them.
+	Metrics   string
 	bin, cfg  string
 	namespace string
 	logPath   string
@@ -81,7 +84,7 @@ func (b *Builder) TemporalOnPostgres(ctx context.Context, dir string, pg *Postgr
 			}
 		}
 	}
-	var port [9]int
+	var port [10]int
 	for i := range port {
 		p, err := ports.Pick("127.0.0.1")
 		if err != nil {
@@ -90,6 +93,7 @@ func (b *Builder) TemporalOnPostgres(ctx context.Context, dir string, pg *Postgr
 		port[i] = p
 	}
 	frontend := "127.0.0.1:" + strconv.Itoa(port[0])
+	metrics := "127.0.0.1:" + strconv.Itoa(port[9])
 	dyn := filepath.Join(dir, "dynamicconfig.yaml")
 	// Search attributes DeviceWarden has just registered are usable at once; one partition per
 	// task queue, as one process serves them.
@@ -129,6 +133,8 @@ persistence:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: 127.0.0.1
+  metrics:
+    prometheus: {framework: tally, listenAddress: %q}
 services:
   frontend:
     rpc: {grpcPort: %d, httpPort: %d, membershipPort: %d, bindOnLocalHost: true}
@@ -154,12 +160,12 @@ dcRedirectionPolicy:
 dynamicConfigClient:
   filepath: %q
   pollInterval: 10s
-`, shards, store("temporal", 20), store("temporal_visibility", 4), port[0], port[1], port[2], port[3], port[4], port[5], port[6], port[7], port[8], frontend, dyn)
+`, shards, store("temporal", 20), store("temporal_visibility", 4), metrics, port[0], port[1], port[2], port[3], port[4], port[5], port[6], port[7], port[8], frontend, dyn)
 	cfgFile := filepath.Join(dir, "temporal-server.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	t := &PGTemporal{Address: frontend, bin: b.Binary("temporal-server"), cfg: cfgFile, namespace: namespace, logPath: filepath.Join(dir, "temporal-server.log")}
+	t := &PGTemporal{Address: frontend, Metrics: metrics, bin: b.Binary("temporal-server"), cfg: cfgFile, namespace: namespace, logPath: filepath.Join(dir, "temporal-server.log")}
 	if err := t.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -185,6 +191,14 @@ func (t *PGTemporal) Start(ctx context.Context) error {
 		return fmt.Errorf("the Temporal server on PostgreSQL: %w: %s", err, lastLines(string(data), 30))
 	}
 	return nil
+}
+
+// Pid is the server's process ID (0 when stopped).
+func (t *PGTemporal) Pid() int {
+	if t.cmd == nil || t.cmd.Process == nil {
+		return 0
+	}
+	return t.cmd.Process.Pid
 }
 
 // Stop kills the server.
