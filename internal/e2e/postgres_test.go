@@ -46,6 +46,16 @@ type pgStack struct {
 // installed (make test installs it when root, as it does Chromium).
 func startOnPostgres(t *testing.T, ctx context.Context) *pgStack {
 	t.Helper()
+	ps := startPostgresStack(t, ctx)
+	ps.startController(t)
+	t.Cleanup(func() { ps.stopCtl() })
+	return ps
+}
+
+// startPostgresStack starts the cluster, PostgreSQL and the stock Temporal server on it, and a
+// client of that server; DeviceWarden is the test's to start.
+func startPostgresStack(t *testing.T, ctx context.Context) *pgStack {
+	t.Helper()
 	pg, err := localcluster.StartPostgres(ctx)
 	if errors.Is(err, localcluster.ErrNoPostgres) {
 		t.Skip(err)
@@ -72,10 +82,7 @@ func startOnPostgres(t *testing.T, ctx context.Context) *pgStack {
 	}
 	t.Cleanup(tc.Close)
 	s.temporal, s.frontend = tc.Client, server.Address
-	ps := &pgStack{stack: s, server: server}
-	ps.startController(t)
-	t.Cleanup(func() { ps.stopCtl() })
-	return ps
+	return &pgStack{stack: s, server: server}
 }
 
 // startController starts DeviceWarden's controller (watcher and worker) on the stack.
