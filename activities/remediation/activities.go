@@ -48,6 +48,9 @@ type Activities struct {
 	Objects dynamic.Interface
 	// CheckPoll is how often a running probe or canary heartbeats while its Pod is watched (default 5 s).
 	CheckPoll time.Duration
+	// SettleWait bounds how long a repair step waits for a claim no Pod uses any more to be
+	// deallocated (default 30 s).
+	SettleWait time.Duration
 	// PeerWait bounds how long a failed reset waits for the devices it reached to be quarantined
 	// by their own workflows (default 45 s).
 	PeerWait time.Duration

@@ -113,6 +113,7 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 	}
 	var permit *domainPermit
 	var started time.Time // when this attempt's reset of the domain began (zero: it did not)
+	var keepFences bool   // the domain's fences stay with a busy answer (and the permit with them)
 	if in.Kind == decide.ActRepair {
 		boot = checks.bootID(ctx, node)
 		peers := domainPeers(published, in.Device, in.Domain)
@@ -123,14 +124,16 @@ func (a *Activities) RunCheck(ctx context.Context, in CheckInput) (res decide.St
 			}
 			permit = &p
 			defer func() {
-				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts || res.Busy && len(res.Holders) > 0 {
-					return // the try goes on (its next attempt, or after its holders moved): it keeps the permit
+				if err != nil && activity.GetInfo(ctx).Attempt < in.Attempts || res.Busy && keepFences {
+					return // the try goes on (its next attempt, or with its domain fenced): it keeps the permit
 				}
 				doms.endDomain(context.WithoutCancel(ctx), in, p, started, res, err)
 			}()
 		}
-		if res, busy, err := doms.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name); err != nil || busy {
-			return res, err
+		held, busy, fenced, ierr := doms.domainIdle(ctx, in, node, withSiblings(published, in.Device, in.Idle), peers, ns+"/"+name)
+		if ierr != nil || busy {
+			keepFences = fenced
+			return held, ierr
 		}
 		if len(peers) > 0 {
 			defer func() {
@@ -461,44 +464,55 @@ func (v checkPods) bootID(ctx context.Context, node string) string {
 // unit's forms (idle), and its reset domain's other devices (peers), which it fences first and
 // looks at again, so a Pod that lands between the look and the reset is not reset under. busy
 // is true with the step's answer when one is held: with holders: move, the peers' holders are
-// named to be moved and the fences stay; else they go, and the step waits.
-func (v domains) domainIdle(ctx context.Context, in CheckInput, node string, idle, peers []device.ID, own string) (decide.StepResult, bool, error) {
+// named to be moved and the fences stay; else they go, and the step waits. fenced says the
+// fences stay with a busy answer: the try keeps the domain's permit with them, so no other reset
+// of the domain takes the peers they fence.
+func (v domains) domainIdle(ctx context.Context, in CheckInput, node string, idle, peers []device.ID, own string) (res decide.StepResult, busy, fenced bool, err error) {
 	a := v.a
-	busy := func(why string, holders []string) (decide.StepResult, bool, error) {
+	wait := func(why string, holders []string, fenced bool) (decide.StepResult, bool, bool, error) {
 		a.countTry(in.Step, "busy")
-		return decide.StepResult{Busy: true, Reason: why, Holders: holders, At: time.Now()}, true, nil
+		return decide.StepResult{Busy: true, Reason: why, Holders: holders, At: time.Now()}, true, fenced, nil
 	}
 	held, err := (checkPods{a}).idleOrHeld(ctx, slices.Concat(idle, peers), own)
 	if err != nil || held == "" && len(peers) == 0 {
-		return decide.StepResult{}, false, err
+		return decide.StepResult{}, false, false, err
 	}
 	if held != "" && (in.Holders != policy.HoldersMove || len(peers) == 0) {
-		return busy(held, nil)
+		return wait(held, nil, false)
 	}
 	if err := v.fenceDomain(ctx, in, node, peers); err != nil {
-		return decide.StepResult{}, false, err
+		return decide.StepResult{}, false, false, err
 	}
 	if held == "" {
 		if held, err = (checkPods{a}).idleOrHeld(ctx, slices.Concat(idle, peers), own); err != nil || held == "" {
-			return decide.StepResult{}, false, err
+			return decide.StepResult{}, false, false, err
 		}
 		if in.Holders != policy.HoldersMove {
 			if err := v.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
-				return decide.StepResult{}, false, err
+				return decide.StepResult{}, false, false, err
 			}
-			return busy(held+", which came as the reset's domain was fenced", nil)
+			return wait(held+", which came as the reset's domain was fenced", nil, false)
 		}
 	}
 	pods, err := v.claimHolders(ctx, peers, own)
 	if err != nil {
-		return decide.StepResult{}, false, err
+		return decide.StepResult{}, false, false, err
 	}
 	if len(pods) == 0 {
-		// Held by a form of the device's own unit, which no reset moves: wait, unfenced.
-		if err := v.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
-			return decide.StepResult{}, false, err
+		// No Pod reserves what holds. A peer's claim whose Pod is gone is being released (the
+		// claim controller did not deallocate it within the settle wait): the fences stay, or
+		// a new claim would take the peer as it frees. A form of the device's own unit, which
+		// no reset moves, is waited for unfenced.
+		onPeer, err := (checkPods{a}).claimedAny(ctx, peers, own)
+		if err != nil {
+			return decide.StepResult{}, false, false, err
 		}
-		return busy(held, nil)
+		if !onPeer {
+			if err := v.unfenceDomain(ctx, node, in.WorkflowID); err != nil {
+				return decide.StepResult{}, false, false, err
+			}
+		}
+		return wait(held, nil, onPeer)
 	}
-	return busy(fmt.Sprintf("%s; the reset reaches %d other devices (reset domain %s): their holders %v are moved first, and new claims keep off them", held, len(peers), in.Domain, pods), pods)
+	return wait(fmt.Sprintf("%s; the reset reaches %d other devices (reset domain %s): their holders %v are moved first, and new claims keep off them", held, len(peers), in.Domain, pods), pods, true)
 }

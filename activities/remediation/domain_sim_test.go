@@ -44,6 +44,7 @@ type domainTry struct {
 	mode    string    // policy.HoldersWait or HoldersMove
 	since   time.Time // when the device's fault was last left unmended
 	moving  bool      // busy with holders named: the permit and fences stay
+	fenced  bool      // busy, its domain's fences kept up (a peer's claim is being released)
 	running bool      // its reset started and has not ended
 	started time.Time
 }
@@ -67,7 +68,7 @@ type resetEnd struct {
 func newDomainSim(rt *rapid.T) *domainSim {
 	s := boards(simNode)
 	kube := fake.NewClientset(&s)
-	sim := &domainSim{ctx: context.Background(), kube: kube, a: &Activities{Kube: kube, CheckPoll: time.Millisecond}, tries: map[int]*domainTry{}}
+	sim := &domainSim{ctx: context.Background(), kube: kube, a: &Activities{Kube: kube, CheckPoll: time.Millisecond, SettleWait: time.Nanosecond}, tries: map[int]*domainTry{}}
 	kube.PrependReactor("create", "devicetaintrules", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		r := action.(k8stesting.CreateAction).GetObject().(*resourcev1.DeviceTaintRule)
 		if sim.racing && r.Spec.Taint.Key == kubeobj.TaintDomainReset {
@@ -93,7 +94,7 @@ func (s *domainSim) run(rt *rapid.T) {
 	steps := rapid.IntRange(1, 50).Draw(rt, "steps")
 	for range steps {
 		i := rapid.IntRange(0, 3).Draw(rt, "gpu")
-		switch rapid.IntRange(0, 6).Draw(rt, "step") {
+		switch rapid.IntRange(0, 7).Draw(rt, "step") {
 		case 0: // a tenant comes, if nothing keeps it off
 			if !s.fenced(rt, i) && len(s.claimsOn(rt, i)) == 0 {
 				s.land(rt, i)
@@ -121,6 +122,8 @@ func (s *domainSim) run(rt *rapid.T) {
 			}
 		case 6: // the next domain fence written races a scheduler that has not seen it
 			s.racing = true
+		case 7: // the GPU's tenants' Pods go; their claims stay allocated until a leave
+			s.podsGo(rt, i)
 		}
 		s.check(rt)
 	}
@@ -150,11 +153,26 @@ func (s *domainSim) look(rt *rapid.T, i int) {
 		}
 		return
 	}
-	res, busy, err := (domains{s.a}).domainIdle(s.ctx, in, simNode, []device.ID{id}, peers, "checks/reset-"+id.Device)
+	wasFenced := t.mode == policy.HoldersMove && s.fencesOf(rt, id) > 0
+	res, busy, fenced, err := (domains{s.a}).domainIdle(s.ctx, in, simNode, []device.ID{id}, peers, "checks/reset-"+id.Device)
 	s.must(rt, "look at the domain", err)
 	if busy {
 		t.moving = len(res.Holders) > 0
-		if !t.moving {
+		t.fenced = fenced
+		if kept := s.fencesOf(rt, id) > 0; kept != fenced {
+			rt.Fatalf("gpu-%d's look says fenced %t, its domain fences stand: %t (%s)", i, fenced, kept, res.Reason)
+		}
+		if wasFenced && !t.fenced {
+			// Fences go only for a hold on the device itself: while a peer is still claimed, a
+			// Pod would take it as it frees, and the reset must move it again, or cannot.
+			for _, peer := range peers {
+				if c := s.claimsOn(rt, gpuIndex(peer)); len(c) > 0 {
+					rt.Fatalf("the domain fences of gpu-%d's reset went while claim %s/%s still holds its peer %s (%s)", i, c[0].Namespace, c[0].Name, peer.Device, res.Reason)
+				}
+			}
+		}
+		if !fenced {
+			// RunCheck keeps the permit with the fences: no other reset takes the peers they fence.
 			(domains{s.a}).endDomain(s.ctx, in, p, time.Time{}, res, nil)
 		}
 		return
@@ -206,7 +224,7 @@ func (s *domainSim) check(rt *rapid.T) {
 		}
 		ok := false
 		for j, t := range s.tries {
-			ok = ok || (t.moving || t.running) && r.Annotations[kubeobj.AnnotationWorkflow] == gpu(simNode, j).WorkflowID()
+			ok = ok || (t.moving || t.running || t.fenced) && r.Annotations[kubeobj.AnnotationWorkflow] == gpu(simNode, j).WorkflowID()
 		}
 		if !ok {
 			rt.Fatalf("domain fence of %s by %s stands, its try neither moves holders nor resets", *r.Spec.DeviceSelector.Device, r.Annotations[kubeobj.AnnotationWorkflow])
@@ -240,8 +258,37 @@ func (s *domainSim) land(rt *rapid.T, i int) {
 func (s *domainSim) leave(rt *rapid.T, i int) {
 	for _, c := range s.claimsOn(rt, i) {
 		s.must(rt, "a tenant leaves", s.kube.ResourceV1().ResourceClaims(c.Namespace).Delete(s.ctx, c.Name, metav1.DeleteOptions{}))
-		s.must(rt, "its Pod goes", s.kube.CoreV1().Pods(c.Namespace).Delete(s.ctx, c.Status.ReservedFor[0].Name, metav1.DeleteOptions{}))
+		if len(c.Status.ReservedFor) > 0 {
+			s.must(rt, "its Pod goes", s.kube.CoreV1().Pods(c.Namespace).Delete(s.ctx, c.Status.ReservedFor[0].Name, metav1.DeleteOptions{}))
+		}
 	}
+}
+
+// podsGo deletes the Pods of GPU i's tenants and leaves their claims allocated, reserved for no
+// one: what the claim controller has not released yet.
+func (s *domainSim) podsGo(rt *rapid.T, i int) {
+	for _, c := range s.claimsOn(rt, i) {
+		if len(c.Status.ReservedFor) == 0 {
+			continue
+		}
+		s.must(rt, "a tenant's Pod goes", s.kube.CoreV1().Pods(c.Namespace).Delete(s.ctx, c.Status.ReservedFor[0].Name, metav1.DeleteOptions{}))
+		c.Status.ReservedFor = nil
+		_, err := s.kube.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(s.ctx, &c, metav1.UpdateOptions{})
+		s.must(rt, "its claim reserved for no one", err)
+	}
+}
+
+// fencesOf counts the domain fences the try of id owns.
+func (s *domainSim) fencesOf(rt *rapid.T, id device.ID) int {
+	rules, err := s.kube.ResourceV1().DeviceTaintRules().List(s.ctx, metav1.ListOptions{})
+	s.must(rt, "list rules", err)
+	n := 0
+	for _, r := range rules.Items {
+		if r.Spec.Taint.Key == kubeobj.TaintDomainReset && r.Annotations[kubeobj.AnnotationWorkflow] == id.WorkflowID() {
+			n++
+		}
+	}
+	return n
 }
 
 // claimsOn are the tenants' claims allocated GPU i.

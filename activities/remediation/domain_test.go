@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -103,25 +104,25 @@ func TestAResetWaitsForItsDomain(t *testing.T) {
 	peers := domainPeers([]resourcev1.ResourceSlice{boards("node-1")}, bad, in.Domain)
 
 	_, a, _ := activityEnv(t, pod, claim)
-	res, busy, err := (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
-	if err != nil || !busy || !strings.Contains(res.Reason, "claim team/trainer-gpu is still allocated "+gpu("node-1", 3).String()) || len(res.Holders) != 0 {
-		t.Fatalf("wait: busy %t %+v %v", busy, res, err)
+	res, busy, fenced, err := (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
+	if err != nil || !busy || fenced || !strings.Contains(res.Reason, "claim team/trainer-gpu is still allocated "+gpu("node-1", 3).String()) || len(res.Holders) != 0 {
+		t.Fatalf("wait: busy %t fenced %t %+v %v", busy, fenced, res, err)
 	}
 	if f := domainFences(t, a); len(f) != 0 {
 		t.Fatalf("a reset that waits fenced %v", f)
 	}
 
 	in.Holders = policy.HoldersMove
-	res, busy, err = (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
-	if err != nil || !busy || !slices.Equal(res.Holders, []string{"team/trainer"}) {
-		t.Fatalf("move: busy %t %+v %v", busy, res, err)
+	res, busy, fenced, err = (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
+	if err != nil || !busy || !fenced || !slices.Equal(res.Holders, []string{"team/trainer"}) {
+		t.Fatalf("move: busy %t fenced %t %+v %v", busy, fenced, res, err)
 	}
 	if f := domainFences(t, a); !slices.Equal(f, []string{"gpu-1", "gpu-2", "gpu-3"}) {
 		t.Fatalf("fences %v", f)
 	}
 
 	_, idle, _ := activityEnv(t)
-	if _, busy, err := (domains{idle}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset"); busy || err != nil {
+	if _, busy, _, err := (domains{idle}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset"); busy || err != nil {
 		t.Fatalf("an idle baseboard: busy %t %v", busy, err)
 	}
 	if f := domainFences(t, idle); len(f) != 3 {
@@ -129,6 +130,43 @@ func TestAResetWaitsForItsDomain(t *testing.T) {
 	}
 	if err := (domains{idle}).unfenceDomain(context.Background(), "node-1", in.WorkflowID); err != nil || len(domainFences(t, idle)) != 0 {
 		t.Fatalf("unfence: %v %v", err, domainFences(t, idle))
+	}
+}
+
+// A peer's claim whose Pod is gone, not yet deallocated by the claim controller, keeps the
+// domain's fences up (lifting them let a waiting Pod take the peer as it freed, and a Pod that
+// cannot be moved then held the reset off for good); a form of the device's own unit that holds
+// it is waited for unfenced, as no reset moves it.
+func TestAReleasingPeerClaimKeepsTheFences(t *testing.T) {
+	bad := gpu("node-1", 0)
+	in := CheckInput{Device: bad, Domain: "attribute:baseboard", Holders: policy.HoldersMove, WorkflowID: bad.WorkflowID(), Step: "reset"}
+	peers := domainPeers([]resourcev1.ResourceSlice{boards("node-1")}, bad, in.Domain)
+	released := func(name string, dev device.ID) *resourcev1.ResourceClaim {
+		_, claim := tenant(name, dev)
+		claim.Status.ReservedFor = nil // its Pod is gone
+		return claim
+	}
+
+	_, a, _ := activityEnv(t, released("gone", gpu("node-1", 3)))
+	a.SettleWait = time.Nanosecond
+	res, busy, fenced, err := (domains{a}).domainIdle(context.Background(), in, "node-1", []device.ID{bad}, peers, "probes/reset")
+	if err != nil || !busy || !fenced || len(res.Holders) != 0 || !strings.Contains(res.Reason, "claim team/gone-gpu is still allocated") {
+		t.Fatalf("a peer's claim being released: busy %t fenced %t %+v %v", busy, fenced, res, err)
+	}
+	if f := domainFences(t, a); !slices.Equal(f, []string{"gpu-1", "gpu-2", "gpu-3"}) {
+		t.Fatalf("fences %v while a peer's claim is released, want the three peers'", f)
+	}
+
+	// The device's own unit: another form of it (here named as the step's idle set) holds.
+	form := device.ID{Driver: domainDriver, Pool: "node-1", Device: "gpu-0-half"}
+	_, b, _ := activityEnv(t, released("form", form))
+	b.SettleWait = time.Nanosecond
+	res, busy, fenced, err = (domains{b}).domainIdle(context.Background(), in, "node-1", []device.ID{bad, form}, peers, "probes/reset")
+	if err != nil || !busy || fenced || len(res.Holders) != 0 {
+		t.Fatalf("a form of its own unit: busy %t fenced %t %+v %v", busy, fenced, res, err)
+	}
+	if f := domainFences(t, b); len(f) != 0 {
+		t.Fatalf("fences %v while a form of the device's own unit holds it, want none", f)
 	}
 }
 

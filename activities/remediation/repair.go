@@ -37,7 +37,11 @@ func (v checkPods) idleOrHeld(ctx context.Context, devices []device.ID, own stri
 	if poll <= 0 || poll > time.Second {
 		poll = 500 * time.Millisecond
 	}
-	deadline := time.Now().Add(settleWait)
+	wait := a.SettleWait
+	if wait <= 0 {
+		wait = settleWait
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		held, reserved, err := v.holder(ctx, devices, own)
 		if err != nil || held == "" || reserved || !time.Now().Before(deadline) {
@@ -59,6 +63,16 @@ func (v checkPods) holder(ctx context.Context, devices []device.ID, own string) 
 		return false
 	})
 	return held, reserved, err
+}
+
+// claimedAny says whether a claim other than own is allocated one of the devices.
+func (v checkPods) claimedAny(ctx context.Context, devices []device.ID, own string) (bool, error) {
+	found := false
+	err := v.claimsOn(ctx, devices, own, func(resourcev1.ResourceClaim, device.ID) bool {
+		found = true
+		return false
+	})
+	return found, err
 }
 
 // claimsOn calls each for every claim other than own ("<namespace>/<name>") allocated one of the
