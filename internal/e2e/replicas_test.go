@@ -85,7 +85,8 @@ func TestThreeReplicasOnPostgres(t *testing.T) {
 	for i := range 3 {
 		r := &replica{identity: fmt.Sprintf("replica-%d", i), metrics: freeAddress(t)}
 		r.child = startCLI(t, s.dir, r.identity, "run", "--kubeconfig", s.kubeconfig, "--temporal-address", s.frontend,
-			"--policy", policyFile, "--metrics-address", r.metrics, "--breaker-max-count", "1000", "--breaker-max-percent", "0",
+			"--policy", policyFile, "--metrics-address", r.metrics, "--console-listen", freeAddress(t),
+			"--breaker-max-count", "1000", "--breaker-max-percent", "0",
 			"--leader-elect", "--leader-elect-identity", r.identity, "--leader-elect-lease-duration", "4s",
 			"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s", "--log-level", "warn")
 		reps = append(reps, r)
