@@ -150,8 +150,8 @@ func selfCPU() time.Duration {
 }
 
 // procCPU reads a process's user+system time from /proc (clock ticks of 1/100 s), with that of
-// the processes of the group it leads (PostgreSQL's backends are the postmaster's children in its
-// group), living or ended and waited for.
+// its children, living or ended and waited for (PostgreSQL's backends are the postmaster's
+// children, each in a session of its own).
 func procCPU(pid int) time.Duration {
 	f := statFields(strconv.Itoa(pid))
 	if len(f) < 15 {
@@ -163,7 +163,7 @@ func procCPU(pid int) time.Duration {
 		if p.Name() == strconv.Itoa(pid) || p.Name()[0] < '0' || p.Name()[0] > '9' {
 			continue
 		}
-		if m := statFields(p.Name()); len(m) >= 13 && field(m, 2) == int64(pid) {
+		if m := statFields(p.Name()); len(m) >= 13 && field(m, 1) == int64(pid) {
 			ticks += field(m, 11) + field(m, 12)
 		}
 	}
