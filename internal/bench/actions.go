@@ -29,11 +29,7 @@ func printActions(out io.Writer, what any, before, after map[string]float64, dev
 	}
 	var kinds []kind
 	total := 0.0
-	for name, n := range after {
-		d := n - before[name]
-		if d <= 0 || notBilledHere[name] {
-			continue
-		}
+	for name, d := range billed(before, after) {
 		kinds = append(kinds, kind{name, d})
 		total += d
 	}
@@ -44,4 +40,25 @@ func printActions(out io.Writer, what any, before, after map[string]float64, dev
 	}
 	fmt.Fprintf(out, "%s storm: Temporal actions (the server's action counter, the bench's queries left out) %.0f, %.1f per device: %s\n",
 		what, total, total/float64(devices), strings.Join(fields, ", "))
+}
+
+// billed is what each action type counted between two reads of the counter, the types this bench
+// leaves out left out.
+func billed(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for name, n := range after {
+		if d := n - before[name]; d > 0 && !notBilledHere[name] {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// holds says what runs in the bench process: the embedded Temporal server too, unless the stack's
+// Temporal runs in processes of its own.
+func (st *stack) holds() string {
+	if st.temporalPids != nil {
+		return "worker + watcher"
+	}
+	return "embedded Temporal + worker + watcher"
 }

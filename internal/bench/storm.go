@@ -160,10 +160,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	if err != nil {
 		return err
 	}
-	spent.holds = "embedded Temporal + worker + watcher"
-	if st.temporalPids != nil {
-		spent.holds = "worker + watcher"
-	}
+	spent.holds = st.holds()
 	forced := <-force
 	var answered, seen []time.Duration
 	for _, f := range forced {

@@ -49,18 +49,12 @@ func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	cp := spent.procs["kube-apiserver"] + spent.procs["etcd"]
-	holds := "worker + watcher"
-	if st.temporalPids == nil {
-		holds = "embedded Temporal + worker + watcher"
-	}
 	fmt.Fprintf(out, "at rest, %d healthy devices on %d nodes, over %s: devicewarden process (%s) %.2f CPU-s (%.2f%% of a core), heap in use %.1f MiB; apiserver+etcd %.2f CPU-s: devicewarden %.1f%% of theirs",
-		devices, devices/8, d, holds, spent.self.Seconds(), 100*spent.self.Seconds()/d.Seconds(), float64(ms.HeapInuse)/(1<<20), cp.Seconds(), 100*spent.self.Seconds()/max(cp.Seconds(), 0.01))
+		devices, devices/8, d, st.holds(), spent.self.Seconds(), 100*spent.self.Seconds()/d.Seconds(), float64(ms.HeapInuse)/(1<<20), cp.Seconds(), 100*spent.self.Seconds()/max(cp.Seconds(), 0.01))
 	if actions1 != nil {
 		total := 0.0
-		for name, n := range actions1 {
-			if !notBilledHere[name] {
-				total += n - actions0[name]
-			}
+		for _, n := range billed(actions0, actions1) {
+			total += n
 		}
 		fmt.Fprintf(out, "; Temporal actions %.0f", total)
 	}
