@@ -153,22 +153,17 @@ fmt:
 # go vet and staticcheck each parsed and type-checked every dependency (about 2,100 packages) for
 # their facts, each into a cache of its own: vet's analyses alone took 168 s of a cold check
 # (BENCHMARKS.md). staticlint runs vet's analyzers beside staticcheck's in one load. The e2e and image
-# tags only add files; the lean tag leaves out what links the embedded Temporal server, whose graph
-# (about 980 packages more: the server, its cloud SDKs and SQLite compiled from C to Go) staticlint
-# would parse and type-check from source for its facts (its analysis took 578 s over every package,
-# 132 s over the lean build's; go vet of the rest 124 s: BENCHMARKS.md).
-# So staticlint checks every package as the lean build and the e2e and image tags compile it, and
-# go vet, which reads the compiler's export data, checks the full build's own files: the embedded
-# server and the one-machine commands (what the lean tag leaves out; internal/layers keeps it so).
-LINT_TAGS = e2e,image,lean
-FULL_ONLY_PKGS = ./cmd/devicewarden/ ./internal/temporalserver/ ./internal/app/ ./internal/cli/ ./internal/buildinfo/
+# tags only add files, so one pass with both covers every package; the lean tag leaves files out, so
+# the packages that differ in the lean build are checked again with it (what only the lean build
+# compiles is a choice between code both builds compile: internal/layers keeps it so).
+CHECK_TAGS = e2e,image
 $(STATICLINT):
 	@echo "==> building staticlint (staticcheck v0.8.2 and go vet's analyzers) from the Go module proxy into $(dir $@)"
 	cd internal/staticlint && $(GO) build -ldflags="-s -w" -o $@ .
 
-lint: $(STATICLINT) ## staticcheck and go vet's analyzers over every package as the lean build compiles it (the e2e tests included), go vet over the full build's own
-	$(STATICLINT) -tags $(LINT_TAGS) $$($(GO) list -tags $(LINT_TAGS) ./... | grep -v '/internal/temporalserver$$')
-	$(GO) vet $(FULL_ONLY_PKGS)
+lint: $(STATICLINT) ## staticcheck and go vet's analyzers over every package, the e2e tests and the lean build included
+	$(STATICLINT) -tags $(CHECK_TAGS) ./...
+	$(STATICLINT) -tags lean ./cmd/... ./internal/cli/ ./internal/app/ ./internal/buildinfo/
 
 $(WORKFLOWCHECK):
 	@echo "==> building workflowcheck v0.6.0 from the Go module proxy into $(dir $@)"

@@ -299,7 +299,7 @@ func childCmd(use, short, flag, usage string, run func(context.Context, string, 
 
 // temporalChildCmd runs the embedded Temporal server alone for `bench watcher --lean`.
 func temporalChildCmd() *cobra.Command {
-	var db, address string
+	var db string
 	var kvs []string
 	cmd := &cobra.Command{
 		Use: "temporal-child", Hidden: true, Short: "Internal: the embedded Temporal server alone, measured by `bench watcher --lean`",
@@ -313,11 +313,10 @@ func temporalChildCmd() *cobra.Command {
 				}
 				settings[k] = v
 			}
-			return temporalserver.RunChild(c.Context(), db, address, settings, c.OutOrStdout())
+			return temporalserver.RunChild(c.Context(), db, settings, c.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&db, "db", "", "the SQLite file")
-	cmd.Flags().StringVar(&address, "address", "127.0.0.1:0", "host:port of the gRPC frontend (port 0 picks a free one)")
 	cmd.Flags().StringArrayVar(&kvs, "setting", nil, "a dynamic config key=value (repeatable)")
 	return cmd
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/sim"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
 // devRig is the local cluster alone, with addresses for `dev` processes that run the embedded
@@ -264,7 +265,8 @@ func TestRunWaitsForAnUnreachableTemporal(t *testing.T) {
 	if err := expectLive(r.metrics); err != nil {
 		t.Fatalf("after a minute: %v", err)
 	}
-	startServerAt(t, r.dir, "external-temporal", filepath.Join(r.dir, "external", "temporal.db"), r.frontend)
+	srv := startServerAt(t, filepath.Join(r.dir, "external", "temporal.db"), r.frontend)
+	defer srv.Stop()
 	eventually(t, time.Minute, "run ready once Temporal answers", func() error {
 		return expectReady(r.metrics, "ok")
 	})
@@ -273,12 +275,16 @@ func TestRunWaitsForAnUnreachableTemporal(t *testing.T) {
 	fenced(t, ctx, r.stack, ids, time.Minute)
 }
 
-// startServerAt starts a Temporal server of its own on dbPath, listening on address, in a process
-// of its own (the binary's `bench temporal-child`) that ends with the test: the external Temporal a
-// `run` process was pointed at. Its output is dir/name.log.
-func startServerAt(t *testing.T, dir, name, dbPath, address string) *child {
+// startServerAt starts a Temporal server of its own on dbPath, listening on address: the external
+// Temporal a `run` process was pointed at.
+func startServerAt(t *testing.T, dbPath, address string) *temporalserver.Server {
 	t.Helper()
-	return startCLI(t, dir, name, "bench", "temporal-child", "--db", dbPath, "--address", address, "--log-level", "error")
+	srv, err := temporalserver.Start(temporalserver.Config{DBPath: dbPath, FrontendAddress: address, Namespace: "default",
+		LogFile: filepath.Join(filepath.Dir(dbPath), "temporal-server.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
 
 // expectLive checks that /healthz at addr answers 200.

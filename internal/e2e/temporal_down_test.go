@@ -16,6 +16,7 @@ import (
 	"github.com/devicewarden/devicewarden/internal/app"
 	"github.com/devicewarden/devicewarden/internal/breaker"
 	"github.com/devicewarden/devicewarden/internal/decide"
+	"github.com/devicewarden/devicewarden/internal/temporalserver"
 )
 
 // TestTemporalDown: the Temporal server stops while devices turn Unhealthy; the watcher keeps their
@@ -55,8 +56,11 @@ func TestTemporalDown(t *testing.T) {
 		}
 		return nil
 	})
-	// Back on the same file and address, in a process of its own.
-	startServerAt(t, dir, "temporal-again", filepath.Join(dir, "temporal", "temporal.db"), addr)
+	srv, err := temporalserver.Start(temporalserver.Config{DBPath: filepath.Join(dir, "temporal", "temporal.db"), FrontendAddress: addr, Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
 	eventually(t, 90*time.Second, "devices flipped while Temporal was down are quarantined", func() error {
 		for i := 1; i < len(ids); i++ {
 			if err := ruleFor(i); err != nil {

@@ -10,13 +10,11 @@ import (
 // serverModule is the Temporal server's module: the embedded server links it, and nothing else may.
 const serverModule = "go.temporal.io/server"
 
-// TestOnlyTheEmbeddedServerLinksTheServer: built as the race detector's unit run and `make lint`'s
-// staticlint build them (build tag lean, with the e2e and image tags' files, tests included), no
-// package outside internal/temporalserver depends on the Temporal server. The server's graph
-// (about a thousand packages, the cloud SDKs of its archival included) compiled with the race
-// detector was a third of a cold make check, and staticlint's analysis of it from source 450 s; a
-// test that needs a real server starts it as a child process (internal/temporalserver/temporaltest,
-// or the binary's `bench temporal-child` as the e2e tests run it).
+// TestOnlyTheEmbeddedServerLinksTheServer: built as the race detector's unit run builds them
+// (build tag lean, tests included), no package outside internal/temporalserver depends on the
+// Temporal server. The server's graph (about a thousand packages, the cloud SDKs of its archival
+// included) compiled with the race detector was a third of a cold make check; a test that needs
+// a real server starts it as a child process (internal/temporalserver/temporaltest).
 func TestOnlyTheEmbeddedServerLinksTheServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("lists the module's dependency graph")
@@ -25,7 +23,7 @@ func TestOnlyTheEmbeddedServerLinksTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "list", "-tags", "lean,e2e,image", "-test", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...")
+	cmd := exec.Command("go", "list", "-tags", "lean", "-test", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...")
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
 	out, err := cmd.Output()
 	if err != nil {
@@ -40,7 +38,7 @@ func TestOnlyTheEmbeddedServerLinksTheServer(t *testing.T) {
 		checked++
 		for dep := range strings.FieldsSeq(deps) {
 			if dep == serverModule || strings.HasPrefix(dep, serverModule+"/") {
-				t.Errorf("%s depends on %s: the race run would compile the Temporal server and staticlint analyse it", path, dep)
+				t.Errorf("%s depends on %s: the race run would compile the Temporal server", path, dep)
 				break
 			}
 		}

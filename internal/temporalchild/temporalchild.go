@@ -22,13 +22,7 @@ func Start(ctx context.Context, binary, dir string, settings []string, stderr io
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
-	return StartAt(ctx, binary, filepath.Join(dir, "temporal.db"), "127.0.0.1:0", settings, stderr)
-}
-
-// StartAt is Start on the SQLite file dbPath (created with its schema when missing, reused when
-// not), the frontend listening on address: a server restarted where another one was.
-func StartAt(ctx context.Context, binary, dbPath, address string, settings []string, stderr io.Writer) (*exec.Cmd, string, error) {
-	args := []string{"bench", "temporal-child", "--db", dbPath, "--address", address, "--log-level", "error"}
+	args := []string{"bench", "temporal-child", "--db", filepath.Join(dir, "temporal.db"), "--log-level", "error"}
 	for _, kv := range settings {
 		args = append(args, "--setting", kv)
 	}

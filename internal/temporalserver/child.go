@@ -12,15 +12,14 @@ import (
 	"time"
 )
 
-// RunChild runs the embedded Temporal server alone (SQLite file dbPath, no UI, the frontend on
-// address: "127.0.0.1:0" picks a free port) and prints its frontend address as one JSON line; it
-// runs until ctx ends. `bench watcher` and the tests that
+// RunChild runs the embedded Temporal server alone (SQLite file dbPath, no UI) and prints its
+// frontend address as one JSON line; it runs until ctx ends. `bench watcher` and the tests that
 // talk to a real server run it as a process of its own (internal/temporalchild), so the server's
 // CPU time and memory are its own, and a test binary does not link the server.
 // settings override its dynamic config (ParseSetting). For investigation,
 // DEVICEWARDEN_BENCH_SERVER_CPUPROFILE=<file> makes it write a 60 s CPU profile on SIGUSR1, which
 // the bench sends when the workflows start to sit.
-func RunChild(ctx context.Context, dbPath, address string, settings map[string]any, out io.Writer) error {
+func RunChild(ctx context.Context, dbPath string, settings map[string]any, out io.Writer) error {
 	// SIGUSR1 would end the process unless it is caught; it is, with or without a profile asked for.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
@@ -28,7 +27,7 @@ func RunChild(ctx context.Context, dbPath, address string, settings map[string]a
 	if path := os.Getenv("DEVICEWARDEN_BENCH_SERVER_CPUPROFILE"); path != "" {
 		go profileOnSignal(ctx, sig, path, time.Minute)
 	}
-	srv, err := Start(Config{DBPath: dbPath, FrontendAddress: address, Namespace: "default",
+	srv, err := Start(Config{DBPath: dbPath, FrontendAddress: "127.0.0.1:0", Namespace: "default",
 		LogFile: filepath.Join(filepath.Dir(dbPath), "temporal-server.log"), Settings: settings})
 	if err != nil {
 		return err
