@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/devicewarden/devicewarden/internal/decide"
 	"github.com/devicewarden/devicewarden/internal/device"
 	"github.com/devicewarden/devicewarden/internal/kubeobj"
 	"github.com/devicewarden/devicewarden/internal/policy"
@@ -190,5 +191,49 @@ func TestReleaseTakesItsDomainFences(t *testing.T) {
 	}
 	if f := domainFences(t, a); !slices.Equal(f, []string{"gpu-5"}) {
 		t.Fatalf("domain fences after the release: %v", f)
+	}
+}
+
+// RunCheck itself: a reset that moves its domain's holders answers Busy with the domain fenced and
+// keeps the domain's permit, so no other device's reset takes the peers the fences hold; one that
+// waits for a holder fences nothing and gives the permit back.
+func TestRunCheckKeepsThePermitWithItsFences(t *testing.T) {
+	bad := gpu("node-1", 0)
+	for _, tt := range []struct {
+		holders        string
+		fences         int
+		keepsThePermit bool
+	}{
+		{policy.HoldersMove, 3, true},
+		{policy.HoldersWait, 0, false},
+	} {
+		t.Run(tt.holders, func(t *testing.T) {
+			slice := boards("node-1")
+			for i := range slice.Spec.Devices { // the identity a check Pod is pinned by
+				slice.Spec.Devices[i].Attributes["index"] = resourcev1.DeviceAttribute{IntValue: ptr.To(int64(i))}
+			}
+			pod, claim := tenant("trainer", gpu("node-1", 3))
+			env, a, _ := activityEnv(t, &slice, pod, claim)
+			in := CheckInput{Device: bad, Kind: decide.ActRepair, DeviceClass: domainDriver, Identity: []string{"index"}, Domain: "attribute:baseboard", Holders: tt.holders,
+				WorkflowID: bad.WorkflowID(), Step: "reset", Since: time.Now(), Attempts: 1,
+				Check: policy.Check{Image: "busybox", Command: []string{"true"}, Timeout: policy.JSONDuration(5 * time.Second), Namespace: "checks"}}
+			v, err := env.ExecuteActivity(a.RunCheck, in)
+			var res decide.StepResult
+			if err == nil {
+				err = v.Get(&res)
+			}
+			if err != nil || !res.Busy {
+				t.Fatalf("a reset whose baseboard holds a tenant: %+v %v", res, err)
+			}
+			if f := domainFences(t, a); len(f) != tt.fences {
+				t.Fatalf("domain fences %v, want %d", f, tt.fences)
+			}
+			p := (domains{a}).permitOf(domainKey([]resourcev1.ResourceSlice{slice}, bad, in.Domain))
+			lease, err := a.Kube.CoordinationV1().Leases(p.ns).Get(context.Background(), p.name, metav1.GetOptions{})
+			held := err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") == in.WorkflowID
+			if held != tt.keepsThePermit {
+				t.Fatalf("the try holds the domain's permit: %t, want %t (%v)", held, tt.keepsThePermit, err)
+			}
+		})
 	}
 }
