@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -155,6 +154,9 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	if err != nil {
 		return err
 	}
+	if err := res.check(ctx, st.tc, storm, reserve[0].id.Pool, health); err != nil {
+		return err
+	}
 	spent := cpu.stop()
 	actions1, err := readActions(ctx, st)
 	if err != nil {
@@ -266,10 +268,8 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 			}
 		}
 		if r.allStarted == 0 {
-			resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-				Query: fmt.Sprintf("WorkflowType = 'DeviceWorkflow' AND DeviceNode != '%s'", reserveNode)})
-			if err == nil {
-				r.started = int(resp.GetCount())
+			if n, err := deviceWorkflows(ctx, tc, reserveNode); err == nil {
+				r.started = n
 				if r.started >= len(storm) {
 					r.allStarted = time.Since(t0)
 				}

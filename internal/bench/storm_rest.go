@@ -23,7 +23,8 @@ const restSettle = 15 * time.Second
 
 // atRest measures the placed, healthy fleet for d: the CPU of the bench process (worker and
 // watcher, and the embedded Temporal server when it runs there) and of the control plane, the
-// bench process's heap, and the Temporal actions spent (a healthy fleet should cost none).
+// bench process's heap, and the Temporal actions spent; it fails when the healthy fleet has a
+// device workflow.
 func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration, devices int, out io.Writer) error {
 	select {
 	case <-ctx.Done():
@@ -59,5 +60,9 @@ func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration
 		fmt.Fprintf(out, "; Temporal actions %.0f", total)
 	}
 	fmt.Fprintln(out)
+	// A healthy fleet costs Temporal nothing: not one device workflow.
+	if n, err := deviceWorkflows(ctx, st.tc, ""); err != nil || n > 0 {
+		return fmt.Errorf("at rest, %d device workflows for a healthy fleet (%v)", n, err)
+	}
 	return nil
 }
