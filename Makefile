@@ -70,15 +70,23 @@ test: test-unit test-e2e ## All tests
 # (internal/temporalserver/temporaltest), so no test binary links the server.
 # go test runs at most -p builds, links and test runs at once (the number of cores by default). With
 # one more, a package whose tests wait on a server or a timer leaves room for the next package's
-# link (BENCHMARKS.md: the race run warm in 180 s instead of 205 s).
+# link (BENCHMARKS.md: the race run warm in 180 s instead of 205 s). The runs without the race
+# detector (the month-long workflow runs, the full build's own tests) go beside it, into the
+# moments its builds and tests leave a core idle (a cold race run kept both cores 87% busy).
 UNIT_P ?= 3
-test-unit: build ## Unit, workflow (time-skipping) and replay tests with the race detector, then the full build's own
-	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes)"
-	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -p $(UNIT_P) -race -tags lean $(TEST_FLAGS) $(RACE_PKGS)
-	@echo "==> the month-long workflow runs (30 simulated days each), without the race detector"
-	$(GO) test $(TEST_FLAGS) -run 'AMonth' ./workflows/
-	@echo "==> the full build's own tests: the embedded Temporal server and the one-machine commands"
-	$(GO) test $(TEST_FLAGS) $(FULL_PKGS)
+test-unit: build ## Unit, workflow (time-skipping) and replay tests with the race detector, and beside them the full build's own
+	@echo "==> unit tests with the race detector, over the lean build's graph (a cold build takes minutes);"
+	@echo "    beside them the month-long workflow runs and the full build's own tests, whose output follows"
+	@side=$$(mktemp -d); \
+	( $(GO) test $(TEST_FLAGS) -run 'AMonth' ./workflows/ >$$side/month.log 2>&1; echo $$? >$$side/month.rc; \
+	  $(GO) test $(TEST_FLAGS) $(FULL_PKGS) >$$side/full.log 2>&1; echo $$? >$$side/full.rc ) & \
+	echo "CGO_ENABLED=1 go test -p $(UNIT_P) -race -tags lean $(TEST_FLAGS) <every package but internal/temporalserver>"; \
+	CGO_ENABLED=1 DEVICEWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -p $(UNIT_P) -race -tags lean $(TEST_FLAGS) $(RACE_PKGS); rc=$$?; \
+	wait; \
+	echo "==> the month-long workflow runs (30 simulated days each), without the race detector: go test $(TEST_FLAGS) -run 'AMonth' ./workflows/"; cat $$side/month.log; \
+	echo "==> the full build's own tests, the embedded Temporal server and the one-machine commands: go test $(TEST_FLAGS) $(FULL_PKGS)"; cat $$side/full.log; \
+	month=$$(cat $$side/month.rc); full=$$(cat $$side/full.rc); rm -rf $$side; \
+	[ $$rc = 0 ] && [ $$month = 0 ] && [ $$full = 0 ]
 
 # One cluster build for the control plane, Prometheus and the stock Temporal server (the version
 # the binary embeds, so it compiles only its two commands), so they compile beside the rest.
