@@ -47,11 +47,15 @@ func (b *Builder) goModFor(ctx context.Context, c component) (string, error) {
 	if err != nil || !c.floors {
 		return mod, err
 	}
-	floors := b.Floors
-	if floors == nil {
-		floors = ProjectModules()
+	return mod + floorRequires(withoutOwn(b.floors(), c.ownModules)), nil
+}
+
+// floors is the builder's module floors: Floors, or the project's own selection when unset.
+func (b *Builder) floors() map[string]string {
+	if b.Floors != nil {
+		return b.Floors
 	}
-	return mod + floorRequires(withoutOwn(floors, c.ownModules)), nil
+	return ProjectModules()
 }
 
 // withoutOwn is the floors less the modules under the given path prefixes.

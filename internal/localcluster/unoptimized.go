@@ -1,8 +1,6 @@
 package localcluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -20,11 +18,7 @@ func (b *Builder) unoptimizedFlags(ctx context.Context, c component, dir string,
 	if err != nil {
 		return nil, fmt.Errorf("list the packages of %s: %w", c.name, err)
 	}
-	floors := b.Floors
-	if floors == nil {
-		floors = ProjectModules()
-	}
-	return ownPackageFlags(out, floors), nil
+	return ownPackageFlags(out, b.floors()), nil
 }
 
 // ownPackageFlags reads `go list -deps` lines ("package module version") and gives a -gcflags
@@ -32,9 +26,8 @@ func (b *Builder) unoptimizedFlags(ctx context.Context, c component, dir string,
 // of the helper module itself (no version) is the tool's own too.
 func ownPackageFlags(list []byte, project map[string]string) []string {
 	var flags []string
-	sc := bufio.NewScanner(bytes.NewReader(list))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+	for line := range strings.Lines(string(list)) {
+		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
 		}
