@@ -172,8 +172,12 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 		answered, seen = append(answered, f.answered), append(seen, f.ruleSeen)
 	}
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
-	fmt.Fprintf(o.Out, "%s storm of %d devices: statuses written in %s; breaker %s at +%s; %d device workflows started, all by +%s; every report decided by +%s (p50 +%s)\n",
-		health, len(storm), sec(writes), res.breakerWhat, sec(res.breakerOpen), res.started, sec(res.allStarted), sec(res.decidedMax), sec(res.decidedP50))
+	breakerLine := res.breakerWhat
+	if res.breakerOpen > 0 {
+		breakerLine += " at +" + sec(res.breakerOpen)
+	}
+	fmt.Fprintf(o.Out, "%s storm of %d devices: statuses written in %s; breaker %s; %d device workflows started, all by +%s; every report decided by +%s (p50 +%s)\n",
+		health, len(storm), sec(writes), breakerLine, res.started, sec(res.allStarted), sec(res.decidedMax), sec(res.decidedP50))
 	fmt.Fprintf(o.Out, "%s storm: automatic actions %d (quarantined %d, restricted %d), held by the breaker %d\n",
 		health, res.quarantined+res.restricted, res.quarantined, res.restricted, res.held)
 	fmt.Fprintf(o.Out, "%s storm: %d force-quarantines issued at +2s, +4s, ... during the storm: update answered p50 %s max %s; DeviceTaintRule seen p50 %s max %s after issue\n",
@@ -272,12 +276,10 @@ func awaitStorm(ctx context.Context, tc client.Client, storm []benchTarget, rese
 			return r, fmt.Errorf("after 10 minutes: breaker open at %s, %d workflows started", r.breakerOpen, r.started)
 		}
 		readBreaker()
-		if r.allStarted == 0 {
-			if n, err := deviceWorkflows(ctx, tc, reserveNode); err == nil {
-				r.started = n
-				if r.started >= len(storm) {
-					r.allStarted = time.Since(t0)
-				}
+		if n, err := deviceWorkflows(ctx, tc, reserveNode); err == nil {
+			r.started = n
+			if r.started >= len(storm) {
+				r.allStarted = time.Since(t0)
 			}
 		}
 		time.Sleep(250 * time.Millisecond)
