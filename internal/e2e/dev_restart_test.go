@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -143,46 +142,15 @@ func TestDevKilledMidStorm(t *testing.T) {
 			stopHog := cpuHog(t, ctx)
 			defer stopHog()
 		}
-		// Rules of the earlier round exist: wait for a new one.
-		list, err := r.kube.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := r.kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		for _, id := range batch[:12] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := sim.SetHealth(ctx, r.kube, id, corev1.ResourceHealthStatusUnhealthy, "storm"); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		select {
-		case <-w.ResultChan():
-		case <-time.After(time.Minute):
-			t.Fatalf("round %d: no rule within a minute", round)
-		}
-		w.Stop()
+		// Rules of the earlier round exist: the storm waits for a new one.
+		wait := stormToFirstRule(t, ctx, r.kube, batch[:12], 0)
 		proc.kill(t)
-		wg.Wait()
-		ruled := 0
-		for _, id := range batch[:12] {
-			if _, err := r.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{}); err == nil {
-				ruled++
-			}
-		}
-		t.Logf("round %d (CPU hog %v): killed with %d of 12 rules created", round, hog, ruled)
+		wait()
+		t.Logf("round %d (CPU hog %v): killed with %d of 12 rules created", round, hog, ruled(ctx, r.kube, batch[:12]))
 		setHealth(t, ctx, r.kube, batch[12:], corev1.ResourceHealthStatusUnhealthy) // failed while down
 		proc = r.dev(t, fmt.Sprintf("dev-%d", round+1))
 		fenced(t, ctx, r.stack, batch, 3*time.Minute)
-		for _, id := range batch {
-			rules = append(rules, id.TaintRuleName())
-		}
+		rules = append(rules, ruleNames(batch)...)
 	}
 	expectCreatedOnce(t, r.stack, rules)
 }

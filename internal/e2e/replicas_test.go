@@ -108,41 +108,15 @@ func TestThreeReplicasOnPostgres(t *testing.T) {
 
 	// The storm: 12 Unknown and 12 Unhealthy reports at once; the leader dies as the first rule
 	// appears.
-	w, err := kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for i, id := range ids[:24] {
-		h := corev1.ResourceHealthStatusUnknown
-		if i >= 12 {
-			h = corev1.ResourceHealthStatusUnhealthy
-		}
-		wg.Go(func() {
-			if _, err := sim.SetHealth(ctx, kube, id, h, "storm"); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	select {
-	case <-w.ResultChan():
-	case <-time.After(time.Minute):
-		t.Fatal("no rule within a minute")
-	}
-	w.Stop()
+	wait := stormToFirstRule(t, ctx, kube, ids[:24], 12)
 	leader.kill(t)
 	killed := time.Now()
-	wg.Wait()
-	ruled := 0
-	for _, id := range ids[12:24] {
-		if _, err := kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{}); err == nil {
-			ruled++
-		}
-	}
+	wait()
+	written := ruled(ctx, kube, ids[12:24])
 	setHealth(t, ctx, kube, ids[24:], corev1.ResourceHealthStatusUnknown) // while the Lease is the dead leader's
 	alive := without(reps, leader)
 	next := leaderOf(t, ctx, kube, alive)
-	t.Logf("leader killed with %d of 12 rules written; %s leads %s later", ruled, next.identity, time.Since(killed).Round(time.Millisecond))
+	t.Logf("leader killed with %d of 12 rules written; %s leads %s later", written, next.identity, time.Since(killed).Round(time.Millisecond))
 
 	eventually(t, 2*time.Minute, "every device of the storm decided", func() error {
 		for i, id := range ids {
@@ -166,11 +140,7 @@ func TestThreeReplicasOnPostgres(t *testing.T) {
 			t.Fatalf("%s: %d workflow runs (%v), want 1", id, n, err)
 		}
 	}
-	var rules []string
-	for _, id := range ids[12:24] {
-		rules = append(rules, id.TaintRuleName())
-	}
-	expectCreatedOnce(t, s.stack, rules)
+	expectCreatedOnce(t, s.stack, ruleNames(ids[12:24]))
 
 	// The ladder: a reset whose replica dies while the reset Pod runs. No kubelet completes the
 	// Pod until then.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,43 +101,16 @@ func TestRestartMidStorm(t *testing.T) {
 	})
 
 	// 12 Unknown and 6 Unhealthy reports at once; the process dies as the first rule appears.
-	var wg sync.WaitGroup
-	for i, id := range ids[:18] {
-		h := corev1.ResourceHealthStatusUnknown
-		if i >= 12 {
-			h = corev1.ResourceHealthStatusUnhealthy
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := sim.SetHealth(ctx, s.kube, id, h, "storm"); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	// Killed the moment the first rule is written: its workflow has likely not yet recorded it.
-	w, err := s.kube.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-w.ResultChan():
-	case <-time.After(time.Minute):
-		t.Fatal("no rule within a minute")
-	}
-	w.Stop()
+	wait := stormToFirstRule(t, ctx, s.kube, ids[:18], 12)
 	first.kill(t)
-	wg.Wait()
-	started, ruled := 0, 0
-	for i, id := range ids[:18] {
+	wait()
+	started := 0
+	for _, id := range ids[:18] {
 		if _, err := s.temporal.DescribeWorkflowExecution(ctx, id.WorkflowID(), ""); err == nil {
 			started++
 		}
-		if _, err := s.kube.ResourceV1().DeviceTaintRules().Get(ctx, id.TaintRuleName(), metav1.GetOptions{}); i >= 12 && err == nil {
-			ruled++
-		}
 	}
-	t.Logf("killed with %d of 18 workflows started and %d of 6 rules created", started, ruled)
+	t.Logf("killed with %d of 18 workflows started and %d of 6 rules created", started, ruled(ctx, s.kube, ids[12:18]))
 
 	setHealth(t, ctx, s.kube, ids[18:], corev1.ResourceHealthStatusUnknown) // missed while dead
 	setHealth(t, ctx, s.kube, ids[:4], corev1.ResourceHealthStatusHealthy)  // recovered while dead
@@ -178,11 +150,7 @@ func TestRestartMidStorm(t *testing.T) {
 			t.Fatalf("%s: %d workflow runs (%v), want 1", id, n, err)
 		}
 	}
-	var rules []string
-	for _, id := range ids[12:18] {
-		rules = append(rules, id.TaintRuleName())
-	}
-	expectCreatedOnce(t, s, rules)
+	expectCreatedOnce(t, s, ruleNames(ids[12:18]))
 }
 
 // TestLeaderElection runs two replicas: only the Lease holder watches; when it stops, the other
