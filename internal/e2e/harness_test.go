@@ -259,6 +259,12 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "schedule:", err)
 		return 1
 	}
+	lengths, err := readLengths(lengthsFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schedule:", err)
+		return 1
+	}
+	schedule.lengths = lengths
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir, err := os.MkdirTemp("", "devicewarden-e2e-")
@@ -297,7 +303,13 @@ func runMain(m *testing.M) int {
 	stop := func() { stopCtl(); stopProm(); stopInfra() }
 	shared = s
 	code := m.Run()
-	ran.print(os.Stdout, 12)
+	ran.print(os.Stdout)
+	if path := os.Getenv("DEVICEWARDEN_E2E_LENGTHS"); path != "" {
+		if err := writeLengths(path, ran); err != nil {
+			fmt.Fprintln(os.Stderr, "write the tests' lengths:", err)
+			code = 1
+		}
+	}
 	if code != 0 {
 		dumpLogs(dir)
 	}

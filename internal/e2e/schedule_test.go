@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The harness schedules the tests itself; go test's -parallel says how many run at once. Three
@@ -21,6 +24,11 @@ import (
 //     It waits until every in-turn test is done (they would count its quarantines), then runs
 //     beside the others.
 //
+// The tests beside the line start longest first, by the lengths a past run measured
+// (testdata/lengths.txt), so the run does not end on a long test started late; one not measured
+// yet counts as long. The first of them starts once all have come to the harness (go test
+// releases them together, once the tests that name none are done).
+//
 // A test that names none runs before all of them, alone, as go test runs a test without
 // t.Parallel.
 type scheduler struct {
@@ -33,13 +41,22 @@ type scheduler struct {
 	left          int // in-turn tests registered and not done
 	running       int // onOwnStack and besideOthers tests holding a slot
 	waiting       []*waiter
+	// registered and arrived count the onOwnStack and besideOthers tests that named their kind
+	// and those of them that came back from t.Parallel: none is admitted before all came.
+	registered, arrived int
+	// lengths are the slot times a past run measured, by test name.
+	lengths map[string]time.Duration
 }
 
 // waiter is a test waiting for a slot; ready is closed when it has one.
 type waiter struct {
 	beside bool
+	length time.Duration
 	ready  chan struct{}
 }
+
+// unmeasured is the length a test that no past run measured counts as: long, so it starts early.
+const unmeasured = 90 * time.Second
 
 var schedule = newScheduler(4)
 
@@ -100,33 +117,59 @@ func besideOthers(t *testing.T) { schedule.take(t, true) }
 
 func (s *scheduler) take(t *testing.T, beside bool) {
 	t.Helper()
+	length := s.register(t.Name())
 	t.Parallel()
-	w := &waiter{beside: beside, ready: make(chan struct{})}
-	s.mu.Lock()
-	s.waiting = append(s.waiting, w)
-	s.admit()
-	s.mu.Unlock()
-	<-w.ready
+	<-s.arrive(beside, length)
 	kind := "own stack"
 	if beside {
 		kind = "beside others"
 	}
 	t.Cleanup(ran.begin(t.Name(), kind))
-	t.Cleanup(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.running--
-		s.admit()
-	})
+	t.Cleanup(s.done)
 }
 
-// admit gives free slots to the waiting tests that may run, first come first served. Called
-// with mu held, whenever a test starts waiting or ends.
+// register counts a test that will wait for a slot, and says how long it is expected to hold it.
+func (s *scheduler) register(name string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.registered++
+	if length, ok := s.lengths[name]; ok {
+		return length
+	}
+	return unmeasured
+}
+
+// arrive puts a registered test in the waiting list; the channel is closed when it has a slot.
+func (s *scheduler) arrive(beside bool, length time.Duration) <-chan struct{} {
+	w := &waiter{beside: beside, length: length, ready: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.arrived++
+	s.waiting = append(s.waiting, w)
+	s.admit()
+	return w.ready
+}
+
+// done gives a slot back.
+func (s *scheduler) done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	s.admit()
+}
+
+// admit gives free slots to the waiting tests that may run, the longest first (those of one
+// length in the order they came), once every registered test came. Called with mu held, whenever
+// a test starts waiting or ends.
 func (s *scheduler) admit() {
+	if s.arrived < s.registered {
+		return
+	}
 	free := s.slots - s.running
 	if s.left > 0 {
 		free-- // the in-turn line's slot
 	}
+	slices.SortStableFunc(s.waiting, func(a, b *waiter) int { return cmp.Compare(b.length, a.length) })
 	kept := s.waiting[:0]
 	for _, w := range s.waiting {
 		if free > 0 && (!w.beside || s.left == 0) {

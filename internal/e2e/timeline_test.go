@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -37,8 +38,9 @@ func (tl *timeline) begin(name, kind string) func() {
 	}
 }
 
-// print writes each kind's first start, last end and summed slot time, then the longest tests.
-func (tl *timeline) print(w io.Writer, longest int) {
+// print writes each kind's first start, last end and summed slot time, then every test by its
+// start (the figures testdata/lengths.txt holds come from these).
+func (tl *timeline) print(w io.Writer) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	type total struct {
@@ -61,9 +63,9 @@ func (tl *timeline) print(w io.Writer, longest int) {
 		k := kinds[kind]
 		fmt.Fprintf(w, "  %-13s %2d tests, from %4.0f to %4.0f, %5.0f s in slots\n", kind, k.tests, k.from.Seconds(), k.to.Seconds(), k.slots.Seconds())
 	}
-	byLength := slices.Clone(tl.spans)
-	slices.SortFunc(byLength, func(a, b span) int { return int((b.to - b.from) - (a.to - a.from)) })
-	for _, s := range byLength[:min(longest, len(byLength))] {
+	byStart := slices.Clone(tl.spans)
+	slices.SortFunc(byStart, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	for _, s := range byStart {
 		fmt.Fprintf(w, "  %5.0f s  %-13s %4.0f-%4.0f  %s\n", (s.to - s.from).Seconds(), s.kind, s.from.Seconds(), s.to.Seconds(), s.name)
 	}
 }
