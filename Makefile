@@ -223,6 +223,8 @@ bench: build build-lean control-plane ## Benchmarks against the real local stack
 	$(BIN) bench storm --devices 5000 --log-level error
 	$(BIN) bench storm --devices 8000 --share 0.01 --rest 60s --health Unhealthy --log-level error
 	$(BIN) bench storm --devices 8000 --share 0.1 --rest 60s --health Unhealthy --log-level error
+	$(BIN) bench reports --devices 50 --fleet 1000 --by-name --log-level error
+	$(BIN) bench dcgm --devices 20 --fleet 1000 --log-level error
 
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATION_PKGS = internal/policy internal/cause internal/decide internal/breaker internal/migrationplan internal/escalation internal/rolloutplan internal/capacity workflows activities/remediation activities/migration activities/rollouts activities/hygiene internal/kubeobj internal/watcher

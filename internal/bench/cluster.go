@@ -65,34 +65,36 @@ func startStack(ctx context.Context, cacheDir string, out io.Writer, opts app.Co
 // startStackOn is startStack whose Temporal, when pgShards > 0, is the stock server (the version
 // the binary embeds) on PostgreSQL with SQL visibility and pgShards history shards, in processes
 // of their own, as a fleet runs it.
-func startStackOn(ctx context.Context, cacheDir string, out io.Writer, opts app.ControllerOptions, build func(kubernetes.Interface, *app.ControllerOptions), pgShards int) (*stack, error) {
+func startStackOn(ctx context.Context, cacheDir string, out io.Writer, opts app.ControllerOptions, build func(kubernetes.Interface, *app.ControllerOptions), pgShards int) (st *stack, err error) {
 	dir, err := os.MkdirTemp("", "devicewarden-bench-")
 	if err != nil {
 		return nil, err
 	}
+	// undo stops what was started, the last first, when a later step fails.
+	undo := []func(){func() { os.RemoveAll(dir) }}
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl, kube, err := startCluster(ctx, dir, cacheDir, out, false, 200, 400)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
+	undo = append(undo, func() { _ = cl.Stop() })
 	tc, err := startTemporal(ctx, dir, cacheDir, out, pgShards, logger)
 	if err != nil {
-		_ = cl.Stop()
-		os.RemoveAll(dir)
 		return nil, err
 	}
+	undo = append(undo, tc.close)
 	// The watcher reads detectors' reports, as the chart deploys it.
 	if err := app.InstallReportCRD(ctx, kube); err != nil {
-		tc.close()
-		_ = cl.Stop()
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	if opts.Reports, err = app.ReportsClient(cl.Kubeconfig); err != nil {
-		tc.close()
-		_ = cl.Stop()
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	opts.Workers = 8

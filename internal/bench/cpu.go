@@ -120,9 +120,14 @@ func (s cpuSpent) print(out io.Writer, what any, over time.Duration) {
 	}
 	fmt.Fprintf(out, "%s storm CPU-s over %.1fs: devicewarden process (%s) %.1f; apiserver+etcd %.1f; %s\n",
 		what, over.Seconds(), s.holds, s.self.Seconds(), cp, strings.Join(procs, ", "))
-	if len(s.parts) == 0 {
-		return
+	if by := s.byOwner(); by != "" {
+		fmt.Fprintf(out, "%s storm: devicewarden process CPU profile by owner, CPU-s: %s\n", what, by)
 	}
+}
+
+// byOwner is the profile's split of the bench process's CPU, the largest first ("" without a
+// profile).
+func (s cpuSpent) byOwner() string {
 	type part struct {
 		name string
 		d    time.Duration
@@ -136,9 +141,9 @@ func (s cpuSpent) print(out io.Writer, what any, over time.Duration) {
 	sort.Slice(parts, func(i, j int) bool { return parts[i].d > parts[j].d })
 	var fields []string
 	for _, p := range parts {
-		fields = append(fields, fmt.Sprintf("%s %.1f (%.0f%%)", p.name, p.d.Seconds(), 100*p.d.Seconds()/total.Seconds()))
+		fields = append(fields, fmt.Sprintf("%s %.2f (%.0f%%)", p.name, p.d.Seconds(), 100*p.d.Seconds()/total.Seconds()))
 	}
-	fmt.Fprintf(out, "%s storm: devicewarden process CPU profile by owner, CPU-s: %s\n", what, strings.Join(fields, ", "))
+	return strings.Join(fields, ", ")
 }
 
 func selfCPU() time.Duration {

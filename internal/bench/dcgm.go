@@ -33,6 +33,9 @@ type DCGMOptions struct {
 	// Scrape is Prometheus' scrape interval of the simulated dcgm-exporter, Interval the
 	// watcher's query interval.
 	Scrape, Interval time.Duration
+	// Fleet, when set, places that many nodes of 8 GPUs, each held by a Pod, beside the idle
+	// GPUs: their series are in Prometheus and in each of the watcher's answers too.
+	Fleet int
 }
 
 // DCGM times an XID raised on an idle simulated GPU until its DeviceTaintRule is visible, through
@@ -64,17 +67,22 @@ func DCGM(ctx context.Context, o DCGMOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.Fleet > 0 {
+		if _, err := placeFleet(ctx, st.kube, o.Fleet*perNode, o.Out); err != nil {
+			return err
+		}
+	}
 	seen, stopWatch, err := watchRules(ctx, st.kube, watch.Added)
 	if err != nil {
 		return err
 	}
 	defer stopWatch()
 	// Every GPU's series is in Prometheus and read once by the watcher before the first XID.
-	if err := waitSeries(ctx, promURL, len(nodes)*perNode); err != nil {
+	if err := waitSeries(ctx, promURL, (len(nodes)+o.Fleet)*perNode); err != nil {
 		return err
 	}
 	time.Sleep(2 * o.Interval)
-	fmt.Fprintf(o.Out, "[bench] XID 79 on %d idle GPUs, one at a time; Prometheus scrapes every %s, the watcher asks every %s\n", o.Devices, o.Scrape, o.Interval)
+	fmt.Fprintf(o.Out, "[bench] XID 79 on %d idle GPUs, one at a time, beside %d held ones; Prometheus scrapes every %s, the watcher asks every %s\n", o.Devices, o.Fleet*perNode, o.Scrape, o.Interval)
 	var whole, visible, wait, ours []time.Duration
 	for i := range o.Devices {
 		id := device.ID{Driver: sim.Driver, Pool: nodes[i/perNode], Device: "gpu-" + strconv.Itoa(i%perNode)}

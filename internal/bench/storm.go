@@ -102,6 +102,9 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 		if err := atRest(ctx, st, pids, o.Rest, o.Devices, o.Out); err != nil {
 			return err
 		}
+		if err := timeFleetPage(ctx, st, o.Out, "at rest"); err != nil {
+			return err
+		}
 	}
 	actions0, err := readActions(ctx, st)
 	if err != nil {
@@ -187,7 +190,7 @@ func stormRun(ctx context.Context, o StormOptions, health device.Health) error {
 	if actions1 != nil {
 		printActions(o.Out, health, actions0, actions1, len(storm))
 	}
-	return nil
+	return timeFleetPage(ctx, st, o.Out, fmt.Sprintf("after the %s storm", health))
 }
 
 func fastClient(kubeconfig string) (kubernetes.Interface, error) {

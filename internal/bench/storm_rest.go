@@ -60,6 +60,9 @@ func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration
 		fmt.Fprintf(out, "; Temporal actions %.0f", total)
 	}
 	fmt.Fprintln(out)
+	if by := spent.byOwner(); by != "" {
+		fmt.Fprintf(out, "at rest: devicewarden process CPU profile by owner, CPU-s: %s\n", by)
+	}
 	// A healthy fleet costs Temporal nothing: not one device workflow.
 	if n, err := deviceWorkflows(ctx, st.tc, ""); err != nil || n > 0 {
 		return fmt.Errorf("at rest, %d device workflows for a healthy fleet (%v)", n, err)

@@ -49,12 +49,17 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if ro.Settle < 0 {
 				return fmt.Errorf("--settle must be >= 0")
 			}
+			if ro.Fleet < 0 || ro.Fleet > 0 && ro.Fleet*8 < 2*ro.Devices {
+				return fmt.Errorf("--fleet %d: want 0, or nodes enough for the %d devices measured (8 a node)", ro.Fleet, 2*ro.Devices)
+			}
 			ro.Out = c.OutOrStdout()
 			return bench.Reports(c.Context(), ro)
 		},
 	}
 	reps.Flags().IntVar(&ro.Devices, "devices", 100, "devices reported by a report, and as many by Pod status")
 	reps.Flags().DurationVar(&ro.Settle, "settle", 300*time.Millisecond, "pause after each rule is seen")
+	reps.Flags().IntVar(&ro.Fleet, "fleet", 0, "nodes of 8 GPUs, each held by a Pod, the measured devices are spread over (0: nodes of their own)")
+	reps.Flags().BoolVar(&ro.ByName, "by-name", false, "reports name their device by its DRA name instead of its UUID on its node")
 	reps.Flags().StringVar(&ro.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(reps)
 	var do bench.DCGMOptions
@@ -69,6 +74,9 @@ func newBenchCmd(_ *globals) *cobra.Command {
 			if do.Scrape < 100*time.Millisecond || do.Interval < time.Second {
 				return fmt.Errorf("--scrape must be >= 100ms and --interval >= 1s")
 			}
+			if do.Fleet < 0 {
+				return fmt.Errorf("--fleet must be >= 0")
+			}
 			do.Out = c.OutOrStdout()
 			return bench.DCGM(c.Context(), do)
 		},
@@ -76,6 +84,7 @@ func newBenchCmd(_ *globals) *cobra.Command {
 	dcgm.Flags().IntVar(&do.Devices, "devices", 40, "idle GPUs that raise an XID, one at a time")
 	dcgm.Flags().DurationVar(&do.Scrape, "scrape", time.Second, "Prometheus' scrape interval")
 	dcgm.Flags().DurationVar(&do.Interval, "interval", time.Second, "the watcher's query interval (--prometheus-interval)")
+	dcgm.Flags().IntVar(&do.Fleet, "fleet", 0, "nodes of 8 GPUs, each held by a Pod, beside the idle ones (their series in Prometheus too)")
 	dcgm.Flags().StringVar(&do.CacheDir, "cache-dir", localcluster.DefaultCacheDir(), "where control-plane binaries are built and cached")
 	cmd.AddCommand(dcgm)
 	var fo bench.FloodOptions
