@@ -68,7 +68,7 @@ func DCGM(ctx context.Context, o DCGMOptions) error {
 		return err
 	}
 	if o.Fleet > 0 {
-		if _, err := placeFleet(ctx, st.kube, o.Fleet*perNode, o.Out); err != nil {
+		if _, err := placeFleet(ctx, st.kube, o.Fleet*fleetGPUsPerNode, o.Out); err != nil {
 			return err
 		}
 	}
@@ -78,11 +78,11 @@ func DCGM(ctx context.Context, o DCGMOptions) error {
 	}
 	defer stopWatch()
 	// Every GPU's series is in Prometheus and read once by the watcher before the first XID.
-	if err := waitSeries(ctx, promURL, (len(nodes)+o.Fleet)*perNode); err != nil {
+	if err := waitSeries(ctx, promURL, len(nodes)*perNode+o.Fleet*fleetGPUsPerNode); err != nil {
 		return err
 	}
 	time.Sleep(2 * o.Interval)
-	fmt.Fprintf(o.Out, "[bench] XID 79 on %d idle GPUs, one at a time, beside %d held ones; Prometheus scrapes every %s, the watcher asks every %s\n", o.Devices, o.Fleet*perNode, o.Scrape, o.Interval)
+	fmt.Fprintf(o.Out, "[bench] XID 79 on %d idle GPUs, one at a time, beside %d held ones; Prometheus scrapes every %s, the watcher asks every %s\n", o.Devices, o.Fleet*fleetGPUsPerNode, o.Scrape, o.Interval)
 	var whole, visible, wait, ours []time.Duration
 	for i := range o.Devices {
 		id := device.ID{Driver: sim.Driver, Pool: nodes[i/perNode], Device: "gpu-" + strconv.Itoa(i%perNode)}

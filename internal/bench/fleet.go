@@ -17,12 +17,15 @@ import (
 	"github.com/devicewarden/devicewarden/internal/sim"
 )
 
+// fleetGPUsPerNode is how many GPUs each node of a placed fleet has.
+const fleetGPUsPerNode = 8
+
 // placeFleet runs one Pod per device on simulated nodes without the scheduler: each claim is
 // written allocated and reserved for its Pod, as the scheduler leaves it, and each Pod is bound
 // to its node, where kwok runs it. The scheduler's DRA allocation paces a local cluster to ~9
 // Pods/s at 5,000 devices; a storm bench measures what comes after.
 func placeFleet(ctx context.Context, kube kubernetes.Interface, devices int, out io.Writer) ([]benchTarget, error) {
-	const perNode, ns = 8, "bench"
+	const perNode, ns = fleetGPUsPerNode, "bench"
 	nodes, err := sim.CreateNodes(ctx, kube, "bench", (devices+perNode-1)/perNode, perNode)
 	if err != nil {
 		return nil, err

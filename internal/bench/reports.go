@@ -112,10 +112,8 @@ func reportTargets(ctx context.Context, kube kubernetes.Interface, o ReportsOpti
 	if o.Fleet == 0 {
 		return setupPods(ctx, kube, n, o.Out)
 	}
-	if o.Fleet*8 < n {
-		return nil, fmt.Errorf("--fleet %d: %d GPUs, fewer than the %d measured", o.Fleet, o.Fleet*8, n)
-	}
-	all, err := placeFleet(ctx, kube, o.Fleet*8, o.Out)
+	// The command refuses a fleet with fewer GPUs than n.
+	all, err := placeFleet(ctx, kube, o.Fleet*fleetGPUsPerNode, o.Out)
 	if err != nil {
 		return nil, err
 	}
