@@ -35,6 +35,7 @@ func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration
 	if err != nil {
 		return err
 	}
+	events0 := watchEvents(st.metrics)
 	cpu := startCPU(pids)
 	select {
 	case <-ctx.Done():
@@ -42,6 +43,7 @@ func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration
 	case <-time.After(d):
 	}
 	spent := cpu.stop()
+	events := eventRates(events0, watchEvents(st.metrics), d)
 	actions1, err := readActions(ctx, st)
 	if err != nil {
 		return err
@@ -60,6 +62,10 @@ func atRest(ctx context.Context, st *stack, pids map[string]int, d time.Duration
 		fmt.Fprintf(out, "; Temporal actions %.0f", total)
 	}
 	fmt.Fprintln(out)
+	if events == "" {
+		events = "none"
+	}
+	fmt.Fprintf(out, "at rest: the watcher's watch events per second by kind: %s\n", events)
 	if by := spent.byOwner(); by != "" {
 		fmt.Fprintf(out, "at rest: devicewarden process CPU profile by owner, CPU-s: %s\n", by)
 	}
