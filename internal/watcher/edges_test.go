@@ -3,12 +3,10 @@ package watcher
 import (
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,27 +43,6 @@ func TestClaimConditionHealth(t *testing.T) {
 		if h != tt.health || msg != tt.msg {
 			t.Errorf("%s: %s %q, want %s %q", tt.name, h, msg, tt.health, tt.msg)
 		}
-	}
-}
-
-// A Lease without a duration is taken as 40 s (kubelet's default); a Lease seen exactly one
-// duration ago is not yet expired.
-func TestNodeLeaseDefaultsAndBoundary(t *testing.T) {
-	now := time.Unix(1700000000, 0)
-	n := newNodeLeases()
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: now}}}
-	n.put(l, now)
-	if down, _ := n.changes(now.Add(40 * time.Second)); len(down) != 0 {
-		t.Fatalf("down at exactly one duration: %v", down)
-	}
-	down, _ := n.changes(now.Add(40*time.Second + time.Millisecond))
-	if len(down) != 1 || !strings.Contains(down["node-1"], "duration 40s") {
-		t.Fatalf("down %v", down)
-	}
-	acquired := newNodeLeases()
-	acquired.put(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}, Spec: coordinationv1.LeaseSpec{AcquireTime: &metav1.MicroTime{Time: now}}}, now)
-	if down, _ := acquired.changes(now.Add(time.Minute)); len(down) != 1 {
-		t.Fatalf("a Lease only acquired never expires: %v", down)
 	}
 }
 
@@ -152,11 +129,11 @@ func TestAdoptHolders(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	w := New(Config{})
 	c := w.cfg
-	if c.Workers != 8 || c.HeartbeatInterval != 2*time.Minute || c.LeaseCheckInterval != 2*time.Second || c.Policies == nil || c.Logger == nil || c.Clock == nil {
+	if c.Workers != 8 || c.HeartbeatInterval != 2*time.Minute || c.ReportAgeInterval != 2*time.Second || c.Policies == nil || c.Logger == nil || c.Clock == nil {
 		t.Fatalf("defaults %+v", c)
 	}
-	w = New(Config{Workers: 3, HeartbeatInterval: time.Second, LeaseCheckInterval: time.Millisecond})
-	if w.cfg.Workers != 3 || w.cfg.HeartbeatInterval != time.Second || w.cfg.LeaseCheckInterval != time.Millisecond {
+	w = New(Config{Workers: 3, HeartbeatInterval: time.Second, ReportAgeInterval: time.Millisecond})
+	if w.cfg.Workers != 3 || w.cfg.HeartbeatInterval != time.Second || w.cfg.ReportAgeInterval != time.Millisecond {
 		t.Fatalf("set values replaced: %+v", w.cfg)
 	}
 }

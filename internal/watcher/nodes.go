@@ -6,128 +6,146 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// nodeLeases tracks node heartbeats (coordination.k8s.io Leases in kube-node-lease). A node whose
-// Lease is not renewed in time is in outage: that is one node-level decision, not a verdict on each
-// of its devices, and cordoning or evicting the node is left to node failure handling.
-type nodeLeases struct {
-	mu     sync.Mutex
-	leases map[string]leaseInfo // node -> last renewal
-	seen   map[string]struct{}
-	down   map[string]bool
+// nodeOutages follows the node lifecycle controller's verdict: a node whose Ready condition is
+// Unknown has stopped heartbeating (its kubelet's Lease was not renewed for the controller's grace
+// period, judged by the controller's clock, so a node with a skewed clock is not down). That is
+// one node-level decision, not a verdict on each of its devices, and cordoning or evicting the
+// node is left to node failure handling.
+//
+// The watcher reads the verdict from the Nodes it watches instead of watching every node Lease:
+// a kubelet renews its Lease every 10 s, so a fleet of 1,000 nodes sends 100 Lease events a
+// second at rest, where its Nodes change every few minutes (BENCHMARKS.md).
+type nodeOutages struct {
+	mu   sync.Mutex
+	down map[string]string // node -> the outage's message
+	seen map[string]struct{}
 }
 
-// leaseInfo judges a node by the watcher's own clock: renewed is the renewTime the node last
-// wrote, seen when the watcher saw it change (as the node lifecycle controller does), so a node
-// whose clock is off is not taken for down, and a node found already silent at start is given one
-// full duration before it is.
-type leaseInfo struct {
-	renewed  time.Time
-	seen     time.Time
-	duration time.Duration
+func newNodeOutages() *nodeOutages {
+	return &nodeOutages{down: map[string]string{}}
 }
 
-func newNodeLeases() *nodeLeases {
-	return &nodeLeases{leases: map[string]leaseInfo{}, down: map[string]bool{}}
-}
-
-func (n *nodeLeases) put(l *coordinationv1.Lease, now time.Time) {
-	info := leaseInfo{duration: 40 * time.Second, seen: now}
-	if l.Spec.LeaseDurationSeconds != nil {
-		info.duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+// outage says whether n is in an outage, and why.
+func outage(n *corev1.Node) (string, bool) {
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status != corev1.ConditionUnknown {
+			return "", false
+		}
+		return fmt.Sprintf("node %s outage: Ready is Unknown since %s (%s: %s); node failure handling owns cordon and eviction",
+			n.Name, c.LastTransitionTime.UTC().Format(time.RFC3339), c.Reason, c.Message), true
 	}
-	if l.Spec.RenewTime != nil {
-		info.renewed = l.Spec.RenewTime.Time
-	} else if l.Spec.AcquireTime != nil {
-		info.renewed = l.Spec.AcquireTime.Time
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if old, ok := n.leases[l.Name]; ok && old.renewed.Equal(info.renewed) {
-		info.seen = old.seen // not renewed: an unrelated write does not count as a heartbeat
-	}
-	n.leases[l.Name] = info
-	if n.seen != nil {
-		n.seen[l.Name] = struct{}{}
-	}
+	return "", false
 }
 
-func (n *nodeLeases) remove(name string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.leases, name)
+// put takes in a node; it returns the outage's message when the node went down, and up when it
+// came back.
+func (o *nodeOutages) put(n *corev1.Node) (down string, up bool) {
+	msg, isDown := outage(n)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen != nil {
+		o.seen[n.Name] = struct{}{}
+	}
+	_, was := o.down[n.Name]
+	switch {
+	case isDown && !was:
+		o.down[n.Name] = msg
+		return msg, false
+	case !isDown && was:
+		delete(o.down, n.Name)
+		return "", true
+	}
+	return "", false
 }
 
-// changes compares every Lease with now and returns nodes that went down (with a message) and
-// nodes that came back.
-func (n *nodeLeases) changes(now time.Time) (down map[string]string, up []string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	down = map[string]string{}
-	for node, l := range n.leases {
-		expired := !l.renewed.IsZero() && now.Sub(l.seen) > l.duration
-		switch {
-		case expired && !n.down[node]:
-			n.down[node] = true
-			down[node] = fmt.Sprintf("node %s outage: its Lease was last seen renewed %s ago (duration %s); node failure handling owns cordon and eviction",
-				node, now.Sub(l.seen).Round(time.Second), l.duration)
-		case !expired && n.down[node]:
-			delete(n.down, node)
-			up = append(up, node)
+// remove forgets a deleted node; up says it was in an outage, which ends with it.
+func (o *nodeOutages) remove(name string) (up bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, up = o.down[name]
+	delete(o.down, name)
+	return up
+}
+
+// relistBegin and relistEnd bracket a full list: a node in an outage that the list no longer
+// has was deleted meanwhile.
+func (o *nodeOutages) relistBegin() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = map[string]struct{}{}
+}
+
+func (o *nodeOutages) relistEnd() (gone []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen == nil {
+		return nil // no list began
+	}
+	for node := range o.down {
+		if _, ok := o.seen[node]; !ok {
+			delete(o.down, node)
+			gone = append(gone, node)
 		}
 	}
-	for node := range n.down {
-		if _, ok := n.leases[node]; !ok { // the node (and its Lease) is gone
-			delete(n.down, node)
-			up = append(up, node)
-		}
-	}
-	return down, up
+	o.seen = nil
+	return gone
 }
 
-func (w *Watcher) leaseSource() *source {
-	api := w.cfg.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+// outageSource watches the Nodes for their Ready condition.
+func (w *Watcher) outageSource() *source {
+	api := w.cfg.Kube.CoreV1().Nodes()
 	return &source{
-		name: "node leases", logger: w.cfg.Logger,
-		list:  pages(api.List),
-		watch: api.Watch,
-		relistBegin: func() {
-			w.leases.mu.Lock()
-			w.leases.seen = map[string]struct{}{}
-			w.leases.mu.Unlock()
-		},
+		name: "node outages", logger: w.cfg.Logger,
+		list:        pages(api.List),
+		watch:       api.Watch,
+		relistBegin: w.outages.relistBegin,
 		relistEnd: func() {
-			w.leases.mu.Lock()
-			for node := range w.leases.leases {
-				if _, ok := w.leases.seen[node]; !ok {
-					delete(w.leases.leases, node)
-				}
+			for _, node := range w.outages.relistEnd() {
+				w.nodeBack(node, "deleted")
 			}
-			w.leases.seen = nil
-			w.leases.mu.Unlock()
 		},
 		upsert: func(o runtime.Object, action string) {
-			if l, ok := o.(*coordinationv1.Lease); ok {
-				w.cfg.Metrics.WatcherEvents.WithLabelValues("lease", action).Inc()
-				w.leases.put(l, w.cfg.Clock())
+			n, ok := o.(*corev1.Node)
+			if !ok {
+				return
+			}
+			w.cfg.Metrics.WatcherEvents.WithLabelValues("node", action).Inc()
+			switch msg, up := w.outages.put(n); {
+			case msg != "":
+				w.cfg.Logger.Warn("node outage", "node", n.Name, "reason", msg)
+				w.cfg.Metrics.NodeOutages.Inc()
+				w.enqueueAll(w.store.setOutage(n.Name, msg))
+			case up:
+				w.nodeBack(n.Name, "ready")
 			}
 		},
 		remove: func(o runtime.Object) {
-			if l, ok := o.(*coordinationv1.Lease); ok {
-				w.cfg.Metrics.WatcherEvents.WithLabelValues("lease", "delete").Inc()
-				w.leases.remove(l.Name)
+			if n, ok := o.(*corev1.Node); ok {
+				w.cfg.Metrics.WatcherEvents.WithLabelValues("node", "delete").Inc()
+				if w.outages.remove(n.Name) {
+					w.nodeBack(n.Name, "deleted")
+				}
 			}
 		},
 	}
 }
 
-// checkLeases runs the node-level decisions every interval, and measures how old the oldest
-// delivered report is (a heartbeat that cannot reach Temporal makes reports go stale).
-func (w *Watcher) checkLeases(ctx context.Context, every time.Duration) {
+// nodeBack ends a node's outage: it is Ready again, or gone.
+func (w *Watcher) nodeBack(node, how string) {
+	w.cfg.Logger.Info("node outage over", "node", node, "how", how)
+	w.enqueueAll(w.store.setOutage(node, ""))
+}
+
+// measureReportAge measures how old the oldest delivered report is, every interval (a heartbeat
+// that cannot reach Temporal makes reports go stale).
+func (w *Watcher) measureReportAge(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -136,16 +154,6 @@ func (w *Watcher) checkLeases(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 			w.cfg.Metrics.ReportAge.Set(followed{w.store}.oldestSignal(w.cfg.Clock()).Seconds())
-			down, up := w.leases.changes(w.cfg.Clock())
-			for node, msg := range down {
-				w.cfg.Logger.Warn("node outage", "node", node, "reason", msg)
-				w.cfg.Metrics.NodeOutages.Inc()
-				w.enqueueAll(w.store.setOutage(node, msg))
-			}
-			for _, node := range up {
-				w.cfg.Logger.Info("node lease renewed again", "node", node)
-				w.enqueueAll(w.store.setOutage(node, ""))
-			}
 		}
 	}
 }

@@ -37,7 +37,7 @@ func TestReportAgeGrowsWhileHeartbeatsFail(t *testing.T) {
 	m := metrics.New()
 	clock := &manualClock{now: time.Unix(1700000000, 0)}
 	w := New(Config{Kube: kube, Signaler: rec, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: 1,
-		Clock: clock.Now, HeartbeatInterval: 50 * time.Millisecond, LeaseCheckInterval: 10 * time.Millisecond})
+		Clock: clock.Now, HeartbeatInterval: 50 * time.Millisecond, ReportAgeInterval: 10 * time.Millisecond})
 	start(t, w)
 	waitUntil(t, "first signal", func() bool { return len(rec.signals()) == 1 })
 	if age := testutil.ToFloat64(m.ReportAge); age != 0 {

@@ -30,7 +30,7 @@ type store struct {
 	claimPods map[string]map[string]struct{}
 	// seen collects tracked pods seen during a relist; nil when not relisting.
 	seen map[string]struct{}
-	// outages holds nodes whose Lease expired, with the reason.
+	// outages holds nodes in an outage (Ready Unknown), with the reason.
 	outages map[string]string
 	// term and counter order this watcher's observations (devicemsg.Seq): a watcher started later,
 	// a new leader, has a larger term (Config.Term).

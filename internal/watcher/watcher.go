@@ -39,8 +39,8 @@ type Config struct {
 	// HeartbeatInterval is how often an unchanged device that has a workflow is re-signalled
 	// (default 2m, well inside the default 10m heartbeat limit). Zero means the default.
 	HeartbeatInterval time.Duration
-	// LeaseCheckInterval is how often node Leases are checked for expiry (default 2s).
-	LeaseCheckInterval time.Duration
+	// ReportAgeInterval is how often the oldest delivered report's age is measured (default 2s).
+	ReportAgeInterval time.Duration
 	// Clock returns the current time; tests may replace it.
 	Clock func() time.Time
 	// Policies says how drivers name devices in CDI IDs and what an ambiguous report does
@@ -72,12 +72,12 @@ type Config struct {
 // pods that report only Healthy devices without workflows are looked at and forgotten, so a
 // healthy fleet costs neither Temporal calls nor memory.
 type Watcher struct {
-	cfg    Config
-	store  *store
-	claims *claimIndex
-	leases *nodeLeases
-	slices *sliceIndex
-	queue  workqueue.TypedRateLimitingInterface[device.ID]
+	cfg     Config
+	store   *store
+	claims  *claimIndex
+	outages *nodeOutages
+	slices  *sliceIndex
+	queue   workqueue.TypedRateLimitingInterface[device.ID]
 	// logged remembers resolution failures already logged, so a broken pod logs once per key.
 	logged logOnce
 	// podMu serialises pod handling between the pod source and claim-driven re-resolution.
@@ -115,15 +115,15 @@ func New(cfg Config) *Watcher {
 	if cfg.WithdrawAfter == 0 {
 		cfg.WithdrawAfter = 5 * time.Second
 	}
-	if cfg.LeaseCheckInterval <= 0 {
-		cfg.LeaseCheckInterval = 2 * time.Second
+	if cfg.ReportAgeInterval <= 0 {
+		cfg.ReportAgeInterval = 2 * time.Second
 	}
 	w := &Watcher{
-		cfg:    cfg,
-		store:  newStore(),
-		claims: newClaimIndex(),
-		leases: newNodeLeases(),
-		slices: newSliceIndex(),
+		cfg:     cfg,
+		store:   newStore(),
+		claims:  newClaimIndex(),
+		outages: newNodeOutages(),
+		slices:  newSliceIndex(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[device.ID](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[device.ID]{Name: "devicewarden-devices"}),
@@ -187,14 +187,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.writeStatuses(ctx) }()
 	}
-	leasesSynced, reportsSynced := make(chan struct{}), make(chan struct{})
+	nodesSynced, reportsSynced := make(chan struct{}), make(chan struct{})
 	wg.Add(3)
-	go func() { defer wg.Done(); w.leaseSource().run(ctx, leasesSynced) }()
-	go func() { defer wg.Done(); w.checkLeases(ctx, w.cfg.LeaseCheckInterval) }()
+	go func() { defer wg.Done(); w.outageSource().run(ctx, nodesSynced) }()
+	go func() { defer wg.Done(); w.measureReportAge(ctx, w.cfg.ReportAgeInterval) }()
 	go func() { defer wg.Done(); (&reportReader{w: w}).run(ctx, reportsSynced) }()
 	// Nothing is sent before every source has listed once: a restarted leader must re-send what
 	// is true now (a device missing from its slice is still Unknown), not what it saw change.
-	for _, ch := range []chan struct{}{leasesSynced, reportsSynced} {
+	for _, ch := range []chan struct{}{nodesSynced, reportsSynced} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
