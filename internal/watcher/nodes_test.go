@@ -114,7 +114,7 @@ func mustNext(t *testing.T, s *store, id device.ID, now time.Time, h device.Heal
 
 // A narrow test of the plumbing (the fake clientset stands in for the apiserver; internal/e2e has
 // the real one): a node whose Ready turns Unknown turns the followed device there Unknown, with
-// the outage as reason, once; Ready again sends its own report's word.
+// the outage as reason, once; Ready again, or the node deleted, sends its own report's word.
 func TestANodeOutageReachesTheDevicesFollowedThere(t *testing.T) {
 	pod := podWith(healthEntry("claim:gpu", "cdi-id", "Healthy", nil))
 	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu"}, Spec: resourcev1.ResourceSliceSpec{
@@ -142,10 +142,20 @@ func TestANodeOutageReachesTheDevicesFollowedThere(t *testing.T) {
 	if got := rec.signals()[2]; got.Health != device.Healthy {
 		t.Fatalf("after the outage: %+v", got)
 	}
-	if n := testutil.ToFloat64(m.NodeOutages); n != 1 {
-		t.Fatalf("node outages %v, want 1", n)
+	// Down again, then deleted: the outage ends with the node.
+	ready(corev1.ConditionUnknown)
+	waitUntil(t, "the second outage", func() bool { return len(rec.signals()) == 4 })
+	if err := kube.CoreV1().Nodes().Delete(ctx, "node-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if n := testutil.ToFloat64(m.WatcherEvents.WithLabelValues("node", "update")); n != 3 {
-		t.Fatalf("node updates counted %v, want 3", n)
+	waitUntil(t, "the end of the outage with the node", func() bool { return len(rec.signals()) == 5 })
+	if got := rec.signals()[4]; got.Health != device.Healthy {
+		t.Fatalf("after the node was deleted: %+v", got)
+	}
+	if n := testutil.ToFloat64(m.NodeOutages); n != 2 {
+		t.Fatalf("node outages %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(m.WatcherEvents.WithLabelValues("node", "update")); n != 4 {
+		t.Fatalf("node updates counted %v, want 4", n)
 	}
 }
